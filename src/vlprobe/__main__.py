@@ -1,0 +1,3 @@
+from vlprobe.cli import main
+
+main()

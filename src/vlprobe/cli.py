@@ -1,0 +1,212 @@
+"""The ``probe`` command: parse, build a frozen config, call one library function.
+
+Bad input ends with one line on stderr (``error: ...``) and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from vlprobe import __version__
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+app = typer.Typer(
+    name="probe",
+    help="Probe vision-language models on compositional benchmarks (vlprobe).",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+fixtures_app = typer.Typer(help="Write synthetic datasets and tiny random models for tests and demos.", no_args_is_help=True)
+cache_app = typer.Typer(help="Inspect and merge activation caches.", no_args_is_help=True)
+app.add_typer(fixtures_app, name="fixtures")
+app.add_typer(cache_app, name="cache")
+
+
+def _fail(msg: str, code: int = 2) -> typer.Exit:
+    typer.echo("error: " + " ".join(str(msg).split()), err=True)
+    return typer.Exit(code)
+
+
+def guarded(fn: F) -> F:
+    """Turn the library's input errors into one line on stderr and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (ValueError, TypeError, FileNotFoundError, NotADirectoryError, PermissionError) as exc:
+            raise _fail(str(exc) or type(exc).__name__) from None
+        except KeyboardInterrupt:
+            raise _fail("interrupted; finished chunks are kept, rerun the same command to resume", 130) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"vlprobe {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_callback(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Probe vision-language models on compositional benchmarks (vlprobe)."""
+
+
+@app.command("ls")
+@guarded
+def ls(what: Annotated[str, typer.Argument(help="models, datasets, experiments, strategies or probes")]) -> None:
+    """List registered models, datasets, experiments, strategies or probes."""
+    from vlprobe import registry
+
+    registries = {
+        "models": registry.MODELS, "datasets": registry.DATASETS, "experiments": registry.EXPERIMENTS,
+        "strategies": registry.STRATEGIES, "probes": registry.PROBES,
+    }
+    if what not in registries:
+        raise ValueError(f"ls: expected one of {', '.join(registries)}, got {what!r}")
+    reg = registries[what]
+    if not len(reg):
+        typer.echo(f"(no {what} registered yet)")
+    for name in reg.names():
+        typer.echo(f"{name:<20} {reg.describe(name)}")
+
+
+@fixtures_app.command("dataset")
+@guarded
+def fixtures_dataset(
+    out: Annotated[Path, typer.Option(help="Directory to write (new, or a previous synthetic dataset).")],
+    items: Annotated[int, typer.Option(help="Number of items.")] = 40,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    image_size: Annotated[int, typer.Option(help="Image side in pixels.")] = 64,
+) -> None:
+    """Write a deterministic synthetic dataset in Winoground's on-disk format."""
+    from vlprobe.data.synthetic import make_synthetic_winoground
+
+    path = make_synthetic_winoground(out, n_items=items, seed=seed, image_size=image_size)
+    typer.echo(f"wrote {items} synthetic Winoground-format items to {path} (variants: {path / 'variants.jsonl'})")
+
+
+@fixtures_app.command("model")
+@guarded
+def fixtures_model(
+    name: Annotated[str, typer.Argument(help="Model family (clip).")],
+    out: Annotated[Path, typer.Option(help="Directory to write the checkpoint into.")],
+    seed: Annotated[int, typer.Option(help="Random seed for the weights.")] = 0,
+) -> None:
+    """Write a tiny random-initialised checkpoint in the model's real on-disk format."""
+    from vlprobe.extract.fixtures import FIXTURE_WRITERS
+
+    if name not in FIXTURE_WRITERS:
+        raise ValueError(f"model: no fixture writer for {name!r} (available: {', '.join(sorted(FIXTURE_WRITERS))})")
+    path = FIXTURE_WRITERS[name](out, seed)
+    typer.echo(f"wrote a tiny random {name} checkpoint to {path}")
+
+
+@app.command("extract")
+@guarded
+def extract_cmd(
+    model: Annotated[str, typer.Option(help="Registered model adapter (see `probe ls models`).")],
+    checkpoint: Annotated[str, typer.Option(help="Local checkpoint directory or hub id.")],
+    out: Annotated[Path, typer.Option(help="Cache file to write or resume (.h5).")],
+    dataset: Annotated[str, typer.Option(help="Registered dataset (see `probe ls datasets`).")] = "winoground",
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Local copy of the dataset; without it, the hub.")
+    ] = None,
+    tags: Annotated[Path | None, typer.Option(help="'Why is Winoground Hard?' tag file.")] = None,
+    variants: Annotated[Path | None, typer.Option(help="Caption variants file (JSONL).")] = None,
+    layers: Annotated[str, typer.Option(help="Layers: all | 0,4,-1 | 2:6 | text=all;image=-1")] = "all",
+    pooling: Annotated[str, typer.Option(help="Poolings: any of cls,mean,max,pooled.")] = "cls,mean,max",
+    batch_size: Annotated[int, typer.Option(help="Rows per forward pass.")] = 32,
+    device: Annotated[str, typer.Option(help="cpu, cuda, cuda:N or auto.")] = "auto",
+    dtype: Annotated[str, typer.Option(help="float32 or float16 (weights and stored states).")] = "float32",
+    shard: Annotated[str, typer.Option(help="Run block K of N (K/N); join with `probe cache merge`.")] = "0/1",
+    pairs: Annotated[str, typer.Option(help="Pair plan for cross-encoders: item or all.")] = "item",
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")] = False,
+) -> None:
+    """Run a model over a dataset and cache layer-wise states and scores to HDF5."""
+    from vlprobe.extract.runner import ExtractConfig, extract
+
+    config = ExtractConfig(
+        model=model, checkpoint=checkpoint, out=out, dataset=dataset, data_dir=data_dir, tags=tags,
+        variants=variants, layers=layers, poolings=tuple(pooling.split(",")), batch_size=batch_size,
+        device=device, dtype=dtype, shard=shard, pair_plan=pairs, progress=not quiet,
+    )
+    result = extract(config)
+    done = ", ".join(f"{s} {result.rows_written[s]}/{result.rows_total[s]} rows" for s in result.rows_total)
+    typer.echo(f"wrote {result.path} ({done} computed this run, {result.seconds:.1f} s)")
+
+
+@cache_app.command("info")
+@guarded
+def cache_info(
+    path: Annotated[Path, typer.Argument(help="Cache file.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Describe a cache: settings, fingerprints, streams, layers, progress."""
+    from vlprobe.extract.cache import ActivationCache
+
+    with ActivationCache(path) as cache:
+        info = cache.info()
+    if as_json:
+        typer.echo(json.dumps(info, indent=2, sort_keys=True))
+        return
+    a = info["attrs"]
+    state = "complete" if a.get("complete") else "INCOMPLETE (rerun the extract command to resume)"
+    typer.echo(f"{info['path']}  {info['size_bytes'] / 1e6:.1f} MB  schema {a['vlprobe_schema']}  {state}")
+    typer.echo(f"model      {a['model']}  checkpoint {a['checkpoint']}  ({a['checkpoint_fingerprint'][:23]})")
+    typer.echo(
+        f"dataset    {a['dataset']}  {info['items']} items, {info['images']} images, {info['texts']} texts "
+        f"({info['variants']} variants)  fingerprint {a['dataset_fingerprint'][:12]}"
+    )
+    typer.echo(f"settings   dtype {a['dtype']}  shard {a['shard']}  pair plan {a['pair_plan']}  device {a.get('device')}")
+    for name, s in info["streams"].items():
+        kinds = ",".join(s["layer_kinds"])
+        typer.echo(
+            f"stream     {name} ({s['modality']}): {s['done']}/{s['rows'][1] - s['rows'][0]} rows done; "
+            f"layers {s['layers']} [{kinds}]; cls = {s['cls_rule']}"
+        )
+        for p, shape in s["poolings"].items():
+            typer.echo(f"             {p:<7} {tuple(shape)}")
+    if "scores" in info:
+        sc = info["scores"]
+        typer.echo(f"scores     {sc['kind']} {sc['orientation']} {tuple(sc['shape'])}, {sc['done']} computed")
+    typer.echo(f"written by vlprobe {a.get('vlprobe_version')} at git {a.get('git_revision')}, {a.get('created')}")
+
+
+@cache_app.command("merge")
+@guarded
+def cache_merge(
+    shards: Annotated[list[Path], typer.Argument(help="The N shard files of one run.")],
+    out: Annotated[Path, typer.Option(help="Merged cache file to write.")],
+) -> None:
+    """Join the shard files of a `--shard K/N` run into one cache."""
+    from vlprobe.extract.runner import merge_shards
+
+    path = merge_shards(shards, out)
+    typer.echo(f"merged {len(shards)} shards into {path}")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        app()
+    except BrokenPipeError:  # `probe ... | head`
+        sys.stderr.close()
+
+
+if __name__ == "__main__":
+    main()

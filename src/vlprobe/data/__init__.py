@@ -1,0 +1,1 @@
+"""Dataset loaders into one item model, the variants file format, synthetic fixtures."""

@@ -1,0 +1,132 @@
+"""The six "Why is Winoground Hard?" tags (Diwan et al. 2022), joined by Winoground id.
+
+The tag file ``new_tag_assignments.json`` (MIT) is one JSON object: keys ``"0"``..``"399"``
+(strings) -> list of tag strings spelled as below ("Non Minimal" is the paper's
+NonCompositional). It is taken from ``--tags PATH``, from ``new_tag_assignments.json`` inside
+the data directory, from vlprobe's cache, or downloaded once from the paper's repository at a
+pinned commit and checked against its sha256.
+
+Two "untagged" sets exist: NoTag = the ids whose list is empty in the file (172 items), and the
+paper code's hard-coded ``None`` list of 171 ids, which leaves out id 313 (REFERENCE.md §1.2).
+vlprobe uses the first; the second is available as :data:`WWH_CODE_NONE_EXCLUDED`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from vlprobe.io import atomic_write
+from vlprobe.provenance import sha256_file
+
+__all__ = [
+    "WWH_TAGS",
+    "WWH_TAGS_SHA256",
+    "WWH_TAGS_URL",
+    "TagTable",
+    "cache_dir",
+    "fetch_wwh_tags",
+    "load_tag_file",
+]
+
+WWH_COMMIT = "7069ff68709b493c7b32cdd7e3f5d65178cd9273"
+WWH_TAGS_URL = (
+    f"https://raw.githubusercontent.com/ajd12342/why-winoground-hard/{WWH_COMMIT}/"
+    "new_tag_assignments.json"
+)
+WWH_TAGS_SHA256 = "8a635dac806bb63484dbe9b0763ee3df6525a2ffbbab6b9c0a77a0fc3c41fc86"
+WWH_TAGS: tuple[str, ...] = (
+    "Non Minimal",
+    "Ambiguously Correct",
+    "Visually Difficult",
+    "Unusual Image",
+    "Unusual Text",
+    "Complex Reasoning",
+)
+#: Id untagged in the JSON but missing from the paper code's 171-id ``None`` list.
+WWH_CODE_NONE_EXCLUDED: tuple[int, ...] = (313,)
+TAG_FILE_NAME = "new_tag_assignments.json"
+
+
+@dataclass(frozen=True)
+class TagTable:
+    """Tags per Winoground id, with where they came from."""
+
+    tags: dict[int, tuple[str, ...]]
+    source: str
+    sha256: str
+
+
+def cache_dir() -> Path:
+    """vlprobe's download cache: ``$VLPROBE_CACHE`` or ``~/.cache/vlprobe``."""
+    root = os.environ.get("VLPROBE_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "vlprobe"
+
+
+def offline() -> bool:
+    """True when the user asked for no network (``HF_HUB_OFFLINE`` or ``VLPROBE_OFFLINE``)."""
+    return any(
+        os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+        for v in ("HF_HUB_OFFLINE", "VLPROBE_OFFLINE")
+    )
+
+
+def load_tag_file(path: str | os.PathLike[str]) -> TagTable:
+    """Read and validate a tag file (see the module docstring for the format)."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"tags: no such file {str(p)!r}")
+    try:
+        raw = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"tags: {p} is not valid JSON ({exc.msg})") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"tags: {p} must hold one JSON object of id -> list of tags")
+    out: dict[int, tuple[str, ...]] = {}
+    for key, value in raw.items():
+        try:
+            item_id = int(key)
+        except ValueError:
+            raise ValueError(f"tags: key {key!r} in {p.name} is not a Winoground id") from None
+        if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+            raise ValueError(f"tags: value of id {key!r} in {p.name} must be a list of strings")
+        unknown = sorted(set(value) - set(WWH_TAGS))
+        if unknown:
+            raise ValueError(
+                f"tags: id {key!r} in {p.name} has unknown tag {unknown[0]!r} "
+                f"(expected one of {', '.join(WWH_TAGS)})"
+            )
+        out[item_id] = tuple(value)
+    return TagTable(out, str(p), sha256_file(p))
+
+
+def fetch_wwh_tags(timeout: float = 30.0) -> Path:
+    """Path of the pinned tag file in vlprobe's cache, downloading it once if needed.
+
+    Raises
+    ------
+    ValueError
+        Offline, or the download failed or did not match the pinned sha256.
+    """
+    target = cache_dir() / "why-winoground-hard" / WWH_COMMIT / TAG_FILE_NAME
+    if target.is_file() and sha256_file(target) == WWH_TAGS_SHA256:
+        return target
+    how = f"pass --tags PATH to a copy of {TAG_FILE_NAME} (from {WWH_TAGS_URL})"
+    if offline():
+        raise ValueError(f"tags: offline (HF_HUB_OFFLINE/VLPROBE_OFFLINE set) and not cached; {how}")
+    try:
+        with urllib.request.urlopen(WWH_TAGS_URL, timeout=timeout) as resp:
+            data = resp.read()
+    except (urllib.error.URLError, OSError) as exc:
+        raise ValueError(f"tags: download failed ({exc}); {how}") from None
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != WWH_TAGS_SHA256:
+        raise ValueError(f"tags: downloaded file has sha256 {digest}, expected {WWH_TAGS_SHA256}; {how}")
+    with atomic_write(target, "wb") as fh:
+        fh.write(data)
+    return target

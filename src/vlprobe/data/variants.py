@@ -1,0 +1,171 @@
+"""The caption-variants file: JSONL, one line per (item, caption).
+
+Format (version 1). Each line is a JSON object::
+
+    {"item": "winoground/17",          # namespaced item id
+     "caption": 0,                     # caption index within the item (0 or 1 for Winoground)
+     "original": "a red circle ...",   # optional; when present it must equal the dataset caption
+     "variants": [                     # in order; variant j gets text id winoground/17/c0/v<j>
+        {"text": "there is a red circle ...", "strategy": "template/there-is",
+         "params": {...}},             # "params" optional: whatever the strategy records
+        ...]}
+
+Rules: an (item, caption) pair appears at most once; every variant has a non-empty
+``text`` and a non-empty ``strategy``; items and captions not listed have no variants.
+The synthetic fixture (``probe fixtures dataset``) and the augmentation strategies both
+write this format; ``probe extract --variants FILE`` adds one text row per variant, after
+all original captions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from vlprobe.data.items import Dataset, TextRef
+from vlprobe.io import atomic_write
+from vlprobe.provenance import sha256_file
+
+__all__ = ["Variant", "VariantSet", "attach_variants", "read_variants", "write_variants"]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One variant text of a caption and the strategy that made it."""
+
+    text: str
+    strategy: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class VariantSet:
+    """The variants of one caption (one line of the file)."""
+
+    item: str
+    caption: int
+    variants: tuple[Variant, ...]
+    original: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"item": self.item, "caption": self.caption}
+        if self.original is not None:
+            out["original"] = self.original
+        out["variants"] = [
+            {"text": v.text, "strategy": v.strategy, **({"params": dict(v.params)} if v.params else {})}
+            for v in self.variants
+        ]
+        return out
+
+
+def write_variants(path: str | os.PathLike[str], sets: Iterable[VariantSet]) -> Path:
+    """Write variant sets as JSONL, atomically."""
+    target = Path(path)
+    with atomic_write(target) as fh:
+        for vs in sets:
+            fh.write(json.dumps(vs.to_json(), ensure_ascii=False, sort_keys=False) + "\n")
+    return target
+
+
+def read_variants(path: str | os.PathLike[str]) -> list[VariantSet]:
+    """Read and validate a variants file; errors name the file, line and field."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"variants: no such file {str(p)!r}")
+    out: list[VariantSet] = []
+    seen: set[tuple[str, int]] = set()
+    with open(p, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            where = f"variants file {p.name} line {lineno}"
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{where}: not valid JSON ({exc.msg})") from None
+            vs = _parse_line(obj, where)
+            key = (vs.item, vs.caption)
+            if key in seen:
+                raise ValueError(f"{where}: item {vs.item!r} caption {vs.caption} appears twice")
+            seen.add(key)
+            out.append(vs)
+    return out
+
+
+def _parse_line(obj: Any, where: str) -> VariantSet:
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    item = obj.get("item")
+    if not isinstance(item, str) or not item:
+        raise ValueError(f"{where}: 'item' must be a namespaced item id string, got {item!r}")
+    caption = obj.get("caption")
+    if not isinstance(caption, int) or isinstance(caption, bool) or caption < 0:
+        raise ValueError(f"{where}: 'caption' must be a caption index >= 0, got {caption!r}")
+    original = obj.get("original")
+    if original is not None and not isinstance(original, str):
+        raise ValueError(f"{where}: 'original' must be a string, got {original!r}")
+    raw = obj.get("variants")
+    if not isinstance(raw, list):
+        raise ValueError(f"{where}: 'variants' must be a list, got {type(raw).__name__}")
+    variants = []
+    for j, v in enumerate(raw):
+        if not isinstance(v, dict):
+            raise ValueError(f"{where}: variants[{j}] must be an object")
+        text, strategy, params = v.get("text"), v.get("strategy"), v.get("params", {})
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"{where}: variants[{j}].text must be a non-empty string")
+        if not isinstance(strategy, str) or not strategy.strip():
+            raise ValueError(f"{where}: variants[{j}].strategy must be a non-empty string")
+        if not isinstance(params, dict):
+            raise ValueError(f"{where}: variants[{j}].params must be an object")
+        variants.append(Variant(text, strategy, params))
+    return VariantSet(item, caption, tuple(variants), original)
+
+
+def attach_variants(dataset: Dataset, path: str | os.PathLike[str]) -> Dataset:
+    """Return ``dataset`` with each listed caption's variants added as texts.
+
+    Within an item, variants follow the original captions, ordered by caption index.
+
+    Variant j of caption k of item ``X`` gets the id ``X/c<k>/v<j>``; its ``parent`` is
+    ``X/c<k>``. The variants file's sha256 is recorded under ``extra_fingerprints["variants"]``.
+    """
+    sets = read_variants(path)
+    by_item = {it.id: it for it in dataset.items}
+    extra: dict[str, dict[int, list[TextRef]]] = {}
+    for vs in sets:
+        item = by_item.get(vs.item)
+        if item is None:
+            raise ValueError(
+                f"variants: item {vs.item!r} is not in dataset {dataset.name!r} "
+                f"(ids look like {dataset.items[0].id!r})" if dataset.items else
+                f"variants: dataset {dataset.name!r} is empty"
+            )
+        captions = item.captions
+        if vs.caption >= len(captions):
+            raise ValueError(
+                f"variants: item {vs.item!r} has {len(captions)} captions, "
+                f"caption index {vs.caption} is out of range"
+            )
+        parent = captions[vs.caption]
+        if vs.original is not None and vs.original != parent.text:
+            raise ValueError(
+                f"variants: 'original' of item {vs.item!r} caption {vs.caption} does not match "
+                "the dataset's caption (was the file made for another dataset?)"
+            )
+        extra.setdefault(vs.item, {})[vs.caption] = [
+            TextRef(f"{parent.id}/v{j}", v.text, parent=parent.id, strategy=v.strategy)
+            for j, v in enumerate(vs.variants)
+        ]
+    items = tuple(
+        replace(it, texts=it.texts + tuple(
+            t for _, refs in sorted(extra.get(it.id, {}).items()) for t in refs
+        ))
+        for it in dataset.items
+    )
+    fps = dict(dataset.extra_fingerprints, variants=sha256_file(path))
+    return replace(dataset, items=items, extra_fingerprints=fps)

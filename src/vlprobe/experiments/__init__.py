@@ -1,0 +1,1 @@
+"""Registered experiments (``probe run NAME``), metrics, plots and manifests."""

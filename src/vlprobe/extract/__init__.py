@@ -1,0 +1,1 @@
+"""Model adapters, pooling, the HDF5 activation cache and the extraction runner."""

@@ -1,0 +1,91 @@
+"""Resolve ``--checkpoint`` (local directory or hub id) and fingerprint it.
+
+A directory is used as is. Anything else is a hub id, fetched through ``huggingface_hub``
+into its usual cache. Offline (``HF_HUB_OFFLINE=1``) a hub id that is not cached fails at once
+with a message that says how to provide the model, instead of retrying for half a minute.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from vlprobe.provenance import sha256_file
+
+__all__ = ["ResolvedCheckpoint", "resolve_checkpoint"]
+
+
+@dataclass(frozen=True)
+class ResolvedCheckpoint:
+    """A checkpoint ready for ``from_pretrained``.
+
+    Attributes
+    ----------
+    spec : str
+        What the user passed.
+    path : Path
+        Local directory with the files.
+    fingerprint : str
+        ``sha256:<hex>`` over the directory's files, or ``hub:<id>@<commit>``.
+    """
+
+    spec: str
+    path: Path
+    fingerprint: str
+
+
+def resolve_checkpoint(
+    spec: str, *, param: str = "checkpoint", allow_patterns: list[str] | None = None
+) -> ResolvedCheckpoint:
+    """Find the files of a checkpoint given as a directory or a hub id."""
+    if not spec or not spec.strip():
+        raise ValueError(f"{param} must be a local directory or a hub id, got {spec!r}")
+    p = Path(spec).expanduser()
+    if p.is_dir():
+        return ResolvedCheckpoint(spec, p.resolve(), "sha256:" + fingerprint_dir(p))
+    looks_local = spec.startswith((".", "/", "~")) or os.sep + os.sep in spec or spec.count("/") > 1
+    if p.exists() or looks_local:
+        raise ValueError(f"{param}: {spec!r} is not a directory (expected a checkpoint folder or a hub id)")
+    return _resolve_hub(spec, param, allow_patterns)
+
+
+def fingerprint_dir(path: Path) -> str:
+    """sha256 over (name, content hash) of every file in ``path`` (recursively, sorted)."""
+    h = hashlib.sha256()
+    for f in sorted(q for q in path.rglob("*") if q.is_file() and not q.name.startswith(".")):
+        h.update(f"{f.relative_to(path)}:{sha256_file(f)}\n".encode())
+    return h.hexdigest()
+
+
+def _resolve_hub(repo_id: str, param: str, allow_patterns: list[str] | None) -> ResolvedCheckpoint:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HFValidationError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+    )
+
+    how = (
+        f"download it once online (hf download {repo_id}), or save it with "
+        f"save_pretrained(DIR) and pass --{param} DIR"
+    )
+    try:
+        local = snapshot_download(repo_id, allow_patterns=allow_patterns)
+    except HFValidationError:
+        raise ValueError(f"{param}: {repo_id!r} is neither a directory nor a valid hub id") from None
+    except LocalEntryNotFoundError:
+        raise ValueError(
+            f"{param}: {repo_id!r} is not in the local hub cache and the hub is unreachable "
+            f"or offline (HF_HUB_OFFLINE=1); {how}"
+        ) from None
+    except GatedRepoError:
+        raise ValueError(f"{param}: {repo_id!r} is gated; accept its licence and set HF_TOKEN") from None
+    except RepositoryNotFoundError:
+        raise ValueError(f"{param}: no hub repository {repo_id!r} (nor a local directory)") from None
+    except OSError as exc:
+        raise ValueError(f"{param}: could not fetch {repo_id!r} ({exc}); {how}") from None
+    path = Path(local)
+    return ResolvedCheckpoint(repo_id, path, f"hub:{repo_id}@{path.name}")

@@ -1,0 +1,160 @@
+"""CLIP (Radford et al. 2021) through ``transformers.CLIPModel``.
+
+Streams
+-------
+``text``   layers 0..L_text: 0 = token + position embeddings, then each block's output *before*
+           ``final_layer_norm``. ``cls`` = the EOS position (attention is causal, so token 0 is the
+           same for every text). ``pooled`` = ``text_projection(final_layer_norm(h)[eos])``, the
+           embedding CLIP scores with.
+``image``  layers 0..L_vision: 0 = ``pre_layrnorm(embeddings)``, then each block. ``cls`` = patch 0
+           (the class token). ``mean``/``max`` run over all tokens, class token included.
+           ``pooled`` = ``visual_projection(post_layernorm(h[:, 0]))``.
+
+Scores are cosine similarities of the pooled embeddings (Winoground's official CLIP scores are
+the same values times 100). Layer numbers equal the "Why is Winoground Hard?" code's for CLIP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from vlprobe.extract.base import (
+    Adapter,
+    StreamBatch,
+    StreamSpec,
+    quiet_transformers,
+    resolve_device,
+    resolve_dtype,
+)
+from vlprobe.extract.checkpoints import ResolvedCheckpoint, resolve_checkpoint
+from vlprobe.registry import MODELS
+
+__all__ = ["CLIPAdapter"]
+
+_ALLOW = ["*.json", "*.txt", "*.safetensors", "*.model"]
+
+
+@MODELS.register("clip")
+class CLIPAdapter(Adapter):
+    """CLIP dual encoder (any HF CLIP checkpoint or local directory); streams text, image."""
+
+    name = "clip"
+    dual_encoder = True
+    score_kind = "cosine"
+
+    def __init__(
+        self, model: Any, tokenizer: Any, processor: Any, checkpoint: ResolvedCheckpoint,
+        device: torch.device, dtype: torch.dtype,
+    ) -> None:
+        super().__init__(checkpoint, device, dtype)
+        self.model = model
+        self.tokenizer = tokenizer
+        self.processor = processor
+        tc, vc = model.config.text_config, model.config.vision_config
+        self._streams = {
+            "text": StreamSpec(
+                "text", "text", ("embed",) + ("self",) * tc.num_hidden_layers, tc.hidden_size,
+                "eos", model.config.projection_dim,
+            ),
+            "image": StreamSpec(
+                "image", "image", ("embed",) + ("self",) * vc.num_hidden_layers, vc.hidden_size,
+                "patch0", model.config.projection_dim,
+            ),
+        }
+        self.max_length = int(min(
+            tc.max_position_embeddings,
+            getattr(tokenizer, "model_max_length", tc.max_position_embeddings) or tc.max_position_embeddings,
+        ))
+        self.eos_token_id = int(tc.eos_token_id)
+
+    @classmethod
+    def load(cls, checkpoint: str, *, device: str = "cpu", dtype: str = "float32") -> CLIPAdapter:
+        from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer, CLIPModel
+
+        dev, torch_dtype = resolve_device(device), resolve_dtype(dtype)
+        ckpt = resolve_checkpoint(checkpoint, allow_patterns=_ALLOW)
+        with quiet_transformers():
+            try:
+                config = AutoConfig.from_pretrained(ckpt.path)
+            except (OSError, ValueError) as exc:
+                raise ValueError(f"checkpoint: {checkpoint!r} has no readable config.json ({exc})") from None
+            if config.model_type != "clip":
+                raise ValueError(
+                    f"checkpoint: {checkpoint!r} is a {config.model_type!r} model, expected 'clip'"
+                )
+            model = CLIPModel.from_pretrained(ckpt.path, dtype=torch_dtype).to(dev).eval()
+            tokenizer = AutoTokenizer.from_pretrained(ckpt.path)
+            processor = AutoImageProcessor.from_pretrained(ckpt.path)
+        return cls(model, tokenizer, processor, ckpt, dev, torch_dtype)
+
+    @property
+    def streams(self) -> dict[str, StreamSpec]:
+        return self._streams
+
+    @torch.inference_mode()
+    def encode(self, stream: str, inputs: Sequence[Any], layers: Sequence[int]) -> StreamBatch:
+        if stream == "text":
+            return self._encode_text(list(inputs), layers)
+        if stream == "image":
+            return self._encode_image(list(inputs), layers)
+        raise ValueError(f"stream: CLIP has streams text and image, got {stream!r}")
+
+    def _encode_text(self, texts: list[str], layers: Sequence[int]) -> StreamBatch:
+        tok = self.tokenizer(
+            texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+        )
+        ids = tok["input_ids"].to(self.device)
+        mask = tok["attention_mask"].to(self.device)
+        out = self.model.text_model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+        hidden = torch.stack([out.hidden_states[i] for i in layers], dim=1)
+        pooled = self.model.text_projection(out.pooler_output)
+        return StreamBatch(hidden, mask, self.eos_index(ids), pooled)
+
+    def eos_index(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """EOS position per row, chosen as CLIPTextTransformer chooses its pooled token.
+
+        Parameters
+        ----------
+        input_ids : Tensor, shape (B, T)
+
+        Returns
+        -------
+        Tensor, shape (B,)
+        """
+        if self.eos_token_id == 2:  # legacy OpenAI configs: EOS is the highest id
+            return input_ids.argmax(dim=-1)
+        return (input_ids == self.eos_token_id).int().argmax(dim=-1)
+
+    def _encode_image(self, images: list[Any], layers: Sequence[int]) -> StreamBatch:
+        pixels = self.processor(images=images, return_tensors="pt")["pixel_values"]
+        pixels = pixels.to(self.device, self.dtype)
+        out = self.model.vision_model(pixel_values=pixels, output_hidden_states=True)
+        hidden = torch.stack([out.hidden_states[i] for i in layers], dim=1)
+        b, t = hidden.shape[0], hidden.shape[2]
+        mask = torch.ones(b, t, dtype=torch.long, device=hidden.device)
+        cls_index = torch.zeros(b, dtype=torch.long, device=hidden.device)
+        pooled = self.model.visual_projection(out.pooler_output)
+        return StreamBatch(hidden, mask, cls_index, pooled)
+
+    @classmethod
+    def scores_from_pooled(cls, image_pooled: np.ndarray, text_pooled: np.ndarray) -> np.ndarray:
+        img = np.asarray(image_pooled, dtype=np.float64)
+        txt = np.asarray(text_pooled, dtype=np.float64)
+        img = img / np.linalg.norm(img, axis=1, keepdims=True)
+        txt = txt / np.linalg.norm(txt, axis=1, keepdims=True)
+        return (img @ txt.T).astype(np.float32)
+
+    def describe(self) -> dict[str, Any]:
+        cfg = self.model.config
+        return {
+            "model_class": type(self.model).__name__,
+            "text_max_length": self.max_length,
+            "eos_token_id": self.eos_token_id,
+            "image_processor": type(self.processor).__name__,
+            "projection_dim": cfg.projection_dim,
+            "logit_scale": float(self.model.logit_scale.exp().item()),
+        }

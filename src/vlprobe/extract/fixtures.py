@@ -1,0 +1,317 @@
+"""Tiny random-initialised model checkpoints in the real Hugging Face on-disk formats.
+
+Tests and the demo run offline, so they load models that vlprobe writes itself. Each writer
+produces a directory that the ordinary loaders read exactly as they read a downloaded checkpoint
+(``CLIPModel.from_pretrained(dir)``, ``AutoTokenizer.from_pretrained(dir)``, ...), plus a
+``VLPROBE_FIXTURE.json`` marker saying what it is. The weights are random: the fixtures exercise
+code paths and shapes, never results.
+
+``write_tiny_clip`` layout (``out/``)::
+
+    config.json              CLIPConfig: text 3 layers, vision 2 layers, width 32, projection 16
+    model.safetensors        float32 weights, seeded random init
+    tokenizer.json           byte-level BPE (tokenizers format)
+    tokenizer_config.json    CLIPTokenizer, bos <|startoftext|>, eos = pad = unk <|endoftext|>
+    vocab.json, merges.txt   the same BPE in the original CLIP files (merges start "#version: 0.2")
+    preprocessor_config.json CLIPImageProcessor, 32x32 crop, CLIP mean/std
+    VLPROBE_FIXTURE.json     {"kind": "clip", "seed": ..., "vlprobe": ..., "note": ...}
+
+The vocabulary is laid out as in real CLIP: the 256 byte-level characters, the same 256 with the
+``</w>`` end-of-word suffix, one entry per merge, then ``<|startoftext|>`` and ``<|endoftext|>``
+(the highest id). Merges are learned deterministically from a small built-in caption word list,
+so common caption words ("red", "circle", "left") are single tokens and any other text still
+tokenizes through the byte characters.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterable
+from functools import lru_cache
+from pathlib import Path
+
+from vlprobe import __version__
+from vlprobe.extract.base import quiet_transformers
+
+__all__ = ["FIXTURE_MARKER", "FIXTURE_WRITERS", "bytes_to_unicode", "learn_bpe", "write_tiny_clip"]
+
+FIXTURE_MARKER = "VLPROBE_FIXTURE.json"
+
+_BOS = "<|startoftext|>"
+_EOS = "<|endoftext|>"
+_EOW = "</w>"
+_MAX_MERGES = 300
+_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+# Caption vocabulary the tiny BPE is learned from: function words, colours, shapes, spatial
+# relations, objects, verbs and adjectives of the synthetic and real benchmarks' captions.
+_WORDS = """
+a an the of is are in on at to and or with without there this that it its some two three one
+picture photo image left right above below under over behind front next near far top bottom
+middle between inside outside beside
+red blue green yellow black white orange purple pink brown grey gray
+circle square triangle star shape small big large tall short round
+dog cat person man woman child people horse bird car tree house table chair cup ball bike
+sitting standing holding eating running looking wearing riding playing
+""".split()
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """The GPT-2/CLIP map from the 256 byte values to printable unicode characters.
+
+    Printable latin-1 bytes map to themselves; the others are shifted to code points 256 and up,
+    so every byte has a visible, non-whitespace character.
+
+    Returns
+    -------
+    dict[int, str]
+        Byte value -> single character, in CLIP's vocabulary order (printable ranges first).
+    """
+    keep = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
+    byte_values = keep[:]
+    code_points = keep[:]
+    shift = 0
+    for b in range(256):
+        if b not in keep:
+            byte_values.append(b)
+            code_points.append(256 + shift)
+            shift += 1
+    return {b: chr(c) for b, c in zip(byte_values, code_points, strict=True)}
+
+
+def _word_symbols(word: str, byte_map: dict[int, str]) -> tuple[str, ...]:
+    """Byte-level characters of ``word``, the last one carrying the end-of-word suffix."""
+    chars = [byte_map[b] for b in word.encode("utf-8")]
+    chars[-1] += _EOW
+    return tuple(chars)
+
+
+def learn_bpe(words: Iterable[str], max_merges: int = _MAX_MERGES) -> list[tuple[str, str]]:
+    """Learn byte-level BPE merges from a word list, deterministically.
+
+    Each round merges the most frequent adjacent symbol pair (ties broken by the smallest pair),
+    until every word is a single symbol or ``max_merges`` is reached.
+
+    Parameters
+    ----------
+    words : iterable of str
+        Training words; lower-cased, and repeated words count more.
+    max_merges : int
+        Upper bound on the number of merges.
+
+    Returns
+    -------
+    list of (str, str)
+        Merges in priority order.
+    """
+    byte_map = bytes_to_unicode()
+    counts = Counter(w.lower() for w in words if w)
+    corpus = {_word_symbols(w, byte_map): n for w, n in sorted(counts.items())}
+    merges: list[tuple[str, str]] = []
+    while len(merges) < max_merges:
+        pairs: Counter[tuple[str, str]] = Counter()
+        for symbols, n in corpus.items():
+            for pair in itertools.pairwise(symbols):
+                pairs[pair] += n
+        if not pairs:
+            break
+        best = min(pairs, key=lambda p: (-pairs[p], p))
+        merges.append(best)
+        joined = best[0] + best[1]
+        merged: dict[tuple[str, ...], int] = {}
+        for symbols, n in corpus.items():
+            out: list[str] = []
+            i = 0
+            while i < len(symbols):
+                if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == best:
+                    out.append(joined)
+                    i += 2
+                else:
+                    out.append(symbols[i])
+                    i += 1
+            merged[tuple(out)] = merged.get(tuple(out), 0) + n
+        corpus = merged
+    return merges
+
+
+@lru_cache(maxsize=1)
+def _tiny_clip_merges() -> tuple[tuple[str, str], ...]:
+    """The merges of the tiny CLIP tokenizer (learned once per process)."""
+    return tuple(learn_bpe(_WORDS))
+
+
+def _clip_vocab(merges: Iterable[tuple[str, str]]) -> dict[str, int]:
+    """CLIP vocabulary order: bytes, bytes + ``</w>``, merge results, BOS, EOS (highest id)."""
+    chars = list(bytes_to_unicode().values())
+    tokens = chars + [c + _EOW for c in chars] + [a + b for a, b in merges] + [_BOS, _EOS]
+    vocab: dict[str, int] = {}
+    for tok in tokens:
+        vocab.setdefault(tok, len(vocab))
+    if len(vocab) != len(tokens):
+        raise RuntimeError("duplicate token in the learned BPE vocabulary")
+    return vocab
+
+
+def _check_seed(seed: int) -> None:
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise ValueError(f"seed must be an int in [0, 2**63), got {seed!r}")
+
+
+def _prepare_out(out: Path, kind: str) -> bool:
+    """Check ``out`` may be written; return whether it already holds a fixture of ``kind``."""
+    if not out.exists():
+        return False
+    if not out.is_dir():
+        raise ValueError(f"out must be a directory, got a file: {str(out)!r}")
+    if not any(out.iterdir()):
+        return False
+    marker = out / FIXTURE_MARKER
+    try:
+        previous = json.loads(marker.read_text(encoding="utf-8")).get("kind")
+    except (OSError, ValueError, AttributeError):
+        previous = None
+    if previous != kind:
+        raise ValueError(
+            f"out must be a new or empty directory or a previous tiny-{kind} fixture; "
+            f"{str(out)!r} is not empty and has no {FIXTURE_MARKER} of kind {kind!r}"
+        )
+    return True
+
+
+def _publish(staging: Path, out: Path, overwrite: bool) -> None:
+    """Move the staged files into ``out``: a directory rename, or file by file, marker last."""
+    if not overwrite:
+        staging.chmod(0o755)  # mkdtemp makes it private; the fixture is an ordinary directory
+        if out.exists():
+            out.rmdir()  # verified empty by _prepare_out
+        os.replace(staging, out)
+        return
+    names = sorted(p.name for p in staging.iterdir() if p.name != FIXTURE_MARKER)
+    for name in [*names, FIXTURE_MARKER]:
+        os.replace(staging / name, out / name)
+
+
+def write_tiny_clip(out: str | os.PathLike[str], seed: int = 0) -> Path:
+    """Write a tiny random-initialised CLIP checkpoint in the Hugging Face format.
+
+    The directory loads offline with ``CLIPModel.from_pretrained``, ``AutoTokenizer`` (a
+    ``CLIPTokenizer``) and ``AutoImageProcessor``. Text tower: width 32, 3 layers (4 hidden
+    states with the embeddings), 4 heads, 77 positions; vision tower: width 32, 2 layers,
+    32x32 images in 8x8 patches; projection 16. Weights are float32, drawn from a private RNG
+    seeded with ``seed`` (the global torch RNG is left untouched), so the same seed writes a
+    byte-identical ``model.safetensors``.
+
+    Parameters
+    ----------
+    out : str or os.PathLike
+        Target directory: new, empty, or a previous tiny-clip fixture (overwritten in place).
+    seed : int
+        Seed for the random weights, ``>= 0``.
+
+    Returns
+    -------
+    Path
+        ``out`` as a path.
+
+    Raises
+    ------
+    ValueError
+        If ``seed`` is not a non-negative int, or ``out`` is a file or a non-empty directory
+        that is not a tiny-clip fixture.
+    """
+    _check_seed(seed)
+    out = Path(out)
+    overwrite = _prepare_out(out, "clip")
+
+    import torch
+    from transformers import CLIPConfig, CLIPImageProcessorPil, CLIPModel, CLIPTokenizer
+
+    merges = list(_tiny_clip_merges())
+    vocab = _clip_vocab(merges)
+    tokenizer = CLIPTokenizer(vocab=vocab, merges=merges, model_max_length=77)
+    vocab_size = len(vocab)
+    if (tokenizer.bos_token_id, tokenizer.eos_token_id) != (vocab_size - 2, vocab_size - 1):
+        raise RuntimeError("tiny CLIP tokenizer does not place BOS/EOS at the top of the vocabulary")
+
+    projection_dim = 16
+    config = CLIPConfig(
+        text_config=dict(
+            vocab_size=vocab_size,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            max_position_embeddings=77,
+            projection_dim=projection_dim,
+            bos_token_id=vocab_size - 2,
+            eos_token_id=vocab_size - 1,
+            pad_token_id=vocab_size - 1,
+        ),
+        vision_config=dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            image_size=32,
+            patch_size=8,
+            projection_dim=projection_dim,
+        ),
+        projection_dim=projection_dim,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = CLIPModel(config).to(torch.float32).eval()
+
+    image_processor = CLIPImageProcessorPil(
+        do_resize=True,
+        size={"shortest_edge": 32},
+        do_center_crop=True,
+        crop_size={"height": 32, "width": 32},
+        do_normalize=True,
+        image_mean=list(_CLIP_MEAN),
+        image_std=list(_CLIP_STD),
+        do_convert_rgb=True,
+    )
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        with quiet_transformers():
+            model.save_pretrained(staging)
+            tokenizer.save_pretrained(staging)
+        # transformers 5 saves only tokenizer.json; real CLIP checkpoints also carry these.
+        with open(staging / "vocab.json", "w", encoding="utf-8") as fh:
+            json.dump(vocab, fh, ensure_ascii=False)
+            fh.write("\n")
+        with open(staging / "merges.txt", "w", encoding="utf-8") as fh:
+            fh.write("#version: 0.2\n")
+            fh.writelines(f"{a} {b}\n" for a, b in merges)
+        image_processor.save_pretrained(staging)
+        marker = {
+            "kind": "clip",
+            "seed": seed,
+            "vlprobe": __version__,
+            "note": "random weights; for tests only",
+        }
+        with open(staging / FIXTURE_MARKER, "w", encoding="utf-8") as fh:
+            json.dump(marker, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+        _publish(staging, out, overwrite)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    return out
+
+
+FIXTURE_WRITERS: dict[str, Callable[[Path, int], Path]] = {"clip": write_tiny_clip}
+"""Fixture writers by model name, for ``probe fixtures model NAME --out DIR --seed S``."""

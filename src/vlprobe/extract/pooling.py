@@ -1,0 +1,76 @@
+"""Poolings shared by every adapter: token states -> one vector per layer.
+
+``cls``   the state at each row's CLS position (CLIP text: EOS; CLIP image: patch 0;
+          LXMERT/UNITER: token 0). Streams without a CLS token do not offer it.
+``mean``  mean over valid tokens (attention mask = 1).
+``max``   element-wise max over valid tokens.
+``pooled`` is not computed here: it is the model's own pooled/projected output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+__all__ = ["POOLINGS", "TOKEN_POOLINGS", "parse_poolings", "pool_states"]
+
+TOKEN_POOLINGS: tuple[str, ...] = ("cls", "mean", "max")
+POOLINGS: tuple[str, ...] = (*TOKEN_POOLINGS, "pooled")
+
+
+def parse_poolings(spec: str | Sequence[str], *, param: str = "pooling") -> tuple[str, ...]:
+    """Parse ``"cls,mean,max"`` (or a sequence) into known pooling names, in canonical order."""
+    names = [s.strip().lower() for s in (spec.split(",") if isinstance(spec, str) else spec)]
+    names = [n for n in names if n]
+    if not names:
+        raise ValueError(f"{param} must name at least one of {', '.join(POOLINGS)}; got {spec!r}")
+    for n in names:
+        if n not in POOLINGS:
+            raise ValueError(f"{param}: unknown pooling {n!r} (expected some of {', '.join(POOLINGS)})")
+    return tuple(p for p in POOLINGS if p in names)
+
+
+def pool_states(
+    hidden: torch.Tensor,
+    mask: torch.Tensor,
+    cls_index: torch.Tensor | None,
+    poolings: Sequence[str],
+) -> dict[str, torch.Tensor]:
+    """Pool token states of several layers at once.
+
+    Parameters
+    ----------
+    hidden : Tensor, shape (B, L, T, H)
+        States of the L selected layers.
+    mask : Tensor, shape (B, T)
+        1 (or True) for valid tokens; every row needs at least one.
+    cls_index : Tensor of int, shape (B,), or None
+        CLS position per row; None for streams without CLS.
+    poolings : sequence of str
+        Any of ``cls``, ``mean``, ``max`` (others are ignored).
+
+    Returns
+    -------
+    dict of str to Tensor, each of shape (B, L, H), float32
+    """
+    b, n_layers, t, h = hidden.shape
+    if mask.shape != (b, t):
+        raise ValueError(f"mask must have shape {(b, t)}, got {tuple(mask.shape)}")
+    valid = mask.to(torch.bool)
+    if not bool(valid.any(dim=1).all()):
+        raise ValueError("mask: every row needs at least one valid token")
+    states = hidden.float()
+    out: dict[str, torch.Tensor] = {}
+    if "cls" in poolings:
+        if cls_index is None:
+            raise ValueError("pooling 'cls' is not available for this stream (it has no CLS token)")
+        idx = cls_index.to(device=states.device, dtype=torch.long).view(b, 1, 1, 1).expand(b, n_layers, 1, h)
+        out["cls"] = states.gather(2, idx).squeeze(2)
+    m = valid.view(b, 1, t, 1)
+    if "mean" in poolings:
+        count = valid.sum(dim=1).view(b, 1, 1).to(states.dtype)
+        out["mean"] = states.masked_fill(~m, 0.0).sum(dim=2) / count
+    if "max" in poolings:
+        out["max"] = states.masked_fill(~m, float("-inf")).amax(dim=2)
+    return out

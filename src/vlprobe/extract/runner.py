@@ -1,0 +1,411 @@
+"""Extraction: dataset + adapter -> HDF5 cache, batched, resumable, shardable.
+
+:func:`extract` loads the dataset (and variants), loads the model through its adapter, opens
+or resumes the cache, runs every stream's missing rows in batches (inputs for the next batch
+are read in a background thread while the model runs), writes each batch as one flushed chunk,
+and finally computes the score matrix. ``shard="K/N"`` runs the K-th of N contiguous blocks of
+every stream's rows into its own file; :func:`merge_shards` joins the N files and computes the
+scores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vlprobe import __version__
+from vlprobe.data.items import Dataset
+from vlprobe.extract.base import Adapter, StreamSpec
+from vlprobe.extract.cache import (
+    COMPARED_FIELDS,
+    ActivationCache,
+    CacheHeader,
+    CacheTables,
+    CacheWriter,
+    StreamLayout,
+)
+from vlprobe.extract.pooling import parse_poolings, pool_states
+from vlprobe.io import atomic_path
+from vlprobe.layers import parse_stream_layers
+from vlprobe.provenance import git_revision, package_versions
+from vlprobe.registry import DATASETS, MODELS
+
+__all__ = [
+    "PAIR_PLANS",
+    "ExtractConfig",
+    "ExtractResult",
+    "extract",
+    "load_dataset",
+    "merge_shards",
+    "pair_rows",
+    "parse_shard",
+    "tables_from_dataset",
+]
+
+PAIR_PLANS = ("item", "all")
+
+
+@dataclass(frozen=True)
+class ExtractConfig:
+    """Everything one extraction run depends on (the CLI builds this, then calls :func:`extract`)."""
+
+    model: str
+    checkpoint: str
+    out: Path
+    dataset: str = "winoground"
+    data_dir: Path | None = None
+    tags: Path | None = None
+    variants: Path | None = None
+    layers: str = "all"
+    poolings: tuple[str, ...] = ("cls", "mean", "max")
+    batch_size: int = 32
+    device: str = "cpu"
+    dtype: str = "float32"
+    shard: str = "0/1"
+    pair_plan: str = "item"
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class ExtractResult:
+    """What a run did."""
+
+    path: Path
+    rows_written: dict[str, int]
+    rows_total: dict[str, int]
+    seconds: float
+    complete: bool
+
+
+def parse_shard(spec: str) -> tuple[int, int]:
+    """``"K/N"`` -> (K, N) with 0 <= K < N."""
+    try:
+        k_text, n_text = spec.split("/")
+        k, n = int(k_text), int(n_text)
+    except ValueError:
+        raise ValueError(f"shard must look like K/N (e.g. 0/4), got {spec!r}") from None
+    if n < 1 or not 0 <= k < n:
+        raise ValueError(f"shard must satisfy 0 <= K < N, got {spec!r}")
+    return k, n
+
+
+def load_dataset(
+    name: str, data_dir: Path | None = None, tags: Path | None = None, variants: Path | None = None
+) -> Dataset:
+    """Load a registered dataset and attach a variants file."""
+    loader = DATASETS.get(name)
+    kwargs: dict[str, Any] = {"data_dir": data_dir}
+    if tags is not None:
+        kwargs["tags"] = tags
+    dataset = loader(**kwargs)
+    if variants is not None:
+        from vlprobe.data.variants import attach_variants
+
+        dataset = attach_variants(dataset, variants)
+    return dataset
+
+
+def tables_from_dataset(dataset: Dataset) -> CacheTables:
+    """The cache's index tables for a dataset (canonical image and text orders)."""
+    item_row = {it.id: i for i, it in enumerate(dataset.items)}
+    images = [(img, item_row[it.id]) for it in dataset.items for img in it.images]
+    texts = dataset.texts()
+    text_item = {t.id: item_row[it.id] for it in dataset.items for t in it.texts}
+    text_row = {t.id: i for i, t in enumerate(texts)}
+    return CacheTables(
+        item_id=[it.id for it in dataset.items],
+        item_tags=[json.dumps({k: list(v) for k, v in it.tags.items()}, sort_keys=True) for it in dataset.items],
+        image_id=[img.id for img, _ in images],
+        image_name=[img.name for img, _ in images],
+        image_item=[i for _, i in images],
+        text_id=[t.id for t in texts],
+        text=[t.text for t in texts],
+        text_item=[text_item[t.id] for t in texts],
+        text_parent=[text_row[t.parent] if t.parent else -1 for t in texts],
+        text_strategy=[t.strategy or "" for t in texts],
+    )
+
+
+def pair_rows(tables: CacheTables, plan: str) -> tuple[np.ndarray, np.ndarray]:
+    """(image rows, text rows) of every pair in a pair plan.
+
+    ``item``: every image x every text of the same item (variants included), item by item;
+    ``all``: every image x every text.
+
+    Returns
+    -------
+    image, text : ndarray of int, shape (P,)
+    """
+    if plan not in PAIR_PLANS:
+        raise ValueError(f"pair_plan must be one of {', '.join(PAIR_PLANS)}, got {plan!r}")
+    image_item = np.asarray(tables.image_item)
+    text_item = np.asarray(tables.text_item)
+    if plan == "all":
+        img, txt = np.meshgrid(np.arange(len(image_item)), np.arange(len(text_item)), indexing="ij")
+        return img.ravel(), txt.ravel()
+    imgs, txts = [], []
+    for item in range(len(tables.item_id)):
+        i_rows = np.flatnonzero(image_item == item)
+        t_rows = np.flatnonzero(text_item == item)
+        img, txt = np.meshgrid(i_rows, t_rows, indexing="ij")
+        imgs.append(img.ravel())
+        txts.append(txt.ravel())
+    return np.concatenate(imgs), np.concatenate(txts)
+
+
+def _stream_rows(spec: StreamSpec, tables: CacheTables, plan: str) -> tuple[np.ndarray, np.ndarray]:
+    n_img, n_txt = len(tables.image_id), len(tables.text_id)
+    if spec.modality == "text":
+        return np.full(n_txt, -1), np.arange(n_txt)
+    if spec.modality == "image":
+        return np.arange(n_img), np.full(n_img, -1)
+    if spec.modality == "pair":
+        return pair_rows(tables, plan)
+    raise ValueError(f"stream {spec.name!r} has unknown modality {spec.modality!r}")
+
+
+def _block(n: int, k: int, shards: int) -> tuple[int, int]:
+    return k * n // shards, (k + 1) * n // shards
+
+
+def extract(config: ExtractConfig) -> ExtractResult:
+    """Run (or resume) one extraction; see the module docstring.
+
+    Returns
+    -------
+    ExtractResult
+    """
+    t0 = time.perf_counter()
+    _validate(config)
+    poolings = parse_poolings(config.poolings, param="pooling")
+    k, n_shards = parse_shard(config.shard)
+    dataset = load_dataset(config.dataset, config.data_dir, config.tags, config.variants)
+    adapter_cls = MODELS.get(config.model)
+    adapter: Adapter = adapter_cls.load(config.checkpoint, device=config.device, dtype=config.dtype)
+    streams = adapter.streams
+    layers = parse_stream_layers(config.layers, {s: spec.n_layers for s, spec in streams.items()})
+    stored_poolings = tuple(dict.fromkeys((*poolings, "pooled")))
+    tables = tables_from_dataset(dataset)
+    plan = "all" if adapter.dual_encoder else config.pair_plan
+    header = CacheHeader(
+        model=config.model,
+        checkpoint=config.checkpoint,
+        checkpoint_fingerprint=adapter.checkpoint.fingerprint,
+        dataset=dataset.name,
+        dataset_fingerprint=dataset.fingerprint,
+        variants_fingerprint=dataset.extra_fingerprints.get("variants", ""),
+        pair_plan=plan,
+        poolings=stored_poolings,
+        dtype=config.dtype,
+        shard=f"{k}/{n_shards}",
+        layers=layers,
+    )
+    layouts = []
+    for name, spec in streams.items():
+        image, text = _stream_rows(spec, tables, plan)
+        start, stop = _block(len(image), k, n_shards)
+        usable = tuple(p for p in stored_poolings if p in spec.poolings)
+        layouts.append(StreamLayout(spec, layers[name], image, text, start, stop, usable))
+    recorded = {
+        "vlprobe_version": __version__,
+        "versions": package_versions(),
+        "git_revision": git_revision(),
+        "device": str(adapter.device),
+        "dataset_source": dataset.source,
+        "tags_fingerprint": dataset.extra_fingerprints.get("tags", ""),
+        "model_info": adapter.describe(),
+        "batch_size": config.batch_size,
+    }
+    written: dict[str, int] = {}
+    totals: dict[str, int] = {}
+    with CacheWriter.open(
+        config.out, header, tables, layouts, recorded, with_scores=(n_shards == 1 or not adapter.dual_encoder)
+    ) as writer:
+        for lay in layouts:
+            name = lay.spec.name
+            todo = writer.todo(name)
+            totals[name] = lay.stop - lay.row_start
+            written[name] = len(todo)
+            if len(todo) and len(todo) < totals[name]:
+                _say(config, f"{name}: resuming, {totals[name] - len(todo)} of {totals[name]} rows already done")
+            _run_stream(writer, adapter, lay, todo, dataset, config)
+        if n_shards == 1 and adapter.dual_encoder:
+            _dual_scores(writer, adapter_cls)
+        writer.set_attrs(complete=True)
+    return ExtractResult(Path(config.out), written, totals, time.perf_counter() - t0, True)
+
+
+def _validate(config: ExtractConfig) -> None:
+    if not isinstance(config.batch_size, int) or config.batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {config.batch_size!r}")
+    if config.pair_plan not in PAIR_PLANS:
+        raise ValueError(f"pair_plan must be one of {', '.join(PAIR_PLANS)}, got {config.pair_plan!r}")
+    if Path(config.out).suffix.lower() not in (".h5", ".hdf5"):
+        raise ValueError(f"out must be an HDF5 file name ending in .h5, got {str(config.out)!r}")
+
+
+def _say(config: ExtractConfig, msg: str) -> None:
+    if config.progress:
+        print(msg, file=sys.stderr)
+
+
+def _batches(rows: np.ndarray, size: int) -> Iterator[np.ndarray]:
+    for i in range(0, len(rows), size):
+        yield rows[i : i + size]
+
+
+def _run_stream(
+    writer: CacheWriter, adapter: Adapter, lay: StreamLayout, todo: np.ndarray,
+    dataset: Dataset, config: ExtractConfig,
+) -> None:
+    if not len(todo):
+        return
+    from tqdm import tqdm
+
+    spec = lay.spec
+    image_rows, text_rows = writer.row_inputs(spec.name)
+    images = dataset.images()
+    texts = dataset.texts()
+
+    def inputs(batch: np.ndarray) -> list[Any]:
+        if spec.modality == "text":
+            return [texts[int(t)].text for t in text_rows[batch]]
+        if spec.modality == "image":
+            return [images[int(i)].load() for i in image_rows[batch]]
+        return [(images[int(i)].load(), texts[int(t)].text) for i, t in zip(image_rows[batch], text_rows[batch], strict=True)]
+
+    token_poolings = [p for p in lay.poolings if p != "pooled"]
+    bar = tqdm(
+        total=len(todo), desc=f"{spec.name}", unit="row", disable=not config.progress,
+        file=sys.stderr, leave=False,
+    )
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        batches = list(_batches(todo, config.batch_size))
+        pending = pool.submit(inputs, batches[0])
+        for i, batch in enumerate(batches):
+            data = pending.result()
+            if i + 1 < len(batches):
+                pending = pool.submit(inputs, batches[i + 1])
+            out = adapter.encode(spec.name, data, lay.layers)
+            pooled = pool_states(out.hidden, out.mask, out.cls_index, token_poolings)
+            states = {p: v.cpu().numpy() for p, v in pooled.items()}
+            pooled_np = out.pooled.float().cpu().numpy() if out.pooled is not None else None
+            writer.write(spec.name, batch, states, pooled_np)
+            bar.update(len(batch))
+    bar.close()
+
+
+def _dual_scores(writer: CacheWriter, adapter_cls: type[Adapter]) -> None:
+    """Fill the score matrix of a dual encoder from the stored pooled embeddings."""
+    f = writer.f
+    by_modality = {f[f"streams/{s}"].attrs["modality"]: s for s in f["streams"]}
+    img = f[f"streams/{by_modality['image']}/pooled"][()].astype(np.float32)
+    txt = f[f"streams/{by_modality['text']}/pooled"][()].astype(np.float32)
+    matrix = adapter_cls.scores_from_pooled(img, txt)
+    f["scores"].attrs["kind"] = adapter_cls.score_kind
+    writer.write_scores(matrix, np.ones(matrix.shape, dtype=bool))
+
+
+def merge_shards(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]) -> Path:
+    """Join the N complete shard files of one run into one cache (written atomically).
+
+    Raises
+    ------
+    ValueError
+        A shard is missing, repeated, incomplete, or was made with other settings.
+    """
+    if not paths:
+        raise ValueError("shards: give the shard files to merge")
+    target = Path(out)
+    if target.exists():
+        raise ValueError(f"out: {str(target)!r} already exists; choose a new file name")
+    caches = [ActivationCache(p) for p in paths]
+    try:
+        first = caches[0].header
+        _, n = parse_shard(first.shard)
+        seen: dict[int, Path] = {}
+        for c in caches:
+            h = c.header
+            for name in COMPARED_FIELDS:
+                if name != "shard" and getattr(h, name) != getattr(first, name):
+                    raise ValueError(
+                        f"shards: {c.path.name} differs from {caches[0].path.name} in {name} "
+                        f"({getattr(h, name)!r} vs {getattr(first, name)!r})"
+                    )
+            k, n_k = parse_shard(h.shard)
+            if n_k != n:
+                raise ValueError(f"shards: {c.path.name} is shard {h.shard}, others are of {n}")
+            if k in seen:
+                raise ValueError(f"shards: {c.path.name} and {seen[k].name} are both shard {k}/{n}")
+            seen[k] = c.path
+            for s in c.streams:
+                if not c.done(s).all():
+                    raise ValueError(f"shards: {c.path.name} is incomplete in stream {s!r}; resume it first")
+        missing = sorted(set(range(n)) - set(seen))
+        if missing:
+            raise ValueError(f"shards: missing shard(s) {', '.join(f'{m}/{n}' for m in missing)}")
+        caches.sort(key=lambda c: parse_shard(c.header.shard)[0])
+        _write_merged(caches, target)
+    finally:
+        for c in caches:
+            c.close()
+    return target
+
+
+def _write_merged(caches: list[ActivationCache], target: Path) -> None:
+    first = caches[0]
+    header = CacheHeader(**{**first.header.__dict__, "shard": "0/1"})
+    tabs = {name: first.table(name) for name in ("items", "images", "texts")}
+    tables = CacheTables(
+        item_id=list(tabs["items"]["id"]), item_tags=list(tabs["items"]["tags"]),
+        image_id=list(tabs["images"]["id"]), image_name=list(tabs["images"]["name"]),
+        image_item=list(tabs["images"]["item"]), text_id=list(tabs["texts"]["id"]),
+        text=list(tabs["texts"]["text"]), text_item=list(tabs["texts"]["item"]),
+        text_parent=list(tabs["texts"]["parent"]), text_strategy=list(tabs["texts"]["strategy"]),
+    )
+    layouts = []
+    for s in first.streams:
+        g = first.f[f"streams/{s}"]
+        spec = StreamSpec(
+            s, str(g.attrs["modality"]), tuple(json.loads(g.attrs["layer_kinds"])),
+            int(g.attrs["hidden_size"]), str(g.attrs["cls_rule"]), int(g.attrs["pooled_size"]) or None,
+        )
+        image = np.concatenate([c.rows(s)["image"] for c in caches])
+        text = np.concatenate([c.rows(s)["text"] for c in caches])
+        layouts.append(StreamLayout(spec, first.layers(s), image, text, 0, None, tuple(first.poolings(s))))
+    skip = {"vlprobe_schema", "complete", "created", *header.to_attrs()}
+    recorded = {k: v for k, v in first.attrs.items() if k not in skip}
+    recorded["merged_from"] = [c.path.name for c in caches]
+    adapter_cls = MODELS.get(header.model)
+    with atomic_path(target) as tmp:
+        tmp.unlink()
+        with CacheWriter.open(tmp, header, tables, layouts, recorded, with_scores=True) as w:
+            for lay in layouts:
+                s, offset = lay.spec.name, 0
+                for c in caches:
+                    n_rows = len(c.done(s))
+                    rows = np.arange(offset, offset + n_rows)
+                    states = {p: c.f[f"streams/{s}/{p}"][()] for p in lay.poolings if p != "pooled"}
+                    pooled = c.f[f"streams/{s}/pooled"][()] if "pooled" in lay.poolings else None
+                    if n_rows:
+                        w.write(s, rows, states, pooled)
+                    offset += n_rows
+            if adapter_cls.dual_encoder:
+                _dual_scores(w, adapter_cls)
+            else:
+                matrix = np.full((len(tables.image_id), len(tables.text_id)), np.nan, dtype=np.float32)
+                done = np.zeros(matrix.shape, dtype=bool)
+                for c in caches:
+                    m, d = c.scores()
+                    matrix[d], done[d] = m[d], True
+                w.write_scores(matrix, done)
+            w.set_attrs(complete=True)

@@ -1,0 +1,1 @@
+"""Probes as scikit-learn estimators, splits and control tasks."""

@@ -1,0 +1,66 @@
+"""Fingerprints, versions and git revision: what every cache and manifest records."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import platform
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+
+__all__ = ["fingerprint_files", "git_revision", "package_versions", "sha256_file"]
+
+_PACKAGES = (
+    "vlprobe", "torch", "transformers", "tokenizers", "huggingface_hub", "safetensors",
+    "h5py", "numpy", "scikit-learn", "pillow", "typer",
+)
+
+
+def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fingerprint_files(paths: Iterable[Path], root: Path) -> str:
+    """sha256 over (relative name, content hash) of each file, in the given order."""
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(str(p.relative_to(root)).encode())
+        h.update(b"\0")
+        h.update(sha256_file(p).encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def package_versions() -> dict[str, str]:
+    """Versions of Python and the packages vlprobe's results depend on."""
+    out = {"python": platform.python_version()}
+    for name in _PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def git_revision(path: str | os.PathLike[str] | None = None) -> str:
+    """Commit of the vlprobe source tree (``+dirty`` when it has local changes), or "unknown"."""
+    where = Path(path) if path is not None else Path(__file__).resolve().parent
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True,
+            timeout=10, check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=where,
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return rev + ("+dirty" if dirty else "")

@@ -1,0 +1,124 @@
+"""One registry class for everything vlprobe looks up by name.
+
+Models, datasets, augmentation strategies, probes and experiments each have a
+:class:`Registry` instance. Entries are registered with a decorator or as a lazy
+``"module:attr"`` string, so listing names never imports torch or transformers.
+Unknown names are answered with the known names and a "did you mean".
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+__all__ = ["DATASETS", "EXPERIMENTS", "MODELS", "PROBES", "STRATEGIES", "Registry"]
+
+
+class Registry(Generic[T]):
+    """Names mapped to objects (classes, factories), resolved lazily.
+
+    Parameters
+    ----------
+    kind : str
+        What the entries are ("model", "dataset", ...); used in error messages.
+    """
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._entries: dict[str, T | str] = {}
+        self._help: dict[str, str] = {}
+
+    def register(self, name: str, target: T | str | None = None, *, help: str = "") -> Any:
+        """Register ``target`` under ``name``; without a target, act as a decorator.
+
+        ``target`` may be the object itself or a lazy ``"package.module:attr"`` string.
+        """
+        if not name or name != name.strip():
+            raise ValueError(f"{self.kind} name must be a non-empty string without spaces, got {name!r}")
+        if target is None:
+
+            def decorator(obj: T) -> T:
+                self._add(name, obj, help or _first_line(getattr(obj, "__doc__", None)))
+                return obj
+
+            return decorator
+        self._add(name, target, help)
+        return target
+
+    def _add(self, name: str, target: T | str, help: str) -> None:
+        existing = self._entries.get(name)
+        if existing is not None and existing is not target and not _same_lazy(existing, target):
+            raise ValueError(f"{self.kind} {name!r} is already registered")
+        self._entries[name] = target
+        self._help[name] = help
+
+    def get(self, name: str) -> T:
+        """Return the object registered as ``name``, importing it if it is lazy."""
+        if name not in self._entries:
+            raise ValueError(self.unknown_message(name))
+        target = self._entries[name]
+        if isinstance(target, str):
+            module_name, _, attr = target.partition(":")
+            obj = getattr(importlib.import_module(module_name), attr)
+            self._entries[name] = obj
+            if not self._help.get(name):
+                self._help[name] = _first_line(getattr(obj, "__doc__", None))
+            return obj
+        return target
+
+    def unknown_message(self, name: str) -> str:
+        known = ", ".join(sorted(self._entries)) or "none"
+        close = difflib.get_close_matches(name, list(self._entries), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return f"unknown {self.kind} {name!r}{hint} (known: {known})"
+
+    def describe(self, name: str) -> str:
+        """One-line description of an entry (without importing lazy entries)."""
+        if name not in self._entries:
+            raise ValueError(self.unknown_message(name))
+        return self._help.get(name, "")
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def _first_line(doc: str | None) -> str:
+    return (doc or "").strip().splitlines()[0] if (doc or "").strip() else ""
+
+
+def _same_lazy(a: object, b: object) -> bool:
+    """True when two registrations name the same object (lazy string and/or the object)."""
+    def key(x: object) -> object:
+        return x if isinstance(x, str) else f"{getattr(x, '__module__', '')}:{getattr(x, '__qualname__', '')}"
+
+    return key(a) == key(b)
+
+
+MODELS: Registry[Callable[..., Any]] = Registry("model")
+DATASETS: Registry[Callable[..., Any]] = Registry("dataset")
+STRATEGIES: Registry[Callable[..., Any]] = Registry("strategy")
+PROBES: Registry[Callable[..., Any]] = Registry("probe")
+EXPERIMENTS: Registry[Callable[..., Any]] = Registry("experiment")
+
+# Built-in entries, lazy so that `probe ls` stays fast.
+MODELS.register(
+    "clip", "vlprobe.extract.clip:CLIPAdapter",
+    help="CLIP dual encoder (any HF CLIP checkpoint or local directory); streams text, image",
+)
+DATASETS.register(
+    "winoground", "vlprobe.data.winoground:load_winoground",
+    help="Winoground (facebook/winoground on the hub, or a local examples.jsonl + images/)",
+)
