@@ -14,6 +14,7 @@ Per-stream specs separate streams with ``;`` and name them with ``=``:
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping, Sequence
 
 __all__ = ["parse_layers", "parse_stream_layers"]
@@ -101,6 +102,8 @@ def parse_stream_layers(
                 f"{param}: {part.strip()!r} does not name a stream of this model "
                 f"(streams: {', '.join(streams)})"
             )
+        if name in given:
+            raise ValueError(f"{param}: stream {name!r} is given twice in {spec!r}")
         given[name] = sub
     return {
         name: parse_layers(given.get(name, "all"), n, param=f"{param}[{name}]")
@@ -111,8 +114,9 @@ def parse_stream_layers(
 def _check_indices(values: list[int], n_layers: int, param: str, spec: object) -> list[int]:
     resolved = set()
     for v in values:
-        if not isinstance(v, int) or isinstance(v, bool):
+        if not isinstance(v, numbers.Integral) or isinstance(v, bool):
             raise TypeError(f"{param} must hold integers, got {v!r}")
+        v = int(v)  # numpy integers too
         if not -n_layers <= v < n_layers:
             raise ValueError(
                 f"{param}: layer {v} is out of range for a stream with layers 0..{n_layers - 1} "

@@ -100,7 +100,14 @@ def _first_line(doc: str | None) -> str:
 
 
 def _same_lazy(a: object, b: object) -> bool:
-    """True when two registrations name the same object (lazy string and/or the object)."""
+    """True when two registrations name the same object (lazy string and/or the object).
+
+    Two objects are the same only if identical: distinct objects may share a
+    ``module:qualname`` (instances without one, closures made by one factory).
+    """
+    if not isinstance(a, str) and not isinstance(b, str):
+        return a is b
+
     def key(x: object) -> object:
         return x if isinstance(x, str) else f"{getattr(x, '__module__', '')}:{getattr(x, '__qualname__', '')}"
 

@@ -57,20 +57,27 @@ def pool_states(
     b, n_layers, t, h = hidden.shape
     if mask.shape != (b, t):
         raise ValueError(f"mask must have shape {(b, t)}, got {tuple(mask.shape)}")
-    valid = mask.to(torch.bool)
+    valid = mask.to(device=hidden.device, dtype=torch.bool)
     if not bool(valid.any(dim=1).all()):
         raise ValueError("mask: every row needs at least one valid token")
-    states = hidden.float()
+    states = hidden if hidden.dtype == torch.float32 else hidden.float()
     out: dict[str, torch.Tensor] = {}
     if "cls" in poolings:
         if cls_index is None:
             raise ValueError("pooling 'cls' is not available for this stream (it has no CLS token)")
         idx = cls_index.to(device=states.device, dtype=torch.long).view(b, 1, 1, 1).expand(b, n_layers, 1, h)
         out["cls"] = states.gather(2, idx).squeeze(2)
-    m = valid.view(b, 1, t, 1)
     if "mean" in poolings:
-        count = valid.sum(dim=1).view(b, 1, 1).to(states.dtype)
-        out["mean"] = states.masked_fill(~m, 0.0).sum(dim=2) / count
+        # (B, 1, 1, T) @ (B, L, T, H): a batched product with the mask weights, no masked copy.
+        weights = valid.to(states.dtype)
+        weights = weights / weights.sum(dim=1, keepdim=True)
+        out["mean"] = torch.matmul(weights.view(b, 1, 1, t), states).squeeze(2)
     if "max" in poolings:
-        out["max"] = states.masked_fill(~m, float("-inf")).amax(dim=2)
+        if bool(valid.all()):
+            out["max"] = states.amax(dim=2)
+        else:
+            # -inf bias on padded tokens, one layer at a time to stay cache-sized.
+            bias = torch.zeros(b, t, 1, dtype=states.dtype, device=states.device)
+            bias.masked_fill_(~valid.view(b, t, 1), float("-inf"))
+            out["max"] = torch.stack([(states[:, i] + bias).amax(dim=1) for i in range(n_layers)], dim=1)
     return out

@@ -1,0 +1,52 @@
+# vlprobe — every target creates the virtual environment it needs.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PROBE := $(VENV)/bin/probe
+STAMP := $(VENV)/.vlprobe-installed
+# torch first, pinned: 2.13.0 is the CPU wheel on our machines (elsewhere pip picks its build).
+TORCH_SPEC ?= torch==2.13.0
+DEMO ?= out/demo
+
+.PHONY: help install demo test test-fast lint bench clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 12
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)  ## create .venv and install vlprobe with its test tools
+
+demo: $(STAMP)  ## synthetic Winoground + tiny random CLIP: extract, inspect, score
+	rm -rf $(DEMO)
+	HF_HUB_OFFLINE=1 $(PROBE) fixtures dataset --out $(DEMO)/data --items 40 --seed 0
+	HF_HUB_OFFLINE=1 $(PROBE) fixtures model clip --out $(DEMO)/tiny-clip --seed 0
+	HF_HUB_OFFLINE=1 $(PROBE) extract --model clip --checkpoint $(DEMO)/tiny-clip \
+	    --dataset winoground --data-dir $(DEMO)/data --variants $(DEMO)/data/variants.jsonl \
+	    --layers all --pooling cls,mean,max --device cpu --out $(DEMO)/clip.h5
+	HF_HUB_OFFLINE=1 $(PROBE) cache info $(DEMO)/clip.h5
+	@echo
+	@echo "demo outputs in $(DEMO)/:"
+	@echo "  data/        synthetic Winoground-format dataset (examples.jsonl, images/, variants.jsonl, tags)"
+	@echo "  tiny-clip/   tiny random CLIP checkpoint (Hugging Face format)"
+	@echo "  clip.h5      activation cache: text and image states per layer (cls, mean, max), scores"
+
+test: $(STAMP)  ## run the whole test suite offline
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+
+test-fast: $(STAMP)  ## the suite without tests marked slow
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not slow"
+
+lint: $(STAMP)  ## ruff
+	$(VENV)/bin/ruff check src tests benchmarks
+
+bench: $(STAMP)  ## performance ratios (printed, not asserted)
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/bench_extract.py
+
+clean:  ## remove the venv and outputs
+	rm -rf $(VENV) out .pytest_cache

@@ -1,0 +1,174 @@
+"""Registry: decorator and lazy registration, lazy import, errors, the built-in entries."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from vlprobe.registry import DATASETS, MODELS, Registry
+
+
+@pytest.fixture
+def lazy_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A throwaway importable module that has not been imported yet."""
+    name = f"vlprobe_lazy_target_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(
+        'class Thing:\n    """A lazily registered thing.\n\n    More text.\n    """\n',
+        encoding="utf-8",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield name
+    sys.modules.pop(name, None)
+
+
+def test_decorator_registers_and_returns_the_object() -> None:
+    reg: Registry[type] = Registry("widget")
+
+    @reg.register("spinner")
+    class Spinner:
+        """Spins things.
+
+        Details that are not part of the help line.
+        """
+
+    assert reg.get("spinner") is Spinner
+    assert "spinner" in reg
+    assert reg.names() == ["spinner"]
+    assert list(reg) == ["spinner"]
+    assert len(reg) == 1
+    assert reg.describe("spinner") == "Spins things."
+
+
+def test_register_with_explicit_target_and_help() -> None:
+    reg: Registry[object] = Registry("widget")
+
+    def factory() -> int:
+        return 1
+
+    assert reg.register("f", factory, help="makes ones") is factory
+    assert reg.get("f") is factory
+    assert reg.describe("f") == "makes ones"
+
+
+def test_lazy_entry_is_imported_only_on_get(lazy_module: str) -> None:
+    reg: Registry[type] = Registry("widget")
+    reg.register("thing", f"{lazy_module}:Thing")
+    assert lazy_module not in sys.modules
+    # Listing, membership and describe do not import the target.
+    assert reg.names() == ["thing"]
+    assert "thing" in reg
+    assert reg.describe("thing") == ""
+    assert lazy_module not in sys.modules
+
+    obj = reg.get("thing")
+    assert lazy_module in sys.modules
+    assert obj is sys.modules[lazy_module].Thing
+    assert reg.get("thing") is obj
+    # Help falls back to the first docstring line once the target is imported.
+    assert reg.describe("thing") == "A lazily registered thing."
+
+
+def test_lazy_help_given_at_registration_is_kept(lazy_module: str) -> None:
+    reg: Registry[type] = Registry("widget")
+    reg.register("thing", f"{lazy_module}:Thing", help="given help")
+    reg.get("thing")
+    assert reg.describe("thing") == "given help"
+
+
+def test_unknown_name_suggests_and_lists_known() -> None:
+    reg: Registry[object] = Registry("model")
+    reg.register("clip", object())
+    reg.register("lxmert", object())
+    with pytest.raises(ValueError) as exc:
+        reg.get("clpi")
+    msg = str(exc.value)
+    assert "unknown model 'clpi'" in msg
+    assert "did you mean 'clip'?" in msg
+    assert "known: clip, lxmert" in msg
+
+
+def test_unknown_name_without_close_match_has_no_suggestion() -> None:
+    reg: Registry[object] = Registry("model")
+    reg.register("clip", object())
+    with pytest.raises(ValueError) as exc:
+        reg.get("zzzzzzzz")
+    assert "did you mean" not in str(exc.value)
+    assert "known: clip" in str(exc.value)
+    with pytest.raises(ValueError, match="unknown model"):
+        reg.describe("zzzzzzzz")
+
+
+def test_unknown_name_in_empty_registry() -> None:
+    with pytest.raises(ValueError, match=r"known: none"):
+        Registry("probe").get("linear")
+
+
+@pytest.mark.parametrize("bad", ["", " clip", "clip "])
+def test_bad_names_are_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match="model name"):
+        Registry("model").register(bad, object())
+
+
+def test_duplicate_registration_of_a_different_object_is_refused() -> None:
+    reg: Registry[object] = Registry("model")
+    first, second = object(), object()
+    reg.register("m", first)
+    with pytest.raises(ValueError, match="model 'm' is already registered"):
+        reg.register("m", second)
+    with pytest.raises(ValueError, match="already registered"):
+        reg.register("m", "some.module:Other")
+    assert reg.get("m") is first
+
+
+def test_distinct_objects_sharing_a_qualname_are_refused() -> None:
+    def make() -> object:
+        def factory() -> None:
+            return None
+
+        return factory
+
+    reg: Registry[object] = Registry("model")
+    reg.register("m", make())
+    with pytest.raises(ValueError, match="already registered"):
+        reg.register("m", make())
+
+
+def test_duplicate_lazy_strings_naming_different_targets_are_refused() -> None:
+    reg: Registry[object] = Registry("model")
+    reg.register("m", "pkg.mod:A")
+    with pytest.raises(ValueError, match="already registered"):
+        reg.register("m", "pkg.mod:B")
+
+
+def test_reregistering_the_same_object_is_accepted() -> None:
+    reg: Registry[object] = Registry("model")
+    target = object()
+    reg.register("m", target)
+    reg.register("m", target)
+    assert reg.get("m") is target
+
+
+def test_lazy_string_then_the_class_itself_is_accepted(lazy_module: str) -> None:
+    """What vlprobe.extract.clip does: the registry names it lazily, the module decorates it."""
+    reg: Registry[type] = Registry("model")
+    reg.register("thing", f"{lazy_module}:Thing")
+    module = __import__(lazy_module)
+    assert reg.register("thing")(module.Thing) is module.Thing
+    assert reg.get("thing") is module.Thing
+    # And the lazy string again, after resolution.
+    reg.register("thing", f"{lazy_module}:Thing")
+    assert reg.get("thing") is module.Thing
+
+
+def test_builtin_registries() -> None:
+    assert "clip" in MODELS
+    assert "winoground" in DATASETS
+    assert MODELS.describe("clip")
+    assert DATASETS.describe("winoground")
+    from vlprobe.data.winoground import load_winoground
+    from vlprobe.extract.clip import CLIPAdapter
+
+    assert MODELS.get("clip") is CLIPAdapter
+    assert DATASETS.get("winoground") is load_winoground
