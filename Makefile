@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)  ## create .venv and install vlprobe with its test tools
 
-demo: $(STAMP)  ## synthetic Winoground + tiny random CLIP: extract, inspect, score
+demo: $(STAMP)  ## synthetic Winoground + tiny random CLIP: extract, inspect, score, recall
 	rm -rf $(DEMO)
 	HF_HUB_OFFLINE=1 $(PROBE) fixtures dataset --out $(DEMO)/data --items 40 --seed 0
 	HF_HUB_OFFLINE=1 $(PROBE) fixtures model clip --out $(DEMO)/tiny-clip --seed 0
@@ -30,11 +30,15 @@ demo: $(STAMP)  ## synthetic Winoground + tiny random CLIP: extract, inspect, sc
 	    --dataset winoground --data-dir $(DEMO)/data --variants $(DEMO)/data/variants.jsonl \
 	    --layers all --pooling cls,mean,max --device cpu --out $(DEMO)/clip.h5
 	HF_HUB_OFFLINE=1 $(PROBE) cache info $(DEMO)/clip.h5
+	HF_HUB_OFFLINE=1 $(PROBE) run winoground-scores --cache $(DEMO)/clip.h5 --out $(DEMO)/results
+	HF_HUB_OFFLINE=1 $(PROBE) run recall --cache $(DEMO)/clip.h5 --out $(DEMO)/results
 	@echo
 	@echo "demo outputs in $(DEMO)/:"
 	@echo "  data/        synthetic Winoground-format dataset (examples.jsonl, images/, variants.jsonl, tags)"
 	@echo "  tiny-clip/   tiny random CLIP checkpoint (Hugging Face format)"
 	@echo "  clip.h5      activation cache: text and image states per layer (cls, mean, max), scores"
+	@echo "  results/     winoground-scores/ and recall/: tidy CSV per model + manifest.json"
+	@echo "(random weights: the numbers exercise the pipeline, they mean nothing)"
 
 test: $(STAMP)  ## run the whole test suite offline
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q

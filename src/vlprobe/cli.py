@@ -27,8 +27,10 @@ app = typer.Typer(
 )
 fixtures_app = typer.Typer(help="Write synthetic datasets and tiny random models for tests and demos.", no_args_is_help=True)
 cache_app = typer.Typer(help="Inspect and merge activation caches.", no_args_is_help=True)
+run_app = typer.Typer(help="Run a registered experiment (see `probe ls experiments`).", no_args_is_help=True)
 app.add_typer(fixtures_app, name="fixtures")
 app.add_typer(cache_app, name="cache")
+app.add_typer(run_app, name="run")
 
 
 def _fail(msg: str, code: int = 2) -> typer.Exit:
@@ -198,6 +200,53 @@ def cache_merge(
 
     path = merge_shards(shards, out)
     typer.echo(f"merged {len(shards)} shards into {path}")
+
+
+def _print_rows(rows: list[dict[str, Any]], subsets: tuple[str, ...], csv_path: Path) -> None:
+    for row in rows:
+        if row["subset"] in subsets:
+            typer.echo(f"{row['model']:<12} {row['subset']:<22} {row['metric']:<10} {row['value']:7.2f}  (n={row['n']})")
+    typer.echo(f"wrote {csv_path} and {csv_path.parent / 'manifest.json'}")
+
+
+@run_app.command("winoground-scores")
+@guarded
+def run_winoground_scores_cmd(
+    out: Annotated[Path, typer.Option(help="Results folder; writes OUT/winoground-scores/<model>.csv.")],
+    cache: Annotated[Path | None, typer.Option(help="A vlprobe cache of Winoground.")] = None,
+    scores_file: Annotated[
+        Path | None, typer.Option(help="Official model_scores JSONL ({label: <id>_c<k>_i<j>, score}).")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="Model name in the CSV (default: from the input).")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="Winoground copy, for tags of a scores file.")] = None,
+    tags: Annotated[Path | None, typer.Option(help="'Why is Winoground Hard?' tag file, for a scores file.")] = None,
+) -> None:
+    """Winoground text, image and group scores, overall and per tag."""
+    from vlprobe.experiments.winoground_scores import WinogroundScoresConfig, run_winoground_scores
+
+    csv_path, _, rows = run_winoground_scores(WinogroundScoresConfig(
+        out=out, cache=cache, scores_file=scores_file, model=model, data_dir=data_dir, tags=tags,
+    ))
+    _print_rows(rows, ("all",), csv_path)
+
+
+@run_app.command("recall")
+@guarded
+def run_recall_cmd(
+    cache: Annotated[Path, typer.Option(help="A vlprobe cache with the full score matrix.")],
+    out: Annotated[Path, typer.Option(help="Results folder; writes OUT/recall/<model>.csv.")],
+    ks: Annotated[str, typer.Option(help="Comma-separated k values.")] = "1,2,5,10",
+    model: Annotated[str | None, typer.Option(help="Model name in the CSV (default: from the cache).")] = None,
+) -> None:
+    """Recall@k, image-to-text and text-to-image, ties counted against the model."""
+    from vlprobe.experiments.recall import RecallConfig, run_recall
+
+    try:
+        k_values = tuple(int(k) for k in ks.split(","))
+    except ValueError:
+        raise ValueError(f"ks must be comma-separated integers, got {ks!r}") from None
+    csv_path, _, rows = run_recall(RecallConfig(cache=cache, out=out, ks=k_values, model=model))
+    _print_rows(rows, ("i2t", "t2i"), csv_path)
 
 
 def main() -> None:

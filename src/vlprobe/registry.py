@@ -129,3 +129,11 @@ DATASETS.register(
     "winoground", "vlprobe.data.winoground:load_winoground",
     help="Winoground (facebook/winoground on the hub, or a local examples.jsonl + images/)",
 )
+EXPERIMENTS.register(
+    "winoground-scores", "vlprobe.experiments.winoground_scores:run_winoground_scores",
+    help="Winoground text/image/group scores per tag (from a cache or a model_scores JSONL)",
+)
+EXPERIMENTS.register(
+    "recall", "vlprobe.experiments.recall:run_recall",
+    help="Recall@k (I2T, T2I) over the full image x caption score matrix",
+)

@@ -1,0 +1,239 @@
+"""Winoground text / image / group scores, overall and per tag (``probe run winoground-scores``).
+
+Scores come from a vlprobe cache (the original captions' rows of its score matrix) or from an
+external file in the official Winoground ``model_scores`` JSONL format
+(``{"label": "<id>_c<k>_i<j>", "score": x}``, 1,600 lines for the full dataset).
+
+Subsets (column ``subset``): ``all``; ``collapsed_tag=…``, ``tag=…``, ``secondary_tag=…``
+(``(none)`` for items without one), ``num_main_preds=…``; and the "Why is Winoground Hard?" tags
+``wwh=<tag>``, ``wwh=NoTag`` (items whose list is empty in the tag file: 172),
+``wwh=NoTag-WWH-code`` (the paper code's 171-id list, which leaves out id 313),
+``wwh=Easier`` (that list plus Non Minimal) and ``wwh=Harder`` (the rest), as the paper code
+defines them. Values are percentages; ``n`` is the number of items in the subset.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vlprobe.data.tags import WWH_CODE_NONE_EXCLUDED, WWH_TAGS
+from vlprobe.experiments.metrics import winoground_outcomes
+from vlprobe.experiments.outputs import build_manifest, write_results
+from vlprobe.provenance import sha256_file
+from vlprobe.registry import EXPERIMENTS
+
+__all__ = [
+    "WinogroundScoresConfig",
+    "item_scores_from_cache",
+    "read_model_scores",
+    "run_winoground_scores",
+    "subset_masks",
+]
+
+NAME = "winoground-scores"
+VERSION = 1
+_LABEL = re.compile(r"^(\d+)_c([01])_i([01])$")
+
+
+@dataclass(frozen=True)
+class WinogroundScoresConfig:
+    """Inputs and output of one run; give ``cache`` or ``scores_file``."""
+
+    out: Path
+    cache: Path | None = None
+    scores_file: Path | None = None
+    model: str | None = None
+    data_dir: Path | None = None
+    tags: Path | None = None
+
+
+def item_scores_from_cache(path: str | os.PathLike[str]) -> tuple[str, list[int], np.ndarray, list[dict[str, list[str]]], dict[str, Any]]:
+    """Winoground's 2 x 2 scores per item from a cache.
+
+    Returns
+    -------
+    model : str
+    ids : list of int
+        Winoground ids.
+    s : ndarray, shape (N, 2, 2)
+        ``s[n, k, j]`` = score of caption k with image j.
+    tags : list of dict
+        Tag families per item.
+    provenance : dict
+        The cache's fingerprints.
+    """
+    from vlprobe.extract.cache import ActivationCache
+
+    with ActivationCache(path) as cache:
+        if cache.header.dataset != "winoground":
+            raise ValueError(f"cache: {Path(path).name} holds dataset {cache.header.dataset!r}, not winoground")
+        matrix, done = cache.scores()
+        items, images, texts = cache.table("items"), cache.table("images"), cache.table("texts")
+        h = cache.header
+        provenance = {
+            "path": str(path), "sha256": sha256_file(path), "model": h.model,
+            "checkpoint": h.checkpoint, "checkpoint_fingerprint": h.checkpoint_fingerprint,
+            "dataset_fingerprint": h.dataset_fingerprint, "score_kind": str(cache.f["scores"].attrs.get("kind", "")),
+        }
+    image_row = {str(i): r for r, i in enumerate(images["id"])}
+    text_row = {str(t): r for r, t in enumerate(texts["id"]) if texts["parent"][r] < 0}
+    ids, rows_img, rows_txt = [], [], []
+    for item_id in items["id"]:
+        ids.append(_winoground_id(str(item_id)))
+        rows_img.append([image_row[f"{item_id}/i{j}"] for j in (0, 1)])
+        rows_txt.append([text_row[f"{item_id}/c{k}"] for k in (0, 1)])
+    ri, rt = np.asarray(rows_img), np.asarray(rows_txt)
+    # s[n, k, j] = matrix[image j of n, caption k of n]
+    s = matrix[ri[:, None, :], rt[:, :, None]]
+    if not done[ri[:, None, :], rt[:, :, None]].all():
+        raise ValueError(f"cache: {Path(path).name} lacks some caption-image scores; finish the extraction")
+    tags = [json.loads(str(t)) for t in items["tags"]]
+    return h.model, ids, s, tags, provenance
+
+
+def read_model_scores(path: str | os.PathLike[str]) -> tuple[list[int], np.ndarray]:
+    """Read an official ``model_scores`` JSONL file.
+
+    Returns
+    -------
+    ids : list of int
+        Winoground ids, ascending.
+    s : ndarray, shape (N, 2, 2)
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"scores_file: no such file {str(p)!r}")
+    found: dict[int, dict[tuple[int, int], float]] = {}
+    with open(p, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+                label, score = obj["label"], float(obj["score"])
+            except (ValueError, KeyError, TypeError):
+                raise ValueError(
+                    f"scores_file: {p.name} line {lineno} is not {{\"label\": \"<id>_c<k>_i<j>\", \"score\": x}}"
+                ) from None
+            m = _LABEL.match(str(label))
+            if not m:
+                raise ValueError(f"scores_file: {p.name} line {lineno} has label {label!r}, expected <id>_c<k>_i<j>")
+            wid, k, j = (int(g) for g in m.groups())
+            pair = found.setdefault(wid, {})
+            if (k, j) in pair:
+                raise ValueError(f"scores_file: {p.name} line {lineno} repeats label {label!r}")
+            pair[(k, j)] = score
+    if not found:
+        raise ValueError(f"scores_file: {p.name} holds no scores")
+    ids = sorted(found)
+    for wid in ids:
+        if len(found[wid]) != 4:
+            raise ValueError(f"scores_file: {p.name} has {len(found[wid])} of 4 scores for id {wid}")
+    s = np.array([[[found[w][(k, j)] for j in (0, 1)] for k in (0, 1)] for w in ids])
+    return ids, s
+
+
+def subset_masks(ids: list[int], tags: list[Mapping[str, Iterable[str]]]) -> dict[str, np.ndarray]:
+    """Boolean item masks per subset (see the module docstring), ``all`` first."""
+    n = len(ids)
+    out: dict[str, np.ndarray] = {"all": np.ones(n, dtype=bool)}
+    families = sorted({f for t in tags for f in t})
+    for fam in families:
+        if fam == "wwh":
+            continue
+        values = sorted({v for t in tags for v in t.get(fam, ())})
+        for v in values:
+            out[f"{fam}={v}"] = np.array([v in t.get(fam, ()) for t in tags])
+        if fam == "secondary_tag":
+            out["secondary_tag=(none)"] = np.array([not list(t.get(fam, ())) for t in tags])
+    if any("wwh" in t for t in tags):
+        wwh = [set(t.get("wwh", ())) for t in tags]
+        for tag in WWH_TAGS:
+            out[f"wwh={tag}"] = np.array([tag in w for w in wwh])
+        notag = np.array([not w for w in wwh])
+        code_none = notag & ~np.isin(np.asarray(ids), WWH_CODE_NONE_EXCLUDED)
+        out["wwh=NoTag"] = notag
+        out["wwh=NoTag-WWH-code"] = code_none
+        out["wwh=Easier"] = code_none | np.array(["Non Minimal" in w for w in wwh])
+        out["wwh=Harder"] = ~out["wwh=Easier"]
+    return out
+
+
+def _winoground_id(item_id: str) -> int:
+    try:
+        return int(item_id.rsplit("/", 1)[1])
+    except (IndexError, ValueError):
+        raise ValueError(f"item id {item_id!r} is not a Winoground id (winoground/<n>)") from None
+
+
+def _tags_for(ids: list[int], config: WinogroundScoresConfig) -> tuple[list[dict[str, list[str]]], dict[str, Any]]:
+    if config.data_dir is not None:
+        from vlprobe.data.winoground import load_winoground
+
+        ds = load_winoground(config.data_dir, tags=config.tags if config.tags is not None else None)
+        by_id = {it.meta["winoground_id"]: it for it in ds.items}
+        missing = [w for w in ids if w not in by_id]
+        if missing:
+            raise ValueError(f"scores_file: ids {missing[:5]} are not in the dataset at {config.data_dir}")
+        tags = [{k: list(v) for k, v in by_id[w].tags.items()} for w in ids]
+        return tags, {"dataset_fingerprint": ds.fingerprint, **ds.extra_fingerprints}
+    if config.tags is not None:
+        from vlprobe.data.tags import load_tag_file
+
+        table = load_tag_file(config.tags)
+        missing = [w for w in ids if w not in table.tags]
+        if missing:
+            raise ValueError(f"tags: ids {missing[:5]} are missing from {config.tags}")
+        return [{"wwh": list(table.tags[w])} for w in ids], {"tags": table.sha256}
+    return [{} for _ in ids], {}
+
+
+def run_winoground_scores(config: WinogroundScoresConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
+    """Compute the scores and write the CSV and manifest.
+
+    Returns
+    -------
+    csv_path, manifest_path : Path
+    rows : list of dict
+        The tidy rows written.
+    """
+    if (config.cache is None) == (config.scores_file is None):
+        raise ValueError("give exactly one of cache (a vlprobe cache) or scores_file (model_scores JSONL)")
+    if config.cache is not None:
+        model, ids, s, tags, prov = item_scores_from_cache(config.cache)
+        inputs = {"cache": prov}
+    else:
+        ids, s = read_model_scores(config.scores_file)  # type: ignore[arg-type]
+        model = config.model or Path(config.scores_file).stem  # type: ignore[arg-type]
+        tags, tag_prov = _tags_for(ids, config)
+        inputs = {"scores_file": {"path": str(config.scores_file), "sha256": sha256_file(config.scores_file)},  # type: ignore[arg-type]
+                  **({"tags": tag_prov} if tag_prov else {})}
+    if config.model is not None:
+        model = config.model
+    outcomes = winoground_outcomes(s)
+    rows: list[dict[str, Any]] = []
+    for subset, mask in subset_masks(ids, tags).items():
+        n = int(mask.sum())
+        for metric, hit in outcomes.items():
+            value = float(100.0 * hit[mask].mean()) if n else float("nan")
+            rows.append({
+                "experiment": NAME, "model": model, "task": "target", "split": "all",
+                "subset": subset, "metric": metric, "value": value, "n": n,
+            })
+    cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()}
+    manifest = build_manifest(
+        NAME, VERSION, cfg, inputs, extra={"units": "percent of items", "n_items": len(ids), "model": model},
+    )
+    csv_path, manifest_path = write_results(config.out, NAME, model, rows, manifest)
+    return csv_path, manifest_path, rows
+
+
+EXPERIMENTS.register(NAME, run_winoground_scores, help="Winoground text/image/group scores per tag (cache or model_scores JSONL)")
