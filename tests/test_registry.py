@@ -105,7 +105,7 @@ def test_unknown_name_in_empty_registry() -> None:
         Registry("probe").get("linear")
 
 
-@pytest.mark.parametrize("bad", ["", " clip", "clip "])
+@pytest.mark.parametrize("bad", ["", " clip", "clip ", "cl ip", "clip\n"])
 def test_bad_names_are_refused(bad: str) -> None:
     with pytest.raises(ValueError, match="model name"):
         Registry("model").register(bad, object())

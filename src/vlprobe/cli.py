@@ -13,13 +13,45 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+from typer.core import TyperGroup
 
 from vlprobe import __version__
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+
+class OneLineErrors(TyperGroup):
+    """A command group whose usage errors (unknown option, bad value) are one ``error:`` line.
+
+    Typer/click would print a usage box; vlprobe promises one line and exit code 2 for every
+    kind of bad input, whether click or the library finds it.
+    """
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        try:
+            rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
+                              standalone_mode=False, **extra)
+        except typer.Abort:
+            typer.echo("error: aborted", err=True)
+            rv = 130
+        except typer.TyperException as exc:  # click's ClickException family, vendored by typer
+            if type(exc).__name__ == "NoArgsIsHelpError":
+                exc.show()  # type: ignore[attr-defined]
+            else:
+                ctx = getattr(exc, "ctx", None)
+                hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+                msg = " ".join(exc.format_message().split())  # type: ignore[attr-defined]
+                typer.echo(f"error: {msg}{hint}", err=True)
+            rv = getattr(exc, "exit_code", 2)
+        if not standalone_mode:
+            return rv
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
 app = typer.Typer(
     name="probe",
+    cls=OneLineErrors,
     help="Probe vision-language models on compositional benchmarks (vlprobe).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,

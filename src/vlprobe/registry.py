@@ -37,7 +37,7 @@ class Registry(Generic[T]):
 
         ``target`` may be the object itself or a lazy ``"package.module:attr"`` string.
         """
-        if not name or name != name.strip():
+        if not isinstance(name, str) or not name or any(c.isspace() for c in name):
             raise ValueError(f"{self.kind} name must be a non-empty string without spaces, got {name!r}")
         if target is None:
 

@@ -179,3 +179,16 @@ def test_parse_poolings_empty(spec: object) -> None:
 def test_parse_poolings_unknown(spec: object) -> None:
     with pytest.raises(ValueError, match=r"^pooling: unknown pooling '(avg|first|sum)'"):
         parse_poolings(spec)  # type: ignore[arg-type]
+
+
+def test_non_finite_padding_does_not_leak() -> None:
+    hidden = torch.randn(2, 3, 4, 5, generator=torch.Generator().manual_seed(0))
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])
+    hidden[0, :, 2] = float("inf")
+    hidden[0, :, 3] = float("nan")
+    out = pool_states(hidden, mask, torch.tensor([1, 3]), ("cls", "mean", "max"))
+    for name, value in out.items():
+        assert torch.isfinite(value).all(), name
+    torch.testing.assert_close(out["mean"][0], hidden[0, :, :2].mean(dim=1))
+    torch.testing.assert_close(out["max"][0], hidden[0, :, :2].amax(dim=1))
+    torch.testing.assert_close(out["mean"][1], hidden[1].mean(dim=1))

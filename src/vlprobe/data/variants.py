@@ -73,16 +73,25 @@ def write_variants(path: str | os.PathLike[str], sets: Iterable[VariantSet]) -> 
 
 def read_variants(path: str | os.PathLike[str]) -> list[VariantSet]:
     """Read and validate a variants file; errors name the file, line and field."""
+    return [vs for _, vs in _read_numbered(path)]
+
+
+def _where(path: Path, lineno: int) -> str:
+    return f"variants file {path.name} line {lineno}"
+
+
+def _read_numbered(path: str | os.PathLike[str]) -> list[tuple[int, VariantSet]]:
+    """Like :func:`read_variants`, with the line number of each set (for later errors)."""
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"variants: no such file {str(p)!r}")
-    out: list[VariantSet] = []
+    out: list[tuple[int, VariantSet]] = []
     seen: set[tuple[str, int]] = set()
     with open(p, encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue
-            where = f"variants file {p.name} line {lineno}"
+            where = _where(p, lineno)
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
@@ -92,7 +101,7 @@ def read_variants(path: str | os.PathLike[str]) -> list[VariantSet]:
             if key in seen:
                 raise ValueError(f"{where}: item {vs.item!r} caption {vs.caption} appears twice")
             seen.add(key)
-            out.append(vs)
+            out.append((lineno, vs))
     return out
 
 
@@ -134,27 +143,28 @@ def attach_variants(dataset: Dataset, path: str | os.PathLike[str]) -> Dataset:
     Variant j of caption k of item ``X`` gets the id ``X/c<k>/v<j>``; its ``parent`` is
     ``X/c<k>``. The variants file's sha256 is recorded under ``extra_fingerprints["variants"]``.
     """
-    sets = read_variants(path)
+    sets = _read_numbered(path)
     by_item = {it.id: it for it in dataset.items}
     extra: dict[str, dict[int, list[TextRef]]] = {}
-    for vs in sets:
+    for lineno, vs in sets:
+        where = _where(Path(path), lineno)
         item = by_item.get(vs.item)
         if item is None:
             raise ValueError(
-                f"variants: item {vs.item!r} is not in dataset {dataset.name!r} "
+                f"{where}: 'item' {vs.item!r} is not in dataset {dataset.name!r} "
                 f"(ids look like {dataset.items[0].id!r})" if dataset.items else
-                f"variants: dataset {dataset.name!r} is empty"
+                f"{where}: 'item' {vs.item!r}: dataset {dataset.name!r} is empty"
             )
         captions = item.captions
         if vs.caption >= len(captions):
             raise ValueError(
-                f"variants: item {vs.item!r} has {len(captions)} captions, "
-                f"caption index {vs.caption} is out of range"
+                f"{where}: 'caption' {vs.caption} is out of range: item {vs.item!r} has "
+                f"{len(captions)} captions"
             )
         parent = captions[vs.caption]
         if vs.original is not None and vs.original != parent.text:
             raise ValueError(
-                f"variants: 'original' of item {vs.item!r} caption {vs.caption} does not match "
+                f"{where}: 'original' of item {vs.item!r} caption {vs.caption} does not match "
                 "the dataset's caption (was the file made for another dataset?)"
             )
         extra.setdefault(vs.item, {})[vs.caption] = [

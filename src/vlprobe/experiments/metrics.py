@@ -68,13 +68,21 @@ def recall_at_k(
     """
     scores = np.asarray(scores, dtype=np.float64)
     positives = np.asarray(positives)
-    if scores.ndim != 2 or positives.shape != (scores.shape[0],):
+    if scores.ndim != 2 or 0 in scores.shape:
+        raise ValueError(f"scores must be a non-empty (Q, C) matrix, got shape {scores.shape}")
+    if positives.shape != (scores.shape[0],):
         raise ValueError(f"positives must have shape ({scores.shape[0]},), got {positives.shape}")
+    if positives.dtype.kind not in "iu":
+        raise ValueError(f"positives must be integer column numbers, got dtype {positives.dtype}")
+    if positives.min() < 0 or positives.max() >= scores.shape[1]:
+        raise ValueError(
+            f"positives must lie in [0, {scores.shape[1]}), got values from {positives.min()} to {positives.max()}"
+        )
     if np.isnan(scores).any():
         raise ValueError("scores: the matrix has missing entries (NaN)")
+    for k in ks:
+        if isinstance(k, bool) or int(k) != k or k < 1:
+            raise ValueError(f"ks must be positive integers, got {k!r}")
     pos = scores[np.arange(len(scores)), positives]
     rank = (scores >= pos[:, None]).sum(axis=1)  # counts the positive itself once
-    for k in ks:
-        if k < 1:
-            raise ValueError(f"ks must be positive, got {k}")
     return {int(k): float((rank <= k).mean()) for k in ks}

@@ -33,7 +33,8 @@ def _cell(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
-        return "nan" if math.isnan(value) else repr(value)
+        # float() first: repr of a numpy float64 (a float subclass) is "np.float64(x)".
+        return "nan" if math.isnan(value) else repr(float(value))
     return str(value)
 
 

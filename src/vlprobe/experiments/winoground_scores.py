@@ -208,6 +208,10 @@ def run_winoground_scores(config: WinogroundScoresConfig) -> tuple[Path, Path, l
     if (config.cache is None) == (config.scores_file is None):
         raise ValueError("give exactly one of cache (a vlprobe cache) or scores_file (model_scores JSONL)")
     if config.cache is not None:
+        if config.tags is not None or config.data_dir is not None:
+            raise ValueError(
+                "tags and data_dir apply to scores_file only: a cache carries the tags it was extracted with"
+            )
         model, ids, s, tags, prov = item_scores_from_cache(config.cache)
         inputs = {"cache": prov}
     else:

@@ -61,6 +61,10 @@ def pool_states(
     if not bool(valid.any(dim=1).all()):
         raise ValueError("mask: every row needs at least one valid token")
     states = hidden if hidden.dtype == torch.float32 else hidden.float()
+    if not bool(valid.all()) and not bool(torch.isfinite(states).all()):
+        # The fast paths below would turn inf/NaN at padded positions into NaN (0 * inf,
+        # inf - inf); zero padded positions first so only valid tokens count.
+        states = states.masked_fill(~valid.view(b, 1, t, 1), 0.0)
     out: dict[str, torch.Tensor] = {}
     if "cls" in poolings:
         if cls_index is None:

@@ -1,0 +1,181 @@
+"""Shared fixtures: offline environment, a synthetic dataset, a tiny CLIP and a reference cache.
+
+Everything expensive is built once per session under ``tmp_path_factory``. The reference cache
+and the shard files are made read-only; tests that change a cache work on a copy (the
+``copy_cache`` fixture). Helpers are fixtures too (``h5_tree``, ``assert_caches_equal``), so test
+modules never import this file.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+# Before anything imports huggingface_hub (it reads these at import time) or torch.
+_SESSION_TMP = Path(tempfile.mkdtemp(prefix="vlprobe-tests-env-"))
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_HOME"] = str(_SESSION_TMP / "hf-home")  # no hit in a developer's real hub cache
+os.environ["VLPROBE_CACHE"] = str(_SESSION_TMP / "vlprobe-cache")
+# Tiny models on a small shared CPU: several threads per 32-wide matmul only add contention.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import h5py  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+
+from vlprobe.data.synthetic import make_synthetic_winoground  # noqa: E402
+from vlprobe.extract.fixtures import write_tiny_clip  # noqa: E402
+from vlprobe.extract.runner import ExtractConfig, extract  # noqa: E402
+
+N_ITEMS = 12
+SHARDS = 3
+
+
+def _shared_data() -> Path:
+    """``$VLPROBE_SHARED_DATA`` or the ``shared/data`` folder beside the repository."""
+    root = os.environ.get("VLPROBE_SHARED_DATA")
+    return Path(root) if root else Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def wwh_tags() -> Path:
+    """The real "Why is Winoground Hard?" tag file (MIT), read where it lies, never copied."""
+    path = _shared_data() / "why-winoground-hard" / "new_tag_assignments.json"
+    if not path.is_file():
+        pytest.skip(f"the shared tag file is absent ({path}); set VLPROBE_SHARED_DATA")
+    return path
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    shutil.rmtree(_SESSION_TMP, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def synthetic_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Synthetic Winoground-format dataset: 12 items, seed 0 (examples, images, variants, tags)."""
+    return make_synthetic_winoground(tmp_path_factory.mktemp("data") / "synthetic", n_items=N_ITEMS, seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Tiny random CLIP checkpoint (seed 0)."""
+    return write_tiny_clip(tmp_path_factory.mktemp("models") / "tiny-clip", seed=0)
+
+
+@pytest.fixture(scope="session")
+def other_clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Another tiny CLIP: same architecture, other weights (seed 1)."""
+    return write_tiny_clip(tmp_path_factory.mktemp("models") / "tiny-clip-seed1", seed=1)
+
+
+@pytest.fixture(scope="session")
+def other_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Another synthetic dataset of the same size (seed 1)."""
+    return make_synthetic_winoground(tmp_path_factory.mktemp("data") / "synthetic-seed1", n_items=N_ITEMS, seed=1)
+
+
+@pytest.fixture(scope="session")
+def make_config(synthetic_dir: Path, tiny_clip: Path) -> Callable[..., ExtractConfig]:
+    """``make_config(out, **overrides)``: the reference run's config with some fields changed."""
+
+    def make(out: Path, **overrides: Any) -> ExtractConfig:
+        fields: dict[str, Any] = dict(
+            model="clip", checkpoint=str(tiny_clip), out=Path(out), dataset="winoground",
+            data_dir=synthetic_dir, variants=synthetic_dir / "variants.jsonl", layers="all",
+            poolings=("cls", "mean", "max"), batch_size=16, device="cpu", dtype="float32",
+            shard="0/1", progress=False,
+        )
+        fields.update(overrides)
+        return ExtractConfig(**fields)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def reference_cache(tmp_path_factory: pytest.TempPathFactory, make_config: Callable[..., ExtractConfig]) -> Path:
+    """The complete, unsharded cache of the session dataset (with variants); read-only."""
+    out = tmp_path_factory.mktemp("reference") / "reference.h5"
+    result = extract(make_config(out))
+    assert result.complete
+    out.chmod(0o444)
+    return out
+
+
+@pytest.fixture(scope="session")
+def shard_files(tmp_path_factory: pytest.TempPathFactory, make_config: Callable[..., ExtractConfig]) -> list[Path]:
+    """The reference run split into 3 shard files (shard k at index k); read-only."""
+    root = tmp_path_factory.mktemp("shards")
+    paths = []
+    for k in range(SHARDS):
+        out = root / f"shard-{k}-of-{SHARDS}.h5"
+        extract(make_config(out, shard=f"{k}/{SHARDS}", batch_size=7))
+        out.chmod(0o444)
+        paths.append(out)
+    return paths
+
+
+def _copy_cache(src: Path, dst: Path) -> Path:
+    """A writable copy of a (read-only) cache file."""
+    shutil.copyfile(src, dst)
+    return dst
+
+
+def _h5_tree(path: Path) -> dict[str, Any]:
+    """Every group and dataset of an HDF5 file: path -> "group" or (dtype name, shape)."""
+    out: dict[str, Any] = {}
+
+    def visit(name: str, obj: Any) -> None:
+        if isinstance(obj, h5py.Group):
+            out[name] = "group"
+        else:
+            dtype = "str" if h5py.check_string_dtype(obj.dtype) is not None else obj.dtype.name
+            out[name] = (dtype, obj.shape)
+
+    with h5py.File(path, "r") as f:
+        f.visititems(visit)
+    return out
+
+
+def _assert_caches_equal(actual: Path, expected: Path, *, atol: float = 1e-5) -> None:
+    """Same tables, streams, layers, done masks, states (within ``atol``) and scores."""
+    with h5py.File(actual, "r") as a, h5py.File(expected, "r") as e:
+        for table in ("items", "images", "texts"):
+            assert sorted(a[table]) == sorted(e[table]), table
+            for col in e[table]:
+                np.testing.assert_array_equal(a[table][col][()], e[table][col][()], err_msg=f"{table}/{col}")
+        assert sorted(a["streams"]) == sorted(e["streams"])
+        for s in e["streams"]:
+            ga, ge = a[f"streams/{s}"], e[f"streams/{s}"]
+            assert sorted(ga) == sorted(ge), s
+            for name in ("layers", "image", "text", "done"):
+                np.testing.assert_array_equal(ga[name][()], ge[name][()], err_msg=f"{s}/{name}")
+            for name in sorted(set(ge) - {"layers", "image", "text", "done"}):
+                assert ga[name].dtype == ge[name].dtype, f"{s}/{name}"
+                np.testing.assert_allclose(ga[name][()], ge[name][()], rtol=0, atol=atol, err_msg=f"{s}/{name}")
+        np.testing.assert_array_equal(a["scores/done"][()], e["scores/done"][()])
+        np.testing.assert_allclose(a["scores/matrix"][()], e["scores/matrix"][()], rtol=0, atol=atol)
+
+
+@pytest.fixture(scope="session")
+def copy_cache() -> Callable[[Path, Path], Path]:
+    """``copy_cache(src, dst)``: a writable copy of a cache file."""
+    return _copy_cache
+
+
+@pytest.fixture(scope="session")
+def h5_tree() -> Callable[[Path], dict[str, Any]]:
+    """``h5_tree(path)``: path -> "group" or (dtype name | "str", shape) for the whole file."""
+    return _h5_tree
+
+
+@pytest.fixture(scope="session")
+def assert_caches_equal() -> Callable[..., None]:
+    """``assert_caches_equal(actual, expected, atol=1e-5)``."""
+    return _assert_caches_equal

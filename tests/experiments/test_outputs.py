@@ -1,0 +1,173 @@
+"""Tidy CSVs and manifests (vlprobe.experiments.outputs)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vlprobe import __version__
+from vlprobe.experiments.outputs import TIDY_COLUMNS, build_manifest, write_results, write_tidy_csv
+
+
+def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    with open(path, encoding="utf-8", newline="") as fh:
+        reader = csv.DictReader(fh)
+        return list(reader.fieldnames or []), list(reader)
+
+
+def test_tidy_columns() -> None:
+    assert TIDY_COLUMNS == (
+        "experiment", "model", "stream", "layer", "pooling", "probe", "task", "seed", "split",
+        "subset", "metric", "value", "n",
+    )
+
+
+def test_write_tidy_csv_header_rows_and_empty_cells(tmp_path: Path) -> None:
+    rows = [
+        {"experiment": "e", "model": "m", "layer": 3, "metric": "acc", "value": 0.25, "n": 4},
+        {"experiment": "e", "model": "m", "subset": "tag=a,b", "metric": "acc", "value": float("nan")},
+        {"experiment": "e", "model": "m", "seed": None, "metric": "acc", "value": np.float64(0.1), "n": np.int64(7)},
+    ]
+    path = write_tidy_csv(tmp_path / "sub" / "out.csv", rows)
+    assert path == tmp_path / "sub" / "out.csv"
+    header, got = read_csv(path)
+    assert header == list(TIDY_COLUMNS)
+    assert len(got) == 3
+    assert got[0] == {
+        "experiment": "e", "model": "m", "stream": "", "layer": "3", "pooling": "", "probe": "",
+        "task": "", "seed": "", "split": "", "subset": "", "metric": "acc", "value": "0.25", "n": "4",
+    }
+    assert got[1]["subset"] == "tag=a,b"  # quoted by the csv module, read back whole
+    assert got[1]["value"] == "nan"
+    assert got[1]["n"] == ""
+    assert got[2]["seed"] == ""
+    assert got[2]["value"] == "0.1"  # a numpy float64 is written as a plain number
+    assert got[2]["n"] == "7"
+    # Floats round-trip exactly.
+    assert float(got[0]["value"]) == 0.25
+    text = path.read_text(encoding="utf-8")
+    assert text.startswith(",".join(TIDY_COLUMNS) + "\n")
+    assert "\r" not in text
+
+
+def test_write_tidy_csv_no_rows(tmp_path: Path) -> None:
+    path = write_tidy_csv(tmp_path / "empty.csv", [])
+    assert path.read_text(encoding="utf-8") == ",".join(TIDY_COLUMNS) + "\n"
+
+
+def test_write_tidy_csv_accepts_a_generator(tmp_path: Path) -> None:
+    path = write_tidy_csv(tmp_path / "g.csv", ({"metric": "m", "value": i} for i in range(3)))
+    _, got = read_csv(path)
+    assert [r["value"] for r in got] == ["0", "1", "2"]
+
+
+def test_write_tidy_csv_refuses_unknown_columns(tmp_path: Path) -> None:
+    target = tmp_path / "out.csv"
+    rows = [{"metric": "acc", "value": 1.0}, {"metric": "acc", "value": 2.0, "colour": "red"}]
+    with pytest.raises(ValueError, match="colour"):
+        write_tidy_csv(target, rows)
+    assert not target.exists()
+    assert list(tmp_path.iterdir()) == []  # no temporary file left behind
+
+
+def test_write_tidy_csv_failure_keeps_the_old_file(tmp_path: Path) -> None:
+    target = write_tidy_csv(tmp_path / "out.csv", [{"metric": "acc", "value": 1.0}])
+    before = target.read_bytes()
+    with pytest.raises(ValueError, match="unknown tidy column"):
+        write_tidy_csv(target, [{"metric": "acc", "value": 2.0}, {"bogus": 1}])
+    assert target.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]
+
+
+def test_build_manifest(tmp_path: Path) -> None:
+    config = {"out": str(tmp_path), "ks": [1, 2]}
+    inputs = {"cache": {"path": "c.h5", "sha256": "ab" * 32}}
+    m = build_manifest("exp", 3, config, inputs, seeds=iter([0, 1, 2]), extra={"units": "percent"})
+    assert m["experiment"] == "exp"
+    assert m["experiment_version"] == 3
+    assert m["config"] == config
+    assert m["seeds"] == [0, 1, 2]
+    assert m["inputs"] == inputs
+    assert m["units"] == "percent"
+    assert m["vlprobe_version"] == __version__
+    assert isinstance(m["git_revision"], str) and m["git_revision"]
+    versions = m["versions"]
+    assert {"python", "numpy", "h5py", "vlprobe"} <= set(versions)
+    assert isinstance(m["created"], str) and m["created"]
+    json.dumps(m)  # JSON-serialisable
+    # The config and inputs are copies, not the caller's objects.
+    config["ks"] = [5]
+    assert m["config"]["ks"] == [1, 2]
+
+
+def test_build_manifest_defaults() -> None:
+    m = build_manifest("exp", 1, {}, {})
+    assert m["seeds"] == []
+    assert m["inputs"] == {}
+    assert m["config"] == {}
+
+
+def _manifest(name: str) -> dict[str, object]:
+    return build_manifest("exp", 1, {"model": name}, {"cache": {"path": f"{name}.h5"}}, seeds=[7])
+
+
+def test_write_results_layout(tmp_path: Path) -> None:
+    rows = [{"experiment": "exp", "model": "clip", "metric": "acc", "value": 0.5}]
+    csv_path, manifest_path = write_results(tmp_path, "exp", "clip", rows, _manifest("clip"))
+    assert csv_path == tmp_path / "exp" / "clip.csv"
+    assert manifest_path == tmp_path / "exp" / "manifest.json"
+    header, got = read_csv(csv_path)
+    assert header == list(TIDY_COLUMNS)
+    assert got[0]["value"] == "0.5"
+    data = json.loads(manifest_path.read_text(encoding="utf-8"))
+    assert set(data) == {"experiment", "runs"}
+    assert data["experiment"] == "exp"
+    assert list(data["runs"]) == ["clip"]
+    assert data["runs"]["clip"]["config"] == {"model": "clip"}
+    assert data["runs"]["clip"]["seeds"] == [7]
+
+
+def test_write_results_second_model_adds_to_manifest(tmp_path: Path) -> None:
+    write_results(tmp_path, "exp", "clip", [{"metric": "a", "value": 1}], _manifest("clip"))
+    write_results(tmp_path, "exp", "lxmert", [{"metric": "a", "value": 2}], _manifest("lxmert"))
+    folder = tmp_path / "exp"
+    assert sorted(p.name for p in folder.iterdir()) == ["clip.csv", "lxmert.csv", "manifest.json"]
+    runs = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))["runs"]
+    assert sorted(runs) == ["clip", "lxmert"]
+    assert runs["clip"]["inputs"] == {"cache": {"path": "clip.h5"}}
+    assert runs["lxmert"]["inputs"] == {"cache": {"path": "lxmert.h5"}}
+    # Rerunning one model replaces its own entry and keeps the other.
+    write_results(tmp_path, "exp", "clip", [{"metric": "a", "value": 3}], {"config": {"rerun": True}})
+    runs = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))["runs"]
+    assert runs["clip"] == {"config": {"rerun": True}}
+    assert runs["lxmert"]["inputs"] == {"cache": {"path": "lxmert.h5"}}
+    _, got = read_csv(folder / "clip.csv")
+    assert [r["value"] for r in got] == ["3"]
+
+
+def test_write_results_experiments_are_separate(tmp_path: Path) -> None:
+    write_results(tmp_path, "a", "clip", [], {"x": 1})
+    write_results(tmp_path, "b", "clip", [], {"x": 2})
+    assert json.loads((tmp_path / "a" / "manifest.json").read_text())["runs"] == {"clip": {"x": 1}}
+    assert json.loads((tmp_path / "b" / "manifest.json").read_text())["runs"] == {"clip": {"x": 2}}
+
+
+def test_write_results_model_name_is_a_safe_file_name(tmp_path: Path) -> None:
+    csv_path, manifest_path = write_results(tmp_path, "exp", "org/model v1", [], {"x": 1})
+    assert csv_path.parent == tmp_path / "exp"
+    assert "/" not in csv_path.name and " " not in csv_path.name
+    assert csv_path.is_file()
+    # The manifest keeps the model's real name.
+    assert list(json.loads(manifest_path.read_text())["runs"]) == ["org/model v1"]
+
+
+def test_write_results_unknown_column_writes_nothing(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown tidy column"):
+        write_results(tmp_path, "exp", "clip", [{"nope": 1}], {"x": 1})
+    folder = tmp_path / "exp"
+    assert not (folder / "clip.csv").exists()
+    assert not (folder / "manifest.json").exists()

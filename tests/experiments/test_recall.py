@@ -1,0 +1,226 @@
+"""Recall@k over the image x caption matrix of a cache (vlprobe.experiments.recall)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from vlprobe.cli import app
+from vlprobe.data.synthetic import make_synthetic_winoground
+from vlprobe.experiments.metrics import recall_at_k
+from vlprobe.experiments.outputs import TIDY_COLUMNS
+from vlprobe.experiments.recall import RecallConfig, run_recall
+from vlprobe.extract.cache import ActivationCache
+from vlprobe.extract.fixtures import write_tiny_clip
+from vlprobe.extract.runner import ExtractConfig, extract
+from vlprobe.provenance import sha256_file
+
+N_ITEMS = 10
+
+
+@pytest.fixture(scope="module")
+def cache_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Complete cache of a synthetic dataset (10 items, with variants) under a tiny CLIP."""
+    root = tmp_path_factory.mktemp("recall")
+    data = make_synthetic_winoground(root / "data", n_items=N_ITEMS, seed=0)
+    clip = write_tiny_clip(root / "clip", seed=0)
+    out = root / "c.h5"
+    result = extract(ExtractConfig(
+        model="clip", checkpoint=str(clip), out=out, data_dir=data,
+        variants=data / "variants.jsonl", progress=False,
+    ))
+    assert result.complete
+    return out
+
+
+def original_matrix(path: Path) -> np.ndarray:
+    """scores[image r, caption c] over the original captions, caption c = the positive of image c.
+
+    Built from the ids: image "<item>/i<j>" goes with caption "<item>/c<j>".
+    """
+    with ActivationCache(path) as c:
+        matrix, _ = c.scores()
+        images, texts = c.table("images"), c.table("texts")
+    text_ids = list(texts["id"])
+    cols = []
+    for image_id in images["id"]:
+        item, j = image_id.rsplit("/i", 1)
+        col = text_ids.index(f"{item}/c{j}")
+        assert texts["parent"][col] == -1
+        cols.append(col)
+    assert len(cols) == 2 * N_ITEMS
+    assert (texts["parent"] >= 0).sum() > 0  # variants exist and must be left out
+    return matrix[:, cols]
+
+
+def expected_rows(path: Path, ks: tuple[int, ...]) -> dict[tuple[str, str], float]:
+    sub = original_matrix(path)
+    positives = np.arange(sub.shape[0])
+    out = {}
+    for direction, scores in (("i2t", sub), ("t2i", sub.T)):
+        for k, value in recall_at_k(scores, positives, ks).items():
+            out[(direction, f"recall@{k}")] = 100.0 * value
+    return out
+
+
+def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    with open(path, encoding="utf-8", newline="") as fh:
+        reader = csv.DictReader(fh)
+        return list(reader.fieldnames or []), list(reader)
+
+
+def test_recall_matches_independent_computation(cache_path: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    csv_path, manifest_path, rows = run_recall(RecallConfig(cache=cache_path, out=out))
+    assert csv_path == out / "recall" / "clip.csv"
+    assert manifest_path == out / "recall" / "manifest.json"
+    want = expected_rows(cache_path, (1, 2, 5, 10))
+    got = {(r["subset"], r["metric"]): r["value"] for r in rows}
+    assert list(got) == list(want)  # i2t first, k ascending
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value), key
+    for r in rows:
+        assert r["n"] == 2 * N_ITEMS
+        assert (r["experiment"], r["model"], r["task"], r["split"]) == ("recall", "clip", "target", "all")
+    # Independent of recall_at_k: rank ties against the model by hand for I2T@1.
+    sub = original_matrix(cache_path)
+    hits = [all(sub[r, c] < sub[r, r] for c in range(sub.shape[1]) if c != r) for r in range(sub.shape[0])]
+    assert got[("i2t", "recall@1")] == pytest.approx(100.0 * np.mean(hits))
+
+    header, lines = read_csv(csv_path)
+    assert header == list(TIDY_COLUMNS)
+    assert [(line["subset"], line["metric"]) for line in lines] == list(want)
+    assert {line["subset"] for line in lines} == {"i2t", "t2i"}
+    for line in lines:
+        assert float(line["value"]) == pytest.approx(want[(line["subset"], line["metric"])])
+        assert line["n"] == str(2 * N_ITEMS)
+
+    run = json.loads(manifest_path.read_text(encoding="utf-8"))["runs"]["clip"]
+    assert run["experiment"] == "recall"
+    assert run["config"]["ks"] == [1, 2, 5, 10]
+    assert run["config"]["cache"] == str(cache_path)
+    assert run["inputs"]["cache"]["sha256"] == sha256_file(cache_path)
+    assert run["inputs"]["cache"]["score_kind"] == "cosine"
+
+
+def test_recall_custom_ks_and_model(cache_path: Path, tmp_path: Path) -> None:
+    _, _, rows = run_recall(RecallConfig(cache=cache_path, out=tmp_path, ks=(3, 1, 20), model="tiny"))
+    assert [(r["subset"], r["metric"]) for r in rows] == [
+        ("i2t", "recall@3"), ("i2t", "recall@1"), ("i2t", "recall@20"),
+        ("t2i", "recall@3"), ("t2i", "recall@1"), ("t2i", "recall@20"),
+    ]
+    assert {r["model"] for r in rows} == {"tiny"}
+    # k = number of candidates: everything is found.
+    assert all(r["value"] == 100.0 for r in rows if r["metric"] == "recall@20")
+    assert (tmp_path / "recall" / "tiny.csv").is_file()
+
+
+@pytest.mark.parametrize("ks", [(), (0,), (1, -1)])
+def test_recall_bad_ks(cache_path: Path, tmp_path: Path, ks: tuple[int, ...]) -> None:
+    with pytest.raises(ValueError, match="ks"):
+        run_recall(RecallConfig(cache=cache_path, out=tmp_path / "o", ks=ks))
+    assert not (tmp_path / "o").exists()
+
+
+def test_recall_ignores_variant_scores(cache_path: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "c.h5"
+    shutil.copyfile(cache_path, copy)
+    with h5py.File(copy, "r+") as f:
+        variants = np.flatnonzero(f["texts/parent"][()] >= 0)
+        matrix = f["scores/matrix"][()]
+        matrix[:, variants] = 1e6  # would win every I2T ranking if variants took part
+        f["scores/matrix"][...] = matrix
+        done = f["scores/done"][()]
+        done[:, variants] = False
+        f["scores/done"][...] = done
+    _, _, a = run_recall(RecallConfig(cache=cache_path, out=tmp_path / "a"))
+    _, _, b = run_recall(RecallConfig(cache=copy, out=tmp_path / "b"))
+    assert [r["value"] for r in a] == [r["value"] for r in b]
+
+
+def test_recall_ties_count_against_the_model(cache_path: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "c.h5"
+    shutil.copyfile(cache_path, copy)
+    with h5py.File(copy, "r+") as f:
+        parent = f["texts/parent"][()]
+        matrix = f["scores/matrix"][()]
+        originals = np.flatnonzero(parent < 0)
+        matrix[:, originals] = 0.5  # every image-caption pair ties
+        f["scores/matrix"][...] = matrix
+    _, _, rows = run_recall(RecallConfig(cache=copy, out=tmp_path / "o", ks=(1, 19, 20)))
+    values = {(r["subset"], r["metric"]): r["value"] for r in rows}
+    for d in ("i2t", "t2i"):
+        assert values[(d, "recall@1")] == 0.0
+        assert values[(d, "recall@19")] == 0.0
+        assert values[(d, "recall@20")] == 100.0
+
+
+def test_recall_incomplete_matrix(cache_path: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "c.h5"
+    shutil.copyfile(cache_path, copy)
+    with h5py.File(copy, "r+") as f:
+        f["scores/done"][5, 0] = False
+    with pytest.raises(ValueError, match="recall needs the full matrix"):
+        run_recall(RecallConfig(cache=copy, out=tmp_path / "o"))
+
+
+def test_recall_missing_cache(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        run_recall(RecallConfig(cache=tmp_path / "absent.h5", out=tmp_path / "o"))
+
+
+# --- CLI ----------------------------------------------------------------------------------------
+
+
+def _assert_one_line_error(result: Any, match: str) -> None:
+    assert result.exit_code == 2, result.output
+    err = result.stderr.strip().splitlines()
+    assert len(err) == 1, result.stderr
+    assert err[0].startswith("error: ")
+    assert match in err[0]
+    assert "Traceback" not in result.output
+
+
+def test_cli_recall(cache_path: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        app, ["run", "recall", "--cache", str(cache_path), "--out", str(out), "--ks", "1,5"]
+    )
+    assert result.exit_code == 0, result.output
+    want = expected_rows(cache_path, (1, 5))
+    printed = {}
+    for line in result.stdout.splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[1] in ("i2t", "t2i"):
+            assert parts[0] == "clip"
+            printed[(parts[1], parts[2])] = float(parts[3])
+            assert f"(n={2 * N_ITEMS})" in line
+    assert list(printed) == list(want)
+    for key, value in want.items():
+        assert printed[key] == pytest.approx(value, abs=0.005), key
+    _, lines = read_csv(out / "recall" / "clip.csv")
+    assert [line["metric"] for line in lines] == ["recall@1", "recall@5"] * 2
+
+
+@pytest.mark.parametrize("ks", ["a,b", "1,,2", "0", ""])
+def test_cli_recall_bad_ks(cache_path: Path, tmp_path: Path, ks: str) -> None:
+    result = CliRunner().invoke(
+        app, ["run", "recall", "--cache", str(cache_path), "--out", str(tmp_path / "o"), "--ks", ks]
+    )
+    _assert_one_line_error(result, "ks")
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_recall_missing_cache(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["run", "recall", "--cache", str(tmp_path / "absent.h5"), "--out", str(tmp_path / "o")]
+    )
+    _assert_one_line_error(result, "no such file")

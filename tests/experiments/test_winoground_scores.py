@@ -1,0 +1,558 @@
+"""Winoground text / image / group scores per subset (vlprobe.experiments.winoground_scores)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from vlprobe.cli import app
+from vlprobe.data.synthetic import make_synthetic_winoground
+from vlprobe.experiments.metrics import winoground_outcomes
+from vlprobe.experiments.outputs import TIDY_COLUMNS
+from vlprobe.experiments.winoground_scores import (
+    WinogroundScoresConfig,
+    item_scores_from_cache,
+    read_model_scores,
+    run_winoground_scores,
+    subset_masks,
+)
+from vlprobe.extract.cache import ActivationCache
+from vlprobe.extract.fixtures import write_tiny_clip
+from vlprobe.extract.runner import ExtractConfig, extract
+from vlprobe.provenance import sha256_file
+
+WWH_TAGS = ("Non Minimal", "Ambiguously Correct", "Visually Difficult", "Unusual Image",
+            "Unusual Text", "Complex Reasoning")
+TAG_COUNTS = {"Complex Reasoning": 78, "Unusual Image": 56, "Unusual Text": 50,
+              "Ambiguously Correct": 46, "Visually Difficult": 38, "Non Minimal": 30}  # REFERENCE §1.2
+METRICS = ("text", "image", "group", "matching")
+
+
+# --- helpers and fixtures -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def real_tags(wwh_tags: Path) -> Path:
+    return wwh_tags
+
+
+def write_scores(path: Path, ids: list[int], s: np.ndarray, order: np.ndarray | None = None) -> Path:
+    """A model_scores JSONL file: one line per (id, caption k, image j)."""
+    lines = [
+        json.dumps({"label": f"{wid}_c{k}_i{j}", "score": float(s[n, k, j])})
+        for n, wid in enumerate(ids) for k in (0, 1) for j in (0, 1)
+    ]
+    if order is not None:
+        lines = [lines[i] for i in order]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    with open(path, encoding="utf-8", newline="") as fh:
+        reader = csv.DictReader(fh)
+        return list(reader.fieldnames or []), list(reader)
+
+
+def expected_mask(subset: str, ids: list[int], tags: list[dict[str, list[str]]]) -> np.ndarray:
+    """The items of a subset, computed from the definitions (not from subset_masks)."""
+    if subset == "all":
+        return np.ones(len(ids), dtype=bool)
+    family, value = subset.split("=", 1)
+    if family != "wwh":
+        if value == "(none)":
+            return np.array([not t.get(family) for t in tags])
+        return np.array([value in t.get(family, []) for t in tags])
+    lists = [t.get("wwh", []) for t in tags]
+    untagged = np.array([not w for w in lists])
+    code_none = untagged & (np.asarray(ids) != 313)
+    easier = code_none | np.array(["Non Minimal" in w for w in lists])
+    return {
+        "NoTag": untagged, "NoTag-WWH-code": code_none, "Easier": easier, "Harder": ~easier,
+    }.get(value, np.array([value in w for w in lists]))
+
+
+def expected_value(hit: np.ndarray, mask: np.ndarray) -> float:
+    n = int(mask.sum())
+    return 100.0 * int((hit & mask).sum()) / n if n else float("nan")
+
+
+# Items with a known outcome, s[k, j]; every one is multiplied by a > 0 and shifted by b > 0.
+TEMPLATES: dict[tuple[bool, bool], list[list[list[float]]]] = {
+    (True, True): [[1.0, 0.0], [0.0, 1.0]],
+    (True, False): [[0.5, 0.6], [0.1, 0.9]],
+    (False, True): [[0.5, 0.1], [0.6, 0.9]],
+    (False, False): [[0.1, 0.9], [0.8, 0.2]],
+}
+TIE = [[0.5, 0.5], [0.5, 0.5]]  # fails everything
+
+
+def designed_scores(n: int, seed: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """(s, outcomes) for n items whose text/image outcomes are drawn from a seeded RNG."""
+    rng = np.random.default_rng(seed)
+    text = rng.random(n) < 0.4
+    image = rng.random(n) < 0.5
+    tie = rng.random(n) < 0.05
+    s = np.empty((n, 2, 2))
+    for i in range(n):
+        base = np.array(TIE if tie[i] else TEMPLATES[(bool(text[i]), bool(image[i]))])
+        s[i] = rng.uniform(0.5, 3.0) * base + rng.uniform(0.01, 1.0)
+    text &= ~tie
+    image &= ~tie
+    matching = s[:, 0, 0] * s[:, 1, 1] > s[:, 0, 1] * s[:, 1, 0]
+    return s, {"text": text, "image": image, "group": text & image, "matching": matching}
+
+
+@pytest.fixture(scope="module")
+def cache_setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Synthetic dataset (10 items, with variants), tiny CLIP, and its complete cache."""
+    root = tmp_path_factory.mktemp("wg-scores")
+    data = make_synthetic_winoground(root / "data", n_items=10, seed=0)
+    clip = write_tiny_clip(root / "clip", seed=0)
+    out = root / "c.h5"
+    result = extract(ExtractConfig(
+        model="clip", checkpoint=str(clip), out=out, data_dir=data,
+        variants=data / "variants.jsonl", progress=False,
+    ))
+    assert result.complete
+    return {"root": root, "data": data, "cache": out}
+
+
+def cache_tables(path: Path) -> dict[str, Any]:
+    with ActivationCache(path) as c:
+        matrix, _ = c.scores()
+        return {"matrix": matrix, "items": c.table("items"), "images": c.table("images"),
+                "texts": c.table("texts")}
+
+
+# --- read_model_scores --------------------------------------------------------------------------
+
+
+def test_read_model_scores_exact(tmp_path: Path) -> None:
+    ids = [7, 0, 399, 12]
+    rng = np.random.default_rng(1)
+    s = rng.normal(size=(4, 2, 2)) * 30
+    path = write_scores(tmp_path / "m.jsonl", ids, s, order=rng.permutation(16))
+    got_ids, got = read_model_scores(path)
+    assert got_ids == [0, 7, 12, 399]  # ascending
+    order = [ids.index(w) for w in got_ids]
+    assert got.shape == (4, 2, 2)
+    np.testing.assert_array_equal(got, s[order])
+
+
+def test_read_model_scores_layout_and_blank_lines(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    path.write_text(
+        '{"label": "3_c0_i0", "score": 1}\n\n'
+        '{"label": "3_c0_i1", "score": 2.5}\n'
+        '{"score": -3, "label": "3_c1_i0"}\n'
+        '{"label": "3_c1_i1", "score": 4e1}\n\n',
+        encoding="utf-8",
+    )
+    ids, s = read_model_scores(path)
+    assert ids == [3]
+    np.testing.assert_array_equal(s, [[[1.0, 2.5], [-3.0, 40.0]]])  # s[n, caption, image]
+
+
+def _four(wid: int) -> list[str]:
+    return [json.dumps({"label": f"{wid}_c{k}_i{j}", "score": 1.0}) for k in (0, 1) for j in (0, 1)]
+
+
+@pytest.mark.parametrize(
+    ("lines", "match"),
+    [
+        (['{"score": 1.0}'], "line 1"),  # missing label
+        (['{"label": "0_c0_i0"}'], "line 1"),  # missing score
+        (["not json"], "line 1"),
+        (['["0_c0_i0", 1.0]'], "line 1"),
+        (['{"label": "0_c0_i0", "score": "high"}'], "line 1"),
+        ([*_four(0)[:3], '{"label": "0_c0_i2", "score": 1}'], "line 4.*0_c0_i2"),
+        (['{"label": "0-c0-i0", "score": 1}'], "0-c0-i0"),
+        (['{"label": "ex_0_c0_i0", "score": 1}'], "ex_0_c0_i0"),
+        (['{"label": "0_c2_i0", "score": 1}'], "0_c2_i0"),
+        ([*_four(0), _four(0)[2]], "line 5 repeats.*0_c1_i0"),
+        ([*_four(0), *_four(1)[:3]], "3 of 4 scores for id 1"),
+        ([], "no scores"),
+        (["", "   "], "no scores"),
+    ],
+)
+def test_read_model_scores_errors(tmp_path: Path, lines: list[str], match: str) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    with pytest.raises(ValueError, match=match):
+        read_model_scores(path)
+
+
+def test_read_model_scores_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="scores_file"):
+        read_model_scores(tmp_path / "absent.jsonl")
+
+
+# --- subset_masks -------------------------------------------------------------------------------
+
+
+def test_subset_masks_real_tag_file(real_tags: Path) -> None:
+    raw = json.loads(real_tags.read_text(encoding="utf-8"))
+    ids = list(range(400))
+    tags = [{"wwh": raw[str(i)]} for i in ids]
+    masks = subset_masks(ids, tags)
+    assert next(iter(masks)) == "all"
+    assert set(masks) == {"all", *(f"wwh={t}" for t in WWH_TAGS),
+                          "wwh=NoTag", "wwh=NoTag-WWH-code", "wwh=Easier", "wwh=Harder"}
+    counts = {k: int(v.sum()) for k, v in masks.items()}
+    assert counts["all"] == 400
+    assert counts["wwh=NoTag"] == 172
+    assert counts["wwh=NoTag-WWH-code"] == 171
+    assert counts["wwh=Easier"] == 201
+    assert counts["wwh=Harder"] == 199
+    for tag, n in TAG_COUNTS.items():
+        assert counts[f"wwh={tag}"] == n, tag
+    # The one id that separates the two NoTag lists, and where it lands.
+    assert masks["wwh=NoTag"][313] and not masks["wwh=NoTag-WWH-code"][313]
+    assert masks["wwh=Harder"][313]
+    np.testing.assert_array_equal(masks["wwh=Easier"], ~masks["wwh=Harder"])
+    for name, mask in masks.items():
+        assert mask.dtype == bool and mask.shape == (400,), name
+        np.testing.assert_array_equal(mask, expected_mask(name, ids, tags), err_msg=name)
+
+
+def test_subset_masks_other_families() -> None:
+    ids = [0, 1, 2, 3]
+    tags = [
+        {"tag": ["Noun"], "collapsed_tag": ["Object"], "secondary_tag": [], "num_main_preds": ["1"]},
+        {"tag": ["Verb"], "collapsed_tag": ["Relation"], "secondary_tag": ["Symbolic", "Series"],
+         "num_main_preds": ["2"]},
+        {"tag": ["Noun"], "collapsed_tag": ["Object"], "secondary_tag": ["Series"], "num_main_preds": ["1"]},
+        {"tag": ["Adjective-Color"], "collapsed_tag": ["Relation"], "secondary_tag": [],
+         "num_main_preds": ["1"]},
+    ]
+    masks = subset_masks(ids, tags)
+    assert not any(k.startswith("wwh=") for k in masks)  # no tag file, no wwh subsets
+    expected = {
+        "all": [1, 1, 1, 1],
+        "collapsed_tag=Object": [1, 0, 1, 0], "collapsed_tag=Relation": [0, 1, 0, 1],
+        "num_main_preds=1": [1, 0, 1, 1], "num_main_preds=2": [0, 1, 0, 0],
+        "secondary_tag=Series": [0, 1, 1, 0], "secondary_tag=Symbolic": [0, 1, 0, 0],
+        "secondary_tag=(none)": [1, 0, 0, 1],
+        "tag=Adjective-Color": [0, 0, 0, 1], "tag=Noun": [1, 0, 1, 0], "tag=Verb": [0, 1, 0, 0],
+    }
+    assert set(masks) == set(expected)
+    for name, want in expected.items():
+        np.testing.assert_array_equal(masks[name], np.array(want, dtype=bool), err_msg=name)
+
+
+def test_subset_masks_without_tags() -> None:
+    masks = subset_masks([5, 6], [{}, {}])
+    assert list(masks) == ["all"]
+    np.testing.assert_array_equal(masks["all"], [True, True])
+
+
+# --- run from a model_scores file ----------------------------------------------------------------
+
+
+def test_run_from_scores_file_with_real_tags(tmp_path: Path, real_tags: Path) -> None:
+    ids = list(range(400))
+    s, outcomes = designed_scores(400, seed=3)
+    np.testing.assert_array_equal(winoground_outcomes(s)["text"], outcomes["text"])  # design check
+    scores_file = write_scores(tmp_path / "designed.jsonl", ids, s,
+                               order=np.random.default_rng(4).permutation(1600))
+    out = tmp_path / "out"
+    csv_path, manifest_path, rows = run_winoground_scores(
+        WinogroundScoresConfig(out=out, scores_file=scores_file, tags=real_tags)
+    )
+    assert csv_path == out / "winoground-scores" / "designed.csv"
+    assert manifest_path == out / "winoground-scores" / "manifest.json"
+
+    raw = json.loads(real_tags.read_text(encoding="utf-8"))
+    tags = [{"wwh": raw[str(i)]} for i in ids]
+    subsets = ["all", *(f"wwh={t}" for t in WWH_TAGS),
+               "wwh=NoTag", "wwh=NoTag-WWH-code", "wwh=Easier", "wwh=Harder"]
+    assert {r["subset"] for r in rows} == set(subsets)
+    assert len(rows) == len(subsets) * len(METRICS)
+    by_key = {(r["subset"], r["metric"]): r for r in rows}
+    assert len(by_key) == len(rows)
+    for subset in subsets:
+        mask = expected_mask(subset, ids, tags)
+        for metric in METRICS:
+            row = by_key[(subset, metric)]
+            assert row["n"] == int(mask.sum())
+            assert row["value"] == pytest.approx(expected_value(outcomes[metric], mask), rel=1e-12, abs=1e-12), (
+                subset, metric)
+            assert (row["experiment"], row["model"], row["task"], row["split"]) == (
+                "winoground-scores", "designed", "target", "all")
+    assert by_key[("all", "text")]["value"] == pytest.approx(100.0 * outcomes["text"].mean())
+
+    # The CSV holds exactly these rows.
+    header, got = read_csv(csv_path)
+    assert header == list(TIDY_COLUMNS)
+    assert len(got) == len(rows)
+    for row, line in zip(rows, got, strict=True):
+        assert line["subset"] == row["subset"] and line["metric"] == row["metric"]
+        assert float(line["value"]) == row["value"]
+        assert int(line["n"]) == row["n"]
+        assert line["stream"] == line["layer"] == line["seed"] == ""
+
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    assert manifest["experiment"] == "winoground-scores"
+    run = manifest["runs"]["designed"]
+    assert run["experiment"] == "winoground-scores"
+    assert run["n_items"] == 400
+    assert run["model"] == "designed"
+    assert run["config"]["scores_file"] == str(scores_file)
+    assert run["config"]["tags"] == str(real_tags)
+    assert run["config"]["cache"] is None
+    assert run["inputs"]["scores_file"] == {"path": str(scores_file), "sha256": sha256_file(scores_file)}
+    assert run["inputs"]["tags"] == {"tags": sha256_file(real_tags)}
+    assert {"git_revision", "versions", "seeds"} <= set(run)
+
+
+def test_run_from_scores_file_without_tags(tmp_path: Path) -> None:
+    s, outcomes = designed_scores(30, seed=5)
+    ids = list(range(100, 130))
+    scores_file = write_scores(tmp_path / "plain.jsonl", ids, s)
+    _, _, rows = run_winoground_scores(
+        WinogroundScoresConfig(out=tmp_path / "o", scores_file=scores_file, model="my-model")
+    )
+    assert {r["subset"] for r in rows} == {"all"}
+    assert {r["model"] for r in rows} == {"my-model"}
+    assert (tmp_path / "o" / "winoground-scores" / "my-model.csv").is_file()
+    for r in rows:
+        assert r["n"] == 30
+        assert r["value"] == pytest.approx(100.0 * outcomes[r["metric"]].mean())
+
+
+def test_run_without_matching_when_a_score_is_negative(tmp_path: Path) -> None:
+    s, _ = designed_scores(8, seed=6)
+    s[3, 0, 1] = -1.0
+    scores_file = write_scores(tmp_path / "neg.jsonl", list(range(8)), s)
+    _, _, rows = run_winoground_scores(WinogroundScoresConfig(out=tmp_path / "o", scores_file=scores_file))
+    assert {r["metric"] for r in rows} == {"text", "image", "group"}
+
+
+def test_run_ids_missing_from_tag_file(tmp_path: Path, real_tags: Path) -> None:
+    s, _ = designed_scores(2, seed=7)
+    scores_file = write_scores(tmp_path / "far.jsonl", [399, 400], s)
+    with pytest.raises(ValueError, match=r"tags: ids \[400\]"):
+        run_winoground_scores(WinogroundScoresConfig(out=tmp_path / "o", scores_file=scores_file, tags=real_tags))
+    assert not (tmp_path / "o").exists()
+
+
+def test_run_needs_exactly_one_input(tmp_path: Path, cache_setup: dict[str, Path]) -> None:
+    s, _ = designed_scores(2, seed=8)
+    scores_file = write_scores(tmp_path / "x.jsonl", [0, 1], s)
+    for cfg in (
+        WinogroundScoresConfig(out=tmp_path / "o"),
+        WinogroundScoresConfig(out=tmp_path / "o", cache=cache_setup["cache"], scores_file=scores_file),
+    ):
+        with pytest.raises(ValueError, match="exactly one of cache"):
+            run_winoground_scores(cfg)
+    assert not (tmp_path / "o").exists()
+
+
+# --- run from a cache ---------------------------------------------------------------------------
+
+
+def test_item_scores_from_cache(cache_setup: dict[str, Path]) -> None:
+    path = cache_setup["cache"]
+    t = cache_tables(path)
+    model, ids, s, tags, prov = item_scores_from_cache(path)
+    assert model == "clip"
+    assert ids == list(range(10))
+    assert s.shape == (10, 2, 2)
+    image_ids, text_ids = list(t["images"]["id"]), list(t["texts"]["id"])
+    for n, wid in enumerate(ids):
+        for k in (0, 1):
+            for j in (0, 1):
+                row = image_ids.index(f"winoground/{wid}/i{j}")
+                col = text_ids.index(f"winoground/{wid}/c{k}")
+                assert t["texts"]["parent"][col] == -1
+                assert s[n, k, j] == t["matrix"][row, col], (n, k, j)
+    assert tags == [json.loads(x) for x in t["items"]["tags"]]
+    assert all("wwh" in x for x in tags)
+    assert prov["sha256"] == sha256_file(path)
+    assert prov["model"] == "clip"
+    assert prov["score_kind"] == "cosine"
+    assert prov["path"] == str(path)
+
+
+def test_item_scores_ignore_variants(cache_setup: dict[str, Path], tmp_path: Path) -> None:
+    src = cache_setup["cache"]
+    _, _, s, _, _ = item_scores_from_cache(src)
+    copy = tmp_path / "c.h5"
+    shutil.copyfile(src, copy)
+    with h5py.File(copy, "r+") as f:
+        variants = np.flatnonzero(f["texts/parent"][()] >= 0)
+        assert len(variants) > 0  # the test needs a cache with variants
+        matrix = f["scores/matrix"][()]
+        matrix[:, variants] = 1e6
+        f["scores/matrix"][...] = matrix
+        done = f["scores/done"][()]
+        done[:, variants] = False  # unscored variants do not matter either
+        f["scores/done"][...] = done
+    _, _, s2, _, _ = item_scores_from_cache(copy)
+    np.testing.assert_array_equal(s2, s)
+
+
+def test_item_scores_incomplete_cache(cache_setup: dict[str, Path], tmp_path: Path) -> None:
+    copy = tmp_path / "c.h5"
+    shutil.copyfile(cache_setup["cache"], copy)
+    with h5py.File(copy, "r+") as f:
+        f["scores/done"][3, 3] = False  # image 1 of item 1 with caption 1 of item 1
+    with pytest.raises(ValueError, match="lacks some caption-image scores"):
+        item_scores_from_cache(copy)
+
+
+def test_item_scores_refuses_other_datasets(cache_setup: dict[str, Path], tmp_path: Path) -> None:
+    copy = tmp_path / "c.h5"
+    shutil.copyfile(cache_setup["cache"], copy)
+    with h5py.File(copy, "r+") as f:
+        f.attrs["dataset"] = "sugarcrepe"
+    with pytest.raises(ValueError, match="not winoground"):
+        item_scores_from_cache(copy)
+
+
+def test_run_from_cache(cache_setup: dict[str, Path], tmp_path: Path) -> None:
+    path = cache_setup["cache"]
+    _, ids, s, tags, _ = item_scores_from_cache(path)
+    outcomes = winoground_outcomes(s)
+    out = tmp_path / "out"
+    csv_path, manifest_path, rows = run_winoground_scores(WinogroundScoresConfig(out=out, cache=path))
+    assert csv_path == out / "winoground-scores" / "clip.csv"
+    all_rows = {r["metric"]: r for r in rows if r["subset"] == "all"}
+    assert set(all_rows) == set(outcomes)
+    for metric, hit in outcomes.items():
+        assert all_rows[metric]["value"] == pytest.approx(100.0 * hit.mean())
+        assert all_rows[metric]["n"] == 10
+    # Every subset, including the cache's own tag families and the wwh tags.
+    subsets = {r["subset"] for r in rows}
+    assert {"collapsed_tag=Object", "collapsed_tag=Relation", "wwh=NoTag", "wwh=Harder"} <= subsets
+    for r in rows:
+        mask = expected_mask(r["subset"], ids, tags)
+        assert r["n"] == int(mask.sum()), r["subset"]
+        want = expected_value(outcomes[r["metric"]], mask)
+        if np.isnan(want):
+            assert np.isnan(r["value"]), r["subset"]
+        else:
+            assert r["value"] == pytest.approx(want), (r["subset"], r["metric"])
+    run = json.loads(manifest_path.read_text(encoding="utf-8"))["runs"]["clip"]
+    assert run["inputs"]["cache"]["sha256"] == sha256_file(path)
+    assert run["config"]["cache"] == str(path)
+    assert run["n_items"] == 10
+    _, got = read_csv(csv_path)
+    assert len(got) == len(rows)
+
+
+def test_run_from_cache_model_override(cache_setup: dict[str, Path], tmp_path: Path) -> None:
+    csv_path, _, rows = run_winoground_scores(
+        WinogroundScoresConfig(out=tmp_path, cache=cache_setup["cache"], model="tiny")
+    )
+    assert csv_path.name == "tiny.csv"
+    assert {r["model"] for r in rows} == {"tiny"}
+
+
+# --- CLI ----------------------------------------------------------------------------------------
+
+
+def _all_lines(stdout: str) -> dict[str, str]:
+    """metric -> printed line, for the 'all' rows."""
+    out = {}
+    for line in stdout.splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[1] == "all":
+            out[parts[2]] = line
+    return out
+
+
+def test_cli_from_cache(cache_setup: dict[str, Path], tmp_path: Path) -> None:
+    _, _, s, _, _ = item_scores_from_cache(cache_setup["cache"])
+    outcomes = winoground_outcomes(s)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        app, ["run", "winoground-scores", "--cache", str(cache_setup["cache"]), "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    lines = _all_lines(result.stdout)
+    assert set(lines) == set(outcomes)
+    for metric, hit in outcomes.items():
+        parts = lines[metric].split()
+        assert parts[0] == "clip"
+        assert float(parts[3]) == pytest.approx(100.0 * hit.mean(), abs=0.005)
+        assert "(n=10)" in lines[metric]
+    assert "wwh=" not in result.stdout  # only the 'all' rows are printed
+    assert (out / "winoground-scores" / "clip.csv").is_file()
+    assert str(out / "winoground-scores" / "manifest.json") in result.stdout
+
+
+def test_cli_from_scores_file(tmp_path: Path, real_tags: Path) -> None:
+    s, outcomes = designed_scores(400, seed=9)
+    scores_file = write_scores(tmp_path / "cli-model.jsonl", list(range(400)), s)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, [
+        "run", "winoground-scores", "--scores-file", str(scores_file), "--tags", str(real_tags),
+        "--out", str(out),
+    ])
+    assert result.exit_code == 0, result.output
+    lines = _all_lines(result.stdout)
+    assert set(lines) == set(METRICS)
+    for metric in METRICS:
+        parts = lines[metric].split()
+        assert parts[0] == "cli-model"
+        assert float(parts[3]) == pytest.approx(100.0 * outcomes[metric].mean(), abs=0.005)
+        assert "(n=400)" in lines[metric]
+    _, rows = read_csv(out / "winoground-scores" / "cli-model.csv")
+    assert {r["subset"] for r in rows} >= {"wwh=NoTag", "wwh=Non Minimal"}
+
+
+def _assert_one_line_error(result: Any, match: str) -> None:
+    assert result.exit_code == 2, result.output
+    err = result.stderr.strip().splitlines()
+    assert len(err) == 1, result.stderr
+    assert err[0].startswith("error: ")
+    assert match in err[0]
+    assert "Traceback" not in result.output
+
+
+def test_cli_both_inputs(cache_setup: dict[str, Path], tmp_path: Path) -> None:
+    s, _ = designed_scores(2, seed=10)
+    scores_file = write_scores(tmp_path / "x.jsonl", [0, 1], s)
+    result = CliRunner().invoke(app, [
+        "run", "winoground-scores", "--cache", str(cache_setup["cache"]),
+        "--scores-file", str(scores_file), "--out", str(tmp_path / "o"),
+    ])
+    _assert_one_line_error(result, "exactly one of cache")
+
+
+def test_cli_neither_input(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["run", "winoground-scores", "--out", str(tmp_path / "o")])
+    _assert_one_line_error(result, "exactly one of cache")
+
+
+def test_cli_missing_cache(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, [
+        "run", "winoground-scores", "--cache", str(tmp_path / "absent.h5"), "--out", str(tmp_path / "o"),
+    ])
+    _assert_one_line_error(result, "no such file")
+
+
+def test_cli_bad_scores_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"label": "0_c0_i0", "score": 1}\n{"label": "oops", "score": 1}\n', encoding="utf-8")
+    result = CliRunner().invoke(app, [
+        "run", "winoground-scores", "--scores-file", str(bad), "--out", str(tmp_path / "o"),
+    ])
+    _assert_one_line_error(result, "line 2")
+
+
+def test_cache_mode_refuses_tags_and_data_dir(tmp_path: Path, reference_cache: Path, wwh_tags: Path) -> None:
+    for extra in ({"tags": wwh_tags}, {"data_dir": tmp_path}):
+        with pytest.raises(ValueError, match="apply to scores_file only"):
+            run_winoground_scores(WinogroundScoresConfig(out=tmp_path / "o", cache=reference_cache, **extra))
+    assert not (tmp_path / "o").exists()
