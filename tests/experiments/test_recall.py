@@ -14,31 +14,19 @@ import pytest
 from typer.testing import CliRunner
 
 from vlprobe.cli import app
-from vlprobe.data.synthetic import make_synthetic_winoground
 from vlprobe.experiments.metrics import recall_at_k
 from vlprobe.experiments.outputs import TIDY_COLUMNS
 from vlprobe.experiments.recall import RecallConfig, run_recall
 from vlprobe.extract.cache import ActivationCache
-from vlprobe.extract.fixtures import write_tiny_clip
-from vlprobe.extract.runner import ExtractConfig, extract
 from vlprobe.provenance import sha256_file
 
-N_ITEMS = 10
+N_ITEMS = 12  # the session dataset of conftest.py
 
 
 @pytest.fixture(scope="module")
-def cache_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Complete cache of a synthetic dataset (10 items, with variants) under a tiny CLIP."""
-    root = tmp_path_factory.mktemp("recall")
-    data = make_synthetic_winoground(root / "data", n_items=N_ITEMS, seed=0)
-    clip = write_tiny_clip(root / "clip", seed=0)
-    out = root / "c.h5"
-    result = extract(ExtractConfig(
-        model="clip", checkpoint=str(clip), out=out, data_dir=data,
-        variants=data / "variants.jsonl", progress=False,
-    ))
-    assert result.complete
-    return out
+def cache_path(reference_cache: Path) -> Path:
+    """The session's complete cache (synthetic dataset with variants, tiny CLIP)."""
+    return reference_cache
 
 
 def original_matrix(path: Path) -> np.ndarray:
@@ -112,14 +100,14 @@ def test_recall_matches_independent_computation(cache_path: Path, tmp_path: Path
 
 
 def test_recall_custom_ks_and_model(cache_path: Path, tmp_path: Path) -> None:
-    _, _, rows = run_recall(RecallConfig(cache=cache_path, out=tmp_path, ks=(3, 1, 20), model="tiny"))
+    _, _, rows = run_recall(RecallConfig(cache=cache_path, out=tmp_path, ks=(3, 1, 2 * N_ITEMS), model="tiny"))
     assert [(r["subset"], r["metric"]) for r in rows] == [
-        ("i2t", "recall@3"), ("i2t", "recall@1"), ("i2t", "recall@20"),
-        ("t2i", "recall@3"), ("t2i", "recall@1"), ("t2i", "recall@20"),
+        ("i2t", "recall@3"), ("i2t", "recall@1"), ("i2t", f"recall@{2 * N_ITEMS}"),
+        ("t2i", "recall@3"), ("t2i", "recall@1"), ("t2i", f"recall@{2 * N_ITEMS}"),
     ]
     assert {r["model"] for r in rows} == {"tiny"}
     # k = number of candidates: everything is found.
-    assert all(r["value"] == 100.0 for r in rows if r["metric"] == "recall@20")
+    assert all(r["value"] == 100.0 for r in rows if r["metric"] == f"recall@{2 * N_ITEMS}")
     assert (tmp_path / "recall" / "tiny.csv").is_file()
 
 
@@ -155,12 +143,12 @@ def test_recall_ties_count_against_the_model(cache_path: Path, tmp_path: Path) -
         originals = np.flatnonzero(parent < 0)
         matrix[:, originals] = 0.5  # every image-caption pair ties
         f["scores/matrix"][...] = matrix
-    _, _, rows = run_recall(RecallConfig(cache=copy, out=tmp_path / "o", ks=(1, 19, 20)))
+    _, _, rows = run_recall(RecallConfig(cache=copy, out=tmp_path / "o", ks=(1, 2 * N_ITEMS - 1, 2 * N_ITEMS)))
     values = {(r["subset"], r["metric"]): r["value"] for r in rows}
     for d in ("i2t", "t2i"):
         assert values[(d, "recall@1")] == 0.0
-        assert values[(d, "recall@19")] == 0.0
-        assert values[(d, "recall@20")] == 100.0
+        assert values[(d, f"recall@{2 * N_ITEMS - 1}")] == 0.0
+        assert values[(d, f"recall@{2 * N_ITEMS}")] == 100.0
 
 
 def test_recall_incomplete_matrix(cache_path: Path, tmp_path: Path) -> None:

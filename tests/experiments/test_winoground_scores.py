@@ -14,7 +14,6 @@ import pytest
 from typer.testing import CliRunner
 
 from vlprobe.cli import app
-from vlprobe.data.synthetic import make_synthetic_winoground
 from vlprobe.experiments.metrics import winoground_outcomes
 from vlprobe.experiments.outputs import TIDY_COLUMNS
 from vlprobe.experiments.winoground_scores import (
@@ -25,8 +24,6 @@ from vlprobe.experiments.winoground_scores import (
     subset_masks,
 )
 from vlprobe.extract.cache import ActivationCache
-from vlprobe.extract.fixtures import write_tiny_clip
-from vlprobe.extract.runner import ExtractConfig, extract
 from vlprobe.provenance import sha256_file
 
 WWH_TAGS = ("Non Minimal", "Ambiguously Correct", "Visually Difficult", "Unusual Image",
@@ -112,18 +109,9 @@ def designed_scores(n: int, seed: int) -> tuple[np.ndarray, dict[str, np.ndarray
 
 
 @pytest.fixture(scope="module")
-def cache_setup(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Synthetic dataset (10 items, with variants), tiny CLIP, and its complete cache."""
-    root = tmp_path_factory.mktemp("wg-scores")
-    data = make_synthetic_winoground(root / "data", n_items=10, seed=0)
-    clip = write_tiny_clip(root / "clip", seed=0)
-    out = root / "c.h5"
-    result = extract(ExtractConfig(
-        model="clip", checkpoint=str(clip), out=out, data_dir=data,
-        variants=data / "variants.jsonl", progress=False,
-    ))
-    assert result.complete
-    return {"root": root, "data": data, "cache": out}
+def cache_setup(synthetic_dir: Path, reference_cache: Path) -> dict[str, Path]:
+    """The session's synthetic dataset (12 items, with variants) and its complete tiny-CLIP cache."""
+    return {"data": synthetic_dir, "cache": reference_cache}
 
 
 def cache_tables(path: Path) -> dict[str, Any]:
@@ -365,8 +353,8 @@ def test_item_scores_from_cache(cache_setup: dict[str, Path]) -> None:
     t = cache_tables(path)
     model, ids, s, tags, prov = item_scores_from_cache(path)
     assert model == "clip"
-    assert ids == list(range(10))
-    assert s.shape == (10, 2, 2)
+    assert ids == list(range(12))
+    assert s.shape == (12, 2, 2)
     image_ids, text_ids = list(t["images"]["id"]), list(t["texts"]["id"])
     for n, wid in enumerate(ids):
         for k in (0, 1):
@@ -430,7 +418,7 @@ def test_run_from_cache(cache_setup: dict[str, Path], tmp_path: Path) -> None:
     assert set(all_rows) == set(outcomes)
     for metric, hit in outcomes.items():
         assert all_rows[metric]["value"] == pytest.approx(100.0 * hit.mean())
-        assert all_rows[metric]["n"] == 10
+        assert all_rows[metric]["n"] == 12
     # Every subset, including the cache's own tag families and the wwh tags.
     subsets = {r["subset"] for r in rows}
     assert {"collapsed_tag=Object", "collapsed_tag=Relation", "wwh=NoTag", "wwh=Harder"} <= subsets
@@ -445,7 +433,7 @@ def test_run_from_cache(cache_setup: dict[str, Path], tmp_path: Path) -> None:
     run = json.loads(manifest_path.read_text(encoding="utf-8"))["runs"]["clip"]
     assert run["inputs"]["cache"]["sha256"] == sha256_file(path)
     assert run["config"]["cache"] == str(path)
-    assert run["n_items"] == 10
+    assert run["n_items"] == 12
     _, got = read_csv(csv_path)
     assert len(got) == len(rows)
 
@@ -485,7 +473,7 @@ def test_cli_from_cache(cache_setup: dict[str, Path], tmp_path: Path) -> None:
         parts = lines[metric].split()
         assert parts[0] == "clip"
         assert float(parts[3]) == pytest.approx(100.0 * hit.mean(), abs=0.005)
-        assert "(n=10)" in lines[metric]
+        assert "(n=12)" in lines[metric]
     assert "wwh=" not in result.stdout  # only the 'all' rows are printed
     assert (out / "winoground-scores" / "clip.csv").is_file()
     assert str(out / "winoground-scores" / "manifest.json") in result.stdout

@@ -63,7 +63,6 @@ six spellings in :data:`WWH_TAGS`, listed in that order.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import re
@@ -74,7 +73,10 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
+from vlprobe import __version__
+from vlprobe.data.tags import WWH_TAGS
 from vlprobe.data.variants import Variant, VariantSet, write_variants
+from vlprobe.data.winoground import WINOGROUND_FIELDS
 from vlprobe.io import atomic_path, atomic_write
 
 __all__ = [
@@ -104,16 +106,7 @@ SWAP_TYPES: dict[str, tuple[str, str, int]] = {
     "adjective-size": ("Adjective-Size", "Relation", 1),
     "noun-phrase": ("Noun Phrase", "Both", 2),
 }
-#: The six "Why is Winoground Hard?" tags, spelled as in ``new_tag_assignments.json``.
-WWH_TAGS: tuple[str, ...] = (
-    "Non Minimal", "Ambiguously Correct", "Unusual Image", "Unusual Text",
-    "Visually Difficult", "Complex Reasoning",
-)
-
-_FIELDS = (
-    "id", "caption_0", "caption_1", "image_0", "image_1", "tag", "secondary_tag",
-    "num_main_preds", "collapsed_tag",
-)
+_FIELDS = tuple(WINOGROUND_FIELDS)
 _SECONDARY = ("Symbolic", "Series", "Pragmatics", "Morpheme-Level", "Symbolic, Pragmatics")
 _SWAP_WEIGHTS = {"noun": 0.3, "adjective-color": 0.3, "adjective-size": 0.15, "noun-phrase": 0.25}
 _CONVERSE = {"left of": "right of", "right of": "left of", "above": "below", "below": "above"}
@@ -385,12 +378,8 @@ def _polygon(shape: str, cx: float, cy: float, r: float) -> Sequence[tuple[float
 
 
 def _provenance(n_items: int, seed: int, image_size: int) -> str:
-    try:
-        version = importlib.metadata.version("vlprobe")
-    except importlib.metadata.PackageNotFoundError:
-        version = "unknown (not installed)"
     return (
-        f"{_PROVENANCE_MARK} {version} (vlprobe.data.synthetic.make_synthetic_winoground)\n"
+        f"{_PROVENANCE_MARK} {__version__} (vlprobe.data.synthetic.make_synthetic_winoground)\n"
         f"n_items={n_items} seed={seed} image_size={image_size}\n"
         "Drawn shapes and template captions only: no Winoground text or images. Safe to share.\n"
         "Same vlprobe version and arguments give byte-identical files.\n"

@@ -191,7 +191,10 @@ def _open_h5(path: Path, mode: str) -> h5py.File:
     except OSError as exc:
         msg = str(exc)
         if "lock" in msg.lower():
-            raise ValueError(f"cache {str(path)!r} is open for writing in another process") from None
+            raise ValueError(
+                f"cache {str(path)!r} is open for writing in another process "
+                "(to read it meanwhile, set HDF5_USE_FILE_LOCKING=FALSE)"
+            ) from None
         raise ValueError(f"cache {str(path)!r} is not a readable HDF5 file ({msg.splitlines()[0]})") from None
 
 
