@@ -61,22 +61,33 @@ def pool_states(
     if not bool(valid.any(dim=1).all()):
         raise ValueError("mask: every row needs at least one valid token")
     states = hidden if hidden.dtype == torch.float32 else hidden.float()
-    if not bool(valid.all()) and not bool(torch.isfinite(states).all()):
-        # The fast paths below would turn inf/NaN at padded positions into NaN (0 * inf,
-        # inf - inf); zero padded positions first so only valid tokens count.
-        states = states.masked_fill(~valid.view(b, 1, t, 1), 0.0)
     out: dict[str, torch.Tensor] = {}
     if "cls" in poolings:
         if cls_index is None:
             raise ValueError("pooling 'cls' is not available for this stream (it has no CLS token)")
         idx = cls_index.to(device=states.device, dtype=torch.long).view(b, 1, 1, 1).expand(b, n_layers, 1, h)
         out["cls"] = states.gather(2, idx).squeeze(2)
-    if "mean" in poolings:
-        # (B, 1, 1, T) @ (B, L, T, H): a batched product with the mask weights, no masked copy.
+    masked = {p for p in ("mean", "max") if p in poolings}
+    if masked:
+        fast = _masked_poolings(states, valid, masked)
+        if not bool(valid.all()) and not all(bool(torch.isfinite(v).all()) for v in fast.values()):
+            # The fast paths turn inf/NaN at padded positions into NaN (0 * inf, inf - inf);
+            # redo them with padded positions zeroed, so only valid tokens count.
+            fast = _masked_poolings(states.masked_fill(~valid.view(b, 1, t, 1), 0.0), valid, masked)
+        out.update(fast)
+    return out
+
+
+def _masked_poolings(states: torch.Tensor, valid: torch.Tensor, names: set[str]) -> dict[str, torch.Tensor]:
+    """Masked mean and max of (B, L, T, H) states over T without copying the states."""
+    b, n_layers, t, _ = states.shape
+    out: dict[str, torch.Tensor] = {}
+    if "mean" in names:
+        # (B, 1, 1, T) @ (B, L, T, H): a batched product with the mask weights.
         weights = valid.to(states.dtype)
         weights = weights / weights.sum(dim=1, keepdim=True)
         out["mean"] = torch.matmul(weights.view(b, 1, 1, t), states).squeeze(2)
-    if "max" in poolings:
+    if "max" in names:
         if bool(valid.all()):
             out["max"] = states.amax(dim=2)
         else:
