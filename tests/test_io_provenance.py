@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -156,3 +157,32 @@ def test_git_revision_outside_a_repo(tmp_path: Path, monkeypatch: pytest.MonkeyP
 def test_git_revision_without_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     assert git_revision(REPO) == "unknown"
+
+
+def _git_repo(root: Path, package: Path) -> None:
+    package.mkdir(parents=True)
+    (package / "provenance.py").write_text("# stand-in\n", encoding="utf-8")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "x"]):
+        subprocess.run(["git", *args], cwd=root, check=True, env=env, capture_output=True)
+
+
+def test_git_revision_ignores_an_installed_copy_inside_another_repo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import vlprobe.provenance as provenance
+
+    package = tmp_path / "project" / ".venv" / "lib" / "site-packages" / "vlprobe"
+    _git_repo(tmp_path / "project", package)
+    monkeypatch.setattr(provenance, "__file__", str(package / "provenance.py"))
+    assert provenance.git_revision() == "unknown"
+
+
+def test_git_revision_of_a_source_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import vlprobe.provenance as provenance
+
+    package = tmp_path / "checkout" / "src" / "vlprobe"
+    _git_repo(tmp_path / "checkout", package)
+    monkeypatch.setattr(provenance, "__file__", str(package / "provenance.py"))
+    assert re.fullmatch(r"[0-9a-f]{40}", provenance.git_revision())

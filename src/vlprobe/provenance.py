@@ -50,17 +50,24 @@ def package_versions() -> dict[str, str]:
 
 
 def git_revision(path: str | os.PathLike[str] | None = None) -> str:
-    """Commit of the vlprobe source tree (``+dirty`` when it has local changes), or "unknown"."""
-    where = Path(path) if path is not None else Path(__file__).resolve().parent
+    """Commit of the vlprobe source tree (``+dirty`` when it has local changes), or "unknown".
+
+    Without ``path``, the checkout vlprobe runs from; an installed copy inside some other git
+    repository (a venv in a project folder) is not mistaken for it.
+    """
+    package = Path(__file__).resolve().parent
+    where = Path(path) if path is not None else package
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=where, capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()
+
     try:
-        rev = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True,
-            timeout=10, check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=where,
-            capture_output=True, text=True, timeout=10, check=True,
-        ).stdout.strip()
+        if path is None and Path(git("rev-parse", "--show-toplevel")).resolve() / "src" / "vlprobe" != package:
+            return "unknown"
+        rev = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return rev + ("+dirty" if dirty else "")
