@@ -44,6 +44,26 @@ def _shared_data() -> Path:
     return Path(root) if root else Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
+def _one_error_line(result: Any, *needles: str) -> str:
+    """Exit code 2, exactly one stderr line starting with "error:", nothing else, no traceback."""
+    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr, result.exception)
+    assert isinstance(result.exception, SystemExit), repr(result.exception)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: "), lines[0]
+    assert "Traceback" not in result.output
+    assert result.stdout == ""
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+@pytest.fixture(scope="session")
+def one_error_line() -> Callable[..., str]:
+    """Check a CliRunner result: one ``error:`` line containing every needle; returns it."""
+    return _one_error_line
+
+
 @pytest.fixture(scope="session")
 def wwh_tags() -> Path:
     """The real "Why is Winoground Hard?" tag file (MIT), read where it lies, never copied."""

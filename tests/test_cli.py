@@ -30,20 +30,6 @@ def run(runner: CliRunner, *args: str | Path):
     return runner.invoke(app, [str(a) for a in args])
 
 
-def assert_one_error_line(result, *needles: str) -> str:
-    """Exit code 2, exactly one stderr line starting with "error:", nothing else, no traceback."""
-    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr, result.exception)
-    assert isinstance(result.exception, SystemExit), repr(result.exception)
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: "), lines[0]
-    assert "Traceback" not in result.output
-    assert result.stdout == ""
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    return lines[0]
-
-
 @pytest.fixture(scope="module")
 def extract_args(synthetic_dir: Path, tiny_clip: Path) -> list[str]:
     """``probe extract`` arguments of the reference run, without --out."""
@@ -85,8 +71,8 @@ def test_ls_lists_the_builtin_entries(runner: CliRunner) -> None:
     assert run(runner, "ls", "datasets").stdout.startswith("winoground ")
 
 
-def test_ls_unknown(runner: CliRunner) -> None:
-    assert_one_error_line(run(runner, "ls", "bogus"), "'bogus'", "models")
+def test_ls_unknown(one_error_line: Callable[..., str], runner: CliRunner) -> None:
+    one_error_line(run(runner, "ls", "bogus"), "'bogus'", "models")
 
 
 # -- fixtures ---------------------------------------------------------------------------------------
@@ -119,8 +105,8 @@ def test_fixtures_model_clip(runner: CliRunner, tmp_path: Path) -> None:
     assert AutoImageProcessor.from_pretrained(out) is not None
 
 
-def test_fixtures_model_unknown(runner: CliRunner, tmp_path: Path) -> None:
-    assert_one_error_line(run(runner, "fixtures", "model", "blip", "--out", tmp_path / "m"), "'blip'", "clip")
+def test_fixtures_model_unknown(one_error_line: Callable[..., str], runner: CliRunner, tmp_path: Path) -> None:
+    one_error_line(run(runner, "fixtures", "model", "blip", "--out", tmp_path / "m"), "'blip'", "clip")
 
 
 # -- extract ----------------------------------------------------------------------------------------
@@ -200,13 +186,13 @@ def test_cache_info_json(runner: CliRunner, reference_cache: Path) -> None:
     assert info["scores"]["shape"] == [N_IMAGES, N_TEXTS] and info["scores"]["kind"] == "cosine"
 
 
-def test_cache_info_errors(runner: CliRunner, tmp_path: Path) -> None:
-    assert_one_error_line(run(runner, "cache", "info", tmp_path / "none.h5"), "no such file")
+def test_cache_info_errors(one_error_line: Callable[..., str], runner: CliRunner, tmp_path: Path) -> None:
+    one_error_line(run(runner, "cache", "info", tmp_path / "none.h5"), "no such file")
     (tmp_path / "notes.h5").write_text("hello")
-    assert_one_error_line(run(runner, "cache", "info", tmp_path / "notes.h5"), "not a readable HDF5 file")
+    one_error_line(run(runner, "cache", "info", tmp_path / "notes.h5"), "not a readable HDF5 file")
 
 
-def test_cache_merge(
+def test_cache_merge(one_error_line: Callable[..., str],
     runner: CliRunner, shard_files: list[Path], reference_cache: Path,
     assert_caches_equal: Callable[..., None], tmp_path: Path,
 ) -> None:
@@ -216,9 +202,9 @@ def test_cache_merge(
     assert result.stdout.strip() == f"merged 3 shards into {out}"
     assert_caches_equal(out, reference_cache)
 
-    assert_one_error_line(run(runner, "cache", "merge", *shard_files, "--out", out), "already exists")
+    one_error_line(run(runner, "cache", "merge", *shard_files, "--out", out), "already exists")
     missing = run(runner, "cache", "merge", shard_files[0], shard_files[2], "--out", tmp_path / "m2.h5")
-    assert_one_error_line(missing, "missing shard(s) 1/3")
+    one_error_line(missing, "missing shard(s) 1/3")
 
 
 # -- bad input: one line, exit code 2 ---------------------------------------------------------------
@@ -253,7 +239,7 @@ GOOD_VARIANT_LINE = json.dumps({"item": "winoground/0", "caption": 0, "variants"
         ("--dataset", "winogrand", ("unknown dataset 'winogrand'", "did you mean 'winoground'")),
     ],
 )
-def test_extract_bad_input(
+def test_extract_bad_input(one_error_line: Callable[..., str],
     runner: CliRunner, extract_args: list[str], tmp_path: Path, option: str, value: str, needles: tuple[str, ...]
 ) -> None:
     out = tmp_path / "out.h5"
@@ -268,22 +254,22 @@ def test_extract_bad_input(
     elif option == "--out":
         out = tmp_path / value
     args = with_option([*extract_args, "--out", str(out)], option, value)
-    assert_one_error_line(run(runner, *args), *needles)
+    one_error_line(run(runner, *args), *needles)
     assert not out.exists()
 
 
-def test_extract_hub_id_fails_fast_offline(runner: CliRunner, extract_args: list[str], tmp_path: Path) -> None:
+def test_extract_hub_id_fails_fast_offline(one_error_line: Callable[..., str], runner: CliRunner, extract_args: list[str], tmp_path: Path) -> None:
     assert os.environ["HF_HUB_OFFLINE"] == "1"
     args = with_option([*extract_args, "--out", str(tmp_path / "hub.h5")], "--checkpoint", "openai/clip-vit-base-patch32")
     t0 = time.monotonic()
     result = run(runner, *args)
     elapsed = time.monotonic() - t0
-    line = assert_one_error_line(result, "'openai/clip-vit-base-patch32'", "HF_HUB_OFFLINE", "--checkpoint")
+    line = one_error_line(result, "'openai/clip-vit-base-patch32'", "HF_HUB_OFFLINE", "--checkpoint")
     assert "save_pretrained" in line or "hf download" in line
     assert elapsed < 10, f"offline hub failure took {elapsed:.1f} s"
 
 
-def test_extract_without_data_dir_fails_fast_offline(
+def test_extract_without_data_dir_fails_fast_offline(one_error_line: Callable[..., str],
     runner: CliRunner, extract_args: list[str], tmp_path: Path
 ) -> None:
     """No --data-dir means the gated hub dataset: offline, one clear line at once."""
@@ -292,7 +278,7 @@ def test_extract_without_data_dir_fails_fast_offline(
     args = [a for a in args if a not in ("--variants", str(Path(extract_args[i + 1]) / "variants.jsonl"))]
     t0 = time.monotonic()
     result = run(runner, *args)
-    assert_one_error_line(result, "facebook/winoground", "offline", "--data-dir")
+    one_error_line(result, "facebook/winoground", "offline", "--data-dir")
     assert time.monotonic() - t0 < 10
 
 

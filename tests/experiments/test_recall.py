@@ -5,8 +5,8 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import h5py
 import numpy as np
@@ -168,15 +168,6 @@ def test_recall_missing_cache(tmp_path: Path) -> None:
 # --- CLI ----------------------------------------------------------------------------------------
 
 
-def _assert_one_line_error(result: Any, match: str) -> None:
-    assert result.exit_code == 2, result.output
-    err = result.stderr.strip().splitlines()
-    assert len(err) == 1, result.stderr
-    assert err[0].startswith("error: ")
-    assert match in err[0]
-    assert "Traceback" not in result.output
-
-
 def test_cli_recall(cache_path: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     result = CliRunner().invoke(
@@ -199,16 +190,16 @@ def test_cli_recall(cache_path: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("ks", ["a,b", "1,,2", "0", ""])
-def test_cli_recall_bad_ks(cache_path: Path, tmp_path: Path, ks: str) -> None:
+def test_cli_recall_bad_ks(one_error_line: Callable[..., str], cache_path: Path, tmp_path: Path, ks: str) -> None:
     result = CliRunner().invoke(
         app, ["run", "recall", "--cache", str(cache_path), "--out", str(tmp_path / "o"), "--ks", ks]
     )
-    _assert_one_line_error(result, "ks")
+    one_error_line(result, "ks")
     assert not (tmp_path / "o").exists()
 
 
-def test_cli_recall_missing_cache(tmp_path: Path) -> None:
+def test_cli_recall_missing_cache(one_error_line: Callable[..., str], tmp_path: Path) -> None:
     result = CliRunner().invoke(
         app, ["run", "recall", "--cache", str(tmp_path / "absent.h5"), "--out", str(tmp_path / "o")]
     )
-    _assert_one_line_error(result, "no such file")
+    one_error_line(result, "no such file")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -499,44 +500,35 @@ def test_cli_from_scores_file(tmp_path: Path, real_tags: Path) -> None:
     assert {r["subset"] for r in rows} >= {"wwh=NoTag", "wwh=Non Minimal"}
 
 
-def _assert_one_line_error(result: Any, match: str) -> None:
-    assert result.exit_code == 2, result.output
-    err = result.stderr.strip().splitlines()
-    assert len(err) == 1, result.stderr
-    assert err[0].startswith("error: ")
-    assert match in err[0]
-    assert "Traceback" not in result.output
-
-
-def test_cli_both_inputs(cache_setup: dict[str, Path], tmp_path: Path) -> None:
+def test_cli_both_inputs(one_error_line: Callable[..., str], cache_setup: dict[str, Path], tmp_path: Path) -> None:
     s, _ = designed_scores(2, seed=10)
     scores_file = write_scores(tmp_path / "x.jsonl", [0, 1], s)
     result = CliRunner().invoke(app, [
         "run", "winoground-scores", "--cache", str(cache_setup["cache"]),
         "--scores-file", str(scores_file), "--out", str(tmp_path / "o"),
     ])
-    _assert_one_line_error(result, "exactly one of cache")
+    one_error_line(result, "exactly one of cache")
 
 
-def test_cli_neither_input(tmp_path: Path) -> None:
+def test_cli_neither_input(one_error_line: Callable[..., str], tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["run", "winoground-scores", "--out", str(tmp_path / "o")])
-    _assert_one_line_error(result, "exactly one of cache")
+    one_error_line(result, "exactly one of cache")
 
 
-def test_cli_missing_cache(tmp_path: Path) -> None:
+def test_cli_missing_cache(one_error_line: Callable[..., str], tmp_path: Path) -> None:
     result = CliRunner().invoke(app, [
         "run", "winoground-scores", "--cache", str(tmp_path / "absent.h5"), "--out", str(tmp_path / "o"),
     ])
-    _assert_one_line_error(result, "no such file")
+    one_error_line(result, "no such file")
 
 
-def test_cli_bad_scores_file(tmp_path: Path) -> None:
+def test_cli_bad_scores_file(one_error_line: Callable[..., str], tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"label": "0_c0_i0", "score": 1}\n{"label": "oops", "score": 1}\n', encoding="utf-8")
     result = CliRunner().invoke(app, [
         "run", "winoground-scores", "--scores-file", str(bad), "--out", str(tmp_path / "o"),
     ])
-    _assert_one_line_error(result, "line 2")
+    one_error_line(result, "line 2")
 
 
 def test_cache_mode_refuses_tags_and_data_dir(tmp_path: Path, reference_cache: Path, wwh_tags: Path) -> None:
