@@ -251,7 +251,7 @@ def run_winoground_scores_cmd(
     ] = None,
     model: Annotated[str | None, typer.Option(help="Model name in the CSV (default: from the input).")] = None,
     data_dir: Annotated[Path | None, typer.Option(help="Winoground copy, for tags of a scores file.")] = None,
-    tags: Annotated[Path | None, typer.Option(help="'Why is Winoground Hard?' tag file, for a scores file.")] = None,
+    tags: Annotated[Path | None, typer.Option(help="'Why is Winoground Hard?' tag file (overrides a cache's).")] = None,
 ) -> None:
     """Winoground text, image and group scores, overall and per tag."""
     from vlprobe.experiments.winoground_scores import WinogroundScoresConfig, run_winoground_scores

@@ -531,8 +531,20 @@ def test_cli_bad_scores_file(one_error_line: Callable[..., str], tmp_path: Path)
     one_error_line(result, "line 2")
 
 
-def test_cache_mode_refuses_tags_and_data_dir(tmp_path: Path, reference_cache: Path, wwh_tags: Path) -> None:
-    for extra in ({"tags": wwh_tags}, {"data_dir": tmp_path}):
-        with pytest.raises(ValueError, match="apply to scores_file only"):
-            run_winoground_scores(WinogroundScoresConfig(out=tmp_path / "o", cache=reference_cache, **extra))
+def test_cache_mode_refuses_data_dir(tmp_path: Path, reference_cache: Path) -> None:
+    with pytest.raises(ValueError, match="data_dir applies to scores_file only"):
+        run_winoground_scores(WinogroundScoresConfig(out=tmp_path / "o", cache=reference_cache, data_dir=tmp_path))
     assert not (tmp_path / "o").exists()
+
+
+def test_cache_mode_tags_replace_the_wwh_tags(tmp_path: Path, reference_cache: Path) -> None:
+    tag_file = tmp_path / "tags.json"
+    tag_file.write_text(json.dumps({str(i): (["Unusual Text"] if i < 3 else []) for i in range(12)}))
+    _, manifest_path, rows = run_winoground_scores(
+        WinogroundScoresConfig(out=tmp_path / "o", cache=reference_cache, tags=tag_file)
+    )
+    n = {r["subset"]: r["n"] for r in rows}
+    assert n["wwh=Unusual Text"] == 3 and n["wwh=NoTag"] == 9 and n["wwh=Non Minimal"] == 0
+    assert "collapsed_tag=Object" in n  # the cache's own Winoground tags stay
+    run = json.loads(manifest_path.read_text())["runs"]["clip"]
+    assert run["inputs"]["cache"]["tags_override"] == {"tags": sha256_file(tag_file)}

@@ -18,7 +18,7 @@ import json
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,11 @@ _LABEL = re.compile(r"^(\d+)_c([01])_i([01])$")
 
 @dataclass(frozen=True)
 class WinogroundScoresConfig:
-    """Inputs and output of one run; give ``cache`` or ``scores_file``."""
+    """Inputs and output of one run; give ``cache`` or ``scores_file``.
+
+    ``tags`` (a tag file) gives the "Why is Winoground Hard?" tags: for a scores file, or in place
+    of the ones a cache carries. ``data_dir`` (a Winoground copy) gives all tags of a scores file.
+    """
 
     out: Path
     cache: Path | None = None
@@ -208,11 +212,13 @@ def run_winoground_scores(config: WinogroundScoresConfig) -> tuple[Path, Path, l
     if (config.cache is None) == (config.scores_file is None):
         raise ValueError("give exactly one of cache (a vlprobe cache) or scores_file (model_scores JSONL)")
     if config.cache is not None:
-        if config.tags is not None or config.data_dir is not None:
-            raise ValueError(
-                "tags and data_dir apply to scores_file only: a cache carries the tags it was extracted with"
-            )
+        if config.data_dir is not None:
+            raise ValueError("data_dir applies to scores_file only: a cache carries its dataset's tags")
         model, ids, s, tags, prov = item_scores_from_cache(config.cache)
+        if config.tags is not None:  # replace the "Why is Winoground Hard?" tags the cache carries
+            wwh, tag_prov = _tags_for(ids, replace(config, data_dir=None))
+            tags = [{**t, **w} for t, w in zip(tags, wwh, strict=True)]
+            prov = {**prov, "tags_override": tag_prov}
         inputs = {"cache": prov}
     else:
         ids, s = read_model_scores(config.scores_file)  # type: ignore[arg-type]
