@@ -16,7 +16,6 @@ import numpy as np
 
 from vlprobe.experiments.metrics import recall_at_k
 from vlprobe.experiments.outputs import build_manifest, write_results
-from vlprobe.provenance import sha256_file
 from vlprobe.registry import EXPERIMENTS
 
 __all__ = ["RecallConfig", "run_recall"]
@@ -45,7 +44,7 @@ def run_recall(config: RecallConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
         matrix, done = cache.scores()
         images, texts = cache.table("images"), cache.table("texts")
         h = cache.header
-        kind = str(cache.f["scores"].attrs.get("kind", ""))
+        provenance = cache.provenance()
     originals = np.flatnonzero(texts["parent"] < 0)
     if len(originals) != len(images["id"]):
         raise ValueError(
@@ -68,11 +67,7 @@ def run_recall(config: RecallConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
                 "subset": direction, "metric": f"recall@{k}", "value": 100.0 * value, "n": len(positives),
             })
     cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()}
-    inputs = {"cache": {
-        "path": str(config.cache), "sha256": sha256_file(config.cache), "model": h.model,
-        "checkpoint_fingerprint": h.checkpoint_fingerprint, "dataset_fingerprint": h.dataset_fingerprint,
-        "score_kind": kind,
-    }}
+    inputs = {"cache": provenance}
     manifest = build_manifest(NAME, VERSION, cfg, inputs, extra={"units": "percent of queries", "model": model})
     csv_path, manifest_path = write_results(config.out, NAME, model, rows, manifest)
     return csv_path, manifest_path, rows

@@ -82,11 +82,7 @@ def item_scores_from_cache(path: str | os.PathLike[str]) -> tuple[str, list[int]
         matrix, done = cache.scores()
         items, images, texts = cache.table("items"), cache.table("images"), cache.table("texts")
         h = cache.header
-        provenance = {
-            "path": str(path), "sha256": sha256_file(path), "model": h.model,
-            "checkpoint": h.checkpoint, "checkpoint_fingerprint": h.checkpoint_fingerprint,
-            "dataset_fingerprint": h.dataset_fingerprint, "score_kind": str(cache.f["scores"].attrs.get("kind", "")),
-        }
+        provenance = cache.provenance()
     image_row = {str(i): r for r, i in enumerate(images["id"])}
     text_row = {str(t): r for r, t in enumerate(texts["id"]) if texts["parent"][r] < 0}
     ids, rows_img, rows_txt = [], [], []

@@ -517,6 +517,19 @@ class ActivationCache:
             raise ValueError(f"cache {self.path.name} holds no scores")
         return self.f["scores/matrix"][()], self.f["scores/done"][()]
 
+    def provenance(self) -> dict[str, Any]:
+        """What a manifest records about this cache as an input: path, hash, model, fingerprints."""
+        from vlprobe.provenance import sha256_file
+
+        h = self.header
+        return {
+            "path": str(self.path), "sha256": sha256_file(self.path), "model": h.model,
+            "checkpoint": h.checkpoint, "checkpoint_fingerprint": h.checkpoint_fingerprint,
+            "dataset": h.dataset, "dataset_fingerprint": h.dataset_fingerprint,
+            "variants_fingerprint": h.variants_fingerprint, "layers": h.layers, "dtype": h.dtype,
+            "score_kind": _s(self.f["scores"].attrs.get("kind", "")) if "scores" in self.f else "",
+        }
+
     def _stream(self, stream: str) -> h5py.Group:
         if stream not in self.streams:
             raise ValueError(
