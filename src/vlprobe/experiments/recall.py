@@ -16,7 +16,6 @@ import numpy as np
 
 from vlprobe.experiments.metrics import recall_at_k
 from vlprobe.experiments.outputs import build_manifest, write_results
-from vlprobe.registry import EXPERIMENTS
 
 __all__ = ["RecallConfig", "run_recall"]
 
@@ -72,5 +71,3 @@ def run_recall(config: RecallConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
     csv_path, manifest_path = write_results(config.out, NAME, model, rows, manifest)
     return csv_path, manifest_path, rows
 
-
-EXPERIMENTS.register(NAME, run_recall, help="Recall@k (I2T, T2I) over the full image x caption score matrix")

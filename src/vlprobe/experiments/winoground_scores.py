@@ -28,7 +28,6 @@ from vlprobe.data.tags import WWH_CODE_NONE_EXCLUDED, WWH_TAGS
 from vlprobe.experiments.metrics import winoground_outcomes
 from vlprobe.experiments.outputs import build_manifest, write_results
 from vlprobe.provenance import sha256_file
-from vlprobe.registry import EXPERIMENTS
 
 __all__ = [
     "WinogroundScoresConfig",
@@ -241,5 +240,3 @@ def run_winoground_scores(config: WinogroundScoresConfig) -> tuple[Path, Path, l
     csv_path, manifest_path = write_results(config.out, NAME, model, rows, manifest)
     return csv_path, manifest_path, rows
 
-
-EXPERIMENTS.register(NAME, run_winoground_scores, help="Winoground text/image/group scores per tag (cache or model_scores JSONL)")
