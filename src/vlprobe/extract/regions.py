@@ -18,7 +18,8 @@ Datasets (N images, R = the largest box count, D = feature width)::
     features    (N, R, D)   float16 | float32   zeros at padded boxes
     boxes       (N, R, 4)   float32  normalised x1, y1, x2, y2 in [0, 1]; zeros at padded boxes
     num_boxes   (N,)        int32    real boxes of each image, 1 <= num_boxes <= R
-    image_w     (N,)        int32    image width in pixels
+    image_w     (N,)        int32    image width in pixels (0 with image_h 0: unknown, e.g. UNITER
+                                     npz files, which store normalised boxes only)
     image_h     (N,)        int32    image height in pixels
     extra/<k>   (N, R, ...) optional per-box side data of the source format (``conf``,
                             ``objects_id``, ``objects_conf``, ``attrs_id``, ``attrs_conf``,
@@ -65,10 +66,12 @@ __all__ = [
     "boxes_to_4d",
     "boxes_to_6d",
     "boxes_to_7d",
+    "check_normalised_boxes",
     "normalise_boxes",
     "normalise_image_id",
     "pixel_boxes",
     "random_regions",
+    "random_regions_for_dataset",
     "write_regions",
 ]
 
@@ -194,7 +197,7 @@ class RegionBatch:
     mask : ndarray, bool (B, R)
         True for a real box.
     image_w, image_h : ndarray, int64 (B,)
-        Image size in pixels.
+        Image size in pixels; 0 where the source did not record it (boxes are normalised anyway).
     """
 
     features: np.ndarray
@@ -219,6 +222,15 @@ class RegionStore:
     ----------
     path : path
         A file written by :func:`write_regions` / ``probe regions import`` / ``probe fixtures regions``.
+
+    Attributes
+    ----------
+    image_ids : tuple[str, ...]
+        Normalised image ids in file order.
+    num_boxes, image_w, image_h : ndarray, int64 (N,)
+        Real boxes and pixel size (0 = unknown) of each image, in file order.
+    meta : dict
+        Source format, source path and fingerprint, converter, detector if known.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -239,6 +251,8 @@ class RegionStore:
             if len(self._rows) != len(self.image_ids):
                 raise ValueError(f"regions: {str(self.path)!r} lists an image id twice")
             self.num_boxes = f["num_boxes"][()].astype(np.int64)
+            self.image_w = f["image_w"][()].astype(np.int64)
+            self.image_h = f["image_h"][()].astype(np.int64)
             self.meta: dict[str, Any] = json.loads(_attr_str(f.attrs.get("meta", "{}")))
         except Exception:
             self.close()
@@ -352,9 +366,7 @@ class RegionStore:
         features[~mask] = 0.0
         boxes[~mask] = 0.0
         return RegionBatch(
-            features=features, boxes=boxes, mask=mask,
-            image_w=f["image_w"][sel].astype(np.int64)[inverse],
-            image_h=f["image_h"][sel].astype(np.int64)[inverse],
+            features=features, boxes=boxes, mask=mask, image_w=self.image_w[rows], image_h=self.image_h[rows],
         )
 
     def records(self, batch_size: int = 64) -> Iterable[RegionRecord]:
@@ -365,13 +377,12 @@ class RegionStore:
             stop = min(start + batch_size, len(self))
             feats = f["features"][start:stop]
             boxes = f["boxes"][start:stop]
-            ws, hs = f["image_w"][start:stop], f["image_h"][start:stop]
             ex = {k: f["extra"][k][start:stop] for k in extras}
             for j in range(stop - start):
                 n = int(self.num_boxes[start + j])
                 yield RegionRecord(
                     image_id=self.image_ids[start + j], features=feats[j, :n], boxes=boxes[j, :n],
-                    image_w=int(ws[j]), image_h=int(hs[j]), extras={k: v[j, :n] for k, v in ex.items()},
+                    image_w=int(self.image_w[start + j]), image_h=int(self.image_h[start + j]), extras={k: v[j, :n] for k, v in ex.items()},
                 )
 
     def close(self) -> None:
@@ -514,8 +525,8 @@ class RegionWriter:
         except ValueError as exc:
             raise ValueError(f"regions: {who}: {exc}") from None
         w, h = int(record.image_w), int(record.image_h)
-        if w < 1 or h < 1:
-            raise ValueError(f"regions: {who}: image size must be positive, got {w}x{h}")
+        if (w, h) != (0, 0) and (w < 1 or h < 1):
+            raise ValueError(f"regions: {who}: image size must be positive (or 0x0: unknown), got {w}x{h}")
         extras = {k: np.asarray(v) for k, v in record.extras.items()}
         self._check_extras(extras, n, who)
         self._grow(self._n + 1, max(self._r, n))
@@ -760,3 +771,50 @@ def random_regions(
             boxes = np.concatenate([xy, np.minimum(xy + wh, 1.0)], axis=1)
             w.add(RegionRecord(name, feats, boxes, int(width), int(height)))
     return Path(path)
+
+
+def random_regions_for_dataset(
+    path: str | os.PathLike[str],
+    data_dir: str | os.PathLike[str],
+    *,
+    dataset: str = "winoground",
+    n_boxes: int = 36,
+    dim: int = 2048,
+    seed: int = 0,
+    min_boxes: int | None = None,
+    dtype: str = "float32",
+) -> Path:
+    """Random region features (:func:`random_regions`) for every image of a local dataset copy.
+
+    Image sizes come from the image files (header only) where they exist, else 640 x 480.
+    Images shared by several items get one entry (the first occurrence fixes the order).
+    """
+    from vlprobe.data.winoground import load_winoground
+    from vlprobe.extract.runner import load_dataset
+
+    if dataset == "winoground":  # tags=False: no tag-file lookup or download for a fixture
+        ds = load_winoground(data_dir, tags=False)
+    else:
+        ds = load_dataset(dataset, Path(data_dir))
+    names: dict[str, tuple[int, int]] = {}
+    for ref in ds.images():
+        name = normalise_image_id(ref.name)
+        if name not in names:
+            names[name] = _image_size(ref.path)
+    meta = {"dataset": ds.name, "dataset_fingerprint": ds.fingerprint, "dataset_source": ds.source}
+    return random_regions(
+        path, list(names), sizes=list(names.values()), n_boxes=n_boxes, dim=dim, seed=seed,
+        min_boxes=min_boxes, dtype=dtype, meta=meta,
+    )
+
+
+def _image_size(path: Path | None) -> tuple[int, int]:
+    from PIL import Image, UnidentifiedImageError
+
+    if path is None or not Path(path).is_file():
+        return (640, 480)
+    try:
+        with Image.open(path) as img:
+            return img.size
+    except (UnidentifiedImageError, OSError):
+        return (640, 480)
