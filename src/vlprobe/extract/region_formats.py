@@ -58,6 +58,7 @@ __all__ = [
     "FORMATS",
     "LXMERT_FIELDS",
     "ImportSummary",
+    "export_regions",
     "import_regions",
     "read_butd_tsv",
     "read_lxmert_tsv",
@@ -113,9 +114,11 @@ def _tsv_rows(path: Path, fields: tuple[str, ...]) -> Iterator[tuple[str, dict[s
                 if not row or (len(row) == 1 and not row[0].strip()):
                     continue
                 if len(row) != len(fields):
+                    other = {len(BUTD_FIELDS): "butd-tsv", len(LXMERT_FIELDS): "lxmert-tsv"}.get(len(row))
+                    hint = f" (a {other} file?)" if other else ""
                     raise ValueError(
                         f"regions: {where}: expected {len(fields)} tab-separated fields "
-                        f"({', '.join(fields)}), got {len(row)}"
+                        f"({', '.join(fields)}), got {len(row)}{hint}"
                     )
                 yield where, dict(zip(fields, row, strict=True))
         except (csv.Error, UnicodeDecodeError) as exc:
@@ -477,3 +480,23 @@ def region_info(path: str | os.PathLike[str]) -> dict[str, Any]:
             "meta": store.meta,
             "fingerprint": store.fingerprint,
         }
+
+
+def export_regions(path: str | os.PathLike[str], fmt: str, out: str | os.PathLike[str]) -> int:
+    """Write a vlprobe region file as ``butd-tsv``, ``lxmert-tsv`` or ``uniter-npz``; returns the image count."""
+    writers: dict[str, Callable[[Path, Iterable[RegionRecord]], Path]] = {
+        "butd-tsv": write_butd_tsv, "lxmert-tsv": write_lxmert_tsv, "uniter-npz": write_uniter_npz,
+    }
+    if fmt not in writers:
+        raise ValueError(f"format: expected one of {', '.join(writers)}, got {fmt!r}")
+    count = 0
+
+    def counted(records: Iterable[RegionRecord]) -> Iterator[RegionRecord]:
+        nonlocal count
+        for rec in records:
+            count += 1
+            yield rec
+
+    with RegionStore(path) as store:
+        writers[fmt](Path(out), counted(store.records()))
+    return count
