@@ -197,6 +197,8 @@ def _row_with(**changes: str) -> list[str]:
     ([_row_with(features=base64.b64encode(np.array([np.nan] * 8, np.float32).tobytes()).decode())],
      ["image '7': features contain NaN or inf"]),
     ([], ["no images to write"]),
+    ([_row_with(image_id="")], ["line 1", "image_id: expected a non-empty image name"]),
+    ([_row_with(num_boxes="0")], ["num_boxes must be positive"]),
 ])
 def test_bad_butd_tsv_one_error_line(tmp_path: Path, one_error_line, rows, needles) -> None:
     src = _tsv(tmp_path / "bad.tsv", rows)

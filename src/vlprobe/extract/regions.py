@@ -337,6 +337,10 @@ class RegionStore:
             out[i] = row
         return out
 
+    def missing(self, names: Iterable[str]) -> list[str]:
+        """The names (as given, in order) that have no features in this store."""
+        return [name for name in names if name not in self]
+
     def get(self, names: Sequence[str]) -> RegionBatch:
         """Padded features, boxes and mask of the named images, in the order given.
 
