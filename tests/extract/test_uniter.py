@@ -16,6 +16,7 @@ from vlprobe.extract.uniter import (
     UniterModel,
     load_official_state_dict,
     normalize_official_keys,
+    official_key_shapes,
 )
 
 CAPTIONS = ["a red circle left of a blue square", "in the picture, a big green star is above a small diamond"]
@@ -83,8 +84,8 @@ def test_text_side_equals_transformers_bert(model: UniterModel, tokenizer) -> No
     assert len(ours.hidden_states) == len(ref.hidden_states) == model.num_layers + 1
     valid = enc["attention_mask"].bool()
     for layer, (a, b) in enumerate(zip(ours.hidden_states, ref.hidden_states, strict=True)):
-        torch.testing.assert_close(a[valid], b[valid], rtol=0, atol=1e-5, msg=f"layer {layer}")
-    torch.testing.assert_close(ours.pooled, ref.pooler_output, rtol=0, atol=1e-5)
+        torch.testing.assert_close(a[valid], b[valid], rtol=0, atol=1e-6, msg=f"layer {layer}")
+    torch.testing.assert_close(ours.pooled, ref.pooler_output, rtol=0, atol=1e-6)
 
 
 def test_fully_masked_regions_leave_text_states_unchanged(model: UniterModel, tokenizer) -> None:
@@ -355,3 +356,65 @@ def test_fixture_cli_and_tokenizer_cover_the_synthetic_dataset(tmp_path: Path, s
     for text in texts:
         pieces = tok.tokenize(text)
         assert "[UNK]" not in pieces and not any(p.startswith("##") for p in pieces), (text, pieces)
+
+
+def test_official_key_shapes_lists_what_loading_needs(uniter_dir: Path, model: UniterModel) -> None:
+    shapes = official_key_shapes(uniter_dir / "uniter.json")
+    assert shapes == {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    assert "itm_output.weight" in shapes and not any(k.startswith(IGNORED_PREFIXES) for k in shapes)
+    assert official_key_shapes(uniter_dir / "uniter.json", "rank")["rank_output.weight"] == (1, 32)
+    # uniter-base: 12 blocks of 16 tensors + 5 text + 11 image embedding tensors + pooler + head.
+    base = dict(vocab_size=28996, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                intermediate_size=3072)
+    base_shapes = official_key_shapes(base)
+    assert len(base_shapes) == 12 * 16 + 5 + 11 + 2 + 2
+    assert base_shapes["uniter.img_embeddings.mask_embedding.weight"] == (2, 2048)
+
+
+def test_precomputed_embeddings_give_the_same_pairs(model: UniterModel, tokenizer) -> None:
+    # Embed 2 captions and 3 region sets once, then score all 6 pairs in one batch.
+    enc = tokenizer(CAPTIONS, padding=True, return_tensors="pt")
+    feat, pos = _regions(3, 4, seed=10)
+    img_mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0]])
+    ti, ii = torch.arange(2).repeat_interleave(3), torch.arange(3).repeat(2)
+    with torch.no_grad():
+        text, image = model.embed_text(enc["input_ids"]), model.embed_image(feat, pos)
+        fast = model.forward_embeddings(text[ti], enc["attention_mask"][ti], image[ii], img_mask[ii])
+        full = model(enc["input_ids"][ti], enc["attention_mask"][ti], feat[ii], pos[ii], img_mask[ii])
+    for a, b in zip(fast.hidden_states, full.hidden_states, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    torch.testing.assert_close(fast.match_prob, full.match_prob, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="img_mask"):
+        model.forward_embeddings(text, enc["attention_mask"], image[:2], None)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_runs_and_stays_close(uniter_dir: Path, model: UniterModel, tokenizer, dtype) -> None:
+    half = UniterModel.from_official(uniter_dir / "uniter.pt", uniter_dir / "uniter.json", dtype=dtype)
+    assert {p.dtype for p in half.parameters()} == {dtype}
+    enc = tokenizer(CAPTIONS, padding=True, return_tensors="pt")
+    feat, pos = _regions(2, 5, seed=11)  # float32 inputs are cast to the model's dtype
+    img_mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    with torch.no_grad():
+        ref = model(enc["input_ids"], enc["attention_mask"], feat, pos, img_mask)
+        out = half(enc["input_ids"], enc["attention_mask"], feat, pos, img_mask)
+    assert all(h.dtype == dtype and torch.isfinite(h).all() for h in out.hidden_states)
+    assert out.match_prob.dtype == torch.float32
+    torch.testing.assert_close(out.match_prob, ref.match_prob, rtol=0, atol=1e-2)
+    torch.testing.assert_close(out.pooled.float(), ref.pooled, rtol=0, atol=5e-2)
+
+
+def test_fixture_is_deterministic_per_seed(tmp_path: Path, uniter_dir: Path) -> None:
+    again = write_tiny_uniter(tmp_path / "again", seed=0)
+    other = write_tiny_uniter(tmp_path / "other", seed=1)
+    a, b, c = (torch.load(p / "uniter.pt", weights_only=True) for p in (uniter_dir, again, other))
+    assert list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
+    assert not torch.equal(a["itm_output.weight"], c["itm_output.weight"])
+    assert (uniter_dir / "uniter.json").read_bytes() == (again / "uniter.json").read_bytes()
+    with pytest.raises(ValueError, match="score_head must be"):
+        write_tiny_uniter(tmp_path / "bad", score_head="vqa")
+    modern = write_tiny_uniter(tmp_path / "modern", seed=0, legacy_layer_norm_names=False)
+    raw = torch.load(modern / "uniter.pt", weights_only=True)
+    assert not any(k.endswith((".gamma", ".beta")) for k in raw)
+    loaded = UniterModel.from_official(raw, modern / "uniter.json")
+    assert loaded.load_report.renamed == 0

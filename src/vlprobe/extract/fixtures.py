@@ -380,11 +380,9 @@ def _uniter_fixture_state(config: dict, vocab_size: int, seed: int, score_head: 
     """Random float16 tensors under the official key names (body, score heads, pretraining heads)."""
     import torch
 
-    from vlprobe.extract.uniter import UniterModel
+    from vlprobe.extract.uniter import official_key_shapes
 
-    shapes = {k: tuple(v.shape) for k, v in UniterModel(
-        {**config, "vocab_size": vocab_size}, "itm", _materialize=False
-    ).state_dict().items()}
+    shapes = official_key_shapes({**config, "vocab_size": vocab_size}, "itm")
     h = config["hidden_size"]
     gen = torch.Generator().manual_seed(seed)
 

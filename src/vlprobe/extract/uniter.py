@@ -66,6 +66,7 @@ __all__ = [
     "UniterOutput",
     "load_official_state_dict",
     "normalize_official_keys",
+    "official_key_shapes",
 ]
 
 #: Additive attention-mask value of masked keys, as in the official code (finite in float16).
@@ -107,7 +108,7 @@ class UniterConfig:
     initializer_range: float = 0.02
     layer_norm_eps: float = 1e-12
     img_dim: int = 2048
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -422,6 +423,8 @@ class UniterModel(nn.Module):
         biases, unit LayerNorms), drawn from a private generator; the global RNG is untouched.
 
     Use :meth:`from_official` to load real weights. The model is returned in eval mode.
+    :meth:`forward` returns L + 1 hidden states: layer 0 is the embedding output, layer k the
+    output of block k, so vlprobe layer = paper (WWH) layer index + 1.
     """
 
     def __init__(
@@ -624,13 +627,63 @@ class UniterModel(nn.Module):
         -------
         UniterOutput
         """
-        _, t = self._check_inputs(input_ids, attention_mask, img_feat, img_pos_feat, img_mask)
+        self._check_inputs(input_ids, attention_mask, img_feat, img_pos_feat, img_mask)
         text = self.embed_text(input_ids)
-        if img_feat is None:
-            emb = text
-            mask = attention_mask.bool()
+        image = None if img_feat is None else self.embed_image(img_feat, img_pos_feat)
+        return self.forward_embeddings(
+            text, attention_mask, image, img_mask, output_hidden_states=output_hidden_states
+        )
+
+    def forward_embeddings(
+        self,
+        text_embeddings: Tensor,
+        attention_mask: Tensor,
+        image_embeddings: Tensor | None = None,
+        img_mask: Tensor | None = None,
+        *,
+        output_hidden_states: bool = True,
+    ) -> UniterOutput:
+        """:meth:`forward` from precomputed embeddings.
+
+        A pair runner can embed each caption (:meth:`embed_text`) and each region set
+        (:meth:`embed_image`) once and index them per batch of pairs; the result equals
+        :meth:`forward` on the same inputs.
+
+        Parameters
+        ----------
+        text_embeddings : Tensor
+            (B, T, H) from :meth:`embed_text`.
+        attention_mask : Tensor
+            (B, T), 1/True at real tokens.
+        image_embeddings : Tensor or None
+            (B, R, H) from :meth:`embed_image`, or None for no regions.
+        img_mask : Tensor or None
+            (B, R), 1/True at real regions (None when ``image_embeddings`` is None).
+        output_hidden_states : bool
+
+        Returns
+        -------
+        UniterOutput
+        """
+        if text_embeddings.dim() != 3 or tuple(attention_mask.shape) != tuple(text_embeddings.shape[:2]):
+            raise ValueError(
+                f"text_embeddings (B, T, H) and attention_mask (B, T) disagree: "
+                f"{tuple(text_embeddings.shape)} vs {tuple(attention_mask.shape)}"
+            )
+        t = text_embeddings.shape[1]
+        if image_embeddings is None:
+            if img_mask is not None:
+                raise ValueError("img_mask must be None when image_embeddings is None")
+            emb, mask = text_embeddings, attention_mask.bool()
         else:
-            emb = torch.cat([text, self.embed_image(img_feat, img_pos_feat)], dim=1)
+            if img_mask is None or tuple(img_mask.shape) != tuple(image_embeddings.shape[:2]) \
+                    or image_embeddings.shape[0] != text_embeddings.shape[0]:
+                raise ValueError(
+                    f"image_embeddings must be (B, R, H) with img_mask (B, R) and B = "
+                    f"{text_embeddings.shape[0]}, got {tuple(image_embeddings.shape)} and "
+                    f"{None if img_mask is None else tuple(img_mask.shape)}"
+                )
+            emb = torch.cat([text_embeddings, image_embeddings.to(text_embeddings.dtype)], dim=1)
             mask = torch.cat([attention_mask.bool(), img_mask.bool()], dim=1)
         last, states = self.encode(emb, mask, output_hidden_states=output_hidden_states)
         pooled = self.uniter.pooler(last[:, 0])
@@ -644,7 +697,7 @@ class UniterModel(nn.Module):
         img_feat: Tensor | None,
         img_pos_feat: Tensor | None,
         img_mask: Tensor | None,
-    ) -> tuple[int, int]:
+    ) -> None:
         for name, value in (("input_ids", input_ids), ("attention_mask", attention_mask)):
             if not isinstance(value, Tensor):
                 raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
@@ -663,7 +716,7 @@ class UniterModel(nn.Module):
         if any(given) and not all(given):
             raise ValueError("img_feat, img_pos_feat and img_mask must be given together (or all None)")
         if img_feat is None:
-            return b, t
+            return
         for name, value in (("img_feat", img_feat), ("img_pos_feat", img_pos_feat), ("img_mask", img_mask)):
             if not isinstance(value, Tensor):
                 raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
@@ -679,10 +732,20 @@ class UniterModel(nn.Module):
             )
         if tuple(img_mask.shape) != (b, r):
             raise ValueError(f"img_mask must have shape {(b, r)}, got {tuple(img_mask.shape)}")
-        return b, t
 
 
 # -- official checkpoint files -------------------------------------------------------------------
+
+
+def official_key_shapes(
+    config: UniterConfig | Mapping[str, Any] | str | os.PathLike[str], score_head: str = "itm"
+) -> dict[str, tuple[int, ...]]:
+    """Every key :meth:`UniterModel.from_official` needs, with its shape, in state-dict order.
+
+    Computed without allocating weights. Pretraining heads are not included.
+    """
+    model = UniterModel(config, score_head, _materialize=False)
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
 
 def load_official_state_dict(checkpoint: str | os.PathLike[str] | Mapping[str, Any]) -> dict[str, Tensor]:
