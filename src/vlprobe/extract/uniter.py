@@ -75,6 +75,7 @@ MASK_CONSTANT = -10000.0
 IGNORED_PREFIXES: tuple[str, ...] = ("cls.", "feat_regress.", "region_classifier.")
 _BODY_PREFIXES = ("embeddings.", "img_embeddings.", "encoder.", "pooler.")
 _SCORE_HEADS = ("itm", "rank")
+_REQUIRED_CONFIG_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
 _ACTIVATIONS = {
     "gelu": lambda x: F.gelu(x),  # erf form, as the official gelu
     "relu": F.relu,
@@ -153,10 +154,8 @@ class UniterConfig:
             raise TypeError(f"config must be a mapping, got {type(data).__name__}")
         known = {f.name for f in fields(cls)} - {"extra"}
         kwargs = {k: v for k, v in data.items() if k in known}
-        extra = dict(data.get("extra", {})) if isinstance(data.get("extra"), Mapping) else {}
-        extra.update({k: v for k, v in data.items() if k not in known and k != "extra"})
-        required = [f.name for f in fields(cls)[:5]]
-        missing = [k for k in required if k not in kwargs]
+        extra = {k: v for k, v in data.items() if k not in known}
+        missing = [k for k in _REQUIRED_CONFIG_KEYS if k not in kwargs]
         if missing:
             raise ValueError(f"config is missing required key(s) {missing} (got keys {sorted(data)})")
         return cls(**kwargs, extra=extra)
