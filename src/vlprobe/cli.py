@@ -235,9 +235,15 @@ def cache_merge(
 
 
 def _print_rows(rows: list[dict[str, Any]], subsets: tuple[str, ...], csv_path: Path) -> None:
+    ci = {(r["subset"], r["metric"]): r["value"] for r in rows if ".ci95_" in r["metric"]}
     for row in rows:
-        if row["subset"] in subsets:
-            typer.echo(f"{row['model']:<12} {row['subset']:<22} {row['metric']:<10} {row['value']:7.2f}  (n={row['n']})")
+        if row["subset"] in subsets and ".ci95_" not in row["metric"]:
+            key = (row["subset"], row["metric"])
+            low, high = ci.get((key[0], f"{key[1]}.ci95_low")), ci.get((key[0], f"{key[1]}.ci95_high"))
+            interval = f"  [{low:6.2f}, {high:6.2f}]" if low is not None and high is not None else ""
+            typer.echo(
+                f"{row['model']:<12} {row['subset']:<22} {row['metric']:<13} {row['value']:7.2f}{interval}  (n={row['n']})"
+            )
     typer.echo(f"wrote {csv_path} and {csv_path.parent / 'manifest.json'}")
 
 
