@@ -253,17 +253,24 @@ def run_winoground_scores_cmd(
     out: Annotated[Path, typer.Option(help="Results folder; writes OUT/winoground-scores/<model>.csv.")],
     cache: Annotated[Path | None, typer.Option(help="A vlprobe cache of Winoground.")] = None,
     scores_file: Annotated[
-        Path | None, typer.Option(help="Official model_scores JSONL ({label: <id>_c<k>_i<j>, score}).")
+        Path | None, typer.Option(
+            "--scores", "--scores-file",
+            help="Official model_scores JSONL ({label: <id>_c<k>_i<j>, score}), a vlprobe per-item score "
+                 "file, or a 2N x 2N caption x image .npy/.npz matrix.",
+        ),
     ] = None,
     model: Annotated[str | None, typer.Option(help="Model name in the CSV (default: from the input).")] = None,
     data_dir: Annotated[Path | None, typer.Option(help="Winoground copy, for tags of a scores file.")] = None,
     tags: Annotated[Path | None, typer.Option(help="'Why is Winoground Hard?' tag file (overrides a cache's).")] = None,
+    bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples for the 95% intervals.")] = 1000,
+    seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
 ) -> None:
     """Winoground text, image and group scores, overall and per tag."""
     from vlprobe.experiments.winoground_scores import WinogroundScoresConfig, run_winoground_scores
 
     csv_path, _, rows = run_winoground_scores(WinogroundScoresConfig(
         out=out, cache=cache, scores_file=scores_file, model=model, data_dir=data_dir, tags=tags,
+        bootstrap=bootstrap, seed=seed,
     ))
     _print_rows(rows, ("all",), csv_path)
 
@@ -271,10 +278,15 @@ def run_winoground_scores_cmd(
 @run_app.command("recall")
 @guarded
 def run_recall_cmd(
-    cache: Annotated[Path, typer.Option(help="A vlprobe cache with the full score matrix.")],
     out: Annotated[Path, typer.Option(help="Results folder; writes OUT/recall/<model>.csv.")],
+    cache: Annotated[Path | None, typer.Option(help="A vlprobe cache with the full score matrix.")] = None,
+    scores: Annotated[
+        Path | None, typer.Option(help="Caption x image matrix (.npy/.npz), canonical order, instead of a cache.")
+    ] = None,
     ks: Annotated[str, typer.Option(help="Comma-separated k values.")] = "1,2,5,10",
-    model: Annotated[str | None, typer.Option(help="Model name in the CSV (default: from the cache).")] = None,
+    model: Annotated[str | None, typer.Option(help="Model name in the CSV (default: from the input).")] = None,
+    bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples for the 95% intervals.")] = 1000,
+    seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
 ) -> None:
     """Recall@k, image-to-text and text-to-image, ties counted against the model."""
     from vlprobe.experiments.recall import RecallConfig, run_recall
@@ -283,7 +295,9 @@ def run_recall_cmd(
         k_values = tuple(int(k) for k in ks.split(","))
     except ValueError:
         raise ValueError(f"ks must be comma-separated integers, got {ks!r}") from None
-    csv_path, _, rows = run_recall(RecallConfig(cache=cache, out=out, ks=k_values, model=model))
+    csv_path, _, rows = run_recall(RecallConfig(
+        out=out, cache=cache, scores=scores, ks=k_values, model=model, bootstrap=bootstrap, seed=seed,
+    ))
     _print_rows(rows, ("i2t", "t2i"), csv_path)
 
 
