@@ -137,3 +137,13 @@ EXPERIMENTS.register(
     "recall", "vlprobe.experiments.recall:run_recall",
     help="Recall@k (I2T, T2I) over the full image x caption score matrix",
 )
+
+# Benchmark scoring (issue 6): SugarCrepe, VALSE, blind text-only baselines, evaluations.
+DATASETS.register(
+    "sugarcrepe", "vlprobe.data.sugarcrepe:load_sugarcrepe",
+    help="SugarCrepe (7 JSON files; images from a COCO val2017 folder via --image-dir)",
+)
+DATASETS.register(
+    "valse", "vlprobe.data.valse:load_valse",
+    help="VALSE (11 JSON files; valid items by default; images via --image-root SOURCE=DIR)",
+)
