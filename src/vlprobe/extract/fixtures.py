@@ -315,3 +315,21 @@ def write_tiny_clip(out: str | os.PathLike[str], seed: int = 0) -> Path:
 
 FIXTURE_WRITERS: dict[str, Callable[[Path, int], Path]] = {"clip": write_tiny_clip}
 """Fixture writers by model name, for ``probe fixtures model NAME --out DIR --seed S``."""
+
+
+def _text_fixture(name: str) -> Callable[[Path, int], Path]:
+    """A writer from :mod:`vlprobe.extract.text_fixtures`, imported when called (blind baselines)."""
+
+    def write(out: Path, seed: int = 0) -> Path:
+        from vlprobe.extract import text_fixtures
+
+        return getattr(text_fixtures, name)(out, seed)
+
+    write.__doc__ = f"See vlprobe.extract.text_fixtures.{name}."
+    return write
+
+
+FIXTURE_WRITERS.update({
+    "blind-lm": _text_fixture("write_tiny_gpt2"),            # tiny GPT-2 causal LM
+    "blind-grammar": _text_fixture("write_tiny_bert_classifier"),  # tiny BERT classifier
+})
