@@ -73,6 +73,16 @@ def _load_hf(checkpoint: str | None, name: str, device: str, dtype: str) -> tupl
     return resolve_checkpoint(checkpoint, allow_patterns=_ALLOW), resolve_device(device), resolve_dtype(dtype)
 
 
+def _refuse_new_weights(loading: dict[str, Any], checkpoint: str | None, what: str) -> None:
+    """A checkpoint of another kind loads with a freshly initialised head: refuse it, naming the weights."""
+    missing = list(loading.get("missing_keys", []))
+    if missing:
+        raise ValueError(
+            f"checkpoint: {checkpoint!r} is not {what}: it lacks {len(missing)} weight(s) such as {missing[0]!r}, "
+            "which would be random"
+        )
+
+
 def _check_texts(texts: Sequence[str], batch_size: int) -> list[str]:
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
@@ -110,9 +120,11 @@ class CausalLMScorer(TextScorer):
         with quiet_transformers():
             try:
                 AutoConfig.from_pretrained(ckpt.path)
-                model = AutoModelForCausalLM.from_pretrained(ckpt.path, dtype=torch_dtype).to(dev).eval()
+                model, loading = AutoModelForCausalLM.from_pretrained(ckpt.path, dtype=torch_dtype, output_loading_info=True)
             except (OSError, ValueError, KeyError) as exc:
                 raise ValueError(f"checkpoint: {checkpoint!r} is not a causal language model ({exc})") from None
+            _refuse_new_weights(loading, checkpoint, "a causal language model")
+            model = model.to(dev).eval()
             tokenizer = AutoTokenizer.from_pretrained(ckpt.path)
         return cls(model, tokenizer, ckpt, dev)
 
@@ -205,9 +217,13 @@ class SequenceClassifierScorer(TextScorer):
             try:
                 config = AutoConfig.from_pretrained(ckpt.path)
                 index = cls.acceptable_index(config.id2label, acceptable_label)
-                model = AutoModelForSequenceClassification.from_pretrained(ckpt.path, dtype=torch_dtype).to(dev).eval()
+                model, loading = AutoModelForSequenceClassification.from_pretrained(
+                    ckpt.path, dtype=torch_dtype, output_loading_info=True,
+                )
             except (OSError, KeyError) as exc:
                 raise ValueError(f"checkpoint: {checkpoint!r} is not a sequence classifier ({exc})") from None
+            _refuse_new_weights(loading, checkpoint, "a trained sequence classifier")
+            model = model.to(dev).eval()
             tokenizer = AutoTokenizer.from_pretrained(ckpt.path)
         return cls(model, tokenizer, ckpt, dev, index)
 
