@@ -237,3 +237,17 @@ def test_bootstrap_ci_brackets_the_estimate_and_shrinks_with_n() -> None:
         widths.append(high - low)
     assert widths[1] < widths[0] / 5
     assert np.isnan(bootstrap_ci(np.array([np.nan, np.nan]))[0])
+
+
+def test_recall_transposed_views_stream_in_memory_order() -> None:
+    rng = np.random.default_rng(5)
+    m = rng.integers(-2, 3, size=(37, 23)).astype(np.float32)
+    pos = rng.integers(0, 37, size=23)
+    view = m.T  # F-ordered view: counted by accumulating over the C-ordered rows
+    assert not view.flags.c_contiguous
+    for block in (1, 7, 10_000):
+        np.testing.assert_array_equal(recall_ranks(view, pos, block_elements=block),
+                                      recall_ranks(np.ascontiguousarray(view), pos))
+    m[30, 4] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        recall_ranks(m.T, pos, block_elements=23)

@@ -80,12 +80,14 @@ def winoground_outcomes(s: np.ndarray) -> dict[str, np.ndarray]:
     return out
 
 
-def recall_ranks(scores: np.ndarray, positives: np.ndarray, *, block_elements: int = 1 << 22) -> np.ndarray:
+def recall_ranks(scores: np.ndarray, positives: np.ndarray, *, block_elements: int = 1 << 20) -> np.ndarray:
     """Rank of each query's positive among all candidates, ties counted against the model.
 
     rank = number of candidates (the positive included) scoring at least as high as the positive.
-    Counted in blocks of rows (about ``block_elements`` comparisons each), never sorting: the
-    working memory is one boolean block, whatever the matrix size.
+    Counted in blocks of about ``block_elements`` comparisons into one reused boolean buffer,
+    never sorting: the working memory is one block, whatever the matrix size. A transposed view
+    of a C-ordered matrix (I2T from a caption x image matrix) is streamed in its memory order,
+    block rows accumulating per-column counts, instead of gathering strided rows.
 
     Parameters
     ----------
@@ -116,14 +118,24 @@ def recall_ranks(scores: np.ndarray, positives: np.ndarray, *, block_elements: i
             f"positives must lie in [0, {scores.shape[1]}), got values from {positives.min()} to {positives.max()}"
         )
     q, c = scores.shape
-    rows = max(1, int(block_elements) // c)
-    ranks = np.empty(q, dtype=np.int64)
-    for start in range(0, q, rows):
-        block = scores[start : start + rows]
+    pos_values = scores[np.arange(q), positives]
+    transposed = not scores.flags.c_contiguous and scores.T.flags.c_contiguous
+    base = scores.T if transposed else scores  # iterate over the rows of the C-ordered array
+    n_rows, width = base.shape
+    step = max(1, int(block_elements) // width)
+    buf = np.empty((min(step, n_rows), width), dtype=bool)
+    ranks = np.zeros(q, dtype=np.int64)
+    for start in range(0, n_rows, step):
+        block = base[start : start + step]
         if np.isnan(block).any():
             raise ValueError("scores: the matrix has missing entries (NaN)")
-        pos = block[np.arange(len(block)), positives[start : start + rows]]
-        ranks[start : start + rows] = np.count_nonzero(block >= pos[:, None], axis=1)
+        hit = buf[: len(block)]
+        if transposed:  # block rows are candidates, columns are queries
+            np.greater_equal(block, pos_values[None, :], out=hit)
+            ranks += np.count_nonzero(hit, axis=0)
+        else:
+            np.greater_equal(block, pos_values[start : start + step, None], out=hit)
+            ranks[start : start + step] = np.count_nonzero(hit, axis=1)
     return ranks
 
 
