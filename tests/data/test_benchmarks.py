@@ -12,8 +12,19 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from vlprobe.cli import app
-from vlprobe.data.sugarcrepe import SUGARCREPE_COUNTS, SUGARCREPE_SUBSETS, load_sugarcrepe, sugarcrepe_report
-from vlprobe.data.valse import VALSE_FILES, VALSE_VALID_COUNTS, load_valse, parse_image_roots, valse_report
+from vlprobe.data.sugarcrepe import (
+    SUGARCREPE_COUNTS,
+    SUGARCREPE_SUBSETS,
+    load_sugarcrepe,
+    sugarcrepe_report,
+)
+from vlprobe.data.valse import (
+    VALSE_FILES,
+    VALSE_VALID_COUNTS,
+    load_valse,
+    parse_image_roots,
+    valse_report,
+)
 from vlprobe.registry import DATASETS
 
 # Pinned from the data (Heidelberg-NLP/VALSE 2152d90): (records, valid = mturk caption >= 2 and caption != foil).
@@ -88,9 +99,9 @@ def test_sugarcrepe_bad_files(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="holds none of the expected files"):
         load_sugarcrepe(tmp_path)
     (tmp_path / "swap_obj.json").write_text('{"0": {"filename": "x.jpg", "caption": "a"}}', encoding="utf-8")
-    with pytest.raises(ValueError, match="swap_obj.json key '0' must have string fields"):
+    with pytest.raises(ValueError, match=r"swap_obj\.json key '0' must have string fields"):
         load_sugarcrepe(tmp_path, subsets="swap_obj")
-    with pytest.raises(FileNotFoundError, match="add_att.json is missing"):
+    with pytest.raises(FileNotFoundError, match=r"add_att\.json is missing"):
         load_sugarcrepe(tmp_path, subsets="add_att")
 
 
@@ -149,7 +160,7 @@ def test_valse_image_roots(valse_dir: Path, tmp_path: Path) -> None:
     ds = load_valse(valse_dir, subsets="actant-swap", limit=3, image_root=[f"swig={swig}"])
     assert [it.images[0].path for it in ds] == [swig / n for n in names]
     assert load_valse(valse_dir, subsets="actant-swap", limit=3, image_root=[str(swig)]).items[0].images[0].path == swig / names[0]
-    with pytest.raises(ValueError, match="no folder for source 'visual7w' .*existence.*--image-root visual7w=DIR"):
+    with pytest.raises(ValueError, match=r"no folder for source 'visual7w' .*existence.*--image-root visual7w=DIR"):
         load_valse(valse_dir, subsets="actant-swap,existence", limit=3, image_root=[f"swig={swig}"])
     with pytest.raises(FileNotFoundError, match="images missing"):
         load_valse(valse_dir, subsets="existence", limit=3, image_root=[f"visual7w={v7w}"])

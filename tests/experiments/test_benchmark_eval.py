@@ -99,7 +99,7 @@ def test_eval_sugarcrepe_clip(sugarcrepe_dir: Path, coco: Path, tiny_clip: Path,
     assert run["seeds"] == [0] and run["bootstrap"]["resamples"] == 200
 
     # Every metric again from the saved per-item scores alone: the same rows.
-    again, _, rows2 = run_eval(EvalConfig(benchmark="sugarcrepe", out=tmp_path / "again", scores=csv_path.with_suffix(".scores.jsonl"),
+    _, _, rows2 = run_eval(EvalConfig(benchmark="sugarcrepe", out=tmp_path / "again", scores=csv_path.with_suffix(".scores.jsonl"),
                                           bootstrap=200))
     assert {(r["subset"], r["metric"]): r["value"] for r in rows2} == {(r["subset"], r["metric"]): r["value"] for r in rows}
 
@@ -107,7 +107,7 @@ def test_eval_sugarcrepe_clip(sugarcrepe_dir: Path, coco: Path, tiny_clip: Path,
 def test_eval_valse_clip_and_blind(valse_dir: Path, valse_roots: dict[str, Path], tiny_clip: Path, tiny_gpt2: Path,
                                    tmp_path: Path) -> None:
     roots = tuple(f"{k}={v}" for k, v in valse_roots.items())
-    csv_path, manifest_path, rows = run_eval(EvalConfig(
+    csv_path, manifest_path, _ = run_eval(EvalConfig(
         benchmark="valse", out=tmp_path, model="clip", checkpoint=str(tiny_clip), data_dir=valse_dir,
         image_root=roots, subsets="existence,actant-swap", limit=4, bootstrap=100,
     ))
@@ -129,7 +129,7 @@ def test_eval_valse_clip_and_blind(valse_dir: Path, valse_roots: dict[str, Path]
     assert metrics == {"acc_r", "auroc", "caption_tpr", "foil_tnr", "acc", "min_rate", "ppv", "npv", "min_precision"}
 
     # A blind LM needs no images.
-    lm_csv, lm_manifest, _ = run_eval(EvalConfig(benchmark="valse", out=tmp_path, model="blind-lm", checkpoint=str(tiny_gpt2),
+    _, lm_manifest, _ = run_eval(EvalConfig(benchmark="valse", out=tmp_path, model="blind-lm", checkpoint=str(tiny_gpt2),
                                                  data_dir=valse_dir, subsets="existence", limit=5, bootstrap=50))
     run = json.loads(lm_manifest.read_text(encoding="utf-8"))["runs"]["blind-lm"]
     assert run["score_kind"] == "mean_token_logprob" and run["n_items"] == 5

@@ -22,7 +22,11 @@ from vlprobe.experiments.score_files import (
     winoground_from_matrix,
     write_item_scores,
 )
-from vlprobe.experiments.winoground_scores import WinogroundScoresConfig, read_winoground_scores, run_winoground_scores
+from vlprobe.experiments.winoground_scores import (
+    WinogroundScoresConfig,
+    read_winoground_scores,
+    run_winoground_scores,
+)
 
 
 def winoground_matrix(n: int, seed: int) -> np.ndarray:
@@ -141,7 +145,7 @@ def test_read_score_matrix_shapes_and_errors(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="NaN"):
         read_score_matrix(tmp_path / "nan.npy")
     (tmp_path / "m.txt").write_text("1 2\n", encoding="utf-8")
-    with pytest.raises(ValueError, match="not a .npy or .npz"):
+    with pytest.raises(ValueError, match=r"not a \.npy or \.npz"):
         read_score_matrix(tmp_path / "m.txt")
     with pytest.raises(ValueError, match="2N x 2N"):
         winoground_from_matrix(np.zeros((3, 3)))

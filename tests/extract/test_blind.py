@@ -101,7 +101,7 @@ def test_wrong_model_kind_and_offline_hub_id(tiny_clip: Path, tiny_gpt2: Path, t
     with pytest.raises(ValueError, match="not a causal language model: it lacks"):
         CausalLMScorer.load(str(tiny_bert_classifier))
     # A causal LM would load as a classifier with a random head: refused, naming a missing weight.
-    with pytest.raises(ValueError, match="is not a trained sequence classifier: it lacks .*score"):
+    with pytest.raises(ValueError, match=r"is not a trained sequence classifier: it lacks .*score"):
         SequenceClassifierScorer.load(str(tiny_gpt2), acceptable_label="0")
     with pytest.raises(ValueError, match="needs --checkpoint"):
         CausalLMScorer.load(None)

@@ -117,7 +117,7 @@ def recall_ranks(scores: np.ndarray, positives: np.ndarray, *, block_elements: i
         raise ValueError(
             f"positives must lie in [0, {scores.shape[1]}), got values from {positives.min()} to {positives.max()}"
         )
-    q, c = scores.shape
+    q = scores.shape[0]
     pos_values = scores[np.arange(q), positives]
     transposed = not scores.flags.c_contiguous and scores.T.flags.c_contiguous
     base = scores.T if transposed else scores  # iterate over the rows of the C-ordered array

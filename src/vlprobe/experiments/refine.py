@@ -26,7 +26,6 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -166,7 +165,7 @@ def _gaps(path: Path, transform: str, param: str) -> tuple[list[str], np.ndarray
             "sigmoid (logits) or rank"
         )
     n = len(ids)
-    return ids, both[:n] - both[n:], np.asarray((pos > neg))
+    return ids, both[:n] - both[n:], np.asarray(pos > neg)
 
 
 def run_refine(config: RefineConfig) -> tuple[Path, Path, RefineResult]:
