@@ -168,6 +168,8 @@ def test_cli_eval_and_errors(sugarcrepe_dir: Path, coco: Path, tiny_clip: Path, 
     one_error_line(runner.invoke(app, ["eval", "winoground", "--model", "clip", "--out", str(tmp_path)]),
                    "benchmark must be one of sugarcrepe, valse")
     one_error_line(runner.invoke(app, [*base, "--model", "clip-large", "--checkpoint", "x"]), "unknown model 'clip-large'")
+    one_error_line(runner.invoke(app, ["eval", "sugarcrepe", "--scores", str(tmp_path / "x.jsonl"), "--limit", "3",
+                                       "--out", str(tmp_path)]), "limit needs data_dir")
     # A score file naming another benchmark's items.
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"item": "valse/existence/1", "image": "valse/existence/1/i0", "text": "valse/existence/1/c0", "score": 1}\n'

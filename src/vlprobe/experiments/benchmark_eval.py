@@ -134,6 +134,13 @@ def _validate(config: EvalConfig) -> None:
         raise ValueError("give exactly one of model (score the pairs now) or scores (a saved per-item score file)")
     if config.benchmark == "sugarcrepe" and (config.threshold is not None or config.all_items):
         raise ValueError("threshold and all_items apply to valse only")
+    if config.scores is not None and config.data_dir is None:
+        given = [name for name, value in (("limit", config.limit), ("all_items", config.all_items),
+                                          ("image_dir", config.image_dir), ("image_root", config.image_root)) if value]
+        if given:
+            raise ValueError(f"{given[0]} needs data_dir when the scores come from a file (it selects dataset items)")
+    if config.model is None and (config.checkpoint is not None or config.acceptable_label is not None):
+        raise ValueError("checkpoint and acceptable_label apply to a model, not to a saved score file")
 
 
 def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:

@@ -174,8 +174,8 @@ def run_refine(config: RefineConfig) -> tuple[Path, Path, RefineResult]:
     Returns
     -------
     out, manifest_path : Path
-        ``out`` holds one ``{"item": id}`` line per kept item; the manifest is
-        ``<out stem>.manifest.json`` beside it.
+        ``out`` holds one ``{"item": id}`` line per kept item; the manifest is ``out`` with the
+        suffix ``.manifest.json`` (``keep.jsonl`` -> ``keep.manifest.json``).
     result : RefineResult
     """
     ids_a, gap_a, right_a = _gaps(Path(config.scores_a), config.transform_a, "scores_a")
@@ -216,6 +216,6 @@ def run_refine(config: RefineConfig) -> tuple[Path, Path, RefineResult]:
             "kept_per_subset": {s: int((subsets[kept] == s).sum()) for s in dict.fromkeys(subsets.tolist())},
         },
     )
-    manifest_path = out.with_name(out.name.split(".")[0] + ".manifest.json")
+    manifest_path = out.with_suffix(".manifest.json")
     write_json(manifest_path, manifest)
     return out, manifest_path, result
