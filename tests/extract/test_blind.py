@@ -131,3 +131,11 @@ def test_extract_refuses_blind_models(one_error_line: Callable[..., str], synthe
         "--out", str(tmp_path / "x.h5"), "--device", "cpu", "--quiet",
     ])
     one_error_line(res, "blind text-only baseline")
+
+
+def test_lm_truncates_long_texts_quietly(tiny_gpt2: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scorer = CausalLMScorer.load(str(tiny_gpt2))
+    long = " ".join(["red circle"] * 200)
+    got = scorer.score_texts([long, long + " again"])
+    assert np.isfinite(got).all() and got[0] == pytest.approx(got[1])  # same first 128 positions
+    assert "longer than the specified maximum" not in capsys.readouterr().err

@@ -5,7 +5,8 @@ one. Three registered models (``probe eval ... --model NAME``):
 
 ``blind-lm``        token-normalised log-likelihood under any Hugging Face causal LM (directory
                     or hub id): score = mean over the text's tokens of log p(token | preceding
-                    tokens), the first token conditioned on the model's BOS (or EOS) token. It is
+                    tokens), the first token conditioned on the model's BOS (or EOS) token; texts
+                    longer than the model's positions are truncated. It is
                     minus the log of the per-token perplexity, so higher = more plausible.
 ``blind-grammar``   P(acceptable) of any Hugging Face sequence classifier (e.g. a CoLA model).
                     Which label means "acceptable" is read from ``config.id2label`` (a label named
@@ -129,10 +130,10 @@ class CausalLMScorer(TextScorer):
         return cls(model, tokenizer, ckpt, dev)
 
     def _ids(self, text: str) -> list[int]:
-        ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        room = self.max_length - (self.context_id is not None)
+        ids = list(self.tokenizer(text, add_special_tokens=False, truncation=True, max_length=room)["input_ids"])
         if self.context_id is not None:
             ids = [self.context_id, *ids]
-        ids = ids[: self.max_length]
         if len(ids) < 2:
             raise ValueError(
                 f"texts: {text!r} gives no token to score under {self.checkpoint.spec if self.checkpoint else 'the model'!r}"

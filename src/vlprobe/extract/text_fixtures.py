@@ -2,7 +2,7 @@
 
 ``write_tiny_gpt2`` (``probe fixtures model blind-lm``) layout::
 
-    config.json, model.safetensors   GPT2LMHeadModel: 2 layers, width 32, 4 heads, 64 positions
+    config.json, model.safetensors   GPT2LMHeadModel: 2 layers, width 32, 4 heads, 128 positions
     vocab.json, merges.txt, tokenizer.json, tokenizer_config.json
                                      byte-level BPE: the 256 byte characters, merges learned from
                                      a small caption word list, then <|endoftext|> (bos = eos)
@@ -105,9 +105,9 @@ def write_tiny_gpt2(out: str | os.PathLike[str], seed: int = 0) -> Path:
 
     vocab, merges = _gpt2_vocab()
     tokenizer = GPT2Tokenizer(vocab=vocab, merges=merges, bos_token=_EOT, eos_token=_EOT, unk_token=_EOT,
-                              model_max_length=64)
+                              model_max_length=128)
     config = GPT2Config(
-        vocab_size=len(vocab), n_positions=64, n_embd=32, n_layer=2, n_head=4,
+        vocab_size=len(vocab), n_positions=128, n_embd=32, n_layer=2, n_head=4,
         bos_token_id=vocab[_EOT], eos_token_id=vocab[_EOT],
     )
     with torch.random.fork_rng(devices=[]):
