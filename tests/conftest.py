@@ -199,3 +199,40 @@ def h5_tree() -> Callable[[Path], dict[str, Any]]:
 def assert_caches_equal() -> Callable[..., None]:
     """``assert_caches_equal(actual, expected, atol=1e-5)``."""
     return _assert_caches_equal
+
+
+# --- benchmark scoring (issue 6): the real SugarCrepe / VALSE JSON files, read where they lie ----
+
+
+@pytest.fixture(scope="session")
+def sugarcrepe_dir() -> Path:
+    """The real SugarCrepe JSON folder (MIT), never copied."""
+    path = _shared_data() / "sugar-crepe" / "data"
+    if not (path / "swap_obj.json").is_file():
+        pytest.skip(f"the shared SugarCrepe files are absent ({path}); set VLPROBE_SHARED_DATA")
+    return path
+
+
+@pytest.fixture(scope="session")
+def valse_dir() -> Path:
+    """The real VALSE JSON folder (MIT), never copied."""
+    path = _shared_data() / "valse" / "data"
+    if not (path / "existence.json").is_file():
+        pytest.skip(f"the shared VALSE files are absent ({path}); set VLPROBE_SHARED_DATA")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Tiny random GPT-2 causal LM (seed 0), for the blind-lm baseline."""
+    from vlprobe.extract.text_fixtures import write_tiny_gpt2
+
+    return write_tiny_gpt2(tmp_path_factory.mktemp("models") / "tiny-gpt2", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_classifier(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Tiny random BERT sequence classifier (seed 0), for the blind-grammar baseline."""
+    from vlprobe.extract.text_fixtures import write_tiny_bert_classifier
+
+    return write_tiny_bert_classifier(tmp_path_factory.mktemp("models") / "tiny-bert-cls", seed=0)

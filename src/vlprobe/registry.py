@@ -137,3 +137,37 @@ EXPERIMENTS.register(
     "recall", "vlprobe.experiments.recall:run_recall",
     help="Recall@k (I2T, T2I) over the full image x caption score matrix",
 )
+
+# Benchmark scoring (issue 6): SugarCrepe, VALSE, blind text-only baselines, evaluations.
+DATASETS.register(
+    "sugarcrepe", "vlprobe.data.sugarcrepe:load_sugarcrepe",
+    help="SugarCrepe (7 JSON files; images from a COCO val2017 folder via --image-dir)",
+)
+DATASETS.register(
+    "valse", "vlprobe.data.valse:load_valse",
+    help="VALSE (11 JSON files; valid items by default; images via --image-root SOURCE=DIR)",
+)
+MODELS.register(
+    "blind-lm", "vlprobe.extract.blind:CausalLMScorer",
+    help="Blind baseline: token-normalised log-likelihood of the caption under any HF causal LM",
+)
+MODELS.register(
+    "blind-grammar", "vlprobe.extract.blind:SequenceClassifierScorer",
+    help="Blind baseline: P(acceptable) of any HF sequence classifier (e.g. a CoLA model)",
+)
+MODELS.register(
+    "caption-length", "vlprobe.extract.blind:CaptionLengthScorer",
+    help="Blind baseline: minus the caption length in characters (no checkpoint)",
+)
+EXPERIMENTS.register(
+    "sugarcrepe", "vlprobe.experiments.benchmark_eval:run_eval",
+    help="SugarCrepe accuracy per subset and Replace/Swap/Add (`probe eval sugarcrepe`)",
+)
+EXPERIMENTS.register(
+    "valse", "vlprobe.experiments.benchmark_eval:run_eval",
+    help="VALSE acc_r, AUROC, caption/foil rates and precisions (`probe eval valse`)",
+)
+EXPERIMENTS.register(
+    "refine", "vlprobe.experiments.refine:run_refine",
+    help="SugarCrepe's adversarial refinement of two blind scorers' gaps (`probe refine`)",
+)

@@ -7,6 +7,7 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
@@ -59,6 +60,11 @@ def expected_rows(path: Path, ks: tuple[int, ...]) -> dict[tuple[str, str], floa
     return out
 
 
+def point_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Point estimates only (without the bootstrap interval rows)."""
+    return [r for r in rows if ".ci95_" not in r["metric"]]
+
+
 def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
     with open(path, encoding="utf-8", newline="") as fh:
         reader = csv.DictReader(fh)
@@ -67,7 +73,8 @@ def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
 
 def test_recall_matches_independent_computation(cache_path: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    csv_path, manifest_path, rows = run_recall(RecallConfig(cache=cache_path, out=out))
+    csv_path, manifest_path, written = run_recall(RecallConfig(cache=cache_path, out=out))
+    rows = point_rows(written)
     assert csv_path == out / "recall" / "clip.csv"
     assert manifest_path == out / "recall" / "manifest.json"
     want = expected_rows(cache_path, (1, 2, 5, 10))
@@ -83,7 +90,14 @@ def test_recall_matches_independent_computation(cache_path: Path, tmp_path: Path
     hits = [all(sub[r, c] < sub[r, r] for c in range(sub.shape[1]) if c != r) for r in range(sub.shape[0])]
     assert got[("i2t", "recall@1")] == pytest.approx(100.0 * np.mean(hits))
 
-    header, lines = read_csv(csv_path)
+    header, all_lines = read_csv(csv_path)
+    lines = point_rows(all_lines)
+    assert len(all_lines) == 3 * len(lines)  # each value with its 95% interval
+    for line in all_lines:
+        if ".ci95_" in line["metric"]:
+            point = want[(line["subset"], line["metric"].split(".ci95_")[0])]
+            bound = float(line["value"])
+            assert bound <= point + 1e-9 if line["metric"].endswith("low") else bound >= point - 1e-9
     assert header == list(TIDY_COLUMNS)
     assert [(line["subset"], line["metric"]) for line in lines] == list(want)
     assert {line["subset"] for line in lines} == {"i2t", "t2i"}
@@ -101,6 +115,7 @@ def test_recall_matches_independent_computation(cache_path: Path, tmp_path: Path
 
 def test_recall_custom_ks_and_model(cache_path: Path, tmp_path: Path) -> None:
     _, _, rows = run_recall(RecallConfig(cache=cache_path, out=tmp_path, ks=(3, 1, 2 * N_ITEMS), model="tiny"))
+    rows = point_rows(rows)
     assert [(r["subset"], r["metric"]) for r in rows] == [
         ("i2t", "recall@3"), ("i2t", "recall@1"), ("i2t", f"recall@{2 * N_ITEMS}"),
         ("t2i", "recall@3"), ("t2i", "recall@1"), ("t2i", f"recall@{2 * N_ITEMS}"),
@@ -186,7 +201,7 @@ def test_cli_recall(cache_path: Path, tmp_path: Path) -> None:
     for key, value in want.items():
         assert printed[key] == pytest.approx(value, abs=0.005), key
     _, lines = read_csv(out / "recall" / "clip.csv")
-    assert [line["metric"] for line in lines] == ["recall@1", "recall@5"] * 2
+    assert [line["metric"] for line in point_rows(lines)] == ["recall@1", "recall@5"] * 2
 
 
 @pytest.mark.parametrize("ks", ["a,b", "1,,2", "0", ""])

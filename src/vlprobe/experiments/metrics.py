@@ -9,16 +9,48 @@ Winoground (Thrush et al. 2022), with s[n, k, j] = score of caption k with image
 
 All comparisons are strict: a tie is a failure. Recall@k over a full score matrix counts ties
 against the model: the rank of the positive is 1 + the number of other candidates scoring at
-least as high.
+least as high. Ranks are counted in row blocks (no sort at all), so a 10,000 x 10,000 matrix
+needs a few MB of working memory beside itself.
+
+SugarCrepe (Hsieh et al. 2023): an item is right when s(image, positive) > s(image, negative),
+strictly; Replace / Swap / Add are micro-averages over their subsets' items.
+
+VALSE (Parcalabescu et al. 2022), per item a caption score c and a foil score f:
+
+* ``acc_r``  = mean(c > f), pairwise ranking accuracy (the only VALSE metric for CLIP-like models)
+* ``auroc``  = pooled AUROC, captions positive, foils negative (= Mann-Whitney U / (n1 n2), ties 0.5)
+* with a declared match threshold t (a binary image-text matching head, e.g. P(match) and 0.5),
+  as VALSE's ``lxmert_valse_eval.py`` computes them: items whose foil score equals t are skipped,
+  caption fits = c > t, foil detected = f <= t, ``caption_tpr`` = VALSE's p_c (a caption true
+  positive *rate*, not a precision), ``foil_tnr`` = VALSE's p_f (a foil true negative rate),
+  ``acc`` = (p_c + p_f) / 2, ``min_rate`` = min(p_c, p_f); and the true precisions under their
+  own names: ``ppv`` = captions among texts called matching, ``npv`` = foils among texts called
+  not matching, ``min_precision`` = min(ppv, npv).
+
+Confidence intervals: percentile bootstrap over items, every metric of a run computed on the same
+resampled item indices (paired), drawn from ``np.random.default_rng(seed)``; stratified by subset
+where subsets are pooled, so each subset keeps its size.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-__all__ = ["recall_at_k", "winoground_outcomes"]
+__all__ = [
+    "SUGARCREPE_GROUPS",
+    "auroc",
+    "bootstrap_ci",
+    "bootstrap_indices",
+    "pair_correct",
+    "recall_at_k",
+    "recall_ranks",
+    "sugarcrepe_accuracy",
+    "valse_metrics",
+    "winoground_outcomes",
+]
 
 
 def winoground_outcomes(s: np.ndarray) -> dict[str, np.ndarray]:
@@ -48,6 +80,65 @@ def winoground_outcomes(s: np.ndarray) -> dict[str, np.ndarray]:
     return out
 
 
+def recall_ranks(scores: np.ndarray, positives: np.ndarray, *, block_elements: int = 1 << 20) -> np.ndarray:
+    """Rank of each query's positive among all candidates, ties counted against the model.
+
+    rank = number of candidates (the positive included) scoring at least as high as the positive.
+    Counted in blocks of about ``block_elements`` comparisons into one reused boolean buffer,
+    never sorting: the working memory is one block, whatever the matrix size. A transposed view
+    of a C-ordered matrix (I2T from a caption x image matrix) is streamed in its memory order,
+    block rows accumulating per-column counts, instead of gathering strided rows.
+
+    Parameters
+    ----------
+    scores : ndarray, shape (Q, C)
+        One row per query, one column per candidate; float32 stays float32 (no copy).
+    positives : ndarray of int, shape (Q,)
+        Column of each query's positive.
+
+    Returns
+    -------
+    ndarray of int64, shape (Q,)
+        Ranks in 1..C.
+    """
+    scores = np.asarray(scores)
+    if scores.dtype.kind not in "fiub":
+        raise ValueError(f"scores must be a numeric (Q, C) matrix, got dtype {scores.dtype}")
+    if scores.dtype.kind != "f":
+        scores = scores.astype(np.float64)
+    positives = np.asarray(positives)
+    if scores.ndim != 2 or 0 in scores.shape:
+        raise ValueError(f"scores must be a non-empty (Q, C) matrix, got shape {scores.shape}")
+    if positives.shape != (scores.shape[0],):
+        raise ValueError(f"positives must have shape ({scores.shape[0]},), got {positives.shape}")
+    if positives.dtype.kind not in "iu":
+        raise ValueError(f"positives must be integer column numbers, got dtype {positives.dtype}")
+    if positives.min() < 0 or positives.max() >= scores.shape[1]:
+        raise ValueError(
+            f"positives must lie in [0, {scores.shape[1]}), got values from {positives.min()} to {positives.max()}"
+        )
+    q = scores.shape[0]
+    pos_values = scores[np.arange(q), positives]
+    transposed = not scores.flags.c_contiguous and scores.T.flags.c_contiguous
+    base = scores.T if transposed else scores  # iterate over the rows of the C-ordered array
+    n_rows, width = base.shape
+    step = max(1, int(block_elements) // width)
+    buf = np.empty((min(step, n_rows), width), dtype=bool)
+    ranks = np.zeros(q, dtype=np.int64)
+    for start in range(0, n_rows, step):
+        block = base[start : start + step]
+        if np.isnan(block).any():
+            raise ValueError("scores: the matrix has missing entries (NaN)")
+        hit = buf[: len(block)]
+        if transposed:  # block rows are candidates, columns are queries
+            np.greater_equal(block, pos_values[None, :], out=hit)
+            ranks += np.count_nonzero(hit, axis=0)
+        else:
+            np.greater_equal(block, pos_values[start : start + step, None], out=hit)
+            ranks[start : start + step] = np.count_nonzero(hit, axis=1)
+    return ranks
+
+
 def recall_at_k(
     scores: np.ndarray, positives: np.ndarray, ks: Sequence[int] = (1, 2, 5, 10)
 ) -> dict[int, float]:
@@ -66,23 +157,220 @@ def recall_at_k(
     dict of int to float
         k -> fraction of queries whose positive ranks within the top k.
     """
-    scores = np.asarray(scores, dtype=np.float64)
-    positives = np.asarray(positives)
-    if scores.ndim != 2 or 0 in scores.shape:
-        raise ValueError(f"scores must be a non-empty (Q, C) matrix, got shape {scores.shape}")
-    if positives.shape != (scores.shape[0],):
-        raise ValueError(f"positives must have shape ({scores.shape[0]},), got {positives.shape}")
-    if positives.dtype.kind not in "iu":
-        raise ValueError(f"positives must be integer column numbers, got dtype {positives.dtype}")
-    if positives.min() < 0 or positives.max() >= scores.shape[1]:
-        raise ValueError(
-            f"positives must lie in [0, {scores.shape[1]}), got values from {positives.min()} to {positives.max()}"
-        )
-    if np.isnan(scores).any():
-        raise ValueError("scores: the matrix has missing entries (NaN)")
     for k in ks:
-        if isinstance(k, bool) or int(k) != k or k < 1:
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ValueError(f"ks must be positive integers, got {k!r}")
-    pos = scores[np.arange(len(scores)), positives]
-    rank = (scores >= pos[:, None]).sum(axis=1)  # counts the positive itself once
+    rank = recall_ranks(scores, positives)
     return {int(k): float((rank <= k).mean()) for k in ks}
+
+
+def pair_correct(positive: np.ndarray, negative: np.ndarray) -> np.ndarray:
+    """Per item: the positive text outscores the negative, strictly (a tie is wrong).
+
+    Parameters
+    ----------
+    positive, negative : ndarray, shape (N,)
+
+    Returns
+    -------
+    ndarray of bool, shape (N,)
+    """
+    pos = np.asarray(positive, dtype=np.float64)
+    neg = np.asarray(negative, dtype=np.float64)
+    if pos.ndim != 1 or pos.shape != neg.shape:
+        raise ValueError(f"positive and negative must be 1-D of one length, got shapes {pos.shape} and {neg.shape}")
+    if np.isnan(pos).any() or np.isnan(neg).any():
+        raise ValueError("scores: some item scores are missing (NaN)")
+    return pos > neg
+
+
+#: SugarCrepe's three aggregates (micro-averages over the items of their subsets).
+SUGARCREPE_GROUPS: dict[str, tuple[str, ...]] = {
+    "replace": ("replace_obj", "replace_att", "replace_rel"),
+    "swap": ("swap_obj", "swap_att"),
+    "add": ("add_obj", "add_att"),
+}
+
+
+def sugarcrepe_accuracy(subsets: Sequence[str], correct: np.ndarray) -> dict[str, tuple[float, int]]:
+    """Accuracy per subset, the micro-averaged Replace / Swap / Add, and ``all`` (micro).
+
+    Parameters
+    ----------
+    subsets : sequence of str, length N
+        Subset of each item (``swap_obj``, ...).
+    correct : ndarray of bool, shape (N,)
+
+    Returns
+    -------
+    dict of str to (accuracy in [0, 1], n)
+        Subsets in first-seen order, then the groups that have items, then ``all``.
+    """
+    sub = np.asarray(subsets)
+    ok = np.asarray(correct, dtype=bool)
+    if sub.shape != ok.shape or ok.ndim != 1:
+        raise ValueError(f"subsets and correct must be 1-D of one length, got {sub.shape} and {ok.shape}")
+    out: dict[str, tuple[float, int]] = {}
+    for name in dict.fromkeys(sub.tolist()):
+        mask = sub == name
+        out[name] = (float(ok[mask].mean()), int(mask.sum()))
+    for group, members in SUGARCREPE_GROUPS.items():
+        mask = np.isin(sub, members)
+        if mask.any():
+            out[group] = (float(ok[mask].mean()), int(mask.sum()))
+    if len(ok):
+        out["all"] = (float(ok.mean()), len(ok))
+    return out
+
+
+def auroc(positive: np.ndarray, negative: np.ndarray) -> np.ndarray:
+    """Area under the ROC curve = Mann-Whitney U / (n1 n2), ties counted one half.
+
+    Parameters
+    ----------
+    positive : ndarray, shape (..., n1)
+        Scores of the positives (VALSE: captions); leading axes are batches (bootstrap).
+    negative : ndarray, shape (..., n2)
+
+    Returns
+    -------
+    ndarray, shape (...)  (a 0-d array for 1-D inputs)
+    """
+    from scipy.stats import rankdata
+
+    pos = np.asarray(positive, dtype=np.float64)
+    neg = np.asarray(negative, dtype=np.float64)
+    n1, n2 = pos.shape[-1], neg.shape[-1]
+    if n1 == 0 or n2 == 0:
+        raise ValueError(f"auroc needs at least one positive and one negative, got {n1} and {n2}")
+    ranks = rankdata(np.concatenate([pos, neg], axis=-1), method="average", axis=-1)
+    u = ranks[..., :n1].sum(axis=-1) - n1 * (n1 + 1) / 2.0
+    return u / (n1 * n2)
+
+
+def _valse_from(c: np.ndarray, f: np.ndarray, threshold: float | None, skip_foil_ties: bool) -> dict[str, np.ndarray]:
+    """VALSE metrics over the last axis (batched for the bootstrap); see the module docstring."""
+    out = {"acc_r": (c > f).mean(axis=-1), "auroc": auroc(c, f)}
+    if threshold is None:
+        return out
+    keep = (f != threshold) if skip_foil_ties else np.ones_like(f, dtype=bool)
+    n = keep.sum(axis=-1)
+    fit = (c > threshold) & keep          # caption called matching: true positive
+    det = (f <= threshold) & keep         # foil called not matching: true negative
+    miss = (c <= threshold) & keep        # caption called not matching: false negative
+    false_hit = (f > threshold) & keep    # foil called matching: false positive
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpr = fit.sum(-1) / n
+        tnr = det.sum(-1) / n
+        ppv = fit.sum(-1) / (fit.sum(-1) + false_hit.sum(-1))
+        npv = det.sum(-1) / (det.sum(-1) + miss.sum(-1))
+    out.update({
+        "caption_tpr": tpr, "foil_tnr": tnr, "acc": (tpr + tnr) / 2, "min_rate": np.minimum(tpr, tnr),
+        "ppv": ppv, "npv": npv, "min_precision": np.minimum(ppv, npv),
+    })
+    return out
+
+
+def valse_metrics(
+    caption: np.ndarray, foil: np.ndarray, *, threshold: float | None = None, skip_foil_ties: bool = True,
+) -> dict[str, float]:
+    """VALSE metrics of one set of items (see the module docstring for each name).
+
+    Parameters
+    ----------
+    caption, foil : ndarray, shape (N,)
+        Score of the image with its caption and with its foil.
+    threshold : float, optional
+        Match threshold of a binary matching score (P(match): 0.5; a logit margin: 0). Without
+        it only ``acc_r`` and ``auroc`` are defined.
+    skip_foil_ties : bool
+        Leave items whose foil score equals the threshold out of the thresholded metrics, as
+        VALSE's code does (``n_thresholded`` says how many remain).
+
+    Returns
+    -------
+    dict of str to float
+        Fractions in [0, 1] (NaN where undefined, e.g. no text called matching), plus ``n`` and,
+        with a threshold, ``n_thresholded``.
+    """
+    c = np.asarray(caption, dtype=np.float64)
+    f = np.asarray(foil, dtype=np.float64)
+    if c.ndim != 1 or c.shape != f.shape or not len(c):
+        raise ValueError(f"caption and foil must be non-empty 1-D of one length, got shapes {c.shape} and {f.shape}")
+    if np.isnan(c).any() or np.isnan(f).any():
+        raise ValueError("scores: some item scores are missing (NaN)")
+    out = {k: float(v) for k, v in _valse_from(c, f, threshold, skip_foil_ties).items()}
+    out["n"] = float(len(c))
+    if threshold is not None:
+        out["n_thresholded"] = float(((f != threshold) if skip_foil_ties else np.ones_like(f, bool)).sum())
+    return out
+
+
+def valse_metrics_batched(
+    caption: np.ndarray, foil: np.ndarray, *, threshold: float | None = None, skip_foil_ties: bool = True,
+) -> dict[str, np.ndarray]:
+    """:func:`valse_metrics` over the last axis of (B, N) arrays (one row per bootstrap resample)."""
+    return _valse_from(np.asarray(caption, np.float64), np.asarray(foil, np.float64), threshold, skip_foil_ties)
+
+
+def bootstrap_indices(
+    n: int, n_boot: int = 1000, seed: int = 0, strata: Sequence[Any] | np.ndarray | None = None,
+) -> np.ndarray:
+    """Resampled item indices, shared by every metric of a run (a paired bootstrap).
+
+    Parameters
+    ----------
+    n : int
+        Number of items.
+    n_boot : int
+        Number of resamples.
+    seed : int
+        Seed of ``np.random.default_rng``; the same (n, n_boot, seed, strata) give the same indices,
+        so two models scored on the same items are resampled alike.
+    strata : sequence, length n, optional
+        Resample within each stratum (subset), keeping its items' positions.
+
+    Returns
+    -------
+    ndarray of int64, shape (n_boot, n)
+    """
+    if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
+        raise ValueError(f"n_boot must be a positive integer, got {n_boot!r}")
+    if n < 1:
+        raise ValueError(f"bootstrap needs at least one item, got {n}")
+    rng = np.random.default_rng(seed)
+    if strata is None:
+        return rng.integers(0, n, size=(n_boot, n))
+    labels = np.asarray(strata)
+    if labels.shape != (n,):
+        raise ValueError(f"strata must have length {n}, got shape {labels.shape}")
+    idx = np.empty((n_boot, n), dtype=np.int64)
+    for value in dict.fromkeys(labels.tolist()):
+        members = np.flatnonzero(labels == value)
+        idx[:, members] = members[rng.integers(0, len(members), size=(n_boot, len(members)))]
+    return idx
+
+
+def bootstrap_ci(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """Percentile interval of a statistic's bootstrap values.
+
+    Parameters
+    ----------
+    values : ndarray, shape (B,)
+        The statistic on each resample (NaNs, e.g. an undefined precision, are ignored).
+    level : float
+        Coverage, in (0, 1).
+
+    Returns
+    -------
+    (low, high) : tuple of float
+    """
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level!r}")
+    v = np.asarray(values, dtype=np.float64)
+    v = v[~np.isnan(v)]
+    if not len(v):
+        return float("nan"), float("nan")
+    alpha = (1 - level) / 2
+    low, high = np.quantile(v, [alpha, 1 - alpha])
+    return float(low), float(high)

@@ -4,6 +4,11 @@ Image-to-text (I2T): each image ranks all original captions; text-to-image (T2I)
 ranks all images. The positive of image 2i+k is caption 2i+k, so the other image or caption of
 the same item is a hard negative. Ties count against the model (metrics module). Values are
 percentages; k = 1, 2, 5, 10 by default.
+
+The matrix comes from a cache (``--pairs all``, or any dual encoder) or from a caption x image
+``.npy``/``.npz`` file in canonical order (caption r matches image r). Every run writes the matrix
+it used as ``<model>.scores.npy`` (caption x image) beside its CSV, and 95% bootstrap intervals
+(queries resampled, seeded) as metrics ``recall@k.ci95_low`` / ``recall@k.ci95_high``.
 """
 
 from __future__ import annotations
@@ -14,8 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from vlprobe.experiments.metrics import recall_at_k
+from vlprobe.experiments.metrics import bootstrap_ci, bootstrap_indices, recall_ranks
 from vlprobe.experiments.outputs import build_manifest, write_results
+from vlprobe.experiments.score_files import read_score_matrix
+from vlprobe.io import atomic_write
+from vlprobe.provenance import sha256_file
 
 __all__ = ["RecallConfig", "run_recall"]
 
@@ -25,21 +33,22 @@ VERSION = 1
 
 @dataclass(frozen=True)
 class RecallConfig:
-    """One cache in, one CSV out."""
+    """One cache or one caption x image matrix in, one CSV out."""
 
-    cache: Path
     out: Path
+    cache: Path | None = None
+    scores: Path | None = None
     ks: tuple[int, ...] = (1, 2, 5, 10)
     model: str | None = None
+    bootstrap: int = 1000
+    seed: int = 0
 
 
-def run_recall(config: RecallConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
-    """Compute I2T and T2I recall@k and write the CSV and manifest."""
+def _from_cache(path: Path) -> tuple[np.ndarray, str, dict[str, Any]]:
+    """Caption x image matrix over the original captions of a cache, its model, its provenance."""
     from vlprobe.extract.cache import ActivationCache
 
-    if not config.ks or any(int(k) < 1 for k in config.ks):
-        raise ValueError(f"ks must be positive integers, got {config.ks!r}")
-    with ActivationCache(config.cache) as cache:
+    with ActivationCache(path) as cache:
         matrix, done = cache.scores()
         images, texts = cache.table("images"), cache.table("texts")
         h = cache.header
@@ -53,21 +62,50 @@ def run_recall(config: RecallConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
     sub, sub_done = matrix[:, originals], done[:, originals]
     if not sub_done.all():
         raise ValueError(
-            f"cache: {Path(config.cache).name} scores only {int(sub_done.sum())} of {sub_done.size} "
+            f"cache: {Path(path).name} scores only {int(sub_done.sum())} of {sub_done.size} "
             "image-caption pairs; recall needs the full matrix (extract with --pairs all)"
         )
-    positives = np.arange(len(originals))
-    model = config.model or h.model
-    rows: list[dict[str, Any]] = []
-    for direction, scores in (("i2t", sub), ("t2i", sub.T)):
-        for k, value in recall_at_k(scores, positives, config.ks).items():
-            rows.append({
-                "experiment": NAME, "model": model, "task": "target", "split": "all",
-                "subset": direction, "metric": f"recall@{k}", "value": 100.0 * value, "n": len(positives),
-            })
-    cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()}
-    inputs = {"cache": provenance}
-    manifest = build_manifest(NAME, VERSION, cfg, inputs, extra={"units": "percent of queries", "model": model})
-    csv_path, manifest_path = write_results(config.out, NAME, model, rows, manifest)
-    return csv_path, manifest_path, rows
+    return np.ascontiguousarray(sub.T), h.model, provenance
 
+
+def run_recall(config: RecallConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
+    """Compute I2T and T2I recall@k and write the CSV, the matrix used and the manifest."""
+    if not config.ks or any(isinstance(k, bool) or int(k) != k or int(k) < 1 for k in config.ks):
+        raise ValueError(f"ks must be positive integers, got {config.ks!r}")
+    if (config.cache is None) == (config.scores is None):
+        raise ValueError("give exactly one of cache (a vlprobe cache) or scores (a caption x image .npy/.npz matrix)")
+    if config.cache is not None:
+        m, cache_model, provenance = _from_cache(Path(config.cache))
+        inputs = {"cache": provenance}
+        model = config.model or cache_model
+    else:
+        m = read_score_matrix(config.scores)  # type: ignore[arg-type]
+        inputs = {"scores": {"path": str(config.scores), "sha256": sha256_file(config.scores)}}  # type: ignore[arg-type]
+        model = config.model or Path(config.scores).stem  # type: ignore[arg-type]
+    positives = np.arange(m.shape[0])
+    idx = bootstrap_indices(len(positives), config.bootstrap, config.seed)
+    rows: list[dict[str, Any]] = []
+    intervals: list[dict[str, Any]] = []
+    # m is caption x image: T2I ranks images per caption (rows); I2T ranks captions per image.
+    for direction, scores in (("i2t", m.T), ("t2i", m)):
+        ranks = recall_ranks(scores, positives)
+        for k in config.ks:
+            hit = ranks <= int(k)
+            low, high = bootstrap_ci(100.0 * hit[idx].mean(axis=1))
+            base = {"experiment": NAME, "model": model, "task": "target", "split": "all",
+                    "subset": direction, "n": len(positives)}
+            rows.append({**base, "metric": f"recall@{int(k)}", "value": 100.0 * float(hit.mean())})
+            intervals.append({**base, "metric": f"recall@{int(k)}.ci95_low", "value": low, "seed": config.seed})
+            intervals.append({**base, "metric": f"recall@{int(k)}.ci95_high", "value": high, "seed": config.seed})
+    rows += intervals
+    cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()}
+    manifest = build_manifest(
+        NAME, VERSION, cfg, inputs, seeds=[config.seed],
+        extra={"units": "percent of queries", "model": model,
+               "bootstrap": {"resamples": config.bootstrap, "seed": config.seed, "level": 0.95},
+               "item_scores": "<model>.scores.npy (caption x image, canonical order)"},
+    )
+    csv_path, manifest_path = write_results(config.out, NAME, model, rows, manifest)
+    with atomic_write(csv_path.with_suffix(".scores.npy"), "wb") as fh:
+        np.save(fh, m)
+    return csv_path, manifest_path, rows

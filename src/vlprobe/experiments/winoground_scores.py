@@ -1,8 +1,12 @@
 """Winoground text / image / group scores, overall and per tag (``probe run winoground-scores``).
 
-Scores come from a vlprobe cache (the original captions' rows of its score matrix) or from an
-external file in the official Winoground ``model_scores`` JSONL format
-(``{"label": "<id>_c<k>_i<j>", "score": x}``, 1,600 lines for the full dataset).
+Scores come from a vlprobe cache (the original captions' rows of its score matrix) or from a
+score file: the official Winoground ``model_scores`` JSONL format
+(``{"label": "<id>_c<k>_i<j>", "score": x}``, 1,600 lines for the full dataset), vlprobe's own
+per-item score file (:mod:`vlprobe.experiments.score_files`), or a 2N x 2N caption x image
+``.npy``/``.npz`` matrix in canonical order. Every run writes ``<model>.scores.jsonl`` (the
+per-item scores it used) beside its CSV, and 95% paired bootstrap intervals of the overall
+scores (metrics ``text.ci95_low``, ``text.ci95_high``, ...; seeded, subset ``all``).
 
 Subsets (column ``subset``): ``all``; ``collapsed_tag=…``, ``tag=…``, ``secondary_tag=…``
 (``(none)`` for items without one), ``num_main_preds=…``; and the "Why is Winoground Hard?" tags
@@ -25,14 +29,23 @@ from typing import Any
 import numpy as np
 
 from vlprobe.data.tags import WWH_CODE_NONE_EXCLUDED, WWH_TAGS
-from vlprobe.experiments.metrics import winoground_outcomes
+from vlprobe.experiments.metrics import bootstrap_ci, bootstrap_indices, winoground_outcomes
 from vlprobe.experiments.outputs import build_manifest, write_results
+from vlprobe.experiments.score_files import (
+    is_item_scores_file,
+    read_item_scores,
+    read_score_matrix,
+    winoground_from_item_scores,
+    winoground_from_matrix,
+    write_item_scores,
+)
 from vlprobe.provenance import sha256_file
 
 __all__ = [
     "WinogroundScoresConfig",
     "item_scores_from_cache",
     "read_model_scores",
+    "read_winoground_scores",
     "run_winoground_scores",
     "subset_masks",
 ]
@@ -56,6 +69,21 @@ class WinogroundScoresConfig:
     model: str | None = None
     data_dir: Path | None = None
     tags: Path | None = None
+    bootstrap: int = 1000
+    seed: int = 0
+
+
+def read_winoground_scores(path: str | os.PathLike[str]) -> tuple[list[int], np.ndarray]:
+    """Winoground (N, 2, 2) scores from any supported score file (see the module docstring)."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"scores_file: no such file {str(p)!r}")
+    if p.suffix.lower() in (".npy", ".npz"):
+        s = winoground_from_matrix(read_score_matrix(p, param="scores_file"), param="scores_file")
+        return list(range(len(s))), s
+    if is_item_scores_file(p):
+        return winoground_from_item_scores(read_item_scores(p, param="scores_file"), param="scores_file")
+    return read_model_scores(p)
 
 
 def item_scores_from_cache(path: str | os.PathLike[str]) -> tuple[str, list[int], np.ndarray, list[dict[str, list[str]]], dict[str, Any]]:
@@ -216,7 +244,7 @@ def run_winoground_scores(config: WinogroundScoresConfig) -> tuple[Path, Path, l
             prov = {**prov, "tags_override": tag_prov}
         inputs = {"cache": prov}
     else:
-        ids, s = read_model_scores(config.scores_file)  # type: ignore[arg-type]
+        ids, s = read_winoground_scores(config.scores_file)  # type: ignore[arg-type]
         model = config.model or Path(config.scores_file).stem  # type: ignore[arg-type]
         tags, tag_prov = _tags_for(ids, config)
         inputs = {"scores_file": {"path": str(config.scores_file), "sha256": sha256_file(config.scores_file)},  # type: ignore[arg-type]
@@ -233,10 +261,40 @@ def run_winoground_scores(config: WinogroundScoresConfig) -> tuple[Path, Path, l
                 "experiment": NAME, "model": model, "task": "target", "split": "all",
                 "subset": subset, "metric": metric, "value": value, "n": n,
             })
+    idx = bootstrap_indices(len(ids), config.bootstrap, config.seed)
+    for metric, hit in outcomes.items():
+        low, high = bootstrap_ci(100.0 * hit[idx].mean(axis=1))
+        for bound, value in (("low", low), ("high", high)):
+            rows.append({
+                "experiment": NAME, "model": model, "task": "target", "split": "all", "seed": config.seed,
+                "subset": "all", "metric": f"{metric}.ci95_{bound}", "value": value, "n": len(ids),
+            })
     cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()}
     manifest = build_manifest(
-        NAME, VERSION, cfg, inputs, extra={"units": "percent of items", "n_items": len(ids), "model": model},
+        NAME, VERSION, cfg, inputs, seeds=[config.seed],
+        extra={"units": "percent of items", "n_items": len(ids), "model": model,
+               "bootstrap": {"resamples": config.bootstrap, "seed": config.seed, "level": 0.95,
+                             "kind": "percentile, items resampled with replacement, paired across metrics"},
+               "item_scores": f"{_safe(model)}.scores.jsonl"},
     )
     csv_path, manifest_path = write_results(config.out, NAME, model, rows, manifest)
+    _write_winoground_item_scores(csv_path.parent / f"{_safe(model)}.scores.jsonl", ids, s)
     return csv_path, manifest_path, rows
+
+
+def _safe(model: str) -> str:
+    """The file stem :func:`write_results` gives a model's CSV."""
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in model) or "model"
+
+
+def _write_winoground_item_scores(path: Path, ids: list[int], s: np.ndarray) -> None:
+    items, images, texts, values = [], [], [], []
+    for n, wid in enumerate(ids):
+        for k in (0, 1):
+            for j in (0, 1):
+                items.append(f"winoground/{wid}")
+                images.append(f"winoground/{wid}/i{j}")
+                texts.append(f"winoground/{wid}/c{k}")
+                values.append(float(s[n, k, j]))
+    write_item_scores(path, items, images, texts, values)
 

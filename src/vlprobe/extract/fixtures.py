@@ -525,3 +525,21 @@ def write_tiny_uniter(
 
 
 FIXTURE_WRITERS["uniter"] = write_tiny_uniter
+
+
+def _text_fixture(name: str) -> Callable[[Path, int], Path]:
+    """A writer from :mod:`vlprobe.extract.text_fixtures`, imported when called (blind baselines)."""
+
+    def write(out: Path, seed: int = 0) -> Path:
+        from vlprobe.extract import text_fixtures
+
+        return getattr(text_fixtures, name)(out, seed)
+
+    write.__doc__ = f"See vlprobe.extract.text_fixtures.{name}."
+    return write
+
+
+FIXTURE_WRITERS.update({
+    "blind-lm": _text_fixture("write_tiny_gpt2"),            # tiny GPT-2 causal LM
+    "blind-grammar": _text_fixture("write_tiny_bert_classifier"),  # tiny BERT classifier
+})

@@ -1,0 +1,220 @@
+"""SugarCrepe (Hsieh et al. 2023) as vlprobe items.
+
+The benchmark is seven JSON files, ``<data_dir>/<subset>.json`` (or ``<data_dir>/data/``: the
+layout of the repository), each one object ``key -> {"filename": "<12 digits>.jpg",
+"caption": positive, "negative_caption": negative}``. Images are COCO val2017 files, looked up
+as ``<image_dir>/<filename>``.
+
+Item ids keep the file's keys: ``sugarcrepe/<subset>/<key>``. Keys restart at "0" in every file
+and are not contiguous (``swap_obj`` lacks "108", deleted upstream): never re-index. Each item
+has one image (``.../i0``) and two texts, ``.../c0`` the positive and ``.../c1`` the negative;
+tags ``subset`` and ``group`` (replace, swap, add). Captions are stripped of leading and trailing
+whitespace (both or neither; 1,074 upstream items carry some), recorded in the dataset source.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vlprobe.data.items import Dataset, ImageRef, Item, TextRef
+from vlprobe.provenance import sha256_file
+
+__all__ = ["SUGARCREPE_COUNTS", "SUGARCREPE_SUBSETS", "load_sugarcrepe", "parse_subsets", "sugarcrepe_report"]
+
+#: The seven subsets, in the paper's order.
+SUGARCREPE_SUBSETS: tuple[str, ...] = (
+    "replace_obj", "replace_att", "replace_rel", "swap_obj", "swap_att", "add_obj", "add_att",
+)
+#: Items per subset in the pinned release (RAIVNLab/sugar-crepe 0047054; swap_obj 245, the paper 246).
+SUGARCREPE_COUNTS: dict[str, int] = {
+    "replace_obj": 1652, "replace_att": 788, "replace_rel": 1406, "swap_obj": 245,
+    "swap_att": 666, "add_obj": 2062, "add_att": 692,
+}
+_GROUP = {s: s.split("_")[0] for s in SUGARCREPE_SUBSETS}
+_FIELDS = ("filename", "caption", "negative_caption")
+
+
+def parse_subsets(subsets: str | list[str] | tuple[str, ...] | None, known: tuple[str, ...], param: str = "subsets") -> tuple[str, ...]:
+    """A comma-separated string or list of subset names -> validated tuple (None: all, in order)."""
+    if subsets is None:
+        return known
+    names = [s.strip() for s in (subsets.split(",") if isinstance(subsets, str) else subsets)]
+    names = [n for n in names if n]
+    if not names:
+        raise ValueError(f"{param}: give at least one of {', '.join(known)}")
+    for n in names:
+        if n not in known:
+            import difflib
+
+            close = difflib.get_close_matches(n, list(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"{param}: unknown subset {n!r}{hint} (known: {', '.join(known)})")
+    return tuple(dict.fromkeys(names))
+
+
+def _json_dir(data_dir: Path, names: tuple[str, ...], param: str = "data_dir") -> Path:
+    if not data_dir.is_dir():
+        raise FileNotFoundError(f"{param}: no such directory {str(data_dir)!r}")
+    for cand in (data_dir, data_dir / "data"):
+        if any((cand / f"{n}.json").is_file() for n in names):
+            return cand
+    raise ValueError(
+        f"{param}: {str(data_dir)!r} holds none of the expected files ({', '.join(f'{n}.json' for n in names[:3])}, ...)"
+    )
+
+
+def _read_object(path: Path, param: str = "data_dir") -> dict[str, Any]:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{param}: {path.name} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"{param}: {path.name} must hold one JSON object of key -> record")
+    return raw
+
+
+def load_sugarcrepe(
+    data_dir: str | os.PathLike[str],
+    *,
+    image_dir: str | os.PathLike[str] | None = None,
+    subsets: str | list[str] | tuple[str, ...] | None = None,
+    limit: int | None = None,
+    strip: bool = True,
+) -> Dataset:
+    """Load SugarCrepe from its JSON files.
+
+    Parameters
+    ----------
+    data_dir : path
+        Folder with the seven ``<subset>.json`` files (or a checkout with them under ``data/``).
+    image_dir : path, optional
+        COCO val2017 folder. With it every selected item's image must exist (the first missing
+        one is named); without it items carry no image paths (text-only models need none).
+    subsets : str or sequence of str, optional
+        Subsets to load (comma-separated or a list); default all seven.
+    limit : int, optional
+        Keep only the first ``limit`` items of each subset (file order), for quick runs.
+    strip : bool
+        Strip leading/trailing whitespace from both captions.
+
+    Returns
+    -------
+    Dataset
+        Items subset by subset in file order; ``fingerprint`` covers the JSON files read (and the
+        image files when ``image_dir`` is given).
+    """
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"limit must be a positive integer, got {limit!r}")
+    chosen = parse_subsets(subsets, SUGARCREPE_SUBSETS)
+    root = _json_dir(Path(data_dir), SUGARCREPE_SUBSETS)
+    images = Path(image_dir) if image_dir is not None else None
+    if images is not None and not images.is_dir():
+        raise FileNotFoundError(f"image_dir: no such directory {str(images)!r}")
+    h = hashlib.sha256()
+    items: list[Item] = []
+    image_files: dict[str, Path] = {}
+    for subset in chosen:
+        path = root / f"{subset}.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"data_dir: {subset}.json is missing from {root}")
+        h.update(f"{subset}:{sha256_file(path)}\n".encode())
+        raw = _read_object(path)
+        for n, (key, rec) in enumerate(raw.items()):
+            if limit is not None and n >= limit:
+                break
+            where = f"{path.name} key {key!r}"
+            if not isinstance(rec, dict) or any(not isinstance(rec.get(f), str) for f in _FIELDS):
+                raise ValueError(f"data_dir: {where} must have string fields {', '.join(_FIELDS)}")
+            pos, neg = rec["caption"], rec["negative_caption"]
+            if strip:
+                pos, neg = pos.strip(), neg.strip()
+            item_id = f"sugarcrepe/{subset}/{key}"
+            img_path = None
+            if images is not None:
+                img_path = images / rec["filename"]
+                image_files[rec["filename"]] = img_path
+            items.append(Item(
+                item_id,
+                (ImageRef(f"{item_id}/i0", rec["filename"], img_path),),
+                (TextRef(f"{item_id}/c0", pos), TextRef(f"{item_id}/c1", neg)),
+                {"subset": (subset,), "group": (_GROUP[subset],)},
+                {"subset": subset, "key": key, "roles": ("positive", "negative")},
+            ))
+    if images is not None:
+        missing = [name for name, p in image_files.items() if not p.is_file()]
+        if missing:
+            raise FileNotFoundError(
+                f"image_dir: image {missing[0]!r} is not in {str(images)!r} "
+                f"({len(missing)} of {len(image_files)} images missing; expected COCO val2017 files)"
+            )
+        for name in sorted(image_files):
+            h.update(f"{name}:{sha256_file(image_files[name])}\n".encode())
+    source = f"{Path(data_dir).resolve()} (captions {'stripped' if strip else 'as is'}" + (
+        f"; limit {limit} per subset)" if limit else ")"
+    )
+    return Dataset("sugarcrepe", tuple(items), h.hexdigest(), source)
+
+
+@dataclass
+class SubsetReport:
+    """What ``probe data info`` says about one file."""
+
+    name: str
+    items: int = 0
+    kept: int = 0
+    images: int = 0
+    first_id: str = ""
+    last_id: str = ""
+    problems: dict[str, int] = field(default_factory=dict)
+    sha256: str = ""
+
+    def add(self, problem: str, count: int = 1) -> None:
+        if count:
+            self.problems[problem] = self.problems.get(problem, 0) + count
+
+
+def sugarcrepe_report(data_dir: str | os.PathLike[str], image_dir: str | os.PathLike[str] | None = None) -> list[SubsetReport]:
+    """Validate and count the SugarCrepe files (``probe data info sugarcrepe``).
+
+    Problems counted per subset: missing file, records lacking fields, captions with surrounding
+    whitespace, positive equal to negative, key gaps (non-contiguous integer keys), and missing
+    images when ``image_dir`` is given.
+    """
+    root = _json_dir(Path(data_dir), SUGARCREPE_SUBSETS)
+    out = []
+    for subset in SUGARCREPE_SUBSETS:
+        rep = SubsetReport(subset)
+        path = root / f"{subset}.json"
+        if not path.is_file():
+            rep.add("file missing")
+            out.append(rep)
+            continue
+        rep.sha256 = sha256_file(path)
+        raw = _read_object(path)
+        rep.items = rep.kept = len(raw)
+        keys = list(raw)
+        if keys:
+            rep.first_id, rep.last_id = f"sugarcrepe/{subset}/{keys[0]}", f"sugarcrepe/{subset}/{keys[-1]}"
+        names = set()
+        for rec in raw.values():
+            if not isinstance(rec, dict) or any(not isinstance(rec.get(f), str) for f in _FIELDS):
+                rep.add("record lacks filename/caption/negative_caption")
+                continue
+            names.add(rec["filename"])
+            pos, neg = rec["caption"], rec["negative_caption"]
+            rep.add("caption with surrounding whitespace", int(pos != pos.strip() or neg != neg.strip()))
+            rep.add("positive equals negative", int(pos.strip() == neg.strip()))
+            if image_dir is not None and not (Path(image_dir) / rec["filename"]).is_file():
+                rep.add("image missing")
+        rep.images = len(names)
+        ints = sorted(int(k) for k in keys if k.isdigit())
+        if ints and len(ints) == len(keys):
+            gaps = (ints[-1] - ints[0] + 1) - len(ints)
+            rep.add("keys not contiguous (gaps)", gaps)
+        out.append(rep)
+    return out

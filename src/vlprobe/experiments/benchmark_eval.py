@@ -1,0 +1,298 @@
+"""``probe eval sugarcrepe|valse``: score a benchmark's pairs with a model, or re-read saved scores.
+
+Each item is one image with a correct text (``c0``: SugarCrepe positive, VALSE caption) and a
+wrong one (``c1``: negative, foil). A run scores both pairs with any registered model
+(:mod:`vlprobe.experiments.pair_scores`: CLIP, a cross-encoder, a blind baseline) or takes the
+scores from a per-item score file (``scores``), then writes to ``OUT/<benchmark>/``:
+
+* ``<model>.csv``: tidy rows, values in percent. SugarCrepe: ``accuracy`` per subset, for
+  ``replace``/``swap``/``add`` (micro-averages) and ``all``. VALSE: ``acc_r`` and ``auroc`` per file,
+  ``all`` (items pooled) and ``mean-of-subsets`` (the mean over files); with a match threshold also
+  ``caption_tpr``, ``foil_tnr``, ``acc``, ``min_rate``, ``ppv``, ``npv``, ``min_precision``
+  (:mod:`vlprobe.experiments.metrics`). Each value has its 95% paired bootstrap interval
+  (``<metric>.ci95_low`` / ``.ci95_high``; items resampled within their subset, seeded).
+* ``<model>.scores.jsonl``: the per-item scores (format in :mod:`vlprobe.experiments.score_files`).
+* ``manifest.json``: config, seeds, versions, git revision, dataset and checkpoint fingerprints.
+
+``items`` (a file of kept ids, e.g. from ``probe refine``) restricts a run to those items.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vlprobe.experiments.metrics import (
+    SUGARCREPE_GROUPS,
+    bootstrap_ci,
+    bootstrap_indices,
+    valse_metrics_batched,
+)
+from vlprobe.experiments.outputs import build_manifest, write_results
+from vlprobe.experiments.score_files import caption_foil_scores, read_item_scores, write_item_scores
+from vlprobe.provenance import sha256_file
+
+__all__ = ["BENCHMARKS", "EvalConfig", "read_item_ids", "run_eval"]
+
+BENCHMARKS = ("sugarcrepe", "valse")
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """One evaluation run (the CLI builds this, then calls :func:`run_eval`)."""
+
+    benchmark: str
+    out: Path
+    model: str | None = None
+    checkpoint: str | None = None
+    scores: Path | None = None
+    data_dir: Path | None = None
+    image_dir: Path | None = None
+    image_root: tuple[str, ...] = ()
+    subsets: str | None = None
+    limit: int | None = None
+    all_items: bool = False
+    items: Path | None = None
+    name: str | None = None
+    batch_size: int = 32
+    device: str = "cpu"
+    dtype: str = "float32"
+    bootstrap: int = 1000
+    seed: int = 0
+    threshold: float | None = None
+    skip_foil_ties: bool = True
+    acceptable_label: str | None = None
+
+
+def read_item_ids(path: str | os.PathLike[str], *, param: str = "items") -> list[str]:
+    """Item ids from a JSONL file of ``{"item": id}`` lines (what ``probe refine`` writes)."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{param}: no such file {str(p)!r}")
+    ids: list[str] = []
+    with open(p, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+                ids.append(str(obj["item"]))
+            except (ValueError, KeyError, TypeError):
+                raise ValueError(f'{param}: {p.name} line {lineno} is not {{"item": "<id>"}}') from None
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{param}: {p.name} repeats item ids")
+    return ids
+
+
+def _subset_of(item_id: str, benchmark: str, known: tuple[str, ...], param: str) -> str:
+    parts = item_id.split("/")
+    if len(parts) < 3 or parts[0] != benchmark:
+        raise ValueError(f"{param}: item {item_id!r} is not a {benchmark} item ({benchmark}/<subset>/<key>)")
+    if parts[1] not in known:
+        raise ValueError(f"{param}: item {item_id!r} has unknown subset {parts[1]!r} (known: {', '.join(known)})")
+    return parts[1]
+
+
+def _known_subsets(benchmark: str) -> tuple[str, ...]:
+    if benchmark == "sugarcrepe":
+        from vlprobe.data.sugarcrepe import SUGARCREPE_SUBSETS
+
+        return SUGARCREPE_SUBSETS
+    from vlprobe.data.valse import VALSE_FILES
+
+    return tuple(VALSE_FILES)
+
+
+def _load(config: EvalConfig) -> Any:
+    from vlprobe.registry import DATASETS
+
+    if config.data_dir is None:
+        raise ValueError(f"data_dir: {config.benchmark} needs --data-dir (the folder of its JSON files)")
+    kwargs: dict[str, Any] = {"subsets": config.subsets, "limit": config.limit}
+    if config.benchmark == "sugarcrepe":
+        if config.image_root:
+            raise ValueError("image_root applies to valse; SugarCrepe takes --image-dir (COCO val2017)")
+        kwargs["image_dir"] = config.image_dir
+    else:
+        if config.image_dir is not None:
+            raise ValueError("image_dir applies to sugarcrepe; VALSE takes --image-root SOURCE=DIR")
+        kwargs["image_root"] = list(config.image_root) or None
+        kwargs["all_items"] = config.all_items
+    return DATASETS.get(config.benchmark)(config.data_dir, **kwargs)
+
+
+def _validate(config: EvalConfig) -> None:
+    if config.benchmark not in BENCHMARKS:
+        raise ValueError(f"benchmark must be one of {', '.join(BENCHMARKS)}, got {config.benchmark!r}")
+    if (config.model is None) == (config.scores is None):
+        raise ValueError("give exactly one of model (score the pairs now) or scores (a saved per-item score file)")
+    if config.benchmark == "sugarcrepe" and (config.threshold is not None or config.all_items):
+        raise ValueError("threshold and all_items apply to valse only")
+    if config.scores is not None and config.data_dir is None:
+        given = [name for name, value in (("limit", config.limit), ("all_items", config.all_items),
+                                          ("image_dir", config.image_dir), ("image_root", config.image_root)) if value]
+        if given:
+            raise ValueError(f"{given[0]} needs data_dir when the scores come from a file (it selects dataset items)")
+    if config.model is None and (config.checkpoint is not None or config.acceptable_label is not None):
+        raise ValueError("checkpoint and acceptable_label apply to a model, not to a saved score file")
+
+
+def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
+    """Run one evaluation and write its CSV, per-item scores and manifest.
+
+    Returns
+    -------
+    csv_path, manifest_path : Path
+    rows : list of dict
+        The tidy rows written.
+    """
+    _validate(config)
+    known = _known_subsets(config.benchmark)
+    wanted = set(read_item_ids(config.items)) if config.items is not None else None
+    inputs: dict[str, Any] = {}
+    info: dict[str, Any] = {}
+    score_kind = ""
+    if config.model is not None:
+        from vlprobe.experiments.pair_scores import load_pair_scorer
+
+        dataset = _load(config)
+        items = [it for it in dataset.items if wanted is None or it.id in wanted]
+        if wanted is not None and len(items) != len(wanted):
+            missing = sorted(wanted - {it.id for it in items})
+            raise ValueError(f"items: {len(missing)} listed item(s) are not in the loaded data, e.g. {missing[0]!r}")
+        if not items:
+            raise ValueError(f"{config.benchmark}: no items to evaluate")
+        scorer = load_pair_scorer(
+            config.model, config.checkpoint, device=config.device, dtype=config.dtype,
+            batch_size=config.batch_size, options={"acceptable_label": config.acceptable_label},
+        )
+        images = [it.images[0] for it in items for _ in (0, 1)]
+        texts = [it.texts[k].text for it in items for k in (0, 1)]
+        values = scorer.score(images, texts)
+        ids = [it.id for it in items]
+        pos, neg = values[0::2], values[1::2]
+        subsets = [it.meta["subset"] for it in items]
+        score_kind = scorer.score_kind
+        model = config.name or config.model
+        inputs["dataset"] = {"name": dataset.name, "fingerprint": dataset.fingerprint, "source": dataset.source}
+        inputs["checkpoint"] = {"spec": config.checkpoint, "fingerprint": scorer.fingerprint}
+        info = scorer.info
+    else:
+        saved = read_item_scores(config.scores, param="scores")  # type: ignore[arg-type]
+        order = None
+        if config.data_dir is not None:
+            dataset = _load(config)
+            order = [it.id for it in dataset.items if wanted is None or it.id in wanted]
+            inputs["dataset"] = {"name": dataset.name, "fingerprint": dataset.fingerprint, "source": dataset.source}
+        ids, pos, neg = caption_foil_scores(saved, param="scores", items=order)
+        if order is None and wanted is not None:
+            keep = [i for i, x in enumerate(ids) if x in wanted]
+            if len(keep) != len(wanted):
+                raise ValueError("items: some listed items have no scores in the score file")
+            ids, pos, neg = [ids[i] for i in keep], pos[keep], neg[keep]
+        subsets = [_subset_of(i, config.benchmark, known, "scores") for i in ids]
+        if config.subsets is not None:
+            from vlprobe.data.sugarcrepe import parse_subsets
+
+            chosen = set(parse_subsets(config.subsets, known))
+            keep = [i for i, s in enumerate(subsets) if s in chosen]
+            ids, pos, neg, subsets = [ids[i] for i in keep], pos[keep], neg[keep], [subsets[i] for i in keep]
+        model = config.name or Path(config.scores).name.split(".")[0]  # type: ignore[arg-type]
+        inputs["scores"] = {"path": str(config.scores), "sha256": sha256_file(config.scores)}  # type: ignore[arg-type]
+        if not ids:
+            raise ValueError(f"scores: no {config.benchmark} items left to evaluate")
+    for i in ids:
+        _subset_of(i, config.benchmark, known, "items")
+    sub = np.asarray(subsets)
+    idx = bootstrap_indices(len(ids), config.bootstrap, config.seed, strata=sub)
+    base = {"experiment": config.benchmark, "model": model, "task": "target", "split": "test"}
+    if config.benchmark == "sugarcrepe":
+        rows = _sugarcrepe_rows(pos, neg, sub, idx, base, config.seed)
+        threshold = None
+    else:
+        threshold = config.threshold
+        if threshold is None and config.model is not None:
+            from vlprobe.experiments.pair_scores import MATCH_THRESHOLDS
+
+            threshold = MATCH_THRESHOLDS.get(score_kind)
+        rows = _valse_rows(pos, neg, sub, idx, base, config.seed, threshold, config.skip_foil_ties)
+    cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()}
+    cfg["image_root"] = list(config.image_root)
+    extra = {
+        "units": "percent", "model": model, "n_items": len(ids), "score_kind": score_kind, "model_info": info,
+        "items_per_subset": {s: int((sub == s).sum()) for s in dict.fromkeys(subsets)},
+        "bootstrap": {"resamples": config.bootstrap, "seed": config.seed, "level": 0.95,
+                      "kind": "percentile; items resampled within their subset; one index set for every metric"},
+        "item_scores": f"{_safe(model)}.scores.jsonl",
+    }
+    if config.benchmark == "valse":
+        extra["match_threshold"] = threshold
+        extra["skip_foil_ties"] = config.skip_foil_ties
+    if config.items is not None:
+        inputs["items"] = {"path": str(config.items), "sha256": sha256_file(config.items)}
+    manifest = build_manifest(config.benchmark, VERSION, cfg, inputs, seeds=[config.seed], extra=extra)
+    csv_path, manifest_path = write_results(config.out, config.benchmark, model, rows, manifest)
+    write_item_scores(
+        csv_path.parent / f"{_safe(model)}.scores.jsonl",
+        [i for i in ids for _ in (0, 1)], [f"{i}/i0" for i in ids for _ in (0, 1)],
+        [f"{i}/c{k}" for i in ids for k in (0, 1)], np.column_stack([pos, neg]).ravel(),
+    )
+    return csv_path, manifest_path, rows
+
+
+def _safe(model: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in model) or "model"
+
+
+def _with_ci(rows: list[dict[str, Any]], base: dict[str, Any], subset: str, metric: str,
+             value: float, boot: np.ndarray, n: int, seed: int) -> None:
+    row = {**base, "subset": subset, "n": n}
+    rows.append({**row, "metric": metric, "value": 100.0 * value})
+    low, high = bootstrap_ci(100.0 * boot)
+    rows.append({**row, "metric": f"{metric}.ci95_low", "value": low, "seed": seed})
+    rows.append({**row, "metric": f"{metric}.ci95_high", "value": high, "seed": seed})
+
+
+def _sugarcrepe_rows(pos: np.ndarray, neg: np.ndarray, sub: np.ndarray, idx: np.ndarray,
+                     base: dict[str, Any], seed: int) -> list[dict[str, Any]]:
+    from vlprobe.experiments.metrics import pair_correct
+
+    hit = pair_correct(pos, neg)
+    rows: list[dict[str, Any]] = []
+    masks = {s: sub == s for s in dict.fromkeys(sub.tolist())}
+    masks.update({g: np.isin(sub, members) for g, members in SUGARCREPE_GROUPS.items() if np.isin(sub, members).any()})
+    masks["all"] = np.ones(len(sub), dtype=bool)
+    for name, mask in masks.items():
+        cols = np.flatnonzero(mask)
+        _with_ci(rows, base, name, "accuracy", float(hit[mask].mean()), hit[idx[:, cols]].mean(axis=1),
+                 len(cols), seed)
+    return rows
+
+
+def _valse_rows(pos: np.ndarray, neg: np.ndarray, sub: np.ndarray, idx: np.ndarray, base: dict[str, Any],
+                seed: int, threshold: float | None, skip_foil_ties: bool) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    per_subset: dict[str, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = {}
+    groups = {s: sub == s for s in dict.fromkeys(sub.tolist())}
+    groups["all"] = np.ones(len(sub), dtype=bool)
+    for name, mask in groups.items():
+        cols = np.flatnonzero(mask)
+        point = valse_metrics_batched(pos[cols], neg[cols], threshold=threshold, skip_foil_ties=skip_foil_ties)
+        boot = valse_metrics_batched(pos[idx[:, cols]], neg[idx[:, cols]], threshold=threshold,
+                                     skip_foil_ties=skip_foil_ties)
+        if name != "all":
+            per_subset[name] = (point, boot)
+        for metric in point:
+            _with_ci(rows, base, name, metric, float(point[metric]), boot[metric], len(cols), seed)
+    if len(per_subset) > 1:
+        for metric in next(iter(per_subset.values()))[0]:
+            value = float(np.mean([p[metric] for p, _ in per_subset.values()]))
+            boot = np.mean([b[metric] for _, b in per_subset.values()], axis=0)
+            _with_ci(rows, base, "mean-of-subsets", metric, value, boot, len(sub), seed)
+    return rows

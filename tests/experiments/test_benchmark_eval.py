@@ -1,0 +1,179 @@
+"""`probe eval sugarcrepe|valse`: tiny CLIP on synthetic images for real items, blind baselines, saved scores."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+from vlprobe.cli import app
+from vlprobe.data.sugarcrepe import load_sugarcrepe
+from vlprobe.data.valse import load_valse
+from vlprobe.experiments.benchmark_eval import EvalConfig, run_eval
+from vlprobe.experiments.metrics import pair_correct, valse_metrics
+from vlprobe.experiments.score_files import caption_foil_scores, read_item_scores
+from vlprobe.extract.clip import CLIPAdapter
+
+SC_SUBSETS = "swap_obj,add_att,replace_rel"
+
+
+def draw_images(names: list[str], folder: Path) -> None:
+    """A distinct synthetic picture per file name, saved under the name the JSON uses."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for n, name in enumerate(sorted(set(names))):
+        rng = np.random.default_rng(n)
+        Image.fromarray(rng.integers(0, 256, size=(40, 48, 3), dtype=np.uint8)).save(folder / name)
+
+
+@pytest.fixture(scope="module")
+def coco(sugarcrepe_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("coco") / "val2017"
+    draw_images([it.images[0].name for it in load_sugarcrepe(sugarcrepe_dir, subsets=SC_SUBSETS, limit=3)], folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def valse_roots(valse_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("valse-images")
+    for stem, source in (("existence", "visual7w"), ("actant-swap", "swig")):
+        draw_images([it.images[0].name for it in load_valse(valse_dir, subsets=stem, limit=4)], root / source)
+    return {"visual7w": root / "visual7w", "swig": root / "swig"}
+
+
+def csv_rows(path: Path) -> dict[tuple[str, str], dict[str, str]]:
+    with open(path, encoding="utf-8", newline="") as fh:
+        return {(r["subset"], r["metric"]): r for r in csv.DictReader(fh)}
+
+
+def clip_pair_scores(checkpoint: Path, pairs: list[tuple[Path, str]]) -> np.ndarray:
+    """Cosine of CLIP's projected embeddings, computed directly with the model (no vlprobe scorer)."""
+    import torch
+
+    adapter = CLIPAdapter.load(str(checkpoint), device="cpu")
+    out = []
+    with torch.no_grad():
+        for path, text in pairs:
+            with Image.open(path) as im:
+                pixels = adapter.processor(images=[im.convert("RGB")], return_tensors="pt")["pixel_values"]
+            img = adapter.model.get_image_features(pixel_values=pixels)
+            tok = adapter.tokenizer([text], padding=True, return_tensors="pt")
+            txt = adapter.model.get_text_features(**tok)
+            img = getattr(img, "pooler_output", img)
+            txt = getattr(txt, "pooler_output", txt)
+            out.append(torch.nn.functional.cosine_similarity(img, txt).item())
+    return np.array(out)
+
+
+def test_eval_sugarcrepe_clip(sugarcrepe_dir: Path, coco: Path, tiny_clip: Path, tmp_path: Path) -> None:
+    cfg = EvalConfig(benchmark="sugarcrepe", out=tmp_path, model="clip", checkpoint=str(tiny_clip),
+                     data_dir=sugarcrepe_dir, image_dir=coco, subsets=SC_SUBSETS, limit=3, batch_size=4,
+                     bootstrap=200)
+    csv_path, manifest_path, rows = run_eval(cfg)
+    assert csv_path == tmp_path / "sugarcrepe" / "clip.csv"
+    ds = load_sugarcrepe(sugarcrepe_dir, subsets=SC_SUBSETS, limit=3, image_dir=coco)
+    saved = read_item_scores(csv_path.with_suffix(".scores.jsonl"))
+    ids, pos, neg = caption_foil_scores(saved)
+    assert ids == [it.id for it in ds]
+    want = clip_pair_scores(tiny_clip, [(it.images[0].path, it.texts[k].text) for it in ds for k in (0, 1)])
+    np.testing.assert_allclose(np.column_stack([pos, neg]).ravel(), want, atol=1e-5)
+    got = csv_rows(csv_path)
+    hit = pair_correct(pos, neg)
+    for subset in ("swap_obj", "add_att", "replace_rel"):
+        mask = np.array([i.split("/")[1] == subset for i in ids])
+        assert float(got[(subset, "accuracy")]["value"]) == pytest.approx(100 * hit[mask].mean())
+        assert got[(subset, "accuracy")]["n"] == "3"
+    swap = np.array([i.startswith("sugarcrepe/swap") for i in ids])
+    assert float(got[("swap", "accuracy")]["value"]) == pytest.approx(100 * hit[swap].mean())
+    assert float(got[("all", "accuracy")]["value"]) == pytest.approx(100 * hit.mean())
+    assert float(got[("all", "accuracy.ci95_low")]["value"]) <= 100 * hit.mean() <= float(got[("all", "accuracy.ci95_high")]["value"])
+    run = json.loads(manifest_path.read_text(encoding="utf-8"))["runs"]["clip"]
+    assert run["score_kind"] == "cosine" and run["n_items"] == 9
+    assert run["inputs"]["checkpoint"]["fingerprint"].startswith("sha256:")
+    assert run["inputs"]["dataset"]["fingerprint"] == ds.fingerprint
+    assert run["seeds"] == [0] and run["bootstrap"]["resamples"] == 200
+
+    # Every metric again from the saved per-item scores alone: the same rows.
+    _, _, rows2 = run_eval(EvalConfig(benchmark="sugarcrepe", out=tmp_path / "again", scores=csv_path.with_suffix(".scores.jsonl"),
+                                          bootstrap=200))
+    assert {(r["subset"], r["metric"]): r["value"] for r in rows2} == {(r["subset"], r["metric"]): r["value"] for r in rows}
+
+
+def test_eval_valse_clip_and_blind(valse_dir: Path, valse_roots: dict[str, Path], tiny_clip: Path, tiny_gpt2: Path,
+                                   tmp_path: Path) -> None:
+    roots = tuple(f"{k}={v}" for k, v in valse_roots.items())
+    csv_path, manifest_path, _ = run_eval(EvalConfig(
+        benchmark="valse", out=tmp_path, model="clip", checkpoint=str(tiny_clip), data_dir=valse_dir,
+        image_root=roots, subsets="existence,actant-swap", limit=4, bootstrap=100,
+    ))
+    ids, cap, foil = caption_foil_scores(read_item_scores(csv_path.with_suffix(".scores.jsonl")))
+    assert len(ids) == 8
+    got = csv_rows(csv_path)
+    # Cosine has no match threshold: ranking metrics only, per file, pooled and averaged over files.
+    assert {m for (_, m) in got if ".ci95" not in m} == {"acc_r", "auroc"}
+    first = valse_metrics(cap[:4], foil[:4])
+    assert float(got[("existence", "acc_r")]["value"]) == pytest.approx(100 * first["acc_r"])
+    assert float(got[("existence", "auroc")]["value"]) == pytest.approx(100 * first["auroc"])
+    second = valse_metrics(cap[4:], foil[4:])
+    assert float(got[("mean-of-subsets", "acc_r")]["value"]) == pytest.approx(50 * (first["acc_r"] + second["acc_r"]))
+    assert float(got[("all", "auroc")]["value"]) == pytest.approx(100 * valse_metrics(cap, foil)["auroc"])
+    # A declared threshold (here on saved scores) adds VALSE's thresholded quantities.
+    _, _, rows_t = run_eval(EvalConfig(benchmark="valse", out=tmp_path / "t", scores=csv_path.with_suffix(".scores.jsonl"),
+                                       threshold=0.0, bootstrap=100))
+    metrics = {r["metric"] for r in rows_t if ".ci95" not in r["metric"]}
+    assert metrics == {"acc_r", "auroc", "caption_tpr", "foil_tnr", "acc", "min_rate", "ppv", "npv", "min_precision"}
+
+    # A blind LM needs no images.
+    _, lm_manifest, _ = run_eval(EvalConfig(benchmark="valse", out=tmp_path, model="blind-lm", checkpoint=str(tiny_gpt2),
+                                                 data_dir=valse_dir, subsets="existence", limit=5, bootstrap=50))
+    run = json.loads(lm_manifest.read_text(encoding="utf-8"))["runs"]["blind-lm"]
+    assert run["score_kind"] == "mean_token_logprob" and run["n_items"] == 5
+    assert set(json.loads(manifest_path.read_text(encoding="utf-8"))["runs"]) == {"clip", "blind-lm"}
+
+
+def test_eval_items_file_restricts(sugarcrepe_dir: Path, tmp_path: Path) -> None:
+    keep = tmp_path / "keep.jsonl"
+    keep.write_text('{"item": "sugarcrepe/swap_obj/109"}\n{"item": "sugarcrepe/add_att/5"}\n', encoding="utf-8")
+    _, _, rows = run_eval(EvalConfig(benchmark="sugarcrepe", out=tmp_path, model="caption-length", data_dir=sugarcrepe_dir,
+                                     items=keep, bootstrap=20))
+    n = {r["subset"]: r["n"] for r in rows}
+    assert n == {"swap_obj": 1, "add_att": 1, "swap": 1, "add": 1, "all": 2}
+
+
+def test_cli_eval_and_errors(sugarcrepe_dir: Path, coco: Path, tiny_clip: Path, tmp_path: Path,
+                             one_error_line: Callable[..., str]) -> None:
+    runner = CliRunner()
+    base = ["eval", "sugarcrepe", "--data-dir", str(sugarcrepe_dir), "--out", str(tmp_path), "--bootstrap", "20"]
+    res = runner.invoke(app, [*base, "--model", "caption-length", "--subsets", "add_att"])
+    assert res.exit_code == 0, res.output
+    line = next(ln for ln in res.stdout.splitlines() if ln.split()[1:3] == ["add_att", "accuracy"])
+    assert float(line.split()[3]) == pytest.approx(99.57, abs=0.01)  # positive shorter in 99.6% (REFERENCE §1.3)
+
+    clip = [*base, "--model", "clip", "--checkpoint", str(tiny_clip), "--device", "cpu", "--limit", "3"]
+    res = runner.invoke(app, [*clip, "--subsets", SC_SUBSETS, "--image-dir", str(coco)])
+    assert res.exit_code == 0, res.output
+    # Unknown subset, missing image, no images at all, both inputs: one line each, exit 2.
+    one_error_line(runner.invoke(app, [*clip, "--subsets", "swap_objs", "--image-dir", str(coco)]),
+                   "unknown subset 'swap_objs'", "did you mean 'swap_obj'")
+    one_error_line(runner.invoke(app, [*clip, "--subsets", "swap_att", "--image-dir", str(coco)]),
+                   "image '", "is not in", "missing")
+    one_error_line(runner.invoke(app, [*clip, "--subsets", "swap_obj"]), "needs images", "--image-dir")
+    one_error_line(runner.invoke(app, [*base, "--model", "caption-length", "--scores", str(tmp_path / "x.jsonl")]),
+                   "exactly one of model")
+    one_error_line(runner.invoke(app, ["eval", "winoground", "--model", "clip", "--out", str(tmp_path)]),
+                   "benchmark must be one of sugarcrepe, valse")
+    one_error_line(runner.invoke(app, [*base, "--model", "clip-large", "--checkpoint", "x"]), "unknown model 'clip-large'")
+    one_error_line(runner.invoke(app, ["eval", "sugarcrepe", "--scores", str(tmp_path / "x.jsonl"), "--limit", "3",
+                                       "--out", str(tmp_path)]), "limit needs data_dir")
+    # A score file naming another benchmark's items.
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"item": "valse/existence/1", "image": "valse/existence/1/i0", "text": "valse/existence/1/c0", "score": 1}\n'
+                   '{"item": "valse/existence/1", "image": "valse/existence/1/i0", "text": "valse/existence/1/c1", "score": 0}\n',
+                   encoding="utf-8")
+    one_error_line(runner.invoke(app, ["eval", "sugarcrepe", "--scores", str(bad), "--out", str(tmp_path)]),
+                   "is not a sugarcrepe item")
