@@ -137,3 +137,9 @@ EXPERIMENTS.register(
     "recall", "vlprobe.experiments.recall:run_recall",
     help="Recall@k (I2T, T2I) over the full image x caption score matrix",
 )
+
+# -- cross-encoders (xmodels) ----------------------------------------------------------------------
+MODELS.register(
+    "lxmert", "vlprobe.extract.lxmert:LxmertAdapter",
+    help="LXMERT cross-encoder with region features; streams lang (0..14), vision (0..10)",
+)
