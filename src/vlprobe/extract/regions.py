@@ -1,0 +1,762 @@
+"""Region features (Faster R-CNN boxes + 2048-d features) for LXMERT and UNITER.
+
+vlprobe keeps region features in one HDF5 file per detector run; readers for the common
+precomputed formats (BUTD TSV, LXMERT TSV, UNITER npz) live in
+:mod:`vlprobe.extract.region_formats` and convert into it.
+
+Schema (``schema_version`` 1)
+-----------------------------
+Root attributes::
+
+    schema          "vlprobe-regions"
+    schema_version  1
+    meta            JSON: source format, source path and fingerprint, converter, detector if known
+
+Datasets (N images, R = the largest box count, D = feature width)::
+
+    image_id    (N,)        str      normalised image id (see below), unique
+    features    (N, R, D)   float16 | float32   zeros at padded boxes
+    boxes       (N, R, 4)   float32  normalised x1, y1, x2, y2 in [0, 1]; zeros at padded boxes
+    num_boxes   (N,)        int32    real boxes of each image, 1 <= num_boxes <= R
+    image_w     (N,)        int32    image width in pixels
+    image_h     (N,)        int32    image height in pixels
+    extra/<k>   (N, R, ...) optional per-box side data of the source format (``conf``,
+                            ``objects_id``, ``objects_conf``, ``attrs_id``, ``attrs_conf``,
+                            ``soft_labels``), zeros at padded boxes
+
+Image ids are normalised by dropping a directory part and a known image/feature extension
+(``images/ex_3_img_1.png`` -> ``ex_3_img_1``, ``COCO_val2014_000000000042.jpg`` ->
+``COCO_val2014_000000000042``, ``42`` stays ``42``); lookups normalise the same way, so a store is
+keyed by the benchmark's image names (``ImageRef.name``).
+
+Boxes: everything inside vlprobe is normalised ``x1, y1, x2, y2`` (pixel coordinates divided by
+the image width and height). Pixel <-> normalised and 4-/6-/7-d conversions happen here only
+(:func:`normalise_boxes`, :func:`pixel_boxes`, :func:`boxes_to_6d`, :func:`boxes_to_7d`,
+:func:`boxes_to_4d`). Normalised coordinates within :data:`BOX_TOLERANCE` outside [0, 1] (detectors
+clip to ``w - 1`` or round, fp16 storage rounds) are clipped into [0, 1]; anything further out is an
+error, as is ``x2 < x1`` or ``y2 < y1``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from types import TracebackType
+from typing import Any
+
+import h5py
+import numpy as np
+
+from vlprobe import __version__
+from vlprobe.io import atomic_path
+
+__all__ = [
+    "BOX_TOLERANCE",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "RegionBatch",
+    "RegionRecord",
+    "RegionStore",
+    "RegionWriter",
+    "boxes_to_4d",
+    "boxes_to_6d",
+    "boxes_to_7d",
+    "normalise_boxes",
+    "normalise_image_id",
+    "pixel_boxes",
+    "random_regions",
+    "write_regions",
+]
+
+SCHEMA = "vlprobe-regions"
+SCHEMA_VERSION = 1
+BOX_TOLERANCE = 0.01
+_STR = h5py.string_dtype(encoding="utf-8")
+_ID_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff", ".npz", ".npy"})
+_FEATURE_DTYPES = {"float32": np.float32, "float16": np.float16}
+
+
+# ---------------------------------------------------------------------------------------------
+# ids and boxes
+
+
+def normalise_image_id(image_id: object) -> str:
+    """Image id as a store key: no directory part, no image/feature file extension.
+
+    ``"images/ex_3_img_1.png"`` -> ``"ex_3_img_1"``; ``42`` -> ``"42"``; ``b"a.jpg"`` -> ``"a"``.
+    """
+    s = image_id.decode("utf-8") if isinstance(image_id, bytes) else str(image_id)
+    s = s.strip()
+    name = PureWindowsPath(s).name if "\\" in s else PurePosixPath(s).name
+    stem, dot, ext = name.rpartition(".")
+    if dot and stem and ("." + ext.lower()) in _ID_SUFFIXES:
+        name = stem
+    if not name:
+        raise ValueError(f"image_id: expected a non-empty image name, got {image_id!r}")
+    return name
+
+
+def _as_boxes(boxes: Any, width: int | Sequence[int], name: str = "boxes") -> np.ndarray:
+    arr = np.asarray(boxes, dtype=np.float64)
+    widths = (width,) if isinstance(width, int) else tuple(width)
+    if arr.ndim < 1 or arr.shape[-1] not in widths:
+        want = " or ".join(str(w) for w in widths)
+        raise ValueError(f"{name}: expected shape (..., {want}), got {arr.shape}")
+    return arr
+
+
+def boxes_to_4d(boxes: Any) -> np.ndarray:
+    """``(x1, y1, x2, y2)`` from 4-, 6- or 7-d boxes (the first four columns), float32 (..., 4)."""
+    return _as_boxes(boxes, (4, 6, 7))[..., :4].astype(np.float32)
+
+
+def boxes_to_6d(boxes: Any) -> np.ndarray:
+    """UNITER ``norm_bb``: ``(x1, y1, x2, y2, w, h)`` from normalised xyxy (..., 4|6|7) -> (..., 6)."""
+    b = _as_boxes(boxes, (4, 6, 7))[..., :4]
+    wh = b[..., 2:4] - b[..., 0:2]
+    return np.concatenate([b, wh], axis=-1).astype(np.float32)
+
+
+def boxes_to_7d(boxes: Any) -> np.ndarray:
+    """UNITER pos7: ``(x1, y1, x2, y2, w, h, w*h)`` from normalised xyxy (..., 4|6|7) -> (..., 7).
+
+    Zero (padded) boxes map to zeros.
+    """
+    b6 = boxes_to_6d(boxes).astype(np.float64)
+    return np.concatenate([b6, b6[..., 4:5] * b6[..., 5:6]], axis=-1).astype(np.float32)
+
+
+def normalise_boxes(
+    boxes_px: Any, image_w: Any, image_h: Any, *, tolerance: float = BOX_TOLERANCE, name: str = "boxes"
+) -> np.ndarray:
+    """Pixel ``x1, y1, x2, y2`` (..., 4) -> normalised (..., 4) float32, validated.
+
+    ``image_w``/``image_h`` broadcast against the leading dimensions (a scalar, or one per image
+    with a trailing box axis: shape (N, 1)). See :func:`check_normalised_boxes` for the rules.
+    """
+    b = _as_boxes(boxes_px, 4, name)
+    w = np.asarray(image_w, dtype=np.float64)
+    h = np.asarray(image_h, dtype=np.float64)
+    if np.any(w <= 0) or np.any(h <= 0):
+        raise ValueError(f"{name}: image width and height must be positive, got w={w.min()}, h={h.min()}")
+    scale = np.stack(np.broadcast_arrays(w, h, w, h), axis=-1)
+    return check_normalised_boxes(b / scale, tolerance=tolerance, name=name)
+
+
+def pixel_boxes(boxes: Any, image_w: Any, image_h: Any) -> np.ndarray:
+    """Normalised ``x1, y1, x2, y2`` (..., 4) -> pixel coordinates (..., 4) float32."""
+    b = _as_boxes(boxes, 4)
+    w = np.asarray(image_w, dtype=np.float64)
+    h = np.asarray(image_h, dtype=np.float64)
+    scale = np.stack(np.broadcast_arrays(w, h, w, h), axis=-1)
+    return (b * scale).astype(np.float32)
+
+
+def check_normalised_boxes(boxes: Any, *, tolerance: float = BOX_TOLERANCE, name: str = "boxes") -> np.ndarray:
+    """Validate normalised xyxy boxes (..., 4); clip values within ``tolerance`` of [0, 1].
+
+    Raises ValueError for NaN/inf, a coordinate further than ``tolerance`` outside [0, 1] (the usual
+    sign of pixel boxes, or of width and height swapped), or ``x2 < x1`` / ``y2 < y1``.
+    """
+    b = _as_boxes(boxes, 4, name)
+    if not np.all(np.isfinite(b)):
+        raise ValueError(f"{name}: contains NaN or inf")
+    lo, hi = float(b.min(initial=0.0)), float(b.max(initial=0.0))
+    if lo < -tolerance or hi > 1 + tolerance:
+        raise ValueError(
+            f"{name}: normalised coordinates must lie in [0, 1] (tolerance {tolerance}), got range "
+            f"[{lo:.4g}, {hi:.4g}] (pixel boxes, or image width and height swapped?)"
+        )
+    b = np.clip(b, 0.0, 1.0)
+    if np.any(b[..., 2] < b[..., 0]) or np.any(b[..., 3] < b[..., 1]):
+        raise ValueError(f"{name}: expected x1 <= x2 and y1 <= y2 in every box")
+    return b.astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# reading
+
+
+@dataclass(frozen=True)
+class RegionBatch:
+    """Region inputs of B images, padded to the store's R boxes.
+
+    Attributes
+    ----------
+    features : ndarray, float32 (B, R, D)
+        Zeros at padded boxes.
+    boxes : ndarray, float32 (B, R, 4)
+        Normalised x1, y1, x2, y2 in [0, 1]; zeros at padded boxes.
+    mask : ndarray, bool (B, R)
+        True for a real box.
+    image_w, image_h : ndarray, int64 (B,)
+        Image size in pixels.
+    """
+
+    features: np.ndarray
+    boxes: np.ndarray
+    mask: np.ndarray
+    image_w: np.ndarray
+    image_h: np.ndarray
+
+    @property
+    def num_boxes(self) -> np.ndarray:
+        """Real boxes per image, int64 (B,)."""
+        return self.mask.sum(axis=1).astype(np.int64)
+
+    def __len__(self) -> int:
+        return int(self.features.shape[0])
+
+
+class RegionStore:
+    """Read-only view of a vlprobe region file (see the module docstring for the schema).
+
+    Parameters
+    ----------
+    path : path
+        A file written by :func:`write_regions` / ``probe regions import`` / ``probe fixtures regions``.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._file: h5py.File | None = None
+        self._fingerprint: str | None = None
+        if not self.path.is_file():
+            raise ValueError(f"regions: no such file {str(self.path)!r}")
+        try:
+            f = h5py.File(self.path, "r")
+        except OSError as exc:
+            raise ValueError(f"regions: {str(self.path)!r} is not an HDF5 file ({exc})") from None
+        self._file = f
+        try:
+            self._check_schema(f)
+            self.image_ids: tuple[str, ...] = tuple(s.decode("utf-8") for s in f["image_id"][()])
+            self._rows = {name: i for i, name in enumerate(self.image_ids)}
+            if len(self._rows) != len(self.image_ids):
+                raise ValueError(f"regions: {str(self.path)!r} lists an image id twice")
+            self.num_boxes = f["num_boxes"][()].astype(np.int64)
+            self.meta: dict[str, Any] = json.loads(_attr_str(f.attrs.get("meta", "{}")))
+        except Exception:
+            self.close()
+            raise
+
+    def _check_schema(self, f: h5py.File) -> None:
+        where = repr(str(self.path))
+        if _attr_str(f.attrs.get("schema", "")) != SCHEMA:
+            raise ValueError(f"regions: {where} is not a vlprobe region file (no schema={SCHEMA!r} attribute)")
+        version = int(f.attrs.get("schema_version", -1))
+        if version != SCHEMA_VERSION:
+            raise ValueError(f"regions: {where} has schema_version {version}, this vlprobe reads {SCHEMA_VERSION}")
+        for name in ("image_id", "features", "boxes", "num_boxes", "image_w", "image_h"):
+            if name not in f:
+                raise ValueError(f"regions: {where} lacks the dataset {name!r}")
+        n, r, _ = _shape3(f["features"], "features", where)
+        expect = {"image_id": (n,), "boxes": (n, r, 4), "num_boxes": (n,), "image_w": (n,), "image_h": (n,)}
+        for name, shape in expect.items():
+            if f[name].shape != shape:
+                raise ValueError(f"regions: {where}: {name} has shape {f[name].shape}, expected {shape}")
+        nb = f["num_boxes"][()]
+        if n and (nb.min() < 1 or nb.max() > r):
+            raise ValueError(f"regions: {where}: num_boxes must lie in [1, {r}], got [{nb.min()}, {nb.max()}]")
+
+    # -- properties ------------------------------------------------------------------------
+    @property
+    def _f(self) -> h5py.File:
+        if self._file is None:
+            raise ValueError(f"regions: the store {str(self.path)!r} is closed")
+        return self._file
+
+    @property
+    def feature_dim(self) -> int:
+        return int(self._f["features"].shape[2])
+
+    @property
+    def max_boxes(self) -> int:
+        return int(self._f["features"].shape[1])
+
+    @property
+    def feature_dtype(self) -> str:
+        return str(self._f["features"].dtype)
+
+    @property
+    def extras(self) -> tuple[str, ...]:
+        """Names of the per-box side datasets under ``extra/``."""
+        return tuple(sorted(self._f["extra"])) if "extra" in self._f else ()
+
+    @property
+    def fingerprint(self) -> str:
+        """``"sha256:<hex>"`` of the file's bytes."""
+        if self._fingerprint is None:
+            h = hashlib.sha256()
+            with open(self.path, "rb") as fh:
+                while block := fh.read(1 << 20):
+                    h.update(block)
+            self._fingerprint = "sha256:" + h.hexdigest()
+        return self._fingerprint
+
+    def __contains__(self, name: object) -> bool:
+        try:
+            return normalise_image_id(name) in self._rows
+        except ValueError:
+            return False
+
+    def __len__(self) -> int:
+        return len(self.image_ids)
+
+    def __repr__(self) -> str:
+        return f"RegionStore({str(self.path)!r}, images={len(self)}, max_boxes={self.max_boxes}, dim={self.feature_dim})"
+
+    # -- access ----------------------------------------------------------------------------
+    def rows(self, names: Sequence[str]) -> np.ndarray:
+        """Row of each image name, int64 (B,); ValueError naming the first missing one."""
+        out = np.empty(len(names), dtype=np.int64)
+        for i, name in enumerate(names):
+            row = self._rows.get(normalise_image_id(name))
+            if row is None:
+                raise ValueError(
+                    f"regions: no features for image {name!r} in {self.path.name} ({len(self)} images)"
+                )
+            out[i] = row
+        return out
+
+    def get(self, names: Sequence[str]) -> RegionBatch:
+        """Padded features, boxes and mask of the named images, in the order given.
+
+        Parameters
+        ----------
+        names : sequence of str
+            Image names (``ImageRef.name``); repeats allowed.
+
+        Returns
+        -------
+        RegionBatch
+            features (B, R, D) float32, boxes (B, R, 4), mask (B, R), image_w/h (B,).
+        """
+        if isinstance(names, str):
+            raise TypeError("names: expected a sequence of image names, got a single str")
+        rows = self.rows(names)
+        f = self._f
+        uniq, inverse = np.unique(rows, return_inverse=True)
+        sel = uniq.tolist()  # h5py fancy indexing wants increasing unique indices
+        features = f["features"][sel].astype(np.float32)[inverse]
+        boxes = f["boxes"][sel].astype(np.float32)[inverse]
+        nb = self.num_boxes[rows]
+        mask = np.arange(self.max_boxes)[None, :] < nb[:, None]
+        if not np.all(np.isfinite(features)):
+            bad = names[int(np.flatnonzero(~np.isfinite(features).all(axis=(1, 2)))[0])]
+            raise ValueError(f"regions: features of image {bad!r} in {self.path.name} contain NaN or inf")
+        features[~mask] = 0.0
+        boxes[~mask] = 0.0
+        return RegionBatch(
+            features=features, boxes=boxes, mask=mask,
+            image_w=f["image_w"][sel].astype(np.int64)[inverse],
+            image_h=f["image_h"][sel].astype(np.int64)[inverse],
+        )
+
+    def records(self, batch_size: int = 64) -> Iterable[RegionRecord]:
+        """Every image as a :class:`RegionRecord` (unpadded, extras included), in file order."""
+        f = self._f
+        extras = self.extras
+        for start in range(0, len(self), batch_size):
+            stop = min(start + batch_size, len(self))
+            feats = f["features"][start:stop]
+            boxes = f["boxes"][start:stop]
+            ws, hs = f["image_w"][start:stop], f["image_h"][start:stop]
+            ex = {k: f["extra"][k][start:stop] for k in extras}
+            for j in range(stop - start):
+                n = int(self.num_boxes[start + j])
+                yield RegionRecord(
+                    image_id=self.image_ids[start + j], features=feats[j, :n], boxes=boxes[j, :n],
+                    image_w=int(ws[j]), image_h=int(hs[j]), extras={k: v[j, :n] for k, v in ex.items()},
+                )
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> RegionStore:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+
+def _attr_str(v: Any) -> str:
+    return v.decode("utf-8") if isinstance(v, bytes) else str(v)
+
+
+def _shape3(ds: h5py.Dataset, name: str, where: str) -> tuple[int, int, int]:
+    if ds.ndim != 3:
+        raise ValueError(f"regions: {where}: {name} must be 3-d (N, R, D), got shape {ds.shape}")
+    n, r, d = ds.shape
+    return int(n), int(r), int(d)
+
+
+# ---------------------------------------------------------------------------------------------
+# writing
+
+
+@dataclass(frozen=True)
+class RegionRecord:
+    """One image's regions, unpadded: what readers yield and :class:`RegionWriter` takes.
+
+    Attributes
+    ----------
+    image_id : str
+    features : ndarray (n, D)
+    boxes : ndarray (n, 4)
+        Normalised x1, y1, x2, y2.
+    image_w, image_h : int
+        Pixels.
+    extras : dict[str, ndarray]
+        Per-box side data, each (n, ...): ``conf``, ``objects_id``, ``soft_labels``, ...
+    """
+
+    image_id: str
+    features: np.ndarray
+    boxes: np.ndarray
+    image_w: int
+    image_h: int
+    extras: Mapping[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def num_boxes(self) -> int:
+        return int(self.features.shape[0])
+
+
+class RegionWriter:
+    """Write a region file one image at a time, atomically (the file appears on :meth:`close`).
+
+    Memory stays at one growth block: datasets are resizable (N and R grow as images arrive).
+    Every record is validated (:meth:`add`); on an exception inside a ``with`` block nothing is
+    written.
+
+    Parameters
+    ----------
+    path : path
+        Output ``.h5`` file.
+    feature_dim : int or None
+        Expected feature width D (None: taken from the first record).
+    dtype : {"float32", "float16"}
+        Storage dtype of ``features``.
+    meta : dict, optional
+        Stored as JSON in the ``meta`` attribute (``converter`` is added).
+    tolerance : float
+        Box tolerance, see :func:`check_normalised_boxes`.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        feature_dim: int | None = None,
+        dtype: str = "float32",
+        meta: Mapping[str, Any] | None = None,
+        tolerance: float = BOX_TOLERANCE,
+    ) -> None:
+        if dtype not in _FEATURE_DTYPES:
+            raise ValueError(f"dtype: expected one of {', '.join(_FEATURE_DTYPES)}, got {dtype!r}")
+        if feature_dim is not None and (not isinstance(feature_dim, int) or feature_dim < 1):
+            raise ValueError(f"feature_dim: expected a positive int, got {feature_dim!r}")
+        self.path = Path(path)
+        self.dtype = dtype
+        self.feature_dim = feature_dim
+        self.tolerance = tolerance
+        self.meta = dict(meta or {})
+        self.meta.setdefault("converter", f"vlprobe {__version__}")
+        self.meta.setdefault("feature_dtype", dtype)
+        self._seen: dict[str, int] = {}
+        self._n = 0
+        self._r = 0
+        self._extras: dict[str, tuple[tuple[int, ...], np.dtype]] | None = None
+        self._ctx = atomic_path(self.path)
+        self._tmp = self._ctx.__enter__()
+        self._file: h5py.File | None = h5py.File(self._tmp, "w")
+
+    @property
+    def count(self) -> int:
+        """Images written so far."""
+        return self._n
+
+    def add(self, record: RegionRecord, *, where: str = "") -> None:
+        """Validate and append one image. ``where`` prefixes errors (e.g. ``"x.tsv line 7"``)."""
+        f = self._f
+        at = f"{where}: " if where else ""
+        try:
+            image_id = normalise_image_id(record.image_id)
+        except ValueError as exc:
+            raise ValueError(f"regions: {at}{exc}") from None
+        who = f"{at}image {image_id!r}"
+        if image_id in self._seen:
+            raise ValueError(f"regions: {who} appears twice (first as image {self._seen[image_id] + 1})")
+        feats = np.asarray(record.features)
+        if feats.ndim != 2:
+            raise ValueError(f"regions: {who}: features must be 2-d (boxes, dim), got shape {feats.shape}")
+        n, d = feats.shape
+        if self.feature_dim is None:
+            self.feature_dim = d
+        if d != self.feature_dim:
+            raise ValueError(f"regions: {who}: feature width {d}, expected {self.feature_dim}")
+        if n < 1:
+            raise ValueError(f"regions: {who} has no boxes")
+        if not np.all(np.isfinite(feats)):
+            raise ValueError(f"regions: {who}: features contain NaN or inf")
+        boxes = np.asarray(record.boxes)
+        if boxes.shape != (n, 4):
+            raise ValueError(f"regions: {who}: boxes must have shape ({n}, 4), got {boxes.shape}")
+        try:
+            boxes = check_normalised_boxes(boxes, tolerance=self.tolerance, name="boxes")
+        except ValueError as exc:
+            raise ValueError(f"regions: {who}: {exc}") from None
+        w, h = int(record.image_w), int(record.image_h)
+        if w < 1 or h < 1:
+            raise ValueError(f"regions: {who}: image size must be positive, got {w}x{h}")
+        extras = {k: np.asarray(v) for k, v in record.extras.items()}
+        self._check_extras(extras, n, who)
+        self._grow(self._n + 1, max(self._r, n))
+        i = self._n
+        f["image_id"][i] = image_id
+        f["features"][i, :n] = feats.astype(_FEATURE_DTYPES[self.dtype])
+        f["boxes"][i, :n] = boxes
+        f["num_boxes"][i] = n
+        f["image_w"][i] = w
+        f["image_h"][i] = h
+        for k, v in extras.items():
+            f["extra"][k][i, :n] = v
+        self._seen[image_id] = i
+        self._n += 1
+
+    def _check_extras(self, extras: dict[str, np.ndarray], n: int, who: str) -> None:
+        spec = {k: (v.shape[1:], v.dtype) for k, v in extras.items()}
+        for k, v in extras.items():
+            if v.ndim < 1 or v.shape[0] != n:
+                raise ValueError(f"regions: {who}: {k} must have one entry per box ({n}), got shape {v.shape}")
+            if v.dtype.kind == "f" and not np.all(np.isfinite(v)):
+                raise ValueError(f"regions: {who}: {k} contains NaN or inf")
+        if self._extras is None:
+            self._extras = spec
+            return
+        if sorted(spec) != sorted(self._extras) or any(spec[k][0] != self._extras[k][0] for k in spec):
+            raise ValueError(
+                f"regions: {who}: side data {sorted(spec)} differs from the first image's {sorted(self._extras)}"
+            )
+
+    @property
+    def _f(self) -> h5py.File:
+        if self._file is None:
+            raise ValueError(f"regions: the writer for {str(self.path)!r} is closed")
+        return self._file
+
+    def _grow(self, n: int, r: int) -> None:
+        f = self._f
+        if "features" not in f:
+            cap_r = max(r, 1)
+            d = int(self.feature_dim or 1)
+            box_chunk = min(cap_r, 128)
+            f.create_dataset("image_id", (0,), dtype=_STR, maxshape=(None,), chunks=(256,))
+            f.create_dataset(
+                "features", (0, cap_r, d), dtype=_FEATURE_DTYPES[self.dtype], maxshape=(None, None, d),
+                chunks=(1, box_chunk, d), fillvalue=0,
+            )
+            f.create_dataset("boxes", (0, cap_r, 4), dtype=np.float32, maxshape=(None, None, 4),
+                             chunks=(64, box_chunk, 4), fillvalue=0)
+            for name in ("num_boxes", "image_w", "image_h"):
+                f.create_dataset(name, (0,), dtype=np.int32, maxshape=(None,), chunks=(1024,))
+            for k, (tail, dt) in (self._extras or {}).items():
+                f.require_group("extra").create_dataset(
+                    k, (0, cap_r, *tail), dtype=dt, maxshape=(None, None, *tail),
+                    chunks=(1, box_chunk, *tail), fillvalue=0,
+                )
+        cur_n, cur_r = f["features"].shape[:2]
+        if n <= cur_n and r <= cur_r:
+            return
+        new_n = max(cur_n, n if n <= cur_n else max(n, 2 * cur_n, 16))
+        new_r = max(cur_r, r)
+        f["features"].resize((new_n, new_r, f["features"].shape[2]))
+        f["boxes"].resize((new_n, new_r, 4))
+        for name in ("image_id", "num_boxes", "image_w", "image_h"):
+            f[name].resize((new_n,))
+        if "extra" in f:
+            for ds in f["extra"].values():
+                ds.resize((new_n, new_r, *ds.shape[2:]))
+
+    def close(self) -> Path:
+        """Trim, write the attributes and move the file into place; returns the path."""
+        f = self._f
+        if self._n == 0:
+            self.abort()
+            raise ValueError(f"regions: no images to write to {str(self.path)!r}")
+        n, r = self._n, int(self.num_boxes_max)
+        f["features"].resize((n, r, f["features"].shape[2]))
+        f["boxes"].resize((n, r, 4))
+        for name in ("image_id", "num_boxes", "image_w", "image_h"):
+            f[name].resize((n,))
+        if "extra" in f:
+            for ds in f["extra"].values():
+                ds.resize((n, r, *ds.shape[2:]))
+        f.attrs["schema"] = SCHEMA
+        f.attrs["schema_version"] = SCHEMA_VERSION
+        f.attrs["meta"] = json.dumps(self.meta, sort_keys=True, default=str)
+        f.close()
+        self._file = None
+        self._ctx.__exit__(None, None, None)
+        return self.path
+
+    @property
+    def num_boxes_max(self) -> int:
+        return int(self._f["num_boxes"][: self._n].max()) if self._n else 0
+
+    def abort(self) -> None:
+        """Discard everything written (no file appears)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+            err = RuntimeError("aborted")
+            try:
+                self._ctx.__exit__(RuntimeError, err, None)
+            except RuntimeError:
+                pass
+
+    def __enter__(self) -> RegionWriter:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        if et is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def write_regions(
+    path: str | os.PathLike[str],
+    image_ids: Sequence[str],
+    features: Any,
+    boxes: Any,
+    num_boxes: Any,
+    image_w: Any,
+    image_h: Any,
+    *,
+    meta: Mapping[str, Any] | None = None,
+    dtype: str | None = None,
+    extras: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write a region file from padded arrays, atomically.
+
+    Parameters
+    ----------
+    path : path
+    image_ids : sequence of str, length N
+        Normalised on write (see the module docstring); must stay unique.
+    features : array (N, R, D)
+    boxes : array (N, R, 4)
+        Normalised x1, y1, x2, y2.
+    num_boxes : array (N,)
+        Real boxes per image; entries past it are padding (ignored, stored as zeros).
+    image_w, image_h : array (N,)
+        Pixels.
+    meta : dict, optional
+    dtype : {"float32", "float16"}, optional
+        Feature storage dtype; default float16 for float16 input, else float32.
+    extras : dict of arrays (N, R, ...), optional
+        Per-box side data (``conf``, ...).
+
+    Returns
+    -------
+    Path
+    """
+    feats = np.asarray(features)
+    if feats.ndim != 3:
+        raise ValueError(f"features: expected shape (N, R, D), got {feats.shape}")
+    n, r, d = feats.shape
+    ids = list(image_ids)
+    arrays = {"boxes": np.asarray(boxes), "num_boxes": np.asarray(num_boxes),
+              "image_w": np.asarray(image_w), "image_h": np.asarray(image_h)}
+    expect = {"boxes": (n, r, 4), "num_boxes": (n,), "image_w": (n,), "image_h": (n,)}
+    if len(ids) != n:
+        raise ValueError(f"image_ids: expected {n} ids (one per features row), got {len(ids)}")
+    for name, shape in expect.items():
+        if arrays[name].shape != shape:
+            raise ValueError(f"{name}: expected shape {shape}, got {arrays[name].shape}")
+    nb = arrays["num_boxes"].astype(np.int64)
+    if n and (nb.min() < 1 or nb.max() > r):
+        raise ValueError(f"num_boxes: expected values in [1, {r}], got [{nb.min()}, {nb.max()}]")
+    ex = {k: np.asarray(v) for k, v in (extras or {}).items()}
+    for k, v in ex.items():
+        if v.shape[:2] != (n, r):
+            raise ValueError(f"extras[{k!r}]: expected shape ({n}, {r}, ...), got {v.shape}")
+    store_dtype = dtype or ("float16" if feats.dtype == np.float16 else "float32")
+    with RegionWriter(path, feature_dim=d, dtype=store_dtype, meta=meta) as w:
+        for i in range(n):
+            k = int(nb[i])
+            w.add(RegionRecord(
+                ids[i], feats[i, :k], arrays["boxes"][i, :k], int(arrays["image_w"][i]),
+                int(arrays["image_h"][i]), {name: v[i, :k] for name, v in ex.items()},
+            ))
+    return Path(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# random features (tests, demos)
+
+
+def random_regions(
+    path: str | os.PathLike[str],
+    names: Sequence[str],
+    *,
+    sizes: Sequence[tuple[int, int]] | None = None,
+    n_boxes: int = 36,
+    dim: int = 2048,
+    seed: int = 0,
+    min_boxes: int | None = None,
+    dtype: str = "float32",
+    meta: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write seeded random region features for ``names``.
+
+    Features are non-negative (ReLU of a normal, like pooled Faster R-CNN outputs); boxes are
+    valid normalised boxes at least 2 % of each side. With ``min_boxes < n_boxes`` each image
+    gets a box count drawn from [min_boxes, n_boxes] (padding and masking get exercised).
+
+    Parameters
+    ----------
+    path : path
+    names : sequence of str
+        Image names (normalised; must be unique).
+    sizes : sequence of (width, height), optional
+        Pixel size per image; default 640 x 480 for all.
+    n_boxes, dim, seed, min_boxes, dtype
+        Box count (maximum), feature width, RNG seed, minimum box count, storage dtype.
+    meta : dict, optional
+        Merged into the file's meta.
+    """
+    for pname, v in (("n_boxes", n_boxes), ("dim", dim)):
+        if not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{pname}: expected a positive int, got {v!r}")
+    if min_boxes is not None and not 1 <= min_boxes <= n_boxes:
+        raise ValueError(f"min_boxes: expected an int in [1, n_boxes={n_boxes}], got {min_boxes!r}")
+    names = list(names)
+    if not names:
+        raise ValueError("names: expected at least one image name, got none")
+    if sizes is None:
+        sizes = [(640, 480)] * len(names)
+    if len(sizes) != len(names):
+        raise ValueError(f"sizes: expected {len(names)} (width, height) pairs, got {len(sizes)}")
+    rng = np.random.default_rng(seed)
+    info = {"source_format": "random", "seed": seed, "n_boxes": n_boxes, "min_boxes": min_boxes or n_boxes,
+            "dim": dim, "detector": "none (random features)"}
+    info.update(meta or {})
+    with RegionWriter(path, feature_dim=dim, dtype=dtype, meta=info) as w:
+        for name, (width, height) in zip(names, sizes, strict=True):
+            k = n_boxes if min_boxes is None else int(rng.integers(min_boxes, n_boxes + 1))
+            feats = np.maximum(rng.standard_normal((k, dim), dtype=np.float32), 0.0)
+            xy = rng.uniform(0.0, 0.9, size=(k, 2))
+            wh = rng.uniform(0.02, 1.0, size=(k, 2)) * (1.0 - xy)
+            wh = np.maximum(wh, 0.02)
+            boxes = np.concatenate([xy, np.minimum(xy + wh, 1.0)], axis=1)
+            w.add(RegionRecord(name, feats, boxes, int(width), int(height)))
+    return Path(path)
