@@ -39,8 +39,14 @@ from vlprobe import __version__
 from vlprobe.extract.base import quiet_transformers
 
 __all__ = [
-    "FIXTURE_MARKER", "FIXTURE_WRITERS", "bert_fixture_vocab", "bytes_to_unicode", "learn_bpe", "write_tiny_clip",
+    "FIXTURE_MARKER",
+    "FIXTURE_WRITERS",
+    "bert_fixture_vocab",
+    "bytes_to_unicode",
+    "learn_bpe",
+    "write_tiny_clip",
     "write_tiny_lxmert",
+    "write_tiny_uniter",
 ]
 
 FIXTURE_MARKER = "VLPROBE_FIXTURE.json"
@@ -201,6 +207,8 @@ def _publish(staging: Path, out: Path, overwrite: bool) -> None:
         return
     names = sorted(p.name for p in staging.iterdir() if p.name != FIXTURE_MARKER)
     for name in [*names, FIXTURE_MARKER]:
+        if (staging / name).is_dir() and (out / name).is_dir():
+            shutil.rmtree(out / name)  # os.replace cannot replace a non-empty directory
         os.replace(staging / name, out / name)
 
 
@@ -318,7 +326,6 @@ def write_tiny_clip(out: str | os.PathLike[str], seed: int = 0) -> Path:
 
 # -- tiny LXMERT --------------------------------------------------------------------------------
 
-_BERT_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 _BERT_EXTRA_WORDS = """
 diamond higher lower than picture to the of is there in a an big small
 """.split()
@@ -338,12 +345,13 @@ def bert_fixture_vocab(lowercase: bool = True) -> dict[str, int]:
     """
     from vlprobe.data.synthetic import COLORS, RELATIONS, SHAPES
 
+    specials = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
     words = list(_WORDS) + list(_BERT_EXTRA_WORDS) + list(COLORS) + list(SHAPES)
     words += [w for r in RELATIONS for w in r.split()]
     if not lowercase:
         words += [w.capitalize() for w in words]
     chars = [chr(c) for c in range(33, 127) if lowercase is False or not chr(c).isupper()]
-    tokens = [*_BERT_SPECIALS, *words, *chars, *(f"##{c}" for c in chars if c.isalnum())]
+    tokens = [*specials, *words, *chars, *(f"##{c}" for c in chars if c.isalnum())]
     vocab: dict[str, int] = {}
     for tok in tokens:
         vocab.setdefault(tok, len(vocab))
@@ -413,3 +421,206 @@ def write_tiny_lxmert(out: str | os.PathLike[str], seed: int = 0) -> Path:
 
 FIXTURE_WRITERS: dict[str, Callable[[Path, int], Path]] = {"clip": write_tiny_clip, "lxmert": write_tiny_lxmert}
 """Fixture writers by model name, for ``probe fixtures model NAME --out DIR --seed S``."""
+
+
+# -- UNITER ----------------------------------------------------------------------------------------
+#
+# ``write_tiny_uniter`` layout (``out/``), the files the official UNITER release ships::
+#
+#     uniter.pt               plain {name: tensor} dict, float16, legacy (non-zip) torch pickle:
+#                             uniter.* body, itm_output (or rank_output), pretraining heads
+#     uniter.json             the official config keys only: hidden 32, 2 layers, 2 heads, 64
+#     tokenizer/              cased BERT WordPiece tokenizer (save_pretrained) + vocab.txt
+#     VLPROBE_FIXTURE.json    {"kind": "uniter", "seed": ..., "score_head": ..., ...}
+
+_BERT_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+_UNITER_EXTRA_WORDS = """
+diamond higher lower than picture there is to the in of big small left right above below
+The A An There In
+""".split()
+_WORDPIECE_SUFFIXES = ("##s", "##es", "##ed", "##ing", "##er", "##est", "##ly", "##'s")
+_UNITER_CONFIG = {
+    "attention_probs_dropout_prob": 0.1,
+    "hidden_act": "gelu",
+    "hidden_dropout_prob": 0.1,
+    "hidden_size": 32,
+    "initializer_range": 0.02,
+    "intermediate_size": 64,
+    "max_position_embeddings": 512,
+    "num_attention_heads": 2,
+    "num_hidden_layers": 2,
+    "type_vocab_size": 2,
+}
+_REGION_LABELS = 1601  # Visual Genome 1600 objects + background: the region_classifier width
+
+
+def uniter_vocab() -> list[str]:
+    """Tokens of the tiny cased WordPiece vocabulary, in id order.
+
+    The five BERT specials (``[PAD]`` = 0), ASCII punctuation and digits, upper- and lower-case
+    letters, the same as ``##`` continuation pieces (so any ASCII word tokenizes without
+    ``[UNK]``), a few suffix pieces, then whole words: every word of the synthetic dataset's
+    captions and variants (:mod:`vlprobe.data.synthetic`) and the common caption words.
+    """
+    from vlprobe.data.synthetic import COLORS, RELATIONS, SHAPES
+
+    chars = [chr(c) for c in range(33, 127) if not chr(c).isalnum()]
+    chars += [chr(c) for c in range(ord("0"), ord("9") + 1)]
+    chars += [chr(c) for c in range(ord("A"), ord("Z") + 1)] + [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    pieces = ["##" + c for c in chars if c.isalnum()]
+    words = [*_WORDS, *COLORS, *SHAPES, *(w for r in RELATIONS for w in r.split()), *_UNITER_EXTRA_WORDS]
+    tokens: dict[str, None] = dict.fromkeys([*_BERT_SPECIALS, *chars, *pieces, *_WORDPIECE_SUFFIXES, *words])
+    return list(tokens)
+
+
+def _uniter_fixture_state(config: dict, vocab_size: int, seed: int, score_head: str) -> dict:
+    """Random float16 tensors under the official key names (body, score heads, pretraining heads)."""
+    import torch
+
+    from vlprobe.extract.uniter import UniterModel
+
+    shapes = {k: tuple(v.shape) for k, v in UniterModel(
+        {**config, "vocab_size": vocab_size}, "itm", _materialize=False
+    ).state_dict().items()}
+    h = config["hidden_size"]
+    gen = torch.Generator().manual_seed(seed)
+
+    def draw(name: str, shape: tuple[int, ...]) -> torch.Tensor:
+        # Non-trivial LayerNorms and biases, so a wrongly mapped tensor changes the outputs.
+        noise = torch.randn(shape, generator=gen)
+        if "LayerNorm" in name or "layer_norm" in name:
+            return 1.0 + 0.1 * noise if name.endswith("weight") else 0.1 * noise
+        if name.endswith("bias"):
+            return 0.1 * noise
+        scale = 0.5 if name.startswith("itm_output") else 0.1
+        return scale * noise
+
+    state = {name: draw(name, shape) for name, shape in shapes.items()}
+    if score_head == "rank":
+        # Retrieval fine-tuning initialises rank_output from the "match" row of itm_output and
+        # trains it; the fine-tuned file keeps both heads.
+        state["rank_output.weight"] = state["itm_output.weight"][1:].clone() + 0.1 * torch.randn((1, h), generator=gen)
+        state["rank_output.bias"] = state["itm_output.bias"][1:].clone()
+    else:
+        # Pretraining heads of UniterForPretraining (ignored by vlprobe); the MLM decoder and the
+        # feature regressor are tied to the word embeddings and img_linear, as in the real file.
+        img_dim = shapes["uniter.img_embeddings.img_linear.weight"][1]
+        heads = {
+            "cls.predictions.bias": (vocab_size,),
+            "cls.predictions.transform.dense.weight": (h, h),
+            "cls.predictions.transform.dense.bias": (h,),
+            "cls.predictions.transform.LayerNorm.weight": (h,),
+            "cls.predictions.transform.LayerNorm.bias": (h,),
+            "feat_regress.bias": (img_dim,),
+            "feat_regress.net.0.weight": (h, h),
+            "feat_regress.net.0.bias": (h,),
+            "feat_regress.net.2.weight": (h,),
+            "feat_regress.net.2.bias": (h,),
+            "region_classifier.net.0.weight": (h, h),
+            "region_classifier.net.0.bias": (h,),
+            "region_classifier.net.2.weight": (h,),
+            "region_classifier.net.2.bias": (h,),
+            "region_classifier.net.3.weight": (_REGION_LABELS, h),
+            "region_classifier.net.3.bias": (_REGION_LABELS,),
+        }
+        state.update({name: draw(name, shape) for name, shape in heads.items()})
+        state["cls.predictions.decoder.weight"] = state["uniter.embeddings.word_embeddings.weight"].clone()
+        state["feat_regress.weight"] = state["uniter.img_embeddings.img_linear.weight"].clone()
+    return {k: v.to(torch.float16) for k, v in state.items()}
+
+
+def _legacy_layer_norm_names(state: dict) -> dict:
+    """Old BERT names (``gamma``/``beta``) for the text-side LayerNorms: embeddings and blocks."""
+    out = {}
+    for key, value in state.items():
+        if key.startswith(("uniter.embeddings.", "uniter.encoder.")) and ".LayerNorm." in key:
+            head, _, last = key.rpartition(".")
+            key = f"{head}.{'gamma' if last == 'weight' else 'beta'}"
+        out[key] = value
+    return out
+
+
+def write_tiny_uniter(
+    out: str | os.PathLike[str],
+    seed: int = 0,
+    *,
+    score_head: str = "itm",
+    legacy_layer_norm_names: bool = True,
+) -> Path:
+    """Write a tiny random-initialised UNITER checkpoint in the official release format.
+
+    ``uniter.pt`` loads with :meth:`vlprobe.extract.uniter.UniterModel.from_official` (and
+    ``torch.load(..., weights_only=True)``), ``uniter.json`` with :class:`UniterConfig`, and
+    ``tokenizer/`` with ``AutoTokenizer.from_pretrained`` (a cased ``BertTokenizer``). Hidden 32,
+    2 layers, 2 heads, intermediate 64, 2048-d region features, vocabulary
+    :func:`uniter_vocab` (its size is the config's ``vocab_size``). Weights are float16, drawn
+    from a private generator seeded with ``seed``; LayerNorms and biases are random too.
+
+    Parameters
+    ----------
+    out : str or os.PathLike
+        Target directory: new, empty, or a previous tiny-uniter fixture (overwritten).
+    seed : int
+        Seed for the random weights, ``>= 0``.
+    score_head : {"itm", "rank"}
+        ``itm``: a pretrained checkpoint (``itm_output`` plus the ignored pretraining heads
+        ``cls.*``, ``feat_regress.*``, ``region_classifier.*``); ``rank``: a retrieval-fine-tuned
+        one (``itm_output`` and ``rank_output``, no pretraining heads).
+    legacy_layer_norm_names : bool
+        Store the text-side LayerNorms as ``gamma``/``beta`` (old BERT names, which the official
+        loader renames) and the image-side ones as ``weight``/``bias``, so loading exercises both.
+
+    Returns
+    -------
+    Path
+        ``out`` as a path.
+    """
+    _check_seed(seed)
+    if score_head not in ("itm", "rank"):
+        raise ValueError(f"score_head must be 'itm' or 'rank', got {score_head!r}")
+    out = Path(out)
+    overwrite = _prepare_out(out, "uniter")
+
+    import torch
+    from transformers import BertTokenizer
+
+    vocab = {tok: i for i, tok in enumerate(uniter_vocab())}
+    tokenizer = BertTokenizer(vocab=vocab, do_lower_case=False, model_max_length=512)
+    if len(tokenizer) != len(vocab):
+        raise RuntimeError("tiny UNITER tokenizer size differs from its vocabulary")
+    config = {**_UNITER_CONFIG, "vocab_size": len(vocab)}
+    state = _uniter_fixture_state(config, len(vocab), seed, score_head)
+    if legacy_layer_norm_names:
+        state = _legacy_layer_norm_names(state)
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        # The released files predate torch's zip format; torch.load reads both.
+        torch.save(state, staging / "uniter.pt", _use_new_zipfile_serialization=False)
+        with open(staging / "uniter.json", "w", encoding="utf-8") as fh:
+            json.dump(dict(sorted(config.items())), fh, indent=2)
+            fh.write("\n")
+        with quiet_transformers():
+            tokenizer.save_pretrained(staging / "tokenizer")
+        with open(staging / "tokenizer" / "vocab.txt", "w", encoding="utf-8") as fh:
+            fh.writelines(f"{tok}\n" for tok in vocab)
+        marker = {
+            "kind": "uniter",
+            "seed": seed,
+            "score_head": score_head,
+            "legacy_layer_norm_names": legacy_layer_norm_names,
+            "vlprobe": __version__,
+            "note": "random weights; for tests only",
+        }
+        with open(staging / FIXTURE_MARKER, "w", encoding="utf-8") as fh:
+            json.dump(marker, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+        _publish(staging, out, overwrite)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    return out
+
+
+FIXTURE_WRITERS["uniter"] = write_tiny_uniter
