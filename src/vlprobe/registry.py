@@ -143,3 +143,7 @@ MODELS.register(
     "lxmert", "vlprobe.extract.lxmert:LxmertAdapter",
     help="LXMERT cross-encoder with region features; streams lang (0..14), vision (0..10)",
 )
+MODELS.register(
+    "uniter", "vlprobe.extract.uniter_adapter:UniterAdapter",
+    help="UNITER cross-encoder (official .pt + config JSON) with region features; streams text, image",
+)
