@@ -155,7 +155,7 @@ class CacheHeader:
 #: Header fields that must be equal for a run to resume (or shards to merge) into a file.
 COMPARED_FIELDS: tuple[str, ...] = (
     "model", "checkpoint_fingerprint", "dataset", "dataset_fingerprint", "variants_fingerprint",
-    "pair_plan", "poolings", "dtype", "shard", "layers", "pair_states", "regions_fingerprint",
+    "pair_plan", "pair_states", "poolings", "dtype", "shard", "layers", "regions_fingerprint",
     "config_fingerprint", "tokenizer_fingerprint",
 )
 

@@ -192,8 +192,8 @@ class LxmertAdapter(CrossEncoder):
                 f"regions: LXMERT expects features of shape (N, R, {self.feature_dim}), got {features.shape}"
             )
         boxes = np.asarray(boxes, dtype=np.float32)
-        if boxes.shape != features.shape[:2] + (4,):
-            raise ValueError(f"regions: boxes must have shape {features.shape[:2] + (4,)}, got {boxes.shape}")
+        if boxes.shape != (*features.shape[:2], 4):
+            raise ValueError(f"regions: boxes must have shape {(*features.shape[:2], 4)}, got {boxes.shape}")
         m = np.asarray(mask, dtype=bool)
         if not m.any(axis=1).all():
             raise ValueError("regions: every image needs at least one box")

@@ -38,7 +38,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from vlprobe.extract.base import CrossEncoder, PairOutput, StreamSpec, quiet_transformers, resolve_device, resolve_dtype
+from vlprobe.extract.base import (
+    CrossEncoder,
+    PairOutput,
+    StreamSpec,
+    quiet_transformers,
+    resolve_device,
+    resolve_dtype,
+)
 from vlprobe.extract.checkpoints import ResolvedCheckpoint, resolve_checkpoint
 from vlprobe.extract.pooling import pool_states
 from vlprobe.provenance import sha256_file
@@ -201,8 +208,8 @@ class UniterAdapter(CrossEncoder):
                 f"regions: UNITER expects features of shape (N, R, {self.feature_dim}), got {features.shape}"
             )
         boxes = np.asarray(boxes, dtype=np.float32)
-        if boxes.shape != features.shape[:2] + (4,):
-            raise ValueError(f"regions: boxes must have shape {features.shape[:2] + (4,)}, got {boxes.shape}")
+        if boxes.shape != (*features.shape[:2], 4):
+            raise ValueError(f"regions: boxes must have shape {(*features.shape[:2], 4)}, got {boxes.shape}")
         m = np.asarray(mask, dtype=bool)
         if not m.any(axis=1).all():
             raise ValueError("regions: every image needs at least one box")
