@@ -243,10 +243,15 @@ class LxmertAdapter(CrossEncoder):
         lang_ext, vis_ext = self._extended(lang_mask), self._extended(vis_mask)
 
         lang_cross, vis_cross = [], []
-        for layer in self.model.lxmert.encoder.x_layers:
+        x_layers = list(self.model.lxmert.encoder.x_layers)
+        last_lang, last_vis = self.n_lang + self.n_cross, self.n_rel + self.n_cross
+        whole_last = last_lang in lang_layers or last_vis in vis_layers
+        for layer in x_layers if whole_last else x_layers[:-1]:
             lang, vis = layer(lang, lang_ext, vis, vis_ext)[:2]
             lang_cross.append(lang)
             vis_cross.append(vis)
+        if not whole_last:
+            lang = self._last_cls_only(x_layers[-1], lang, lang_ext, vis, vis_ext)
         pooled = self.model.lxmert.pooler(lang)
         scores = self._match(pooled)
 
@@ -259,6 +264,21 @@ class LxmertAdapter(CrossEncoder):
                 i_entries, i_sel, vis_cross, vis_layers, self.n_rel, vis_mask, vis_pool, token0=False
             )
         return PairOutput(scores, states, {"lang": pooled.float()})
+
+    @staticmethod
+    def _last_cls_only(
+        layer: Any, lang: torch.Tensor, lang_ext: torch.Tensor, vis: torch.Tensor, vis_ext: torch.Tensor
+    ) -> torch.Tensor:
+        """The last cross layer's language output at token 0 only, (B, 1, H).
+
+        The score reads only the pooled token 0, so when the last layer's states are not asked for
+        its vision side (and the other language positions' self-attention queries and FFN) are
+        skipped; the modules and their order are ``LxmertXLayer.forward``'s.
+        """
+        cross = layer.visual_attention(lang, vis, ctx_att_mask=vis_ext)[0]
+        own = layer.lang_self_att
+        att = own.output(own.self(cross[:, :1], cross, lang_ext)[0], cross[:, :1])
+        return layer.lang_output(layer.lang_inter(att), att)
 
     def _match(self, pooled: torch.Tensor) -> torch.Tensor:
         logits = self.model.cls.seq_relationship(pooled)
