@@ -144,3 +144,20 @@ def test_config_and_tokenizer_defaults_and_errors(tiny_uniter: Path, tmp_path: P
     BertTokenizer(vocab={f"w{i}": i for i in range(5000)} | {"[UNK]": 5000}, unk_token="[UNK]").save_pretrained(big)
     with pytest.raises(ValueError, match="vocab_size"):
         UniterAdapter.load(str(tiny_uniter / "uniter.pt"), tokenizer=str(big))
+
+
+def test_scores_only_and_early_layers_match_the_whole_pass(adapter: UniterAdapter) -> None:
+    """Without the last layer's states, the last block runs at [CLS] only: same scores and states."""
+    texts = adapter.prepare_texts(CAPTIONS)
+    images = adapter.prepare_images(*_regions(2, 5, [5, 2]))
+    t_idx, i_idx = np.array([0, 1, 2, 2]), np.array([0, 1, 0, 1])
+    whole = adapter.encode_pairs(texts, images, t_idx, i_idx, {"text": [0, 1, 2], "image": [0, 1, 2]}, POOLINGS)
+    scores_only = adapter.encode_pairs(texts, images, t_idx, i_idx, None, POOLINGS)
+    early = adapter.encode_pairs(texts, images, t_idx, i_idx, {"text": [0, 1], "image": [1]}, POOLINGS)
+    for out in (scores_only, early):
+        torch.testing.assert_close(out.scores, whole.scores, rtol=0, atol=1e-6)
+        torch.testing.assert_close(out.pooled["text"], whole.pooled["text"], rtol=0, atol=1e-6)
+    assert scores_only.states == {}
+    for p in POOLINGS:
+        torch.testing.assert_close(early.states["text"][p], whole.states["text"][p][:, :2], rtol=0, atol=1e-6)
+    torch.testing.assert_close(early.states["image"]["max"], whole.states["image"]["max"][:, [1]], rtol=0, atol=1e-6)

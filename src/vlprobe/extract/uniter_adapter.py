@@ -252,9 +252,12 @@ class UniterAdapter(CrossEncoder):
             images.features[rows_i].to(self.device, self.dtype), images.pos7[rows_i].to(self.device, self.dtype)
         )[i_sel]
         joint_mask = torch.cat([text_mask, img_mask], dim=1)
-        last, hidden = self.model.encode(
-            torch.cat([text_emb, img_emb], dim=1), joint_mask, output_hidden_states=bool(layers)
-        )
+        emb = torch.cat([text_emb, img_emb], dim=1)
+        n_blocks = self.model.num_layers
+        if layers and (n_blocks in layers["text"] or n_blocks in layers["image"]):
+            last, hidden = self.model.encode(emb, joint_mask, output_hidden_states=True)
+        else:
+            last, hidden = self._encode_cls_last(emb, joint_mask, keep=bool(layers))
         pooled = self.model.uniter.pooler(last[:, 0])
         _, _, scores = self.model.score(pooled)
         states: dict[str, dict[str, torch.Tensor]] = {}
@@ -269,6 +272,37 @@ class UniterAdapter(CrossEncoder):
                 h = torch.stack([hidden[k][:, t:] for k in image_layers], dim=1)
                 states["image"] = pool_states(h, img_mask, None, [p for p in tok_pool if p != "cls"])
         return PairOutput(scores.float(), states, {"text": pooled.float()})
+
+    def _encode_cls_last(
+        self, emb: torch.Tensor, joint_mask: torch.Tensor, *, keep: bool
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
+        """The blocks with the last one computed at token 0 only: (B, 1, H) and the L states before it.
+
+        The score reads only the pooled [CLS] token, so when the last layer's states are not asked
+        for, the other positions' queries, attention outputs and FFN of the last block are skipped
+        (the block's own modules, in ``UniterModel``'s order).
+        """
+        from vlprobe.extract.uniter import MASK_CONSTANT
+
+        additive = (1.0 - joint_mask.to(emb.dtype))[:, None, None, :] * MASK_CONSTANT
+        blocks = list(self.model.uniter.encoder.layer)
+        x, states = emb, [emb]
+        for block in blocks[:-1]:
+            x = block(x, additive)
+            states.append(x)
+        last = blocks[-1]
+        sa = last.attention.self
+        b, s, h = x.shape
+        d = h // sa.num_heads
+
+        def heads(t: torch.Tensor) -> torch.Tensor:
+            return t.view(b, t.shape[1], sa.num_heads, d).transpose(1, 2)
+
+        att = torch.nn.functional.scaled_dot_product_attention(
+            heads(sa.query(x[:, :1])), heads(sa.key(x)), heads(sa.value(x)), attn_mask=additive
+        )
+        a = last.attention.output(att.transpose(1, 2).reshape(b, 1, h), x[:, :1])
+        return last.output(last.intermediate(a), a), (tuple(states) if keep else None)
 
     @torch.inference_mode()
     def full_forward(
