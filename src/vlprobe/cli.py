@@ -300,6 +300,98 @@ def run_recall_cmd(
     _print_rows(rows, ("i2t", "t2i"), csv_path)
 
 
+# --- region features (probe regions ..., probe fixtures regions) -------------------------------
+
+regions_app = typer.Typer(help="Import and inspect region features (LXMERT, UNITER).", no_args_is_help=True)
+app.add_typer(regions_app, name="regions")
+
+
+@regions_app.command("import")
+@guarded
+def regions_import(
+    path: Annotated[Path, typer.Argument(help="TSV file, UNITER npz directory, or vlprobe region .h5.")],
+    out: Annotated[Path, typer.Option(help="Region file to write (.h5).")],
+    fmt: Annotated[str, typer.Option("--format", help="butd-tsv | lxmert-tsv | uniter-npz | h5")],
+    dtype: Annotated[
+        str | None, typer.Option(help="Feature storage: float32 | float16 (default: float16 for uniter-npz).")
+    ] = None,
+    feature_dim: Annotated[int | None, typer.Option(help="Required feature width (e.g. 2048).")] = None,
+    box_rule: Annotated[
+        str, typer.Option(help="uniter-npz: all | uniter (first clip(#(conf>0.2), 10, 100) boxes).")
+    ] = "all",
+    image_dir: Annotated[Path | None, typer.Option(help="uniter-npz: images, for their pixel sizes.")] = None,
+) -> None:
+    """Convert precomputed region features into vlprobe's HDF5 (validated, streamed)."""
+    from vlprobe.extract.region_formats import import_regions
+
+    s = import_regions(fmt, path, out, dtype=dtype, feature_dim=feature_dim, box_rule=box_rule, image_dir=image_dir)
+    typer.echo(
+        f"wrote {s.path}: {s.images} images, boxes min {s.boxes_min} / mean {s.boxes_mean:.1f} / "
+        f"max {s.boxes_max}, feature dim {s.feature_dim} ({s.dtype})"
+    )
+
+
+@regions_app.command("export")
+@guarded
+def regions_export(
+    path: Annotated[Path, typer.Argument(help="vlprobe region file (.h5).")],
+    out: Annotated[Path, typer.Option(help="TSV file, or directory for uniter-npz.")],
+    fmt: Annotated[str, typer.Option("--format", help="butd-tsv | lxmert-tsv | uniter-npz")],
+) -> None:
+    """Write a region file in one of the precomputed formats (for other tools)."""
+    from vlprobe.extract.region_formats import export_regions
+
+    n = export_regions(path, fmt, out)
+    typer.echo(f"wrote {n} images to {out} ({fmt})")
+
+
+@regions_app.command("info")
+@guarded
+def regions_info(
+    path: Annotated[Path, typer.Argument(help="vlprobe region file (.h5).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Describe a region file: images, boxes per image, feature width and dtype, source, fingerprint."""
+    from vlprobe.extract.region_formats import region_info
+
+    info = region_info(path)
+    if as_json:
+        typer.echo(json.dumps(info, indent=2, sort_keys=True))
+        return
+    b = info["boxes"]
+    typer.echo(f"{info['path']}  {info['size_bytes'] / 1e6:.1f} MB  {info['fingerprint'][:23]}")
+    typer.echo(f"images     {info['images']} ({info['images_without_size']} without a recorded size)")
+    typer.echo(f"boxes      min {b['min']} / mean {b['mean']:.1f} / max {b['max']} (padded to {info['max_boxes']})")
+    typer.echo(f"features   dim {info['feature_dim']}, {info['dtype']}; extras: {', '.join(info['extras']) or 'none'}")
+    typer.echo(f"meta       {json.dumps(info['meta'], sort_keys=True)}")
+
+
+@fixtures_app.command("regions")
+@guarded
+def fixtures_regions(
+    data_dir: Annotated[Path, typer.Option(help="Local dataset copy (e.g. from `probe fixtures dataset`).")],
+    out: Annotated[Path, typer.Option(help="Region file to write (.h5).")],
+    dataset: Annotated[str, typer.Option(help="Registered dataset (see `probe ls datasets`).")] = "winoground",
+    boxes: Annotated[int, typer.Option(help="Boxes per image (the maximum with --min-boxes).")] = 36,
+    dim: Annotated[int, typer.Option(help="Feature width.")] = 2048,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
+    min_boxes: Annotated[int | None, typer.Option(help="Vary the box count per image from this to --boxes.")] = None,
+    dtype: Annotated[str, typer.Option(help="float32 | float16")] = "float32",
+) -> None:
+    """Write seeded random region features for every image of a dataset."""
+    from vlprobe.extract.regions import RegionStore, random_regions_for_dataset
+
+    path = random_regions_for_dataset(
+        out, data_dir, dataset=dataset, n_boxes=boxes, dim=dim, seed=seed, min_boxes=min_boxes, dtype=dtype,
+    )
+    with RegionStore(path) as store:
+        n = len(store)
+    typer.echo(f"wrote random region features for {n} images to {path} ({boxes} boxes max, dim {dim}, seed {seed})")
+
+
+# --- end region features ------------------------------------------------------------------------
+
+
 def main() -> None:
     """Console-script entry point."""
     try:

@@ -8,6 +8,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from vlprobe.extract.regions import (
     BOX_TOLERANCE,
@@ -67,6 +69,7 @@ def test_store_get_pads_masks_and_orders(tmp_path: Path) -> None:
         assert store.image_ids == ("img_0", "img_1", "img_2")
         assert (len(store), store.feature_dim, store.max_boxes) == (3, 8, 5)
         assert "img_1" in store and "img_1.png" in store and "nope" not in store
+        assert store.missing(["img_1", "nope", "img_0.jpg", "x"]) == ["nope", "x"]
         batch = store.get(["img_2", "img_0", "img_2", "img_1"])
         assert isinstance(batch, RegionBatch)
         assert batch.features.dtype == np.float32 and batch.features.shape == (4, 5, 8)
@@ -174,14 +177,27 @@ def _random_boxes(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarra
     return np.concatenate([xy, xy + rng.uniform(0, 0.2, size=(*shape, 2))], axis=-1)
 
 
-@pytest.mark.parametrize("seed", range(5))
-def test_box_conversions_properties(seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    b = _random_boxes(rng, (4, 9))
-    w = rng.integers(50, 2000, size=(4, 1))
-    h = rng.integers(50, 2000, size=(4, 1))
+_coord = st.floats(0.0, 1.0, allow_nan=False, width=32)
+
+
+@st.composite
+def _box_sets(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    n_img, n_box = draw(st.integers(1, 4)), draw(st.integers(1, 6))
+    flat = draw(st.lists(_coord, min_size=n_img * n_box * 4, max_size=n_img * n_box * 4))
+    c = np.array(flat, dtype=np.float64).reshape(n_img, n_box, 2, 2)
+    b = np.concatenate([c.min(axis=2), c.max(axis=2)], axis=-1)  # x1<=x2, y1<=y2
+    w = np.array(draw(st.lists(st.integers(1, 5000), min_size=n_img, max_size=n_img)))[:, None]
+    h = np.array(draw(st.lists(st.integers(1, 5000), min_size=n_img, max_size=n_img)))[:, None]
+    return b, w, h
+
+
+@settings(max_examples=60, deadline=None)
+@given(_box_sets())
+def test_box_conversions_properties(case: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+    b, w, h = case
     px = pixel_boxes(b, w, h)
-    assert px.shape == (4, 9, 4)
+    assert px.shape == b.shape and px.dtype == np.float32
+    assert np.all(px[..., 0] <= w) and np.all(px[..., 3] <= h)
     np.testing.assert_allclose(normalise_boxes(px, w, h), b, atol=1e-6)
     b6, b7 = boxes_to_6d(b), boxes_to_7d(b)
     np.testing.assert_allclose(b6[..., 4], b[..., 2] - b[..., 0], atol=1e-6)
@@ -193,6 +209,18 @@ def test_box_conversions_properties(seed: int) -> None:
         np.testing.assert_allclose(boxes_to_7d(form), b7, atol=1e-6)
     assert np.all((b7 >= 0) & (b7 <= 1))
     assert not boxes_to_7d(np.zeros((2, 4))).any()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.floats(-0.5, 1.5, allow_nan=False), st.floats(0.0, 0.05))
+def test_tolerance_clips_or_refuses(x: float, tol: float) -> None:
+    box = np.array([[min(x, 1.0), 0.0, max(x, 1.0), 1.0]])
+    if -tol <= x <= 1 + tol:
+        out = check_normalised_boxes(box, tolerance=tol)
+        assert out.min() >= 0 and out.max() <= 1
+    else:
+        with pytest.raises(ValueError, match="must lie in"):
+            check_normalised_boxes(box, tolerance=tol)
 
 
 def test_normalise_boxes_rejects_pixels_and_swapped_sizes() -> None:

@@ -18,7 +18,8 @@ Datasets (N images, R = the largest box count, D = feature width)::
     features    (N, R, D)   float16 | float32   zeros at padded boxes
     boxes       (N, R, 4)   float32  normalised x1, y1, x2, y2 in [0, 1]; zeros at padded boxes
     num_boxes   (N,)        int32    real boxes of each image, 1 <= num_boxes <= R
-    image_w     (N,)        int32    image width in pixels
+    image_w     (N,)        int32    image width in pixels (0 with image_h 0: unknown, e.g. UNITER
+                                     npz files, which store normalised boxes only)
     image_h     (N,)        int32    image height in pixels
     extra/<k>   (N, R, ...) optional per-box side data of the source format (``conf``,
                             ``objects_id``, ``objects_conf``, ``attrs_id``, ``attrs_conf``,
@@ -30,9 +31,9 @@ Image ids are normalised by dropping a directory part and a known image/feature 
 keyed by the benchmark's image names (``ImageRef.name``).
 
 Boxes: everything inside vlprobe is normalised ``x1, y1, x2, y2`` (pixel coordinates divided by
-the image width and height). Pixel <-> normalised and 4-/6-/7-d conversions happen here only
-(:func:`normalise_boxes`, :func:`pixel_boxes`, :func:`boxes_to_6d`, :func:`boxes_to_7d`,
-:func:`boxes_to_4d`). Normalised coordinates within :data:`BOX_TOLERANCE` outside [0, 1] (detectors
+the image width and height). Pixel <-> normalised and 4-/6-/7-d conversions live in
+:mod:`vlprobe.extract.region_boxes` only and are re-exported here (:func:`normalise_boxes`,
+:func:`pixel_boxes`, :func:`boxes_to_6d`, :func:`boxes_to_7d`, :func:`boxes_to_4d`). Normalised coordinates within :data:`BOX_TOLERANCE` outside [0, 1] (detectors
 clip to ``w - 1`` or round, fp16 storage rounds) are clipped into [0, 1]; anything further out is an
 error, as is ``x2 < x1`` or ``y2 < y1``.
 """
@@ -44,7 +45,7 @@ import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath, PureWindowsPath
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -52,6 +53,16 @@ import h5py
 import numpy as np
 
 from vlprobe import __version__
+from vlprobe.extract.region_boxes import (
+    BOX_TOLERANCE,
+    boxes_to_4d,
+    boxes_to_6d,
+    boxes_to_7d,
+    check_normalised_boxes,
+    normalise_boxes,
+    normalise_image_id,
+    pixel_boxes,
+)
 from vlprobe.io import atomic_path
 
 __all__ = [
@@ -65,116 +76,19 @@ __all__ = [
     "boxes_to_4d",
     "boxes_to_6d",
     "boxes_to_7d",
+    "check_normalised_boxes",
     "normalise_boxes",
     "normalise_image_id",
     "pixel_boxes",
     "random_regions",
+    "random_regions_for_dataset",
     "write_regions",
 ]
 
 SCHEMA = "vlprobe-regions"
 SCHEMA_VERSION = 1
-BOX_TOLERANCE = 0.01
 _STR = h5py.string_dtype(encoding="utf-8")
-_ID_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff", ".npz", ".npy"})
 _FEATURE_DTYPES = {"float32": np.float32, "float16": np.float16}
-
-
-# ---------------------------------------------------------------------------------------------
-# ids and boxes
-
-
-def normalise_image_id(image_id: object) -> str:
-    """Image id as a store key: no directory part, no image/feature file extension.
-
-    ``"images/ex_3_img_1.png"`` -> ``"ex_3_img_1"``; ``42`` -> ``"42"``; ``b"a.jpg"`` -> ``"a"``.
-    """
-    s = image_id.decode("utf-8") if isinstance(image_id, bytes) else str(image_id)
-    s = s.strip()
-    name = PureWindowsPath(s).name if "\\" in s else PurePosixPath(s).name
-    stem, dot, ext = name.rpartition(".")
-    if dot and stem and ("." + ext.lower()) in _ID_SUFFIXES:
-        name = stem
-    if not name:
-        raise ValueError(f"image_id: expected a non-empty image name, got {image_id!r}")
-    return name
-
-
-def _as_boxes(boxes: Any, width: int | Sequence[int], name: str = "boxes") -> np.ndarray:
-    arr = np.asarray(boxes, dtype=np.float64)
-    widths = (width,) if isinstance(width, int) else tuple(width)
-    if arr.ndim < 1 or arr.shape[-1] not in widths:
-        want = " or ".join(str(w) for w in widths)
-        raise ValueError(f"{name}: expected shape (..., {want}), got {arr.shape}")
-    return arr
-
-
-def boxes_to_4d(boxes: Any) -> np.ndarray:
-    """``(x1, y1, x2, y2)`` from 4-, 6- or 7-d boxes (the first four columns), float32 (..., 4)."""
-    return _as_boxes(boxes, (4, 6, 7))[..., :4].astype(np.float32)
-
-
-def boxes_to_6d(boxes: Any) -> np.ndarray:
-    """UNITER ``norm_bb``: ``(x1, y1, x2, y2, w, h)`` from normalised xyxy (..., 4|6|7) -> (..., 6)."""
-    b = _as_boxes(boxes, (4, 6, 7))[..., :4]
-    wh = b[..., 2:4] - b[..., 0:2]
-    return np.concatenate([b, wh], axis=-1).astype(np.float32)
-
-
-def boxes_to_7d(boxes: Any) -> np.ndarray:
-    """UNITER pos7: ``(x1, y1, x2, y2, w, h, w*h)`` from normalised xyxy (..., 4|6|7) -> (..., 7).
-
-    Zero (padded) boxes map to zeros.
-    """
-    b6 = boxes_to_6d(boxes).astype(np.float64)
-    return np.concatenate([b6, b6[..., 4:5] * b6[..., 5:6]], axis=-1).astype(np.float32)
-
-
-def normalise_boxes(
-    boxes_px: Any, image_w: Any, image_h: Any, *, tolerance: float = BOX_TOLERANCE, name: str = "boxes"
-) -> np.ndarray:
-    """Pixel ``x1, y1, x2, y2`` (..., 4) -> normalised (..., 4) float32, validated.
-
-    ``image_w``/``image_h`` broadcast against the leading dimensions (a scalar, or one per image
-    with a trailing box axis: shape (N, 1)). See :func:`check_normalised_boxes` for the rules.
-    """
-    b = _as_boxes(boxes_px, 4, name)
-    w = np.asarray(image_w, dtype=np.float64)
-    h = np.asarray(image_h, dtype=np.float64)
-    if np.any(w <= 0) or np.any(h <= 0):
-        raise ValueError(f"{name}: image width and height must be positive, got w={w.min()}, h={h.min()}")
-    scale = np.stack(np.broadcast_arrays(w, h, w, h), axis=-1)
-    return check_normalised_boxes(b / scale, tolerance=tolerance, name=name)
-
-
-def pixel_boxes(boxes: Any, image_w: Any, image_h: Any) -> np.ndarray:
-    """Normalised ``x1, y1, x2, y2`` (..., 4) -> pixel coordinates (..., 4) float32."""
-    b = _as_boxes(boxes, 4)
-    w = np.asarray(image_w, dtype=np.float64)
-    h = np.asarray(image_h, dtype=np.float64)
-    scale = np.stack(np.broadcast_arrays(w, h, w, h), axis=-1)
-    return (b * scale).astype(np.float32)
-
-
-def check_normalised_boxes(boxes: Any, *, tolerance: float = BOX_TOLERANCE, name: str = "boxes") -> np.ndarray:
-    """Validate normalised xyxy boxes (..., 4); clip values within ``tolerance`` of [0, 1].
-
-    Raises ValueError for NaN/inf, a coordinate further than ``tolerance`` outside [0, 1] (the usual
-    sign of pixel boxes, or of width and height swapped), or ``x2 < x1`` / ``y2 < y1``.
-    """
-    b = _as_boxes(boxes, 4, name)
-    if not np.all(np.isfinite(b)):
-        raise ValueError(f"{name}: contains NaN or inf")
-    lo, hi = float(b.min(initial=0.0)), float(b.max(initial=0.0))
-    if lo < -tolerance or hi > 1 + tolerance:
-        raise ValueError(
-            f"{name}: normalised coordinates must lie in [0, 1] (tolerance {tolerance}), got range "
-            f"[{lo:.4g}, {hi:.4g}] (pixel boxes, or image width and height swapped?)"
-        )
-    b = np.clip(b, 0.0, 1.0)
-    if np.any(b[..., 2] < b[..., 0]) or np.any(b[..., 3] < b[..., 1]):
-        raise ValueError(f"{name}: expected x1 <= x2 and y1 <= y2 in every box")
-    return b.astype(np.float32)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -194,7 +108,7 @@ class RegionBatch:
     mask : ndarray, bool (B, R)
         True for a real box.
     image_w, image_h : ndarray, int64 (B,)
-        Image size in pixels.
+        Image size in pixels; 0 where the source did not record it (boxes are normalised anyway).
     """
 
     features: np.ndarray
@@ -219,6 +133,15 @@ class RegionStore:
     ----------
     path : path
         A file written by :func:`write_regions` / ``probe regions import`` / ``probe fixtures regions``.
+
+    Attributes
+    ----------
+    image_ids : tuple[str, ...]
+        Normalised image ids in file order.
+    num_boxes, image_w, image_h : ndarray, int64 (N,)
+        Real boxes and pixel size (0 = unknown) of each image, in file order.
+    meta : dict
+        Source format, source path and fingerprint, converter, detector if known.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -239,6 +162,8 @@ class RegionStore:
             if len(self._rows) != len(self.image_ids):
                 raise ValueError(f"regions: {str(self.path)!r} lists an image id twice")
             self.num_boxes = f["num_boxes"][()].astype(np.int64)
+            self.image_w = f["image_w"][()].astype(np.int64)
+            self.image_h = f["image_h"][()].astype(np.int64)
             self.meta: dict[str, Any] = json.loads(_attr_str(f.attrs.get("meta", "{}")))
         except Exception:
             self.close()
@@ -323,6 +248,10 @@ class RegionStore:
             out[i] = row
         return out
 
+    def missing(self, names: Iterable[str]) -> list[str]:
+        """The names (as given, in order) that have no features in this store."""
+        return [name for name in names if name not in self]
+
     def get(self, names: Sequence[str]) -> RegionBatch:
         """Padded features, boxes and mask of the named images, in the order given.
 
@@ -341,9 +270,8 @@ class RegionStore:
         rows = self.rows(names)
         f = self._f
         uniq, inverse = np.unique(rows, return_inverse=True)
-        sel = uniq.tolist()  # h5py fancy indexing wants increasing unique indices
-        features = f["features"][sel].astype(np.float32)[inverse]
-        boxes = f["boxes"][sel].astype(np.float32)[inverse]
+        features = _read_rows(f["features"], uniq)[inverse]
+        boxes = _read_rows(f["boxes"], uniq)[inverse]
         nb = self.num_boxes[rows]
         mask = np.arange(self.max_boxes)[None, :] < nb[:, None]
         if not np.all(np.isfinite(features)):
@@ -352,9 +280,7 @@ class RegionStore:
         features[~mask] = 0.0
         boxes[~mask] = 0.0
         return RegionBatch(
-            features=features, boxes=boxes, mask=mask,
-            image_w=f["image_w"][sel].astype(np.int64)[inverse],
-            image_h=f["image_h"][sel].astype(np.int64)[inverse],
+            features=features, boxes=boxes, mask=mask, image_w=self.image_w[rows], image_h=self.image_h[rows],
         )
 
     def records(self, batch_size: int = 64) -> Iterable[RegionRecord]:
@@ -365,13 +291,12 @@ class RegionStore:
             stop = min(start + batch_size, len(self))
             feats = f["features"][start:stop]
             boxes = f["boxes"][start:stop]
-            ws, hs = f["image_w"][start:stop], f["image_h"][start:stop]
             ex = {k: f["extra"][k][start:stop] for k in extras}
             for j in range(stop - start):
                 n = int(self.num_boxes[start + j])
                 yield RegionRecord(
                     image_id=self.image_ids[start + j], features=feats[j, :n], boxes=boxes[j, :n],
-                    image_w=int(ws[j]), image_h=int(hs[j]), extras={k: v[j, :n] for k, v in ex.items()},
+                    image_w=int(self.image_w[start + j]), image_h=int(self.image_h[start + j]), extras={k: v[j, :n] for k, v in ex.items()},
                 )
 
     def close(self) -> None:
@@ -384,6 +309,22 @@ class RegionStore:
 
     def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
+
+
+def _read_rows(ds: h5py.Dataset, rows: np.ndarray) -> np.ndarray:
+    """float32 rows (sorted, unique) of ``ds``, read as contiguous slices.
+
+    h5py's list indexing builds one selection per element and is several times slower than
+    one slice read per row (benchmarks/bench_regions.py).
+    """
+    out = np.empty((len(rows), *ds.shape[1:]), dtype=np.float32)
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    start = 0
+    for run in np.split(rows, breaks):
+        if len(run):
+            out[start:start + len(run)] = ds[int(run[0]):int(run[-1]) + 1]
+            start += len(run)
+    return out
 
 
 def _attr_str(v: Any) -> str:
@@ -514,8 +455,8 @@ class RegionWriter:
         except ValueError as exc:
             raise ValueError(f"regions: {who}: {exc}") from None
         w, h = int(record.image_w), int(record.image_h)
-        if w < 1 or h < 1:
-            raise ValueError(f"regions: {who}: image size must be positive, got {w}x{h}")
+        if (w, h) != (0, 0) and (w < 1 or h < 1):
+            raise ValueError(f"regions: {who}: image size must be positive (or 0x0: unknown), got {w}x{h}")
         extras = {k: np.asarray(v) for k, v in record.extras.items()}
         self._check_extras(extras, n, who)
         self._grow(self._n + 1, max(self._r, n))
@@ -760,3 +701,50 @@ def random_regions(
             boxes = np.concatenate([xy, np.minimum(xy + wh, 1.0)], axis=1)
             w.add(RegionRecord(name, feats, boxes, int(width), int(height)))
     return Path(path)
+
+
+def random_regions_for_dataset(
+    path: str | os.PathLike[str],
+    data_dir: str | os.PathLike[str],
+    *,
+    dataset: str = "winoground",
+    n_boxes: int = 36,
+    dim: int = 2048,
+    seed: int = 0,
+    min_boxes: int | None = None,
+    dtype: str = "float32",
+) -> Path:
+    """Random region features (:func:`random_regions`) for every image of a local dataset copy.
+
+    Image sizes come from the image files (header only) where they exist, else 640 x 480.
+    Images shared by several items get one entry (the first occurrence fixes the order).
+    """
+    from vlprobe.data.winoground import load_winoground
+    from vlprobe.extract.runner import load_dataset
+
+    if dataset == "winoground":  # tags=False: no tag-file lookup or download for a fixture
+        ds = load_winoground(data_dir, tags=False)
+    else:
+        ds = load_dataset(dataset, Path(data_dir))
+    names: dict[str, tuple[int, int]] = {}
+    for ref in ds.images():
+        name = normalise_image_id(ref.name)
+        if name not in names:
+            names[name] = _image_size(ref.path)
+    meta = {"dataset": ds.name, "dataset_fingerprint": ds.fingerprint, "dataset_source": ds.source}
+    return random_regions(
+        path, list(names), sizes=list(names.values()), n_boxes=n_boxes, dim=dim, seed=seed,
+        min_boxes=min_boxes, dtype=dtype, meta=meta,
+    )
+
+
+def _image_size(path: Path | None) -> tuple[int, int]:
+    from PIL import Image, UnidentifiedImageError
+
+    if path is None or not Path(path).is_file():
+        return (640, 480)
+    try:
+        with Image.open(path) as img:
+            return img.size
+    except (UnidentifiedImageError, OSError):
+        return (640, 480)
