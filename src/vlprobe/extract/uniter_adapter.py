@@ -154,7 +154,7 @@ class UniterAdapter(CrossEncoder):
         try:
             config = UniterConfig.from_json(config_path)
         except ValueError as exc:
-            raise ValueError(f"uniter_config: {exc}") from None
+            raise ValueError(f"uniter_config: {str(exc).removeprefix('config: ')}") from None
         tok_spec, tok_default = _tokenizer_spec(ckpt_path, tokenizer)
         try:
             tok = resolve_checkpoint(tok_spec, param="tokenizer", allow_patterns=_TOKENIZER_ALLOW)
