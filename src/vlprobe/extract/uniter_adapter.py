@@ -292,7 +292,7 @@ class UniterAdapter(CrossEncoder):
             states.append(x)
         last = blocks[-1]
         sa = last.attention.self
-        b, s, h = x.shape
+        b, _, h = x.shape
         d = h // sa.num_heads
 
         def heads(t: torch.Tensor) -> torch.Tensor:
