@@ -281,16 +281,23 @@ def test_shards_merge_into_the_unsharded_run(
         assert m.f["scores"].attrs["kind"] == "match_probability"
 
 
-def test_merge_refuses_a_shard_with_pairs_not_done(
-    cross_config: Callable[..., ExtractConfig], copy_cache: Callable[[Path, Path], Path], tmp_path: Path,
+def test_scores_only_shards_merge_and_refuse_pairs_not_done(
+    cross_config: Callable[..., ExtractConfig], assert_caches_equal: Callable[..., None], tmp_path: Path,
 ) -> None:
+    whole = tmp_path / "whole.h5"
+    extract(cross_config("uniter", whole, variants=None, pair_plan="all"))
     shards = [tmp_path / f"s{k}.h5" for k in range(2)]
     for k, p in enumerate(shards):
         extract(cross_config("uniter", p, shard=f"{k}/2", variants=None, pair_plan="all"))
+    merge_shards(shards, tmp_path / "merged.h5")
+    assert_caches_equal(tmp_path / "merged.h5", whole)
+    with ActivationCache(tmp_path / "merged.h5") as m:
+        assert m.streams == [] and m.scores()[1].all()
     with h5py.File(shards[1], "r+") as f:
         f["pairs/done"][3] = False
     with pytest.raises(ValueError, match=r"s1\.h5 is incomplete in its pairs"):
         merge_shards(shards, tmp_path / "m.h5")
+    assert not (tmp_path / "m.h5").exists()
 
 
 # -- refusals --------------------------------------------------------------------------------------
