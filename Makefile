@@ -52,6 +52,7 @@ lint: $(STAMP)  ## ruff
 bench: $(STAMP)  ## performance ratios (printed, not asserted)
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/bench_extract.py
 	$(PY) benchmarks/bench_regions.py
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/pairs.py
 
 clean:  ## remove the venv and outputs
 	rm -rf $(VENV) out .pytest_cache
