@@ -53,6 +53,7 @@ bench: $(STAMP)  ## performance ratios (printed, not asserted)
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/bench_extract.py
 	$(PY) benchmarks/bench_regions.py
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/metrics.py
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/pairs.py
 
 clean:  ## remove the venv and outputs
 	rm -rf $(VENV) out .pytest_cache

@@ -170,8 +170,8 @@ def _assert_caches_equal(actual: Path, expected: Path, *, atol: float = 1e-5) ->
             assert sorted(a[table]) == sorted(e[table]), table
             for col in e[table]:
                 np.testing.assert_array_equal(a[table][col][()], e[table][col][()], err_msg=f"{table}/{col}")
-        assert sorted(a["streams"]) == sorted(e["streams"])
-        for s in e["streams"]:
+        assert sorted(a.get("streams", {})) == sorted(e.get("streams", {}))
+        for s in e.get("streams", {}):
             ga, ge = a[f"streams/{s}"], e[f"streams/{s}"]
             assert sorted(ga) == sorted(ge), s
             for name in ("layers", "image", "text", "done"):
@@ -181,6 +181,11 @@ def _assert_caches_equal(actual: Path, expected: Path, *, atol: float = 1e-5) ->
                 np.testing.assert_allclose(ga[name][()], ge[name][()], rtol=0, atol=atol, err_msg=f"{s}/{name}")
         np.testing.assert_array_equal(a["scores/done"][()], e["scores/done"][()])
         np.testing.assert_allclose(a["scores/matrix"][()], e["scores/matrix"][()], rtol=0, atol=atol)
+        assert ("pairs" in a) == ("pairs" in e)
+        if "pairs" in e:  # cross-encoders' pair plan
+            for name in ("image", "text", "done"):
+                np.testing.assert_array_equal(a[f"pairs/{name}"][()], e[f"pairs/{name}"][()], err_msg=f"pairs/{name}")
+            np.testing.assert_allclose(a["pairs/score"][()], e["pairs/score"][()], rtol=0, atol=atol)
 
 
 @pytest.fixture(scope="session")
@@ -236,3 +241,68 @@ def tiny_bert_classifier(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from vlprobe.extract.text_fixtures import write_tiny_bert_classifier
 
     return write_tiny_bert_classifier(tmp_path_factory.mktemp("models") / "tiny-bert-cls", seed=0)
+
+
+# -- cross-encoders: tiny LXMERT and UNITER, region features of the session dataset (xmodels) ----
+
+
+@pytest.fixture(scope="session")
+def tiny_lxmert(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Tiny random LxmertForPreTraining checkpoint (seed 0): real depth 9/5/5, width 32."""
+    from vlprobe.extract.fixtures import write_tiny_lxmert
+
+    return write_tiny_lxmert(tmp_path_factory.mktemp("models") / "tiny-lxmert", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_uniter(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Tiny random UNITER in the official format (seed 0): DIR/uniter.pt, uniter.json, tokenizer/."""
+    from vlprobe.extract.fixtures import write_tiny_uniter
+
+    return write_tiny_uniter(tmp_path_factory.mktemp("models") / "tiny-uniter", seed=0)
+
+
+@pytest.fixture(scope="session")
+def synthetic_regions(tmp_path_factory: pytest.TempPathFactory, synthetic_dir: Path) -> Path:
+    """Random 2048-d region features for every image of the session dataset: 3 to 8 boxes each."""
+    from vlprobe.extract.regions import random_regions
+
+    names = sorted(p.stem for p in (synthetic_dir / "images").glob("*.png"))
+    return random_regions(tmp_path_factory.mktemp("regions") / "regions.h5", names, n_boxes=8, min_boxes=3, seed=0)
+
+
+@pytest.fixture(scope="session")
+def cross_config(
+    synthetic_dir: Path, synthetic_regions: Path, tiny_lxmert: Path, tiny_uniter: Path,
+) -> Callable[..., ExtractConfig]:
+    """``cross_config(model, out, **overrides)``: an extraction of the session dataset (with
+    variants) by the tiny ``lxmert`` or ``uniter`` with the session regions, plan ``item``."""
+
+    def make(model: str, out: Path, **overrides: Any) -> ExtractConfig:
+        checkpoint = {"lxmert": str(tiny_lxmert), "uniter": str(tiny_uniter / "uniter.pt")}[model]
+        fields: dict[str, Any] = dict(
+            model=model, checkpoint=checkpoint, out=Path(out), dataset="winoground", data_dir=synthetic_dir,
+            variants=synthetic_dir / "variants.jsonl", regions=synthetic_regions, layers="all",
+            poolings=("cls", "mean", "max"), batch_size=16, device="cpu", dtype="float32", shard="0/1",
+            pair_plan="item", progress=False,
+        )
+        fields.update(overrides)
+        return ExtractConfig(**fields)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def cross_reference(tmp_path_factory: pytest.TempPathFactory, cross_config: Callable[..., ExtractConfig]) -> Callable[[str], Path]:
+    """``cross_reference(model)``: the complete item-plan cache of ``cross_config(model, ...)``, read-only."""
+    made: dict[str, Path] = {}
+
+    def get(model: str) -> Path:
+        if model not in made:
+            out = tmp_path_factory.mktemp(f"reference-{model}") / f"{model}.h5"
+            assert extract(cross_config(model, out)).complete
+            out.chmod(0o444)
+            made[model] = out
+        return made[model]
+
+    return get

@@ -137,7 +137,7 @@ def fixtures_dataset(
 @fixtures_app.command("model")
 @guarded
 def fixtures_model(
-    name: Annotated[str, typer.Argument(help="Model family (clip).")],
+    name: Annotated[str, typer.Argument(help="Model family (clip, lxmert, uniter).")],
     out: Annotated[Path, typer.Option(help="Directory to write the checkpoint into.")],
     seed: Annotated[int, typer.Option(help="Random seed for the weights.")] = 0,
 ) -> None:
@@ -170,6 +170,20 @@ def extract_cmd(
     shard: Annotated[str, typer.Option(help="Run block K of N (K/N); join with `probe cache merge`.")] = "0/1",
     pairs: Annotated[str, typer.Option(help="Pair plan for cross-encoders: item or all.")] = "item",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")] = False,
+    regions: Annotated[
+        Path | None, typer.Option(help="Region features (vlprobe HDF5) for lxmert/uniter; see `probe regions`.")
+    ] = None,
+    uniter_config: Annotated[Path | None, typer.Option(help="UNITER model config JSON (uniter-base.json).")] = None,
+    tokenizer: Annotated[
+        str | None, typer.Option(help="UNITER tokenizer dir or hub id (default: tokenizer/ beside the checkpoint).")
+    ] = None,
+    pair_states: Annotated[
+        bool | None,
+        typer.Option(
+            "--pair-states/--no-pair-states",
+            help="Cross-encoders: store pair states besides scores (default: yes for --pairs item, no for all).",
+        ),
+    ] = None,
 ) -> None:
     """Run a model over a dataset and cache layer-wise states and scores to HDF5."""
     from vlprobe.extract.runner import ExtractConfig, extract
@@ -178,6 +192,7 @@ def extract_cmd(
         model=model, checkpoint=checkpoint, out=out, dataset=dataset, data_dir=data_dir, tags=tags,
         variants=variants, layers=layers, poolings=tuple(pooling.split(",")), batch_size=batch_size,
         device=device, dtype=dtype, shard=shard, pair_plan=pairs, progress=not quiet,
+        regions=regions, model_config=uniter_config, tokenizer=tokenizer, pair_states=pair_states,
     )
     result = extract(config)
     done = ", ".join(f"{s} {result.rows_written[s]}/{result.rows_total[s]} rows" for s in result.rows_total)
@@ -218,6 +233,10 @@ def cache_info(
     if "scores" in info:
         sc = info["scores"]
         typer.echo(f"scores     {sc['kind']} {sc['orientation']} {tuple(sc['shape'])}, {sc['done']} computed")
+    if "pairs" in info:
+        pr = info["pairs"]
+        states = "with pair states" if a.get("pair_states") else "scores only"
+        typer.echo(f"pairs      {pr['done']}/{pr['rows'][1] - pr['rows'][0]} done ({states}); regions {a.get('regions_fingerprint', '')[:23]}")
     typer.echo(f"written by vlprobe {a.get('vlprobe_version')} at git {a.get('git_revision')}, {a.get('created')}")
 
 

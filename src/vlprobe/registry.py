@@ -171,3 +171,13 @@ EXPERIMENTS.register(
     "refine", "vlprobe.experiments.refine:run_refine",
     help="SugarCrepe's adversarial refinement of two blind scorers' gaps (`probe refine`)",
 )
+
+# -- cross-encoders (xmodels) ----------------------------------------------------------------------
+MODELS.register(
+    "lxmert", "vlprobe.extract.lxmert:LxmertAdapter",
+    help="LXMERT cross-encoder with region features; streams lang (0..14), vision (0..10)",
+)
+MODELS.register(
+    "uniter", "vlprobe.extract.uniter_adapter:UniterAdapter",
+    help="UNITER cross-encoder (official .pt + config JSON) with region features; streams text, image",
+)

@@ -63,6 +63,7 @@ GOLDEN_ROOT_ATTRS = {
     # compared on resume / merge
     "vlprobe_schema", "model", "checkpoint_fingerprint", "dataset", "dataset_fingerprint",
     "variants_fingerprint", "pair_plan", "poolings", "dtype", "shard", "layers",
+    "pair_states", "regions_fingerprint", "config_fingerprint", "tokenizer_fingerprint",
     # state
     "complete",
     # recorded only
@@ -105,6 +106,8 @@ def test_golden_attribute_values(reference_cache: Path, tiny_clip: Path, synthet
         assert len(a["dataset_fingerprint"]) == 64
         assert len(a["variants_fingerprint"]) == 64
         assert a["pair_plan"] == "all"
+        assert bool(a["pair_states"]) is False  # a dual encoder has no pair streams
+        assert a["regions_fingerprint"] == a["config_fingerprint"] == a["tokenizer_fingerprint"] == ""
         assert json.loads(a["poolings"]) == ["cls", "mean", "max", "pooled"]
         assert a["dtype"] == "float32"
         assert a["shard"] == "0/1"

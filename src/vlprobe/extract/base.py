@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -26,6 +26,8 @@ from vlprobe.extract.checkpoints import ResolvedCheckpoint
 __all__ = [
     "DTYPES",
     "Adapter",
+    "CrossEncoder",
+    "PairOutput",
     "StreamBatch",
     "StreamSpec",
     "quiet_transformers",
@@ -100,6 +102,10 @@ class Adapter(ABC):
     dual_encoder: ClassVar[bool] = True
     #: What a score is ("cosine", "itm_probability", ...), recorded in the cache.
     score_kind: ClassVar[str] = ""
+    #: Whether the model reads precomputed region features (``--regions``).
+    needs_regions: ClassVar[bool] = False
+    #: Extra keyword arguments :meth:`load` accepts (``model_config``, ``tokenizer``).
+    load_options: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, checkpoint: ResolvedCheckpoint, device: torch.device, dtype: torch.dtype) -> None:
         self.checkpoint = checkpoint
@@ -147,6 +153,82 @@ class Adapter(ABC):
     def describe(self) -> dict[str, Any]:
         """Facts about the loaded model recorded in the cache (JSON-serialisable)."""
         return {}
+
+    def input_fingerprints(self) -> dict[str, str]:
+        """Fingerprints of side inputs besides the checkpoint (``config``, ``tokenizer``), compared on resume."""
+        return {}
+
+
+@dataclass
+class PairOutput:
+    """A cross-encoder's output for one batch of (image, text) pairs.
+
+    Attributes
+    ----------
+    scores : Tensor, shape (B,)
+        The model's match score of each pair.
+    states : dict of str to dict of str to Tensor
+        Stream -> pooling -> (B, L, H) float32 pooled states of the requested layers; empty when
+        no states were asked for.
+    pooled : dict of str to Tensor
+        Stream -> (B, D), the model's own pooled output, for streams that have one.
+    """
+
+    scores: torch.Tensor
+    states: dict[str, dict[str, torch.Tensor]]
+    pooled: dict[str, torch.Tensor]
+
+
+class CrossEncoder(Adapter):
+    """Base class of cross-encoders: every (image, text) pair needs its own forward pass.
+
+    The runner tokenises every text once (:meth:`prepare_texts`), reads every image's region
+    features once (:meth:`prepare_images`), then calls :meth:`encode_pairs` with index arrays
+    into those tables, one batch of pairs at a time; all pair streams and the score come from
+    that one pass.
+    """
+
+    dual_encoder = False
+    needs_regions = True
+
+    @abstractmethod
+    def prepare_texts(self, texts: Sequence[str]) -> Any:
+        """Tokenise all texts once; returns the adapter's text table."""
+
+    @abstractmethod
+    def prepare_images(self, features: np.ndarray, boxes: np.ndarray, mask: np.ndarray) -> Any:
+        """Hold the region inputs of all images once; returns the adapter's image table.
+
+        Parameters
+        ----------
+        features : ndarray, shape (N, R, D)
+        boxes : ndarray, shape (N, R, 4)
+            Normalised x1, y1, x2, y2.
+        mask : ndarray of bool, shape (N, R)
+            True for real boxes.
+        """
+
+    @abstractmethod
+    def encode_pairs(
+        self, texts: Any, images: Any, text_idx: np.ndarray, image_idx: np.ndarray,
+        layers: Mapping[str, Sequence[int]] | None, poolings: Sequence[str],
+    ) -> PairOutput:
+        """Run one batch of pairs.
+
+        Parameters
+        ----------
+        texts, images
+            Tables from :meth:`prepare_texts` and :meth:`prepare_images`.
+        text_idx, image_idx : ndarray of int, shape (B,)
+            Rows of those tables forming the pairs.
+        layers : mapping of str to sequence of int, or None
+            Stream -> layers to return; None for scores only.
+        poolings : sequence of str
+            Token poolings (``cls``, ``mean``, ``max``) to compute where the stream offers them.
+        """
+
+    def encode(self, stream: str, inputs: Sequence[Any], layers: Sequence[int]) -> StreamBatch:
+        raise NotImplementedError(f"{self.name} is a cross-encoder: its states come from encode_pairs")
 
 
 def resolve_device(device: str) -> torch.device:

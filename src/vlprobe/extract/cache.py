@@ -12,6 +12,11 @@ Root attributes (``/``)::
     dataset_fingerprint     sha256 over the dataset's files (captions, fields, image bytes)
     variants_fingerprint    sha256 of the variants file, "" without one
     pair_plan               "item" or "all" (dual encoders always score all pairs: "all")
+    pair_states             bool; cross-encoders: whether pair streams (states) are stored
+                            besides the scores (False: scores only; always False for dual encoders)
+    regions_fingerprint     "sha256:<hex>" of the region-feature file (LXMERT, UNITER), else ""
+    config_fingerprint      sha256 of a separate model config file (UNITER's JSON), else ""
+    tokenizer_fingerprint   fingerprint of a separately given tokenizer (UNITER), else ""
     poolings                JSON list, e.g. ["cls", "mean", "max", "pooled"]
     dtype                   "float32" or "float16" (storage and model weights)
     shard                   "K/N" ("0/1" unsharded)
@@ -45,10 +50,23 @@ rows this file holds; a shard holds a contiguous block)::
     cls|mean|max (R, L, H)    dtype  pooled token states per stored layer (NaN until done)
     pooled    (R, D)          dtype  the model's own pooled output
 
-Scores, ``/scores`` (attrs ``kind``, e.g. "cosine"; ``orientation`` = "image x text")::
+Scores, ``/scores`` (attrs ``kind``, e.g. "cosine" or "match_probability"; ``orientation`` =
+"image x text")::
 
     matrix    (n_images, n_texts) float32  s(image i, text t); NaN where not computed
     done      (n_images, n_texts) bool
+
+Cross-encoders (one forward per pair) also keep the pair plan, ``/pairs`` (attrs ``n_rows``,
+``row_start``, ``row_stop`` as for streams: a shard holds a contiguous block of the plan)::
+
+    image     (P,)  int32    row in /images
+    text      (P,)  int32    row in /texts
+    score     (P,)  float32  the pair's score (NaN until done)
+    done      (P,)  bool     True once the pair's score and states are written
+
+Each batch writes its pairs' states (every pair stream) and scores, flushes, then marks them
+done; ``/scores/matrix`` is filled from ``/pairs`` when the run completes. With ``pair_states``
+the pair streams' rows are exactly the rows of ``/pairs``; without, ``/streams`` is absent.
 
 Crash safety: state datasets are allocated in full when the file is created (no compression, so
 writes never move data or change metadata); each chunk of rows is written, flushed, and only then
@@ -78,6 +96,7 @@ __all__ = [
     "CacheHeader",
     "CacheTables",
     "CacheWriter",
+    "PairLayout",
     "StreamLayout",
 ]
 
@@ -101,6 +120,10 @@ class CacheHeader:
     dtype: str
     shard: str
     layers: dict[str, list[int]]
+    pair_states: bool = False
+    regions_fingerprint: str = ""
+    config_fingerprint: str = ""
+    tokenizer_fingerprint: str = ""
 
     def to_attrs(self) -> dict[str, Any]:
         d = asdict(self)
@@ -122,13 +145,18 @@ class CacheHeader:
             dtype=_s(attrs["dtype"]),
             shard=_s(attrs["shard"]),
             layers={k: list(v) for k, v in json.loads(_s(attrs["layers"])).items()},
+            pair_states=bool(attrs.get("pair_states", False)),
+            regions_fingerprint=_s(attrs.get("regions_fingerprint", "")),
+            config_fingerprint=_s(attrs.get("config_fingerprint", "")),
+            tokenizer_fingerprint=_s(attrs.get("tokenizer_fingerprint", "")),
         )
 
 
 #: Header fields that must be equal for a run to resume (or shards to merge) into a file.
 COMPARED_FIELDS: tuple[str, ...] = (
     "model", "checkpoint_fingerprint", "dataset", "dataset_fingerprint", "variants_fingerprint",
-    "pair_plan", "poolings", "dtype", "shard", "layers",
+    "pair_plan", "pair_states", "poolings", "dtype", "shard", "layers", "regions_fingerprint",
+    "config_fingerprint", "tokenizer_fingerprint",
 )
 
 
@@ -163,6 +191,28 @@ class StreamLayout:
     row_start: int = 0
     row_stop: int | None = None
     poolings: tuple[str, ...] = field(default=())
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.image)
+
+    @property
+    def stop(self) -> int:
+        return self.n_rows if self.row_stop is None else self.row_stop
+
+
+@dataclass(frozen=True)
+class PairLayout:
+    """The pair plan of a cross-encoder run: (image, text) table rows of every pair.
+
+    ``image``/``text`` hold the pairs of the whole run; this file stores pairs
+    ``row_start:row_stop`` of them.
+    """
+
+    image: np.ndarray
+    text: np.ndarray
+    row_start: int = 0
+    row_stop: int | None = None
 
     @property
     def n_rows(self) -> int:
@@ -215,6 +265,7 @@ class CacheWriter:
         recorded: Mapping[str, Any],
         *,
         with_scores: bool,
+        pairs: PairLayout | None = None,
     ) -> CacheWriter:
         """Open ``path`` for this run: create it, or resume it if its header matches.
 
@@ -249,7 +300,7 @@ class CacheWriter:
         tmp = p.with_name(f".{p.name}.creating")
         f = h5py.File(tmp, "w")
         try:
-            cls._create(f, header, tables, layouts, recorded, with_scores)
+            cls._create(f, header, tables, layouts, recorded, with_scores, pairs)
             f.flush()
             f.close()
             os.replace(tmp, p)
@@ -263,7 +314,7 @@ class CacheWriter:
     @staticmethod
     def _create(
         f: h5py.File, header: CacheHeader, tables: CacheTables, layouts: Sequence[StreamLayout],
-        recorded: Mapping[str, Any], with_scores: bool,
+        recorded: Mapping[str, Any], with_scores: bool, pairs: PairLayout | None = None,
     ) -> None:
         f.attrs["vlprobe_schema"] = SCHEMA_VERSION
         for k, v in header.to_attrs().items():
@@ -282,6 +333,8 @@ class CacheWriter:
             g.create_dataset("matrix", shape=(n_img, n_txt), dtype="f4", fillvalue=np.nan, chunks=chunks)
             g.create_dataset("done", shape=(n_img, n_txt), dtype=bool, fillvalue=False, chunks=chunks)
             g.attrs["orientation"] = "image x text"
+        if pairs is not None:
+            _create_pairs(f, pairs)
 
     def todo(self, stream: str) -> np.ndarray:
         """Local row numbers of ``stream`` not yet done, ascending."""
@@ -313,6 +366,57 @@ class CacheWriter:
         self.f.flush()
         g["done"][sel] = True
         self.f.flush()
+
+    def pair_todo(self) -> np.ndarray:
+        """Local pair numbers not yet done, ascending."""
+        return np.flatnonzero(~self.f["pairs/done"][()])
+
+    def pair_inputs(self) -> tuple[np.ndarray, np.ndarray]:
+        """(image, text) table rows of this file's local pairs."""
+        return self.f["pairs/image"][()], self.f["pairs/text"][()]
+
+    def write_pairs(
+        self, rows: np.ndarray, scores: np.ndarray, states: Mapping[str, Mapping[str, np.ndarray]],
+        pooled: Mapping[str, np.ndarray],
+    ) -> None:
+        """Write one chunk of pairs (scores and every pair stream), flush, then mark them done.
+
+        Parameters
+        ----------
+        rows : ndarray of int, shape (B,)
+            Ascending local pair numbers (also the rows of the pair streams).
+        scores : ndarray, shape (B,)
+        states : dict of stream to dict of pooling to ndarray (B, L, H)
+            Empty for a scores-only run.
+        pooled : dict of stream to ndarray (B, D)
+        """
+        sel = _selection(rows)
+        streams = [s for s in states if f"streams/{s}" in self.f]
+        for s in streams:
+            g = self.f[f"streams/{s}"]
+            for name, arr in states[s].items():
+                if name in g:
+                    g[name][sel] = arr.astype(g[name].dtype, copy=False)
+            if s in pooled and "pooled" in g:
+                g["pooled"][sel] = pooled[s].astype(g["pooled"].dtype, copy=False)
+        p = self.f["pairs"]
+        p["score"][sel] = np.asarray(scores, dtype=np.float32)
+        self.f.flush()
+        for s in streams:
+            self.f[f"streams/{s}/done"][sel] = True
+        p["done"][sel] = True
+        self.f.flush()
+
+    def scores_from_pairs(self) -> None:
+        """Fill ``/scores`` from this file's ``/pairs`` (the pairs not done stay NaN)."""
+        p = self.f["pairs"]
+        image, text, score, done = p["image"][()], p["text"][()], p["score"][()], p["done"][()]
+        g = self.f["scores"]
+        matrix = np.full(g["matrix"].shape, np.nan, dtype=np.float32)
+        mask = np.zeros(g["done"].shape, dtype=bool)
+        matrix[image[done], text[done]] = score[done]
+        mask[image[done], text[done]] = True
+        self.write_scores(matrix, mask)
 
     def write_scores(self, matrix: np.ndarray, done: np.ndarray) -> None:
         """Set the score matrix (NaN where ``done`` is False) and flush."""
@@ -359,6 +463,19 @@ def _write_tables(f: h5py.File, t: CacheTables) -> None:
     put("texts/item", t.text_item, np.int32)
     put("texts/parent", t.text_parent, np.int32)
     put("texts/strategy", t.text_strategy, _STR)
+
+
+def _create_pairs(f: h5py.File, pairs: PairLayout) -> None:
+    g = f.create_group("pairs")
+    g.attrs["n_rows"] = pairs.n_rows
+    g.attrs["row_start"] = pairs.row_start
+    g.attrs["row_stop"] = pairs.stop
+    local = slice(pairs.row_start, pairs.stop)
+    n = pairs.stop - pairs.row_start
+    g.create_dataset("image", data=np.asarray(pairs.image[local], dtype=np.int32))
+    g.create_dataset("text", data=np.asarray(pairs.text[local], dtype=np.int32))
+    _allocate(g, "score", (n,), np.dtype(np.float32))
+    g.create_dataset("done", shape=(n,), dtype=bool, fillvalue=False)
 
 
 def _create_stream(f: h5py.File, lay: StreamLayout, dtype: str) -> None:
@@ -511,6 +628,13 @@ class ActivationCache:
             out[col] = np.array([_s(x) for x in arr], dtype=object) if arr.dtype.kind == "O" else arr
         return out
 
+    def pairs(self) -> dict[str, np.ndarray]:
+        """A cross-encoder's pair plan in this file: ``image``, ``text``, ``score``, ``done`` (P,)."""
+        if "pairs" not in self.f:
+            raise ValueError(f"cache {self.path.name} holds no pair plan (made by a dual encoder)")
+        g = self.f["pairs"]
+        return {k: g[k][()] for k in ("image", "text", "score", "done")}
+
     def scores(self) -> tuple[np.ndarray, np.ndarray]:
         """(matrix (n_images, n_texts) float32, done (n_images, n_texts) bool)."""
         if "scores" not in self.f:
@@ -527,6 +651,7 @@ class ActivationCache:
             "checkpoint": h.checkpoint, "checkpoint_fingerprint": h.checkpoint_fingerprint,
             "dataset": h.dataset, "dataset_fingerprint": h.dataset_fingerprint,
             "variants_fingerprint": h.variants_fingerprint, "layers": h.layers, "dtype": h.dtype,
+            "regions_fingerprint": h.regions_fingerprint, "pair_plan": h.pair_plan,
             "score_kind": _s(self.f["scores"].attrs.get("kind", "")) if "scores" in self.f else "",
         }
 
@@ -576,5 +701,11 @@ class ActivationCache:
                 "shape": list(done.shape), "done": int(done.sum()),
                 "kind": _s(self.f["scores"].attrs.get("kind", "")),
                 "orientation": _s(self.f["scores"].attrs.get("orientation", "")),
+            }
+        if "pairs" in self.f:
+            g = self.f["pairs"]
+            out["pairs"] = {
+                "rows": [int(g.attrs["row_start"]), int(g.attrs["row_stop"])],
+                "n_rows": int(g.attrs["n_rows"]), "done": int(g["done"][()].sum()),
             }
         return out

@@ -41,9 +41,11 @@ from vlprobe.extract.base import quiet_transformers
 __all__ = [
     "FIXTURE_MARKER",
     "FIXTURE_WRITERS",
+    "bert_fixture_vocab",
     "bytes_to_unicode",
     "learn_bpe",
     "write_tiny_clip",
+    "write_tiny_lxmert",
     "write_tiny_uniter",
 ]
 
@@ -322,7 +324,102 @@ def write_tiny_clip(out: str | os.PathLike[str], seed: int = 0) -> Path:
     return out
 
 
-FIXTURE_WRITERS: dict[str, Callable[[Path, int], Path]] = {"clip": write_tiny_clip}
+# -- tiny LXMERT --------------------------------------------------------------------------------
+
+_BERT_EXTRA_WORDS = """
+diamond higher lower than picture to the of is there in a an big small
+""".split()
+
+
+def bert_fixture_vocab(lowercase: bool = True) -> dict[str, int]:
+    """A small WordPiece vocabulary covering the synthetic captions.
+
+    BERT's order: ``[PAD]`` (id 0), ``[UNK]``, ``[CLS]``, ``[SEP]``, ``[MASK]``, then the caption
+    words, every printable ASCII character, and the same characters as ``##`` continuations, so
+    any ASCII text tokenizes without ``[UNK]``.
+
+    Parameters
+    ----------
+    lowercase : bool
+        Uncased (LXMERT) vocabulary; False adds capitalised words too (a cased model's).
+    """
+    from vlprobe.data.synthetic import COLORS, RELATIONS, SHAPES
+
+    specials = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+    words = list(_WORDS) + list(_BERT_EXTRA_WORDS) + list(COLORS) + list(SHAPES)
+    words += [w for r in RELATIONS for w in r.split()]
+    if not lowercase:
+        words += [w.capitalize() for w in words]
+    chars = [chr(c) for c in range(33, 127) if lowercase is False or not chr(c).isupper()]
+    tokens = [*specials, *words, *chars, *(f"##{c}" for c in chars if c.isalnum())]
+    vocab: dict[str, int] = {}
+    for tok in tokens:
+        vocab.setdefault(tok, len(vocab))
+    return vocab
+
+
+def _write_marker(staging: Path, kind: str, seed: int) -> None:
+    marker = {"kind": kind, "seed": seed, "vlprobe": __version__, "note": "random weights; for tests only"}
+    with open(staging / FIXTURE_MARKER, "w", encoding="utf-8") as fh:
+        json.dump(marker, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+
+
+def write_tiny_lxmert(out: str | os.PathLike[str], seed: int = 0) -> Path:
+    """Write a tiny random-initialised ``LxmertForPreTraining`` checkpoint in the HF format.
+
+    LXMERT's real depth (9 language, 5 relation, 5 cross layers) at width 32 (4 heads, FFN 64),
+    region features of the real width 2048 with 4-d boxes, and an uncased ``BertTokenizer``
+    whose vocabulary covers the synthetic captions. Loads offline with
+    ``LxmertForPreTraining.from_pretrained(dir)`` and ``AutoTokenizer.from_pretrained(dir)``.
+    Seeded from a private RNG: the same seed writes the same weights.
+
+    Parameters
+    ----------
+    out : str or os.PathLike
+        Target directory: new, empty, or a previous tiny-lxmert fixture (overwritten in place).
+    seed : int
+        Seed for the random weights, ``>= 0``.
+
+    Returns
+    -------
+    Path
+    """
+    _check_seed(seed)
+    out = Path(out)
+    overwrite = _prepare_out(out, "lxmert")
+
+    import torch
+    from transformers import BertTokenizer, LxmertConfig, LxmertForPreTraining
+
+    vocab = bert_fixture_vocab(lowercase=True)
+    tokenizer = BertTokenizer(vocab=vocab, do_lower_case=True, model_max_length=64)
+    config = LxmertConfig(
+        vocab_size=len(vocab), hidden_size=32, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=64, l_layers=9, r_layers=5, x_layers=5, visual_feat_dim=2048,
+        visual_pos_dim=4, num_qa_labels=4, num_object_labels=16, num_attr_labels=8,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LxmertForPreTraining(config).to(torch.float32).eval()
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        with quiet_transformers():
+            model.save_pretrained(staging)
+            tokenizer.save_pretrained(staging)
+        with open(staging / "vocab.txt", "w", encoding="utf-8") as fh:  # as the hub checkpoint has
+            fh.writelines(f"{tok}\n" for tok in sorted(vocab, key=vocab.__getitem__))
+        _write_marker(staging, "lxmert", seed)
+        _publish(staging, out, overwrite)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    return out
+
+
+FIXTURE_WRITERS: dict[str, Callable[[Path, int], Path]] = {"clip": write_tiny_clip, "lxmert": write_tiny_lxmert}
 """Fixture writers by model name, for ``probe fixtures model NAME --out DIR --seed S``."""
 
 

@@ -6,6 +6,12 @@ are read in a background thread while the model runs), writes each batch as one 
 and finally computes the score matrix. ``shard="K/N"`` runs the K-th of N contiguous blocks of
 every stream's rows into its own file; :func:`merge_shards` joins the N files and computes the
 scores.
+
+Cross-encoders (:class:`~vlprobe.extract.base.CrossEncoder`: LXMERT, UNITER) run the pair plan
+instead: every text of the plan is tokenised once and every image's region features are read
+once from the ``regions`` file; each batch of pairs is one call of ``encode_pairs``, which gives
+the score of every pair and, with ``pair_states``, the pooled states of every pair stream, written
+together. Shards split the pair plan into contiguous blocks.
 """
 
 from __future__ import annotations
@@ -24,13 +30,14 @@ import numpy as np
 
 from vlprobe import __version__
 from vlprobe.data.items import Dataset
-from vlprobe.extract.base import Adapter, StreamSpec
+from vlprobe.extract.base import Adapter, CrossEncoder, StreamSpec
 from vlprobe.extract.cache import (
     COMPARED_FIELDS,
     ActivationCache,
     CacheHeader,
     CacheTables,
     CacheWriter,
+    PairLayout,
     StreamLayout,
 )
 from vlprobe.extract.pooling import parse_poolings, pool_states
@@ -73,6 +80,15 @@ class ExtractConfig:
     shard: str = "0/1"
     pair_plan: str = "item"
     progress: bool = True
+    #: Region-feature file (vlprobe HDF5) for models that read regions (LXMERT, UNITER).
+    regions: Path | None = None
+    #: A model config file given apart from the checkpoint (UNITER's JSON).
+    model_config: Path | None = None
+    #: A tokenizer directory or hub id given apart from the checkpoint (UNITER).
+    tokenizer: str | None = None
+    #: Cross-encoders: store the pair streams' states besides the scores. None = yes for the
+    #: ``item`` plan, no for ``all`` (every image x every text x every layer is huge).
+    pair_states: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -188,14 +204,75 @@ def extract(config: ExtractConfig) -> ExtractResult:
     _validate(config)
     poolings = parse_poolings(config.poolings, param="pooling")
     k, n_shards = parse_shard(config.shard)
-    dataset = load_dataset(config.dataset, config.data_dir, config.tags, config.variants)
     adapter_cls = MODELS.get(config.model)
-    adapter: Adapter = adapter_cls.load(config.checkpoint, device=config.device, dtype=config.dtype)
+    options = _load_options(config, adapter_cls)
+    dataset = load_dataset(config.dataset, config.data_dir, config.tags, config.variants)
+    store = _open_regions(config, adapter_cls, dataset)
+    try:
+        adapter: Adapter = adapter_cls.load(config.checkpoint, device=config.device, dtype=config.dtype, **options)
+        return _extract(config, adapter, dataset, store, poolings, k, n_shards, t0)
+    finally:
+        if store is not None:
+            store.close()
+
+
+def _load_options(config: ExtractConfig, adapter_cls: type[Adapter]) -> dict[str, Any]:
+    """The extra load arguments the adapter declares; refuse ones it does not read."""
+    options = {}
+    for name in ("model_config", "tokenizer"):
+        value = getattr(config, name)
+        if value is None:
+            continue
+        if name not in adapter_cls.load_options:
+            flag = "uniter-config" if name == "model_config" else name
+            raise ValueError(f"{name}: {config.model} does not take --{flag} (it reads it from its checkpoint)")
+        options[name] = value
+    return options
+
+
+def _open_regions(config: ExtractConfig, adapter_cls: type[Adapter], dataset: Dataset) -> Any:
+    """The region store of a model that reads regions, checked to cover every image of the dataset."""
+    if not adapter_cls.needs_regions:
+        if config.regions is not None:
+            raise ValueError(f"regions: {config.model} reads pixels, not region features; drop --regions")
+        return None
+    if config.regions is None:
+        raise ValueError(
+            f"regions: {config.model} reads precomputed region features; give --regions FILE.h5 "
+            "(see `probe regions import`, or `probe fixtures regions` for random ones)"
+        )
+    from vlprobe.extract.regions import RegionStore
+
+    store = RegionStore(config.regions)
+    try:
+        missing = [img.name for img in dataset.images() if img.name not in store]
+        if missing:
+            raise ValueError(
+                f"regions: no features for image {missing[0]!r} in {Path(config.regions).name} "
+                f"({len(missing)} of the dataset's {len(dataset.images())} images missing)"
+            )
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+def _extract(
+    config: ExtractConfig, adapter: Adapter, dataset: Dataset, store: Any,
+    poolings: tuple[str, ...], k: int, n_shards: int, t0: float,
+) -> ExtractResult:
+    adapter_cls = type(adapter)
     streams = adapter.streams
     layers = parse_stream_layers(config.layers, {s: spec.n_layers for s, spec in streams.items()})
     stored_poolings = tuple(dict.fromkeys((*poolings, "pooled")))
     tables = tables_from_dataset(dataset)
     plan = "all" if adapter.dual_encoder else config.pair_plan
+    pair_states = False if adapter.dual_encoder else (
+        config.pair_states if config.pair_states is not None else plan == "item"
+    )
+    if not adapter.dual_encoder and not pair_states:
+        layers = {}
+    fingerprints = adapter.input_fingerprints()
     header = CacheHeader(
         model=config.model,
         checkpoint=config.checkpoint,
@@ -208,9 +285,20 @@ def extract(config: ExtractConfig) -> ExtractResult:
         dtype=config.dtype,
         shard=f"{k}/{n_shards}",
         layers=layers,
+        pair_states=pair_states,
+        regions_fingerprint=store.fingerprint if store is not None else "",
+        config_fingerprint=fingerprints.get("config", ""),
+        tokenizer_fingerprint=fingerprints.get("tokenizer", ""),
     )
     layouts = []
+    pairs: PairLayout | None = None
+    if not adapter.dual_encoder:
+        image, text = pair_rows(tables, plan)
+        start, stop = _block(len(image), k, n_shards)
+        pairs = PairLayout(image, text, start, stop)
     for name, spec in streams.items():
+        if name not in layers:
+            continue
         image, text = _stream_rows(spec, tables, plan)
         start, stop = _block(len(image), k, n_shards)
         usable = tuple(p for p in stored_poolings if p in spec.poolings)
@@ -228,8 +316,21 @@ def extract(config: ExtractConfig) -> ExtractResult:
     written: dict[str, int] = {}
     totals: dict[str, int] = {}
     with CacheWriter.open(
-        config.out, header, tables, layouts, recorded, with_scores=(n_shards == 1 or not adapter.dual_encoder)
+        config.out, header, tables, layouts, recorded, with_scores=(n_shards == 1 or not adapter.dual_encoder),
+        pairs=pairs,
     ) as writer:
+        if isinstance(adapter, CrossEncoder) and pairs is not None:
+            todo = writer.pair_todo()
+            total = pairs.stop - pairs.row_start
+            if len(todo) and len(todo) < total:
+                _say(config, f"pairs: resuming, {total - len(todo)} of {total} pairs already done")
+            _run_pairs(writer, adapter, layouts, todo, dataset, store, config)
+            writer.f["scores"].attrs["kind"] = adapter.score_kind
+            writer.scores_from_pairs()
+            for name in ["pairs", *(lay.spec.name for lay in layouts)]:
+                written[name], totals[name] = len(todo), total
+            writer.set_attrs(complete=True)
+            return ExtractResult(Path(config.out), written, totals, time.perf_counter() - t0, True)
         for lay in layouts:
             name = lay.spec.name
             todo = writer.todo(name)
@@ -304,6 +405,39 @@ def _run_stream(
     bar.close()
 
 
+def _run_pairs(
+    writer: CacheWriter, adapter: CrossEncoder, layouts: Sequence[StreamLayout], todo: np.ndarray,
+    dataset: Dataset, store: Any, config: ExtractConfig,
+) -> None:
+    """One pass over the pairs not done: scores and every pair stream, batch by batch."""
+    if not len(todo):
+        return
+    from tqdm import tqdm
+
+    image_rows, text_rows = writer.pair_inputs()
+    need_img, need_txt = np.unique(image_rows[todo]), np.unique(text_rows[todo])
+    all_texts, all_images = dataset.texts(), dataset.images()
+    text_table = adapter.prepare_texts([all_texts[int(t)].text for t in need_txt])
+    regions = store.get([all_images[int(i)].name for i in need_img])
+    image_table = adapter.prepare_images(regions.features, regions.boxes, regions.mask)
+    del regions
+    layers = {lay.spec.name: lay.layers for lay in layouts} or None
+    kept = {lay.spec.name: set(lay.poolings) for lay in layouts}
+    token_poolings = [p for p in ("cls", "mean", "max") if any(p in lay.poolings for lay in layouts)]
+    bar = tqdm(total=len(todo), desc="pairs", unit="pair", disable=not config.progress, file=sys.stderr, leave=False)
+    for batch in _batches(todo, config.batch_size):
+        t_idx = np.searchsorted(need_txt, text_rows[batch])
+        i_idx = np.searchsorted(need_img, image_rows[batch])
+        out = adapter.encode_pairs(text_table, image_table, t_idx, i_idx, layers, token_poolings)
+        states = {
+            s: {p: v.cpu().numpy() for p, v in d.items() if p in kept[s]} for s, d in out.states.items() if s in kept
+        }
+        pooled = {s: v.float().cpu().numpy() for s, v in out.pooled.items() if "pooled" in kept.get(s, ())}
+        writer.write_pairs(batch, out.scores.float().cpu().numpy(), states, pooled)
+        bar.update(len(batch))
+    bar.close()
+
+
 def _dual_scores(writer: CacheWriter, adapter_cls: type[Adapter]) -> None:
     """Fill the score matrix of a dual encoder from the stored pooled embeddings."""
     f = writer.f
@@ -350,6 +484,8 @@ def merge_shards(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike
             for s in c.streams:
                 if not c.done(s).all():
                     raise ValueError(f"shards: {c.path.name} is incomplete in stream {s!r}; resume it first")
+            if "pairs" in c.f and not c.pairs()["done"].all():
+                raise ValueError(f"shards: {c.path.name} is incomplete in its pairs; resume it first")
         missing = sorted(set(range(n)) - set(seen))
         if missing:
             raise ValueError(f"shards: missing shard(s) {', '.join(f'{m}/{n}' for m in missing)}")
@@ -386,9 +522,12 @@ def _write_merged(caches: list[ActivationCache], target: Path) -> None:
     recorded = {k: v for k, v in first.attrs.items() if k not in skip}
     recorded["merged_from"] = [c.path.name for c in caches]
     adapter_cls = MODELS.get(header.model)
+    pairs, parts = None, [c.pairs() for c in caches] if "pairs" in first.f else []
+    if parts:
+        pairs = PairLayout(np.concatenate([p["image"] for p in parts]), np.concatenate([p["text"] for p in parts]))
     with atomic_path(target) as tmp:
         tmp.unlink()
-        with CacheWriter.open(tmp, header, tables, layouts, recorded, with_scores=True) as w:
+        with CacheWriter.open(tmp, header, tables, layouts, recorded, with_scores=True, pairs=pairs) as w:
             for lay in layouts:
                 s, offset = lay.spec.name, 0
                 for c in caches:
@@ -399,7 +538,12 @@ def _write_merged(caches: list[ActivationCache], target: Path) -> None:
                     if n_rows:
                         w.write(s, rows, states, pooled)
                     offset += n_rows
-            if adapter_cls.dual_encoder:
+            if pairs is not None:
+                w.write_pairs(np.arange(pairs.n_rows), np.concatenate([p["score"] for p in parts]), {}, {})
+                kind = first.f["scores"].attrs.get("kind", "")
+                w.f["scores"].attrs["kind"] = kind.decode() if isinstance(kind, bytes) else str(kind)
+                w.scores_from_pairs()
+            elif adapter_cls.dual_encoder:
                 _dual_scores(w, adapter_cls)
             else:
                 matrix = np.full((len(tables.image_id), len(tables.text_id)), np.nan, dtype=np.float32)

@@ -1,0 +1,436 @@
+"""LXMERT (Tan & Bansal 2019) through ``transformers.LxmertForPreTraining``.
+
+Streams (both ``modality="pair"``: every state depends on the image-caption pair)
+-------------------------------------------------------------------------------
+``lang``    layers 0..14: 0 = word + position embeddings (``lxmert.embeddings`` output), 1..9 the
+            language-only layers (kind ``lang``), 10..14 the language side of the cross-modality
+            layers (``cross``). ``cls`` = token 0 ([CLS]); ``pooled`` = ``lxmert.pooler`` output
+            (tanh(W h_14[0]), what the match head reads).
+``vision``  layers 0..10: 0 = the visual feature encoder output (``encoder.visn_fc``: (LN(W f) +
+            LN(W box)) / 2), 1..5 the object-relationship layers (``rel``), 6..10 the vision side
+            of the cross layers (``cross``). No CLS token: ``mean``/``max`` over the real boxes.
+
+The paper's code ("Why is Winoground Hard?") has no embedding layer: its language layer k is
+vlprobe's k + 1 (its 0..8 language-only, 9..13 cross), its vision layer k is vlprobe's k + 1.
+
+Inputs: the caption is tokenised by the checkpoint's (uncased BERT) tokenizer; ``visual_feats``
+are the region features (36 x 2048 for the released model), ``visual_pos`` the boxes as
+normalised ``(x1, y1, x2, y2)`` in [0, 1] (as the original loader asserts), and padded boxes are
+masked through ``visual_attention_mask``.
+
+Score: ``softmax(cross_relationship_score)[:, 1]``, the probability that caption and image
+match. Index 1 = match: in the original LXMERT pretraining code the ``is_matched`` label is 1 for
+the true (image, sentence) pair and 0 when the sentence was swapped for another image's, and the
+two ``cls.seq_relationship`` logits are trained with cross-entropy against it (transformers'
+``matched_label`` doc says the same; empirically index 1 ranks true pairs higher, transformers
+issue #7266; "Why is Winoground Hard?" and VALSE read index 1).
+
+Shared single-modality work: the 9 language layers see only the caption and the 5 relation layers
+only the image, so :meth:`LxmertAdapter.encode_pairs` computes them once per caption and once per
+image (kept in a bounded LRU memo inside the text/image tables) and runs only the 5 cross layers
+per pair, calling transformers' own layer modules in the order ``LxmertEncoder.forward`` does.
+:meth:`LxmertAdapter.full_forward` is the plain one-``model(...)``-per-batch path it is tested
+against.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from vlprobe.extract.base import (
+    CrossEncoder,
+    PairOutput,
+    StreamSpec,
+    quiet_transformers,
+    resolve_device,
+    resolve_dtype,
+)
+from vlprobe.extract.checkpoints import ResolvedCheckpoint, resolve_checkpoint
+from vlprobe.extract.pooling import pool_states
+
+__all__ = ["MATCH_INDEX", "LxmertAdapter", "LxmertImages", "LxmertTexts"]
+
+_ALLOW = ["*.json", "*.txt", "*.safetensors", "*.bin", "*.model"]
+#: Column of ``cross_relationship_score`` that means "caption matches image" (see module docstring).
+MATCH_INDEX = 1
+#: Captions / images whose single-modality outputs the memo keeps (least recently used dropped).
+MEMO_CAPACITY = 4096
+
+
+@dataclass
+class _Entry:
+    """Single-modality result of one caption or image."""
+
+    feats: torch.Tensor  # (T_i, H) language output trimmed to the caption, or (R, H) relation output
+    mask: torch.Tensor  # (T_i,) or (R,) bool
+    states: dict[str, torch.Tensor]  # pooling -> (L_single, H) pooled states of the asked layers
+
+
+@dataclass
+class LxmertTexts:
+    """Every caption tokenised once (padded to the longest), plus the memo of language outputs.
+
+    Attributes
+    ----------
+    input_ids, attention_mask : Tensor, shape (N, T)
+    lengths : ndarray of int, shape (N,)
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    lengths: np.ndarray
+    memo: OrderedDict[tuple[Any, ...], _Entry] = field(default_factory=OrderedDict)
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+
+@dataclass
+class LxmertImages:
+    """Every image's regions held once, plus the memo of relation-layer outputs.
+
+    Attributes
+    ----------
+    features : Tensor, shape (N, R, D)
+    boxes : Tensor, shape (N, R, 4)
+        Normalised x1, y1, x2, y2.
+    mask : Tensor of bool, shape (N, R)
+    """
+
+    features: torch.Tensor
+    boxes: torch.Tensor
+    mask: torch.Tensor
+    memo: OrderedDict[tuple[Any, ...], _Entry] = field(default_factory=OrderedDict)
+
+    def __len__(self) -> int:
+        return int(self.features.shape[0])
+
+
+class LxmertAdapter(CrossEncoder):
+    """LXMERT cross-encoder with region features; streams lang (0..14), vision (0..10)."""
+
+    name = "lxmert"
+    score_kind = "match_probability"
+
+    def __init__(
+        self, model: Any, tokenizer: Any, checkpoint: ResolvedCheckpoint, device: torch.device,
+        dtype: torch.dtype, memo_capacity: int = MEMO_CAPACITY,
+    ) -> None:
+        super().__init__(checkpoint, device, dtype)
+        self.model = model
+        self.tokenizer = tokenizer
+        cfg = model.config
+        self.n_lang, self.n_rel, self.n_cross = int(cfg.l_layers), int(cfg.r_layers), int(cfg.x_layers)
+        h = int(cfg.hidden_size)
+        self._streams = {
+            "lang": StreamSpec(
+                "lang", "pair", ("embed",) + ("lang",) * self.n_lang + ("cross",) * self.n_cross, h, "token0", h,
+            ),
+            "vision": StreamSpec(
+                "vision", "pair", ("embed",) + ("rel",) * self.n_rel + ("cross",) * self.n_cross, h, "none", None,
+            ),
+        }
+        self.feature_dim = int(cfg.visual_feat_dim)
+        self.max_length = int(min(
+            cfg.max_position_embeddings,
+            getattr(tokenizer, "model_max_length", cfg.max_position_embeddings) or cfg.max_position_embeddings,
+        ))
+        self.memo_capacity = int(memo_capacity)
+
+    @classmethod
+    def load(cls, checkpoint: str, *, device: str = "cpu", dtype: str = "float32") -> LxmertAdapter:
+        """Load ``LxmertForPreTraining`` and its tokenizer from a directory or a hub id."""
+        from transformers import AutoConfig, AutoTokenizer, LxmertForPreTraining
+
+        dev, torch_dtype = resolve_device(device), resolve_dtype(dtype)
+        ckpt = resolve_checkpoint(checkpoint, allow_patterns=_ALLOW)
+        with quiet_transformers():
+            try:
+                config = AutoConfig.from_pretrained(ckpt.path)
+            except (OSError, ValueError) as exc:
+                raise ValueError(f"checkpoint: {checkpoint!r} has no readable config.json ({exc})") from None
+            if config.model_type != "lxmert":
+                raise ValueError(f"checkpoint: {checkpoint!r} is a {config.model_type!r} model, expected 'lxmert'")
+            model, info = LxmertForPreTraining.from_pretrained(
+                ckpt.path, dtype=torch_dtype, output_loading_info=True
+            )
+            missing = sorted(k for k in info["missing_keys"] if k.startswith(("lxmert.", "cls.seq_relationship")))
+            if missing:
+                raise ValueError(
+                    f"checkpoint: {checkpoint!r} lacks {len(missing)} weights LXMERT's states and match "
+                    f"score need (e.g. {missing[0]}); expected an LxmertForPreTraining checkpoint"
+                )
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(ckpt.path)
+            except (OSError, ValueError) as exc:
+                raise ValueError(f"checkpoint: {checkpoint!r} has no readable tokenizer ({exc})") from None
+        return cls(model.to(dev).eval(), tokenizer, ckpt, dev, torch_dtype)
+
+    @property
+    def streams(self) -> dict[str, StreamSpec]:
+        return self._streams
+
+    # -- tables built once --------------------------------------------------------------------------
+
+    def prepare_texts(self, texts: Sequence[str]) -> LxmertTexts:
+        tok = self.tokenizer(
+            list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+        )
+        mask = tok["attention_mask"]
+        return LxmertTexts(tok["input_ids"], mask, mask.sum(dim=1).numpy())
+
+    def prepare_images(self, features: np.ndarray, boxes: np.ndarray, mask: np.ndarray) -> LxmertImages:
+        features = np.asarray(features)
+        if features.ndim != 3 or features.shape[2] != self.feature_dim:
+            raise ValueError(
+                f"regions: LXMERT expects features of shape (N, R, {self.feature_dim}), got {features.shape}"
+            )
+        boxes = np.asarray(boxes, dtype=np.float32)
+        if boxes.shape != (*features.shape[:2], 4):
+            raise ValueError(f"regions: boxes must have shape {(*features.shape[:2], 4)}, got {boxes.shape}")
+        m = np.asarray(mask, dtype=bool)
+        if not m.any(axis=1).all():
+            raise ValueError("regions: every image needs at least one box")
+        return LxmertImages(
+            torch.from_numpy(np.ascontiguousarray(features, dtype=np.float32)),
+            torch.from_numpy(np.ascontiguousarray(boxes)),
+            torch.from_numpy(m),
+        )
+
+    # -- the shared pass -------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def encode_pairs(
+        self, texts: LxmertTexts, images: LxmertImages, text_idx: np.ndarray, image_idx: np.ndarray,
+        layers: Mapping[str, Sequence[int]] | None, poolings: Sequence[str],
+    ) -> PairOutput:
+        """Score (and optionally pool the states of) a batch of pairs; see the module docstring.
+
+        Returns
+        -------
+        PairOutput
+            ``scores`` (B,); ``states["lang"|"vision"][pooling]`` (B, L, H) when ``layers`` is given;
+            ``pooled["lang"]`` (B, H).
+        """
+        text_idx = np.asarray(text_idx, dtype=np.int64)
+        image_idx = np.asarray(image_idx, dtype=np.int64)
+        if text_idx.shape != image_idx.shape or text_idx.ndim != 1:
+            raise ValueError(f"text_idx and image_idx must be 1-d of equal length, got {text_idx.shape}, {image_idx.shape}")
+        lang_layers = list(layers["lang"]) if layers else []
+        vis_layers = list(layers["vision"]) if layers else []
+        lang_pool = [p for p in poolings if p in ("cls", "mean", "max")]
+        vis_pool = [p for p in lang_pool if p != "cls"]
+        lang_single = [k for k in lang_layers if k <= self.n_lang]
+        vis_single = [k for k in vis_layers if k <= self.n_rel]
+
+        u_txt, t_inv = np.unique(text_idx, return_inverse=True)
+        u_img, i_inv = np.unique(image_idx, return_inverse=True)
+        t_entries = self._text_entries(texts, u_txt, lang_single, lang_pool, keep=len(text_idx))
+        i_entries = self._image_entries(images, u_img, vis_single, vis_pool, keep=len(text_idx))
+
+        t_sel = torch.from_numpy(t_inv).to(self.device)
+        i_sel = torch.from_numpy(i_inv).to(self.device)
+        lang = torch.nn.utils.rnn.pad_sequence([e.feats for e in t_entries], batch_first=True)[t_sel]
+        lang_mask = torch.nn.utils.rnn.pad_sequence([e.mask for e in t_entries], batch_first=True)[t_sel]
+        vis = torch.stack([e.feats for e in i_entries])[i_sel]
+        vis_mask = torch.stack([e.mask for e in i_entries])[i_sel]
+        lang_ext, vis_ext = self._extended(lang_mask), self._extended(vis_mask)
+
+        lang_cross, vis_cross = [], []
+        x_layers = list(self.model.lxmert.encoder.x_layers)
+        last_lang, last_vis = self.n_lang + self.n_cross, self.n_rel + self.n_cross
+        whole_last = last_lang in lang_layers or last_vis in vis_layers
+        for layer in x_layers if whole_last else x_layers[:-1]:
+            lang, vis = layer(lang, lang_ext, vis, vis_ext)[:2]
+            lang_cross.append(lang)
+            vis_cross.append(vis)
+        if not whole_last:
+            lang = self._last_cls_only(x_layers[-1], lang, lang_ext, vis, vis_ext)
+        pooled = self.model.lxmert.pooler(lang)
+        scores = self._match(pooled)
+
+        states: dict[str, dict[str, torch.Tensor]] = {}
+        if layers:
+            states["lang"] = self._join(
+                t_entries, t_sel, lang_cross, lang_layers, self.n_lang, lang_mask, lang_pool, token0=True
+            )
+            states["vision"] = self._join(
+                i_entries, i_sel, vis_cross, vis_layers, self.n_rel, vis_mask, vis_pool, token0=False
+            )
+        return PairOutput(scores, states, {"lang": pooled.float()})
+
+    @staticmethod
+    def _last_cls_only(
+        layer: Any, lang: torch.Tensor, lang_ext: torch.Tensor, vis: torch.Tensor, vis_ext: torch.Tensor
+    ) -> torch.Tensor:
+        """The last cross layer's language output at token 0 only, (B, 1, H).
+
+        The score reads only the pooled token 0, so when the last layer's states are not asked for
+        its vision side (and the other language positions' self-attention queries and FFN) are
+        skipped; the modules and their order are ``LxmertXLayer.forward``'s.
+        """
+        cross = layer.visual_attention(lang, vis, ctx_att_mask=vis_ext)[0]
+        own = layer.lang_self_att
+        att = own.output(own.self(cross[:, :1], cross, lang_ext)[0], cross[:, :1])
+        return layer.lang_output(layer.lang_inter(att), att)
+
+    def _match(self, pooled: torch.Tensor) -> torch.Tensor:
+        logits = self.model.cls.seq_relationship(pooled)
+        return torch.softmax(logits.float(), dim=-1)[:, MATCH_INDEX]
+
+    def _extended(self, mask: torch.Tensor) -> torch.Tensor:
+        """(B, T) 0/1 -> (B, 1, 1, T) additive mask, as LxmertModel.forward builds it."""
+        ext = mask[:, None, None, :].to(self.dtype)
+        return (1.0 - ext) * torch.finfo(self.dtype).min
+
+    def _join(
+        self, entries: list[_Entry], sel: torch.Tensor, cross: list[torch.Tensor], wanted: list[int],
+        n_single: int, mask: torch.Tensor, poolings: list[str], *, token0: bool,
+    ) -> dict[str, torch.Tensor]:
+        """Pooled states in layer order: memoised single-modality layers, then this pass's cross layers."""
+        cross_layers = [k for k in wanted if k > n_single]
+        out: dict[str, torch.Tensor] = {}
+        pooled_cross: dict[str, torch.Tensor] = {}
+        if cross_layers:
+            hidden = torch.stack([cross[k - n_single - 1] for k in cross_layers], dim=1)
+            cls_index = torch.zeros(hidden.shape[0], dtype=torch.long) if token0 else None
+            pooled_cross = pool_states(hidden, mask, cls_index, poolings)
+        for p in poolings:
+            parts = []
+            if len(cross_layers) < len(wanted):
+                parts.append(torch.stack([e.states[p] for e in entries])[sel])
+            if cross_layers:
+                parts.append(pooled_cross[p])
+            out[p] = torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
+        return out
+
+    def _text_entries(
+        self, texts: LxmertTexts, rows: np.ndarray, layers: list[int], poolings: list[str], keep: int
+    ) -> list[_Entry]:
+        key = (tuple(layers), tuple(poolings))
+        missing = [int(r) for r in rows if (int(r), *key) not in texts.memo]
+        if missing:
+            idx = torch.as_tensor(missing)
+            t = int(texts.lengths[missing].max())
+            ids = texts.input_ids[idx, :t].to(self.device)
+            mask = texts.attention_mask[idx, :t].to(self.device)
+            emb = self.model.lxmert.embeddings(ids, torch.zeros_like(ids))
+            ext = self._extended(mask)
+            hidden, collected = emb, {0: emb}
+            for k, layer in enumerate(self.model.lxmert.encoder.layer, start=1):
+                hidden = layer(hidden, ext)[0]
+                collected[k] = hidden
+            states = self._pool_single(collected, layers, mask, poolings, token0=True)
+            for j, r in enumerate(missing):
+                n = int(texts.lengths[r])
+                entry = _Entry(hidden[j, :n], mask[j, :n].bool(), {p: v[j] for p, v in states.items()})
+                self._remember(texts.memo, (r, *key), entry, keep)
+        return [self._recall(texts.memo, (int(r), *key)) for r in rows]
+
+    def _image_entries(
+        self, images: LxmertImages, rows: np.ndarray, layers: list[int], poolings: list[str], keep: int
+    ) -> list[_Entry]:
+        key = (tuple(layers), tuple(poolings))
+        missing = [int(r) for r in rows if (int(r), *key) not in images.memo]
+        if missing:
+            idx = torch.as_tensor(missing)
+            feats = images.features[idx].to(self.device, self.dtype)
+            boxes = images.boxes[idx].to(self.device, self.dtype)
+            mask = images.mask[idx].to(self.device)
+            enc = self.model.lxmert.encoder
+            hidden = enc.visn_fc(feats, boxes)
+            ext = self._extended(mask)
+            collected = {0: hidden}
+            for k, layer in enumerate(enc.r_layers, start=1):
+                hidden = layer(hidden, ext)[0]
+                collected[k] = hidden
+            states = self._pool_single(collected, layers, mask, poolings, token0=False)
+            for j, r in enumerate(missing):
+                entry = _Entry(hidden[j], mask[j], {p: v[j] for p, v in states.items()})
+                self._remember(images.memo, (r, *key), entry, keep)
+        return [self._recall(images.memo, (int(r), *key)) for r in rows]
+
+    @staticmethod
+    def _pool_single(
+        collected: dict[int, torch.Tensor], layers: list[int], mask: torch.Tensor, poolings: list[str],
+        *, token0: bool,
+    ) -> dict[str, torch.Tensor]:
+        if not layers or not poolings:
+            return {}
+        hidden = torch.stack([collected[k] for k in layers], dim=1)
+        cls_index = torch.zeros(hidden.shape[0], dtype=torch.long) if token0 else None
+        return pool_states(hidden, mask, cls_index, poolings)
+
+    def _remember(self, memo: OrderedDict[tuple[Any, ...], _Entry], key: tuple[Any, ...], entry: _Entry, keep: int) -> None:
+        memo[key] = entry
+        memo.move_to_end(key)
+        while len(memo) > max(self.memo_capacity, 2 * keep):
+            memo.popitem(last=False)
+
+    @staticmethod
+    def _recall(memo: OrderedDict[tuple[Any, ...], _Entry], key: tuple[Any, ...]) -> _Entry:
+        memo.move_to_end(key)
+        return memo[key]
+
+    # -- the plain path --------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def full_forward(
+        self, texts: LxmertTexts, images: LxmertImages, text_idx: np.ndarray, image_idx: np.ndarray,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...], torch.Tensor, torch.Tensor]:
+        """One ``model(...)`` call over the pairs, embeddings captured by forward hooks.
+
+        Returns
+        -------
+        scores : Tensor, shape (B,)
+        lang_states : tuple of 15 Tensors (B, T, H)
+            Layer 0 (embeddings) first.
+        vision_states : tuple of 11 Tensors (B, R, H)
+        lang_mask : Tensor, shape (B, T)
+        vision_mask : Tensor, shape (B, R)
+        """
+        t_idx = torch.as_tensor(np.asarray(text_idx, dtype=np.int64))
+        i_idx = torch.as_tensor(np.asarray(image_idx, dtype=np.int64))
+        t = int(texts.lengths[np.asarray(text_idx)].max())
+        ids = texts.input_ids[t_idx, :t].to(self.device)
+        mask = texts.attention_mask[t_idx, :t].to(self.device)
+        vmask = images.mask[i_idx].to(self.device)
+        captured: dict[str, torch.Tensor] = {}
+        hooks = [
+            self.model.lxmert.embeddings.register_forward_hook(lambda m, a, o: captured.__setitem__("lang", o)),
+            self.model.lxmert.encoder.visn_fc.register_forward_hook(lambda m, a, o: captured.__setitem__("vision", o)),
+        ]
+        try:
+            out = self.model(
+                input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids),
+                visual_feats=images.features[i_idx].to(self.device, self.dtype),
+                visual_pos=images.boxes[i_idx].to(self.device, self.dtype),
+                visual_attention_mask=vmask.to(self.dtype), output_hidden_states=True,
+            )
+        finally:
+            for h in hooks:
+                h.remove()
+        scores = torch.softmax(out.cross_relationship_score.float(), dim=-1)[:, MATCH_INDEX]
+        lang = (captured["lang"], *out.language_hidden_states)
+        vision = (captured["vision"], *out.vision_hidden_states)
+        return scores, lang, vision, mask, vmask
+
+    def describe(self) -> dict[str, Any]:
+        cfg = self.model.config
+        return {
+            "model_class": type(self.model).__name__,
+            "layers": {"language": self.n_lang, "relation": self.n_rel, "cross": self.n_cross},
+            "hidden_size": int(cfg.hidden_size),
+            "visual_feat_dim": self.feature_dim,
+            "visual_pos": "normalised x1,y1,x2,y2",
+            "text_max_length": self.max_length,
+            "tokenizer": type(self.tokenizer).__name__,
+            "score": f"softmax(cross_relationship_score)[:, {MATCH_INDEX}]",
+            "paper_layer_index": "vlprobe layer - 1 (WWH has no embedding layer)",
+        }
