@@ -130,7 +130,7 @@ def test_extract_refuses_blind_models(one_error_line: Callable[..., str], synthe
         "extract", "--model", "caption-length", "--checkpoint", "", "--data-dir", str(synthetic_dir),
         "--out", str(tmp_path / "x.h5"), "--device", "cpu", "--quiet",
     ])
-    one_error_line(res, "blind text-only baseline")
+    one_error_line(res, "blind text-only baseline", "probe eval")
 
 
 def test_lm_truncates_long_texts_quietly(tiny_gpt2: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -205,6 +205,11 @@ def extract(config: ExtractConfig) -> ExtractResult:
     poolings = parse_poolings(config.poolings, param="pooling")
     k, n_shards = parse_shard(config.shard)
     adapter_cls = MODELS.get(config.model)
+    if not (isinstance(adapter_cls, type) and issubclass(adapter_cls, Adapter)):
+        raise ValueError(
+            f"model: {config.model!r} has no hidden-state streams to extract (a blind text-only baseline "
+            "is scored with `probe eval`)"
+        )
     options = _load_options(config, adapter_cls)
     dataset = load_dataset(config.dataset, config.data_dir, config.tags, config.variants)
     store = _open_regions(config, adapter_cls, dataset)
