@@ -18,6 +18,8 @@ from sklearn.svm import LinearSVC
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from vlprobe.probes._targets import binary_target
+
 __all__ = ["LinearSeparabilityProbe"]
 
 
@@ -76,12 +78,7 @@ class LinearSeparabilityProbe(ClassifierMixin, BaseEstimator):
         """Fit on ``X`` (n_samples, n_features) with two classes in ``y`` (n_samples,)."""
         X, y = validate_data(self, X, y, dtype=np.float64)
         check_classification_targets(y)
-        self.classes_, y_idx = np.unique(y, return_inverse=True)
-        if len(self.classes_) != 2:
-            raise ValueError(
-                f"y: LinearSeparabilityProbe separates exactly 2 classes, got {len(self.classes_)} "
-                f"class(es) {self.classes_.tolist()[:5]}"
-            )
+        self.classes_, y_idx = binary_target(y, "LinearSeparabilityProbe")
         if self.loss not in ("hinge", "squared_hinge"):
             raise ValueError(f"loss must be 'hinge' or 'squared_hinge', got {self.loss!r}")
         svc = LinearSVC(
@@ -110,7 +107,8 @@ class LinearSeparabilityProbe(ClassifierMixin, BaseEstimator):
 
     def predict(self, X: Any) -> np.ndarray:
         """Class labels, shape (n_samples,)."""
-        return self.classes_[(self.decision_function(X) > 0).astype(int)]
+        positive = self.decision_function(X) > 0
+        return self.classes_[positive.astype(int)]
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()

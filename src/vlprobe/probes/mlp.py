@@ -25,6 +25,8 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from vlprobe.probes._targets import binary_target
+
 __all__ = [
     "MLPEnsemble",
     "MLPProbe",
@@ -154,12 +156,7 @@ class MLPProbe(ClassifierMixin, BaseEstimator):
         """Train on ``X`` (n_samples, n_features) and two classes in ``y`` (n_samples,)."""
         X, y = validate_data(self, X, y, dtype=np.float32)
         check_classification_targets(y)
-        self.classes_, y_idx = np.unique(y, return_inverse=True)
-        if len(self.classes_) != 2:
-            raise ValueError(
-                f"y: MLPProbe is a binary classifier and needs exactly 2 classes, got "
-                f"{len(self.classes_)} class(es) {self.classes_.tolist()[:5]}"
-            )
+        self.classes_, y_idx = binary_target(y, "MLPProbe")
         dims = mlp_dims(X.shape[1], self.depth, self.width)
         _check_hyper(self.lr, self.epochs, self.batch_size)
         seed = _int_seed(self.random_state)
@@ -217,7 +214,8 @@ class MLPProbe(ClassifierMixin, BaseEstimator):
 
     def predict(self, X: Any) -> np.ndarray:
         """Class labels from logits > 0, shape (n_samples,)."""
-        return self.classes_[(self.decision_function(X) > 0).astype(int)]
+        positive = self.decision_function(X) > 0
+        return self.classes_[positive.astype(int)]
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
