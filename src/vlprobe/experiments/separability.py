@@ -30,7 +30,6 @@ the results do not depend on ``jobs``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -51,7 +50,7 @@ from vlprobe.experiments.cache_features import (
 )
 from vlprobe.experiments.outputs import build_manifest, write_results, write_tidy_csv
 from vlprobe.experiments.summary import summarize, write_summary_csv
-from vlprobe.probes.linear import LinearSeparabilityProbe
+from vlprobe.probes.separability_cases import Case, fit_cases
 
 __all__ = ["Case", "SeparabilityConfig", "fit_cases", "run_separability", "separability_cases"]
 
@@ -99,17 +98,6 @@ class SeparabilityConfig:
     model: str | None = None
 
 
-@dataclass(frozen=True)
-class Case:
-    """The points of one item (under one image condition): stream rows and 0/1 labels."""
-
-    item: int
-    image: int  # image number within the item, -1 for a text stream
-    name: str
-    rows: np.ndarray
-    labels: np.ndarray
-
-
 def separability_cases(index: CacheIndex, modality: str, lookup: dict[tuple[int, int], int]) -> tuple[list[Case], list[str]]:
     """Cases of a stream and the ids of items skipped (fewer than 2 captions).
 
@@ -139,45 +127,6 @@ def separability_cases(index: CacheIndex, modality: str, lookup: dict[tuple[int,
             r, lab = zip(*keep, strict=True)
             cases.append(Case(i, j, f"{index.item_ids[i]}/i{j}", np.asarray(r), np.asarray(lab)))
     return cases, skipped
-
-
-def _control_labels(case: Case, seed: int) -> np.ndarray:
-    return np.random.default_rng([seed, case.item, case.image + 1]).permutation(case.labels)
-
-
-def _fit_one(X: np.ndarray, y: np.ndarray, params: dict[str, Any]) -> tuple[float, float, float, float]:
-    p = LinearSeparabilityProbe(**params).fit(X, y)
-    return float(p.separable_), p.margin_, p.train_accuracy_, float(p.converged_)
-
-
-def fit_cases(
-    states: np.ndarray, cases: Sequence[Case], seeds: Sequence[int], params: dict[str, Any]
-) -> np.ndarray:
-    """Fit target and control SVMs of every case on one layer.
-
-    Parameters
-    ----------
-    states : ndarray, shape (R, H)
-        The layer's states of every stream row.
-    cases : sequence of Case
-    seeds : sequence of int
-        Control seeds.
-    params : dict
-        :class:`LinearSeparabilityProbe` parameters.
-
-    Returns
-    -------
-    ndarray, shape (len(cases), 1 + len(seeds), 4)
-        Per case, target then one control per seed: separable (0/1), margin, train accuracy,
-        converged (0/1).
-    """
-    out = np.empty((len(cases), 1 + len(seeds), 4))
-    for c, case in enumerate(cases):
-        X = states[case.rows]
-        out[c, 0] = _fit_one(X, case.labels, params)
-        for s, seed in enumerate(seeds):
-            out[c, 1 + s] = _fit_one(X, _control_labels(case, seed), params)
-    return out
 
 
 def _check_config(config: SeparabilityConfig) -> list[int]:
