@@ -63,3 +63,12 @@ def test_bad_input_names_the_problem(params: dict, y: np.ndarray, needle: str) -
 def test_registered_under_probes() -> None:
     assert PROBES.get("linear-separability") is LinearSeparabilityProbe
     assert "margin" in PROBES.describe("linear-separability")
+
+
+def test_fit_trusted_equals_fit() -> None:
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(16, 8))
+    y = np.repeat([0, 1], 8)
+    a, b = LinearSeparabilityProbe().fit(X, y), LinearSeparabilityProbe().fit_trusted(X, y)
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+    assert (a.margin_, a.separable_, a.intercept_) == (b.margin_, b.separable_, b.intercept_)

@@ -79,6 +79,19 @@ class LinearSeparabilityProbe(ClassifierMixin, BaseEstimator):
         X, y = validate_data(self, X, y, dtype=np.float64)
         check_classification_targets(y)
         self.classes_, y_idx = binary_target(y, "LinearSeparabilityProbe")
+        return self._solve(X, y_idx)
+
+    def fit_trusted(self, X: np.ndarray, y: np.ndarray) -> LinearSeparabilityProbe:
+        """Fit without input validation, for callers that fit thousands of tiny problems.
+
+        ``X`` must be a finite float64 array (n_samples, n_features) and ``y`` hold 0 and 1, both
+        present; ``classes_`` becomes ``[0, 1]``. The result equals ``fit`` on the same data.
+        """
+        self.classes_ = np.array([0, 1])
+        self.n_features_in_ = X.shape[1]
+        return self._solve(X, y)
+
+    def _solve(self, X: np.ndarray, y_idx: np.ndarray) -> LinearSeparabilityProbe:
         if self.loss not in ("hinge", "squared_hinge"):
             raise ValueError(f"loss must be 'hinge' or 'squared_hinge', got {self.loss!r}")
         svc = LinearSVC(

@@ -34,7 +34,7 @@ def control_labels(case: Case, seed: int) -> np.ndarray:
 
 
 def _fit_one(X: np.ndarray, y: np.ndarray, params: dict[str, Any]) -> tuple[float, float, float, float]:
-    p = LinearSeparabilityProbe(**params).fit(X, y)
+    p = LinearSeparabilityProbe(**params).fit_trusted(X, y)
     return float(p.separable_), p.margin_, p.train_accuracy_, float(p.converged_)
 
 
@@ -61,7 +61,9 @@ def fit_cases(
     """
     out = np.empty((len(cases), 1 + len(seeds), 4))
     for c, case in enumerate(cases):
-        X = states[case.rows]
+        X = states[case.rows].astype(np.float64)
+        if not np.isfinite(X).all():
+            raise ValueError(f"states of {case.name} hold NaN or infinite values")
         out[c, 0] = _fit_one(X, case.labels, params)
         for s, seed in enumerate(seeds):
             out[c, 1 + s] = _fit_one(X, control_labels(case, seed), params)
