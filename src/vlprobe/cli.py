@@ -353,6 +353,9 @@ def run_task_adaptation_cmd(
     test_size: Annotated[str, typer.Option(help="Test items: a count (100) or a fraction (0.25).")] = "0.25",
     split_seed: Annotated[int, typer.Option(help="Seed of the item split.")] = 0,
     stratify: Annotated[str | None, typer.Option(help="Tag families to stratify on (default: collapsed_tag,num_main_preds).")] = None,
+    split_file: Annotated[
+        Path | None, typer.Option(help='JSON {"train": [ids], "test": [ids]} instead of a seeded split.')
+    ] = None,
     depth: Annotated[int, typer.Option(help="Linear layers of the MLP.")] = 4,
     width: Annotated[int, typer.Option(help="Hidden width.")] = 1024,
     lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 1e-4,
@@ -367,7 +370,8 @@ def run_task_adaptation_cmd(
 
     csv_path, _, rows = run_task_adaptation(TaskAdaptationConfig(
         cache=cache, out=out, mode=mode, streams=_names(streams), pooling=pooling, layers=layers, seeds=seeds,
-        test_size=_test_size(test_size), split_seed=split_seed, stratify=_names(stratify), depth=depth,
+        test_size=_test_size(test_size), split_seed=split_seed, stratify=_names(stratify),
+        split_file=split_file, depth=depth,
         width=width, lr=lr, epochs=epochs, batch_size=batch_size, device=device, model=model,
     ))
     _print_summary(summarize(rows), "accuracy", "test", csv_path)
@@ -386,6 +390,9 @@ def run_variant_probe_cmd(
     test_size: Annotated[str, typer.Option(help="Test items: a count (100) or a fraction (0.25).")] = "0.25",
     split_seed: Annotated[int, typer.Option(help="Seed of the item split and of the examples.")] = 0,
     stratify: Annotated[str | None, typer.Option(help="Tag families to stratify on (default: collapsed_tag,num_main_preds).")] = None,
+    split_file: Annotated[
+        Path | None, typer.Option(help='JSON {"train": [ids], "test": [ids]} instead of a seeded split.')
+    ] = None,
     depth: Annotated[int, typer.Option(help="Linear layers of the MLP.")] = 3,
     width: Annotated[int, typer.Option(help="Hidden width.")] = 1024,
     lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 5e-5,
@@ -400,7 +407,8 @@ def run_variant_probe_cmd(
 
     csv_path, _, rows = run_variant_probe(VariantProbeConfig(
         cache=cache, out=out, stream=stream, pooling=pooling, layers=layers, seeds=seeds, draws=draws,
-        test_size=_test_size(test_size), split_seed=split_seed, stratify=_names(stratify), depth=depth,
+        test_size=_test_size(test_size), split_seed=split_seed, stratify=_names(stratify),
+        split_file=split_file, depth=depth,
         width=width, lr=lr, epochs=epochs, batch_size=batch_size, device=device, model=model,
     ))
     _print_summary(summarize(rows), "accuracy", "test", csv_path)

@@ -121,3 +121,22 @@ def test_examples_never_cross_the_split(dual: Path, tmp_path: Path) -> None:
     assert len(run["split"]["test"]) == 7
     assert {r["n"] for r in rows if r["split"] == "test"} == {28}
     assert np.isclose(sum(run["split"]["strata"].values()), 40)
+
+
+def test_split_file_replaces_the_seeded_split(dual: Path, tmp_path: Path, one_error_line: Callable[..., str]) -> None:
+    split = tmp_path / "split.json"
+    split.write_text(json.dumps({"train": list(range(0, 30)), "test": [f"winoground/{i}" for i in range(30, 36)]}))
+    _, manifest_path, rows = run_task_adaptation(TaskAdaptationConfig(
+        cache=dual, out=tmp_path, seeds=1, mode="text", split_file=split, **{**FAST, "epochs": 2},
+    ))
+    run = json.loads(manifest_path.read_text())["runs"]["planted"]
+    assert run["split"]["test"] == [f"winoground/{i}" for i in range(30, 36)]
+    assert run["split"]["source"] == str(split) and run["inputs"]["split_file"]["sha256"]
+    assert {r["n"] for r in rows if r["split"] == "test"} == {24}  # items 36..39 are left out
+    base = ["run", "task-adaptation", "--cache", str(dual), "--out", str(tmp_path)]
+    split.write_text(json.dumps({"train": [0, 1], "test": [1]}))
+    one_error_line(CliRunner().invoke(app, [*base, "--split-file", str(split)]), "on both sides")
+    split.write_text(json.dumps({"train": [0, 99], "test": [1]}))
+    one_error_line(CliRunner().invoke(app, [*base, "--split-file", str(split)]), "99", "not in the cache")
+    split.write_text("[1, 2]")
+    one_error_line(CliRunner().invoke(app, [*base, "--split-file", str(split)]), "is not JSON of the form")

@@ -9,8 +9,11 @@ with :func:`~vlprobe.probes.mlp.fit_mlp_ensemble`, and scores each on train and 
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -115,19 +118,76 @@ def score_rows(scores: Sequence[ProbeScore], group_fields: Sequence[dict[str, An
     ]
 
 
+def read_split_file(path: str | os.PathLike[str], item_ids: Sequence[str]) -> tuple[list[int], list[int]]:
+    """Item rows of a split file: JSON ``{"train": [...], "test": [...]}``.
+
+    Entries are item ids (``winoground/17``) or Winoground ids (``17``), e.g. the paper's own
+    300/100 lists. Returns the (train, test) item rows.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"split_file: no such file {str(p)!r}")
+    try:
+        obj = json.loads(p.read_text(encoding="utf-8"))
+        sides = [list(obj["train"]), list(obj["test"])]
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        raise ValueError(f'split_file: {p.name} is not JSON of the form {{"train": [ids], "test": [ids]}}') from None
+    row = {iid: r for r, iid in enumerate(item_ids)}
+    out = []
+    for name, ids in zip(("train", "test"), sides, strict=True):
+        rows = []
+        for x in ids:
+            key = f"winoground/{x}" if isinstance(x, int) or (isinstance(x, str) and x.isdigit()) else str(x)
+            if key not in row:
+                raise ValueError(f"split_file: {name} item {x!r} is not in the cache")
+            rows.append(row[key])
+        out.append(rows)
+    if not out[0] or not out[1]:
+        raise ValueError(f"split_file: {p.name} needs non-empty train and test lists")
+    both = set(out[0]) & set(out[1])
+    if both:
+        raise ValueError(f"split_file: item(s) {sorted(item_ids[r] for r in both)[:3]} are on both sides")
+    return out[0], out[1]
+
+
+def split_file_input(path: str | os.PathLike[str] | None) -> dict[str, dict[str, str]]:
+    """The manifest's record of a split file (empty without one)."""
+    if path is None:
+        return {}
+    from vlprobe.provenance import sha256_file
+
+    return {"split_file": {"path": str(path), "sha256": sha256_file(path)}}
+
+
 def item_split(
-    index: Any, items: Sequence[int], test_size: int | float, seed: int, stratify: Sequence[str] | None
-) -> tuple[ItemSplit, list[str]]:
-    """Stratified split of ``items`` (positions 0..len(items)-1) and the tag families used.
+    index: Any, items: Sequence[int], test_size: int | float, seed: int, stratify: Sequence[str] | None,
+    split_file: str | os.PathLike[str] | None = None,
+) -> tuple[ItemSplit, list[str], list[int]]:
+    """Item split of ``items``, the tag families it was stratified on, and the items it covers.
+
+    The split numbers items by position in the returned list. With ``split_file`` the lists in
+    the file are used (items outside them are left out); otherwise a seeded split stratified
+    on ``stratify``.
 
     Parameters
     ----------
     index : CacheIndex
     items : sequence of int
-        Item rows taking part (the split numbers them by position).
+        Item rows that can give examples.
     """
     from vlprobe.experiments.cache_features import stratum_keys
     from vlprobe.probes.splits import stratified_item_split
 
+    if split_file is not None:
+        train, test = read_split_file(split_file, index.item_ids)
+        usable = set(items)
+        unusable = [index.item_ids[r] for r in [*train, *test] if r not in usable]
+        if unusable:
+            raise ValueError(f"split_file: item(s) {unusable[:3]} cannot give examples (missing captions or variants)")
+        chosen = sorted([*train, *test])
+        pos = {r: n for n, r in enumerate(chosen)}
+        split = ItemSplit(np.array(sorted(pos[r] for r in train)), np.array(sorted(pos[r] for r in test)), -1,
+                          {"split_file": len(chosen)})
+        return split, [], chosen
     keys, families = stratum_keys(index, items, stratify)
-    return stratified_item_split(keys, test_size=test_size, seed=seed), families
+    return stratified_item_split(keys, test_size=test_size, seed=seed), families, list(items)

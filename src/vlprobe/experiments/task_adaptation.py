@@ -46,7 +46,13 @@ from vlprobe.experiments.cache_features import (
     resolve_stream,
     row_lookup,
 )
-from vlprobe.experiments.mlp_runs import MLPSettings, item_split, score_rows, train_target_control
+from vlprobe.experiments.mlp_runs import (
+    MLPSettings,
+    item_split,
+    score_rows,
+    split_file_input,
+    train_target_control,
+)
 from vlprobe.experiments.outputs import build_manifest, write_results
 from vlprobe.experiments.summary import summarize, write_summary_csv
 
@@ -83,6 +89,9 @@ class TaskAdaptationConfig:
     split_seed : int
     stratify : tuple of str, optional
         Tag families to stratify on (default: collapsed_tag and num_main_preds when present).
+    split_file : Path, optional
+        JSON ``{"train": [ids], "test": [ids]}`` (e.g. the paper's 300/100 lists) instead of a
+        seeded split.
     depth, width, lr, epochs, batch_size, device : MLP settings.
     """
 
@@ -96,6 +105,7 @@ class TaskAdaptationConfig:
     test_size: int | float = 0.25
     split_seed: int = 0
     stratify: tuple[str, ...] | None = None
+    split_file: Path | None = None
     depth: int = 4
     width: int = 1024
     lr: float = 1e-4
@@ -152,7 +162,9 @@ def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[
             f"cache: task adaptation needs items with 2 images and 2 captions (Winoground); "
             f"{Path(config.cache).name} has {len(items)}"
         )
-    split, families = item_split(index, items, config.test_size, config.split_seed, config.stratify)
+    split, families, items = item_split(
+        index, items, config.test_size, config.split_seed, config.stratify, config.split_file
+    )
 
     # Pair embeddings E[p, n, j, k] of item items[n], image j, caption k at layer position p.
     P = len(positions)
@@ -195,13 +207,14 @@ def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[
     rows_out = score_rows(scores, group_fields, base)
     cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()}
     manifest = build_manifest(
-        NAME, VERSION, cfg, {"cache": index.provenance}, seeds=seeds,
+        NAME, VERSION, cfg, {"cache": index.provenance, **split_file_input(config.split_file)}, seeds=seeds,
         extra={
             "model": model, "streams": streams, "modes": list(modes),
             "layer_positions": [{s: pos[s] for s in streams} for pos in positions],
             "split": {"train": [index.item_ids[items[i]] for i in split.train],
                       "test": [index.item_ids[items[i]] for i in split.test],
-                      "seed": split.seed, "stratified_on": families, "strata": split.strata},
+                      "seed": split.seed, "stratified_on": families, "strata": split.strata,
+                      "source": str(config.split_file) if config.split_file else "seeded stratified split"},
             "control_flipped_items": {str(s): [index.item_ids[items[i]] for i in f] for s, f in flips.items()},
             "units": {"accuracy": "percent of examples"},
             "labels": "1 when option 1 is the mismatched pair; prediction = logit > 0",

@@ -38,7 +38,13 @@ from vlprobe.experiments.cache_features import (
     resolve_stream,
     row_lookup,
 )
-from vlprobe.experiments.mlp_runs import MLPSettings, item_split, score_rows, train_target_control
+from vlprobe.experiments.mlp_runs import (
+    MLPSettings,
+    item_split,
+    score_rows,
+    split_file_input,
+    train_target_control,
+)
 from vlprobe.experiments.outputs import build_manifest, write_results
 from vlprobe.experiments.summary import summarize, write_summary_csv
 
@@ -61,7 +67,7 @@ class VariantProbeConfig:
     seeds : int
     draws : int
         Examples per item and (caption, order) combination (4 combinations).
-    test_size, split_seed, stratify : as in task adaptation.
+    test_size, split_seed, stratify, split_file : as in task adaptation.
     depth, width, lr, epochs, batch_size, device : MLP settings.
     """
 
@@ -75,6 +81,7 @@ class VariantProbeConfig:
     test_size: int | float = 0.25
     split_seed: int = 0
     stratify: tuple[str, ...] | None = None
+    split_file: Path | None = None
     depth: int = 3
     width: int = 1024
     lr: float = 5e-5
@@ -161,7 +168,9 @@ def run_variant_probe(config: VariantProbeConfig) -> tuple[Path, Path, list[dict
             f"cache: the variant probe needs at least 2 items whose two captions both have a variant; "
             f"{Path(config.cache).name} has {len(items)}"
         )
-    split, families = item_split(index, items, config.test_size, config.split_seed, config.stratify)
+    split, families, items = item_split(
+        index, items, config.test_size, config.split_seed, config.stratify, config.split_file
+    )
     texts, image, labels, example_items = variant_examples(
         index.families, index.item_images, items, config.draws, config.split_seed
     )
@@ -183,13 +192,14 @@ def run_variant_probe(config: VariantProbeConfig) -> tuple[Path, Path, list[dict
     rows_out = score_rows(scores, [{"layer": layer} for layer in layers], base)
     cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()}
     manifest = build_manifest(
-        NAME, VERSION, cfg, {"cache": index.provenance}, seeds=seeds,
+        NAME, VERSION, cfg, {"cache": index.provenance, **split_file_input(config.split_file)}, seeds=seeds,
         extra={
             "model": model, "stream": stream, "modality": modality, "layers": layers,
             "n_examples": len(labels), "skipped_items": skipped,
             "split": {"train": [index.item_ids[items[i]] for i in split.train],
                       "test": [index.item_ids[items[i]] for i in split.test],
-                      "seed": split.seed, "stratified_on": families, "strata": split.strata},
+                      "seed": split.seed, "stratified_on": families, "strata": split.strata,
+                      "source": str(config.split_file) if config.split_file else "seeded stratified split"},
             "control_flipped_items": {str(s): [index.item_ids[items[i]] for i in f] for s, f in flips.items()},
             "units": {"accuracy": "percent of examples"},
             "labels": "0 when option 1 is the paraphrase of the reference, 1 when option 2 is; prediction = logit > 0",
