@@ -62,7 +62,10 @@ def test_planted_layer_is_separable_and_noise_layers_sit_at_the_control(dual: Pa
 def test_pair_streams_are_conditioned_on_each_image(cross: Path, tmp_path: Path) -> None:
     csv_path, _, rows = run_separability(SeparabilityConfig(cache=cross, out=tmp_path, seeds=1))
     assert {r["stream"] for r in rows} == {"lang", "vision"}  # every pair stream by default
-    assert {r["subset"] for r in rows} == {"all", "image=0", "image=1"}
+    tags = {"collapsed_tag=Object", "collapsed_tag=Relation", "collapsed_tag=Both"}
+    assert {r["subset"] for r in rows} == {"all", "image=0", "image=1", *tags}
+    n_tag = {r["subset"]: r["n"] for r in rows if r["subset"] in tags}
+    assert sum(n_tag.values()) == 2 * PLANTED["n_items"]  # each case has one collapsed tag
     sep = by(rows, metric="separable", subset="all")
     for stream in ("lang", "vision"):
         assert sep[(stream, SIGNAL, "target", None)] == 100.0
@@ -112,6 +115,8 @@ def test_cli_on_the_tiny_clip_cache_and_plot(reference_cache: Path, tmp_path: Pa
     csv_path = tmp_path / "separability" / "clip.csv"
     rows = read(csv_path)
     assert {r["stream"] for r in rows} == {"text"} and {r["task"] for r in rows} == {"target", "control"}
+    subsets = {r["subset"] for r in rows}
+    assert {"all", "wwh=NoTag", "collapsed_tag=Object"} <= subsets  # per-tag subsets of the synthetic data
     plot = runner.invoke(app, ["plot", str(csv_path), "--out", str(tmp_path / "fig.png")])
     assert plot.exit_code == 0, plot.output
     assert (tmp_path / "fig.png").stat().st_size > 0 and (tmp_path / "fig.pdf").stat().st_size > 0

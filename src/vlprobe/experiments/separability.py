@@ -30,6 +30,7 @@ the results do not depend on ``jobs``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,8 @@ __all__ = ["Case", "SeparabilityConfig", "fit_cases", "run_separability", "separ
 NAME = "separability"
 VERSION = 1
 PROBE = "linear-separability"
+#: Tag families reported as subsets (when every item has them).
+TAG_FAMILIES = ("collapsed_tag", "wwh")
 
 
 @dataclass(frozen=True)
@@ -184,7 +187,7 @@ def run_separability(config: SeparabilityConfig) -> tuple[Path, Path, list[dict[
             per_layer = _fit_layers(states, cases, seeds, params, config.jobs)
             base = {"experiment": NAME, "model": model, "stream": stream, "pooling": config.pooling,
                     "probe": PROBE, "split": "train"}
-            _rows(per_layer, layers, cases, seeds, modality, base, rows, item_rows)
+            _rows(per_layer, layers, cases, seeds, modality, index.item_tags, base, rows, item_rows)
 
     cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()}
     manifest = build_manifest(
@@ -230,15 +233,36 @@ def _fit_layers(
     return per_layer
 
 
+def tag_subsets(tags: Sequence[dict[str, list[str]]]) -> dict[str, np.ndarray]:
+    """Case masks per tag: ``collapsed_tag=<v>`` and ``wwh=<tag>`` / ``wwh=NoTag`` where present.
+
+    Parameters
+    ----------
+    tags : sequence of dict
+        Tag families of each case's item.
+    """
+    out: dict[str, np.ndarray] = {}
+    for family in TAG_FAMILIES:
+        if not tags or not all(family in t for t in tags):
+            continue
+        for value in sorted({v for t in tags for v in t[family]}):
+            out[f"{family}={value}"] = np.array([value in t[family] for t in tags])
+        if family == "wwh":
+            out["wwh=NoTag"] = np.array([not t[family] for t in tags])
+    return out
+
+
 def _rows(
     per_layer: np.ndarray, layers: list[int | None], cases: list[Case], seeds: list[int], modality: str,
-    base: dict[str, Any], rows: list[dict[str, Any]], item_rows: list[dict[str, Any]],
+    item_tags: list[dict[str, list[str]]], base: dict[str, Any], rows: list[dict[str, Any]],
+    item_rows: list[dict[str, Any]],
 ) -> None:
     """Append the tidy per-layer rows and per-case rows of one stream."""
     subsets: dict[str, np.ndarray] = {"all": np.ones(len(cases), bool)}
     if modality == "pair":
         for j in sorted({c.image for c in cases}):
             subsets[f"image={j}"] = np.array([c.image == j for c in cases])
+    subsets.update(tag_subsets([item_tags[c.item] for c in cases]))
     runs = [("target", None)] + [("control", s) for s in seeds]
     for li, layer in enumerate(layers):
         lrow = {**base, "layer": layer}
