@@ -20,9 +20,11 @@ from vlprobe.extract.cache import ActivationCache
 from vlprobe.layers import parse_layers
 
 __all__ = [
+    "DEFAULT_STRATIFY",
     "POOLINGS",
     "SCALINGS",
     "CacheIndex",
+    "cache_path",
     "check_seeds",
     "load_index",
     "load_states",
@@ -174,8 +176,10 @@ def load_states(cache: ActivationCache, stream: str, pooling: str, layers: Seque
     if pooling == "pooled":
         return np.asarray(cache.states(stream, "pooled"), dtype=np.float32)[:, None, :]
     stored = cache.layers(stream)
-    full = cache.states(stream, pooling)
-    return np.ascontiguousarray(full[:, [stored.index(int(x)) for x in layers], :], dtype=np.float32)  # type: ignore[arg-type]
+    if [int(x) for x in layers] == stored:  # type: ignore[arg-type]
+        return np.ascontiguousarray(cache.states(stream, pooling), dtype=np.float32)
+    # A subset: one read per layer, so a few layers of a large cache never load all of it.
+    return np.stack([np.asarray(cache.states(stream, pooling, int(x)), dtype=np.float32) for x in layers], axis=1)  # type: ignore[arg-type]
 
 
 def scale_states(states: np.ndarray, mode: str) -> np.ndarray:
