@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from joblib import Parallel, delayed
 
 from vlprobe.experiments.separability import SeparabilityConfig, run_separability
 from vlprobe.extract.arrays import planted_cache
@@ -59,6 +60,28 @@ def bench_mlp(args: argparse.Namespace) -> None:
     print(f"  speed-up: {loop / batched:.1f}x   (max |logit difference| batched vs loop: {diff:.1e})")
 
 
+def _spin(n: int) -> int:
+    total = 0
+    for i in range(n):
+        total += i * i
+    return total
+
+
+def parallel_capacity(jobs: int) -> float:
+    """Speed-up of the same pure-Python work on ``jobs`` joblib workers: what the machine allows."""
+    work = [3_000_000] * (2 * jobs)
+    t0 = time.perf_counter()
+    for n in work:
+        _spin(n)
+    sequential = time.perf_counter() - t0
+    with Parallel(n_jobs=jobs) as par:
+        par(delayed(_spin)(10) for _ in range(jobs))  # start the workers first
+        t0 = time.perf_counter()
+        par(delayed(_spin)(n) for n in work)
+        parallel = time.perf_counter() - t0
+    return sequential / parallel
+
+
 def bench_svc(args: argparse.Namespace, root: Path) -> None:
     cache = planted_cache(root / "sep.h5", n_items=args.items, n_variants=7, n_layers=args.layers,
                           signal_layer=args.layers // 2, hidden=args.svc_dim, seed=0)
@@ -75,6 +98,8 @@ def bench_svc(args: argparse.Namespace, root: Path) -> None:
     parallel = time.perf_counter() - t0
     print(f"  parallel (jobs={args.jobs}):      {parallel:8.2f} s (includes starting the workers)")
     print(f"  speed-up: {sequential / parallel:.2f}x   identical results: {seq == par}")
+    print(f"  (this machine's own parallel capacity, a pure-Python loop on {args.jobs} workers: "
+          f"{parallel_capacity(args.jobs):.2f}x)")
 
 
 def main() -> None:
