@@ -112,3 +112,22 @@ def test_probe_bad_hyperparameters() -> None:
 
 def test_registered_under_probes() -> None:
     assert PROBES.get("mlp") is MLPProbe
+
+
+def test_planted_rule_versus_item_level_control() -> None:
+    """Four examples per item; the control flips every label of half the items on each side."""
+    from vlprobe.probes.splits import control_flips, flip_labels, stratified_item_split
+
+    rng = np.random.default_rng(2)
+    n_items = 120
+    X = rng.normal(size=(n_items * 4, 6)).astype(np.float32)
+    y = ((X[:, 0] > 0) ^ (X[:, 1] > 0)).astype(int)
+    items = np.repeat(np.arange(n_items), 4)
+    split = stratified_item_split(["x"] * n_items, seed=0)
+    train, test = np.isin(items, split.train), np.isin(items, split.test)
+    y_control = flip_labels(y, items, control_flips(split, seed=0))
+    hp = {"depth": 3, "width": 32, "lr": 1e-2, "epochs": 60, "batch_size": 32, "random_state": 0}
+    target = MLPProbe(**hp).fit(X[train], y[train]).score(X[test], y[test])
+    control = MLPProbe(**hp).fit(X[train], y_control[train]).score(X[test], y_control[test])
+    assert target > 0.85
+    assert 0.3 <= control <= 0.7
