@@ -32,12 +32,15 @@ demo: $(STAMP)  ## synthetic Winoground + tiny random CLIP: extract, inspect, sc
 	HF_HUB_OFFLINE=1 $(PROBE) cache info $(DEMO)/clip.h5
 	HF_HUB_OFFLINE=1 $(PROBE) run winoground-scores --cache $(DEMO)/clip.h5 --out $(DEMO)/results
 	HF_HUB_OFFLINE=1 $(PROBE) run recall --cache $(DEMO)/clip.h5 --out $(DEMO)/results
+	HF_HUB_OFFLINE=1 $(PROBE) run separability --cache $(DEMO)/clip.h5 --out $(DEMO)/results --seeds 3
+	HF_HUB_OFFLINE=1 $(PROBE) plot $(DEMO)/results/separability/clip.csv --out $(DEMO)/results/separability/clip.png
 	@echo
 	@echo "demo outputs in $(DEMO)/:"
 	@echo "  data/        synthetic Winoground-format dataset (examples.jsonl, images/, variants.jsonl, tags)"
 	@echo "  tiny-clip/   tiny random CLIP checkpoint (Hugging Face format)"
 	@echo "  clip.h5      activation cache: text and image states per layer (cls, mean, max), scores"
 	@echo "  results/     winoground-scores/ and recall/: tidy CSV per model + manifest.json"
+	@echo "               separability/: tidy, per-item and summary CSVs, manifest.json, clip.png + clip.pdf"
 	@echo "(random weights: the numbers exercise the pipeline, they mean nothing)"
 
 test: $(STAMP)  ## run the whole test suite offline
@@ -54,6 +57,7 @@ bench: $(STAMP)  ## performance ratios (printed, not asserted)
 	$(PY) benchmarks/bench_regions.py
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/metrics.py
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/pairs.py
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/probes.py
 
 clean:  ## remove the venv and outputs
 	rm -rf $(VENV) out .pytest_cache

@@ -523,6 +523,154 @@ def data_info(
     total, kept = sum(r.items for r in reports), sum(r.kept for r in reports)
     typer.echo(f"{'total':<22} {total:>6} {kept:>6}")
 
+# --- probing experiments and plots (issue 4) -------------------------------------------------
+
+
+def _test_size(text: str) -> int | float:
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"test_size must be a number of items (100) or a fraction (0.25), got {text!r}") from None
+
+
+def _names(text: str | None) -> tuple[str, ...] | None:
+    return tuple(x.strip() for x in text.split(",") if x.strip()) if text else None
+
+
+def _print_summary(summary: list[dict[str, Any]], metric: str, split: str, path: Path) -> None:
+    for rec in summary:
+        if rec["metric"] == metric and rec["split"] == split and rec["subset"] in ("all", "text-score", "image-score"):
+            sub = "" if rec["subset"] == "all" else f" {rec['subset']:<12}"
+            typer.echo(
+                f"{rec['stream']:<12} layer {rec['layer'] or '-':>3}{sub} {metric} ({split}): target "
+                f"{rec['target_mean']:6.2f}  control {rec['control_mean']:6.2f} "
+                f"[{rec['control_min']:.2f}, {rec['control_max']:.2f}]  selectivity {rec['selectivity']:6.2f}"
+            )
+    typer.echo(f"wrote {path}, {path.with_name(path.stem + '.summary.csv').name} and manifest.json")
+
+
+@run_app.command("separability")
+@guarded
+def run_separability_cmd(
+    cache: Annotated[Path, typer.Option(help="A vlprobe cache with caption variants.")],
+    out: Annotated[Path, typer.Option(help="Results folder; writes OUT/separability/<model>*.csv.")],
+    stream: Annotated[
+        str | None, typer.Option(help="Comma-separated text or pair streams (default: text, else all such).")
+    ] = None,
+    pooling: Annotated[str, typer.Option(help="cls, mean, max or pooled.")] = "cls",
+    layers: Annotated[str, typer.Option(help="all (stored) | 0,4,-1 | 2:6")] = "all",
+    scale: Annotated[str, typer.Option(help="Feature scaling: none or standard (per layer).")] = "none",
+    seeds: Annotated[int, typer.Option(help="Number of control shuffles (seeds 0..N-1).")] = 3,
+    c: Annotated[float, typer.Option("--C", help="SVM C.")] = 100.0,
+    max_iter: Annotated[int, typer.Option(help="SVM iterations.")] = 100_000,
+    loss: Annotated[str, typer.Option(help="hinge or squared_hinge.")] = "hinge",
+    jobs: Annotated[int, typer.Option(help="Parallel workers (-1: all cores).")] = 1,
+    model: Annotated[str | None, typer.Option(help="Model name in the outputs (default: the cache's).")] = None,
+) -> None:
+    """Per-item linear separability of caption-0 vs caption-1 variants, per layer, vs control."""
+    from vlprobe.experiments.separability import SeparabilityConfig, run_separability
+    from vlprobe.experiments.summary import summarize
+
+    csv_path, _, rows = run_separability(SeparabilityConfig(
+        cache=cache, out=out, streams=_names(stream), pooling=pooling, layers=layers, scale=scale, seeds=seeds,
+        C=c, max_iter=max_iter, loss=loss, jobs=jobs, model=model,
+    ))
+    _print_summary(summarize(rows), "separable", "train", csv_path)
+
+
+@run_app.command("task-adaptation")
+@guarded
+def run_task_adaptation_cmd(
+    cache: Annotated[Path, typer.Option(help="A vlprobe cache of Winoground.")],
+    out: Annotated[Path, typer.Option(help="Results folder; writes OUT/task-adaptation/<model>*.csv.")],
+    mode: Annotated[str, typer.Option(help="text, image or both (text-score / image-score examples).")] = "both",
+    pooling: Annotated[str, typer.Option(help="pooled, cls, mean or max.")] = "pooled",
+    layers: Annotated[str, typer.Option(help="all | 0,4,-1 | 2:6 | lang=all;vision=-1 (ignored for pooled)")] = "all",
+    streams: Annotated[str | None, typer.Option(help="Comma-separated streams to concatenate (default: all).")] = None,
+    seeds: Annotated[int, typer.Option(help="Number of seeds (0..N-1).")] = 11,
+    test_size: Annotated[str, typer.Option(help="Test items: a count (100) or a fraction (0.25).")] = "0.25",
+    split_seed: Annotated[int, typer.Option(help="Seed of the item split.")] = 0,
+    stratify: Annotated[str | None, typer.Option(help="Tag families to stratify on (default: collapsed_tag,num_main_preds).")] = None,
+    split_file: Annotated[
+        Path | None, typer.Option(help='JSON {"train": [ids], "test": [ids]} instead of a seeded split.')
+    ] = None,
+    depth: Annotated[int, typer.Option(help="Linear layers of the MLP.")] = 4,
+    width: Annotated[int, typer.Option(help="Hidden width.")] = 1024,
+    lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 1e-4,
+    epochs: Annotated[int, typer.Option(help="Training epochs.")] = 200,
+    batch_size: Annotated[int, typer.Option(help="Batch size.")] = 200,
+    device: Annotated[str, typer.Option(help="cpu, cuda, cuda:N or auto.")] = "auto",
+    model: Annotated[str | None, typer.Option(help="Model name in the outputs (default: the cache's).")] = None,
+) -> None:
+    """MLP on fused pair embeddings (paper §3.2): target vs flipped-item control over seeds."""
+    from vlprobe.experiments.summary import summarize
+    from vlprobe.experiments.task_adaptation import TaskAdaptationConfig, run_task_adaptation
+
+    csv_path, _, rows = run_task_adaptation(TaskAdaptationConfig(
+        cache=cache, out=out, mode=mode, streams=_names(streams), pooling=pooling, layers=layers, seeds=seeds,
+        test_size=_test_size(test_size), split_seed=split_seed, stratify=_names(stratify),
+        split_file=split_file, depth=depth,
+        width=width, lr=lr, epochs=epochs, batch_size=batch_size, device=device, model=model,
+    ))
+    _print_summary(summarize(rows), "accuracy", "test", csv_path)
+
+
+@run_app.command("variant-probe")
+@guarded
+def run_variant_probe_cmd(
+    cache: Annotated[Path, typer.Option(help="A vlprobe cache with caption variants.")],
+    out: Annotated[Path, typer.Option(help="Results folder; writes OUT/variant-probe/<model>*.csv.")],
+    stream: Annotated[str | None, typer.Option(help="Stream of texts or pairs (default: text, else the first).")] = None,
+    pooling: Annotated[str, typer.Option(help="cls, mean, max or pooled.")] = "cls",
+    layers: Annotated[str, typer.Option(help="all (stored) | 0,4,-1 | 2:6")] = "all",
+    seeds: Annotated[int, typer.Option(help="Number of seeds (0..N-1).")] = 11,
+    draws: Annotated[int, typer.Option(help="Examples per item and (caption, order).")] = 4,
+    test_size: Annotated[str, typer.Option(help="Test items: a count (100) or a fraction (0.25).")] = "0.25",
+    split_seed: Annotated[int, typer.Option(help="Seed of the item split and of the examples.")] = 0,
+    stratify: Annotated[str | None, typer.Option(help="Tag families to stratify on (default: collapsed_tag,num_main_preds).")] = None,
+    split_file: Annotated[
+        Path | None, typer.Option(help='JSON {"train": [ids], "test": [ids]} instead of a seeded split.')
+    ] = None,
+    depth: Annotated[int, typer.Option(help="Linear layers of the MLP.")] = 3,
+    width: Annotated[int, typer.Option(help="Hidden width.")] = 1024,
+    lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 5e-5,
+    epochs: Annotated[int, typer.Option(help="Training epochs.")] = 200,
+    batch_size: Annotated[int, typer.Option(help="Batch size.")] = 128,
+    device: Annotated[str, typer.Option(help="cpu, cuda, cuda:N or auto.")] = "auto",
+    model: Annotated[str | None, typer.Option(help="Model name in the outputs (default: the cache's).")] = None,
+) -> None:
+    """MLP over (reference, option 1, option 2) variants (paper §5.3), per layer, vs control."""
+    from vlprobe.experiments.summary import summarize
+    from vlprobe.experiments.variant_probe import VariantProbeConfig, run_variant_probe
+
+    csv_path, _, rows = run_variant_probe(VariantProbeConfig(
+        cache=cache, out=out, stream=stream, pooling=pooling, layers=layers, seeds=seeds, draws=draws,
+        test_size=_test_size(test_size), split_seed=split_seed, stratify=_names(stratify),
+        split_file=split_file, depth=depth,
+        width=width, lr=lr, epochs=epochs, batch_size=batch_size, device=device, model=model,
+    ))
+    _print_summary(summarize(rows), "accuracy", "test", csv_path)
+
+
+@app.command("plot")
+@guarded
+def plot_cmd(
+    csv: Annotated[Path, typer.Argument(help="A tidy results CSV (OUT/<experiment>/<model>.csv).")],
+    out: Annotated[Path, typer.Option(help="Figure to write (.png; a .pdf is written beside it).")],
+    metric: Annotated[str | None, typer.Option(help="Metric to draw (default: separable or accuracy).")] = None,
+    split: Annotated[str | None, typer.Option(help="Split to draw (default: test if present).")] = None,
+    title: Annotated[str | None, typer.Option(help="Figure title.")] = None,
+) -> None:
+    """Draw target vs control per layer with the min-max band over seeds (PNG and PDF)."""
+    from vlprobe.experiments.plots import plot_results
+
+    paths = plot_results(csv, out, metric=metric, split=split, title=title)
+    typer.echo("wrote " + " and ".join(str(p) for p in paths))
+
 
 def main() -> None:
     """Console-script entry point."""

@@ -181,3 +181,25 @@ MODELS.register(
     "uniter", "vlprobe.extract.uniter_adapter:UniterAdapter",
     help="UNITER cross-encoder (official .pt + config JSON) with region features; streams text, image",
 )
+
+# Probes and probing experiments (issue 4).
+PROBES.register(
+    "linear-separability", "vlprobe.probes.linear:LinearSeparabilityProbe",
+    help="Linear SVM (C=100); separable_ = training accuracy 1.0, margin_ = 2/||w||",
+)
+PROBES.register(
+    "mlp", "vlprobe.probes.mlp:MLPProbe",
+    help="Binary MLP probe (torch): BCE on logits, Adam, predictions from logits > 0",
+)
+EXPERIMENTS.register(
+    "separability", "vlprobe.experiments.separability:run_separability",
+    help="Per-item linear separability of caption-0 vs caption-1 variants per layer, vs a shuffled control",
+)
+EXPERIMENTS.register(
+    "task-adaptation", "vlprobe.experiments.task_adaptation:run_task_adaptation",
+    help="MLP on fused pair embeddings (text-/image-score), item split, flipped-item control, seeds",
+)
+EXPERIMENTS.register(
+    "variant-probe", "vlprobe.experiments.variant_probe:run_variant_probe",
+    help="MLP picks which of two options paraphrases a reference caption, per layer, with control",
+)

@@ -1,1 +1,36 @@
-"""Probes as scikit-learn estimators, splits and control tasks."""
+"""Probes as scikit-learn estimators, splits and control tasks.
+
+``LinearSeparabilityProbe`` (:mod:`.linear`), ``MLPProbe`` and the batched
+``fit_mlp_ensemble`` (:mod:`.mlp`), item-level splits and control tasks (:mod:`.splits`).
+Names are imported on first use, so ``import vlprobe.probes.splits`` does not load torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = [
+    "ItemSplit",
+    "LinearSeparabilityProbe",
+    "MLPEnsemble",
+    "MLPProbe",
+    "control_flips",
+    "fit_mlp_ensemble",
+    "flip_labels",
+    "selectivity",
+    "stratified_item_split",
+]
+
+_WHERE = {
+    "LinearSeparabilityProbe": "linear",
+    "MLPProbe": "mlp", "MLPEnsemble": "mlp", "fit_mlp_ensemble": "mlp",
+    "ItemSplit": "splits", "control_flips": "splits", "flip_labels": "splits",
+    "selectivity": "splits", "stratified_item_split": "splits",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,235 @@
+"""What the probing experiments read from a cache: index tables, caption families, states.
+
+A *caption family* is an original caption and its variants (texts whose ``/texts/parent`` is
+that caption). Captions are numbered within their item in table order (Winoground: caption 0
+and caption 1). A stream's rows are texts, images or (image, text) pairs; the helpers here find
+the rows of a text, an image or a pair whatever the stream's modality.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vlprobe.extract.cache import ActivationCache
+from vlprobe.layers import parse_layers
+
+__all__ = [
+    "DEFAULT_STRATIFY",
+    "POOLINGS",
+    "SCALINGS",
+    "CacheIndex",
+    "cache_path",
+    "check_seeds",
+    "load_index",
+    "load_states",
+    "resolve_layers",
+    "resolve_stream",
+    "row_lookup",
+    "scale_states",
+    "stratum_keys",
+]
+
+POOLINGS = ("cls", "mean", "max", "pooled")
+SCALINGS = ("none", "standard")
+#: Tag families a split is stratified on by default, when the items carry them (Winoground).
+DEFAULT_STRATIFY = ("collapsed_tag", "num_main_preds")
+
+
+@dataclass(frozen=True)
+class CacheIndex:
+    """The index tables of a cache, arranged for the experiments.
+
+    Attributes
+    ----------
+    model : str
+    item_ids : list of str
+    item_tags : list of dict
+    image_item : ndarray, shape (n_images,)
+    text_item : ndarray, shape (n_texts,)
+    text_parent : ndarray, shape (n_texts,)
+    text_caption : ndarray, shape (n_texts,)
+        Caption number within the item of the text's original caption (0, 1, ...).
+    item_images : list of ndarray
+        Image rows per item, in table order.
+    families : list of list of ndarray
+        ``families[item][k]``: text rows of caption ``k`` of ``item``, original first.
+    n_variants : int
+        Texts with a parent.
+    provenance : dict
+    """
+
+    model: str
+    item_ids: list[str]
+    item_tags: list[dict[str, list[str]]]
+    image_item: np.ndarray
+    text_item: np.ndarray
+    text_parent: np.ndarray
+    text_caption: np.ndarray
+    item_images: list[np.ndarray]
+    families: list[list[np.ndarray]]
+    n_variants: int
+    provenance: dict[str, Any]
+
+
+def load_index(cache: ActivationCache) -> CacheIndex:
+    """Read the index tables of an open cache."""
+    items, images, texts = cache.table("items"), cache.table("images"), cache.table("texts")
+    n_items = len(items["id"])
+    image_item = np.asarray(images["item"], dtype=np.int64)
+    text_item = np.asarray(texts["item"], dtype=np.int64)
+    parent = np.asarray(texts["parent"], dtype=np.int64)
+    caption = np.full(len(parent), -1, dtype=np.int64)
+    originals = np.flatnonzero(parent < 0)
+    seen = np.zeros(n_items, dtype=np.int64)
+    for r in originals:
+        caption[r] = seen[text_item[r]]
+        seen[text_item[r]] += 1
+    variants = parent >= 0
+    caption[variants] = caption[parent[variants]]
+    families: list[list[np.ndarray]] = [[] for _ in range(n_items)]
+    for i in range(n_items):
+        for k in range(int(seen[i])):
+            rows = np.flatnonzero((text_item == i) & (caption == k))
+            families[i].append(np.concatenate([rows[parent[rows] < 0], rows[parent[rows] >= 0]]))
+    return CacheIndex(
+        model=cache.header.model,
+        item_ids=[str(x) for x in items["id"]],
+        item_tags=[json.loads(str(t)) for t in items["tags"]],
+        image_item=image_item,
+        text_item=text_item,
+        text_parent=parent,
+        text_caption=caption,
+        item_images=[np.flatnonzero(image_item == i) for i in range(n_items)],
+        families=families,
+        n_variants=int(variants.sum()),
+        provenance=cache.provenance(),
+    )
+
+
+def check_seeds(seeds: int, name: str = "seeds") -> list[int]:
+    """``seeds`` (a count >= 1) -> ``[0, 1, ..., seeds - 1]``."""
+    if not isinstance(seeds, (int, np.integer)) or isinstance(seeds, bool) or seeds < 1:
+        raise ValueError(f"{name} must be a positive integer (the number of seeds), got {seeds!r}")
+    return list(range(int(seeds)))
+
+
+def resolve_stream(cache: ActivationCache, stream: str | None, modalities: Sequence[str], *, param: str = "stream") -> str:
+    """The stream to read: ``stream``, or the first stream whose modality is in ``modalities``."""
+    info = {s: str(cache.f[f"streams/{s}"].attrs["modality"]) for s in cache.streams}
+    if stream is None:
+        for s, m in info.items():
+            if m in modalities and s == "text":
+                return s
+        for s, m in info.items():
+            if m in modalities:
+                return s
+        raise ValueError(
+            f"cache {cache.path.name} has no stream of modality {' or '.join(modalities)} "
+            f"(streams: {', '.join(f'{s} ({m})' for s, m in info.items()) or 'none'})"
+        )
+    if stream not in info:
+        raise ValueError(
+            f"{param}: stream {stream!r} is not in {cache.path.name} (streams: {', '.join(info) or 'none'})"
+        )
+    if info[stream] not in modalities:
+        raise ValueError(
+            f"{param}: stream {stream!r} holds {info[stream]} rows; this experiment needs "
+            f"{' or '.join(modalities)} rows"
+        )
+    return stream
+
+
+def resolve_layers(cache: ActivationCache, stream: str, pooling: str, spec: str) -> list[int | None]:
+    """Model layer numbers to read (``[None]`` for ``pooled``, which has no layer axis).
+
+    ``all`` means every stored layer; other specs (``0,4,-1``, ``2:6``) count the model's layers
+    and each chosen layer must be stored.
+    """
+    if pooling not in POOLINGS:
+        raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+    if pooling not in cache.poolings(stream):
+        raise ValueError(
+            f"pooling {pooling!r} is not in stream {stream!r} of {cache.path.name} "
+            f"(has {', '.join(cache.poolings(stream)) or 'none'})"
+        )
+    if pooling == "pooled":
+        return [None]
+    stored = cache.layers(stream)
+    if spec.strip().lower() in ("all", "*"):
+        return list(stored)
+    n_model = len(json.loads(str(cache.f[f"streams/{stream}"].attrs["layer_kinds"])))
+    chosen = parse_layers(spec, n_model, param=f"layers[{stream}]")
+    missing = [layer for layer in chosen if layer not in stored]
+    if missing:
+        raise ValueError(f"layers: layer(s) {missing} of stream {stream!r} are not stored in {cache.path.name} (stored: {stored})")
+    return chosen
+
+
+def load_states(cache: ActivationCache, stream: str, pooling: str, layers: Sequence[int | None]) -> np.ndarray:
+    """States of every row of ``stream`` at ``layers``, float32, shape (R, len(layers), H)."""
+    if pooling == "pooled":
+        return np.asarray(cache.states(stream, "pooled"), dtype=np.float32)[:, None, :]
+    stored = cache.layers(stream)
+    if [int(x) for x in layers] == stored:  # type: ignore[arg-type]
+        return np.ascontiguousarray(cache.states(stream, pooling), dtype=np.float32)
+    # A subset: one read per layer, so a few layers of a large cache never load all of it.
+    return np.stack([np.asarray(cache.states(stream, pooling, int(x)), dtype=np.float32) for x in layers], axis=1)  # type: ignore[arg-type]
+
+
+def scale_states(states: np.ndarray, mode: str) -> np.ndarray:
+    """``none``, or ``standard``: per layer and dimension, zero mean and unit variance over rows.
+
+    Parameters
+    ----------
+    states : ndarray, shape (R, L, H)
+    """
+    if mode not in SCALINGS:
+        raise ValueError(f"scale must be one of {', '.join(SCALINGS)}, got {mode!r}")
+    if mode == "none":
+        return states
+    mean = states.mean(axis=0, keepdims=True)
+    std = states.std(axis=0, keepdims=True)
+    return ((states - mean) / np.where(std > 0, std, 1.0)).astype(np.float32)
+
+
+def row_lookup(cache: ActivationCache, stream: str) -> tuple[str, dict[tuple[int, int], int]]:
+    """The stream's modality and a map (image row, text row) -> row of the stream's states.
+
+    Text rows have image -1, image rows text -1.
+    """
+    modality = str(cache.f[f"streams/{stream}"].attrs["modality"])
+    rows = cache.rows(stream)
+    lookup = {(int(i), int(t)): r for r, (i, t) in enumerate(zip(rows["image"], rows["text"], strict=True))}
+    return modality, lookup
+
+
+def stratum_keys(index: CacheIndex, items: Sequence[int], families: Sequence[str] | None = None) -> tuple[list[str], list[str]]:
+    """One stratification key per item, and the tag families used.
+
+    Default families: ``collapsed_tag`` and ``num_main_preds`` where every item has them
+    (Winoground), else none (one stratum).
+    """
+    tags = [index.item_tags[i] for i in items]
+    if families is None:
+        families = [f for f in DEFAULT_STRATIFY if tags and all(f in t for t in tags)]
+    else:
+        missing = [f for f in families if not all(f in t for t in tags)]
+        if missing:
+            known = sorted({f for t in tags for f in t})
+            raise ValueError(f"stratify: tag family {missing[0]!r} is missing from some items (families: {known})")
+    keys = ["|".join(f"{f}={','.join(sorted(t.get(f, [])))}" for f in families) or "all" for t in tags]
+    return keys, list(families)
+
+
+def cache_path(path: Path | str) -> Path:
+    """``path`` as a Path, checked to exist (a clear error before h5py's)."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"cache: no such file {str(p)!r}")
+    return p

@@ -1,0 +1,193 @@
+"""Target and control MLP probes over seeds and feature groups, trained as one batched model.
+
+Shared by the task-adaptation (§3.2) and variant-probe (§5.3) experiments: given G feature groups
+(layers, modes) of the same examples, an item-level split and seeds, it trains for every group and
+seed one probe on the target labels and one on the control labels (the labels of ``n // 2``
+items of each split side flipped, drawn per seed by :func:`~vlprobe.probes.splits.control_flips`)
+with :func:`~vlprobe.probes.mlp.fit_mlp_ensemble`, and scores each on train and test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vlprobe.probes.mlp import fit_mlp_ensemble, mlp_dims
+from vlprobe.probes.splits import ItemSplit, control_flips, flip_labels
+
+__all__ = ["MLPSettings", "ProbeScore", "train_target_control"]
+
+
+@dataclass(frozen=True)
+class MLPSettings:
+    """Hyperparameters of the MLP probes (see :class:`~vlprobe.probes.MLPProbe`)."""
+
+    depth: int
+    width: int
+    lr: float
+    epochs: int
+    batch_size: int
+    device: str = "cpu"
+
+    def check(self) -> None:
+        mlp_dims(1, self.depth, self.width)
+        if not isinstance(self.epochs, int) or isinstance(self.epochs, bool) or self.epochs < 1:
+            raise ValueError(f"epochs must be a positive integer, got {self.epochs!r}")
+        if not isinstance(self.batch_size, int) or isinstance(self.batch_size, bool) or self.batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {self.batch_size!r}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be positive, got {self.lr!r}")
+
+
+@dataclass(frozen=True)
+class ProbeScore:
+    """Accuracy (%) of one trained probe on one split side."""
+
+    group: int
+    task: str
+    seed: int
+    split: str
+    accuracy: float
+    n: int
+
+
+def train_target_control(
+    X: np.ndarray,
+    labels: np.ndarray,
+    example_items: np.ndarray,
+    split: ItemSplit,
+    seeds: Sequence[int],
+    settings: MLPSettings,
+) -> tuple[list[ProbeScore], dict[int, list[int]]]:
+    """Train and score target and control probes for every group and seed.
+
+    Parameters
+    ----------
+    X : ndarray, shape (G, N, D)
+        Features of the N examples under each of G groups.
+    labels : ndarray of {0, 1}, shape (G, N)
+        Target labels per group.
+    example_items : ndarray of int, shape (N,)
+        Item (index into the split's item numbering) of each example.
+    split : ItemSplit
+    seeds : sequence of int
+    settings : MLPSettings
+
+    Returns
+    -------
+    scores : list of ProbeScore
+    flips : dict
+        Seed -> the items its control flipped.
+    """
+    settings.check()
+    G = X.shape[0]
+    train = np.flatnonzero(np.isin(example_items, split.train))
+    test = np.flatnonzero(np.isin(example_items, split.test))
+    flips = {int(s): control_flips(split, int(s)) for s in seeds}
+    runs = [(g, task, int(s)) for g in range(G) for task in ("target", "control") for s in seeds]
+    y = np.stack([
+        labels[g] if task == "target" else flip_labels(labels[g], example_items, flips[s]) for g, task, s in runs
+    ])
+    ens = fit_mlp_ensemble(
+        X[:, train], y[:, train], [s for _, _, s in runs], groups=[g for g, _, _ in runs],
+        depth=settings.depth, width=settings.width, lr=settings.lr, epochs=settings.epochs,
+        batch_size=settings.batch_size, device=settings.device,
+    )
+    scores = []
+    for side, idx in (("train", train), ("test", test)):
+        if not len(idx):
+            continue
+        hit = ens.predict(X[:, idx]) == y[:, idx]
+        for m, (g, task, s) in enumerate(runs):
+            scores.append(ProbeScore(g, task, s, side, float(100 * hit[m].mean()), len(idx)))
+    return scores, {s: f.tolist() for s, f in flips.items()}
+
+
+def score_rows(scores: Sequence[ProbeScore], group_fields: Sequence[dict[str, Any]], base: dict[str, Any]) -> list[dict[str, Any]]:
+    """Tidy rows (metric ``accuracy``) of :func:`train_target_control` scores."""
+    return [
+        {**base, **group_fields[sc.group], "task": sc.task, "seed": sc.seed, "split": sc.split,
+         "metric": "accuracy", "value": sc.accuracy, "n": sc.n}
+        for sc in scores
+    ]
+
+
+def read_split_file(path: str | os.PathLike[str], item_ids: Sequence[str]) -> tuple[list[int], list[int]]:
+    """Item rows of a split file: JSON ``{"train": [...], "test": [...]}``.
+
+    Entries are item ids (``winoground/17``) or Winoground ids (``17``), e.g. the paper's own
+    300/100 lists. Returns the (train, test) item rows.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"split_file: no such file {str(p)!r}")
+    try:
+        obj = json.loads(p.read_text(encoding="utf-8"))
+        sides = [list(obj["train"]), list(obj["test"])]
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        raise ValueError(f'split_file: {p.name} is not JSON of the form {{"train": [ids], "test": [ids]}}') from None
+    row = {iid: r for r, iid in enumerate(item_ids)}
+    out = []
+    for name, ids in zip(("train", "test"), sides, strict=True):
+        rows = []
+        for x in ids:
+            key = f"winoground/{x}" if isinstance(x, int) or (isinstance(x, str) and x.isdigit()) else str(x)
+            if key not in row:
+                raise ValueError(f"split_file: {name} item {x!r} is not in the cache")
+            rows.append(row[key])
+        out.append(rows)
+    if not out[0] or not out[1]:
+        raise ValueError(f"split_file: {p.name} needs non-empty train and test lists")
+    both = set(out[0]) & set(out[1])
+    if both:
+        raise ValueError(f"split_file: item(s) {sorted(item_ids[r] for r in both)[:3]} are on both sides")
+    return out[0], out[1]
+
+
+def split_file_input(path: str | os.PathLike[str] | None) -> dict[str, dict[str, str]]:
+    """The manifest's record of a split file (empty without one)."""
+    if path is None:
+        return {}
+    from vlprobe.provenance import sha256_file
+
+    return {"split_file": {"path": str(path), "sha256": sha256_file(path)}}
+
+
+def item_split(
+    index: Any, items: Sequence[int], test_size: int | float, seed: int, stratify: Sequence[str] | None,
+    split_file: str | os.PathLike[str] | None = None,
+) -> tuple[ItemSplit, list[str], list[int]]:
+    """Item split of ``items``, the tag families it was stratified on, and the items it covers.
+
+    The split numbers items by position in the returned list. With ``split_file`` the lists in
+    the file are used (items outside them are left out); otherwise a seeded split stratified
+    on ``stratify``.
+
+    Parameters
+    ----------
+    index : CacheIndex
+    items : sequence of int
+        Item rows that can give examples.
+    """
+    from vlprobe.experiments.cache_features import stratum_keys
+    from vlprobe.probes.splits import stratified_item_split
+
+    if split_file is not None:
+        train, test = read_split_file(split_file, index.item_ids)
+        usable = set(items)
+        unusable = [index.item_ids[r] for r in [*train, *test] if r not in usable]
+        if unusable:
+            raise ValueError(f"split_file: item(s) {unusable[:3]} cannot give examples (missing captions or variants)")
+        chosen = sorted([*train, *test])
+        pos = {r: n for n, r in enumerate(chosen)}
+        split = ItemSplit(np.array(sorted(pos[r] for r in train)), np.array(sorted(pos[r] for r in test)), -1,
+                          {"split_file": len(chosen)})
+        return split, [], chosen
+    keys, families = stratum_keys(index, items, stratify)
+    return stratified_item_split(keys, test_size=test_size, seed=seed), families, list(items)

@@ -1,0 +1,302 @@
+"""Per-item linear separability of caption variants (``probe run separability``; paper §5.1).
+
+For every item and layer, a :class:`~vlprobe.probes.LinearSeparabilityProbe` (linear SVM,
+``C = 100``) is fitted on the states of caption 0's family (the caption and its variants, label 0)
+against caption 1's family (label 1). The item is *separable* at that layer when the SVM gets every
+training point right; its margin is ``2 / ||w||``. The control fits the same points with their
+labels permuted, one permutation per seed and case drawn from
+``numpy.random.default_rng([seed, item, image + 1])`` (the same across layers).
+
+On a stream of (image, text) pairs (cross-encoders) a *case* is an item conditioned on one of its
+images: the points are the pair rows of that image with the item's texts; subsets ``image=0``,
+``image=1`` report each image and ``all`` pools the cases. On a text stream a case is an item.
+
+Outputs in ``OUT/separability/``:
+
+* ``<model>.csv`` (tidy): per stream, layer, pooling and task (target; control per seed), subset,
+  the metrics ``separable`` (% of cases), ``margin`` (mean over cases with a finite margin),
+  ``train_accuracy`` (%, mean) and ``converged`` (% of fits that converged within ``max_iter``);
+  ``split`` is ``train`` (separability is a property of the training points);
+* ``<model>.items.csv`` (tidy): the same metrics per case (``subset`` = item id, ``/i<j>`` for an
+  image condition);
+* ``<model>.summary.csv``: per layer, target and control mean/min/max over seeds, selectivity;
+* ``manifest.json``.
+
+Scaling is explicit (``scale``: ``none`` or ``standard``, per layer over all rows of the stream)
+and recorded; the reference code divided CLIP states by 100, which only rescales ``C``.
+The many small SVMs are fitted in parallel with joblib (``jobs``); each fit is deterministic, so
+the results do not depend on ``jobs``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from joblib import Parallel, delayed
+
+from vlprobe.experiments.cache_features import (
+    CacheIndex,
+    cache_path,
+    check_seeds,
+    load_index,
+    load_states,
+    resolve_layers,
+    resolve_stream,
+    row_lookup,
+    scale_states,
+)
+from vlprobe.experiments.outputs import build_manifest, write_results, write_tidy_csv
+from vlprobe.experiments.summary import summarize, write_summary_csv
+from vlprobe.probes.separability_cases import Case, fit_cases
+
+__all__ = ["Case", "SeparabilityConfig", "fit_cases", "run_separability", "separability_cases"]
+
+NAME = "separability"
+VERSION = 1
+PROBE = "linear-separability"
+#: Tag families reported as subsets (when every item has them).
+TAG_FAMILIES = ("collapsed_tag", "wwh")
+
+
+@dataclass(frozen=True)
+class SeparabilityConfig:
+    """One run: a cache in, ``OUT/separability/`` out.
+
+    Attributes
+    ----------
+    cache, out : Path
+    streams : tuple of str, optional
+        Streams of texts or pairs; default: ``text`` if the cache has it, else every text or
+        pair stream (LXMERT: ``lang`` and ``vision``). One plot panel per stream.
+    pooling : str
+        ``cls``, ``mean``, ``max`` or ``pooled``.
+    layers : str
+        Layer spec (``all``, ``0,4,-1``, ``2:6``); ``all`` = every stored layer.
+    scale : str
+        ``none`` or ``standard``.
+    seeds : int
+        Number of control permutations (seeds 0..seeds-1).
+    C, max_iter, loss : SVM settings (see :class:`LinearSeparabilityProbe`).
+    jobs : int
+        Parallel workers (joblib; -1 = all cores).
+    model : str, optional
+        Model name in the outputs (default: the cache's).
+    """
+
+    cache: Path
+    out: Path
+    streams: tuple[str, ...] | None = None
+    pooling: str = "cls"
+    layers: str = "all"
+    scale: str = "none"
+    seeds: int = 3
+    C: float = 100.0
+    max_iter: int = 100_000
+    loss: str = "hinge"
+    jobs: int = 1
+    model: str | None = None
+
+
+def separability_cases(index: CacheIndex, modality: str, lookup: dict[tuple[int, int], int]) -> tuple[list[Case], list[str]]:
+    """Cases of a stream and the ids of items skipped (fewer than 2 captions).
+
+    Parameters
+    ----------
+    modality : {"text", "pair"}
+    lookup : dict
+        (image row, text row) -> stream row (see :func:`row_lookup`).
+    """
+    cases, skipped = [], []
+    for i, fams in enumerate(index.families):
+        if len(fams) < 2:
+            skipped.append(index.item_ids[i])
+            continue
+        f0, f1 = fams[0], fams[1]
+        texts = np.concatenate([f0, f1])
+        labels = np.concatenate([np.zeros(len(f0), int), np.ones(len(f1), int)])
+        if modality == "text":
+            rows = np.array([lookup[(-1, int(t))] for t in texts])
+            cases.append(Case(i, -1, index.item_ids[i], rows, labels))
+            continue
+        for j, img in enumerate(index.item_images[i]):
+            keep = [(lookup[(int(img), int(t))], lab) for t, lab in zip(texts, labels, strict=True)
+                    if (int(img), int(t)) in lookup]
+            if not keep or len({lab for _, lab in keep}) < 2:
+                continue
+            r, lab = zip(*keep, strict=True)
+            cases.append(Case(i, j, f"{index.item_ids[i]}/i{j}", np.asarray(r), np.asarray(lab)))
+    return cases, skipped
+
+
+def _check_config(config: SeparabilityConfig) -> list[int]:
+    seeds = check_seeds(config.seeds)
+    if not isinstance(config.jobs, int) or isinstance(config.jobs, bool) or config.jobs == 0 or config.jobs < -1:
+        raise ValueError(f"jobs must be a positive integer or -1 (all cores), got {config.jobs!r}")
+    if not config.C > 0:
+        raise ValueError(f"C must be positive, got {config.C!r}")
+    if not isinstance(config.max_iter, int) or config.max_iter < 1:
+        raise ValueError(f"max_iter must be a positive integer, got {config.max_iter!r}")
+    if config.loss not in ("hinge", "squared_hinge"):
+        raise ValueError(f"loss must be 'hinge' or 'squared_hinge', got {config.loss!r}")
+    return seeds
+
+
+def run_separability(config: SeparabilityConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
+    """Run the experiment and write its outputs (module docstring).
+
+    Returns
+    -------
+    csv_path, manifest_path : Path
+    rows : list of dict
+        The tidy per-layer rows.
+    """
+    from vlprobe.extract.cache import ActivationCache
+
+    seeds = _check_config(config)
+    scale_mode = config.scale
+    scale_states(np.zeros((1, 1, 1), np.float32), scale_mode)  # validates the name early
+    params = {"C": float(config.C), "max_iter": int(config.max_iter), "loss": config.loss, "random_state": 0}
+    with ActivationCache(cache_path(config.cache)) as cache:
+        streams = _default_streams(cache, config.streams)
+        index = load_index(cache)
+        if index.n_variants == 0:
+            raise ValueError(
+                f"cache: {Path(config.cache).name} holds no caption variants; separability needs them "
+                "(extract with --variants FILE)"
+            )
+        plan = {}
+        for stream in streams:
+            layers = resolve_layers(cache, stream, config.pooling, config.layers)
+            modality, lookup = row_lookup(cache, stream)
+            plan[stream] = (layers, modality, lookup)
+        model = config.model or index.model
+        rows: list[dict[str, Any]] = []
+        item_rows: list[dict[str, Any]] = []
+        n_cases: dict[str, int] = {}
+        for stream in streams:
+            layers, modality, lookup = plan[stream]
+            cases, skipped = separability_cases(index, modality, lookup)
+            if not cases:
+                raise ValueError(f"cache: {Path(config.cache).name} has no item with two captions to separate")
+            n_cases[stream] = len(cases)
+            states = scale_states(load_states(cache, stream, config.pooling, layers), scale_mode)
+            per_layer = _fit_layers(states, cases, seeds, params, config.jobs)
+            base = {"experiment": NAME, "model": model, "stream": stream, "pooling": config.pooling,
+                    "probe": PROBE, "split": "train"}
+            _rows(per_layer, layers, cases, seeds, modality, index.item_tags, base, rows, item_rows)
+
+    cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()}
+    manifest = build_manifest(
+        NAME, VERSION, cfg, {"cache": index.provenance}, seeds=seeds,
+        extra={
+            "model": model, "streams": {s: {"modality": plan[s][1], "layers": plan[s][0]} for s in streams},
+            "probe": {"name": PROBE, **params}, "n_cases": n_cases, "skipped_items": skipped,
+            "control": "labels of each case permuted by numpy default_rng([seed, item, image + 1])",
+            "units": {"separable": "percent of cases", "train_accuracy": "percent", "converged": "percent of fits",
+                      "margin": "2/||w|| in the (scaled) state space, mean over cases with w != 0"},
+            "outputs": [f"{_safe(model)}.csv", f"{_safe(model)}.items.csv", f"{_safe(model)}.summary.csv"],
+        },
+    )
+    csv_path, manifest_path = write_results(config.out, NAME, model, rows, manifest)
+    write_tidy_csv(csv_path.with_name(f"{csv_path.stem}.items.csv"), item_rows)
+    write_summary_csv(csv_path.with_name(f"{csv_path.stem}.summary.csv"), summarize(rows))
+    return csv_path, manifest_path, rows
+
+
+def _default_streams(cache: Any, streams: tuple[str, ...] | None) -> list[str]:
+    if streams:
+        return [resolve_stream(cache, s, ("text", "pair")) for s in streams]
+    if "text" in cache.streams:
+        return [resolve_stream(cache, "text", ("text", "pair"))]
+    found = [s for s in cache.streams if str(cache.f[f"streams/{s}"].attrs["modality"]) in ("text", "pair")]
+    return found or [resolve_stream(cache, None, ("text", "pair"))]
+
+
+def _fit_layers(
+    states: np.ndarray, cases: list[Case], seeds: list[int], params: dict[str, Any], jobs: int
+) -> np.ndarray:
+    """(L, cases, 1 + seeds, 4) results of :func:`fit_cases` on every layer, in parallel."""
+    n_layers = states.shape[1]
+    n_chunks = max(1, -(-2 * _n_workers(jobs) // n_layers)) if jobs != 1 else 1
+    chunks = [list(range(len(cases)))[k::n_chunks] for k in range(n_chunks)]
+    tasks = [(li, ch) for li in range(n_layers) for ch in chunks if ch]
+    results = Parallel(n_jobs=jobs)(
+        delayed(fit_cases)(states[:, li, :], [cases[c] for c in ch], seeds, params) for li, ch in tasks
+    )
+    per_layer = np.empty((n_layers, len(cases), 1 + len(seeds), 4))
+    for (li, ch), res in zip(tasks, results, strict=True):
+        per_layer[li, ch] = res
+    return per_layer
+
+
+def tag_subsets(tags: Sequence[dict[str, list[str]]]) -> dict[str, np.ndarray]:
+    """Case masks per tag: ``collapsed_tag=<v>`` and ``wwh=<tag>`` / ``wwh=NoTag`` where present.
+
+    Parameters
+    ----------
+    tags : sequence of dict
+        Tag families of each case's item.
+    """
+    out: dict[str, np.ndarray] = {}
+    for family in TAG_FAMILIES:
+        if not tags or not all(family in t for t in tags):
+            continue
+        for value in sorted({v for t in tags for v in t[family]}):
+            out[f"{family}={value}"] = np.array([value in t[family] for t in tags])
+        if family == "wwh":
+            out["wwh=NoTag"] = np.array([not t[family] for t in tags])
+    return out
+
+
+def _rows(
+    per_layer: np.ndarray, layers: list[int | None], cases: list[Case], seeds: list[int], modality: str,
+    item_tags: list[dict[str, list[str]]], base: dict[str, Any], rows: list[dict[str, Any]],
+    item_rows: list[dict[str, Any]],
+) -> None:
+    """Append the tidy per-layer rows and per-case rows of one stream."""
+    subsets: dict[str, np.ndarray] = {"all": np.ones(len(cases), bool)}
+    if modality == "pair":
+        for j in sorted({c.image for c in cases}):
+            subsets[f"image={j}"] = np.array([c.image == j for c in cases])
+    subsets.update(tag_subsets([item_tags[c.item] for c in cases]))
+    runs = [("target", None)] + [("control", s) for s in seeds]
+    for li, layer in enumerate(layers):
+        lrow = {**base, "layer": layer}
+        for t, (task, seed) in enumerate(runs):
+            res = per_layer[li, :, t]
+            for subset, mask in subsets.items():
+                rows.extend(_aggregate(res[mask], {**lrow, "task": task, "seed": seed, "subset": subset}))
+            for c, case in enumerate(cases):
+                sep, margin, acc, conv = res[c]
+                for metric, value in (("separable", sep), ("margin", margin), ("train_accuracy", acc),
+                                      ("converged", conv)):
+                    item_rows.append({**lrow, "task": task, "seed": seed, "subset": case.name,
+                                      "metric": metric, "value": float(value), "n": len(case.rows)})
+
+
+def _aggregate(res: np.ndarray, row: dict[str, Any]) -> list[dict[str, Any]]:
+    n = len(res)
+    if not n:
+        return []
+    finite = np.isfinite(res[:, 1])
+    return [
+        {**row, "metric": "separable", "value": float(100 * res[:, 0].mean()), "n": n},
+        {**row, "metric": "margin", "value": float(res[finite, 1].mean()) if finite.any() else float("nan"),
+         "n": int(finite.sum())},
+        {**row, "metric": "train_accuracy", "value": float(100 * res[:, 2].mean()), "n": n},
+        {**row, "metric": "converged", "value": float(100 * res[:, 3].mean()), "n": n},
+    ]
+
+
+def _n_workers(jobs: int) -> int:
+    import os
+
+    return (os.cpu_count() or 1) if jobs == -1 else jobs
+
+
+def _safe(model: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in model) or "model"

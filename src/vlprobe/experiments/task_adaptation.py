@@ -1,0 +1,246 @@
+"""Task-adapted MLP on fused pair embeddings (``probe run task-adaptation``; paper §3.2).
+
+The embedding of an image-caption pair is the concatenation, over the chosen streams, of the
+pair's state in each stream (a text stream gives the caption's row, an image stream the image's,
+a pair stream the pair's). Every Winoground item gives four examples per mode; each example is
+``concat(embedding(option 1), embedding(option 2))`` and its label is 1 when option 1 is the
+mismatched pair:
+
+* ``text`` score (the distractor shares the image): I0C0|I0C1 -> 0, I0C1|I0C0 -> 1,
+  I1C0|I1C1 -> 1, I1C1|I1C0 -> 0;
+* ``image`` score (the distractor shares the caption): I0C0|I1C0 -> 0, I0C1|I1C1 -> 1,
+  I1C0|I0C0 -> 1, I1C1|I0C1 -> 0.
+
+An MLP (default: four linear layers, width 1024, ReLU, Adam lr 1e-4, BCE on logits, batch 200,
+200 epochs) is trained per mode, layer and seed on the train items of a seeded split stratified on
+tags (300/100 for Winoground's 400 items), and a control probe on the same examples with the labels
+of half of each split side's items flipped (per seed). Predictions are ``logit > 0``. All probes of
+a run are trained at once as one batched model.
+
+Layers: with ``pooled`` (the default, the paper's) there is no layer axis. Otherwise ``layers``
+is resolved per stream (``text=all;image=-1`` style specs work); streams given one layer keep it
+while the others sweep, and streams that sweep must sweep the same number of layers (they are
+paired in order). The ``layer`` column holds the first sweeping stream's layer; the manifest lists
+every stream's layer per position.
+
+Outputs in ``OUT/task-adaptation/``: ``<model>.csv`` (tidy; ``stream`` = the streams joined by
+``+``, ``subset`` = ``text-score`` or ``image-score``, metric ``accuracy`` in percent, splits
+``train`` and ``test``), ``<model>.summary.csv`` and ``manifest.json`` (with the split's item ids
+and every seed's flipped items).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vlprobe.experiments.cache_features import (
+    cache_path,
+    check_seeds,
+    load_index,
+    load_states,
+    resolve_layers,
+    resolve_stream,
+    row_lookup,
+)
+from vlprobe.experiments.mlp_runs import (
+    MLPSettings,
+    item_split,
+    score_rows,
+    split_file_input,
+    train_target_control,
+)
+from vlprobe.experiments.outputs import build_manifest, write_results
+from vlprobe.experiments.summary import summarize, write_summary_csv
+
+__all__ = ["MODE_EXAMPLES", "TaskAdaptationConfig", "run_task_adaptation"]
+
+NAME = "task-adaptation"
+VERSION = 1
+PROBE = "mlp"
+
+#: Per mode, the four examples of an item: ((image, caption) of option 1, of option 2, label).
+MODE_EXAMPLES: dict[str, tuple[tuple[tuple[int, int], tuple[int, int], int], ...]] = {
+    "text": (((0, 0), (0, 1), 0), ((0, 1), (0, 0), 1), ((1, 0), (1, 1), 1), ((1, 1), (1, 0), 0)),
+    "image": (((0, 0), (1, 0), 0), ((0, 1), (1, 1), 1), ((1, 0), (0, 0), 1), ((1, 1), (0, 1), 0)),
+}
+MODES = ("text", "image", "both")
+
+
+@dataclass(frozen=True)
+class TaskAdaptationConfig:
+    """One run: a cache in, ``OUT/task-adaptation/`` out.
+
+    Attributes
+    ----------
+    mode : str
+        ``text``, ``image`` or ``both``.
+    streams : tuple of str, optional
+        Streams whose states are concatenated (default: every stream of the cache).
+    pooling, layers : str
+        See the module docstring.
+    seeds : int
+        Seeds 0..seeds-1 (initialisation, order, control flips).
+    test_size : int or float
+        Test items (count or fraction).
+    split_seed : int
+    stratify : tuple of str, optional
+        Tag families to stratify on (default: collapsed_tag and num_main_preds when present).
+    split_file : Path, optional
+        JSON ``{"train": [ids], "test": [ids]}`` (e.g. the paper's 300/100 lists) instead of a
+        seeded split.
+    depth, width, lr, epochs, batch_size, device : MLP settings.
+    """
+
+    cache: Path
+    out: Path
+    mode: str = "both"
+    streams: tuple[str, ...] | None = None
+    pooling: str = "pooled"
+    layers: str = "all"
+    seeds: int = 11
+    test_size: int | float = 0.25
+    split_seed: int = 0
+    stratify: tuple[str, ...] | None = None
+    split_file: Path | None = None
+    depth: int = 4
+    width: int = 1024
+    lr: float = 1e-4
+    epochs: int = 200
+    batch_size: int = 200
+    device: str = "cpu"
+    model: str | None = None
+
+
+def _stream_layers(per_stream: dict[str, list[int | None]]) -> list[dict[str, int | None]]:
+    sweeping = {s: ls for s, ls in per_stream.items() if len(ls) > 1}
+    lengths = {len(ls) for ls in sweeping.values()}
+    if len(lengths) > 1:
+        detail = ", ".join(f"{s}: {len(ls)}" for s, ls in sweeping.items())
+        raise ValueError(
+            f"layers: streams that sweep layers must sweep the same number ({detail}); give one "
+            "layer to the others, e.g. 'lang=all;vision=-1'"
+        )
+    n = lengths.pop() if lengths else 1
+    return [{s: (ls[p] if len(ls) > 1 else ls[0]) for s, ls in per_stream.items()} for p in range(n)]
+
+
+def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
+    """Run the experiment and write its outputs (module docstring).
+
+    Returns
+    -------
+    csv_path, manifest_path : Path
+    rows : list of dict
+    """
+    from vlprobe.extract.cache import ActivationCache
+
+    seeds = check_seeds(config.seeds)
+    if config.mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {config.mode!r}")
+    settings = MLPSettings(config.depth, config.width, config.lr, config.epochs, config.batch_size, config.device)
+    settings.check()
+    modes = ("text", "image") if config.mode == "both" else (config.mode,)
+    with ActivationCache(cache_path(config.cache)) as cache:
+        streams = list(config.streams) if config.streams else list(cache.streams)
+        if not streams:
+            raise ValueError(f"cache: {Path(config.cache).name} holds no streams")
+        for s in streams:
+            resolve_stream(cache, s, ("text", "image", "pair"), param="streams")
+        per_stream = {s: resolve_layers(cache, s, config.pooling, _spec_for(config.layers, s, streams)) for s in streams}
+        positions = _stream_layers(per_stream)
+        index = load_index(cache)
+        lookups = {s: row_lookup(cache, s) for s in streams}
+        states = {s: load_states(cache, s, config.pooling, per_stream[s]) for s in streams}
+
+    items = [i for i in range(len(index.item_ids)) if len(index.families[i]) >= 2 and len(index.item_images[i]) >= 2]
+    if len(items) < 2:
+        raise ValueError(
+            f"cache: task adaptation needs items with 2 images and 2 captions (Winoground); "
+            f"{Path(config.cache).name} has {len(items)}"
+        )
+    split, families, items = item_split(
+        index, items, config.test_size, config.split_seed, config.stratify, config.split_file
+    )
+
+    # Pair embeddings E[p, n, j, k] of item items[n], image j, caption k at layer position p.
+    P = len(positions)
+    blocks = []
+    for s in streams:
+        modality, lookup = lookups[s]
+        rows = np.empty((len(items), 2, 2), dtype=np.int64)
+        for n, i in enumerate(items):
+            for j in (0, 1):
+                for k in (0, 1):
+                    img, txt = int(index.item_images[i][j]), int(index.families[i][k][0])
+                    key = {"text": (-1, txt), "image": (img, -1), "pair": (img, txt)}[modality]
+                    if key not in lookup:
+                        raise ValueError(f"stream {s!r} has no row for image {img} and text {txt} (pair plan?)")
+                    rows[n, j, k] = lookup[key]
+        st = states[s]  # (R, Ls, H)
+        layer_pos = [per_stream[s].index(pos[s]) for pos in positions]
+        blocks.append(np.stack([st[rows, lp] for lp in layer_pos]))  # (P, n_items, 2, 2, H)
+    E = np.concatenate(blocks, axis=-1)
+
+    X_groups, label_groups, group_fields = [], [], []
+    example_items = np.repeat(np.arange(len(items)), 4)
+    for mode in modes:
+        spec = MODE_EXAMPLES[mode]
+        o1 = np.array([e[0] for e in spec])
+        o2 = np.array([e[1] for e in spec])
+        lab = np.tile(np.array([e[2] for e in spec]), len(items))
+        for p in range(P):
+            f1 = E[p][:, o1[:, 0], o1[:, 1]]  # (n_items, 4, D)
+            f2 = E[p][:, o2[:, 0], o2[:, 1]]
+            X_groups.append(np.concatenate([f1, f2], axis=-1).reshape(len(items) * 4, -1))
+            label_groups.append(lab)
+            group_fields.append({"subset": f"{mode}-score", "layer": _layer_label(positions[p], per_stream)})
+    X = np.stack(X_groups).astype(np.float32)
+    labels = np.stack(label_groups)
+    scores, flips = train_target_control(X, labels, example_items, split, seeds, settings)
+
+    model = config.model or index.model
+    base = {"experiment": NAME, "model": model, "stream": "+".join(streams), "pooling": config.pooling, "probe": PROBE}
+    rows_out = score_rows(scores, group_fields, base)
+    cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()}
+    manifest = build_manifest(
+        NAME, VERSION, cfg, {"cache": index.provenance, **split_file_input(config.split_file)}, seeds=seeds,
+        extra={
+            "model": model, "streams": streams, "modes": list(modes),
+            "layer_positions": [{s: pos[s] for s in streams} for pos in positions],
+            "split": {"train": [index.item_ids[items[i]] for i in split.train],
+                      "test": [index.item_ids[items[i]] for i in split.test],
+                      "seed": split.seed, "stratified_on": families, "strata": split.strata,
+                      "source": str(config.split_file) if config.split_file else "seeded stratified split"},
+            "control_flipped_items": {str(s): [index.item_ids[items[i]] for i in f] for s, f in flips.items()},
+            "units": {"accuracy": "percent of examples"},
+            "labels": "1 when option 1 is the mismatched pair; prediction = logit > 0",
+        },
+    )
+    csv_path, manifest_path = write_results(config.out, NAME, model, rows_out, manifest)
+    write_summary_csv(csv_path.with_name(f"{csv_path.stem}.summary.csv"), summarize(rows_out))
+    return csv_path, manifest_path, rows_out
+
+
+def _spec_for(spec: str, stream: str, streams: list[str]) -> str:
+    """The part of a per-stream spec (``a=all;b=-1``) for ``stream``; a plain spec for all."""
+    if "=" not in spec:
+        return spec
+    parts = {}
+    for part in spec.split(";"):
+        if not part.strip():
+            continue
+        name, _, sub = part.partition("=")
+        if name.strip() not in streams:
+            raise ValueError(f"layers: {part.strip()!r} does not name a chosen stream (streams: {', '.join(streams)})")
+        parts[name.strip()] = sub
+    return parts.get(stream, "all")
+
+
+def _layer_label(position: dict[str, int | None], per_stream: dict[str, list[int | None]]) -> int | None:
+    """The layer of the first stream that sweeps layers (else of the first stream)."""
+    sweeping = [s for s, ls in per_stream.items() if len(ls) > 1]
+    return position[sweeping[0] if sweeping else next(iter(per_stream))]

@@ -1,0 +1,210 @@
+"""MLP on caption variants: which option paraphrases the reference? (``probe run variant-probe``; §5.3).
+
+An example is a triple (reference, option 1, option 2) of texts of one item: the reference is a
+text of caption ``k``'s family (the caption and its variants), one option another text of the same
+family and the other option a text of caption ``1 - k``'s family. The label is 0 when option 1
+is the paraphrase, 1 when option 2 is; the input is ``concat(state(ref), state(opt1),
+state(opt2))`` at one layer. Per item, every (k, order) combination is drawn ``draws`` times from
+``numpy.random.default_rng([split_seed, item])`` (fixed examples instead of the paper's unseeded
+re-sampling on every access). Items where a caption has no variant cannot give an example and are
+left out (the paper's code hangs on them); the manifest lists them.
+
+On a stream of (image, text) pairs the three texts are read conditioned on one image of the item,
+drawn with the example.
+
+Per layer and seed an MLP (default: three linear layers, width 1024, Adam lr 5e-5, batch 128,
+200 epochs; the paper used 7,500 epochs over re-sampled variants) is trained on the train items of
+a seeded, tag-stratified item split, and a control probe on the same examples with the labels of
+half of each split side's items flipped. All probes are trained at once as one batched model.
+
+Outputs in ``OUT/variant-probe/``: ``<model>.csv`` (tidy; metric ``accuracy`` in percent, splits
+``train`` and ``test``), ``<model>.summary.csv`` and ``manifest.json``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vlprobe.experiments.cache_features import (
+    cache_path,
+    check_seeds,
+    load_index,
+    load_states,
+    resolve_layers,
+    resolve_stream,
+    row_lookup,
+)
+from vlprobe.experiments.mlp_runs import (
+    MLPSettings,
+    item_split,
+    score_rows,
+    split_file_input,
+    train_target_control,
+)
+from vlprobe.experiments.outputs import build_manifest, write_results
+from vlprobe.experiments.summary import summarize, write_summary_csv
+
+__all__ = ["VariantProbeConfig", "run_variant_probe", "variant_examples"]
+
+NAME = "variant-probe"
+VERSION = 1
+PROBE = "mlp"
+
+
+@dataclass(frozen=True)
+class VariantProbeConfig:
+    """One run: a cache (with variants) in, ``OUT/variant-probe/`` out.
+
+    Attributes
+    ----------
+    stream : str, optional
+        Default: ``text`` if present, else the first text or pair stream.
+    pooling, layers : str
+    seeds : int
+    draws : int
+        Examples per item and (caption, order) combination (4 combinations).
+    test_size, split_seed, stratify, split_file : as in task adaptation.
+    depth, width, lr, epochs, batch_size, device : MLP settings.
+    """
+
+    cache: Path
+    out: Path
+    stream: str | None = None
+    pooling: str = "cls"
+    layers: str = "all"
+    seeds: int = 11
+    draws: int = 4
+    test_size: int | float = 0.25
+    split_seed: int = 0
+    stratify: tuple[str, ...] | None = None
+    split_file: Path | None = None
+    depth: int = 3
+    width: int = 1024
+    lr: float = 5e-5
+    epochs: int = 200
+    batch_size: int = 128
+    device: str = "cpu"
+    model: str | None = None
+
+
+def variant_examples(
+    families: list[list[np.ndarray]], images: list[np.ndarray], items: list[int], draws: int, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Draw the examples.
+
+    Parameters
+    ----------
+    families : list of list of ndarray
+        ``families[item][k]``: text rows of caption ``k``.
+    images : list of ndarray
+        Image rows per item.
+    items : list of int
+        Items to use (each caption with at least two texts).
+    draws : int
+    seed : int
+
+    Returns
+    -------
+    texts : ndarray, shape (N, 3)
+        Text rows of (reference, option 1, option 2).
+    image : ndarray, shape (N,)
+        Image row drawn per example.
+    labels : ndarray, shape (N,)
+        0 when option 1 is the paraphrase, 1 when option 2 is.
+    example_items : ndarray, shape (N,)
+        Position of the example's item in ``items``.
+    """
+    texts, image, labels, owner = [], [], [], []
+    for n, i in enumerate(items):
+        rng = np.random.default_rng([seed, i])
+        for k in (0, 1):
+            same_fam, other_fam = families[i][k], families[i][1 - k]
+            for order in (0, 1):
+                for _ in range(draws):
+                    ref, same = rng.choice(same_fam, size=2, replace=False)
+                    other = rng.choice(other_fam)
+                    texts.append((ref, same, other) if order == 0 else (ref, other, same))
+                    labels.append(order)
+                    image.append(rng.choice(images[i]) if len(images[i]) else -1)
+                    owner.append(n)
+    return (np.asarray(texts, dtype=np.int64), np.asarray(image, dtype=np.int64),
+            np.asarray(labels, dtype=np.int64), np.asarray(owner, dtype=np.int64))
+
+
+def run_variant_probe(config: VariantProbeConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
+    """Run the experiment and write its outputs (module docstring).
+
+    Returns
+    -------
+    csv_path, manifest_path : Path
+    rows : list of dict
+    """
+    from vlprobe.extract.cache import ActivationCache
+
+    seeds = check_seeds(config.seeds)
+    if not isinstance(config.draws, int) or isinstance(config.draws, bool) or config.draws < 1:
+        raise ValueError(f"draws must be a positive integer, got {config.draws!r}")
+    settings = MLPSettings(config.depth, config.width, config.lr, config.epochs, config.batch_size, config.device)
+    settings.check()
+    with ActivationCache(cache_path(config.cache)) as cache:
+        stream = resolve_stream(cache, config.stream, ("text", "pair"))
+        layers = resolve_layers(cache, stream, config.pooling, config.layers)
+        index = load_index(cache)
+        modality, lookup = row_lookup(cache, stream)
+        if index.n_variants == 0:
+            raise ValueError(
+                f"cache: {Path(config.cache).name} holds no caption variants; the variant probe needs "
+                "them (extract with --variants FILE)"
+            )
+        states = load_states(cache, stream, config.pooling, layers)
+    items = [i for i, f in enumerate(index.families) if len(f) >= 2 and len(f[0]) >= 2 and len(f[1]) >= 2]
+    skipped = [index.item_ids[i] for i in range(len(index.item_ids)) if i not in set(items)]
+    if len(items) < 2:
+        raise ValueError(
+            f"cache: the variant probe needs at least 2 items whose two captions both have a variant; "
+            f"{Path(config.cache).name} has {len(items)}"
+        )
+    split, families, items = item_split(
+        index, items, config.test_size, config.split_seed, config.stratify, config.split_file
+    )
+    texts, image, labels, example_items = variant_examples(
+        index.families, index.item_images, items, config.draws, config.split_seed
+    )
+    try:
+        rows = np.array([
+            [lookup[(-1 if modality == "text" else int(img), int(t))] for t in triple]
+            for img, triple in zip(image, texts, strict=True)
+        ])  # (N, 3) rows of the stream
+    except KeyError as exc:
+        raise ValueError(f"stream {stream!r} has no row for (image, text) {exc.args[0]} (pair plan?)") from None
+    X = states[rows].transpose(2, 0, 1, 3)  # (L, N, 3, H)
+    X = np.ascontiguousarray(X.reshape(X.shape[0], X.shape[1], -1))
+    label_groups = np.broadcast_to(labels, (X.shape[0], len(labels)))
+    scores, flips = train_target_control(X, label_groups, example_items, split, seeds, settings)
+
+    model = config.model or index.model
+    base = {"experiment": NAME, "model": model, "stream": stream, "pooling": config.pooling,
+            "probe": PROBE, "subset": "all"}
+    rows_out = score_rows(scores, [{"layer": layer} for layer in layers], base)
+    cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()}
+    manifest = build_manifest(
+        NAME, VERSION, cfg, {"cache": index.provenance, **split_file_input(config.split_file)}, seeds=seeds,
+        extra={
+            "model": model, "stream": stream, "modality": modality, "layers": layers,
+            "n_examples": len(labels), "skipped_items": skipped,
+            "split": {"train": [index.item_ids[items[i]] for i in split.train],
+                      "test": [index.item_ids[items[i]] for i in split.test],
+                      "seed": split.seed, "stratified_on": families, "strata": split.strata,
+                      "source": str(config.split_file) if config.split_file else "seeded stratified split"},
+            "control_flipped_items": {str(s): [index.item_ids[items[i]] for i in f] for s, f in flips.items()},
+            "units": {"accuracy": "percent of examples"},
+            "labels": "0 when option 1 is the paraphrase of the reference, 1 when option 2 is; prediction = logit > 0",
+        },
+    )
+    csv_path, manifest_path = write_results(config.out, NAME, model, rows_out, manifest)
+    write_summary_csv(csv_path.with_name(f"{csv_path.stem}.summary.csv"), summarize(rows_out))
+    return csv_path, manifest_path, rows_out

@@ -1,0 +1,419 @@
+"""MLP probes in torch: one scikit-learn estimator, and many of them trained as one batched model.
+
+:class:`MLPProbe` is a binary classifier (BCE on logits; a sample is class 1 when its logit is
+positive). :func:`fit_mlp_ensemble` trains M such MLPs at once (seeds x layers x tasks): their
+weights are stacked into ``(M, in, out)`` tensors and every step is one batched matrix product per
+layer. Model ``m`` starts from the parameters :func:`init_mlp_params` draws for ``seeds[m]`` and
+visits its training rows in the order :func:`epoch_orders` draws for ``seeds[m]``, exactly as
+``MLPProbe(random_state=seeds[m])`` does alone, so the two give the same predictions (up to
+floating-point rounding).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils import check_random_state
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from vlprobe.probes._targets import binary_target
+
+__all__ = [
+    "MLPEnsemble",
+    "MLPProbe",
+    "epoch_orders",
+    "fit_mlp_ensemble",
+    "init_mlp_params",
+    "mlp_dims",
+]
+
+#: Rough memory (bytes) one chunk of an ensemble may hold in parameters, Adam state and activations.
+DEFAULT_MEMORY_BUDGET = 2 << 30
+
+
+def mlp_dims(n_features: int, depth: int, width: int) -> list[int]:
+    """Layer widths ``[n_features, width, ..., width, 1]`` of an MLP with ``depth`` linear layers."""
+    if not isinstance(depth, (int, np.integer)) or isinstance(depth, bool) or depth < 1:
+        raise ValueError(f"depth must be a positive integer (number of linear layers), got {depth!r}")
+    if not isinstance(width, (int, np.integer)) or isinstance(width, bool) or width < 1:
+        raise ValueError(f"width must be a positive integer, got {width!r}")
+    return [int(n_features), *([int(width)] * (int(depth) - 1)), 1]
+
+
+def init_mlp_params(seed: int, dims: Sequence[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Initial parameters of one MLP, drawn from ``torch.Generator().manual_seed(seed)``.
+
+    Uniform on ``[-1/sqrt(fan_in), 1/sqrt(fan_in)]`` for weights and biases (the
+    ``torch.nn.Linear`` default), layer by layer, weight before bias.
+
+    Returns
+    -------
+    list of (W, b)
+        ``W`` has shape (in, out), ``b`` shape (out,); float32 on the CPU.
+    """
+    g = torch.Generator().manual_seed(int(seed))
+    out = []
+    for fan_in, fan_out in itertools.pairwise(dims):
+        bound = 1.0 / math.sqrt(fan_in)
+        w = (torch.rand(fan_in, fan_out, generator=g) * 2 - 1) * bound
+        b = (torch.rand(fan_out, generator=g) * 2 - 1) * bound
+        out.append((w, b))
+    return out
+
+
+def epoch_orders(seed: int, n: int) -> Iterator[np.ndarray]:
+    """The order in which a model visits its ``n`` training rows, one permutation per epoch.
+
+    Drawn from ``numpy.random.default_rng(seed)``.
+    """
+    rng = np.random.default_rng(int(seed))
+    while True:
+        yield rng.permutation(n)
+
+
+def _int_seed(random_state: Any) -> int:
+    if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
+        if random_state < 0:
+            raise ValueError(f"random_state must be a non-negative integer, got {random_state!r}")
+        return int(random_state)
+    return int(check_random_state(random_state).randint(0, 2**31 - 1))
+
+
+def _check_hyper(lr: float, epochs: int, batch_size: int) -> None:
+    if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not lr > 0:
+        raise ValueError(f"lr must be a positive number, got {lr!r}")
+    if not isinstance(epochs, (int, np.integer)) or isinstance(epochs, bool) or epochs < 1:
+        raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
+    if not isinstance(batch_size, (int, np.integer)) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+
+
+def _device(device: str) -> torch.device:
+    from vlprobe.extract.base import resolve_device
+
+    return resolve_device(device)
+
+
+class MLPProbe(ClassifierMixin, BaseEstimator):
+    """A binary MLP probe: ReLU between linear layers, BCE on logits, Adam.
+
+    Parameters
+    ----------
+    depth : int, default=4
+        Number of linear layers (4: in -> width -> width -> width -> 1, the paper's §3.2 MLP).
+    width : int, default=1024
+    lr : float, default=1e-4
+        Adam learning rate.
+    epochs : int, default=200
+    batch_size : int, default=200
+    random_state : int, RandomState or None, default=0
+        Seeds the initial weights (torch generator) and the per-epoch order (numpy generator).
+    device : str, default="cpu"
+        ``cpu``, ``cuda``, ``cuda:N`` or ``auto``.
+
+    Attributes
+    ----------
+    classes_ : ndarray, shape (2,)
+    coefs_ : list of ndarray
+        Weights, layer ``i`` of shape (dims[i], dims[i+1]).
+    intercepts_ : list of ndarray
+        Biases, layer ``i`` of shape (dims[i+1],).
+    loss_curve_ : list of float
+        Mean training loss per epoch.
+    n_iter_ : int
+        Epochs run.
+    n_features_in_ : int
+    """
+
+    def __init__(
+        self,
+        depth: int = 4,
+        width: int = 1024,
+        lr: float = 1e-4,
+        epochs: int = 200,
+        batch_size: int = 200,
+        random_state: Any = 0,
+        device: str = "cpu",
+    ) -> None:
+        self.depth = depth
+        self.width = width
+        self.lr = lr
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.random_state = random_state
+        self.device = device
+
+    def fit(self, X: Any, y: Any) -> MLPProbe:
+        """Train on ``X`` (n_samples, n_features) and two classes in ``y`` (n_samples,)."""
+        X, y = validate_data(self, X, y, dtype=np.float32)
+        check_classification_targets(y)
+        self.classes_, y_idx = binary_target(y, "MLPProbe")
+        dims = mlp_dims(X.shape[1], self.depth, self.width)
+        _check_hyper(self.lr, self.epochs, self.batch_size)
+        seed = _int_seed(self.random_state)
+        dev = _device(self.device)
+
+        layers = []
+        for w, b in init_mlp_params(seed, dims):
+            lin = torch.nn.Linear(w.shape[0], w.shape[1])
+            with torch.no_grad():
+                lin.weight.copy_(w.T)
+                lin.bias.copy_(b)
+            layers.append(lin)
+        modules: list[torch.nn.Module] = []
+        for i, lin in enumerate(layers):
+            modules.append(lin)
+            if i < len(layers) - 1:
+                modules.append(torch.nn.ReLU())
+        net = torch.nn.Sequential(*modules).to(dev)
+        opt = torch.optim.Adam(net.parameters(), lr=self.lr)
+        Xt = torch.from_numpy(np.ascontiguousarray(X)).to(dev)
+        yt = torch.from_numpy(y_idx.astype(np.float32)).to(dev)
+        n = len(Xt)
+        orders = epoch_orders(seed, n)
+        self.loss_curve_ = []
+        for _ in range(self.epochs):
+            perm = torch.from_numpy(next(orders)).to(dev)
+            total = 0.0
+            for start in range(0, n, self.batch_size):
+                idx = perm[start:start + self.batch_size]
+                loss = F.binary_cross_entropy_with_logits(net(Xt[idx]).squeeze(-1), yt[idx])
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                total += float(loss.detach()) * len(idx)
+            self.loss_curve_.append(total / n)
+        self.coefs_ = [lin.weight.detach().T.cpu().numpy().copy() for lin in layers]
+        self.intercepts_ = [lin.bias.detach().cpu().numpy().copy() for lin in layers]
+        self.n_iter_ = int(self.epochs)
+        return self
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """Logits, shape (n_samples,); positive means ``classes_[1]``."""
+        check_is_fitted(self)
+        h = validate_data(self, X, dtype=np.float32, reset=False)
+        for i, (w, b) in enumerate(zip(self.coefs_, self.intercepts_, strict=True)):
+            h = h @ w + b
+            if i < len(self.coefs_) - 1:
+                h = np.maximum(h, 0)
+        return h[:, 0]
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Probabilities, shape (n_samples, 2), columns in ``classes_`` order."""
+        p1 = 1.0 / (1.0 + np.exp(-self.decision_function(X).astype(np.float64)))
+        return np.stack([1.0 - p1, p1], axis=1)
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Class labels from logits > 0, shape (n_samples,)."""
+        positive = self.decision_function(X) > 0
+        return self.classes_[positive.astype(int)]
+
+    def __sklearn_tags__(self) -> Any:
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = False
+        return tags
+
+
+@dataclass
+class MLPEnsemble:
+    """M trained MLPs with stacked parameters (what :func:`fit_mlp_ensemble` returns).
+
+    Attributes
+    ----------
+    coefs : list of ndarray
+        Layer ``i`` weights, shape (M, dims[i], dims[i+1]).
+    intercepts : list of ndarray
+        Layer ``i`` biases, shape (M, dims[i+1]).
+    groups : ndarray of int, shape (M,)
+        Which feature group (first axis of ``X``) each model reads.
+    seeds : ndarray of int, shape (M,)
+    loss_curves : ndarray, shape (M, epochs)
+        Mean training loss per epoch of each model.
+    """
+
+    coefs: list[np.ndarray]
+    intercepts: list[np.ndarray]
+    groups: np.ndarray
+    seeds: np.ndarray
+    loss_curves: np.ndarray
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """Logits of every model on its group's rows.
+
+        Parameters
+        ----------
+        X : array, shape (G, N, D)
+
+        Returns
+        -------
+        ndarray, shape (M, N)
+        """
+        X = _as_groups(X, "X")
+        if X.shape[2] != self.coefs[0].shape[1]:
+            raise ValueError(f"X: expected {self.coefs[0].shape[1]} features, got {X.shape[2]}")
+        out = np.empty((len(self.groups), X.shape[1]), dtype=np.float32)
+        for m in range(len(self.groups)):
+            h = X[self.groups[m]]
+            for i, (w, b) in enumerate(zip(self.coefs, self.intercepts, strict=True)):
+                h = h @ w[m] + b[m]
+                if i < len(self.coefs) - 1:
+                    h = np.maximum(h, 0)
+            out[m] = h[:, 0]
+        return out
+
+    def predict(self, X: Any) -> np.ndarray:
+        """0/1 predictions (logit > 0), shape (M, N)."""
+        return (self.decision_function(X) > 0).astype(np.int64)
+
+    def probe(self, m: int, classes: Sequence[Any] = (0, 1)) -> MLPProbe:
+        """Model ``m`` as a fitted :class:`MLPProbe` (hyperparameters other than the seed unknown)."""
+        p = MLPProbe(depth=len(self.coefs), width=self.coefs[0].shape[2], random_state=int(self.seeds[m]))
+        p.classes_ = np.asarray(classes)
+        p.coefs_ = [w[m].copy() for w in self.coefs]
+        p.intercepts_ = [b[m].copy() for b in self.intercepts]
+        p.n_features_in_ = self.coefs[0].shape[1]
+        p.loss_curve_ = self.loss_curves[m].tolist()
+        p.n_iter_ = self.loss_curves.shape[1]
+        return p
+
+
+def _as_groups(X: Any, name: str) -> np.ndarray:
+    X = np.asarray(X, dtype=np.float32)
+    if X.ndim != 3:
+        raise ValueError(f"{name} must have shape (groups, samples, features), got shape {X.shape}")
+    if not np.isfinite(X).all():
+        raise ValueError(f"{name} holds NaN or infinite values")
+    return X
+
+
+def fit_mlp_ensemble(
+    X: Any,
+    y: Any,
+    seeds: Sequence[int],
+    *,
+    groups: Sequence[int] | None = None,
+    depth: int = 4,
+    width: int = 1024,
+    lr: float = 1e-4,
+    epochs: int = 200,
+    batch_size: int = 200,
+    device: str = "cpu",
+    max_models: int | None = None,
+) -> MLPEnsemble:
+    """Train M binary MLP probes at once as one batched model.
+
+    Parameters
+    ----------
+    X : array, shape (G, N, D)
+        G feature groups (e.g. layers) of the same N training rows.
+    y : array of {0, 1}, shape (M, N)
+        Labels of each model (target and control tasks differ here).
+    seeds : sequence of int, length M
+        Model ``m`` is initialised and shuffled as ``MLPProbe(random_state=seeds[m])``.
+    groups : sequence of int, length M, optional
+        Feature group of each model; default ``range(M)`` (then G must equal M).
+    depth, width, lr, epochs, batch_size, device
+        As in :class:`MLPProbe`.
+    max_models : int, optional
+        Train at most this many models at a time (bounds memory; results do not depend on it).
+        Default: as many as fit in about 2 GiB.
+
+    Returns
+    -------
+    MLPEnsemble
+    """
+    X = _as_groups(X, "X")
+    y = np.asarray(y)
+    seeds_arr = np.asarray(seeds)
+    if seeds_arr.ndim != 1 or not len(seeds_arr) or seeds_arr.dtype.kind not in "iu" or (seeds_arr < 0).any():
+        raise ValueError(f"seeds must be a non-empty sequence of non-negative integers, got {seeds!r}")
+    M = len(seeds_arr)
+    G, N, D = X.shape
+    groups_arr = np.arange(M) if groups is None else np.asarray(groups)
+    if groups_arr.shape != (M,) or groups_arr.dtype.kind not in "iu" or (groups_arr < 0).any() or (groups_arr >= G).any():
+        raise ValueError(f"groups must be {M} integers in [0, {G}), got {groups!r}")
+    if y.shape != (M, N):
+        raise ValueError(f"y must have shape (models, samples) = ({M}, {N}), got {y.shape}")
+    if not np.isin(y, (0, 1)).all():
+        raise ValueError("y must hold 0/1 labels")
+    if N < 1:
+        raise ValueError("X holds no samples")
+    dims = mlp_dims(D, depth, width)
+    _check_hyper(lr, epochs, batch_size)
+    dev = _device(device)
+    if max_models is None:
+        n_params = sum(a * b + b for a, b in itertools.pairwise(dims))
+        per_model = 4 * (4 * n_params + 3 * min(batch_size, N) * sum(dims))
+        max_models = max(1, DEFAULT_MEMORY_BUDGET // per_model)
+    if not isinstance(max_models, (int, np.integer)) or max_models < 1:
+        raise ValueError(f"max_models must be a positive integer, got {max_models!r}")
+
+    Xt = torch.from_numpy(X).to(dev)
+    yt = torch.from_numpy(y.astype(np.float32)).to(dev)
+    coefs: list[list[np.ndarray]] = [[] for _ in dims[1:]]
+    intercepts: list[list[np.ndarray]] = [[] for _ in dims[1:]]
+    curves = []
+    for lo in range(0, M, int(max_models)):
+        sl = slice(lo, min(M, lo + int(max_models)))
+        ws, bs, curve = _fit_chunk(Xt, yt[sl], seeds_arr[sl], groups_arr[sl], dims, lr, epochs, batch_size, dev)
+        for i, (w, b) in enumerate(zip(ws, bs, strict=True)):
+            coefs[i].append(w)
+            intercepts[i].append(b)
+        curves.append(curve)
+    return MLPEnsemble(
+        coefs=[np.concatenate(c) for c in coefs],
+        intercepts=[np.concatenate(b) for b in intercepts],
+        groups=groups_arr.astype(np.int64),
+        seeds=seeds_arr.astype(np.int64),
+        loss_curves=np.concatenate(curves),
+    )
+
+
+def _fit_chunk(
+    Xt: torch.Tensor, yt: torch.Tensor, seeds: np.ndarray, groups: np.ndarray, dims: list[int],
+    lr: float, epochs: int, batch_size: int, dev: torch.device,
+) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
+    m = len(seeds)
+    n = yt.shape[1]
+    inits = [init_mlp_params(int(s), dims) for s in seeds]
+    weights = [torch.stack([p[i][0] for p in inits]).to(dev).requires_grad_() for i in range(len(dims) - 1)]
+    # Biases as (m, 1, out) so that baddbmm broadcasts them over the batch.
+    biases = [torch.stack([p[i][1] for p in inits])[:, None, :].to(dev).requires_grad_() for i in range(len(dims) - 1)]
+    del inits
+    opt = torch.optim.Adam([*weights, *biases], lr=lr)
+    orders = [epoch_orders(int(s), n) for s in seeds]
+    g_idx = torch.from_numpy(groups).to(dev)[:, None]
+    curve = np.zeros((m, epochs))
+    for epoch in range(epochs):
+        perm = torch.from_numpy(np.stack([next(o) for o in orders])).to(dev)
+        total = torch.zeros(m, device=dev)
+        for start in range(0, n, batch_size):
+            idx = perm[:, start:start + batch_size]  # (m, b)
+            h = Xt[g_idx, idx]  # (m, b, D)
+            for i, (w, b) in enumerate(zip(weights, biases, strict=True)):
+                h = torch.baddbmm(b, h, w)
+                if i < len(weights) - 1:
+                    h = torch.relu(h)
+            per_model = F.binary_cross_entropy_with_logits(
+                h.squeeze(-1), torch.gather(yt, 1, idx), reduction="none"
+            ).mean(dim=1)
+            opt.zero_grad(set_to_none=True)
+            # Summing the per-model means gives each model exactly its own gradient.
+            per_model.sum().backward()
+            opt.step()
+            total += per_model.detach() * idx.shape[1]
+        curve[:, epoch] = (total / n).cpu().numpy()
+    return (
+        [w.detach().cpu().numpy() for w in weights],
+        [b.detach()[:, 0, :].cpu().numpy() for b in biases],
+        curve,
+    )

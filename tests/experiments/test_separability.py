@@ -1,0 +1,159 @@
+"""Separability (paper §5.1) on planted-signal caches, pair streams, parallel fits, the CLI."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from vlprobe.cli import app
+from vlprobe.experiments.outputs import TIDY_COLUMNS
+from vlprobe.experiments.separability import SeparabilityConfig, run_separability
+from vlprobe.experiments.summary import SUMMARY_COLUMNS
+from vlprobe.extract.arrays import ArrayStream, planted_cache, winoground_tables, write_array_cache
+
+SIGNAL = 2
+# 16 points per caption in 4 dimensions: noise is almost never linearly separable.
+PLANTED = {"n_items": 10, "n_variants": 15, "n_layers": 4, "signal_layer": SIGNAL, "hidden": 4}
+
+
+@pytest.fixture(scope="module")
+def dual(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return planted_cache(tmp_path_factory.mktemp("planted") / "dual.h5", **PLANTED)
+
+
+@pytest.fixture(scope="module")
+def cross(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return planted_cache(tmp_path_factory.mktemp("planted") / "cross.h5", streams={"lang": "pair", "vision": "pair"},
+                         model="cross", **PLANTED)
+
+
+def by(rows: list[dict], **match: object) -> dict[tuple, float]:
+    """(stream, layer, task, seed) -> value of the rows matching ``match``."""
+    return {(r["stream"], r["layer"], r["task"], r["seed"]): r["value"] for r in rows
+            if all(r[k] == v for k, v in match.items())}
+
+
+def read(path: Path) -> list[dict[str, str]]:
+    with open(path, encoding="utf-8", newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_planted_layer_is_separable_and_noise_layers_sit_at_the_control(dual: Path, tmp_path: Path) -> None:
+    _, _, rows = run_separability(SeparabilityConfig(cache=dual, out=tmp_path, seeds=2))
+    sep = by(rows, metric="separable", subset="all")
+    assert sep[("text", SIGNAL, "target", None)] == 100.0
+    for layer in range(4):
+        control = [sep[("text", layer, "control", s)] for s in (0, 1)]
+        assert max(control) <= 20.0, (layer, control)
+        if layer != SIGNAL:
+            assert abs(sep[("text", layer, "target", None)] - np.mean(control)) <= 20.0, layer
+    conv = by(rows, metric="converged", subset="all")
+    assert conv[("text", SIGNAL, "target", None)] == 100.0
+    margins = by(rows, metric="margin", subset="all")
+    assert margins[("text", SIGNAL, "target", None)] > 0
+
+
+def test_pair_streams_are_conditioned_on_each_image(cross: Path, tmp_path: Path) -> None:
+    csv_path, _, rows = run_separability(SeparabilityConfig(cache=cross, out=tmp_path, seeds=1))
+    assert {r["stream"] for r in rows} == {"lang", "vision"}  # every pair stream by default
+    tags = {"collapsed_tag=Object", "collapsed_tag=Relation", "collapsed_tag=Both"}
+    assert {r["subset"] for r in rows} == {"all", "image=0", "image=1", *tags}
+    n_tag = {r["subset"]: r["n"] for r in rows if r["subset"] in tags}
+    assert sum(n_tag.values()) == 2 * PLANTED["n_items"]  # each case has one collapsed tag
+    sep = by(rows, metric="separable", subset="all")
+    for stream in ("lang", "vision"):
+        assert sep[(stream, SIGNAL, "target", None)] == 100.0
+        assert sep[(stream, SIGNAL, "control", 0)] <= 20.0
+    n_all = {r["n"] for r in rows if r["subset"] == "all" and r["metric"] == "separable"}
+    assert n_all == {2 * PLANTED["n_items"]}  # one case per (item, image)
+    items = read(csv_path.with_name("cross.items.csv"))
+    names = {r["subset"] for r in items}
+    assert "winoground/3/i0" in names and "winoground/3/i1" in names
+    assert {r["n"] for r in items} == {str(2 * (1 + PLANTED["n_variants"]))}
+
+
+def test_parallel_fits_equal_sequential(dual: Path, tmp_path: Path) -> None:
+    _, _, seq = run_separability(SeparabilityConfig(cache=dual, out=tmp_path / "a", seeds=2, jobs=1))
+    _, _, par = run_separability(SeparabilityConfig(cache=dual, out=tmp_path / "b", seeds=2, jobs=2))
+    assert seq == par
+
+
+def test_outputs_summary_and_manifest(dual: Path, tmp_path: Path) -> None:
+    csv_path, manifest_path, rows = run_separability(
+        SeparabilityConfig(cache=dual, out=tmp_path, seeds=3, scale="standard", layers="1:3")
+    )
+    assert csv_path == tmp_path / "separability" / "planted.csv"
+    with open(csv_path, encoding="utf-8") as fh:
+        assert next(csv.reader(fh)) == list(TIDY_COLUMNS)
+    assert {r["layer"] for r in rows} == {1, 2}
+    assert {r["split"] for r in rows} == {"train"} and {r["probe"] for r in rows} == {"linear-separability"}
+    summary = read(csv_path.with_name("planted.summary.csv"))
+    assert list(summary[0]) == list(SUMMARY_COLUMNS)
+    row = next(r for r in summary if r["layer"] == str(SIGNAL) and r["metric"] == "separable")
+    assert row["target_seeds"] == "1" and row["control_seeds"] == "3"
+    assert float(row["selectivity"]) == pytest.approx(float(row["target_mean"]) - float(row["control_mean"]))
+    assert float(row["control_min"]) <= float(row["control_mean"]) <= float(row["control_max"])
+    run = json.loads(manifest_path.read_text())["runs"]["planted"]
+    assert run["config"]["scale"] == "standard" and run["config"]["C"] == 100.0
+    assert run["seeds"] == [0, 1, 2]
+    assert run["inputs"]["cache"]["sha256"] and run["git_revision"]
+    assert run["streams"] == {"text": {"modality": "text", "layers": [1, 2]}}
+
+
+def test_cli_on_the_tiny_clip_cache_and_plot(reference_cache: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(app, ["run", "separability", "--cache", str(reference_cache), "--out", str(tmp_path),
+                                 "--layers", "0,-1", "--seeds", "1"])
+    assert result.exit_code == 0, result.output
+    assert "layer   0 separable (train)" in result.stdout
+    csv_path = tmp_path / "separability" / "clip.csv"
+    rows = read(csv_path)
+    assert {r["stream"] for r in rows} == {"text"} and {r["task"] for r in rows} == {"target", "control"}
+    subsets = {r["subset"] for r in rows}
+    assert {"all", "wwh=NoTag", "collapsed_tag=Object"} <= subsets  # per-tag subsets of the synthetic data
+    plot = runner.invoke(app, ["plot", str(csv_path), "--out", str(tmp_path / "fig.png")])
+    assert plot.exit_code == 0, plot.output
+    assert (tmp_path / "fig.png").stat().st_size > 0 and (tmp_path / "fig.pdf").stat().st_size > 0
+
+
+@pytest.fixture(scope="module")
+def bad_caches(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("bad")
+    no_variants = planted_cache(root / "novar.h5", n_items=4, n_variants=0, n_layers=3, signal_layer=1)
+    tables = winoground_tables(4, 2)
+    n = len(tables.text_id)
+    states = np.random.default_rng(0).normal(size=(n, 2, 3)).astype(np.float32)
+    sparse = write_array_cache(root / "sparse.h5", tables, {
+        "text": ArrayStream("text", np.full(n, -1), np.arange(n), {"cls": states}, [0, 2], n_layers=4),
+    })
+    return {"no_variants": no_variants, "sparse": sparse}
+
+
+@pytest.mark.parametrize(
+    ("which", "extra", "needles"),
+    [
+        ("no_variants", [], ["no caption variants", "--variants"]),
+        ("dual", ["--stream", "nope"], ["stream 'nope' is not in"]),
+        ("dual", ["--stream", "image"], ["holds image rows"]),
+        ("dual", ["--pooling", "max"], ["pooling 'max' is not in stream 'text'"]),
+        ("sparse", ["--layers", "1"], ["layer(s) [1]", "not stored", "stored: [0, 2]"]),
+        ("dual", ["--layers", "9"], ["layer 9 is out of range"]),
+        ("dual", ["--seeds", "0"], ["seeds must be a positive integer"]),
+        ("dual", ["--scale", "minmax"], ["scale must be one of none, standard"]),
+        ("dual", ["--jobs", "0"], ["jobs must be"]),
+    ],
+)
+def test_bad_input_is_one_error_line(
+    which: str, extra: list[str], needles: list[str], dual: Path, bad_caches: dict[str, Path],
+    tmp_path: Path, one_error_line: Callable[..., str],
+) -> None:
+    path = dual if which == "dual" else bad_caches[which]
+    result = CliRunner().invoke(app, ["run", "separability", "--cache", str(path), "--out", str(tmp_path), *extra])
+    one_error_line(result, *needles)
+    assert not (tmp_path / "separability").exists()
