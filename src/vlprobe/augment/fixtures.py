@@ -68,7 +68,7 @@ def write_tiny_seq2seq(out: str | os.PathLike[str], kind: str = "marian", seed: 
     common = dict(
         vocab_size=len(vocab), d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
         decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128,
-        pad_token_id=0, eos_token_id=1, bos_token_id=3,
+        pad_token_id=0, eos_token_id=1, bos_token_id=3, forced_eos_token_id=None,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

@@ -79,7 +79,20 @@ def _double_final(word: str) -> bool:
     return bool(re.fullmatch(r"[^aeiou]*[aeiou][^aeiouwxy]", word))
 
 
+_IRREGULAR_NOUNS = dict(pair.split(":") for pair in (
+    "person:people child:children foot:feet tooth:teeth goose:geese mouse:mice louse:lice ox:oxen "
+    "leaf:leaves knife:knives wife:wives life:lives wolf:wolves shelf:shelves half:halves calf:calves "
+    "loaf:loaves thief:thieves sheep:sheep deer:deer fish:fish potato:potatoes tomato:tomatoes hero:heroes "
+    "cactus:cacti"
+).split())
+_MAN_NOT_MEN = ("human", "german", "roman", "shaman", "talisman", "caiman", "ottoman", "doberman", "walkman")
+
+
 def _plural(word: str, exc: dict[str, list[str]]) -> str:
+    if word in _IRREGULAR_NOUNS:
+        return _IRREGULAR_NOUNS[word]
+    if word.endswith("man") and word not in _MAN_NOT_MEN:
+        return word[:-3] + "men"  # woman, fireman (WordNet's morphy has the rule, noun.exc not the words)
     if word in exc:
         forms = [f for f in exc[word] if f != word]
         if forms:

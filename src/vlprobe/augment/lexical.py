@@ -218,7 +218,8 @@ class _WordNetStrategy(_WordReplacement):
             return []
         synset, lemma = found
         out, seen = [], {lemma.lower()}
-        for target in self.related(synset):
+        # nltk builds relation lists from sets: their order changes between processes.
+        for target in sorted(self.related(synset), key=lambda x: x.name()):
             for lem in target.lemmas():
                 name = lem.name()
                 if name[:1].isupper():
