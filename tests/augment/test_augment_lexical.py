@@ -6,7 +6,12 @@ import numpy as np
 import pytest
 
 from vlprobe.augment.inflect import inflect
-from vlprobe.augment.lexical import HypernymStrategy, HyponymStrategy, SlangStrategy, SynonymStrategy
+from vlprobe.augment.lexical import (
+    HypernymStrategy,
+    HyponymStrategy,
+    SlangStrategy,
+    SynonymStrategy,
+)
 from vlprobe.augment.slang_words import SLANG
 
 CAPTIONS = [
@@ -150,8 +155,13 @@ def test_unknown_option_and_bad_max_outputs_are_refused() -> None:
         SynonymStrategy(max_outputs=0)
 
 
-def test_unavailable_when_spacy_model_missing() -> None:
-    s = SynonymStrategy(spacy_model="no_such_model_xyz")
-    ok, reason, hint = s.available()
-    # the fallbacks still resolve here, so the configured name only comes first
-    assert ok and "en_core_web_sm" in reason
+def test_spacy_model_resolution_order_and_unavailability(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vlprobe.augment import nlp as nlp_mod
+
+    # a configured name that is not installed falls back to the official name, then the re-upload
+    assert nlp_mod.resolve_spacy_model("no_such_model_xyz") in nlp_mod.FALLBACK_MODELS
+    monkeypatch.setattr(nlp_mod, "FALLBACK_MODELS", ("no_such_a", "no_such_b"))
+    with pytest.raises(nlp_mod.SpacyUnavailable, match="tried no_such_model_xyz, no_such_a, no_such_b"):
+        nlp_mod.resolve_spacy_model("no_such_model_xyz")
+    ok, reason, hint = SynonymStrategy(spacy_model="no_such_model_xyz").available()
+    assert not ok and "no spaCy English model" in reason and "requirements/spacy-model.txt" in hint

@@ -13,7 +13,13 @@ from typer.testing import CliRunner
 
 from vlprobe.augment import plan as plan_mod
 from vlprobe.augment.plan import PRESETS, build_strategy, resolve_plan
-from vlprobe.augment.runner import AugmentConfig, _variant_sets, augment, augment_texts, prepare_strategies
+from vlprobe.augment.runner import (
+    AugmentConfig,
+    _variant_sets,
+    augment,
+    augment_texts,
+    prepare_strategies,
+)
 from vlprobe.cli import app
 from vlprobe.data.variants import attach_variants, read_variants, read_variants_header
 from vlprobe.data.winoground import load_winoground

@@ -66,7 +66,7 @@ def test_canonical_sdist_folder_with_crlf_is_accepted(wordnet_root: Path, tmp_pa
 def test_a_folder_without_the_sense_index_is_refused_with_the_fix(tmp_path: Path) -> None:
     (tmp_path / "dict").mkdir()
     (tmp_path / "dict" / "index.noun").write_text("x\n")
-    with pytest.raises(WordNetUnavailable, match="missing .*index.sense"):
+    with pytest.raises(WordNetUnavailable, match=r"missing .*index\.sense"):
         setup_wordnet(tmp_path / "root", tmp_path / "dict")
     with pytest.raises(WordNetUnavailable, match="no such directory"):
         wordnet_source(tmp_path / "nope")

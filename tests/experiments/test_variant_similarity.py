@@ -87,7 +87,7 @@ def test_blend_matches_the_definition(agg: str, lam: float, include_original: bo
 
 
 def test_missing_variant_scores_and_bad_settings_are_refused() -> None:
-    matrix, done, items, images, texts, parent, counts = planted(seed=3)
+    matrix, done, items, images, texts, parent, _counts = planted(seed=3)
     vs = variant_scores(matrix, done, items, images, texts, parent)
     with pytest.raises(ValueError, match="agg must be one of"):
         blend(vs, "median", 0.5)

@@ -12,6 +12,7 @@ is adjusted to the new word. Captions are tagged in batches with spaCy's ``nlp.p
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -115,41 +116,44 @@ class _WordReplacement(SpacyStrategy):
                 and bool(_WORD.match(tok.text)))
 
     def propose_doc(self, text: str, doc: Any, rng: np.random.Generator) -> list[Proposal]:
-        options: list[list[Proposal]] = []
+        options = []
         for tok in doc:
-            if not self._eligible(tok):
-                continue
-            props = []
-            for lemma, params in self.candidates(tok):
-                form = self.inflect(lemma, tok)
-                if form is None or form.lower() == tok.lower_:
-                    continue
-                new_text, extra = _replace(doc, tok.i, form)
-                props.append(Proposal(new_text, {
-                    "position": tok.i, "word": tok.text, "tag": tok.tag_, "replacement": form,
-                    **params, **extra,
-                }))
-            if props:
-                options.append(props)
-        return _interleave(options, rng, self.max_outputs)
+            if self._eligible(tok):
+                cands = self.candidates(tok)
+                if cands:
+                    options.append([(tok, lemma, params) for lemma, params in cands])
+
+        def make(choice: tuple[Any, str, dict[str, Any]]) -> Proposal | None:
+            tok, lemma, params = choice
+            form = self.inflect(lemma, tok)
+            if form is None or form.lower() == tok.lower_:
+                return None
+            new_text, extra = _replace(doc, tok.i, form)
+            return Proposal(new_text, {
+                "position": tok.i, "word": tok.text, "tag": tok.tag_, "replacement": form, **params, **extra,
+            })
+
+        return _interleave(options, rng, self.max_outputs, make)
 
     def inflect(self, lemma: str, tok: Any) -> str | None:
         return inflect(lemma, tok.tag_)
 
 
-def _interleave(options: list[list[Proposal]], rng: np.random.Generator, limit: int) -> list[Proposal]:
+def _interleave(options: list[list[Any]], rng: np.random.Generator, limit: int,
+                make: Any) -> list[Proposal]:
     """Spread variants over positions: a random order of positions, best candidates first.
 
-    Within a position the first (corpus-attested) candidates keep their lead; ties are broken
-    by ``rng`` so that different seeds pick different variants.
+    ``options`` holds, per position, candidates ``(token, lemma, params)``; ``make`` turns one
+    into a proposal (or None when it cannot be inflected), only for those actually tried. Within
+    a position corpus-attested candidates come first; ties are broken by ``rng`` so that
+    different seeds pick different variants.
     """
     order = rng.permutation(len(options))
     queues = []
     for k in order:
-        props = options[k]
-        tiers: dict[bool, list[Proposal]] = {True: [], False: []}
-        for p in props:
-            tiers[bool(p.params.get("attested", False))].append(p)
+        tiers: dict[bool, list[Any]] = {True: [], False: []}
+        for c in options[k]:
+            tiers[bool(c[2].get("attested", False))].append(c)
         queue = []
         for tier in (True, False):
             idx = rng.permutation(len(tiers[tier]))
@@ -160,12 +164,27 @@ def _interleave(options: list[list[Proposal]], rng: np.random.Generator, limit: 
     depth = 0
     while len(out) < limit and any(depth < len(q) for q in queues):
         for q in queues:
-            if depth < len(q) and q[depth].text not in seen:
-                seen.add(q[depth].text)
-                out.append(q[depth])
+            if depth >= len(q):
+                continue
+            p = make(q[depth])
+            if p is not None and p.text not in seen:
+                seen.add(p.text)
+                out.append(p)
                 if len(out) >= limit:
                     break
         depth += 1
+    return out
+
+
+@functools.lru_cache(maxsize=4)
+def sense_counts(folder: str) -> dict[str, int]:
+    """Sense key -> tag count from ``index.sense`` (what ``Lemma.count()`` reads, one binary search each)."""
+    out: dict[str, int] = {}
+    with open(Path(folder) / "index.sense", encoding="utf-8") as fh:
+        for line in fh:
+            parts = line.split()
+            if len(parts) >= 4:
+                out[parts[0]] = int(parts[3])
     return out
 
 
@@ -189,8 +208,10 @@ class _WordNetStrategy(_WordReplacement):
         return load_wordnet(self.options.get("wordnet_root"))
 
     def _wn_dir(self) -> Path:
-        root = self.options.get("wordnet_root")
-        return (Path(root) if root is not None else default_root()) / "corpora" / "wordnet"
+        if not hasattr(self, "_wn_dir_cached"):
+            root = self.options.get("wordnet_root")
+            self._wn_dir_cached = (Path(root) if root is not None else default_root()) / "corpora" / "wordnet"
+        return self._wn_dir_cached
 
     def sense(self, tok: Any) -> tuple[Any, str] | None:
         """(most frequent synset, lemma) of a token, or None when WordNet lacks the word.
@@ -217,6 +238,7 @@ class _WordNetStrategy(_WordReplacement):
         if found is None:
             return []
         synset, lemma = found
+        counts = sense_counts(str(self._wn_dir()))
         out, seen = [], {lemma.lower()}
         # nltk builds relation lists from sets: their order changes between processes.
         for target in sorted(self.related(synset), key=lambda x: x.name()):
@@ -227,7 +249,7 @@ class _WordNetStrategy(_WordReplacement):
                 if name.lower() in seen or name.replace("_", " ").lower() == lemma.replace("_", " ").lower():
                     continue
                 seen.add(name.lower())
-                count = lem.count()
+                count = counts.get(lem.key(), 0)
                 out.append((name, {"lemma": lemma, "synset": synset.name(), "relation": self.relation,
                                    "target_synset": target.name(), "replacement_lemma": name,
                                    "attested": count > 0, "count": count}))
