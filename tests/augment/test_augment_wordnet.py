@@ -80,3 +80,14 @@ def test_cli_setup_wordnet(wordnet_root: Path, tmp_path: Path, one_error_line) -
     assert (tmp_path / "nd" / "corpora" / "wordnet" / "lexnames").is_file()
     bad = runner.invoke(app, ["setup", "wordnet", "--root", str(tmp_path / "x"), "--from", str(tmp_path / "missing")])
     one_error_line(bad, "no such directory")
+
+
+def test_without_any_source_the_reason_and_install_hint_are_given(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from vlprobe.augment import wordnet as wordnet_mod
+    from vlprobe.augment.lexical import SynonymStrategy
+
+    monkeypatch.setattr(wordnet_mod, "DEBIAN_DIR", tmp_path / "no-wordnet")
+    with pytest.raises(WordNetUnavailable, match=r"no dict files found .*apt-get install --no-install-recommends wordnet-base"):
+        setup_wordnet(tmp_path / "root")
+    ok, reason, hint = SynonymStrategy(wordnet_root=str(tmp_path / "root")).available()
+    assert not ok and "no dict files found" in reason and "wordnet-sense-index" in hint
