@@ -132,8 +132,10 @@ def test_same_seed_same_output_and_batching_changes_nothing(cls, wn) -> None:
     s = cls(max_outputs=3)
     one = [s.generate(t, rng(7)) for t in CAPTIONS]
     again = [s.generate(t, rng(7)) for t in CAPTIONS]
-    batched = [[p.text for p in ps] for ps in s.propose_batch(CAPTIONS, [rng(7) for _ in CAPTIONS])]
-    single_calls = [[p.text for p in ps] for ps in s.propose_batch(CAPTIONS, [rng(7) for _ in CAPTIONS], batched=False)]
+    rngs = [rng(7) for _ in CAPTIONS]
+    batched = [[p.text for p in ps] for ps in s.propose_batch(CAPTIONS, rngs, share=False)]
+    rngs = [rng(7) for _ in CAPTIONS]
+    single_calls = [[p.text for p in ps] for ps in s.propose_batch(CAPTIONS, rngs, batched=False, share=False)]
     assert one == again == batched == single_calls
     others = [s.generate(t, rng(8)) for t in CAPTIONS]
     assert cls is SlangStrategy or others != one  # another seed picks other variants somewhere

@@ -51,21 +51,34 @@ class SpacyStrategy(Strategy):
     def nlp(self) -> tuple[Any, dict[str, str]]:
         return load_spacy(self.options.get("spacy_model"))
 
-    def docs(self, texts: Sequence[str], batched: bool = True) -> list[Any]:
-        """spaCy docs of ``texts``, with only the components this strategy needs."""
+    def docs(self, texts: Sequence[str], batched: bool = True, share: bool = True) -> list[Any]:
+        """spaCy docs of ``texts``, with only the components this strategy needs.
+
+        ``batched``: one ``nlp.pipe`` over all texts, else one ``nlp()`` call per text. ``share``:
+        reuse docs that another strategy with the same components already parsed (the lexical
+        strategies of a preset parse each caption once instead of once each).
+        """
         nlp, _ = self.nlp()
-        disable = [p for p in nlp.pipe_names if p not in self.pipes]
-        if batched:
-            return list(nlp.pipe(texts, disable=disable, batch_size=self.batch_size))
-        with nlp.select_pipes(disable=disable):
-            return [nlp(t) for t in texts]
+        cache = _doc_cache(nlp, self.pipes) if share else {}
+        todo = list(dict.fromkeys(t for t in texts if t not in cache))
+        if todo:
+            disable = [p for p in nlp.pipe_names if p not in self.pipes]
+            if batched:
+                parsed = list(nlp.pipe(todo, disable=disable, batch_size=self.batch_size))
+            else:
+                with nlp.select_pipes(disable=disable):
+                    parsed = [nlp(t) for t in todo]
+            if share and len(cache) + len(parsed) > _DOC_CACHE_SIZE:
+                cache.clear()
+            cache.update(zip(todo, parsed, strict=True))
+        return [cache[t] for t in texts]
 
     def propose(self, text: str, rng: np.random.Generator) -> list[Proposal]:
         return self.propose_docs([text], self.docs([text]), [rng])[0]
 
     def propose_batch(self, texts: Sequence[str], rngs: Sequence[np.random.Generator],
-                      batched: bool = True) -> list[list[Proposal]]:
-        return self.propose_docs(texts, self.docs(texts, batched), rngs)
+                      batched: bool = True, share: bool = True) -> list[list[Proposal]]:
+        return self.propose_docs(texts, self.docs(texts, batched, share), rngs)
 
     def propose_docs(self, texts: Sequence[str], docs: Sequence[Any], rngs: Sequence[np.random.Generator]) -> list[list[Proposal]]:
         return [self._finish(t, self.propose_doc(t, d, r)) for t, d, r in zip(texts, docs, rngs, strict=True)]
@@ -81,6 +94,15 @@ class SpacyStrategy(Strategy):
         except ValueError:
             pass
         return out
+
+
+_DOC_CACHE_SIZE = 50_000
+_DOC_CACHES: dict[tuple[int, tuple[str, ...]], dict[str, Any]] = {}
+
+
+def _doc_cache(nlp: Any, pipes: tuple[str, ...]) -> dict[str, Any]:
+    """Parsed docs by text, per pipeline and component set (docs are read, never changed)."""
+    return _DOC_CACHES.setdefault((id(nlp), pipes), {})
 
 
 def _replace(doc: Any, i: int, new: str) -> tuple[str, dict[str, Any]]:
