@@ -174,3 +174,17 @@ def test_cli_ls_strategies_says_why_and_how(one_error_line) -> None:
 ])
 def test_cli_bad_input_is_one_line(args: list[str], needles: tuple[str, ...], one_error_line) -> None:
     one_error_line(CliRunner().invoke(app, ["augment", *args]), *needles)
+
+
+def test_paper_preset_runs_offline_with_what_is_available(wordnet_root: Path, nlp) -> None:
+    res = augment_texts(["The man is riding a horse on the beach"], preset="why-winoground-hard", seed=2)
+    assert set(res.skipped) == {"back-translation", "diverse-back-translation", "paraphrase"}
+    made = [v.strategy for v in res.sets[0].variants]
+    assert "original" not in made  # the caption itself is the variants' parent, not repeated
+    assert set(made) <= {"role-rewrite", "hyponym", "hypernym", "slang", "synonym"}
+    for name, n in PRESETS["why-winoground-hard"]:
+        assert made.count(name) <= n
+    assert res.n_variants >= 8
+    assert "not repeated" in res.provenance["identity"]
+    assert [p["strategy"] for p in res.provenance["plan"]] == [
+        "original", "role-rewrite", "hyponym", "hypernym", "slang", "synonym"]
