@@ -14,7 +14,7 @@ state. :meth:`Strategy.propose` returns the same variants with what the strategy
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -33,7 +33,7 @@ class Availability:
     reason: str = ""
     hint: str = ""
 
-    def __iter__(self):  # (ok, reason, hint) unpacking
+    def __iter__(self) -> Iterator[Any]:  # (ok, reason, hint) unpacking
         return iter((self.ok, self.reason, self.hint))
 
 

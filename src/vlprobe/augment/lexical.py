@@ -3,11 +3,14 @@
 Each variant replaces **one** word, found by its token position (so a word that occurs twice is
 replaced where it was chosen, never everywhere), with a WordNet relative of the word's most
 frequent sense (the first synset WordNet lists for the spaCy lemma and POS), re-inflected to the
-replaced word's Penn tag so number and tense are kept ("dogs" -> "puppies", "sat" -> "posed").
+replaced word's Penn tag so number and tense are kept ("dogs" -> "puppies", "chased" -> "trailed").
 Candidate lemmas seen in the sense-tagged corpus (``Lemma.count() > 0``) come first. Relations
 are direct: synonyms are the synset's other lemmas; hypernyms the lemmas of its direct (and
 instance) hypernyms; hyponyms those of its direct (and instance) hyponyms. A preceding "a"/"an"
-is adjusted to the new word. Captions are tagged in batches with spaCy's ``nlp.pipe``.
+is adjusted to the new word. Capitalised lemmas (proper names, Latin binomials) are skipped, and
+an inflected form is kept only when WordNet's ``morphy`` leads it back to its lemma. Captions are
+tagged in batches with spaCy's ``nlp.pipe``; strategies with the same spaCy components share the
+parsed docs.
 """
 
 from __future__ import annotations
