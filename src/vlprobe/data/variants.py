@@ -10,6 +10,11 @@ Format (version 1). Each line is a JSON object::
          "params": {...}},             # "params" optional: whatever the strategy records
         ...]}
 
+Optional, and only as the first line: a header ``{"vlprobe_variants": 1, "provenance": {...}}``
+saying how the file was made (``probe augment`` writes the strategies and their versions, the
+WordNet source, the spaCy model, the seed). Optional per line: ``"errors": [{"strategy": ...,
+"error": ...}]``, failures of a strategy on that caption (recorded, never hidden).
+
 Rules: an (item, caption) pair appears at most once; every variant has a non-empty
 ``text`` and a non-empty ``strategy``; items and captions not listed have no variants.
 The synthetic fixture (``probe fixtures dataset``) and the augmentation strategies both
@@ -30,7 +35,9 @@ from vlprobe.data.items import Dataset, TextRef
 from vlprobe.io import atomic_write
 from vlprobe.provenance import sha256_file
 
-__all__ = ["Variant", "VariantSet", "attach_variants", "read_variants", "write_variants"]
+__all__ = [
+    "Variant", "VariantSet", "attach_variants", "read_variants", "read_variants_header", "write_variants",
+]
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,7 @@ class VariantSet:
     caption: int
     variants: tuple[Variant, ...]
     original: str | None = None
+    errors: tuple[Mapping[str, Any], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"item": self.item, "caption": self.caption}
@@ -59,13 +67,20 @@ class VariantSet:
             {"text": v.text, "strategy": v.strategy, **({"params": dict(v.params)} if v.params else {})}
             for v in self.variants
         ]
+        if self.errors:
+            out["errors"] = [dict(e) for e in self.errors]
         return out
 
 
-def write_variants(path: str | os.PathLike[str], sets: Iterable[VariantSet]) -> Path:
-    """Write variant sets as JSONL, atomically."""
+def write_variants(
+    path: str | os.PathLike[str], sets: Iterable[VariantSet], provenance: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write variant sets as JSONL, atomically; ``provenance`` becomes the header line."""
     target = Path(path)
     with atomic_write(target) as fh:
+        if provenance is not None:
+            fh.write(json.dumps({"vlprobe_variants": 1, "provenance": dict(provenance)},
+                                ensure_ascii=False, sort_keys=True) + "\n")
         for vs in sets:
             fh.write(json.dumps(vs.to_json(), ensure_ascii=False, sort_keys=False) + "\n")
     return target
@@ -74,6 +89,22 @@ def write_variants(path: str | os.PathLike[str], sets: Iterable[VariantSet]) -> 
 def read_variants(path: str | os.PathLike[str]) -> list[VariantSet]:
     """Read and validate a variants file; errors name the file, line and field."""
     return [vs for _, vs in _read_numbered(path)]
+
+
+def read_variants_header(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The provenance block of a variants file's header line, or None without one."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"variants: no such file {str(p)!r}")
+    with open(p, encoding="utf-8") as fh:
+        first = fh.readline()
+    try:
+        obj = json.loads(first) if first.strip() else None
+    except json.JSONDecodeError:
+        return None
+    if isinstance(obj, dict) and "vlprobe_variants" in obj and "item" not in obj:
+        return dict(obj.get("provenance") or {})
+    return None
 
 
 def _where(path: Path, lineno: int) -> str:
@@ -96,6 +127,8 @@ def _read_numbered(path: str | os.PathLike[str]) -> list[tuple[int, VariantSet]]
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{where}: not valid JSON ({exc.msg})") from None
+            if lineno == 1 and isinstance(obj, dict) and "vlprobe_variants" in obj and "item" not in obj:
+                continue  # the header
             vs = _parse_line(obj, where)
             key = (vs.item, vs.caption)
             if key in seen:
@@ -132,7 +165,10 @@ def _parse_line(obj: Any, where: str) -> VariantSet:
         if not isinstance(params, dict):
             raise ValueError(f"{where}: variants[{j}].params must be an object")
         variants.append(Variant(text, strategy, params))
-    return VariantSet(item, caption, tuple(variants), original)
+    errors = obj.get("errors", [])
+    if not isinstance(errors, list) or not all(isinstance(e, dict) for e in errors):
+        raise ValueError(f"{where}: 'errors' must be a list of objects")
+    return VariantSet(item, caption, tuple(variants), original, tuple(errors))
 
 
 def attach_variants(dataset: Dataset, path: str | os.PathLike[str]) -> Dataset:

@@ -1,0 +1,206 @@
+"""Variant-aware similarity (paper §5.2, ``probe run variant-similarity``).
+
+For caption C of a Winoground item and image I::
+
+    S'(I, C) = (1 - λ) S(I, C) + λ · agg_{v ∈ V(C)} S(I, v)
+
+with V(C) the caption's variants (texts whose parent is C in the cache) plus C itself
+(``include_original``, as the paper's code does), agg ∈ {mean, max}, over a λ grid; then the
+Winoground text / image / group scores of S'. λ = 0 is the plain Winoground score; λ = 1 with max
+is the score of each pair's best variant. Works for any cache holding the pair scores of the
+variants (dual encoders score every pair; cross-encoders with the ``item`` pair plan score each
+item's images against its captions and their variants).
+
+CSV: one row per (setting, subset, metric); the setting is in the ``probe`` column as
+``agg=<agg>;lambda=<λ>``; subsets as in ``winoground-scores`` (all, tags); values in percent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vlprobe.experiments.metrics import winoground_outcomes
+from vlprobe.experiments.outputs import build_manifest, write_results
+
+__all__ = [
+    "VariantScores", "VariantSimilarityConfig", "blend", "parse_lambdas", "run_variant_similarity", "variant_scores",
+]
+
+NAME = "variant-similarity"
+VERSION = 1
+AGGS = ("mean", "max")
+
+
+@dataclass(frozen=True)
+class VariantSimilarityConfig:
+    """One cache in, one CSV out."""
+
+    cache: Path
+    out: Path
+    aggs: tuple[str, ...] = AGGS
+    lambdas: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+    include_original: bool = True
+    model: str | None = None
+
+
+@dataclass(frozen=True)
+class VariantScores:
+    """Per-item score tensors, ``[n, k, j]`` = caption k with image j of item n.
+
+    Attributes
+    ----------
+    ids : list of str
+        Item ids.
+    original : ndarray, shape (N, 2, 2)
+    variants : ndarray, shape (N, 2, 2, V)
+        Variant scores, NaN-padded to the most variants of any caption (V may be 0).
+    n_variants : ndarray of int, shape (N, 2)
+    tags : list of dict
+    """
+
+    ids: list[str]
+    original: np.ndarray
+    variants: np.ndarray
+    n_variants: np.ndarray
+    tags: list[dict[str, list[str]]]
+
+
+def variant_scores(
+    matrix: np.ndarray, done: np.ndarray, item_ids: Sequence[str], image_ids: Sequence[str],
+    text_ids: Sequence[str], text_parent: Sequence[int],
+) -> VariantScores:
+    """Gather originals' and variants' scores per Winoground item from a cache's tables.
+
+    Parameters
+    ----------
+    matrix, done : ndarray, shape (n_images, n_texts)
+    item_ids : item ids (``winoground/17``); images ``<item>/i<j>``, captions ``<item>/c<k>``
+    text_parent : int per text, the row of its original caption or -1
+    """
+    matrix = np.asarray(matrix, dtype=np.float64)
+    parent = np.asarray(text_parent)
+    image_row = {str(i): r for r, i in enumerate(image_ids)}
+    text_row = {str(t): r for r, t in enumerate(text_ids) if parent[r] < 0}
+    kids: dict[int, list[int]] = {}
+    for r in np.flatnonzero(parent >= 0):
+        kids.setdefault(int(parent[r]), []).append(int(r))
+    ri, rt = [], []
+    for item in item_ids:
+        try:
+            ri.append([image_row[f"{item}/i{j}"] for j in (0, 1)])
+            rt.append([text_row[f"{item}/c{k}"] for k in (0, 1)])
+        except KeyError as exc:
+            raise ValueError(f"cache: item {item!r} lacks image or caption {exc.args[0]!r} (not Winoground-shaped)") from None
+    ri_a, rt_a = np.asarray(ri, dtype=np.int64).reshape(-1, 2), np.asarray(rt, dtype=np.int64).reshape(-1, 2)
+    n_var = np.array([[len(kids.get(int(c), [])) for c in row] for row in rt_a], dtype=np.int64).reshape(-1, 2)
+    vmax = int(n_var.max()) if n_var.size else 0
+    vidx = np.full((len(rt_a), 2, vmax), -1, dtype=np.int64)
+    for n, row in enumerate(rt_a):
+        for k, c in enumerate(row):
+            v = kids.get(int(c), [])
+            vidx[n, k, : len(v)] = v
+    orig = matrix[ri_a[:, None, :], rt_a[:, :, None]]
+    if not done[ri_a[:, None, :], rt_a[:, :, None]].all():
+        raise ValueError("cache: some caption-image scores are missing; finish the extraction")
+    safe = np.where(vidx < 0, 0, vidx)
+    var = matrix[ri_a[:, None, :, None], safe[:, :, None, :]]  # (N, k, j, V)
+    got = done[ri_a[:, None, :, None], safe[:, :, None, :]]
+    real = np.broadcast_to((vidx >= 0)[:, :, None, :], var.shape)
+    if not got[real].all():
+        raise ValueError(
+            "cache: some variant-image scores are missing (a cross-encoder cache needs the variants "
+            "scored against the item's images: extract with --variants)"
+        )
+    var = np.where(real, var, np.nan)
+    return VariantScores([str(i) for i in item_ids], orig, var, n_var, [{} for _ in item_ids])
+
+
+def blend(vs: VariantScores, agg: str, lam: float, include_original: bool = True) -> np.ndarray:
+    """S' per item, shape (N, 2, 2). A caption without variants (and without the original) keeps S."""
+    if agg not in AGGS:
+        raise ValueError(f"agg must be one of {', '.join(AGGS)}, got {agg!r}")
+    if isinstance(lam, bool) or not isinstance(lam, int | float) or not 0.0 <= float(lam) <= 1.0:
+        raise ValueError(f"lambdas must lie in [0, 1], got {lam!r}")
+    pool = vs.variants
+    if include_original:
+        pool = np.concatenate([vs.original[..., None], pool], axis=-1)
+    empty = np.isnan(pool).all(axis=-1) if pool.shape[-1] else np.ones(vs.original.shape, dtype=bool)
+    if pool.shape[-1]:
+        filled = np.where(np.isnan(pool), -np.inf if agg == "max" else 0.0, pool)
+        if agg == "max":
+            a = filled.max(axis=-1)
+        else:
+            a = filled.sum(axis=-1) / np.maximum((~np.isnan(pool)).sum(axis=-1), 1)
+    else:
+        a = vs.original.copy()
+    a = np.where(empty, vs.original, a)
+    return (1.0 - float(lam)) * vs.original + float(lam) * a
+
+
+def parse_lambdas(values: Any) -> tuple[float, ...]:
+    if isinstance(values, str):
+        values = [v for v in values.split(",") if v.strip()]
+    try:
+        out = tuple(float(v) for v in values)
+    except (TypeError, ValueError):
+        raise ValueError(f"lambdas must be numbers in [0, 1], got {values!r}") from None
+    if not out:
+        raise ValueError("lambdas: give at least one value")
+    return out
+
+
+def run_variant_similarity(config: VariantSimilarityConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
+    """Compute the λ x agg grid and write the CSV and manifest."""
+    from vlprobe.experiments.winoground_scores import _winoground_id, subset_masks
+    from vlprobe.extract.cache import ActivationCache
+
+    aggs = tuple(config.aggs)
+    bad = [a for a in aggs if a not in AGGS]
+    if not aggs or bad:
+        raise ValueError(f"aggs must be some of {', '.join(AGGS)}, got {list(aggs)!r}")
+    lambdas = parse_lambdas(config.lambdas)
+    for lam in lambdas:
+        if not 0.0 <= lam <= 1.0:
+            raise ValueError(f"lambdas must lie in [0, 1], got {lam!r}")
+    with ActivationCache(config.cache) as cache:
+        if cache.header.dataset != "winoground":
+            raise ValueError(f"cache: {Path(config.cache).name} holds dataset {cache.header.dataset!r}, not winoground")
+        matrix, done = cache.scores()
+        items, images, texts = cache.table("items"), cache.table("images"), cache.table("texts")
+        model = config.model or cache.header.model
+        provenance = cache.provenance()
+    vs = variant_scores(matrix, done, list(items["id"]), list(images["id"]), list(texts["id"]), texts["parent"])
+    if not vs.n_variants.any():
+        raise ValueError(f"cache: {Path(config.cache).name} holds no caption variants (extract with --variants FILE)")
+    tags = [json.loads(str(t)) for t in items["tags"]]
+    ids = [_winoground_id(str(i)) for i in items["id"]]
+    masks = subset_masks(ids, tags)
+    rows: list[dict[str, Any]] = []
+    for agg in aggs:
+        for lam in lambdas:
+            outcomes = winoground_outcomes(blend(vs, agg, lam, config.include_original))
+            for subset, mask in masks.items():
+                n = int(mask.sum())
+                for metric in ("text", "image", "group"):
+                    rows.append({
+                        "experiment": NAME, "model": model, "probe": f"agg={agg};lambda={lam:g}",
+                        "task": "target", "split": "all", "subset": subset, "metric": metric,
+                        "value": float(100.0 * outcomes[metric][mask].mean()) if n else float("nan"), "n": n,
+                    })
+    cfg = {k: (str(v) if isinstance(v, os.PathLike) else v) for k, v in asdict(config).items()}
+    cfg["lambdas"], cfg["aggs"] = list(lambdas), list(aggs)
+    manifest = build_manifest(NAME, VERSION, cfg, {"cache": provenance}, extra={
+        "units": "percent of items", "model": model, "n_items": len(ids),
+        "variants_per_caption": {"min": int(vs.n_variants.min()), "max": int(vs.n_variants.max()),
+                                 "mean": float(vs.n_variants.mean())},
+        "setting_column": "probe = agg=<agg>;lambda=<lambda>",
+    })
+    csv_path, manifest_path = write_results(config.out, NAME, model, rows, manifest)
+    return csv_path, manifest_path, rows
