@@ -187,15 +187,25 @@ def extract_cmd(
             help="Cross-encoders: store pair states besides scores (default: yes for --pairs item, no for all).",
         ),
     ] = None,
+    image_dir: Annotated[Path | None, typer.Option(help="SugarCrepe: the COCO val2017 image folder (pixel models).")] = None,
+    image_root: Annotated[
+        list[str] | None, typer.Option(help="VALSE: SOURCE=DIR per image source, repeatable; a bare DIR for all (pixel models).")
+    ] = None,
+    subsets: Annotated[str | None, typer.Option(help="SugarCrepe/VALSE: comma-separated subsets (file stems).")] = None,
+    limit: Annotated[int | None, typer.Option(help="SugarCrepe/VALSE: first N items per subset.")] = None,
+    all_items: Annotated[bool, typer.Option("--all-items", help="VALSE: keep invalid items too.")] = False,
 ) -> None:
     """Run a model over a dataset and cache layer-wise states and scores to HDF5."""
     from vlprobe.extract.runner import ExtractConfig, extract
 
+    dataset_options = {"image_dir": image_dir, "image_root": list(image_root) if image_root else None,
+                       "subsets": subsets, "limit": limit, "all_items": all_items or None}
     config = ExtractConfig(
         model=model, checkpoint=checkpoint, out=out, dataset=dataset, data_dir=data_dir, tags=tags,
         variants=variants, layers=layers, poolings=tuple(pooling.split(",")), batch_size=batch_size,
         device=device, dtype=dtype, shard=shard, pair_plan=pairs, progress=not quiet,
         regions=regions, model_config=uniter_config, tokenizer=tokenizer, pair_states=pair_states,
+        dataset_options={k: v for k, v in dataset_options.items() if v is not None},
     )
     result = extract(config)
     done = ", ".join(f"{s} {result.rows_written[s]}/{result.rows_total[s]} rows" for s in result.rows_total)
@@ -400,12 +410,17 @@ def fixtures_regions(
     seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
     min_boxes: Annotated[int | None, typer.Option(help="Vary the box count per image from this to --boxes.")] = None,
     dtype: Annotated[str, typer.Option(help="float32 | float16")] = "float32",
+    subsets: Annotated[str | None, typer.Option(help="SugarCrepe/VALSE: comma-separated subsets (file stems).")] = None,
+    limit: Annotated[int | None, typer.Option(help="SugarCrepe/VALSE: first N items per subset.")] = None,
+    all_items: Annotated[bool, typer.Option("--all-items", help="VALSE: invalid items too.")] = False,
 ) -> None:
-    """Write seeded random region features for every image of a dataset."""
+    """Write seeded random region features for every image of a dataset (SugarCrepe/VALSE: no image files needed)."""
     from vlprobe.extract.regions import RegionStore, random_regions_for_dataset
 
+    options = {"subsets": subsets, "limit": limit, "all_items": all_items or None}
     path = random_regions_for_dataset(
         out, data_dir, dataset=dataset, n_boxes=boxes, dim=dim, seed=seed, min_boxes=min_boxes, dtype=dtype,
+        options={k: v for k, v in options.items() if v is not None},
     )
     with RegionStore(path) as store:
         n = len(store)
@@ -444,6 +459,9 @@ def eval_cmd(
     dtype: Annotated[str, typer.Option(help="float32 or float16.")] = "float32",
     bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples for the 95% intervals.")] = 1000,
     seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
+    regions: Annotated[Path | None, typer.Option(help="lxmert/uniter: region features (vlprobe HDF5) keyed by the benchmark's image names.")] = None,
+    uniter_config: Annotated[Path | None, typer.Option(help="UNITER model config JSON (uniter-base.json).")] = None,
+    tokenizer: Annotated[str | None, typer.Option(help="UNITER tokenizer dir or hub id (default: tokenizer/ beside the checkpoint).")] = None,
 ) -> None:
     """Score SugarCrepe or VALSE with a model (or re-read saved scores): tidy CSV, per-item scores, manifest."""
     from vlprobe.experiments.benchmark_eval import EvalConfig, run_eval
@@ -453,6 +471,7 @@ def eval_cmd(
         image_dir=image_dir, image_root=tuple(image_root or ()), subsets=subsets, limit=limit,
         all_items=all_items, items=items, name=name, batch_size=batch_size, device=device, dtype=dtype,
         bootstrap=bootstrap, seed=seed, threshold=threshold, acceptable_label=acceptable_label,
+        regions=regions, model_config=uniter_config, tokenizer=tokenizer,
     ))
     shown = {r["subset"] for r in rows}
     _print_rows(rows, tuple(shown), csv_path)

@@ -63,12 +63,12 @@ GOLDEN_ROOT_ATTRS = {
     # compared on resume / merge
     "vlprobe_schema", "model", "checkpoint_fingerprint", "dataset", "dataset_fingerprint",
     "variants_fingerprint", "pair_plan", "poolings", "dtype", "shard", "layers",
-    "pair_states", "regions_fingerprint", "config_fingerprint", "tokenizer_fingerprint",
+    "pair_states", "regions_fingerprint", "config_fingerprint", "tokenizer_fingerprint", "dataset_selection",
     # state
     "complete",
     # recorded only
     "checkpoint", "created", "vlprobe_version", "versions", "git_revision", "device",
-    "dataset_source", "tags_fingerprint", "model_info", "batch_size",
+    "dataset_source", "tags_fingerprint", "model_info", "batch_size", "dataset_options",
 }
 GOLDEN_STREAM_ATTRS = {
     "modality", "layer_kinds", "cls_rule", "hidden_size", "pooled_size", "n_rows", "row_start", "row_stop",

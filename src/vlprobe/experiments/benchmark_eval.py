@@ -2,7 +2,8 @@
 
 Each item is one image with a correct text (``c0``: SugarCrepe positive, VALSE caption) and a
 wrong one (``c1``: negative, foil). A run scores both pairs with any registered model
-(:mod:`vlprobe.experiments.pair_scores`: CLIP, a cross-encoder, a blind baseline) or takes the
+(:mod:`vlprobe.experiments.pair_scores`: CLIP, a cross-encoder reading region features from
+``regions``, a blind baseline) or takes the
 scores from a per-item score file (``scores``), then writes to ``OUT/<benchmark>/``:
 
 * ``<model>.csv``: tidy rows, values in percent. SugarCrepe: ``accuracy`` per subset, for
@@ -68,6 +69,10 @@ class EvalConfig:
     threshold: float | None = None
     skip_foil_ties: bool = True
     acceptable_label: str | None = None
+    #: Cross-encoders (LXMERT, UNITER): region features, UNITER's config JSON and tokenizer.
+    regions: Path | None = None
+    model_config: Path | None = None
+    tokenizer: str | None = None
 
 
 def read_item_ids(path: str | os.PathLike[str], *, param: str = "items") -> list[str]:
@@ -141,6 +146,21 @@ def _validate(config: EvalConfig) -> None:
             raise ValueError(f"{given[0]} needs data_dir when the scores come from a file (it selects dataset items)")
     if config.model is None and (config.checkpoint is not None or config.acceptable_label is not None):
         raise ValueError("checkpoint and acceptable_label apply to a model, not to a saved score file")
+    if config.model is None:
+        given = [n for n in ("regions", "model_config", "tokenizer") if getattr(config, n) is not None]
+        if given:
+            raise ValueError(f"{given[0]} applies to a model, not to a saved score file")
+    else:
+        from vlprobe.extract.base import CrossEncoder
+        from vlprobe.registry import MODELS
+
+        cls = MODELS.get(config.model)
+        pixels = [n for n, v in (("image_dir", config.image_dir), ("image_root", config.image_root)) if v]
+        if pixels and isinstance(cls, type) and issubclass(cls, CrossEncoder):
+            raise ValueError(
+                f"{pixels[0]}: {config.model} reads region features (--regions), not pixels; "
+                f"drop --{pixels[0].replace('_', '-')}"
+            )
 
 
 def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
@@ -170,7 +190,9 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
             raise ValueError(f"{config.benchmark}: no items to evaluate")
         scorer = load_pair_scorer(
             config.model, config.checkpoint, device=config.device, dtype=config.dtype,
-            batch_size=config.batch_size, options={"acceptable_label": config.acceptable_label},
+            batch_size=config.batch_size, regions=config.regions,
+            options={"acceptable_label": config.acceptable_label, "model_config": config.model_config,
+                     "tokenizer": config.tokenizer},
         )
         images = [it.images[0] for it in items for _ in (0, 1)]
         texts = [it.texts[k].text for it in items for k in (0, 1)]
@@ -182,6 +204,12 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
         model = config.name or config.model
         inputs["dataset"] = {"name": dataset.name, "fingerprint": dataset.fingerprint, "source": dataset.source}
         inputs["checkpoint"] = {"spec": config.checkpoint, "fingerprint": scorer.fingerprint}
+        if scorer.regions is not None:
+            inputs["regions"] = {"path": str(scorer.regions), "fingerprint": scorer.regions_fingerprint}
+        specs = {"config": config.model_config, "tokenizer": config.tokenizer}
+        for key, fp in scorer.input_fingerprints.items():
+            if fp:
+                inputs[f"model_{key}"] = {"spec": None if specs.get(key) is None else str(specs[key]), "fingerprint": fp}
         info = scorer.info
     else:
         saved = read_item_scores(config.scores, param="scores")  # type: ignore[arg-type]

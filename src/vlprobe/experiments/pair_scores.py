@@ -5,17 +5,22 @@
 * a dual encoder adapter (CLIP; ``Adapter.dual_encoder``): every distinct image and text is
   encoded once, in batches, through the adapter's own ``encode`` (its ``pooled`` output), and pair
   scores come from ``Adapter.scores_from_pooled`` - the same numbers ``probe extract`` stores;
-* a cross-encoder adapter (``dual_encoder = False``: LXMERT, UNITER): pairs are scored in batches
-  by the adapter's ``score_pairs(images, texts) -> ndarray (B,)`` (PIL images, strings); an
-  adapter without that method is refused with one line;
+* a cross-encoder (:class:`~vlprobe.extract.base.CrossEncoder`: LXMERT, UNITER) reads region
+  features, not pixels: every distinct text is tokenised once (``prepare_texts``), the regions of
+  the distinct image names are read from the ``regions`` file (``RegionStore``, keyed by the
+  normalised ``ImageRef.name``) in blocks of images (``prepare_images``), and each batch of pairs
+  is one ``encode_pairs`` call without states - the pass ``probe extract`` runs, so the scores
+  equal the ones it stores;
 * a blind text-only baseline (:class:`vlprobe.extract.blind.TextScorer`): each distinct text is
   scored once and the image is ignored.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,7 +31,10 @@ from vlprobe.registry import MODELS
 __all__ = ["MATCH_THRESHOLDS", "PairScorer", "load_pair_scorer"]
 
 #: Score kinds with a natural match / no-match threshold (VALSE's binary metrics need one).
-MATCH_THRESHOLDS: dict[str, float] = {"itm_probability": 0.5, "match_probability": 0.5, "itm_logit_margin": 0.0}
+#: ``match_probability``: LXMERT's and UNITER's softmax probability that caption and image match.
+MATCH_THRESHOLDS: dict[str, float] = {"match_probability": 0.5}
+#: Distinct images whose region features are held at once while scoring with a cross-encoder.
+IMAGE_BLOCK = 512
 
 
 @dataclass
@@ -40,8 +48,15 @@ class PairScorer:
     score_kind : str
         What a score is (``cosine``, ``mean_token_logprob``, ...).
     needs_images : bool
+        Whether the model reads pixels (every image needs a file).
     fingerprint : str
         The checkpoint's fingerprint ("" when the model has none).
+    regions : Path or None
+        Region-feature file of a cross-encoder.
+    regions_fingerprint : str
+        Its fingerprint ("" without one).
+    input_fingerprints : dict
+        Fingerprints of the model's side inputs (UNITER's ``config``, ``tokenizer``).
     info : dict
         The model's own description (recorded in the manifest).
     """
@@ -54,6 +69,9 @@ class PairScorer:
     _impl: Any
     _kind: str
     batch_size: int = 32
+    regions: Path | None = None
+    regions_fingerprint: str = ""
+    input_fingerprints: dict[str, str] = field(default_factory=dict)
 
     def score(self, images: Sequence[ImageRef], texts: Sequence[str]) -> np.ndarray:
         """Scores of the pairs (images[p], texts[p]).
@@ -97,13 +115,37 @@ class PairScorer:
                     block = type(self._impl).scores_from_pooled(img[start : start + 256], txt)
                     out[sel] = block[i_idx[sel] - start, t_idx[sel]]
             return out
-        out = np.empty(len(texts), dtype=np.float64)
-        for start in range(0, len(texts), self.batch_size):
-            batch_imgs = [im.load() for im in images[start : start + self.batch_size]]
-            got = np.asarray(self._impl.score_pairs(batch_imgs, list(texts[start : start + self.batch_size])), dtype=np.float64)
-            if got.shape != (len(batch_imgs),):
-                raise ValueError(f"model {self.model!r}: score_pairs returned shape {got.shape}, expected ({len(batch_imgs)},)")
-            out[start : start + len(batch_imgs)] = got
+        return self._cross_scores([im.name for im in images], uniq_texts, t_idx)
+
+    def _cross_scores(self, names: list[str], uniq_texts: list[str], t_idx: np.ndarray) -> np.ndarray:
+        from vlprobe.extract.region_boxes import normalise_image_id
+        from vlprobe.extract.regions import RegionStore
+
+        keys = [normalise_image_id(n) for n in names]
+        uniq = list(dict.fromkeys(keys))
+        row = {k: i for i, k in enumerate(uniq)}
+        i_idx = np.array([row[k] for k in keys], dtype=np.int64)
+        first_name = dict(zip(keys, names, strict=True))
+        out = np.empty(len(keys), dtype=np.float64)
+        with RegionStore(self.regions) as store:  # type: ignore[arg-type]
+            missing = [first_name[k] for k in uniq if k not in store]
+            if missing:
+                raise ValueError(
+                    f"regions: no features for image {missing[0]!r} in {store.path.name} "
+                    f"({len(missing)} of the {len(uniq)} images to score missing)"
+                )
+            text_table = self._impl.prepare_texts(uniq_texts)
+            # Blocks of images bound the memory of a full benchmark (36 x 2048 floats per image).
+            for start in range(0, len(uniq), IMAGE_BLOCK):
+                stop = min(start + IMAGE_BLOCK, len(uniq))
+                regions = store.get(uniq[start:stop])
+                image_table = self._impl.prepare_images(regions.features, regions.boxes, regions.mask)
+                del regions
+                pairs = np.flatnonzero((i_idx >= start) & (i_idx < stop))
+                for b in range(0, len(pairs), self.batch_size):
+                    sel = pairs[b : b + self.batch_size]
+                    got = self._impl.encode_pairs(text_table, image_table, t_idx[sel], i_idx[sel] - start, None, ())
+                    out[sel] = got.scores.float().cpu().numpy()
         return out
 
     @property
@@ -125,6 +167,7 @@ class PairScorer:
 def load_pair_scorer(
     model: str, checkpoint: str | None, *, device: str = "cpu", dtype: str = "float32",
     batch_size: int = 32, options: dict[str, Any] | None = None,
+    regions: str | os.PathLike[str] | None = None,
 ) -> PairScorer:
     """Load a registered model as a :class:`PairScorer` (see the module docstring).
 
@@ -133,37 +176,62 @@ def load_pair_scorer(
     model : str
         Registered name (``probe ls models``).
     checkpoint : str or None
-        Directory or hub id (None for models without one, e.g. ``caption-length``).
+        Directory or hub id (None for models without one, e.g. ``caption-length``); UNITER: the
+        ``.pt`` file.
     options : dict, optional
-        Model-specific options (``acceptable_label`` for ``blind-grammar``).
+        Model-specific options, None values ignored: ``acceptable_label`` for ``blind-grammar``;
+        ``model_config`` and ``tokenizer`` for a cross-encoder that declares them (UNITER).
+    regions : path, optional
+        Region-feature file (vlprobe HDF5) for a cross-encoder; refused for other models.
     """
+    from vlprobe.extract.base import CrossEncoder
     from vlprobe.extract.blind import TextScorer
+    from vlprobe.extract.runner import check_load_options
 
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     cls = MODELS.get(model)
     opts = {k: v for k, v in (options or {}).items() if v is not None}
+    store_fp = ""
+    if isinstance(cls, type) and issubclass(cls, CrossEncoder):
+        if regions is None:
+            raise ValueError(
+                f"regions: {model} reads precomputed region features; give --regions FILE.h5 "
+                "(see `probe regions import`, or `probe fixtures regions` for random ones)"
+            )
+        from vlprobe.extract.regions import RegionStore
+
+        with RegionStore(regions) as store:
+            store_fp = store.fingerprint
+    elif regions is not None:
+        what = "scores captions only" if isinstance(cls, type) and issubclass(cls, TextScorer) else "reads pixels"
+        raise ValueError(f"regions: {model} {what}, not region features; drop --regions")
     if isinstance(cls, type) and issubclass(cls, TextScorer):
         impl = cls.load(checkpoint, device=device, dtype=dtype, **opts)
         kind = "text"
     else:
-        if opts:
-            raise ValueError(f"model {model!r} takes no options, got {sorted(opts)}")
         if not checkpoint:
             raise ValueError(f"checkpoint: model {model!r} needs --checkpoint (a directory or hub id)")
-        impl = cls.load(checkpoint, device=device, dtype=dtype)
-        if getattr(cls, "dual_encoder", False):
-            kind = "dual"
-        elif callable(getattr(impl, "score_pairs", None)):
+        if isinstance(cls, type) and issubclass(cls, CrossEncoder):
+            load_opts = check_load_options(model, cls, {k: v for k, v in opts.items() if k in ("model_config", "tokenizer")})
+            extra = sorted(set(opts) - set(load_opts))
+            if extra:
+                raise ValueError(f"{extra[0]}: {model} does not take --{extra[0].replace('_', '-')}")
+            impl = cls.load(checkpoint, device=device, dtype=dtype, **load_opts)
             kind = "cross"
+        elif getattr(cls, "dual_encoder", False):
+            if opts:
+                name = sorted(opts)[0]
+                raise ValueError(f"{name}: model {model!r} takes no options, got {sorted(opts)}")
+            impl = cls.load(checkpoint, device=device, dtype=dtype)
+            kind = "dual"
         else:
-            raise ValueError(
-                f"model {model!r} is a cross-encoder without score_pairs(images, texts); it cannot score "
-                "benchmark pairs yet"
-            )
+            raise ValueError(f"model {model!r} is neither a dual encoder, a cross-encoder nor a text scorer; it cannot score pairs")
     ckpt = getattr(impl, "checkpoint", None)
     return PairScorer(
         model=model, score_kind=str(getattr(impl, "score_kind", "") or getattr(cls, "score_kind", "")),
-        needs_images=kind != "text", fingerprint=getattr(ckpt, "fingerprint", "") if ckpt else "",
+        needs_images=kind == "dual", fingerprint=getattr(ckpt, "fingerprint", "") if ckpt else "",
         info=impl.describe() if hasattr(impl, "describe") else {}, _impl=impl, _kind=kind, batch_size=batch_size,
+        regions=Path(regions) if regions is not None else None, regions_fingerprint=store_fp,
+        input_fingerprints=impl.input_fingerprints() if hasattr(impl, "input_fingerprints") else {},
     )

@@ -100,7 +100,7 @@ class Adapter(ABC):
     name: ClassVar[str]
     #: Dual encoders score a pair from the two pooled embeddings (no pair forward).
     dual_encoder: ClassVar[bool] = True
-    #: What a score is ("cosine", "itm_probability", ...), recorded in the cache.
+    #: What a score is ("cosine", "match_probability", ...), recorded in the cache.
     score_kind: ClassVar[str] = ""
     #: Whether the model reads precomputed region features (``--regions``).
     needs_regions: ClassVar[bool] = False

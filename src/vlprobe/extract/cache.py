@@ -17,13 +17,16 @@ Root attributes (``/``)::
     regions_fingerprint     "sha256:<hex>" of the region-feature file (LXMERT, UNITER), else ""
     config_fingerprint      sha256 of a separate model config file (UNITER's JSON), else ""
     tokenizer_fingerprint   fingerprint of a separately given tokenizer (UNITER), else ""
+    dataset_selection       JSON of the loader options that choose items (subsets, limit, all_items),
+                            "" without any (image folders are covered by dataset_fingerprint)
     poolings                JSON list, e.g. ["cls", "mean", "max", "pooled"]
     dtype                   "float32" or "float16" (storage and model weights)
     shard                   "K/N" ("0/1" unsharded)
     layers                  JSON {stream: [layer numbers]}
     complete                bool; True once every row (and the scores) are written
     -- recorded, not compared: created, vlprobe_version, versions (JSON), git_revision,
-       device, dataset_source, tags_fingerprint, model_info (JSON), batch_size
+       device, dataset_source, tags_fingerprint, model_info (JSON), batch_size,
+       dataset_options (JSON: the loader's options, e.g. image_dir, subsets, limit)
 
 Index tables (all rows of the dataset, also in shard files)::
 
@@ -124,6 +127,7 @@ class CacheHeader:
     regions_fingerprint: str = ""
     config_fingerprint: str = ""
     tokenizer_fingerprint: str = ""
+    dataset_selection: str = ""
 
     def to_attrs(self) -> dict[str, Any]:
         d = asdict(self)
@@ -149,6 +153,7 @@ class CacheHeader:
             regions_fingerprint=_s(attrs.get("regions_fingerprint", "")),
             config_fingerprint=_s(attrs.get("config_fingerprint", "")),
             tokenizer_fingerprint=_s(attrs.get("tokenizer_fingerprint", "")),
+            dataset_selection=_s(attrs.get("dataset_selection", "")),
         )
 
 
@@ -156,7 +161,7 @@ class CacheHeader:
 COMPARED_FIELDS: tuple[str, ...] = (
     "model", "checkpoint_fingerprint", "dataset", "dataset_fingerprint", "variants_fingerprint",
     "pair_plan", "pair_states", "poolings", "dtype", "shard", "layers", "regions_fingerprint",
-    "config_fingerprint", "tokenizer_fingerprint",
+    "config_fingerprint", "tokenizer_fingerprint", "dataset_selection",
 )
 
 

@@ -713,19 +713,22 @@ def random_regions_for_dataset(
     seed: int = 0,
     min_boxes: int | None = None,
     dtype: str = "float32",
+    options: Mapping[str, Any] | None = None,
 ) -> Path:
     """Random region features (:func:`random_regions`) for every image of a local dataset copy.
 
-    Image sizes come from the image files (header only) where they exist, else 640 x 480.
-    Images shared by several items get one entry (the first occurrence fixes the order).
+    ``options`` go to the dataset's loader (SugarCrepe/VALSE: ``subsets``, ``limit``,
+    ``all_items``, ``image_dir``/``image_root``); SugarCrepe and VALSE need no image files here:
+    the names come from their JSON files. Image sizes come from the image files (header only)
+    where they exist, else 640 x 480. Images shared by several items get one entry (the first
+    occurrence fixes the order).
     """
-    from vlprobe.data.winoground import load_winoground
     from vlprobe.extract.runner import load_dataset
 
     if dataset == "winoground":  # tags=False: no tag-file lookup or download for a fixture
-        ds = load_winoground(data_dir, tags=False)
+        ds = load_dataset(dataset, Path(data_dir), options={**(options or {}), "tags": False})
     else:
-        ds = load_dataset(dataset, Path(data_dir))
+        ds = load_dataset(dataset, Path(data_dir), options=options)
     names: dict[str, tuple[int, int]] = {}
     for ref in ds.images():
         name = normalise_image_id(ref.name)

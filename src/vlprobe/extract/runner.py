@@ -12,17 +12,24 @@ instead: every text of the plan is tokenised once and every image's region featu
 once from the ``regions`` file; each batch of pairs is one call of ``encode_pairs``, which gives
 the score of every pair and, with ``pair_states``, the pooled states of every pair stream, written
 together. Shards split the pair plan into contiguous blocks.
+
+``dataset_options`` are further keyword arguments of the dataset's loader (SugarCrepe
+``image_dir``, VALSE ``image_root``, ``subsets``, ``limit``, ``all_items``), checked against its
+signature; those that choose items are compared on resume (``dataset_selection``). Models that
+read regions take no image folders (SugarCrepe and VALSE then load without pixels); models that
+read pixels need a file for every image, checked before the cache is opened.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +57,8 @@ __all__ = [
     "PAIR_PLANS",
     "ExtractConfig",
     "ExtractResult",
+    "check_dataset_options",
+    "check_load_options",
     "extract",
     "load_dataset",
     "merge_shards",
@@ -89,6 +98,9 @@ class ExtractConfig:
     #: Cross-encoders: store the pair streams' states besides the scores. None = yes for the
     #: ``item`` plan, no for ``all`` (every image x every text x every layer is huge).
     pair_states: bool | None = None
+    #: Further keyword arguments of the dataset's loader (SugarCrepe ``image_dir``, VALSE
+    #: ``image_root``, ``subsets``, ``limit``, ...); checked against what the loader accepts.
+    dataset_options: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -114,15 +126,35 @@ def parse_shard(spec: str) -> tuple[int, int]:
     return k, n
 
 
-def load_dataset(
-    name: str, data_dir: Path | None = None, tags: Path | None = None, variants: Path | None = None
-) -> Dataset:
-    """Load a registered dataset and attach a variants file."""
+def check_dataset_options(name: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The options (None values dropped) a registered dataset's loader accepts; ValueError naming the first it does not.
+
+    ``data_dir`` is not an option (it has its own parameter).
+    """
     loader = DATASETS.get(name)
-    kwargs: dict[str, Any] = {"data_dir": data_dir}
-    if tags is not None:
-        kwargs["tags"] = tags
-    dataset = loader(**kwargs)
+    opts = {k: v for k, v in (options or {}).items() if v is not None}
+    params = inspect.signature(loader).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return opts
+    takes = [p for p in params if p != "data_dir" and params[p].kind is not inspect.Parameter.VAR_POSITIONAL]
+    for key in opts:
+        if key == "data_dir" or key not in takes:
+            shown = ", ".join(f"--{t.replace('_', '-')}" for t in takes) or "no options"
+            raise ValueError(f"{key}: dataset {name!r} does not take --{key.replace('_', '-')} (it takes {shown})")
+    return opts
+
+
+def load_dataset(
+    name: str, data_dir: Path | None = None, tags: Path | None = None, variants: Path | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> Dataset:
+    """Load a registered dataset (with its loader's ``options``) and attach a variants file."""
+    loader = DATASETS.get(name)
+    kwargs = check_dataset_options(name, {**(options or {}), **({} if tags is None else {"tags": tags})})
+    data_param = inspect.signature(loader).parameters.get("data_dir")
+    if data_dir is None and data_param is not None and data_param.default is inspect.Parameter.empty:
+        raise ValueError(f"data_dir: dataset {name!r} needs --data-dir (the folder of its files)")
+    dataset = loader(data_dir=data_dir, **kwargs)
     if variants is not None:
         from vlprobe.data.variants import attach_variants
 
@@ -210,8 +242,17 @@ def extract(config: ExtractConfig) -> ExtractResult:
             f"model: {config.model!r} has no hidden-state streams to extract (a blind text-only baseline "
             "is scored with `probe eval`)"
         )
-    options = _load_options(config, adapter_cls)
-    dataset = load_dataset(config.dataset, config.data_dir, config.tags, config.variants)
+    options = check_load_options(
+        config.model, adapter_cls, {"model_config": config.model_config, "tokenizer": config.tokenizer}
+    )
+    if adapter_cls.needs_regions:
+        pixels = [k for k in ("image_dir", "image_root") if config.dataset_options.get(k)]
+        if pixels:
+            flag = pixels[0].replace("_", "-")
+            raise ValueError(f"{pixels[0]}: {config.model} reads region features (--regions), not pixels; drop --{flag}")
+    dataset = load_dataset(config.dataset, config.data_dir, config.tags, config.variants, config.dataset_options)
+    if not adapter_cls.needs_regions:
+        _check_pixels(config, dataset)
     store = _open_regions(config, adapter_cls, dataset)
     try:
         adapter: Adapter = adapter_cls.load(config.checkpoint, device=config.device, dtype=config.dtype, **options)
@@ -221,18 +262,32 @@ def extract(config: ExtractConfig) -> ExtractResult:
             store.close()
 
 
-def _load_options(config: ExtractConfig, adapter_cls: type[Adapter]) -> dict[str, Any]:
-    """The extra load arguments the adapter declares; refuse ones it does not read."""
-    options = {}
-    for name in ("model_config", "tokenizer"):
-        value = getattr(config, name)
+def check_load_options(model: str, adapter_cls: type, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The extra load arguments (None values dropped) the adapter declares; refuse ones it does not read."""
+    out = {}
+    for name, value in options.items():
         if value is None:
             continue
-        if name not in adapter_cls.load_options:
-            flag = "uniter-config" if name == "model_config" else name
-            raise ValueError(f"{name}: {config.model} does not take --{flag} (it reads it from its checkpoint)")
-        options[name] = value
-    return options
+        if name not in getattr(adapter_cls, "load_options", ()):
+            flag = "uniter-config" if name == "model_config" else name.replace("_", "-")
+            raise ValueError(f"{name}: {model} does not take --{flag} (it reads it from its checkpoint)")
+        out[name] = value
+    return out
+
+
+def _check_pixels(config: ExtractConfig, dataset: Dataset) -> None:
+    """A model that reads pixels needs every image's file (SugarCrepe/VALSE load without them)."""
+    lacking = next((img for img in dataset.images() if img.path is None), None)
+    if lacking is not None:
+        params = inspect.signature(DATASETS.get(config.dataset)).parameters
+        flags = " or ".join(
+            {"image_dir": "--image-dir DIR", "image_root": "--image-root SOURCE=DIR"}[k]
+            for k in ("image_dir", "image_root") if k in params
+        ) or "a data_dir with the images"
+        raise ValueError(
+            f"{config.model} reads pixels, but {config.dataset} image {lacking.name!r} ({lacking.id}) has no file; "
+            f"pass {flags}"
+        )
 
 
 def _open_regions(config: ExtractConfig, adapter_cls: type[Adapter], dataset: Dataset) -> Any:
@@ -294,6 +349,7 @@ def _extract(
         regions_fingerprint=store.fingerprint if store is not None else "",
         config_fingerprint=fingerprints.get("config", ""),
         tokenizer_fingerprint=fingerprints.get("tokenizer", ""),
+        dataset_selection=_selection(config.dataset_options),
     )
     layouts = []
     pairs: PairLayout | None = None
@@ -317,6 +373,9 @@ def _extract(
         "tags_fingerprint": dataset.extra_fingerprints.get("tags", ""),
         "model_info": adapter.describe(),
         "batch_size": config.batch_size,
+        "dataset_options": json.dumps(
+            {k: _plain(v) for k, v in config.dataset_options.items() if v is not None}, sort_keys=True
+        ),
     }
     written: dict[str, int] = {}
     totals: dict[str, int] = {}
@@ -348,6 +407,23 @@ def _extract(
             _dual_scores(writer, adapter_cls)
         writer.set_attrs(complete=True)
     return ExtractResult(Path(config.out), written, totals, time.perf_counter() - t0, True)
+
+
+def _selection(options: Mapping[str, Any]) -> str:
+    """JSON of the dataset options that choose items (all but the image folders); "" for none."""
+    chosen = {k: _plain(v) for k, v in options.items() if v is not None and k not in ("image_dir", "image_root")}
+    return json.dumps(chosen, sort_keys=True) if chosen else ""
+
+
+def _plain(value: Any) -> Any:
+    """JSON-able form of a dataset option (paths as strings, sequences as lists)."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _validate(config: ExtractConfig) -> None:
