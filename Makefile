@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml requirements/spacy-model.txt
 
 install: $(STAMP)  ## create .venv and install vlprobe with its test tools
 
-demo: $(STAMP)  ## synthetic Winoground + tiny random CLIP: extract, inspect, score, recall
+demo: $(STAMP)  ## synthetic Winoground + tiny random CLIP, LXMERT, UNITER: extract, score, probe, augment
 	rm -rf $(DEMO)
 	HF_HUB_OFFLINE=1 $(PROBE) fixtures dataset --out $(DEMO)/data --items 40 --seed 0
 	HF_HUB_OFFLINE=1 $(PROBE) fixtures model clip --out $(DEMO)/tiny-clip --seed 0
@@ -35,6 +35,20 @@ demo: $(STAMP)  ## synthetic Winoground + tiny random CLIP: extract, inspect, sc
 	HF_HUB_OFFLINE=1 $(PROBE) run recall --cache $(DEMO)/clip.h5 --out $(DEMO)/results
 	HF_HUB_OFFLINE=1 $(PROBE) run separability --cache $(DEMO)/clip.h5 --out $(DEMO)/results --seeds 3
 	HF_HUB_OFFLINE=1 $(PROBE) plot $(DEMO)/results/separability/clip.csv --out $(DEMO)/results/separability/clip.png
+	HF_HUB_OFFLINE=1 $(PROBE) run variant-similarity --cache $(DEMO)/clip.h5 --out $(DEMO)/results
+	HF_HUB_OFFLINE=1 $(PROBE) fixtures regions --data-dir $(DEMO)/data --out $(DEMO)/regions.h5 --seed 0
+	HF_HUB_OFFLINE=1 $(PROBE) fixtures model lxmert --out $(DEMO)/tiny-lxmert --seed 0
+	HF_HUB_OFFLINE=1 $(PROBE) extract --model lxmert --checkpoint $(DEMO)/tiny-lxmert --regions $(DEMO)/regions.h5 \
+	    --dataset winoground --data-dir $(DEMO)/data --pairs item --device cpu --out $(DEMO)/lxmert.h5
+	HF_HUB_OFFLINE=1 $(PROBE) run winoground-scores --cache $(DEMO)/lxmert.h5 --out $(DEMO)/results
+	HF_HUB_OFFLINE=1 $(PROBE) fixtures model uniter --out $(DEMO)/tiny-uniter --seed 0
+	HF_HUB_OFFLINE=1 $(PROBE) extract --model uniter --checkpoint $(DEMO)/tiny-uniter/uniter.pt --regions $(DEMO)/regions.h5 \
+	    --dataset winoground --data-dir $(DEMO)/data --pairs all --device cpu --out $(DEMO)/uniter.h5
+	HF_HUB_OFFLINE=1 $(PROBE) run recall --cache $(DEMO)/uniter.h5 --out $(DEMO)/results
+	@if VLPROBE_CACHE=$(DEMO)/cache HF_HUB_OFFLINE=1 $(PROBE) setup wordnet; then \
+	    VLPROBE_CACHE=$(DEMO)/cache HF_HUB_OFFLINE=1 $(PROBE) augment --dataset winoground --data-dir $(DEMO)/data \
+	        --preset lexical --seed 0 --out $(DEMO)/lexical-variants.jsonl; \
+	else echo "augment step left out: no WordNet dict files (Debian: apt-get install wordnet-base wordnet-sense-index)"; fi
 	@echo
 	@echo "demo outputs in $(DEMO)/:"
 	@echo "  data/        synthetic Winoground-format dataset (examples.jsonl, images/, variants.jsonl, tags)"
@@ -42,6 +56,11 @@ demo: $(STAMP)  ## synthetic Winoground + tiny random CLIP: extract, inspect, sc
 	@echo "  clip.h5      activation cache: text and image states per layer (cls, mean, max), scores"
 	@echo "  results/     winoground-scores/ and recall/: tidy CSV per model + manifest.json"
 	@echo "               separability/: tidy, per-item and summary CSVs, manifest.json, clip.png + clip.pdf"
+	@echo "               variant-similarity/: Winoground scores with variant-aware similarity per agg and lambda"
+	@echo "  regions.h5   random region features (36 x 2048 per image) for the cross-encoders"
+	@echo "  lxmert.h5    tiny LXMERT, item pair plan: lang/vision states per pair and match scores"
+	@echo "  uniter.h5    tiny UNITER (official .pt format), all pairs: scores only (recall in results/recall/)"
+	@echo "  lexical-variants.jsonl  WordNet synonym/hypernym/hyponym and slang variants of every caption"
 	@echo "(random weights: the numbers exercise the pipeline, they mean nothing)"
 
 test: $(STAMP)  ## run the whole test suite offline
