@@ -25,15 +25,17 @@ tokenizes through the byte characters.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from vlprobe import __version__
 from vlprobe.extract.base import quiet_transformers
@@ -44,6 +46,7 @@ __all__ = [
     "bert_fixture_vocab",
     "bytes_to_unicode",
     "learn_bpe",
+    "seeded_model",
     "write_tiny_clip",
     "write_tiny_lxmert",
     "write_tiny_uniter",
@@ -176,6 +179,16 @@ def _check_seed(seed: int) -> None:
         raise ValueError(f"seed must be an int in [0, 2**63), got {seed!r}")
 
 
+def seeded_model(model_cls: Any, config: Any, seed: int) -> Any:
+    """``model_cls(config)`` in float32 and eval mode, its weights drawn from torch seeded with
+    ``seed`` inside ``fork_rng`` (the caller's global RNG state is left as it was)."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return model_cls(config).to(torch.float32).eval()
+
+
 def _prepare_out(out: Path, kind: str) -> bool:
     """Check ``out`` may be written; return whether it already holds a fixture of ``kind``."""
     if not out.exists():
@@ -212,6 +225,28 @@ def _publish(staging: Path, out: Path, overwrite: bool) -> None:
         os.replace(staging / name, out / name)
 
 
+@contextlib.contextmanager
+def _staged(out: Path, overwrite: bool, kind: str, seed: int, **marker: Any) -> Iterator[Path]:
+    """A staging folder beside ``out`` to write a fixture into; on success the
+    ``VLPROBE_FIXTURE.json`` marker (``kind``, ``seed``, ``marker``'s extra fields) is added and the
+    folder published into ``out`` (:func:`_publish`); on failure it is removed.
+
+    ``overwrite`` is what :func:`_prepare_out` returned for ``out``.
+    """
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        yield staging
+        record = {"kind": kind, "seed": seed, **marker, "vlprobe": __version__, "note": "random weights; for tests only"}
+        with open(staging / FIXTURE_MARKER, "w", encoding="utf-8") as fh:
+            json.dump(record, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+        _publish(staging, out, overwrite)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+
+
 def write_tiny_clip(out: str | os.PathLike[str], seed: int = 0) -> Path:
     """Write a tiny random-initialised CLIP checkpoint in the Hugging Face format.
 
@@ -244,7 +279,6 @@ def write_tiny_clip(out: str | os.PathLike[str], seed: int = 0) -> Path:
     out = Path(out)
     overwrite = _prepare_out(out, "clip")
 
-    import torch
     from transformers import CLIPConfig, CLIPImageProcessorPil, CLIPModel, CLIPTokenizer
 
     merges = list(_tiny_clip_merges())
@@ -279,9 +313,7 @@ def write_tiny_clip(out: str | os.PathLike[str], seed: int = 0) -> Path:
         ),
         projection_dim=projection_dim,
     )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = CLIPModel(config).to(torch.float32).eval()
+    model = seeded_model(CLIPModel, config, seed)
 
     image_processor = CLIPImageProcessorPil(
         do_resize=True,
@@ -294,9 +326,7 @@ def write_tiny_clip(out: str | os.PathLike[str], seed: int = 0) -> Path:
         do_convert_rgb=True,
     )
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    try:
+    with _staged(out, overwrite, "clip", seed) as staging:
         with quiet_transformers():
             model.save_pretrained(staging)
             tokenizer.save_pretrained(staging)
@@ -308,19 +338,6 @@ def write_tiny_clip(out: str | os.PathLike[str], seed: int = 0) -> Path:
             fh.write("#version: 0.2\n")
             fh.writelines(f"{a} {b}\n" for a, b in merges)
         image_processor.save_pretrained(staging)
-        marker = {
-            "kind": "clip",
-            "seed": seed,
-            "vlprobe": __version__,
-            "note": "random weights; for tests only",
-        }
-        with open(staging / FIXTURE_MARKER, "w", encoding="utf-8") as fh:
-            json.dump(marker, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-        _publish(staging, out, overwrite)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
     return out
 
 
@@ -358,13 +375,6 @@ def bert_fixture_vocab(lowercase: bool = True) -> dict[str, int]:
     return vocab
 
 
-def _write_marker(staging: Path, kind: str, seed: int) -> None:
-    marker = {"kind": kind, "seed": seed, "vlprobe": __version__, "note": "random weights; for tests only"}
-    with open(staging / FIXTURE_MARKER, "w", encoding="utf-8") as fh:
-        json.dump(marker, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-
-
 def write_tiny_lxmert(out: str | os.PathLike[str], seed: int = 0) -> Path:
     """Write a tiny random-initialised ``LxmertForPreTraining`` checkpoint in the HF format.
 
@@ -389,7 +399,6 @@ def write_tiny_lxmert(out: str | os.PathLike[str], seed: int = 0) -> Path:
     out = Path(out)
     overwrite = _prepare_out(out, "lxmert")
 
-    import torch
     from transformers import BertTokenizer, LxmertConfig, LxmertForPreTraining
 
     vocab = bert_fixture_vocab(lowercase=True)
@@ -399,23 +408,14 @@ def write_tiny_lxmert(out: str | os.PathLike[str], seed: int = 0) -> Path:
         max_position_embeddings=64, l_layers=9, r_layers=5, x_layers=5, visual_feat_dim=2048,
         visual_pos_dim=4, num_qa_labels=4, num_object_labels=16, num_attr_labels=8,
     )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = LxmertForPreTraining(config).to(torch.float32).eval()
+    model = seeded_model(LxmertForPreTraining, config, seed)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    try:
+    with _staged(out, overwrite, "lxmert", seed) as staging:
         with quiet_transformers():
             model.save_pretrained(staging)
             tokenizer.save_pretrained(staging)
         with open(staging / "vocab.txt", "w", encoding="utf-8") as fh:  # as the hub checkpoint has
             fh.writelines(f"{tok}\n" for tok in sorted(vocab, key=vocab.__getitem__))
-        _write_marker(staging, "lxmert", seed)
-        _publish(staging, out, overwrite)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
     return out
 
 
@@ -591,9 +591,9 @@ def write_tiny_uniter(
     if legacy_layer_norm_names:
         state = _legacy_layer_norm_names(state)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    try:
+    with _staged(
+        out, overwrite, "uniter", seed, score_head=score_head, legacy_layer_norm_names=legacy_layer_norm_names
+    ) as staging:
         # The released files predate torch's zip format; torch.load reads both.
         torch.save(state, staging / "uniter.pt", _use_new_zipfile_serialization=False)
         with open(staging / "uniter.json", "w", encoding="utf-8") as fh:
@@ -603,21 +603,6 @@ def write_tiny_uniter(
             tokenizer.save_pretrained(staging / "tokenizer")
         with open(staging / "tokenizer" / "vocab.txt", "w", encoding="utf-8") as fh:
             fh.writelines(f"{tok}\n" for tok in vocab)
-        marker = {
-            "kind": "uniter",
-            "seed": seed,
-            "score_head": score_head,
-            "legacy_layer_norm_names": legacy_layer_norm_names,
-            "vlprobe": __version__,
-            "note": "random weights; for tests only",
-        }
-        with open(staging / FIXTURE_MARKER, "w", encoding="utf-8") as fh:
-            json.dump(marker, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-        _publish(staging, out, overwrite)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
     return out
 
 

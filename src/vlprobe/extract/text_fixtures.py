@@ -25,22 +25,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import string
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from vlprobe import __version__
 from vlprobe.extract.base import quiet_transformers
 from vlprobe.extract.fixtures import (
     _WORDS,
-    FIXTURE_MARKER,
     _check_seed,
     _prepare_out,
-    _publish,
+    _staged,
     bytes_to_unicode,
     learn_bpe,
+    seeded_model,
 )
 
 __all__ = ["write_tiny_bert_classifier", "write_tiny_gpt2"]
@@ -66,22 +63,14 @@ def _gpt2_vocab() -> tuple[dict[str, int], list[tuple[str, str]]]:
     return vocab, merges
 
 
-def _stage(out: Path, kind: str, seed: int, save: Any) -> Path:
-    """Write into a staging folder beside ``out`` with ``save(folder)``, then publish it."""
-    overwrite = _prepare_out(out, kind)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
-    try:
+def _stage(out: Path, kind: str, seed: int, model: Any, tokenizer: Any, files: dict[str, str]) -> Path:
+    """Save ``model``, ``tokenizer`` and the text ``files`` (name -> content) as a fixture in ``out``."""
+    with _staged(out, _prepare_out(out, kind), kind, seed) as staging:
         with quiet_transformers():
-            save(staging)
-        marker = {"kind": kind, "seed": seed, "vlprobe": __version__, "note": "random weights; for tests only"}
-        with open(staging / FIXTURE_MARKER, "w", encoding="utf-8") as fh:
-            json.dump(marker, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-        _publish(staging, out, overwrite)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
+            model.save_pretrained(staging)
+            tokenizer.save_pretrained(staging)
+        for name, text in files.items():
+            (staging / name).write_text(text, encoding="utf-8")
     return out
 
 
@@ -100,7 +89,6 @@ def write_tiny_gpt2(out: str | os.PathLike[str], seed: int = 0) -> Path:
     Path
     """
     _check_seed(seed)
-    import torch
     from transformers import GPT2Config, GPT2LMHeadModel, GPT2Tokenizer
 
     vocab, merges = _gpt2_vocab()
@@ -110,20 +98,12 @@ def write_tiny_gpt2(out: str | os.PathLike[str], seed: int = 0) -> Path:
         vocab_size=len(vocab), n_positions=128, n_embd=32, n_layer=2, n_head=4,
         bos_token_id=vocab[_EOT], eos_token_id=vocab[_EOT],
     )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = GPT2LMHeadModel(config).to(torch.float32).eval()
-
-    def save(folder: Path) -> None:
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-        with open(folder / "vocab.json", "w", encoding="utf-8") as fh:
-            json.dump(vocab, fh, ensure_ascii=False)
-        with open(folder / "merges.txt", "w", encoding="utf-8") as fh:
-            fh.write("#version: 0.2\n")
-            fh.writelines(f"{a} {b}\n" for a, b in merges)
-
-    return _stage(Path(out), "gpt2", seed, save)
+    model = seeded_model(GPT2LMHeadModel, config, seed)
+    files = {
+        "vocab.json": json.dumps(vocab, ensure_ascii=False),
+        "merges.txt": "#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges),
+    }
+    return _stage(Path(out), "gpt2", seed, model, tokenizer, files)
 
 
 def write_tiny_bert_classifier(out: str | os.PathLike[str], seed: int = 0) -> Path:
@@ -144,7 +124,6 @@ def write_tiny_bert_classifier(out: str | os.PathLike[str], seed: int = 0) -> Pa
     Path
     """
     _check_seed(seed)
-    import torch
     from transformers import BertConfig, BertForSequenceClassification, BertTokenizer
 
     chars = string.ascii_lowercase + string.digits + string.punctuation
@@ -157,14 +136,6 @@ def write_tiny_bert_classifier(out: str | os.PathLike[str], seed: int = 0) -> Pa
         id2label={0: "unacceptable", 1: "acceptable"}, label2id={"unacceptable": 0, "acceptable": 1},
         pad_token_id=0,
     )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = BertForSequenceClassification(config).to(torch.float32).eval()
-
-    def save(folder: Path) -> None:
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
-        with open(folder / "vocab.txt", "w", encoding="utf-8") as fh:
-            fh.writelines(f"{t}\n" for t in vocab)
-
-    return _stage(Path(out), "bert-classifier", seed, save)
+    model = seeded_model(BertForSequenceClassification, config, seed)
+    files = {"vocab.txt": "".join(f"{t}\n" for t in vocab)}
+    return _stage(Path(out), "bert-classifier", seed, model, tokenizer, files)
