@@ -30,9 +30,14 @@ __all__ = [
     "PairOutput",
     "StreamBatch",
     "StreamSpec",
+    "TextTable",
+    "check_pair_indices",
+    "check_regions",
+    "load_hf_config",
     "quiet_transformers",
     "resolve_device",
     "resolve_dtype",
+    "text_max_length",
 ]
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float16": torch.float16}
@@ -179,6 +184,25 @@ class PairOutput:
     pooled: dict[str, torch.Tensor]
 
 
+@dataclass
+class TextTable:
+    """Every caption of a run tokenised once, padded to the longest (a cross-encoder's text table).
+
+    Attributes
+    ----------
+    input_ids, attention_mask : Tensor, shape (N, T)
+    lengths : ndarray of int, shape (N,)
+        Real tokens per caption (special tokens included).
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    lengths: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+
 class CrossEncoder(Adapter):
     """Base class of cross-encoders: every (image, text) pair needs its own forward pass.
 
@@ -191,9 +215,19 @@ class CrossEncoder(Adapter):
     dual_encoder = False
     needs_regions = True
 
-    @abstractmethod
-    def prepare_texts(self, texts: Sequence[str]) -> Any:
-        """Tokenise all texts once; returns the adapter's text table."""
+    #: What :meth:`prepare_texts` builds (a :class:`TextTable` or a subclass).
+    text_table: ClassVar[type[TextTable]] = TextTable
+    #: Set by subclasses: the tokenizer and the longest token sequence it may produce.
+    tokenizer: Any
+    max_length: int
+
+    def prepare_texts(self, texts: Sequence[str]) -> TextTable:
+        """Tokenise all texts once (truncated to ``max_length``, padded to the longest)."""
+        tok = self.tokenizer(
+            list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+        )
+        mask = tok["attention_mask"]
+        return self.text_table(tok["input_ids"], mask, mask.sum(dim=1).numpy())
 
     @abstractmethod
     def prepare_images(self, features: np.ndarray, boxes: np.ndarray, mask: np.ndarray) -> Any:
@@ -229,6 +263,82 @@ class CrossEncoder(Adapter):
 
     def encode(self, stream: str, inputs: Sequence[Any], layers: Sequence[int]) -> StreamBatch:
         raise NotImplementedError(f"{self.name} is a cross-encoder: its states come from encode_pairs")
+
+
+def check_regions(
+    features: np.ndarray, boxes: np.ndarray, mask: np.ndarray, feature_dim: int, model: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Region inputs of a cross-encoder checked and converted.
+
+    Parameters
+    ----------
+    features : ndarray, shape (N, R, feature_dim)
+    boxes : ndarray, shape (N, R, 4)
+    mask : ndarray, shape (N, R)
+        True (or 1) for real boxes; every image needs one.
+    feature_dim : int
+        The width the model reads.
+    model : str
+        Named in the errors.
+
+    Returns
+    -------
+    features : ndarray of float32, shape (N, R, D), C-contiguous
+    boxes : ndarray of float32, shape (N, R, 4), C-contiguous
+    mask : ndarray of bool, shape (N, R)
+    """
+    features = np.asarray(features)
+    if features.ndim != 3 or features.shape[2] != feature_dim:
+        raise ValueError(f"regions: {model} expects features of shape (N, R, {feature_dim}), got {features.shape}")
+    boxes = np.ascontiguousarray(boxes, dtype=np.float32)
+    if boxes.shape != (*features.shape[:2], 4):
+        raise ValueError(f"regions: boxes must have shape {(*features.shape[:2], 4)}, got {boxes.shape}")
+    m = np.asarray(mask, dtype=bool)
+    if m.shape != features.shape[:2]:
+        raise ValueError(f"regions: mask must have shape {features.shape[:2]}, got {m.shape}")
+    if not m.any(axis=1).all():
+        raise ValueError("regions: every image needs at least one box")
+    return np.ascontiguousarray(features, dtype=np.float32), boxes, m
+
+
+def check_pair_indices(text_idx: Any, image_idx: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``text_idx``, ``image_idx`` as int64 arrays; ValueError unless both are 1-d of equal length."""
+    text_idx = np.asarray(text_idx, dtype=np.int64)
+    image_idx = np.asarray(image_idx, dtype=np.int64)
+    if text_idx.shape != image_idx.shape or text_idx.ndim != 1:
+        raise ValueError(
+            f"text_idx and image_idx must be 1-d of equal length, got shapes {text_idx.shape} and {image_idx.shape}"
+        )
+    return text_idx, image_idx
+
+
+def text_max_length(tokenizer: Any, max_positions: int) -> int:
+    """The longest token sequence to feed: the model's positions, or the tokenizer's limit if lower."""
+    limit = getattr(tokenizer, "model_max_length", None) or max_positions
+    return int(min(max_positions, limit))
+
+
+def load_hf_config(path: Any, checkpoint: str, model_type: str) -> Any:
+    """A checkpoint's transformers config, refused unless its ``model_type`` is ``model_type``.
+
+    Parameters
+    ----------
+    path : path
+        The resolved checkpoint folder.
+    checkpoint : str
+        What the user passed (named in the errors).
+    model_type : str
+        E.g. ``"clip"``, ``"lxmert"``.
+    """
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(path)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"checkpoint: {checkpoint!r} has no readable config.json ({exc})") from None
+    if config.model_type != model_type:
+        raise ValueError(f"checkpoint: {checkpoint!r} is a {config.model_type!r} model, expected {model_type!r}")
+    return config
 
 
 def resolve_device(device: str) -> torch.device:

@@ -26,9 +26,11 @@ from vlprobe.extract.base import (
     Adapter,
     StreamBatch,
     StreamSpec,
+    load_hf_config,
     quiet_transformers,
     resolve_device,
     resolve_dtype,
+    text_max_length,
 )
 from vlprobe.extract.checkpoints import ResolvedCheckpoint, resolve_checkpoint
 from vlprobe.registry import MODELS
@@ -65,27 +67,17 @@ class CLIPAdapter(Adapter):
                 "patch0", model.config.projection_dim,
             ),
         }
-        self.max_length = int(min(
-            tc.max_position_embeddings,
-            getattr(tokenizer, "model_max_length", tc.max_position_embeddings) or tc.max_position_embeddings,
-        ))
+        self.max_length = text_max_length(tokenizer, tc.max_position_embeddings)
         self.eos_token_id = int(tc.eos_token_id)
 
     @classmethod
     def load(cls, checkpoint: str, *, device: str = "cpu", dtype: str = "float32") -> CLIPAdapter:
-        from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer, CLIPModel
+        from transformers import AutoImageProcessor, AutoTokenizer, CLIPModel
 
         dev, torch_dtype = resolve_device(device), resolve_dtype(dtype)
         ckpt = resolve_checkpoint(checkpoint, allow_patterns=_ALLOW)
         with quiet_transformers():
-            try:
-                config = AutoConfig.from_pretrained(ckpt.path)
-            except (OSError, ValueError) as exc:
-                raise ValueError(f"checkpoint: {checkpoint!r} has no readable config.json ({exc})") from None
-            if config.model_type != "clip":
-                raise ValueError(
-                    f"checkpoint: {checkpoint!r} is a {config.model_type!r} model, expected 'clip'"
-                )
+            load_hf_config(ckpt.path, checkpoint, "clip")
             model = CLIPModel.from_pretrained(ckpt.path, dtype=torch_dtype).to(dev).eval()
             tokenizer = AutoTokenizer.from_pretrained(ckpt.path)
             processor = AutoImageProcessor.from_pretrained(ckpt.path)

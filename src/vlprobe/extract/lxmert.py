@@ -47,9 +47,14 @@ from vlprobe.extract.base import (
     CrossEncoder,
     PairOutput,
     StreamSpec,
+    TextTable,
+    check_pair_indices,
+    check_regions,
+    load_hf_config,
     quiet_transformers,
     resolve_device,
     resolve_dtype,
+    text_max_length,
 )
 from vlprobe.extract.checkpoints import ResolvedCheckpoint, resolve_checkpoint
 from vlprobe.extract.pooling import pool_states
@@ -73,7 +78,7 @@ class _Entry:
 
 
 @dataclass
-class LxmertTexts:
+class LxmertTexts(TextTable):
     """Every caption tokenised once (padded to the longest), plus the memo of language outputs.
 
     Attributes
@@ -82,13 +87,7 @@ class LxmertTexts:
     lengths : ndarray of int, shape (N,)
     """
 
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
-    lengths: np.ndarray
     memo: OrderedDict[tuple[Any, ...], _Entry] = field(default_factory=OrderedDict)
-
-    def __len__(self) -> int:
-        return len(self.lengths)
 
 
 @dataclass
@@ -117,6 +116,7 @@ class LxmertAdapter(CrossEncoder):
 
     name = "lxmert"
     score_kind = "match_probability"
+    text_table = LxmertTexts
 
     def __init__(
         self, model: Any, tokenizer: Any, checkpoint: ResolvedCheckpoint, device: torch.device,
@@ -137,26 +137,18 @@ class LxmertAdapter(CrossEncoder):
             ),
         }
         self.feature_dim = int(cfg.visual_feat_dim)
-        self.max_length = int(min(
-            cfg.max_position_embeddings,
-            getattr(tokenizer, "model_max_length", cfg.max_position_embeddings) or cfg.max_position_embeddings,
-        ))
+        self.max_length = text_max_length(tokenizer, cfg.max_position_embeddings)
         self.memo_capacity = int(memo_capacity)
 
     @classmethod
     def load(cls, checkpoint: str, *, device: str = "cpu", dtype: str = "float32") -> LxmertAdapter:
         """Load ``LxmertForPreTraining`` and its tokenizer from a directory or a hub id."""
-        from transformers import AutoConfig, AutoTokenizer, LxmertForPreTraining
+        from transformers import AutoTokenizer, LxmertForPreTraining
 
         dev, torch_dtype = resolve_device(device), resolve_dtype(dtype)
         ckpt = resolve_checkpoint(checkpoint, allow_patterns=_ALLOW)
         with quiet_transformers():
-            try:
-                config = AutoConfig.from_pretrained(ckpt.path)
-            except (OSError, ValueError) as exc:
-                raise ValueError(f"checkpoint: {checkpoint!r} has no readable config.json ({exc})") from None
-            if config.model_type != "lxmert":
-                raise ValueError(f"checkpoint: {checkpoint!r} is a {config.model_type!r} model, expected 'lxmert'")
+            load_hf_config(ckpt.path, checkpoint, "lxmert")
             model, info = LxmertForPreTraining.from_pretrained(
                 ckpt.path, dtype=torch_dtype, output_loading_info=True
             )
@@ -178,30 +170,9 @@ class LxmertAdapter(CrossEncoder):
 
     # -- tables built once --------------------------------------------------------------------------
 
-    def prepare_texts(self, texts: Sequence[str]) -> LxmertTexts:
-        tok = self.tokenizer(
-            list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
-        )
-        mask = tok["attention_mask"]
-        return LxmertTexts(tok["input_ids"], mask, mask.sum(dim=1).numpy())
-
     def prepare_images(self, features: np.ndarray, boxes: np.ndarray, mask: np.ndarray) -> LxmertImages:
-        features = np.asarray(features)
-        if features.ndim != 3 or features.shape[2] != self.feature_dim:
-            raise ValueError(
-                f"regions: LXMERT expects features of shape (N, R, {self.feature_dim}), got {features.shape}"
-            )
-        boxes = np.asarray(boxes, dtype=np.float32)
-        if boxes.shape != (*features.shape[:2], 4):
-            raise ValueError(f"regions: boxes must have shape {(*features.shape[:2], 4)}, got {boxes.shape}")
-        m = np.asarray(mask, dtype=bool)
-        if not m.any(axis=1).all():
-            raise ValueError("regions: every image needs at least one box")
-        return LxmertImages(
-            torch.from_numpy(np.ascontiguousarray(features, dtype=np.float32)),
-            torch.from_numpy(np.ascontiguousarray(boxes)),
-            torch.from_numpy(m),
-        )
+        features, boxes, m = check_regions(features, boxes, mask, self.feature_dim, "LXMERT")
+        return LxmertImages(torch.from_numpy(features), torch.from_numpy(boxes), torch.from_numpy(m))
 
     # -- the shared pass -------------------------------------------------------------------------------
 
@@ -218,10 +189,7 @@ class LxmertAdapter(CrossEncoder):
             ``scores`` (B,); ``states["lang"|"vision"][pooling]`` (B, L, H) when ``layers`` is given;
             ``pooled["lang"]`` (B, H).
         """
-        text_idx = np.asarray(text_idx, dtype=np.int64)
-        image_idx = np.asarray(image_idx, dtype=np.int64)
-        if text_idx.shape != image_idx.shape or text_idx.ndim != 1:
-            raise ValueError(f"text_idx and image_idx must be 1-d of equal length, got {text_idx.shape}, {image_idx.shape}")
+        text_idx, image_idx = check_pair_indices(text_idx, image_idx)
         lang_layers = list(layers["lang"]) if layers else []
         vis_layers = list(layers["vision"]) if layers else []
         lang_pool = [p for p in poolings if p in ("cls", "mean", "max")]

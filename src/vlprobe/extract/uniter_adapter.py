@@ -42,9 +42,13 @@ from vlprobe.extract.base import (
     CrossEncoder,
     PairOutput,
     StreamSpec,
+    TextTable,
+    check_pair_indices,
+    check_regions,
     quiet_transformers,
     resolve_device,
     resolve_dtype,
+    text_max_length,
 )
 from vlprobe.extract.checkpoints import ResolvedCheckpoint, resolve_checkpoint
 from vlprobe.extract.pooling import pool_states
@@ -57,22 +61,8 @@ DEFAULT_TOKENIZER = "bert-base-cased"
 _TOKENIZER_ALLOW = ["*.json", "*.txt"]
 
 
-@dataclass
-class UniterTexts:
-    """Every caption tokenised once, padded to the longest.
-
-    Attributes
-    ----------
-    input_ids, attention_mask : Tensor, shape (N, T)
-    lengths : ndarray of int, shape (N,)
-    """
-
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
-    lengths: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.lengths)
+#: UNITER's text table is the plain one (kept under its own name).
+UniterTexts = TextTable
 
 
 @dataclass
@@ -117,8 +107,7 @@ class UniterAdapter(CrossEncoder):
         }
         cfg = model.config
         self.feature_dim = int(cfg.img_dim)
-        limit = getattr(tokenizer, "model_max_length", cfg.max_position_embeddings) or cfg.max_position_embeddings
-        self.max_length = int(min(cfg.max_position_embeddings, limit))
+        self.max_length = text_max_length(tokenizer, cfg.max_position_embeddings)
         self._fingerprints = {"config": config_fingerprint, "tokenizer": tokenizer_fingerprint}
         self.tokenizer_source = tokenizer_source
 
@@ -192,33 +181,12 @@ class UniterAdapter(CrossEncoder):
 
     # -- tables built once ------------------------------------------------------------------------------
 
-    def prepare_texts(self, texts: Sequence[str]) -> UniterTexts:
-        tok = self.tokenizer(
-            list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
-        )
-        mask = tok["attention_mask"]
-        return UniterTexts(tok["input_ids"], mask, mask.sum(dim=1).numpy())
-
     def prepare_images(self, features: np.ndarray, boxes: np.ndarray, mask: np.ndarray) -> UniterImages:
         from vlprobe.extract.regions import boxes_to_7d
 
-        features = np.asarray(features)
-        if features.ndim != 3 or features.shape[2] != self.feature_dim:
-            raise ValueError(
-                f"regions: UNITER expects features of shape (N, R, {self.feature_dim}), got {features.shape}"
-            )
-        boxes = np.asarray(boxes, dtype=np.float32)
-        if boxes.shape != (*features.shape[:2], 4):
-            raise ValueError(f"regions: boxes must have shape {(*features.shape[:2], 4)}, got {boxes.shape}")
-        m = np.asarray(mask, dtype=bool)
-        if not m.any(axis=1).all():
-            raise ValueError("regions: every image needs at least one box")
+        features, boxes, m = check_regions(features, boxes, mask, self.feature_dim, "UNITER")
         pos7 = np.where(m[..., None], boxes_to_7d(boxes), 0.0).astype(np.float32)
-        return UniterImages(
-            torch.from_numpy(np.ascontiguousarray(features, dtype=np.float32)),
-            torch.from_numpy(pos7),
-            torch.from_numpy(m),
-        )
+        return UniterImages(torch.from_numpy(features), torch.from_numpy(pos7), torch.from_numpy(m))
 
     # -- the batched pass ---------------------------------------------------------------------------------
 
@@ -235,10 +203,7 @@ class UniterAdapter(CrossEncoder):
             ``scores`` (B,); ``states["text"|"image"][pooling]`` (B, L, H) when ``layers`` is given;
             ``pooled["text"]`` (B, H).
         """
-        text_idx = np.asarray(text_idx, dtype=np.int64)
-        image_idx = np.asarray(image_idx, dtype=np.int64)
-        if text_idx.shape != image_idx.shape or text_idx.ndim != 1:
-            raise ValueError(f"text_idx and image_idx must be 1-d of equal length, got {text_idx.shape}, {image_idx.shape}")
+        text_idx, image_idx = check_pair_indices(text_idx, image_idx)
         u_txt, t_inv = np.unique(text_idx, return_inverse=True)
         u_img, i_inv = np.unique(image_idx, return_inverse=True)
         t = int(texts.lengths[u_txt].max())
