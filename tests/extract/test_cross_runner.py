@@ -3,11 +3,7 @@ the cache's /pairs, resume (also after SIGKILL), shards + merge, refusals, CLI e
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +11,7 @@ from typing import Any
 import h5py
 import numpy as np
 import pytest
+from _extract_helpers import kill_when
 from typer.testing import CliRunner
 
 from vlprobe.cli import app
@@ -229,23 +226,8 @@ def test_resume_after_sigkill(
         "--data-dir", str(cfg.data_dir), "--variants", str(cfg.variants), "--regions", str(cfg.regions),
         "--out", str(out), "--batch-size", "1", "--device", "cpu", "--quiet",
     ]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    seen = None
-    try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and proc.poll() is None:
-            done = _pairs_done(out) if out.exists() else None
-            if done is not None and done >= 5:
-                proc.send_signal(signal.SIGKILL)
-                seen = done
-                break
-            time.sleep(0.005)
-    finally:
-        if proc.poll() is None and seen is None:
-            proc.kill()
-        _, stderr = proc.communicate(timeout=30)
-    assert seen is not None, f"the run ended before it could be killed (rc {proc.returncode}): {stderr.decode()[-500:]}"
+    seen, returncode, stderr = kill_when(cmd, out, _pairs_done, lambda done: done >= 5)
+    assert seen is not None, f"the run ended before it could be killed (rc {returncode}): {stderr[-500:]}"
     with ActivationCache(out) as c:
         assert not c.complete
         n_done = int(c.pairs()["done"].sum())

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _extract_helpers import random_region_arrays
 
 from vlprobe.extract.fixtures import FIXTURE_MARKER, FIXTURE_WRITERS, write_tiny_lxmert
 from vlprobe.extract.lxmert import MATCH_INDEX, LxmertAdapter
@@ -28,16 +29,6 @@ POOLINGS = ["cls", "mean", "max"]
 @pytest.fixture(scope="module")
 def adapter(tiny_lxmert: Path) -> LxmertAdapter:
     return LxmertAdapter.load(str(tiny_lxmert))
-
-
-def _regions(n: int, r: int, counts: list[int], seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    feats = np.maximum(rng.standard_normal((n, r, 2048)), 0).astype(np.float32)
-    xy = rng.uniform(0, 0.5, (n, r, 2))
-    boxes = np.concatenate([xy, xy + rng.uniform(0.1, 0.5, (n, r, 2))], axis=-1).astype(np.float32)
-    mask = np.arange(r)[None, :] < np.asarray(counts)[:, None]
-    feats[~mask], boxes[~mask] = 0, 0
-    return feats, boxes, mask
 
 
 def _reference(adapter: LxmertAdapter, texts, images, t_idx, i_idx) -> tuple[torch.Tensor, dict]:
@@ -74,7 +65,7 @@ def test_golden_streams(adapter: LxmertAdapter) -> None:
 def test_full_forward_has_the_documented_layers(adapter: LxmertAdapter) -> None:
     """transformers returns 14 + 10 states; the hooks add the embeddings in front."""
     texts = adapter.prepare_texts(CAPTIONS[:2])
-    images = adapter.prepare_images(*_regions(1, 5, [5]))
+    images = adapter.prepare_images(*random_region_arrays(1, 5, [5]))
     scores, lang, vision, _, _ = adapter.full_forward(texts, images, np.array([0, 1]), np.array([0, 0]))
     assert (len(lang), len(vision)) == (15, 11)
     with torch.inference_mode():
@@ -87,7 +78,7 @@ def test_full_forward_has_the_documented_layers(adapter: LxmertAdapter) -> None:
 def test_shared_pass_equals_full_forward(adapter: LxmertAdapter) -> None:
     """Language/relation layers once per caption/image, cross layers per pair == model(...)."""
     texts = adapter.prepare_texts(CAPTIONS)
-    images = adapter.prepare_images(*_regions(3, 7, [7, 4, 2]))
+    images = adapter.prepare_images(*random_region_arrays(3, 7, [7, 4, 2]))
     t_idx = np.array([0, 1, 2, 3, 0, 2, 1, 3, 3])
     i_idx = np.array([0, 0, 0, 0, 1, 1, 2, 2, 1])
     out = adapter.encode_pairs(texts, images, t_idx, i_idx, ALL, POOLINGS)
@@ -111,7 +102,7 @@ def test_shared_pass_equals_full_forward(adapter: LxmertAdapter) -> None:
 
 def test_layer_subsets_and_memo_reuse(adapter: LxmertAdapter) -> None:
     texts = adapter.prepare_texts(CAPTIONS)
-    images = adapter.prepare_images(*_regions(2, 5, [5, 3]))
+    images = adapter.prepare_images(*random_region_arrays(2, 5, [5, 3]))
     t_idx, i_idx = np.array([0, 1, 2, 3]), np.array([0, 1, 1, 0])
     full = adapter.encode_pairs(texts, images, t_idx, i_idx, ALL, POOLINGS)
     some = {"lang": [0, 9, 10, 14], "vision": [5, 6]}
@@ -123,7 +114,7 @@ def test_layer_subsets_and_memo_reuse(adapter: LxmertAdapter) -> None:
     torch.testing.assert_close(only_cross.states["vision"]["max"], full.states["vision"]["max"][:, [1]], rtol=0, atol=1e-6)
     # one pair at a time, through a memo that can hold almost nothing: same results
     small = LxmertAdapter(adapter.model, adapter.tokenizer, adapter.checkpoint, adapter.device, adapter.dtype, memo_capacity=1)
-    texts2, images2 = small.prepare_texts(CAPTIONS), small.prepare_images(*_regions(2, 5, [5, 3]))
+    texts2, images2 = small.prepare_texts(CAPTIONS), small.prepare_images(*random_region_arrays(2, 5, [5, 3]))
     for j in range(4):
         one = small.encode_pairs(texts2, images2, t_idx[j : j + 1], i_idx[j : j + 1], ALL, POOLINGS)
         torch.testing.assert_close(one.scores, full.scores[j : j + 1], rtol=0, atol=1e-6)
@@ -136,7 +127,7 @@ def test_layer_subsets_and_memo_reuse(adapter: LxmertAdapter) -> None:
 
 def test_padding_invariance_of_captions(adapter: LxmertAdapter) -> None:
     """A caption's states do not change when it is batched with a longer caption."""
-    images = adapter.prepare_images(*_regions(1, 6, [6]))
+    images = adapter.prepare_images(*random_region_arrays(1, 6, [6]))
     alone = adapter.prepare_texts([CAPTIONS[1]])
     padded = adapter.prepare_texts([CAPTIONS[1], CAPTIONS[2]])
     assert padded.input_ids.shape[1] > int(padded.lengths[0])
@@ -152,10 +143,10 @@ def test_padding_invariance_of_captions(adapter: LxmertAdapter) -> None:
     torch.testing.assert_close(s_padded[:1], s_alone, rtol=0, atol=1e-6)
 
 
-def test_padding_invariance_of_regions(adapter: LxmertAdapter) -> None:
+def test_padding_invariance_ofrandom_region_arrays(adapter: LxmertAdapter) -> None:
     """A region set's states do not change when padded with masked boxes."""
     texts = adapter.prepare_texts(CAPTIONS[:2])
-    feats, boxes, mask = _regions(1, 5, [5], seed=3)
+    feats, boxes, mask = random_region_arrays(1, 5, [5], seed=3)
     pad = 4
     rng = np.random.default_rng(9)
     feats_p = np.concatenate([feats, rng.random((1, pad, 2048), dtype=np.float32)], axis=1)  # junk behind the mask
@@ -172,7 +163,7 @@ def test_padding_invariance_of_regions(adapter: LxmertAdapter) -> None:
 def test_score_is_softmax_of_cross_relationship_score_at_index_1(adapter: LxmertAdapter) -> None:
     assert MATCH_INDEX == 1
     texts = adapter.prepare_texts(CAPTIONS[:2])
-    images = adapter.prepare_images(*_regions(1, 4, [4]))
+    images = adapter.prepare_images(*random_region_arrays(1, 4, [4]))
     out = adapter.encode_pairs(texts, images, np.array([0, 1]), np.array([0, 0]), None, [])
     t = int(texts.lengths.max())
     with torch.inference_mode():
@@ -196,7 +187,7 @@ def test_score_is_softmax_of_cross_relationship_score_at_index_1(adapter: Lxmert
 
 
 def test_prepare_images_validates(adapter: LxmertAdapter) -> None:
-    feats, boxes, mask = _regions(2, 3, [3, 3])
+    feats, boxes, mask = random_region_arrays(2, 3, [3, 3])
     with pytest.raises(ValueError, match=r"regions: LXMERT expects features of shape \(N, R, 2048\)"):
         adapter.prepare_images(feats[..., :100], boxes, mask)
     with pytest.raises(ValueError, match="boxes must have shape"):

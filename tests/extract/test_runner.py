@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +12,7 @@ from typing import Any
 import h5py
 import numpy as np
 import pytest
+from _extract_helpers import kill_when
 
 from vlprobe.data.synthetic import make_synthetic_winoground
 from vlprobe.extract.cache import ActivationCache
@@ -110,24 +108,9 @@ def test_resume_after_sigkill(
         "--out", str(out), "--batch-size", "1", "--device", "cpu", "--quiet",
     ]
     # The writer keeps HDF5's default file locking; only this test's reads bypass it (locking=False).
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    seen: tuple[int, int] | None = None
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and proc.poll() is None:
-            counts = _done_counts(out) if out.exists() else None
-            if counts is not None and counts[0] >= 8:
-                proc.send_signal(signal.SIGKILL)
-                seen = counts
-                break
-            time.sleep(0.005)
-    finally:
-        if proc.poll() is None and seen is None:
-            proc.kill()
-        _, stderr = proc.communicate(timeout=30)
-    assert seen is not None, f"the run ended before it could be killed (rc {proc.returncode}): {stderr.decode()[-500:]}"
-    assert proc.returncode == -signal.SIGKILL
+    seen, returncode, stderr = kill_when(cmd, out, _done_counts, lambda counts: counts[0] >= 8, timeout=60)
+    assert seen is not None, f"the run ended before it could be killed (rc {returncode}): {stderr[-500:]}"
+    assert returncode == -signal.SIGKILL
 
     # The killed file opens normally (default locking, read-only), holds at least the rows seen
     # done, and is not marked complete.

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _extract_helpers import random_region_arrays
 
 from vlprobe.extract.pooling import pool_states
 from vlprobe.extract.regions import boxes_to_7d
@@ -26,16 +27,6 @@ POOLINGS = ["cls", "mean", "max"]
 @pytest.fixture(scope="module")
 def adapter(tiny_uniter: Path) -> UniterAdapter:
     return UniterAdapter.load(str(tiny_uniter / "uniter.pt"))
-
-
-def _regions(n: int, r: int, counts: list[int], seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    feats = np.maximum(rng.standard_normal((n, r, 2048)), 0).astype(np.float32)
-    xy = rng.uniform(0, 0.5, (n, r, 2))
-    boxes = np.concatenate([xy, xy + rng.uniform(0.1, 0.5, (n, r, 2))], axis=-1).astype(np.float32)
-    mask = np.arange(r)[None, :] < np.asarray(counts)[:, None]
-    feats[~mask], boxes[~mask] = 0, 0
-    return feats, boxes, mask
 
 
 def test_registered_lazily() -> None:
@@ -66,7 +57,7 @@ def test_base_config_has_13_layers(tiny_uniter: Path, tmp_path: Path) -> None:
 
 def test_batched_pairs_equal_one_forward_per_pair(adapter: UniterAdapter) -> None:
     texts = adapter.prepare_texts(CAPTIONS)
-    images = adapter.prepare_images(*_regions(2, 6, [6, 3]))
+    images = adapter.prepare_images(*random_region_arrays(2, 6, [6, 3]))
     t_idx, i_idx = np.array([0, 1, 2, 0, 1, 2, 2]), np.array([0, 0, 0, 1, 1, 1, 0])
     layers = {"text": [0, 1, 2], "image": [0, 1, 2]}
     out = adapter.encode_pairs(texts, images, t_idx, i_idx, layers, POOLINGS)
@@ -89,7 +80,7 @@ def test_batched_pairs_equal_one_forward_per_pair(adapter: UniterAdapter) -> Non
 
 
 def test_padding_invariance(adapter: UniterAdapter) -> None:
-    feats, boxes, mask = _regions(1, 4, [4], seed=2)
+    feats, boxes, mask = random_region_arrays(1, 4, [4], seed=2)
     layers = {"text": [0, 1, 2], "image": [0, 2]}
     alone = adapter.prepare_texts([CAPTIONS[1]])
     padded = adapter.prepare_texts([CAPTIONS[1], CAPTIONS[2]])
@@ -109,7 +100,7 @@ def test_padding_invariance(adapter: UniterAdapter) -> None:
 
 
 def test_pos7_of_the_boxes(adapter: UniterAdapter) -> None:
-    feats, boxes, mask = _regions(1, 3, [2])
+    feats, boxes, mask = random_region_arrays(1, 3, [2])
     images = adapter.prepare_images(feats, boxes, mask)
     np.testing.assert_allclose(images.pos7[0, :2].numpy(), boxes_to_7d(boxes[0, :2]), rtol=0, atol=1e-7)
     assert float(images.pos7[0, 2].abs().sum()) == 0.0
@@ -149,7 +140,7 @@ def test_config_and_tokenizer_defaults_and_errors(tiny_uniter: Path, tmp_path: P
 def test_scores_only_and_early_layers_match_the_whole_pass(adapter: UniterAdapter) -> None:
     """Without the last layer's states, the last block runs at [CLS] only: same scores and states."""
     texts = adapter.prepare_texts(CAPTIONS)
-    images = adapter.prepare_images(*_regions(2, 5, [5, 2]))
+    images = adapter.prepare_images(*random_region_arrays(2, 5, [5, 2]))
     t_idx, i_idx = np.array([0, 1, 2, 2]), np.array([0, 1, 0, 1])
     whole = adapter.encode_pairs(texts, images, t_idx, i_idx, {"text": [0, 1, 2], "image": [0, 1, 2]}, POOLINGS)
     scores_only = adapter.encode_pairs(texts, images, t_idx, i_idx, None, POOLINGS)
