@@ -181,8 +181,25 @@ class CacheTables:
     text_strategy: list[str]
 
 
+class _RowBlock:
+    """Rows ``row_start:row_stop`` (None: to the end) of a run's ``image``/``text`` row arrays."""
+
+    image: np.ndarray
+    row_stop: int | None
+
+    @property
+    def n_rows(self) -> int:
+        """Rows of the whole run."""
+        return len(self.image)
+
+    @property
+    def stop(self) -> int:
+        """End of this file's block."""
+        return self.n_rows if self.row_stop is None else self.row_stop
+
+
 @dataclass(frozen=True)
-class StreamLayout:
+class StreamLayout(_RowBlock):
     """Rows and layers of one stream in one file.
 
     ``image``/``text`` hold the rows of the whole run; this file stores rows
@@ -197,17 +214,9 @@ class StreamLayout:
     row_stop: int | None = None
     poolings: tuple[str, ...] = field(default=())
 
-    @property
-    def n_rows(self) -> int:
-        return len(self.image)
-
-    @property
-    def stop(self) -> int:
-        return self.n_rows if self.row_stop is None else self.row_stop
-
 
 @dataclass(frozen=True)
-class PairLayout:
+class PairLayout(_RowBlock):
     """The pair plan of a cross-encoder run: (image, text) table rows of every pair.
 
     ``image``/``text`` hold the pairs of the whole run; this file stores pairs
@@ -218,14 +227,6 @@ class PairLayout:
     text: np.ndarray
     row_start: int = 0
     row_stop: int | None = None
-
-    @property
-    def n_rows(self) -> int:
-        return len(self.image)
-
-    @property
-    def stop(self) -> int:
-        return self.n_rows if self.row_stop is None else self.row_stop
 
 
 def _s(value: Any) -> str:

@@ -53,33 +53,19 @@ import h5py
 import numpy as np
 
 from vlprobe import __version__
-from vlprobe.extract.region_boxes import (
-    BOX_TOLERANCE,
-    boxes_to_4d,
-    boxes_to_6d,
-    boxes_to_7d,
-    check_normalised_boxes,
-    normalise_boxes,
-    normalise_image_id,
-    pixel_boxes,
-)
+from vlprobe.extract import region_boxes
+from vlprobe.extract.region_boxes import *  # noqa: F403  (re-exported, see __all__)
+from vlprobe.extract.region_boxes import BOX_TOLERANCE, check_normalised_boxes, normalise_image_id
 from vlprobe.io import atomic_path
 
 __all__ = [
-    "BOX_TOLERANCE",
+    *region_boxes.__all__,  # re-exported: the one place where boxes change form
     "SCHEMA",
     "SCHEMA_VERSION",
     "RegionBatch",
     "RegionRecord",
     "RegionStore",
     "RegionWriter",
-    "boxes_to_4d",
-    "boxes_to_6d",
-    "boxes_to_7d",
-    "check_normalised_boxes",
-    "normalise_boxes",
-    "normalise_image_id",
-    "pixel_boxes",
     "random_regions",
     "random_regions_for_dataset",
     "write_regions",
