@@ -1,0 +1,5 @@
+"""``python -m vlprobe.cli``: the ``probe`` command."""
+
+from vlprobe.cli import main
+
+main()

@@ -1,0 +1,134 @@
+"""``probe extract`` and ``probe cache info|merge``: layer-wise states and scores in HDF5."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from vlprobe.cli import app, guarded
+from vlprobe.cli._common import (
+    AllItems,
+    AsJson,
+    DataDir,
+    Dataset,
+    Device,
+    Limit,
+    Quiet,
+    Subsets,
+    Tokenizer,
+    UniterConfig,
+    _dataset_options,
+)
+
+cache_app = typer.Typer(name="cache", help="Inspect and merge activation caches.", no_args_is_help=True)
+
+
+@app.command("extract")
+@guarded
+def extract_cmd(
+    model: Annotated[str, typer.Option(help="Registered model adapter (see `probe ls models`).")],
+    checkpoint: Annotated[str, typer.Option(help="Local checkpoint directory or hub id.")],
+    out: Annotated[Path, typer.Option(help="Cache file to write or resume (.h5).")],
+    dataset: Dataset = "winoground",
+    data_dir: DataDir = None,
+    tags: Annotated[Path | None, typer.Option(help="'Why is Winoground Hard?' tag file.")] = None,
+    variants: Annotated[Path | None, typer.Option(help="Caption variants file (JSONL).")] = None,
+    layers: Annotated[str, typer.Option(help="Layers: all | 0,4,-1 | 2:6 | text=all;image=-1")] = "all",
+    pooling: Annotated[str, typer.Option(help="Poolings: any of cls,mean,max,pooled.")] = "cls,mean,max",
+    batch_size: Annotated[int, typer.Option(help="Rows per forward pass.")] = 32,
+    device: Device = "auto",
+    dtype: Annotated[str, typer.Option(help="float32 or float16 (weights and stored states).")] = "float32",
+    shard: Annotated[str, typer.Option(help="Run block K of N (K/N); join with `probe cache merge`.")] = "0/1",
+    pairs: Annotated[str, typer.Option(help="Pair plan for cross-encoders: item or all.")] = "item",
+    quiet: Quiet = False,
+    regions: Annotated[
+        Path | None, typer.Option(help="Region features (vlprobe HDF5) for lxmert/uniter; see `probe regions`.")
+    ] = None,
+    uniter_config: UniterConfig = None,
+    tokenizer: Tokenizer = None,
+    pair_states: Annotated[
+        bool | None,
+        typer.Option(
+            "--pair-states/--no-pair-states",
+            help="Cross-encoders: store pair states besides scores (default: yes for --pairs item, no for all).",
+        ),
+    ] = None,
+    image_dir: Annotated[Path | None, typer.Option(help="SugarCrepe: the COCO val2017 image folder (pixel models).")] = None,
+    image_root: Annotated[
+        list[str] | None, typer.Option(help="VALSE: SOURCE=DIR per image source, repeatable; a bare DIR for all (pixel models).")
+    ] = None,
+    subsets: Subsets = None,
+    limit: Limit = None,
+    all_items: AllItems = False,
+) -> None:
+    """Run a model over a dataset and cache layer-wise states and scores to HDF5."""
+    from vlprobe.extract.runner import ExtractConfig, extract
+
+    config = ExtractConfig(
+        model=model, checkpoint=checkpoint, out=out, dataset=dataset, data_dir=data_dir, tags=tags,
+        variants=variants, layers=layers, poolings=tuple(pooling.split(",")), batch_size=batch_size,
+        device=device, dtype=dtype, shard=shard, pair_plan=pairs, progress=not quiet,
+        regions=regions, model_config=uniter_config, tokenizer=tokenizer, pair_states=pair_states,
+        dataset_options=_dataset_options(image_dir=image_dir, image_root=list(image_root) if image_root else None,
+                                         subsets=subsets, limit=limit, all_items=all_items),
+    )
+    result = extract(config)
+    done = ", ".join(f"{s} {result.rows_written[s]}/{result.rows_total[s]} rows" for s in result.rows_total)
+    typer.echo(f"wrote {result.path} ({done} computed this run, {result.seconds:.1f} s)")
+
+
+@cache_app.command("info")
+@guarded
+def cache_info(
+    path: Annotated[Path, typer.Argument(help="Cache file.")],
+    as_json: AsJson = False,
+) -> None:
+    """Describe a cache: settings, fingerprints, streams, layers, progress."""
+    from vlprobe.extract.cache import ActivationCache
+
+    with ActivationCache(path) as cache:
+        info = cache.info()
+    if as_json:
+        typer.echo(json.dumps(info, indent=2, sort_keys=True))
+        return
+    a = info["attrs"]
+    state = "complete" if a.get("complete") else "INCOMPLETE (rerun the extract command to resume)"
+    typer.echo(f"{info['path']}  {info['size_bytes'] / 1e6:.1f} MB  schema {a['vlprobe_schema']}  {state}")
+    typer.echo(f"model      {a['model']}  checkpoint {a['checkpoint']}  ({a['checkpoint_fingerprint'][:23]})")
+    typer.echo(
+        f"dataset    {a['dataset']}  {info['items']} items, {info['images']} images, {info['texts']} texts "
+        f"({info['variants']} variants)  fingerprint {a['dataset_fingerprint'][:12]}"
+    )
+    typer.echo(f"settings   dtype {a['dtype']}  shard {a['shard']}  pair plan {a['pair_plan']}  device {a.get('device')}")
+    for name, s in info["streams"].items():
+        kinds = ",".join(s["layer_kinds"])
+        typer.echo(
+            f"stream     {name} ({s['modality']}): {s['done']}/{s['rows'][1] - s['rows'][0]} rows done; "
+            f"layers {s['layers']} [{kinds}]; cls = {s['cls_rule']}"
+        )
+        for p, shape in s["poolings"].items():
+            typer.echo(f"             {p:<7} {tuple(shape)}")
+    if "scores" in info:
+        sc = info["scores"]
+        typer.echo(f"scores     {sc['kind']} {sc['orientation']} {tuple(sc['shape'])}, {sc['done']} computed")
+    if "pairs" in info:
+        pr = info["pairs"]
+        states = "with pair states" if a.get("pair_states") else "scores only"
+        typer.echo(f"pairs      {pr['done']}/{pr['rows'][1] - pr['rows'][0]} done ({states}); regions {a.get('regions_fingerprint', '')[:23]}")
+    typer.echo(f"written by vlprobe {a.get('vlprobe_version')} at git {a.get('git_revision')}, {a.get('created')}")
+
+
+@cache_app.command("merge")
+@guarded
+def cache_merge(
+    shards: Annotated[list[Path], typer.Argument(help="The N shard files of one run.")],
+    out: Annotated[Path, typer.Option(help="Merged cache file to write.")],
+) -> None:
+    """Join the shard files of a `--shard K/N` run into one cache."""
+    from vlprobe.extract.runner import merge_shards
+
+    path = merge_shards(shards, out)
+    typer.echo(f"merged {len(shards)} shards into {path}")

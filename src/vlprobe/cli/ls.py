@@ -1,0 +1,33 @@
+"""``probe ls``: what the registries hold."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from vlprobe.cli import app, guarded
+
+
+@app.command("ls")
+@guarded
+def ls(what: Annotated[str, typer.Argument(help="models, datasets, experiments, strategies or probes")]) -> None:
+    """List registered models, datasets, experiments, strategies or probes."""
+    from vlprobe import registry
+
+    registries = {
+        "models": registry.MODELS, "datasets": registry.DATASETS, "experiments": registry.EXPERIMENTS,
+        "strategies": registry.STRATEGIES, "probes": registry.PROBES,
+    }
+    if what not in registries:
+        raise ValueError(f"ls: expected one of {', '.join(registries)}, got {what!r}")
+    if what == "strategies":  # with availability, reason and install hint
+        from vlprobe.cli.augment import ls_strategies
+
+        ls_strategies()
+        return
+    reg = registries[what]
+    if not len(reg):
+        typer.echo(f"(no {what} registered yet)")
+    for name in reg.names():
+        typer.echo(f"{name:<20} {reg.describe(name)}")
