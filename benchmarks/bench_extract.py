@@ -13,8 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -22,20 +20,13 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from _common import best_of
+
 from vlprobe.data.synthetic import make_synthetic_winoground
 from vlprobe.extract.clip import CLIPAdapter
 from vlprobe.extract.fixtures import write_tiny_clip
 from vlprobe.extract.pooling import pool_states
 from vlprobe.extract.runner import ExtractConfig, extract
-
-
-def best_of(fn: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def bench_extract(root: Path, items: int, repeats: int) -> None:

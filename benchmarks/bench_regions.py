@@ -11,34 +11,13 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-import time
-import tracemalloc
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from _common import best_of, peak_traced
 
 from vlprobe.extract.region_formats import import_regions, read_butd_tsv, write_butd_tsv
 from vlprobe.extract.regions import RegionRecord, RegionStore, write_regions
-
-
-def peak_mb(fn: Callable[[], object]) -> tuple[float, float]:
-    tracemalloc.start()
-    t0 = time.perf_counter()
-    fn()
-    seconds = time.perf_counter() - t0
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    return peak / 1e6, seconds
-
-
-def best_of(fn: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def records(n: int, seed: int = 0):
@@ -66,8 +45,9 @@ def main() -> None:
         root = Path(tmp)
         src = write_butd_tsv(root / "feats.tsv", records(args.images))
         size_mb = src.stat().st_size / 1e6
-        stream_mb, stream_s = peak_mb(lambda: import_regions("butd-tsv", src, root / "a.h5"))
-        naive_mb, naive_s = peak_mb(lambda: load_all_then_write(src, root / "b.h5"))
+        stream_b, stream_s = peak_traced(lambda: import_regions("butd-tsv", src, root / "a.h5"))
+        naive_b, naive_s = peak_traced(lambda: load_all_then_write(src, root / "b.h5"))
+        stream_mb, naive_mb = stream_b / 1e6, naive_b / 1e6
         print(f"TSV import of {args.images} images x 36 x 2048 ({size_mb:.0f} MB of TSV):")
         print(f"  streaming     peak {stream_mb:7.1f} MB traced, {args.images / stream_s:6.0f} images/s")
         print(f"  load-all      peak {naive_mb:7.1f} MB traced, {args.images / naive_s:6.0f} images/s")
@@ -75,10 +55,11 @@ def main() -> None:
               f"streaming peak / file size: {stream_mb / size_mb:.3f}")
 
         with RegionStore(root / "a.h5") as store:
-            names = [str(i) for i in np.random.default_rng(0).choice(args.images, 32, replace=False)]
+            k = min(32, args.images)
+            names = [str(i) for i in np.random.default_rng(0).choice(args.images, k, replace=False)]
             batched = best_of(lambda: store.get(names), args.repeats)
             single = best_of(lambda: [store.get([n]) for n in names], args.repeats)
-        print(f"RegionStore.get, 32 images: one call {batched * 1e3:.1f} ms, 32 calls {single * 1e3:.1f} ms "
+        print(f"RegionStore.get, {k} images: one call {batched * 1e3:.1f} ms, {k} calls {single * 1e3:.1f} ms "
               f"-> {single / batched:.1f}x")
 
 

@@ -14,10 +14,9 @@ Usage: python benchmarks/bench_uniter.py [--size base|tiny] [--images 6] [--capt
 from __future__ import annotations
 
 import argparse
-import time
-from collections.abc import Callable
 
 import torch
+from _common import best_of
 
 from vlprobe.extract.uniter import UniterModel
 
@@ -27,15 +26,6 @@ SIZES = {
     "tiny": dict(vocab_size=300, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                  intermediate_size=64),
 }
-
-
-def best_of(fn: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def main() -> None:

@@ -19,10 +19,9 @@ Usage: python benchmarks/metrics.py [--n 10000] [--loop-rows 500] [--seed 0]
 from __future__ import annotations
 
 import argparse
-import time
-import tracemalloc
 
 import numpy as np
+from _common import best_of, peak_traced
 
 from vlprobe.experiments.metrics import recall_at_k, recall_ranks
 
@@ -47,26 +46,6 @@ def loop_ranks_argsort(scores: np.ndarray, positives: np.ndarray) -> np.ndarray:
         ranked = row[np.argsort(-row)]
         out[r] = np.where(ranked >= row[positives[r]])[0][-1] + 1  # last of the tied block
     return out
-
-
-def best_of(fn: object, repeats: int = 3) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()  # type: ignore[operator]
-        times.append(time.perf_counter() - t0)
-    return min(times)
-
-
-def peak_bytes(fn: object) -> tuple[int, float]:
-    tracemalloc.start()
-    tracemalloc.reset_peak()
-    t0 = time.perf_counter()
-    fn()  # type: ignore[operator]
-    seconds = time.perf_counter() - t0
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    return peak, seconds
 
 
 def main() -> None:
@@ -103,9 +82,9 @@ def main() -> None:
     assert recall_at_k(m[:200, :200], pos[:200]) == recall_at_k(m[:200, :200].astype(np.float64), pos[:200])
 
     # 3. peak memory beyond the input
-    peak_vec, _ = peak_bytes(lambda: recall_ranks(m, pos))
+    peak_vec, _ = peak_traced(lambda: recall_ranks(m, pos))
     srows = min(args.sort_rows, n)
-    peak_sort_part, _ = peak_bytes(lambda: np.argsort(-m[:srows], axis=1))
+    peak_sort_part, _ = peak_traced(lambda: np.argsort(-m[:srows], axis=1))
     peak_sort = peak_sort_part * n / srows
     print(f"peak extra memory, block-wise counting over all {n} rows: {peak_vec / 1e6:.1f} MB")
     print(f"peak extra memory, whole-matrix argsort: {peak_sort_part / 1e6:.1f} MB for {srows} rows -> "
