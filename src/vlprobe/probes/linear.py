@@ -12,18 +12,16 @@ import warnings
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.svm import LinearSVC
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from vlprobe.probes._targets import binary_target
+from vlprobe.probes.base import BinaryProbe, validated_binary_fit_data
 
 __all__ = ["LinearSeparabilityProbe"]
 
 
-class LinearSeparabilityProbe(ClassifierMixin, BaseEstimator):
+class LinearSeparabilityProbe(BinaryProbe):
     """Linear SVM that records whether its two classes are linearly separable.
 
     Parameters
@@ -76,9 +74,7 @@ class LinearSeparabilityProbe(ClassifierMixin, BaseEstimator):
 
     def fit(self, X: Any, y: Any) -> LinearSeparabilityProbe:
         """Fit on ``X`` (n_samples, n_features) with two classes in ``y`` (n_samples,)."""
-        X, y = validate_data(self, X, y, dtype=np.float64)
-        check_classification_targets(y)
-        self.classes_, y_idx = binary_target(y, "LinearSeparabilityProbe")
+        X, y_idx = validated_binary_fit_data(self, X, y, np.float64)
         return self._solve(X, y_idx)
 
     def fit_trusted(self, X: np.ndarray, y: np.ndarray) -> LinearSeparabilityProbe:
@@ -118,12 +114,4 @@ class LinearSeparabilityProbe(ClassifierMixin, BaseEstimator):
         X = validate_data(self, X, dtype=np.float64, reset=False)
         return X @ self.coef_ + self.intercept_
 
-    def predict(self, X: Any) -> np.ndarray:
-        """Class labels, shape (n_samples,)."""
-        positive = self.decision_function(X) > 0
-        return self.classes_[positive.astype(int)]
 
-    def __sklearn_tags__(self) -> Any:
-        tags = super().__sklearn_tags__()
-        tags.classifier_tags.multi_class = False
-        return tags

@@ -20,16 +20,15 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils import check_random_state
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from vlprobe.probes._targets import binary_target
+from vlprobe.probes.base import BinaryProbe, check_positive_int, validated_binary_fit_data
 
 __all__ = [
     "MLPEnsemble",
     "MLPProbe",
+    "check_training",
     "epoch_orders",
     "fit_mlp_ensemble",
     "init_mlp_params",
@@ -42,10 +41,8 @@ DEFAULT_MEMORY_BUDGET = 2 << 30
 
 def mlp_dims(n_features: int, depth: int, width: int) -> list[int]:
     """Layer widths ``[n_features, width, ..., width, 1]`` of an MLP with ``depth`` linear layers."""
-    if not isinstance(depth, (int, np.integer)) or isinstance(depth, bool) or depth < 1:
-        raise ValueError(f"depth must be a positive integer (number of linear layers), got {depth!r}")
-    if not isinstance(width, (int, np.integer)) or isinstance(width, bool) or width < 1:
-        raise ValueError(f"width must be a positive integer, got {width!r}")
+    check_positive_int(depth, "depth", " (number of linear layers)")
+    check_positive_int(width, "width")
     return [int(n_features), *([int(width)] * (int(depth) - 1)), 1]
 
 
@@ -88,13 +85,12 @@ def _int_seed(random_state: Any) -> int:
     return int(check_random_state(random_state).randint(0, 2**31 - 1))
 
 
-def _check_hyper(lr: float, epochs: int, batch_size: int) -> None:
+def check_training(lr: float, epochs: int, batch_size: int) -> None:
+    """ValueError naming the first of ``lr`` (> 0), ``epochs``, ``batch_size`` (integers >= 1) that is bad."""
     if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not lr > 0:
         raise ValueError(f"lr must be a positive number, got {lr!r}")
-    if not isinstance(epochs, (int, np.integer)) or isinstance(epochs, bool) or epochs < 1:
-        raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
-    if not isinstance(batch_size, (int, np.integer)) or isinstance(batch_size, bool) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    check_positive_int(epochs, "epochs")
+    check_positive_int(batch_size, "batch_size")
 
 
 def _device(device: str) -> torch.device:
@@ -103,7 +99,7 @@ def _device(device: str) -> torch.device:
     return resolve_device(device)
 
 
-class MLPProbe(ClassifierMixin, BaseEstimator):
+class MLPProbe(BinaryProbe):
     """A binary MLP probe: ReLU between linear layers, BCE on logits, Adam.
 
     Parameters
@@ -154,11 +150,9 @@ class MLPProbe(ClassifierMixin, BaseEstimator):
 
     def fit(self, X: Any, y: Any) -> MLPProbe:
         """Train on ``X`` (n_samples, n_features) and two classes in ``y`` (n_samples,)."""
-        X, y = validate_data(self, X, y, dtype=np.float32)
-        check_classification_targets(y)
-        self.classes_, y_idx = binary_target(y, "MLPProbe")
+        X, y_idx = validated_binary_fit_data(self, X, y, np.float32)
         dims = mlp_dims(X.shape[1], self.depth, self.width)
-        _check_hyper(self.lr, self.epochs, self.batch_size)
+        check_training(self.lr, self.epochs, self.batch_size)
         seed = _int_seed(self.random_state)
         dev = _device(self.device)
 
@@ -212,15 +206,7 @@ class MLPProbe(ClassifierMixin, BaseEstimator):
         p1 = 1.0 / (1.0 + np.exp(-self.decision_function(X).astype(np.float64)))
         return np.stack([1.0 - p1, p1], axis=1)
 
-    def predict(self, X: Any) -> np.ndarray:
-        """Class labels from logits > 0, shape (n_samples,)."""
-        positive = self.decision_function(X) > 0
-        return self.classes_[positive.astype(int)]
 
-    def __sklearn_tags__(self) -> Any:
-        tags = super().__sklearn_tags__()
-        tags.classifier_tags.multi_class = False
-        return tags
 
 
 @dataclass
@@ -348,14 +334,13 @@ def fit_mlp_ensemble(
     if N < 1:
         raise ValueError("X holds no samples")
     dims = mlp_dims(D, depth, width)
-    _check_hyper(lr, epochs, batch_size)
+    check_training(lr, epochs, batch_size)
     dev = _device(device)
     if max_models is None:
         n_params = sum(a * b + b for a, b in itertools.pairwise(dims))
         per_model = 4 * (4 * n_params + 3 * min(batch_size, N) * sum(dims))
         max_models = max(1, DEFAULT_MEMORY_BUDGET // per_model)
-    if not isinstance(max_models, (int, np.integer)) or max_models < 1:
-        raise ValueError(f"max_models must be a positive integer, got {max_models!r}")
+    check_positive_int(max_models, "max_models")
 
     Xt = torch.from_numpy(X).to(dev)
     yt = torch.from_numpy(y.astype(np.float32)).to(dev)
