@@ -157,7 +157,11 @@ def test_cli_eval_and_errors(sugarcrepe_dir: Path, coco: Path, tiny_clip: Path, 
     clip = [*base, "--model", "clip", "--checkpoint", str(tiny_clip), "--device", "cpu", "--limit", "3"]
     res = runner.invoke(app, [*clip, "--subsets", SC_SUBSETS, "--image-dir", str(coco)])
     assert res.exit_code == 0, res.output
+    # The same name with other settings is refused before scoring (outputs.check_run_slot).
+    one_error_line(runner.invoke(app, [*clip, "--subsets", "add_att", "--image-dir", str(coco)]),
+                   "clip.csv already holds", "subsets=")
     # Unknown subset, missing image, no images at all, both inputs: one line each, exit 2.
+    clip = [str(tmp_path / "errors") if a == str(tmp_path) else a for a in clip]
     one_error_line(runner.invoke(app, [*clip, "--subsets", "swap_objs", "--image-dir", str(coco)]),
                    "unknown subset 'swap_objs'", "did you mean 'swap_obj'")
     one_error_line(runner.invoke(app, [*clip, "--subsets", "swap_att", "--image-dir", str(coco)]),

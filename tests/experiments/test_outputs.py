@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 
 from vlprobe import __version__
-from vlprobe.experiments.outputs import TIDY_COLUMNS, build_manifest, write_results, write_tidy_csv
+from vlprobe.experiments.outputs import (
+    TIDY_COLUMNS,
+    build_manifest,
+    check_run_slot,
+    config_record,
+    write_results,
+    write_tidy_csv,
+)
 
 
 def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
@@ -140,10 +147,11 @@ def test_write_results_second_model_adds_to_manifest(tmp_path: Path) -> None:
     assert sorted(runs) == ["clip", "lxmert"]
     assert runs["clip"]["inputs"] == {"cache": {"path": "clip.h5"}}
     assert runs["lxmert"]["inputs"] == {"cache": {"path": "lxmert.h5"}}
-    # Rerunning one model replaces its own entry and keeps the other.
-    write_results(tmp_path, "exp", "clip", [{"metric": "a", "value": 3}], {"config": {"rerun": True}})
+    # Rerunning one model with the same settings replaces its own entry and keeps the other.
+    rerun = {**_manifest("clip"), "rerun": True}
+    write_results(tmp_path, "exp", "clip", [{"metric": "a", "value": 3}], rerun)
     runs = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))["runs"]
-    assert runs["clip"] == {"config": {"rerun": True}}
+    assert runs["clip"]["rerun"] is True
     assert runs["lxmert"]["inputs"] == {"cache": {"path": "lxmert.h5"}}
     _, got = read_csv(folder / "clip.csv")
     assert [r["value"] for r in got] == ["3"]
@@ -171,3 +179,47 @@ def test_write_results_unknown_column_writes_nothing(tmp_path: Path) -> None:
     folder = tmp_path / "exp"
     assert not (folder / "clip.csv").exists()
     assert not (folder / "manifest.json").exists()
+
+
+def test_a_run_with_other_settings_is_refused_not_clobbered(tmp_path: Path) -> None:
+    first = build_manifest("exp", 1, {"cache": "c.h5", "pooling": "cls", "out": "a", "jobs": 1}, {})
+    write_results(tmp_path, "exp", "clip", [{"metric": "a", "value": 1}], first)
+    other = build_manifest("exp", 1, {"cache": "c.h5", "pooling": "mean", "out": "a", "jobs": 1}, {})
+    with pytest.raises(ValueError, match=r"^out: .*clip\.csv already holds .*pooling='cls' there, 'mean' now"):
+        check_run_slot(tmp_path, "exp", "clip", other["config"])
+    with pytest.raises(ValueError, match="pooling='cls' there"):
+        write_results(tmp_path, "exp", "clip", [{"metric": "a", "value": 2}], other)
+    _, got = read_csv(tmp_path / "exp" / "clip.csv")
+    assert [r["value"] for r in got] == ["1"]  # the first run is intact
+    # Another model name keeps both; settings that do not change results (jobs, out, ...) are neutral.
+    write_results(tmp_path, "exp", "clip-mean", [{"metric": "a", "value": 2}], other)
+    neutral = build_manifest("exp", 1, {"cache": "c.h5", "pooling": "cls", "out": "b", "jobs": 4}, {})
+    write_results(tmp_path, "exp", "clip", [{"metric": "a", "value": 3}], neutral)
+    runs = json.loads((tmp_path / "exp" / "manifest.json").read_text(encoding="utf-8"))["runs"]
+    assert sorted(runs) == ["clip", "clip-mean"]
+    assert runs["clip-mean"]["config"]["pooling"] == "mean"
+
+
+def test_model_names_sharing_a_file_name_are_refused(tmp_path: Path) -> None:
+    write_results(tmp_path, "exp", "org/m", [], _manifest("org/m"))
+    with pytest.raises(ValueError, match="shares its file name"):
+        write_results(tmp_path, "exp", "org_m", [], _manifest("org_m"))
+
+
+def test_an_unreadable_manifest_is_not_silently_replaced(tmp_path: Path) -> None:
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "manifest.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"^out: .*manifest\.json is not a vlprobe manifest"):
+        write_results(tmp_path, "exp", "clip", [], _manifest("clip"))
+    assert (tmp_path / "exp" / "manifest.json").read_text(encoding="utf-8") == "{not json"
+
+
+def test_config_record_is_json_ready() -> None:
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class Cfg:
+        cache: Path
+        streams: tuple[str, ...] | None = ("a", "b")
+
+    assert config_record(Cfg(Path("x/c.h5"))) == {"cache": "x/c.h5", "streams": ["a", "b"]}

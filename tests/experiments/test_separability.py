@@ -157,3 +157,20 @@ def test_bad_input_is_one_error_line(
     result = CliRunner().invoke(app, ["run", "separability", "--cache", str(path), "--out", str(tmp_path), *extra])
     one_error_line(result, *needles)
     assert not (tmp_path / "separability").exists()
+
+
+def test_a_second_setting_on_the_same_cache_does_not_clobber_the_first(
+    reference_cache: Path, tmp_path: Path, one_error_line: Callable[..., str]
+) -> None:
+    runner = CliRunner()
+    base = ["run", "separability", "--cache", str(reference_cache), "--out", str(tmp_path), "--layers", "-1",
+            "--seeds", "1"]
+    assert runner.invoke(app, [*base, "--pooling", "cls"]).exit_code == 0
+    first = (tmp_path / "separability" / "clip.csv").read_bytes()
+    one_error_line(runner.invoke(app, [*base, "--pooling", "mean"]), "clip.csv already holds", "pooling='cls'")
+    assert (tmp_path / "separability" / "clip.csv").read_bytes() == first
+    assert runner.invoke(app, [*base, "--pooling", "mean", "--model", "clip-mean"]).exit_code == 0
+    assert runner.invoke(app, [*base, "--pooling", "cls"]).exit_code == 0  # same settings: a rerun replaces
+    runs = json.loads((tmp_path / "separability" / "manifest.json").read_text())["runs"]
+    assert {k: v["config"]["pooling"] for k, v in runs.items()} == {"clip": "cls", "clip-mean": "mean"}
+    assert {r["pooling"] for r in read(tmp_path / "separability" / "clip-mean.csv")} == {"mean"}

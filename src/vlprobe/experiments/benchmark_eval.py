@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,13 @@ from vlprobe.experiments.metrics import (
     bootstrap_indices,
     valse_metrics_batched,
 )
-from vlprobe.experiments.outputs import build_manifest, write_results
+from vlprobe.experiments.outputs import (
+    build_manifest,
+    check_run_slot,
+    config_record,
+    result_stem,
+    write_results,
+)
 from vlprobe.experiments.score_files import caption_foil_scores, read_item_scores, write_item_scores
 from vlprobe.provenance import sha256_file
 
@@ -173,6 +179,8 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
         The tidy rows written.
     """
     _validate(config)
+    cfg = config_record(config)
+    model = config.name or config.model or Path(config.scores).name.split(".")[0]  # type: ignore[arg-type]
     known = _known_subsets(config.benchmark)
     wanted = set(read_item_ids(config.items)) if config.items is not None else None
     inputs: dict[str, Any] = {}
@@ -188,6 +196,7 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
             raise ValueError(f"items: {len(missing)} listed item(s) are not in the loaded data, e.g. {missing[0]!r}")
         if not items:
             raise ValueError(f"{config.benchmark}: no items to evaluate")
+        check_run_slot(config.out, config.benchmark, model, cfg, name_field="name")  # before scoring
         scorer = load_pair_scorer(
             config.model, config.checkpoint, device=config.device, dtype=config.dtype,
             batch_size=config.batch_size, regions=config.regions,
@@ -201,7 +210,6 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
         pos, neg = values[0::2], values[1::2]
         subsets = [it.meta["subset"] for it in items]
         score_kind = scorer.score_kind
-        model = config.name or config.model
         inputs["dataset"] = {"name": dataset.name, "fingerprint": dataset.fingerprint, "source": dataset.source}
         inputs["checkpoint"] = {"spec": config.checkpoint, "fingerprint": scorer.fingerprint}
         if scorer.regions is not None:
@@ -231,7 +239,6 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
             chosen = set(parse_subsets(config.subsets, known))
             keep = [i for i, s in enumerate(subsets) if s in chosen]
             ids, pos, neg, subsets = [ids[i] for i in keep], pos[keep], neg[keep], [subsets[i] for i in keep]
-        model = config.name or Path(config.scores).name.split(".")[0]  # type: ignore[arg-type]
         inputs["scores"] = {"path": str(config.scores), "sha256": sha256_file(config.scores)}  # type: ignore[arg-type]
         if not ids:
             raise ValueError(f"scores: no {config.benchmark} items left to evaluate")
@@ -250,14 +257,12 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
 
             threshold = MATCH_THRESHOLDS.get(score_kind)
         rows = _valse_rows(pos, neg, sub, idx, base, config.seed, threshold, config.skip_foil_ties)
-    cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()}
-    cfg["image_root"] = list(config.image_root)
     extra = {
         "units": "percent", "model": model, "n_items": len(ids), "score_kind": score_kind, "model_info": info,
         "items_per_subset": {s: int((sub == s).sum()) for s in dict.fromkeys(subsets)},
         "bootstrap": {"resamples": config.bootstrap, "seed": config.seed, "level": 0.95,
                       "kind": "percentile; items resampled within their subset; one index set for every metric"},
-        "item_scores": f"{_safe(model)}.scores.jsonl",
+        "item_scores": f"{result_stem(model)}.scores.jsonl",
     }
     if config.benchmark == "valse":
         extra["match_threshold"] = threshold
@@ -265,17 +270,13 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
     if config.items is not None:
         inputs["items"] = {"path": str(config.items), "sha256": sha256_file(config.items)}
     manifest = build_manifest(config.benchmark, VERSION, cfg, inputs, seeds=[config.seed], extra=extra)
-    csv_path, manifest_path = write_results(config.out, config.benchmark, model, rows, manifest)
+    csv_path, manifest_path = write_results(config.out, config.benchmark, model, rows, manifest, name_field="name")
     write_item_scores(
-        csv_path.parent / f"{_safe(model)}.scores.jsonl",
+        csv_path.with_suffix(".scores.jsonl"),
         [i for i in ids for _ in (0, 1)], [f"{i}/i0" for i in ids for _ in (0, 1)],
         [f"{i}/c{k}" for i in ids for k in (0, 1)], np.column_stack([pos, neg]).ravel(),
     )
     return csv_path, manifest_path, rows
-
-
-def _safe(model: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in model) or "model"
 
 
 def _with_ci(rows: list[dict[str, Any]], base: dict[str, Any], subset: str, metric: str,

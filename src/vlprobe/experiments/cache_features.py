@@ -18,16 +18,20 @@ import numpy as np
 
 from vlprobe.extract.cache import ActivationCache
 from vlprobe.layers import parse_layers
+from vlprobe.probes.base import check_positive_int
 
 __all__ = [
     "DEFAULT_STRATIFY",
     "POOLINGS",
     "SCALINGS",
     "CacheIndex",
+    "StreamStates",
     "cache_path",
     "check_seeds",
     "load_index",
     "load_states",
+    "read_stream",
+    "require_variants",
     "resolve_layers",
     "resolve_stream",
     "row_lookup",
@@ -114,9 +118,48 @@ def load_index(cache: ActivationCache) -> CacheIndex:
 
 def check_seeds(seeds: int, name: str = "seeds") -> list[int]:
     """``seeds`` (a count >= 1) -> ``[0, 1, ..., seeds - 1]``."""
-    if not isinstance(seeds, (int, np.integer)) or isinstance(seeds, bool) or seeds < 1:
-        raise ValueError(f"{name} must be a positive integer (the number of seeds), got {seeds!r}")
-    return list(range(int(seeds)))
+    return list(range(check_positive_int(seeds, name, " (the number of seeds)")))
+
+
+def require_variants(index: CacheIndex, cache_file: Path | str, experiment: str) -> None:
+    """ValueError when the cache holds no caption variants (the experiment needs them)."""
+    if index.n_variants == 0:
+        raise ValueError(
+            f"cache: {Path(cache_file).name} holds no caption variants; {experiment} needs them "
+            "(extract with --variants FILE)"
+        )
+
+
+@dataclass(frozen=True)
+class StreamStates:
+    """One stream as an experiment reads it.
+
+    Attributes
+    ----------
+    name, modality : str
+    layers : list of int or None
+        Model layer numbers read (``[None]`` for ``pooled``).
+    lookup : dict
+        (image row, text row) -> row of ``states`` (see :func:`row_lookup`).
+    states : ndarray, shape (R, len(layers), H)
+    """
+
+    name: str
+    modality: str
+    layers: list[int | None]
+    lookup: dict[tuple[int, int], int]
+    states: np.ndarray
+
+
+def read_stream(
+    cache: ActivationCache, stream: str | None, modalities: Sequence[str], pooling: str, layers: str,
+    *, param: str = "stream",
+) -> StreamStates:
+    """Resolve ``stream`` (:func:`resolve_stream`) and ``layers`` and read the states."""
+    name = resolve_stream(cache, stream, modalities, param=param)
+    chosen = resolve_layers(cache, name, pooling, layers)
+    modality, lookup = row_lookup(cache, name)
+    return StreamStates(name, modality, chosen, lookup, load_states(cache, name, pooling, chosen))
 
 
 def resolve_stream(cache: ActivationCache, stream: str | None, modalities: Sequence[str], *, param: str = "stream") -> str:

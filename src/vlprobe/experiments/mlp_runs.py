@@ -18,10 +18,19 @@ from typing import Any
 
 import numpy as np
 
-from vlprobe.probes.mlp import fit_mlp_ensemble, mlp_dims
+from vlprobe.probes.mlp import check_training, fit_mlp_ensemble, mlp_dims
 from vlprobe.probes.splits import ItemSplit, control_flips, flip_labels
 
-__all__ = ["MLPSettings", "ProbeScore", "train_target_control"]
+__all__ = [
+    "MLPSettings",
+    "ProbeScore",
+    "item_split",
+    "read_split_file",
+    "score_rows",
+    "split_file_input",
+    "split_record",
+    "train_target_control",
+]
 
 
 @dataclass(frozen=True)
@@ -35,14 +44,17 @@ class MLPSettings:
     batch_size: int
     device: str = "cpu"
 
+    @classmethod
+    def from_config(cls, config: Any) -> MLPSettings:
+        """The settings of an experiment config (fields depth, width, lr, epochs, batch_size, device), checked."""
+        settings = cls(config.depth, config.width, config.lr, config.epochs, config.batch_size, config.device)
+        settings.check()
+        return settings
+
     def check(self) -> None:
+        """ValueError naming the first bad hyperparameter."""
         mlp_dims(1, self.depth, self.width)
-        if not isinstance(self.epochs, int) or isinstance(self.epochs, bool) or self.epochs < 1:
-            raise ValueError(f"epochs must be a positive integer, got {self.epochs!r}")
-        if not isinstance(self.batch_size, int) or isinstance(self.batch_size, bool) or self.batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {self.batch_size!r}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be positive, got {self.lr!r}")
+        check_training(self.lr, self.epochs, self.batch_size)
 
 
 @dataclass(frozen=True)
@@ -116,6 +128,30 @@ def score_rows(scores: Sequence[ProbeScore], group_fields: Sequence[dict[str, An
          "metric": "accuracy", "value": sc.accuracy, "n": sc.n}
         for sc in scores
     ]
+
+
+def split_record(
+    item_ids: Sequence[str], items: Sequence[int], split: ItemSplit, families: Sequence[str],
+    split_file: str | os.PathLike[str] | None, flips: dict[int, list[int]],
+) -> dict[str, Any]:
+    """The manifest's ``split`` and ``control_flipped_items`` entries, in item ids.
+
+    Parameters
+    ----------
+    item_ids : sequence of str
+        Ids of the cache's items.
+    items : sequence of int
+        Item rows, numbered as the split numbers them (from :func:`item_split`).
+    flips : dict
+        Seed -> flipped items (from :func:`train_target_control`).
+    """
+    return {
+        "split": {"train": [item_ids[items[i]] for i in split.train],
+                  "test": [item_ids[items[i]] for i in split.test],
+                  "seed": split.seed, "stratified_on": list(families), "strata": split.strata,
+                  "source": str(split_file) if split_file else "seeded stratified split"},
+        "control_flipped_items": {str(s): [item_ids[items[i]] for i in f] for s, f in flips.items()},
+    }
 
 
 def read_split_file(path: str | os.PathLike[str], item_ids: Sequence[str]) -> tuple[list[int], list[int]]:

@@ -13,14 +13,14 @@ it used as ``<model>.scores.npy`` (caption x image) beside its CSV, and 95% boot
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from vlprobe.experiments.metrics import bootstrap_ci, bootstrap_indices, recall_ranks
-from vlprobe.experiments.outputs import build_manifest, write_results
+from vlprobe.experiments.outputs import build_manifest, check_run_slot, config_record, write_results
 from vlprobe.experiments.score_files import read_score_matrix
 from vlprobe.io import atomic_write
 from vlprobe.provenance import sha256_file
@@ -82,6 +82,8 @@ def run_recall(config: RecallConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
         m = read_score_matrix(config.scores)  # type: ignore[arg-type]
         inputs = {"scores": {"path": str(config.scores), "sha256": sha256_file(config.scores)}}  # type: ignore[arg-type]
         model = config.model or Path(config.scores).stem  # type: ignore[arg-type]
+    cfg = config_record(config)
+    check_run_slot(config.out, NAME, model, cfg)
     positives = np.arange(m.shape[0])
     idx = bootstrap_indices(len(positives), config.bootstrap, config.seed)
     rows: list[dict[str, Any]] = []
@@ -98,7 +100,6 @@ def run_recall(config: RecallConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
             intervals.append({**base, "metric": f"recall@{int(k)}.ci95_low", "value": low, "seed": config.seed})
             intervals.append({**base, "metric": f"recall@{int(k)}.ci95_high", "value": high, "seed": config.seed})
     rows += intervals
-    cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()}
     manifest = build_manifest(
         NAME, VERSION, cfg, inputs, seeds=[config.seed],
         extra={"units": "percent of queries", "model": model,

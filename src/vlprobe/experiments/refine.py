@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from vlprobe.experiments.outputs import build_manifest
+from vlprobe.experiments.outputs import build_manifest, config_record
 from vlprobe.experiments.score_files import caption_foil_scores, read_item_scores
 from vlprobe.io import atomic_write, write_json
 from vlprobe.provenance import sha256_file
@@ -201,9 +201,8 @@ def run_refine(config: RefineConfig) -> tuple[Path, Path, RefineResult]:
         return float(100.0 * x.mean()) if len(x) else float("nan")
 
     subsets = np.array([x.split("/")[1] if x.count("/") >= 2 else "" for x in ids_a])
-    cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()}
     manifest = build_manifest(
-        "refine", VERSION, cfg,
+        "refine", VERSION, config_record(config),
         {"scores_a": {"path": str(config.scores_a), "sha256": sha256_file(config.scores_a)},
          "scores_b": {"path": str(config.scores_b), "sha256": sha256_file(config.scores_b)}},
         seeds=[config.seed],

@@ -31,7 +31,7 @@ the results do not depend on ``jobs``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,14 +43,22 @@ from vlprobe.experiments.cache_features import (
     cache_path,
     check_seeds,
     load_index,
-    load_states,
+    read_stream,
+    require_variants,
     resolve_layers,
     resolve_stream,
-    row_lookup,
     scale_states,
 )
-from vlprobe.experiments.outputs import build_manifest, write_results, write_tidy_csv
+from vlprobe.experiments.outputs import (
+    build_manifest,
+    check_run_slot,
+    config_record,
+    result_stem,
+    write_results,
+    write_tidy_csv,
+)
 from vlprobe.experiments.summary import summarize, write_summary_csv
+from vlprobe.probes.base import check_positive_int
 from vlprobe.probes.separability_cases import Case, fit_cases
 
 __all__ = ["Case", "SeparabilityConfig", "fit_cases", "run_separability", "separability_cases"]
@@ -138,8 +146,7 @@ def _check_config(config: SeparabilityConfig) -> list[int]:
         raise ValueError(f"jobs must be a positive integer or -1 (all cores), got {config.jobs!r}")
     if not config.C > 0:
         raise ValueError(f"C must be positive, got {config.C!r}")
-    if not isinstance(config.max_iter, int) or config.max_iter < 1:
-        raise ValueError(f"max_iter must be a positive integer, got {config.max_iter!r}")
+    check_positive_int(config.max_iter, "max_iter")
     if config.loss not in ("hinge", "squared_hinge"):
         raise ValueError(f"loss must be 'hinge' or 'squared_hinge', got {config.loss!r}")
     return seeds
@@ -160,50 +167,46 @@ def run_separability(config: SeparabilityConfig) -> tuple[Path, Path, list[dict[
     scale_mode = config.scale
     scale_states(np.zeros((1, 1, 1), np.float32), scale_mode)  # validates the name early
     params = {"C": float(config.C), "max_iter": int(config.max_iter), "loss": config.loss, "random_state": 0}
+    cfg = config_record(config)
     with ActivationCache(cache_path(config.cache)) as cache:
         streams = _default_streams(cache, config.streams)
         index = load_index(cache)
-        if index.n_variants == 0:
-            raise ValueError(
-                f"cache: {Path(config.cache).name} holds no caption variants; separability needs them "
-                "(extract with --variants FILE)"
-            )
-        plan = {}
-        for stream in streams:
-            layers = resolve_layers(cache, stream, config.pooling, config.layers)
-            modality, lookup = row_lookup(cache, stream)
-            plan[stream] = (layers, modality, lookup)
+        require_variants(index, config.cache, "separability")
         model = config.model or index.model
+        check_run_slot(config.out, NAME, model, cfg)
         rows: list[dict[str, Any]] = []
         item_rows: list[dict[str, Any]] = []
         n_cases: dict[str, int] = {}
+        read_layers: dict[str, dict[str, Any]] = {}
+        for stream in streams:  # every stream's layers checked before the first is fitted
+            resolve_layers(cache, stream, config.pooling, config.layers)
         for stream in streams:
-            layers, modality, lookup = plan[stream]
-            cases, skipped = separability_cases(index, modality, lookup)
+            read = read_stream(cache, stream, ("text", "pair"), config.pooling, config.layers)
+            read_layers[stream] = {"modality": read.modality, "layers": read.layers}
+            cases, skipped = separability_cases(index, read.modality, read.lookup)
             if not cases:
                 raise ValueError(f"cache: {Path(config.cache).name} has no item with two captions to separate")
             n_cases[stream] = len(cases)
-            states = scale_states(load_states(cache, stream, config.pooling, layers), scale_mode)
-            per_layer = _fit_layers(states, cases, seeds, params, config.jobs)
+            per_layer = _fit_layers(scale_states(read.states, scale_mode), cases, seeds, params, config.jobs)
             base = {"experiment": NAME, "model": model, "stream": stream, "pooling": config.pooling,
                     "probe": PROBE, "split": "train"}
-            _rows(per_layer, layers, cases, seeds, modality, index.item_tags, base, rows, item_rows)
+            _rows(per_layer, read.layers, cases, seeds, read.modality, index.item_tags, base, rows, item_rows)
 
-    cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()}
+    stem = result_stem(model)
     manifest = build_manifest(
         NAME, VERSION, cfg, {"cache": index.provenance}, seeds=seeds,
         extra={
-            "model": model, "streams": {s: {"modality": plan[s][1], "layers": plan[s][0]} for s in streams},
+            "model": model, "streams": read_layers,
             "probe": {"name": PROBE, **params}, "n_cases": n_cases, "skipped_items": skipped,
             "control": "labels of each case permuted by numpy default_rng([seed, item, image + 1])",
             "units": {"separable": "percent of cases", "train_accuracy": "percent", "converged": "percent of fits",
                       "margin": "2/||w|| in the (scaled) state space, mean over cases with w != 0"},
-            "outputs": [f"{_safe(model)}.csv", f"{_safe(model)}.items.csv", f"{_safe(model)}.summary.csv"],
+            "outputs": [f"{stem}.csv", f"{stem}.items.csv", f"{stem}.summary.csv"],
         },
     )
     csv_path, manifest_path = write_results(config.out, NAME, model, rows, manifest)
-    write_tidy_csv(csv_path.with_name(f"{csv_path.stem}.items.csv"), item_rows)
-    write_summary_csv(csv_path.with_name(f"{csv_path.stem}.summary.csv"), summarize(rows))
+    write_tidy_csv(csv_path.with_name(f"{stem}.items.csv"), item_rows)
+    write_summary_csv(csv_path.with_name(f"{stem}.summary.csv"), summarize(rows))
     return csv_path, manifest_path, rows
 
 
@@ -296,7 +299,3 @@ def _n_workers(jobs: int) -> int:
     import os
 
     return (os.cpu_count() or 1) if jobs == -1 else jobs
-
-
-def _safe(model: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in model) or "model"

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from vlprobe.experiments.outputs import TIDY_COLUMNS
+from vlprobe.experiments.outputs import TIDY_COLUMNS, format_cell
 from vlprobe.io import atomic_write
 from vlprobe.probes.splits import selectivity
 
@@ -78,16 +78,8 @@ def write_summary_csv(path: str | os.PathLike[str], summary: Iterable[Mapping[st
         writer = csv.writer(fh, lineterminator="\n")
         writer.writerow(SUMMARY_COLUMNS)
         for rec in summary:
-            writer.writerow([_cell(rec.get(c)) for c in SUMMARY_COLUMNS])
+            writer.writerow([format_cell(rec.get(c)) for c in SUMMARY_COLUMNS])
     return target
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return "nan" if math.isnan(value) else repr(float(value))
-    return str(value)
 
 
 def read_tidy_csv(path: str | os.PathLike[str]) -> list[dict[str, str]]:

@@ -31,29 +31,28 @@ and every seed's flipped items).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from vlprobe.experiments.cache_features import (
-    cache_path,
-    check_seeds,
-    load_index,
-    load_states,
-    resolve_layers,
-    resolve_stream,
-    row_lookup,
-)
+from vlprobe.experiments.cache_features import cache_path, check_seeds, load_index, read_stream
 from vlprobe.experiments.mlp_runs import (
     MLPSettings,
     item_split,
     score_rows,
     split_file_input,
+    split_record,
     train_target_control,
 )
-from vlprobe.experiments.outputs import build_manifest, write_results
+from vlprobe.experiments.outputs import (
+    build_manifest,
+    check_run_slot,
+    config_record,
+    result_stem,
+    write_results,
+)
 from vlprobe.experiments.summary import summarize, write_summary_csv
 
 __all__ = ["MODE_EXAMPLES", "TaskAdaptationConfig", "run_task_adaptation"]
@@ -141,20 +140,21 @@ def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[
     seeds = check_seeds(config.seeds)
     if config.mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {config.mode!r}")
-    settings = MLPSettings(config.depth, config.width, config.lr, config.epochs, config.batch_size, config.device)
-    settings.check()
+    settings = MLPSettings.from_config(config)
     modes = ("text", "image") if config.mode == "both" else (config.mode,)
+    cfg = config_record(config)
     with ActivationCache(cache_path(config.cache)) as cache:
         streams = list(config.streams) if config.streams else list(cache.streams)
         if not streams:
             raise ValueError(f"cache: {Path(config.cache).name} holds no streams")
-        for s in streams:
-            resolve_stream(cache, s, ("text", "image", "pair"), param="streams")
-        per_stream = {s: resolve_layers(cache, s, config.pooling, _spec_for(config.layers, s, streams)) for s in streams}
-        positions = _stream_layers(per_stream)
         index = load_index(cache)
-        lookups = {s: row_lookup(cache, s) for s in streams}
-        states = {s: load_states(cache, s, config.pooling, per_stream[s]) for s in streams}
+        read = {
+            s: read_stream(cache, s, ("text", "image", "pair"), config.pooling,
+                           _spec_for(config.layers, s, streams), param="streams")
+            for s in streams
+        }
+    per_stream = {s: read[s].layers for s in streams}
+    positions = _stream_layers(per_stream)
 
     items = [i for i in range(len(index.item_ids)) if len(index.families[i]) >= 2 and len(index.item_images[i]) >= 2]
     if len(items) < 2:
@@ -165,12 +165,14 @@ def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[
     split, families, items = item_split(
         index, items, config.test_size, config.split_seed, config.stratify, config.split_file
     )
+    model = config.model or index.model
+    check_run_slot(config.out, NAME, model, cfg)  # before training: a refused run costs nothing
 
     # Pair embeddings E[p, n, j, k] of item items[n], image j, caption k at layer position p.
     P = len(positions)
     blocks = []
     for s in streams:
-        modality, lookup = lookups[s]
+        modality, lookup = read[s].modality, read[s].lookup
         rows = np.empty((len(items), 2, 2), dtype=np.int64)
         for n, i in enumerate(items):
             for j in (0, 1):
@@ -180,7 +182,7 @@ def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[
                     if key not in lookup:
                         raise ValueError(f"stream {s!r} has no row for image {img} and text {txt} (pair plan?)")
                     rows[n, j, k] = lookup[key]
-        st = states[s]  # (R, Ls, H)
+        st = read[s].states  # (R, Ls, H)
         layer_pos = [per_stream[s].index(pos[s]) for pos in positions]
         blocks.append(np.stack([st[rows, lp] for lp in layer_pos]))  # (P, n_items, 2, 2, H)
     E = np.concatenate(blocks, axis=-1)
@@ -202,26 +204,20 @@ def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[
     labels = np.stack(label_groups)
     scores, flips = train_target_control(X, labels, example_items, split, seeds, settings)
 
-    model = config.model or index.model
     base = {"experiment": NAME, "model": model, "stream": "+".join(streams), "pooling": config.pooling, "probe": PROBE}
     rows_out = score_rows(scores, group_fields, base)
-    cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()}
     manifest = build_manifest(
         NAME, VERSION, cfg, {"cache": index.provenance, **split_file_input(config.split_file)}, seeds=seeds,
         extra={
             "model": model, "streams": streams, "modes": list(modes),
             "layer_positions": [{s: pos[s] for s in streams} for pos in positions],
-            "split": {"train": [index.item_ids[items[i]] for i in split.train],
-                      "test": [index.item_ids[items[i]] for i in split.test],
-                      "seed": split.seed, "stratified_on": families, "strata": split.strata,
-                      "source": str(config.split_file) if config.split_file else "seeded stratified split"},
-            "control_flipped_items": {str(s): [index.item_ids[items[i]] for i in f] for s, f in flips.items()},
+            **split_record(index.item_ids, items, split, families, config.split_file, flips),
             "units": {"accuracy": "percent of examples"},
             "labels": "1 when option 1 is the mismatched pair; prediction = logit > 0",
         },
     )
     csv_path, manifest_path = write_results(config.out, NAME, model, rows_out, manifest)
-    write_summary_csv(csv_path.with_name(f"{csv_path.stem}.summary.csv"), summarize(rows_out))
+    write_summary_csv(csv_path.with_name(f"{result_stem(model)}.summary.csv"), summarize(rows_out))
     return csv_path, manifest_path, rows_out
 
 

@@ -23,7 +23,7 @@ Outputs in ``OUT/variant-probe/``: ``<model>.csv`` (tidy; metric ``accuracy`` in
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,20 +33,26 @@ from vlprobe.experiments.cache_features import (
     cache_path,
     check_seeds,
     load_index,
-    load_states,
-    resolve_layers,
-    resolve_stream,
-    row_lookup,
+    read_stream,
+    require_variants,
 )
 from vlprobe.experiments.mlp_runs import (
     MLPSettings,
     item_split,
     score_rows,
     split_file_input,
+    split_record,
     train_target_control,
 )
-from vlprobe.experiments.outputs import build_manifest, write_results
+from vlprobe.experiments.outputs import (
+    build_manifest,
+    check_run_slot,
+    config_record,
+    result_stem,
+    write_results,
+)
 from vlprobe.experiments.summary import summarize, write_summary_csv
+from vlprobe.probes.base import check_positive_int
 
 __all__ = ["VariantProbeConfig", "run_variant_probe", "variant_examples"]
 
@@ -146,23 +152,17 @@ def run_variant_probe(config: VariantProbeConfig) -> tuple[Path, Path, list[dict
     from vlprobe.extract.cache import ActivationCache
 
     seeds = check_seeds(config.seeds)
-    if not isinstance(config.draws, int) or isinstance(config.draws, bool) or config.draws < 1:
-        raise ValueError(f"draws must be a positive integer, got {config.draws!r}")
-    settings = MLPSettings(config.depth, config.width, config.lr, config.epochs, config.batch_size, config.device)
-    settings.check()
+    check_positive_int(config.draws, "draws")
+    settings = MLPSettings.from_config(config)
+    cfg = config_record(config)
     with ActivationCache(cache_path(config.cache)) as cache:
-        stream = resolve_stream(cache, config.stream, ("text", "pair"))
-        layers = resolve_layers(cache, stream, config.pooling, config.layers)
         index = load_index(cache)
-        modality, lookup = row_lookup(cache, stream)
-        if index.n_variants == 0:
-            raise ValueError(
-                f"cache: {Path(config.cache).name} holds no caption variants; the variant probe needs "
-                "them (extract with --variants FILE)"
-            )
-        states = load_states(cache, stream, config.pooling, layers)
+        require_variants(index, config.cache, "the variant probe")
+        read = read_stream(cache, config.stream, ("text", "pair"), config.pooling, config.layers)
+    stream, modality, lookup, layers = read.name, read.modality, read.lookup, read.layers
     items = [i for i, f in enumerate(index.families) if len(f) >= 2 and len(f[0]) >= 2 and len(f[1]) >= 2]
-    skipped = [index.item_ids[i] for i in range(len(index.item_ids)) if i not in set(items)]
+    usable = set(items)
+    skipped = [iid for i, iid in enumerate(index.item_ids) if i not in usable]
     if len(items) < 2:
         raise ValueError(
             f"cache: the variant probe needs at least 2 items whose two captions both have a variant; "
@@ -171,6 +171,8 @@ def run_variant_probe(config: VariantProbeConfig) -> tuple[Path, Path, list[dict
     split, families, items = item_split(
         index, items, config.test_size, config.split_seed, config.stratify, config.split_file
     )
+    model = config.model or index.model
+    check_run_slot(config.out, NAME, model, cfg)  # before training: a refused run costs nothing
     texts, image, labels, example_items = variant_examples(
         index.families, index.item_images, items, config.draws, config.split_seed
     )
@@ -181,30 +183,24 @@ def run_variant_probe(config: VariantProbeConfig) -> tuple[Path, Path, list[dict
         ])  # (N, 3) rows of the stream
     except KeyError as exc:
         raise ValueError(f"stream {stream!r} has no row for (image, text) {exc.args[0]} (pair plan?)") from None
-    X = states[rows].transpose(2, 0, 1, 3)  # (L, N, 3, H)
+    X = read.states[rows].transpose(2, 0, 1, 3)  # (L, N, 3, H)
     X = np.ascontiguousarray(X.reshape(X.shape[0], X.shape[1], -1))
     label_groups = np.broadcast_to(labels, (X.shape[0], len(labels)))
     scores, flips = train_target_control(X, label_groups, example_items, split, seeds, settings)
 
-    model = config.model or index.model
     base = {"experiment": NAME, "model": model, "stream": stream, "pooling": config.pooling,
             "probe": PROBE, "subset": "all"}
     rows_out = score_rows(scores, [{"layer": layer} for layer in layers], base)
-    cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()}
     manifest = build_manifest(
         NAME, VERSION, cfg, {"cache": index.provenance, **split_file_input(config.split_file)}, seeds=seeds,
         extra={
             "model": model, "stream": stream, "modality": modality, "layers": layers,
             "n_examples": len(labels), "skipped_items": skipped,
-            "split": {"train": [index.item_ids[items[i]] for i in split.train],
-                      "test": [index.item_ids[items[i]] for i in split.test],
-                      "seed": split.seed, "stratified_on": families, "strata": split.strata,
-                      "source": str(config.split_file) if config.split_file else "seeded stratified split"},
-            "control_flipped_items": {str(s): [index.item_ids[items[i]] for i in f] for s, f in flips.items()},
+            **split_record(index.item_ids, items, split, families, config.split_file, flips),
             "units": {"accuracy": "percent of examples"},
             "labels": "0 when option 1 is the paraphrase of the reference, 1 when option 2 is; prediction = logit > 0",
         },
     )
     csv_path, manifest_path = write_results(config.out, NAME, model, rows_out, manifest)
-    write_summary_csv(csv_path.with_name(f"{csv_path.stem}.summary.csv"), summarize(rows_out))
+    write_summary_csv(csv_path.with_name(f"{result_stem(model)}.summary.csv"), summarize(rows_out))
     return csv_path, manifest_path, rows_out

@@ -18,16 +18,15 @@ CSV: one row per (setting, subset, metric); the setting is in the ``probe`` colu
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from vlprobe.experiments.metrics import winoground_outcomes
-from vlprobe.experiments.outputs import build_manifest, write_results
+from vlprobe.experiments.outputs import build_manifest, check_run_slot, config_record, write_results
 
 __all__ = [
     "VariantScores", "VariantSimilarityConfig", "blend", "parse_lambdas", "run_variant_similarity", "variant_scores",
@@ -176,6 +175,8 @@ def run_variant_similarity(config: VariantSimilarityConfig) -> tuple[Path, Path,
         items, images, texts = cache.table("items"), cache.table("images"), cache.table("texts")
         model = config.model or cache.header.model
         provenance = cache.provenance()
+    cfg = {**config_record(config), "lambdas": list(lambdas), "aggs": list(aggs)}
+    check_run_slot(config.out, NAME, model, cfg)
     vs = variant_scores(matrix, done, list(items["id"]), list(images["id"]), list(texts["id"]), texts["parent"])
     if not vs.n_variants.any():
         raise ValueError(f"cache: {Path(config.cache).name} holds no caption variants (extract with --variants FILE)")
@@ -194,8 +195,6 @@ def run_variant_similarity(config: VariantSimilarityConfig) -> tuple[Path, Path,
                         "task": "target", "split": "all", "subset": subset, "metric": metric,
                         "value": float(100.0 * outcomes[metric][mask].mean()) if n else float("nan"), "n": n,
                     })
-    cfg = {k: (str(v) if isinstance(v, os.PathLike) else v) for k, v in asdict(config).items()}
-    cfg["lambdas"], cfg["aggs"] = list(lambdas), list(aggs)
     manifest = build_manifest(NAME, VERSION, cfg, {"cache": provenance}, extra={
         "units": "percent of items", "model": model, "n_items": len(ids),
         "variants_per_caption": {"min": int(vs.n_variants.min()), "max": int(vs.n_variants.max()),

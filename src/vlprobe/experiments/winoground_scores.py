@@ -22,7 +22,7 @@ import json
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,13 @@ import numpy as np
 
 from vlprobe.data.tags import WWH_CODE_NONE_EXCLUDED, WWH_TAGS
 from vlprobe.experiments.metrics import bootstrap_ci, bootstrap_indices, winoground_outcomes
-from vlprobe.experiments.outputs import build_manifest, write_results
+from vlprobe.experiments.outputs import (
+    build_manifest,
+    check_run_slot,
+    config_record,
+    result_stem,
+    write_results,
+)
 from vlprobe.experiments.score_files import (
     is_item_scores_file,
     read_item_scores,
@@ -251,6 +257,8 @@ def run_winoground_scores(config: WinogroundScoresConfig) -> tuple[Path, Path, l
                   **({"tags": tag_prov} if tag_prov else {})}
     if config.model is not None:
         model = config.model
+    cfg = config_record(config)
+    check_run_slot(config.out, NAME, model, cfg)
     outcomes = winoground_outcomes(s)
     rows: list[dict[str, Any]] = []
     for subset, mask in subset_masks(ids, tags).items():
@@ -269,22 +277,16 @@ def run_winoground_scores(config: WinogroundScoresConfig) -> tuple[Path, Path, l
                 "experiment": NAME, "model": model, "task": "target", "split": "all", "seed": config.seed,
                 "subset": "all", "metric": f"{metric}.ci95_{bound}", "value": value, "n": len(ids),
             })
-    cfg = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(config).items()}
     manifest = build_manifest(
         NAME, VERSION, cfg, inputs, seeds=[config.seed],
         extra={"units": "percent of items", "n_items": len(ids), "model": model,
                "bootstrap": {"resamples": config.bootstrap, "seed": config.seed, "level": 0.95,
                              "kind": "percentile, items resampled with replacement, paired across metrics"},
-               "item_scores": f"{_safe(model)}.scores.jsonl"},
+               "item_scores": f"{result_stem(model)}.scores.jsonl"},
     )
     csv_path, manifest_path = write_results(config.out, NAME, model, rows, manifest)
-    _write_winoground_item_scores(csv_path.parent / f"{_safe(model)}.scores.jsonl", ids, s)
+    _write_winoground_item_scores(csv_path.with_suffix(".scores.jsonl"), ids, s)
     return csv_path, manifest_path, rows
-
-
-def _safe(model: str) -> str:
-    """The file stem :func:`write_results` gives a model's CSV."""
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in model) or "model"
 
 
 def _write_winoground_item_scores(path: Path, ids: list[int], s: np.ndarray) -> None:
