@@ -285,8 +285,8 @@ def test_extract_without_data_dir_fails_fast_offline(one_error_line: Callable[..
 def test_usage_errors_are_one_line(runner: CliRunner, extract_args: list[str], tmp_path: Path) -> None:
     """Click's own usage errors (a non-integer --batch-size) keep the one-line contract too.
 
-    KNOWN CLI BUG (src/vlprobe/cli.py): typer prints "Usage: ... / Try ... / a rich box" over
-    several stderr lines for option-parsing errors; cli.py promises one "error: ..." line.
+    Typer alone prints "Usage: ... / Try ... / a rich box" over several stderr lines for
+    option-parsing errors; ``OneLineErrors`` (src/vlprobe/cli/__init__.py) makes them one line.
     """
     args = with_option([*extract_args, "--out", str(tmp_path / "u.h5")], "--batch-size", "abc")
     result = run(runner, *args)

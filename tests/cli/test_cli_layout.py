@@ -94,3 +94,15 @@ def test_fast_paths_do_not_import_torch(args: tuple[str, ...]) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
     assert not {m for m in imported if m.split(".")[0] in ("torch", "transformers", "h5py")}, args
+
+
+@pytest.mark.parametrize(("path", "args", "param", "value"), [
+    (("run", "recall"), ["--scores-file", "m.npy", "--out", "o"], "scores", Path("m.npy")),
+    (("run", "winoground-scores"), ["--scores-file", "m.jsonl", "--out", "o"], "scores_file", Path("m.jsonl")),
+    (("eval",), ["sugarcrepe", "--scores-file", "s.jsonl", "--out", "o"], "scores", Path("s.jsonl")),
+    (("run", "separability"), ["--cache", "c.h5", "--out", "o", "--streams", "text,lang"], "stream", "text,lang"),
+])
+def test_aliases_reach_the_same_parameter(path: tuple[str, ...], args: list[str], param: str, value: Any) -> None:
+    """Alias spellings kept for consistency across commands (--scores-file, --streams)."""
+    ctx = TREE[path].make_context(" ".join(path), args)
+    assert ctx.params[param] == value

@@ -36,7 +36,9 @@ def eval_cmd(
     image_root: Annotated[
         list[str] | None, typer.Option(help="VALSE: SOURCE=DIR per image source (visual7w, coco2017, coco2014, swig, visdial), repeatable; a bare DIR for all.")
     ] = None,
-    scores: Annotated[Path | None, typer.Option(help="Recompute the metrics from a saved per-item score file instead of a model.")] = None,
+    scores: Annotated[Path | None, typer.Option(
+        "--scores", "--scores-file", help="Recompute the metrics from a saved per-item score file instead of a model.",
+    )] = None,
     subsets: Annotated[str | None, typer.Option(help="Comma-separated subsets (file stems); default all.")] = None,
     limit: Annotated[int | None, typer.Option(help="First N items per subset (quick runs).")] = None,
     all_items: AllItems = False,

@@ -72,7 +72,10 @@ def run_recall_cmd(
     out: Annotated[Path, typer.Option(help="Results folder; writes OUT/recall/<model>.csv.")],
     cache: Annotated[Path | None, typer.Option(help="A vlprobe cache with the full score matrix.")] = None,
     scores: Annotated[
-        Path | None, typer.Option(help="Caption x image matrix (.npy/.npz), canonical order, instead of a cache.")
+        Path | None, typer.Option(
+            "--scores", "--scores-file",
+            help="Caption x image matrix (.npy/.npz), canonical order, instead of a cache.",
+        ),
     ] = None,
     ks: Annotated[str, typer.Option(help="Comma-separated k values.")] = "1,2,5,10",
     model: CsvModelName = None,
@@ -101,7 +104,9 @@ def run_separability_cmd(
     cache: VariantsCache,
     out: Annotated[Path, typer.Option(help="Results folder; writes OUT/separability/<model>*.csv.")],
     stream: Annotated[
-        str | None, typer.Option(help="Comma-separated text or pair streams (default: text, else all such).")
+        str | None, typer.Option(
+            "--stream", "--streams", help="Comma-separated text or pair streams (default: text, else all such)."
+        ),
     ] = None,
     pooling: Annotated[str, typer.Option(help="cls, mean, max or pooled.")] = "cls",
     layers: StoredLayers = "all",
