@@ -125,6 +125,23 @@ def test_layer_subsets_and_memo_reuse(adapter: LxmertAdapter) -> None:
     torch.testing.assert_close(scores_only.scores, full.scores, rtol=0, atol=1e-6)
 
 
+def test_layers_come_back_in_the_order_asked(adapter: LxmertAdapter) -> None:
+    """encode_pairs is public: layers out of order or negative are honoured, not silently sorted."""
+    texts = adapter.prepare_texts(CAPTIONS[:2])
+    images = adapter.prepare_images(*random_region_arrays(2, 5, [5, 3]))
+    t_idx, i_idx = np.array([0, 1]), np.array([1, 0])
+    full = adapter.encode_pairs(texts, images, t_idx, i_idx, ALL, POOLINGS)
+    asked = {"lang": [14, 0, 9, -5], "vision": [-1, 2]}
+    want = {"lang": [14, 0, 9, 10], "vision": [10, 2]}
+    out = adapter.encode_pairs(texts, images, t_idx, i_idx, asked, ["mean"])
+    for stream, layers in want.items():
+        torch.testing.assert_close(out.states[stream]["mean"], full.states[stream]["mean"][:, layers], rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match=r"layers\[lang\].*15"):
+        adapter.encode_pairs(texts, images, t_idx, i_idx, {"lang": [15], "vision": [0]}, ["mean"])
+    with pytest.raises(ValueError, match=r"layers.*vision"):
+        adapter.encode_pairs(texts, images, t_idx, i_idx, {"lang": [0]}, ["mean"])
+
+
 def test_padding_invariance_of_captions(adapter: LxmertAdapter) -> None:
     """A caption's states do not change when it is batched with a longer caption."""
     images = adapter.prepare_images(*random_region_arrays(1, 6, [6]))

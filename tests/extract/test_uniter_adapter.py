@@ -79,6 +79,20 @@ def test_batched_pairs_equal_one_forward_per_pair(adapter: UniterAdapter) -> Non
     assert set(out.states["image"]) == {"mean", "max"}
 
 
+def test_pair_layers_are_checked(adapter: UniterAdapter) -> None:
+    """Negative layers count from the last, order is kept; a missing stream is one ValueError."""
+    texts = adapter.prepare_texts(CAPTIONS[:2])
+    images = adapter.prepare_images(*random_region_arrays(1, 4, [4]))
+    t_idx, i_idx = np.array([0, 1]), np.array([0, 0])
+    full = adapter.encode_pairs(texts, images, t_idx, i_idx, {"text": [0, 1, 2], "image": [0, 1, 2]}, POOLINGS)
+    out = adapter.encode_pairs(texts, images, t_idx, i_idx, {"text": [-1, 0], "image": [1]}, POOLINGS)
+    torch.testing.assert_close(out.states["text"]["mean"], full.states["text"]["mean"][:, [2, 0]])
+    with pytest.raises(ValueError, match=r"layers.*image"):
+        adapter.encode_pairs(texts, images, t_idx, i_idx, {"text": [0]}, POOLINGS)
+    with pytest.raises(ValueError, match=r"layers\[image\].*0\.\.2"):
+        adapter.encode_pairs(texts, images, t_idx, i_idx, {"text": [0], "image": [3]}, POOLINGS)
+
+
 def test_padding_invariance(adapter: UniterAdapter) -> None:
     feats, boxes, mask = random_region_arrays(1, 4, [4], seed=2)
     layers = {"text": [0, 1, 2], "image": [0, 2]}

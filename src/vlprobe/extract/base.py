@@ -264,6 +264,37 @@ class CrossEncoder(Adapter):
     def encode(self, stream: str, inputs: Sequence[Any], layers: Sequence[int]) -> StreamBatch:
         raise NotImplementedError(f"{self.name} is a cross-encoder: its states come from encode_pairs")
 
+    def pair_layers(self, layers: Mapping[str, Sequence[int]] | None) -> dict[str, list[int]] | None:
+        """``encode_pairs``' ``layers`` checked: one entry per stream, negative numbers counted from
+        the last layer, order and repeats kept; None (or empty) for scores only.
+
+        Raises
+        ------
+        ValueError
+            A stream is missing, unknown, or a layer is out of range (naming ``layers[stream]``).
+        """
+        if not layers:
+            return None
+        unknown = sorted(set(layers) - set(self.streams))
+        missing = [s for s in self.streams if s not in layers]
+        if unknown or missing:
+            raise ValueError(
+                f"layers: expected one entry per stream ({', '.join(self.streams)}), "
+                f"got {', '.join(map(repr, layers))}"
+            )
+        out: dict[str, list[int]] = {}
+        for name, spec in self.streams.items():
+            n = spec.n_layers
+            resolved = []
+            for k in layers[name]:
+                if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+                    raise TypeError(f"layers[{name}] must hold ints, got {k!r}")
+                if not -n <= int(k) < n:
+                    raise ValueError(f"layers[{name}]: layer {int(k)} is out of range for layers 0..{n - 1}")
+                resolved.append(int(k) % n)
+            out[name] = resolved
+        return out
+
 
 def check_regions(
     features: np.ndarray, boxes: np.ndarray, mask: np.ndarray, feature_dim: int, model: str

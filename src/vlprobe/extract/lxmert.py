@@ -190,8 +190,9 @@ class LxmertAdapter(CrossEncoder):
             ``pooled["lang"]`` (B, H).
         """
         text_idx, image_idx = check_pair_indices(text_idx, image_idx)
-        lang_layers = list(layers["lang"]) if layers else []
-        vis_layers = list(layers["vision"]) if layers else []
+        layers = self.pair_layers(layers)
+        lang_layers = layers["lang"] if layers else []
+        vis_layers = layers["vision"] if layers else []
         lang_pool = [p for p in poolings if p in ("cls", "mean", "max")]
         vis_pool = [p for p in lang_pool if p != "cls"]
         lang_single = [k for k in lang_layers if k <= self.n_lang]
@@ -224,10 +225,11 @@ class LxmertAdapter(CrossEncoder):
         scores = self._match(pooled)
 
         states: dict[str, dict[str, torch.Tensor]] = {}
-        if layers:
+        if lang_layers:
             states["lang"] = self._join(
                 t_entries, t_sel, lang_cross, lang_layers, self.n_lang, lang_mask, lang_pool, token0=True
             )
+        if vis_layers:
             states["vision"] = self._join(
                 i_entries, i_sel, vis_cross, vis_layers, self.n_rel, vis_mask, vis_pool, token0=False
             )
@@ -261,8 +263,12 @@ class LxmertAdapter(CrossEncoder):
         self, entries: list[_Entry], sel: torch.Tensor, cross: list[torch.Tensor], wanted: list[int],
         n_single: int, mask: torch.Tensor, poolings: list[str], *, token0: bool,
     ) -> dict[str, torch.Tensor]:
-        """Pooled states in layer order: memoised single-modality layers, then this pass's cross layers."""
+        """Pooled states of the ``wanted`` layers, in that order, from the memoised single-modality
+        layers and this pass's cross layers."""
         cross_layers = [k for k in wanted if k > n_single]
+        # the parts below come single layers first, then cross layers: back to the order asked
+        placed = [i for i, k in enumerate(wanted) if k <= n_single] + [i for i, k in enumerate(wanted) if k > n_single]
+        order = torch.as_tensor(np.argsort(placed, kind="stable"))
         out: dict[str, torch.Tensor] = {}
         pooled_cross: dict[str, torch.Tensor] = {}
         if cross_layers:
@@ -275,7 +281,8 @@ class LxmertAdapter(CrossEncoder):
                 parts.append(torch.stack([e.states[p] for e in entries])[sel])
             if cross_layers:
                 parts.append(pooled_cross[p])
-            out[p] = torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
+            joined = torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
+            out[p] = joined if placed == sorted(placed) else joined[:, order.to(joined.device)]
         return out
 
     def _text_entries(

@@ -204,6 +204,7 @@ class UniterAdapter(CrossEncoder):
             ``pooled["text"]`` (B, H).
         """
         text_idx, image_idx = check_pair_indices(text_idx, image_idx)
+        layers = self.pair_layers(layers)
         u_txt, t_inv = np.unique(text_idx, return_inverse=True)
         u_img, i_inv = np.unique(image_idx, return_inverse=True)
         t = int(texts.lengths[u_txt].max())
