@@ -168,6 +168,11 @@ def _four(wid: int) -> list[str]:
         (["not json"], "line 1"),
         (['["0_c0_i0", 1.0]'], "line 1"),
         (['{"label": "0_c0_i0", "score": "high"}'], "line 1"),
+        # Scores must be JSON numbers: NaN, infinities, booleans and numeric strings were taken before.
+        (['{"label": "0_c0_i0", "score": NaN}'], "line 1 has score nan, expected a finite number"),
+        (['{"label": "0_c0_i0", "score": Infinity}'], "line 1 has score inf"),
+        (['{"label": "0_c0_i0", "score": true}'], "line 1 has score True"),
+        (['{"label": "0_c0_i0", "score": "0.5"}'], "line 1 has score '0.5'"),
         ([*_four(0)[:3], '{"label": "0_c0_i2", "score": 1}'], "line 4.*0_c0_i2"),
         (['{"label": "0-c0-i0", "score": 1}'], "0-c0-i0"),
         (['{"label": "ex_0_c0_i0", "score": 1}'], "ex_0_c0_i0"),

@@ -15,13 +15,12 @@ whitespace (both or neither; 1,074 upstream items carry some), recorded in the d
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from vlprobe.data.items import Dataset, ImageRef, Item, TextRef
+from vlprobe.data.source_files import find_json_dir, hash_image_files, read_json_object
 from vlprobe.provenance import sha256_file
 
 __all__ = ["SUGARCREPE_COUNTS", "SUGARCREPE_SUBSETS", "load_sugarcrepe", "parse_subsets", "sugarcrepe_report"]
@@ -57,27 +56,6 @@ def parse_subsets(subsets: str | list[str] | tuple[str, ...] | None, known: tupl
     return tuple(dict.fromkeys(names))
 
 
-def _json_dir(data_dir: Path, names: tuple[str, ...], param: str = "data_dir") -> Path:
-    if not data_dir.is_dir():
-        raise FileNotFoundError(f"{param}: no such directory {str(data_dir)!r}")
-    for cand in (data_dir, data_dir / "data"):
-        if any((cand / f"{n}.json").is_file() for n in names):
-            return cand
-    raise ValueError(
-        f"{param}: {str(data_dir)!r} holds none of the expected files ({', '.join(f'{n}.json' for n in names[:3])}, ...)"
-    )
-
-
-def _read_object(path: Path, param: str = "data_dir") -> dict[str, Any]:
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{param}: {path.name} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
-    if not isinstance(raw, dict):
-        raise ValueError(f"{param}: {path.name} must hold one JSON object of key -> record")
-    return raw
-
-
 def load_sugarcrepe(
     data_dir: str | os.PathLike[str],
     *,
@@ -111,7 +89,7 @@ def load_sugarcrepe(
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ValueError(f"limit must be a positive integer, got {limit!r}")
     chosen = parse_subsets(subsets, SUGARCREPE_SUBSETS)
-    root = _json_dir(Path(data_dir), SUGARCREPE_SUBSETS)
+    root = find_json_dir(Path(data_dir), SUGARCREPE_SUBSETS)
     images = Path(image_dir) if image_dir is not None else None
     if images is not None and not images.is_dir():
         raise FileNotFoundError(f"image_dir: no such directory {str(images)!r}")
@@ -123,7 +101,7 @@ def load_sugarcrepe(
         if not path.is_file():
             raise FileNotFoundError(f"data_dir: {subset}.json is missing from {root}")
         h.update(f"{subset}:{sha256_file(path)}\n".encode())
-        raw = _read_object(path)
+        raw = read_json_object(path)
         for n, (key, rec) in enumerate(raw.items()):
             if limit is not None and n >= limit:
                 break
@@ -146,14 +124,7 @@ def load_sugarcrepe(
                 {"subset": subset, "key": key, "roles": ("positive", "negative")},
             ))
     if images is not None:
-        missing = [name for name, p in image_files.items() if not p.is_file()]
-        if missing:
-            raise FileNotFoundError(
-                f"image_dir: image {missing[0]!r} is not in {str(images)!r} "
-                f"({len(missing)} of {len(image_files)} images missing; expected COCO val2017 files)"
-            )
-        for name in sorted(image_files):
-            h.update(f"{name}:{sha256_file(image_files[name])}\n".encode())
+        hash_image_files(h, image_files.values(), "image_dir", "; expected COCO val2017 files")
     source = f"{Path(data_dir).resolve()} (captions {'stripped' if strip else 'as is'}" + (
         f"; limit {limit} per subset)" if limit else ")"
     )
@@ -185,7 +156,7 @@ def sugarcrepe_report(data_dir: str | os.PathLike[str], image_dir: str | os.Path
     whitespace, positive equal to negative, key gaps (non-contiguous integer keys), and missing
     images when ``image_dir`` is given.
     """
-    root = _json_dir(Path(data_dir), SUGARCREPE_SUBSETS)
+    root = find_json_dir(Path(data_dir), SUGARCREPE_SUBSETS)
     out = []
     for subset in SUGARCREPE_SUBSETS:
         rep = SubsetReport(subset)
@@ -195,7 +166,7 @@ def sugarcrepe_report(data_dir: str | os.PathLike[str], image_dir: str | os.Path
             out.append(rep)
             continue
         rep.sha256 = sha256_file(path)
-        raw = _read_object(path)
+        raw = read_json_object(path)
         rep.items = rep.kept = len(raw)
         keys = list(raw)
         if keys:

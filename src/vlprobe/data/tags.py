@@ -14,13 +14,13 @@ vlprobe uses the first; the second is available as :data:`WWH_CODE_NONE_EXCLUDED
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from vlprobe.data.source_files import read_json_object
 from vlprobe.io import atomic_write
 from vlprobe.provenance import sha256_file
 
@@ -81,12 +81,7 @@ def load_tag_file(path: str | os.PathLike[str]) -> TagTable:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"tags: no such file {str(p)!r}")
-    try:
-        raw = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"tags: {p} is not valid JSON ({exc.msg})") from None
-    if not isinstance(raw, dict):
-        raise ValueError(f"tags: {p} must hold one JSON object of id -> list of tags")
+    raw = read_json_object(p, "tags", "id -> list of tags")
     out: dict[int, tuple[str, ...]] = {}
     for key, value in raw.items():
         try:

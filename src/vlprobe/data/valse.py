@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from vlprobe.data.items import Dataset, ImageRef, Item, TextRef
-from vlprobe.data.sugarcrepe import SubsetReport, _json_dir, _read_object, parse_subsets
+from vlprobe.data.source_files import find_json_dir, hash_image_files, read_json_object
+from vlprobe.data.sugarcrepe import SubsetReport, parse_subsets
 from vlprobe.provenance import sha256_file
 
 __all__ = [
@@ -133,7 +134,7 @@ def load_valse(
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ValueError(f"limit must be a positive integer, got {limit!r}")
     chosen = parse_subsets(subsets, tuple(VALSE_FILES))
-    root = _json_dir(Path(data_dir), tuple(VALSE_FILES))
+    root = find_json_dir(Path(data_dir), tuple(VALSE_FILES))
     roots = parse_image_roots(image_root)
     if roots:
         lacking: dict[str, list[str]] = {}
@@ -156,7 +157,7 @@ def load_valse(
             raise FileNotFoundError(f"data_dir: {stem}.json is missing from {root}")
         h.update(f"{stem}:{sha256_file(path)}\n".encode())
         source = VALSE_FILES[stem][0]
-        raw = _read_object(path)
+        raw = read_json_object(path)
         kept = 0
         for key, rec in raw.items():
             where = f"{path.name} key {key!r}"
@@ -185,14 +186,7 @@ def load_valse(
                  "roles": ("caption", "foil")},
             ))
     if roots:
-        missing = [p for p in image_files if not p.is_file()]
-        if missing:
-            raise FileNotFoundError(
-                f"image_root: image {missing[0].name!r} is not in {str(missing[0].parent)!r} "
-                f"({len(missing)} of {len(image_files)} images missing)"
-            )
-        for p in sorted(image_files):
-            h.update(f"{p.name}:{sha256_file(p)}\n".encode())
+        hash_image_files(h, image_files, "image_root")
     source_text = f"{Path(data_dir).resolve()} ({'all items' if all_items else 'valid items'}" + (
         f"; limit {limit} per file)" if limit else ")"
     )
@@ -217,7 +211,7 @@ def valse_report(
     caption equal to foil, ``dataset`` labels that differ from the file's usual one, and missing
     images when ``image_root`` is given.
     """
-    root = _json_dir(Path(data_dir), tuple(VALSE_FILES))
+    root = find_json_dir(Path(data_dir), tuple(VALSE_FILES))
     roots = parse_image_roots(image_root)
     out = []
     for stem, (source, _) in VALSE_FILES.items():
@@ -228,7 +222,7 @@ def valse_report(
             out.append(rep)
             continue
         rep.sha256 = sha256_file(path)
-        raw = _read_object(path)
+        raw = read_json_object(path)
         rep.items = len(raw)
         keys = list(raw)
         labels: dict[str, int] = {}

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from vlprobe.data.items import Dataset, ImageRef, Item, TextRef
+from vlprobe.data.source_files import iter_json_lines
 from vlprobe.data.tags import TAG_FILE_NAME, TagTable, cache_dir, fetch_wwh_tags, load_tag_file
 from vlprobe.provenance import sha256_file
 
@@ -136,29 +137,21 @@ def _local_root(data_dir: Path) -> Path:
 def _read_examples(path: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     seen: set[int] = set()
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{path.name} line {lineno}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"data_dir: {where} is not valid JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"data_dir: {where} is not a JSON object")
-            for name, typ in WINOGROUND_FIELDS.items():
-                if name not in row:
-                    raise ValueError(f"data_dir: {where} lacks Winoground field {name!r}")
-                if not isinstance(row[name], typ) or isinstance(row[name], bool):
-                    raise ValueError(
-                        f"data_dir: {where} field {name!r} must be {typ.__name__}, "
-                        f"got {type(row[name]).__name__}"
-                    )
-            if row["id"] in seen:
-                raise ValueError(f"data_dir: {where} repeats id {row['id']}")
-            seen.add(row["id"])
-            rows.append(row)
+    for _, where, row in iter_json_lines(path, "data_dir"):
+        if not isinstance(row, dict):
+            raise ValueError(f"data_dir: {where} is not a JSON object")
+        for name, typ in WINOGROUND_FIELDS.items():
+            if name not in row:
+                raise ValueError(f"data_dir: {where} lacks Winoground field {name!r}")
+            if not isinstance(row[name], typ) or isinstance(row[name], bool):
+                raise ValueError(
+                    f"data_dir: {where} field {name!r} must be {typ.__name__}, "
+                    f"got {type(row[name]).__name__}"
+                )
+        if row["id"] in seen:
+            raise ValueError(f"data_dir: {where} repeats id {row['id']}")
+        seen.add(row["id"])
+        rows.append(row)
     if not rows:
         raise ValueError(f"data_dir: {path} holds no examples")
     return rows

@@ -20,7 +20,6 @@ scores from a per-item score file (``scores``), then writes to ``OUT/<benchmark>
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from vlprobe.data.source_files import iter_json_lines
 from vlprobe.experiments.metrics import (
     SUGARCREPE_GROUPS,
     bootstrap_ci,
@@ -87,15 +87,10 @@ def read_item_ids(path: str | os.PathLike[str], *, param: str = "items") -> list
     if not p.is_file():
         raise FileNotFoundError(f"{param}: no such file {str(p)!r}")
     ids: list[str] = []
-    with open(p, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-                ids.append(str(obj["item"]))
-            except (ValueError, KeyError, TypeError):
-                raise ValueError(f'{param}: {p.name} line {lineno} is not {{"item": "<id>"}}') from None
+    for _, where, obj in iter_json_lines(p, param):
+        if not isinstance(obj, dict) or "item" not in obj:
+            raise ValueError(f'{param}: {where} is not {{"item": "<id>"}}')
+        ids.append(str(obj["item"]))
     if len(set(ids)) != len(ids):
         raise ValueError(f"{param}: {p.name} repeats item ids")
     return ids

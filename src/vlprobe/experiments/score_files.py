@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vlprobe.data.source_files import iter_json_lines
 from vlprobe.io import atomic_write
 
 __all__ = [
@@ -109,31 +110,23 @@ def read_item_scores(path: str | os.PathLike[str], *, param: str = "scores") -> 
         raise FileNotFoundError(f"{param}: no such file {str(p)!r}")
     cols: dict[str, list[object]] = {k: [] for k in _KEYS}
     seen: dict[tuple[str, str], int] = {}
-    with open(p, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{p.name} line {lineno}"
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                raise ValueError(f"{param}: {where} is not valid JSON") from None
-            if not isinstance(obj, dict) or any(k not in obj for k in _KEYS):
-                raise ValueError(
-                    f"{param}: {where} is not a vlprobe score record "
-                    '({"item": ..., "image": ..., "text": ..., "score": x})'
-                )
-            score = obj["score"]
-            if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
-                raise ValueError(f"{param}: {where} has score {score!r}, expected a finite number")
-            key = (str(obj["image"]), str(obj["text"]))
-            if key in seen:
-                raise ValueError(
-                    f"{param}: {where} repeats the pair image {key[0]!r}, text {key[1]!r} (first on line {seen[key]})"
-                )
-            seen[key] = lineno
-            for k in _KEYS:
-                cols[k].append(obj[k] if k == "score" else str(obj[k]))
+    for lineno, where, obj in iter_json_lines(p, param):
+        if not isinstance(obj, dict) or any(k not in obj for k in _KEYS):
+            raise ValueError(
+                f"{param}: {where} is not a vlprobe score record "
+                '({"item": ..., "image": ..., "text": ..., "score": x})'
+            )
+        score = obj["score"]
+        if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+            raise ValueError(f"{param}: {where} has score {score!r}, expected a finite number")
+        key = (str(obj["image"]), str(obj["text"]))
+        if key in seen:
+            raise ValueError(
+                f"{param}: {where} repeats the pair image {key[0]!r}, text {key[1]!r} (first on line {seen[key]})"
+            )
+        seen[key] = lineno
+        for k in _KEYS:
+            cols[k].append(obj[k] if k == "score" else str(obj[k]))
     if not cols["score"]:
         raise ValueError(f"{param}: {p.name} holds no scores")
     return ItemScores(

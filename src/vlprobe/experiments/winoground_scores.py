@@ -19,6 +19,7 @@ defines them. Values are percentages; ``n`` is the number of items in the subset
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -28,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from vlprobe.data.source_files import iter_json_lines
 from vlprobe.data.tags import WWH_CODE_NONE_EXCLUDED, WWH_TAGS
 from vlprobe.experiments.metrics import bootstrap_ci, bootstrap_indices, winoground_outcomes
 from vlprobe.experiments.outputs import (
@@ -145,25 +147,21 @@ def read_model_scores(path: str | os.PathLike[str]) -> tuple[list[int], np.ndarr
     if not p.is_file():
         raise FileNotFoundError(f"scores_file: no such file {str(p)!r}")
     found: dict[int, dict[tuple[int, int], float]] = {}
-    with open(p, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-                label, score = obj["label"], float(obj["score"])
-            except (ValueError, KeyError, TypeError):
-                raise ValueError(
-                    f"scores_file: {p.name} line {lineno} is not {{\"label\": \"<id>_c<k>_i<j>\", \"score\": x}}"
-                ) from None
-            m = _LABEL.match(str(label))
-            if not m:
-                raise ValueError(f"scores_file: {p.name} line {lineno} has label {label!r}, expected <id>_c<k>_i<j>")
-            wid, k, j = (int(g) for g in m.groups())
-            pair = found.setdefault(wid, {})
-            if (k, j) in pair:
-                raise ValueError(f"scores_file: {p.name} line {lineno} repeats label {label!r}")
-            pair[(k, j)] = score
+    for _, where, obj in iter_json_lines(p, "scores_file"):
+        try:
+            label, score = obj["label"], obj["score"]
+        except (KeyError, TypeError):
+            raise ValueError(f'scores_file: {where} is not {{"label": "<id>_c<k>_i<j>", "score": x}}') from None
+        if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
+            raise ValueError(f"scores_file: {where} has score {score!r}, expected a finite number")
+        m = _LABEL.match(str(label))
+        if not m:
+            raise ValueError(f"scores_file: {where} has label {label!r}, expected <id>_c<k>_i<j>")
+        wid, k, j = (int(g) for g in m.groups())
+        pair = found.setdefault(wid, {})
+        if (k, j) in pair:
+            raise ValueError(f"scores_file: {where} repeats label {label!r}")
+        pair[(k, j)] = float(score)
     if not found:
         raise ValueError(f"scores_file: {p.name} holds no scores")
     ids = sorted(found)
