@@ -3,6 +3,7 @@ the cache's /pairs, resume (also after SIGKILL), shards + merge, refusals, CLI e
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -108,6 +109,31 @@ def test_lxmert_cache_golden_tree(cross_reference: Callable[[str], Path], h5_tre
         assert c.layer_kinds("lang") == ["embed"] + ["lang"] * 9 + ["cross"] * 5
         assert c.layer_kinds("vision") == ["embed"] + ["rel"] * 5 + ["cross"] * 5
         assert set(c.f["pairs"].attrs) == {"n_rows", "row_start", "row_stop"}
+
+
+def test_uniter_cache_golden_header(
+    cross_reference: Callable[[str], Path], tiny_uniter: Path, synthetic_regions: Path,
+) -> None:
+    """The header fields cross-encoders add (cache.py's schema and README's cache section)."""
+    from vlprobe.extract.cache import COMPARED_FIELDS
+    from vlprobe.provenance import sha256_file
+
+    with h5py.File(cross_reference("uniter"), "r") as f:
+        a = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
+        assert a["pair_plan"] == "item" and bool(a["pair_states"]) is True
+        assert a["regions_fingerprint"] == "sha256:" + sha256_file(synthetic_regions)
+        assert a["config_fingerprint"] == "sha256:" + sha256_file(tiny_uniter / "uniter.json")
+        assert a["tokenizer_fingerprint"].startswith("sha256:") and len(a["tokenizer_fingerprint"]) == 7 + 64
+        assert a["checkpoint_fingerprint"] == "sha256:" + sha256_file(tiny_uniter / "uniter.pt")
+        assert a["dataset_selection"] == ""  # no loader option chooses items
+        assert json.loads(a["dataset_options"]) == {}
+        assert json.loads(a["layers"]) == {"image": [0, 1, 2], "text": [0, 1, 2]}
+        assert set(COMPARED_FIELDS) <= set(a)
+        n = len(f["pairs/done"])
+        assert {k: int(v) for k, v in f["pairs"].attrs.items()} == {"n_rows": n, "row_start": 0, "row_stop": n}
+        assert {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f["scores"].attrs.items()} == {
+            "kind": "match_probability", "orientation": "image x text",
+        }
 
 
 def test_cached_states_equal_the_adapter(cross_reference: Callable[[str], Path], tiny_lxmert: Path, synthetic_regions: Path) -> None:

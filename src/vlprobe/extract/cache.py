@@ -7,7 +7,8 @@ Root attributes (``/``)::
     vlprobe_schema          int, 1
     model                   registry name ("clip")
     checkpoint              what the user passed (not compared)
-    checkpoint_fingerprint  "sha256:<hex>" of the checkpoint folder, or "hub:<id>@<commit>"
+    checkpoint_fingerprint  "sha256:<hex>" of the checkpoint folder (UNITER: of the .pt file), or
+                            "hub:<id>@<commit>"
     dataset                 registry name ("winoground")
     dataset_fingerprint     sha256 over the dataset's files (captions, fields, image bytes)
     variants_fingerprint    sha256 of the variants file, "" without one
@@ -15,8 +16,10 @@ Root attributes (``/``)::
     pair_states             bool; cross-encoders: whether pair streams (states) are stored
                             besides the scores (False: scores only; always False for dual encoders)
     regions_fingerprint     "sha256:<hex>" of the region-feature file (LXMERT, UNITER), else ""
-    config_fingerprint      sha256 of a separate model config file (UNITER's JSON), else ""
-    tokenizer_fingerprint   fingerprint of a separately given tokenizer (UNITER), else ""
+    config_fingerprint      "sha256:<hex>" of a model config file read apart from the checkpoint
+                            (UNITER's JSON), else ""
+    tokenizer_fingerprint   "sha256:<hex>" of a tokenizer loaded apart from the checkpoint (UNITER's
+                            --tokenizer, its default tokenizer/ folder, or "hub:<id>@<commit>"), else ""
     dataset_selection       JSON of the loader options that choose items (subsets, limit, all_items),
                             "" without any (image folders are covered by dataset_fingerprint)
     poolings                JSON list, e.g. ["cls", "mean", "max", "pooled"]
@@ -54,7 +57,7 @@ rows this file holds; a shard holds a contiguous block)::
     pooled    (R, D)          dtype  the model's own pooled output
 
 Scores, ``/scores`` (attrs ``kind``, e.g. "cosine" or "match_probability"; ``orientation`` =
-"image x text")::
+"image x text"; absent in a dual encoder's shard files, where ``probe cache merge`` computes it)::
 
     matrix    (n_images, n_texts) float32  s(image i, text t); NaN where not computed
     done      (n_images, n_texts) bool
