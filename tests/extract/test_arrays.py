@@ -25,6 +25,7 @@ def test_array_cache_round_trip(tmp_path: Path) -> None:
         np.testing.assert_array_equal(c.states("joint", "mean"), states)
         np.testing.assert_array_equal(c.rows("joint")["text"], txt)
         assert c.info()["variants"] == 6
+        assert c.header.pair_states is True  # pair streams are stored (the header says so)
     with pytest.raises(ValueError, match="exists"):
         write_array_cache(path, tables, {})
 

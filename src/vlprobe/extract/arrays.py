@@ -144,6 +144,7 @@ def write_array_cache(
         variants_fingerprint="synthetic" if has_variants else "", pair_plan=pair_plan,
         poolings=tuple(poolings), dtype="float32", shard="0/1",
         layers={n: list(s.layers) for n, s in data.items()},
+        pair_states=any(s.modality == "pair" for s in data.values()),
     )
     with CacheWriter.open(p, header, tables, layouts, {"vlprobe_source": "arrays"}, with_scores=False) as w:
         for name, s in data.items():

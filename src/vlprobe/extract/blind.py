@@ -176,8 +176,9 @@ class SequenceClassifierScorer(TextScorer):
     def __init__(self, model: Any, tokenizer: Any, checkpoint: ResolvedCheckpoint, device: Any, label_index: int) -> None:
         self.model, self.tokenizer, self.checkpoint, self.device = model, tokenizer, checkpoint, device
         self.label_index = label_index
-        self.max_length = int(min(getattr(model.config, "max_position_embeddings", 512),
-                                  getattr(tokenizer, "model_max_length", 512) or 512))
+        from vlprobe.extract.base import text_max_length
+
+        self.max_length = text_max_length(tokenizer, getattr(model.config, "max_position_embeddings", 512))
 
     @staticmethod
     def acceptable_index(id2label: dict[Any, str], acceptable_label: str | int | None = None) -> int:

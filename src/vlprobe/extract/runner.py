@@ -602,7 +602,6 @@ def _write_merged(caches: list[ActivationCache], target: Path) -> None:
     skip = {"vlprobe_schema", "complete", "created", *header.to_attrs()}
     recorded = {k: v for k, v in first.attrs.items() if k not in skip}
     recorded["merged_from"] = [c.path.name for c in caches]
-    adapter_cls = MODELS.get(header.model)
     pairs, parts = None, [c.pairs() for c in caches] if "pairs" in first.f else []
     if parts:
         pairs = PairLayout(np.concatenate([p["image"] for p in parts]), np.concatenate([p["text"] for p in parts]))
@@ -624,13 +623,6 @@ def _write_merged(caches: list[ActivationCache], target: Path) -> None:
                 kind = first.f["scores"].attrs.get("kind", "")
                 w.f["scores"].attrs["kind"] = kind.decode() if isinstance(kind, bytes) else str(kind)
                 w.scores_from_pairs()
-            elif adapter_cls.dual_encoder:
-                _dual_scores(w, adapter_cls)
-            else:
-                matrix = np.full((len(tables.image_id), len(tables.text_id)), np.nan, dtype=np.float32)
-                done = np.zeros(matrix.shape, dtype=bool)
-                for c in caches:
-                    m, d = c.scores()
-                    matrix[d], done[d] = m[d], True
-                w.write_scores(matrix, done)
+            else:  # a dual encoder (cross-encoders always keep /pairs)
+                _dual_scores(w, MODELS.get(header.model))
             w.set_attrs(complete=True)
