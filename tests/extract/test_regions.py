@@ -278,3 +278,13 @@ def test_random_regions_fixed_count_default(tmp_path: Path) -> None:
 def test_random_regions_bad_args(tmp_path: Path, kw: dict, needle: str) -> None:
     with pytest.raises(ValueError, match=needle):
         random_regions(tmp_path / "r.h5", ["a", "b"], dim=4, **kw)
+
+
+def test_float16_storage_refuses_features_it_cannot_hold(tmp_path: Path) -> None:
+    """A float32 feature beyond float16's range would be stored as inf and fail only when read."""
+    a = _arrays(n=1, r=2, d=4)
+    a["features"][0, 0, 0] = 1e5
+    with pytest.raises(ValueError, match=r"img_0.*float16's range.*float32"):
+        write_regions(tmp_path / "r.h5", **a, dtype="float16")
+    assert not (tmp_path / "r.h5").exists()
+    write_regions(tmp_path / "r32.h5", **a, dtype="float32")

@@ -433,6 +433,12 @@ class RegionWriter:
             raise ValueError(f"regions: {who} has no boxes")
         if not np.all(np.isfinite(feats)):
             raise ValueError(f"regions: {who}: features contain NaN or inf")
+        stored = _FEATURE_DTYPES[self.dtype]
+        if stored is np.float16 and feats.dtype != np.float16 and np.abs(feats).max() > np.finfo(np.float16).max:
+            raise ValueError(
+                f"regions: {who}: features reach {float(np.abs(feats).max()):.6g}, beyond float16's range "
+                f"(±{float(np.finfo(np.float16).max):.0f}); store them as float32 (dtype='float32', --dtype float32)"
+            )
         boxes = np.asarray(record.boxes)
         if boxes.shape != (n, 4):
             raise ValueError(f"regions: {who}: boxes must have shape ({n}, 4), got {boxes.shape}")
@@ -448,7 +454,7 @@ class RegionWriter:
         self._grow(self._n + 1, max(self._r, n))
         i = self._n
         f["image_id"][i] = image_id
-        f["features"][i, :n] = feats.astype(_FEATURE_DTYPES[self.dtype])
+        f["features"][i, :n] = feats.astype(stored)
         f["boxes"][i, :n] = boxes
         f["num_boxes"][i] = n
         f["image_w"][i] = w
