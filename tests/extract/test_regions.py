@@ -288,3 +288,16 @@ def test_float16_storage_refuses_features_it_cannot_hold(tmp_path: Path) -> None
         write_regions(tmp_path / "r.h5", **a, dtype="float16")
     assert not (tmp_path / "r.h5").exists()
     write_regions(tmp_path / "r32.h5", **a, dtype="float32")
+
+
+def test_get_ignores_padding_and_refuses_non_finite_real_boxes(tmp_path: Path) -> None:
+    path = write_regions(tmp_path / "r.h5", **_arrays())  # image 1 has 2 of 5 boxes
+    with h5py.File(path, "r+") as f:
+        f["features"][1, 4, 0] = np.nan  # padding: never read
+    with RegionStore(path) as store:
+        batch = store.get(["img_1"])
+        assert np.isfinite(batch.features).all() and not batch.mask[0, 4]
+    with h5py.File(path, "r+") as f:
+        f["boxes"][2, 0, 1] = np.nan  # a real box of image 2
+    with RegionStore(path) as store, pytest.raises(ValueError, match="boxes of image 'img_2'.*NaN"):
+        store.get(["img_0", "img_2"])

@@ -260,11 +260,12 @@ class RegionStore:
         boxes = _read_rows(f["boxes"], uniq)[inverse]
         nb = self.num_boxes[rows]
         mask = np.arange(self.max_boxes)[None, :] < nb[:, None]
-        if not np.all(np.isfinite(features)):
-            bad = names[int(np.flatnonzero(~np.isfinite(features).all(axis=(1, 2)))[0])]
-            raise ValueError(f"regions: features of image {bad!r} in {self.path.name} contain NaN or inf")
-        features[~mask] = 0.0
+        features[~mask] = 0.0  # padding is never read: whatever a foreign writer left there
         boxes[~mask] = 0.0
+        for what, arr in (("features", features), ("boxes", boxes)):
+            if not np.all(np.isfinite(arr)):
+                bad = names[int(np.flatnonzero(~np.isfinite(arr).all(axis=(1, 2)))[0])]
+                raise ValueError(f"regions: {what} of image {bad!r} in {self.path.name} contain NaN or inf")
         return RegionBatch(
             features=features, boxes=boxes, mask=mask, image_w=self.image_w[rows], image_h=self.image_h[rows],
         )
