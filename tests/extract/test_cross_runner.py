@@ -134,6 +134,11 @@ def test_uniter_cache_golden_header(
         assert {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f["scores"].attrs.items()} == {
             "kind": "match_probability", "orientation": "image x text",
         }
+    with ActivationCache(cross_reference("uniter")) as c:  # what manifests record about it as an input
+        prov = c.provenance()
+        for name in ("regions_fingerprint", "config_fingerprint", "tokenizer_fingerprint", "dataset_selection"):
+            assert prov[name] == a[name]
+        assert prov["pair_states"] is True and prov["score_kind"] == "match_probability"
 
 
 def test_cached_states_equal_the_adapter(cross_reference: Callable[[str], Path], tiny_lxmert: Path, synthetic_regions: Path) -> None:

@@ -299,5 +299,5 @@ def test_get_ignores_padding_and_refuses_non_finite_real_boxes(tmp_path: Path) -
         assert np.isfinite(batch.features).all() and not batch.mask[0, 4]
     with h5py.File(path, "r+") as f:
         f["boxes"][2, 0, 1] = np.nan  # a real box of image 2
-    with RegionStore(path) as store, pytest.raises(ValueError, match="boxes of image 'img_2'.*NaN"):
+    with RegionStore(path) as store, pytest.raises(ValueError, match=r"boxes of image 'img_2'.*NaN"):
         store.get(["img_0", "img_2"])

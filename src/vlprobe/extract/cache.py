@@ -651,7 +651,8 @@ class ActivationCache:
         return self.f["scores/matrix"][()], self.f["scores/done"][()]
 
     def provenance(self) -> dict[str, Any]:
-        """What a manifest records about this cache as an input: path, hash, model, fingerprints."""
+        """What a manifest records about this cache as an input: path, hash, model, every input
+        fingerprint of the header, pair plan and score kind."""
         from vlprobe.provenance import sha256_file
 
         h = self.header
@@ -660,7 +661,9 @@ class ActivationCache:
             "checkpoint": h.checkpoint, "checkpoint_fingerprint": h.checkpoint_fingerprint,
             "dataset": h.dataset, "dataset_fingerprint": h.dataset_fingerprint,
             "variants_fingerprint": h.variants_fingerprint, "layers": h.layers, "dtype": h.dtype,
-            "regions_fingerprint": h.regions_fingerprint, "pair_plan": h.pair_plan,
+            "regions_fingerprint": h.regions_fingerprint, "config_fingerprint": h.config_fingerprint,
+            "tokenizer_fingerprint": h.tokenizer_fingerprint, "dataset_selection": h.dataset_selection,
+            "pair_plan": h.pair_plan, "pair_states": h.pair_states,
             "score_kind": _s(self.f["scores"].attrs.get("kind", "")) if "scores" in self.f else "",
         }
 

@@ -246,7 +246,7 @@ def extract(config: ExtractConfig) -> ExtractResult:
         config.model, adapter_cls, {"model_config": config.model_config, "tokenizer": config.tokenizer}
     )
     if adapter_cls.needs_regions:
-        pixels = [k for k in ("image_dir", "image_root") if config.dataset_options.get(k)]
+        pixels = [opt for opt in ("image_dir", "image_root") if config.dataset_options.get(opt)]
         if pixels:
             flag = pixels[0].replace("_", "-")
             raise ValueError(f"{pixels[0]}: {config.model} reads region features (--regions), not pixels; drop --{flag}")
@@ -349,7 +349,7 @@ def _extract(
         regions_fingerprint=store.fingerprint if store is not None else "",
         config_fingerprint=fingerprints.get("config", ""),
         tokenizer_fingerprint=fingerprints.get("tokenizer", ""),
-        dataset_selection=_selection(config.dataset_options),
+        dataset_selection=_dataset_selection(config.dataset_options),
     )
     layouts = []
     pairs: PairLayout | None = None
@@ -409,7 +409,7 @@ def _extract(
     return ExtractResult(Path(config.out), written, totals, time.perf_counter() - t0, True)
 
 
-def _selection(options: Mapping[str, Any]) -> str:
+def _dataset_selection(options: Mapping[str, Any]) -> str:
     """JSON of the dataset options that choose items (all but the image folders); "" for none."""
     chosen = {k: _plain(v) for k, v in options.items() if v is not None and k not in ("image_dir", "image_root")}
     return json.dumps(chosen, sort_keys=True) if chosen else ""
