@@ -97,11 +97,7 @@ def _plural(word: str, exc: dict[str, list[str]]) -> str:
         forms = [f for f in exc[word] if f != word]
         if forms:
             return forms[0]
-    if re.search(r"(s|x|z|ch|sh)$", word):
-        return word + "es"
-    if re.search(r"[^aeiou]y$", word):
-        return word[:-1] + "ies"
-    return word + "s"
+    return _add_s(word, r"(s|x|z|ch|sh)$")
 
 
 def _third_person(word: str) -> str:
@@ -109,7 +105,12 @@ def _third_person(word: str) -> str:
         return "is"
     if word == "have":
         return "has"
-    if re.search(r"(s|x|z|ch|sh|o)$", word):
+    return _add_s(word, r"(s|x|z|ch|sh|o)$")  # goes, does (nouns in -o mostly take -s: photos)
+
+
+def _add_s(word: str, takes_es: str) -> str:
+    """The regular -s form: ``-es`` after an ending matching ``takes_es``, consonant + y -> ``-ies``."""
+    if re.search(takes_es, word):
         return word + "es"
     if re.search(r"[^aeiou]y$", word):
         return word[:-1] + "ies"

@@ -12,7 +12,7 @@ from typing import Any
 
 from vlprobe.provenance import sha256_file
 
-__all__ = ["find_json_dir", "hash_image_files", "iter_json_lines", "read_json_object"]
+__all__ = ["find_json_dir", "hash_image_files", "iter_json_lines", "read_json_object", "read_subset_file"]
 
 
 def find_json_dir(data_dir: Path, names: tuple[str, ...], param: str = "data_dir") -> Path:
@@ -38,6 +38,15 @@ def read_json_object(path: Path, param: str = "data_dir", holds: str = "key -> r
     if not isinstance(raw, dict):
         raise ValueError(f"{param}: {path.name} must hold one JSON object of {holds}")
     return raw
+
+
+def read_subset_file(root: Path, name: str, h: Any) -> dict[str, Any]:
+    """``<root>/<name>.json`` (one object of key -> record), its ``<name>:<sha256>`` fed to ``h``."""
+    path = root / f"{name}.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"data_dir: {name}.json is missing from {root}")
+    h.update(f"{name}:{sha256_file(path)}\n".encode())
+    return read_json_object(path)
 
 
 def iter_json_lines(path: Path, param: str) -> Iterator[tuple[int, str, Any]]:

@@ -20,7 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vlprobe.data.items import Dataset, ImageRef, Item, TextRef
-from vlprobe.data.source_files import find_json_dir, hash_image_files, read_json_object
+from vlprobe.data.source_files import (
+    find_json_dir,
+    hash_image_files,
+    read_json_object,
+    read_subset_file,
+)
 from vlprobe.provenance import sha256_file
 
 __all__ = ["SUGARCREPE_COUNTS", "SUGARCREPE_SUBSETS", "load_sugarcrepe", "parse_subsets", "sugarcrepe_report"]
@@ -97,15 +102,11 @@ def load_sugarcrepe(
     items: list[Item] = []
     image_files: dict[str, Path] = {}
     for subset in chosen:
-        path = root / f"{subset}.json"
-        if not path.is_file():
-            raise FileNotFoundError(f"data_dir: {subset}.json is missing from {root}")
-        h.update(f"{subset}:{sha256_file(path)}\n".encode())
-        raw = read_json_object(path)
+        raw = read_subset_file(root, subset, h)
         for n, (key, rec) in enumerate(raw.items()):
             if limit is not None and n >= limit:
                 break
-            where = f"{path.name} key {key!r}"
+            where = f"{subset}.json key {key!r}"
             if not isinstance(rec, dict) or any(not isinstance(rec.get(f), str) for f in _FIELDS):
                 raise ValueError(f"data_dir: {where} must have string fields {', '.join(_FIELDS)}")
             pos, neg = rec["caption"], rec["negative_caption"]

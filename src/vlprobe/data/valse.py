@@ -35,7 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from vlprobe.data.items import Dataset, ImageRef, Item, TextRef
-from vlprobe.data.source_files import find_json_dir, hash_image_files, read_json_object
+from vlprobe.data.source_files import (
+    find_json_dir,
+    hash_image_files,
+    read_json_object,
+    read_subset_file,
+)
 from vlprobe.data.sugarcrepe import SubsetReport, parse_subsets
 from vlprobe.provenance import sha256_file
 
@@ -152,15 +157,11 @@ def load_valse(
     items: list[Item] = []
     image_files: dict[Path, str] = {}
     for stem in chosen:
-        path = root / f"{stem}.json"
-        if not path.is_file():
-            raise FileNotFoundError(f"data_dir: {stem}.json is missing from {root}")
-        h.update(f"{stem}:{sha256_file(path)}\n".encode())
         source = VALSE_FILES[stem][0]
-        raw = read_json_object(path)
+        raw = read_subset_file(root, stem, h)
         kept = 0
         for key, rec in raw.items():
-            where = f"{path.name} key {key!r}"
+            where = f"{stem}.json key {key!r}"
             if not _well_formed(rec):
                 raise ValueError(
                     f"data_dir: {where} must have string image_file, caption, foil and an mturk "

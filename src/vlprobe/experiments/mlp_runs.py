@@ -1,6 +1,8 @@
 """Target and control MLP probes over seeds and feature groups, trained as one batched model.
 
-Shared by the task-adaptation (§3.2) and variant-probe (§5.3) experiments: given G feature groups
+Shared by the task-adaptation (§3.2) and variant-probe (§5.3) experiments. :func:`plan_items`
+splits the usable items and claims the output slot; :func:`train_and_write` trains and writes.
+Given G feature groups
 (layers, modes) of the same examples, an item-level split and seeds, it trains for every group and
 seed one probe on the target labels and one on the control labels (the labels of ``n // 2``
 items of each split side flipped, drawn per seed by :func:`~vlprobe.probes.splits.control_flips`)
@@ -18,17 +20,30 @@ from typing import Any
 
 import numpy as np
 
+from vlprobe.experiments.cache_features import check_seeds, stratum_keys
+from vlprobe.experiments.outputs import (
+    build_manifest,
+    check_run_slot,
+    config_record,
+    result_stem,
+    write_results,
+)
+from vlprobe.experiments.summary import summarize, write_summary_csv
 from vlprobe.probes.mlp import check_training, fit_mlp_ensemble, mlp_dims
-from vlprobe.probes.splits import ItemSplit, control_flips, flip_labels
+from vlprobe.probes.splits import ItemSplit, control_flips, flip_labels, stratified_item_split
+from vlprobe.provenance import sha256_file
 
 __all__ = [
+    "ItemPlan",
     "MLPSettings",
     "ProbeScore",
     "item_split",
+    "plan_items",
     "read_split_file",
     "score_rows",
     "split_file_input",
     "split_record",
+    "train_and_write",
     "train_target_control",
 ]
 
@@ -190,8 +205,6 @@ def split_file_input(path: str | os.PathLike[str] | None) -> dict[str, dict[str,
     """The manifest's record of a split file (empty without one)."""
     if path is None:
         return {}
-    from vlprobe.provenance import sha256_file
-
     return {"split_file": {"path": str(path), "sha256": sha256_file(path)}}
 
 
@@ -211,9 +224,6 @@ def item_split(
     items : sequence of int
         Item rows that can give examples.
     """
-    from vlprobe.experiments.cache_features import stratum_keys
-    from vlprobe.probes.splits import stratified_item_split
-
     if split_file is not None:
         train, test = read_split_file(split_file, index.item_ids)
         usable = set(items)
@@ -227,3 +237,61 @@ def item_split(
         return split, [], chosen
     keys, families = stratum_keys(index, items, stratify)
     return stratified_item_split(keys, test_size=test_size, seed=seed), families, list(items)
+
+
+@dataclass(frozen=True)
+class ItemPlan:
+    """The items of one MLP experiment run (see :func:`plan_items`)."""
+
+    items: list[int]
+    split: ItemSplit
+    families: list[str]
+    model: str
+
+
+def plan_items(experiment: str, config: Any, index: Any, items: Sequence[int]) -> ItemPlan:
+    """Split ``items`` (:func:`item_split` with the config's split fields) and claim the output slot.
+
+    ``config`` has ``test_size, split_seed, stratify, split_file, model, out``; the output slot is
+    checked (:func:`~vlprobe.experiments.outputs.check_run_slot`) before any training.
+    """
+    split, families, chosen = item_split(
+        index, items, config.test_size, config.split_seed, config.stratify, config.split_file
+    )
+    model = config.model or index.model
+    check_run_slot(config.out, experiment, model, config_record(config))
+    return ItemPlan(chosen, split, families, model)
+
+
+def train_and_write(
+    experiment: str, version: int, config: Any, index: Any, plan: ItemPlan, X: np.ndarray, labels: np.ndarray,
+    example_items: np.ndarray, group_fields: Sequence[dict[str, Any]], base: dict[str, Any], extra: dict[str, Any],
+) -> tuple[Path, Path, list[dict[str, Any]]]:
+    """Train target and control probes, then write the tidy CSV, its summary and the manifest.
+
+    Parameters
+    ----------
+    X, labels, example_items
+        As in :func:`train_target_control` (item numbers index ``plan.items``).
+    group_fields : sequence of dict
+        Tidy columns of each feature group (``layer``, ``subset``).
+    base : dict
+        Tidy columns shared by every row (experiment, model, stream, pooling, probe).
+    extra : dict
+        Experiment-specific manifest entries (the split, flips, seeds, config and inputs are added).
+    """
+    seeds = check_seeds(config.seeds)
+    scores, flips = train_target_control(X, labels, example_items, plan.split, seeds, MLPSettings.from_config(config))
+    rows = score_rows(scores, group_fields, base)
+    manifest = build_manifest(
+        experiment, version, config_record(config),
+        {"cache": index.provenance, **split_file_input(config.split_file)}, seeds=seeds,
+        extra={
+            "model": plan.model, **extra,
+            **split_record(index.item_ids, plan.items, plan.split, plan.families, config.split_file, flips),
+            "units": {"accuracy": "percent of examples"},
+        },
+    )
+    csv_path, manifest_path = write_results(config.out, experiment, plan.model, rows, manifest)
+    write_summary_csv(csv_path.with_name(f"{result_stem(plan.model)}.summary.csv"), summarize(rows))
+    return csv_path, manifest_path, rows

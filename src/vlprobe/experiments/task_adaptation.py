@@ -38,22 +38,7 @@ from typing import Any
 import numpy as np
 
 from vlprobe.experiments.cache_features import cache_path, check_seeds, load_index, read_stream
-from vlprobe.experiments.mlp_runs import (
-    MLPSettings,
-    item_split,
-    score_rows,
-    split_file_input,
-    split_record,
-    train_target_control,
-)
-from vlprobe.experiments.outputs import (
-    build_manifest,
-    check_run_slot,
-    config_record,
-    result_stem,
-    write_results,
-)
-from vlprobe.experiments.summary import summarize, write_summary_csv
+from vlprobe.experiments.mlp_runs import MLPSettings, plan_items, train_and_write
 
 __all__ = ["MODE_EXAMPLES", "TaskAdaptationConfig", "run_task_adaptation"]
 
@@ -137,12 +122,11 @@ def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[
     """
     from vlprobe.extract.cache import ActivationCache
 
-    seeds = check_seeds(config.seeds)
+    check_seeds(config.seeds)
     if config.mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {config.mode!r}")
-    settings = MLPSettings.from_config(config)
+    MLPSettings.from_config(config)  # checks the MLP settings before the cache is read
     modes = ("text", "image") if config.mode == "both" else (config.mode,)
-    cfg = config_record(config)
     with ActivationCache(cache_path(config.cache)) as cache:
         streams = list(config.streams) if config.streams else list(cache.streams)
         if not streams:
@@ -162,11 +146,8 @@ def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[
             f"cache: task adaptation needs items with 2 images and 2 captions (Winoground); "
             f"{Path(config.cache).name} has {len(items)}"
         )
-    split, families, items = item_split(
-        index, items, config.test_size, config.split_seed, config.stratify, config.split_file
-    )
-    model = config.model or index.model
-    check_run_slot(config.out, NAME, model, cfg)  # before training: a refused run costs nothing
+    plan = plan_items(NAME, config, index, items)
+    items = plan.items
 
     # Pair embeddings E[p, n, j, k] of item items[n], image j, caption k at layer position p.
     P = len(positions)
@@ -202,23 +183,13 @@ def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[
             group_fields.append({"subset": f"{mode}-score", "layer": _layer_label(positions[p], per_stream)})
     X = np.stack(X_groups).astype(np.float32)
     labels = np.stack(label_groups)
-    scores, flips = train_target_control(X, labels, example_items, split, seeds, settings)
-
-    base = {"experiment": NAME, "model": model, "stream": "+".join(streams), "pooling": config.pooling, "probe": PROBE}
-    rows_out = score_rows(scores, group_fields, base)
-    manifest = build_manifest(
-        NAME, VERSION, cfg, {"cache": index.provenance, **split_file_input(config.split_file)}, seeds=seeds,
-        extra={
-            "model": model, "streams": streams, "modes": list(modes),
-            "layer_positions": [{s: pos[s] for s in streams} for pos in positions],
-            **split_record(index.item_ids, items, split, families, config.split_file, flips),
-            "units": {"accuracy": "percent of examples"},
-            "labels": "1 when option 1 is the mismatched pair; prediction = logit > 0",
-        },
-    )
-    csv_path, manifest_path = write_results(config.out, NAME, model, rows_out, manifest)
-    write_summary_csv(csv_path.with_name(f"{result_stem(model)}.summary.csv"), summarize(rows_out))
-    return csv_path, manifest_path, rows_out
+    base = {"experiment": NAME, "model": plan.model, "stream": "+".join(streams), "pooling": config.pooling,
+            "probe": PROBE}
+    return train_and_write(NAME, VERSION, config, index, plan, X, labels, example_items, group_fields, base, {
+        "streams": streams, "modes": list(modes),
+        "layer_positions": [{s: pos[s] for s in streams} for pos in positions],
+        "labels": "1 when option 1 is the mismatched pair; prediction = logit > 0",
+    })
 
 
 def _spec_for(spec: str, stream: str, streams: list[str]) -> str:

@@ -36,22 +36,7 @@ from vlprobe.experiments.cache_features import (
     read_stream,
     require_variants,
 )
-from vlprobe.experiments.mlp_runs import (
-    MLPSettings,
-    item_split,
-    score_rows,
-    split_file_input,
-    split_record,
-    train_target_control,
-)
-from vlprobe.experiments.outputs import (
-    build_manifest,
-    check_run_slot,
-    config_record,
-    result_stem,
-    write_results,
-)
-from vlprobe.experiments.summary import summarize, write_summary_csv
+from vlprobe.experiments.mlp_runs import MLPSettings, plan_items, train_and_write
 from vlprobe.probes.base import check_positive_int
 
 __all__ = ["VariantProbeConfig", "run_variant_probe", "variant_examples"]
@@ -151,10 +136,9 @@ def run_variant_probe(config: VariantProbeConfig) -> tuple[Path, Path, list[dict
     """
     from vlprobe.extract.cache import ActivationCache
 
-    seeds = check_seeds(config.seeds)
+    check_seeds(config.seeds)
     check_positive_int(config.draws, "draws")
-    settings = MLPSettings.from_config(config)
-    cfg = config_record(config)
+    MLPSettings.from_config(config)  # checks the MLP settings before the cache is read
     with ActivationCache(cache_path(config.cache)) as cache:
         index = load_index(cache)
         require_variants(index, config.cache, "the variant probe")
@@ -168,13 +152,9 @@ def run_variant_probe(config: VariantProbeConfig) -> tuple[Path, Path, list[dict
             f"cache: the variant probe needs at least 2 items whose two captions both have a variant; "
             f"{Path(config.cache).name} has {len(items)}"
         )
-    split, families, items = item_split(
-        index, items, config.test_size, config.split_seed, config.stratify, config.split_file
-    )
-    model = config.model or index.model
-    check_run_slot(config.out, NAME, model, cfg)  # before training: a refused run costs nothing
+    plan = plan_items(NAME, config, index, items)
     texts, image, labels, example_items = variant_examples(
-        index.families, index.item_images, items, config.draws, config.split_seed
+        index.families, index.item_images, plan.items, config.draws, config.split_seed
     )
     try:
         rows = np.array([
@@ -186,21 +166,11 @@ def run_variant_probe(config: VariantProbeConfig) -> tuple[Path, Path, list[dict
     X = read.states[rows].transpose(2, 0, 1, 3)  # (L, N, 3, H)
     X = np.ascontiguousarray(X.reshape(X.shape[0], X.shape[1], -1))
     label_groups = np.broadcast_to(labels, (X.shape[0], len(labels)))
-    scores, flips = train_target_control(X, label_groups, example_items, split, seeds, settings)
-
-    base = {"experiment": NAME, "model": model, "stream": stream, "pooling": config.pooling,
+    base = {"experiment": NAME, "model": plan.model, "stream": stream, "pooling": config.pooling,
             "probe": PROBE, "subset": "all"}
-    rows_out = score_rows(scores, [{"layer": layer} for layer in layers], base)
-    manifest = build_manifest(
-        NAME, VERSION, cfg, {"cache": index.provenance, **split_file_input(config.split_file)}, seeds=seeds,
-        extra={
-            "model": model, "stream": stream, "modality": modality, "layers": layers,
-            "n_examples": len(labels), "skipped_items": skipped,
-            **split_record(index.item_ids, items, split, families, config.split_file, flips),
-            "units": {"accuracy": "percent of examples"},
-            "labels": "0 when option 1 is the paraphrase of the reference, 1 when option 2 is; prediction = logit > 0",
-        },
-    )
-    csv_path, manifest_path = write_results(config.out, NAME, model, rows_out, manifest)
-    write_summary_csv(csv_path.with_name(f"{result_stem(model)}.summary.csv"), summarize(rows_out))
-    return csv_path, manifest_path, rows_out
+    group_fields = [{"layer": layer} for layer in layers]
+    return train_and_write(NAME, VERSION, config, index, plan, X, label_groups, example_items, group_fields, base, {
+        "stream": stream, "modality": modality, "layers": layers, "n_examples": len(labels),
+        "skipped_items": skipped,
+        "labels": "0 when option 1 is the paraphrase of the reference, 1 when option 2 is; prediction = logit > 0",
+    })
