@@ -61,14 +61,12 @@ class VariantScores:
     variants : ndarray, shape (N, 2, 2, V)
         Variant scores, NaN-padded to the most variants of any caption (V may be 0).
     n_variants : ndarray of int, shape (N, 2)
-    tags : list of dict
     """
 
     ids: list[str]
     original: np.ndarray
     variants: np.ndarray
     n_variants: np.ndarray
-    tags: list[dict[str, list[str]]]
 
 
 def variant_scores(
@@ -118,7 +116,7 @@ def variant_scores(
             "scored against the item's images: extract with --variants)"
         )
     var = np.where(real, var, np.nan)
-    return VariantScores([str(i) for i in item_ids], orig, var, n_var, [{} for _ in item_ids])
+    return VariantScores([str(i) for i in item_ids], orig, var, n_var)
 
 
 def blend(vs: VariantScores, agg: str, lam: float, include_original: bool = True) -> np.ndarray:

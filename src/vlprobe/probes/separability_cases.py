@@ -63,7 +63,7 @@ def fit_cases(
     for c, case in enumerate(cases):
         X = states[case.rows].astype(np.float64)
         if not np.isfinite(X).all():
-            raise ValueError(f"states of {case.name} hold NaN or infinite values")
+            raise ValueError(f"cache: states of {case.name} hold NaN or infinite values")
         out[c, 0] = _fit_one(X, case.labels, params)
         for s, seed in enumerate(seeds):
             out[c, 1 + s] = _fit_one(X, control_labels(case, seed), params)
