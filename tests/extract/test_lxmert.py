@@ -142,6 +142,23 @@ def test_layers_come_back_in_the_order_asked(adapter: LxmertAdapter) -> None:
         adapter.encode_pairs(texts, images, t_idx, i_idx, {"lang": [0]}, ["mean"])
 
 
+def test_a_left_padding_tokenizer_gives_the_same_states(adapter: LxmertAdapter) -> None:
+    """The text tables trim padding off the right: a tokenizer saved with padding_side="left"
+    must not shift captions (token 0 would no longer be [CLS])."""
+    images = adapter.prepare_images(*random_region_arrays(1, 5, [5]))
+    t_idx, i_idx = np.array([0, 1, 2]), np.array([0, 0, 0])
+    right = adapter.encode_pairs(adapter.prepare_texts(CAPTIONS[:3]), images, t_idx, i_idx, ALL, POOLINGS)
+    side = adapter.tokenizer.padding_side
+    adapter.tokenizer.padding_side = "left"
+    try:
+        texts = adapter.prepare_texts(CAPTIONS[:3])
+    finally:
+        adapter.tokenizer.padding_side = side
+    left = adapter.encode_pairs(texts, images, t_idx, i_idx, ALL, POOLINGS)
+    torch.testing.assert_close(left.scores, right.scores, rtol=0, atol=1e-6)
+    torch.testing.assert_close(left.states["lang"]["cls"], right.states["lang"]["cls"], rtol=0, atol=1e-6)
+
+
 def test_padding_invariance_of_captions(adapter: LxmertAdapter) -> None:
     """A caption's states do not change when it is batched with a longer caption."""
     images = adapter.prepare_images(*random_region_arrays(1, 6, [6]))

@@ -202,6 +202,18 @@ class TextTable:
     def __len__(self) -> int:
         return len(self.lengths)
 
+    def take(self, rows: Any, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        """Token ids and attention mask of ``rows``, trimmed to the longest of them (right padding).
+
+        Returns
+        -------
+        input_ids, attention_mask : Tensor, shape (len(rows), T)
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        t = int(self.lengths[rows].max())
+        idx = torch.from_numpy(rows)
+        return self.input_ids[idx, :t].to(device), self.attention_mask[idx, :t].to(device)
+
 
 class CrossEncoder(Adapter):
     """Base class of cross-encoders: every (image, text) pair needs its own forward pass.
@@ -224,7 +236,8 @@ class CrossEncoder(Adapter):
     def prepare_texts(self, texts: Sequence[str]) -> TextTable:
         """Tokenise all texts once (truncated to ``max_length``, padded to the longest)."""
         tok = self.tokenizer(
-            list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+            list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt",
+            padding_side="right",  # the tables trim padding off the right, and token 0 is [CLS]
         )
         mask = tok["attention_mask"]
         return self.text_table(tok["input_ids"], mask, mask.sum(dim=1).numpy())

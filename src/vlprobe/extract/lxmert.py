@@ -291,10 +291,7 @@ class LxmertAdapter(CrossEncoder):
         key = (tuple(layers), tuple(poolings))
         missing = [int(r) for r in rows if (int(r), *key) not in texts.memo]
         if missing:
-            idx = torch.as_tensor(missing)
-            t = int(texts.lengths[missing].max())
-            ids = texts.input_ids[idx, :t].to(self.device)
-            mask = texts.attention_mask[idx, :t].to(self.device)
+            ids, mask = texts.take(missing, self.device)
             emb = self.model.lxmert.embeddings(ids, torch.zeros_like(ids))
             ext = self._extended(mask)
             hidden, collected = emb, {0: emb}
@@ -370,11 +367,9 @@ class LxmertAdapter(CrossEncoder):
         lang_mask : Tensor, shape (B, T)
         vision_mask : Tensor, shape (B, R)
         """
-        t_idx = torch.as_tensor(np.asarray(text_idx, dtype=np.int64))
-        i_idx = torch.as_tensor(np.asarray(image_idx, dtype=np.int64))
-        t = int(texts.lengths[np.asarray(text_idx)].max())
-        ids = texts.input_ids[t_idx, :t].to(self.device)
-        mask = texts.attention_mask[t_idx, :t].to(self.device)
+        text_idx, image_idx = check_pair_indices(text_idx, image_idx)
+        i_idx = torch.from_numpy(image_idx)
+        ids, mask = texts.take(text_idx, self.device)
         vmask = images.mask[i_idx].to(self.device)
         captured: dict[str, torch.Tensor] = {}
         hooks = [

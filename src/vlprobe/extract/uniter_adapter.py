@@ -207,11 +207,11 @@ class UniterAdapter(CrossEncoder):
         layers = self.pair_layers(layers)
         u_txt, t_inv = np.unique(text_idx, return_inverse=True)
         u_img, i_inv = np.unique(image_idx, return_inverse=True)
-        t = int(texts.lengths[u_txt].max())
-        rows_t, rows_i = torch.from_numpy(u_txt), torch.from_numpy(u_img)
+        rows_i = torch.from_numpy(u_img)
         t_sel, i_sel = torch.from_numpy(t_inv).to(self.device), torch.from_numpy(i_inv).to(self.device)
-        ids = texts.input_ids[rows_t, :t].to(self.device)
-        text_mask = texts.attention_mask[rows_t, :t].to(self.device).bool()[t_sel]
+        ids, text_mask = texts.take(u_txt, self.device)
+        t = ids.shape[1]
+        text_mask = text_mask.bool()[t_sel]
         img_mask = images.mask[rows_i].to(self.device)[i_sel]
         text_emb = self.model.embed_text(ids)[t_sel]
         img_emb = self.model.embed_image(
@@ -281,12 +281,11 @@ class UniterAdapter(CrossEncoder):
         -------
         vlprobe.extract.uniter.UniterOutput
         """
-        t_idx = torch.as_tensor(np.asarray(text_idx, dtype=np.int64))
-        i_idx = torch.as_tensor(np.asarray(image_idx, dtype=np.int64))
-        t = int(texts.lengths[np.asarray(text_idx)].max())
+        text_idx, image_idx = check_pair_indices(text_idx, image_idx)
+        i_idx = torch.from_numpy(image_idx)
+        ids, mask = texts.take(text_idx, self.device)
         return self.model(
-            texts.input_ids[t_idx, :t].to(self.device), texts.attention_mask[t_idx, :t].to(self.device),
-            images.features[i_idx].to(self.device, self.dtype), images.pos7[i_idx].to(self.device, self.dtype),
+            ids, mask, images.features[i_idx].to(self.device, self.dtype), images.pos7[i_idx].to(self.device, self.dtype),
             images.mask[i_idx].to(self.device), output_hidden_states=output_hidden_states,
         )
 
