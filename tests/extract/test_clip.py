@@ -177,6 +177,21 @@ def test_text_states_do_not_depend_on_the_rest_of_the_batch(adapter: CLIPAdapter
         assert int(together.cls_index[i]) == int(alone.cls_index[0])
 
 
+def test_a_left_padding_tokenizer_gives_the_same_states(adapter: CLIPAdapter) -> None:
+    """CLIP's positions count from token 0 and its padding is EOS: texts are padded on the right
+    whatever the tokenizer was saved with."""
+    right = adapter.encode("text", TEXTS, [0, 3])
+    side = adapter.tokenizer.padding_side
+    adapter.tokenizer.padding_side = "left"
+    try:
+        left = adapter.encode("text", TEXTS, [0, 3])
+    finally:
+        adapter.tokenizer.padding_side = side
+    torch.testing.assert_close(left.hidden, right.hidden)
+    torch.testing.assert_close(left.pooled, right.pooled)
+    assert torch.equal(left.cls_index, right.cls_index)
+
+
 def test_image_stream(adapter: CLIPAdapter, images: list[Image.Image]) -> None:
     batch = adapter.encode("image", images, [0, 1, 2])
     n_tokens = (32 // 8) ** 2 + 1

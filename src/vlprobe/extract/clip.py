@@ -97,7 +97,8 @@ class CLIPAdapter(Adapter):
 
     def _encode_text(self, texts: list[str], layers: Sequence[int]) -> StreamBatch:
         tok = self.tokenizer(
-            texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+            texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt",
+            padding_side="right",  # CLIP's positions count from token 0 and EOS doubles as padding
         )
         ids = tok["input_ids"].to(self.device)
         mask = tok["attention_mask"].to(self.device)
