@@ -18,6 +18,7 @@ import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from vlprobe.data.items import Dataset, ImageRef, Item, TextRef
 from vlprobe.data.source_files import (
@@ -28,7 +29,10 @@ from vlprobe.data.source_files import (
 )
 from vlprobe.provenance import sha256_file
 
-__all__ = ["SUGARCREPE_COUNTS", "SUGARCREPE_SUBSETS", "load_sugarcrepe", "parse_subsets", "sugarcrepe_report"]
+__all__ = [
+    "SUGARCREPE_COUNTS", "SUGARCREPE_SUBSETS", "SubsetReport", "load_sugarcrepe", "open_report", "parse_subsets",
+    "sugarcrepe_report",
+]
 
 #: The seven subsets, in the paper's order.
 SUGARCREPE_SUBSETS: tuple[str, ...] = (
@@ -150,6 +154,19 @@ class SubsetReport:
             self.problems[problem] = self.problems.get(problem, 0) + count
 
 
+def open_report(root: Path, name: str) -> tuple[SubsetReport, dict[str, Any] | None]:
+    """A file's report with its checksum, and its records (None, reported, when the file is missing)."""
+    rep = SubsetReport(name)
+    path = root / f"{name}.json"
+    if not path.is_file():
+        rep.add("file missing")
+        return rep, None
+    rep.sha256 = sha256_file(path)
+    raw = read_json_object(path)
+    rep.items = len(raw)
+    return rep, raw
+
+
 def sugarcrepe_report(data_dir: str | os.PathLike[str], image_dir: str | os.PathLike[str] | None = None) -> list[SubsetReport]:
     """Validate and count the SugarCrepe files (``probe data info sugarcrepe``).
 
@@ -160,15 +177,11 @@ def sugarcrepe_report(data_dir: str | os.PathLike[str], image_dir: str | os.Path
     root = find_json_dir(Path(data_dir), SUGARCREPE_SUBSETS)
     out = []
     for subset in SUGARCREPE_SUBSETS:
-        rep = SubsetReport(subset)
-        path = root / f"{subset}.json"
-        if not path.is_file():
-            rep.add("file missing")
-            out.append(rep)
+        rep, raw = open_report(root, subset)
+        out.append(rep)
+        if raw is None:
             continue
-        rep.sha256 = sha256_file(path)
-        raw = read_json_object(path)
-        rep.items = rep.kept = len(raw)
+        rep.kept = rep.items
         keys = list(raw)
         if keys:
             rep.first_id, rep.last_id = f"sugarcrepe/{subset}/{keys[0]}", f"sugarcrepe/{subset}/{keys[-1]}"
@@ -188,5 +201,4 @@ def sugarcrepe_report(data_dir: str | os.PathLike[str], image_dir: str | os.Path
         if ints and len(ints) == len(keys):
             gaps = (ints[-1] - ints[0] + 1) - len(ints)
             rep.add("keys not contiguous (gaps)", gaps)
-        out.append(rep)
     return out

@@ -38,11 +38,9 @@ from vlprobe.data.items import Dataset, ImageRef, Item, TextRef
 from vlprobe.data.source_files import (
     find_json_dir,
     hash_image_files,
-    read_json_object,
     read_subset_file,
 )
-from vlprobe.data.sugarcrepe import SubsetReport, parse_subsets
-from vlprobe.provenance import sha256_file
+from vlprobe.data.sugarcrepe import SubsetReport, open_report, parse_subsets
 
 __all__ = [
     "VALSE_FILES",
@@ -216,15 +214,10 @@ def valse_report(
     roots = parse_image_roots(image_root)
     out = []
     for stem, (source, _) in VALSE_FILES.items():
-        rep = SubsetReport(stem)
-        path = root / f"{stem}.json"
-        if not path.is_file():
-            rep.add("file missing")
-            out.append(rep)
+        rep, raw = open_report(root, stem)
+        out.append(rep)
+        if raw is None:
             continue
-        rep.sha256 = sha256_file(path)
-        raw = read_json_object(path)
-        rep.items = len(raw)
         keys = list(raw)
         labels: dict[str, int] = {}
         names = set()
@@ -247,5 +240,4 @@ def valse_report(
         rep.images = len(names)
         if keys:
             rep.first_id, rep.last_id = f"valse/{stem}/{keys[0]}", f"valse/{stem}/{keys[-1]}"
-        out.append(rep)
     return out
