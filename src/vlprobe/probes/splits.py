@@ -43,6 +43,7 @@ class ItemSplit:
     ----------
     train, test : ndarray of int
     seed : int
+        The split's seed (-1 for lists read from a split file).
     strata : dict of str to int
         Stratum key -> number of items (what the split was balanced on).
     """
@@ -51,15 +52,6 @@ class ItemSplit:
     test: np.ndarray
     seed: int
     strata: dict[str, int]
-
-    def side(self, name: str) -> np.ndarray:
-        """``"train"`` or ``"test"`` items."""
-        if name not in ("train", "test"):
-            raise ValueError(f"split must be 'train' or 'test', got {name!r}")
-        return self.train if name == "train" else self.test
-
-    def to_json(self) -> dict[str, object]:
-        return {"seed": self.seed, "train": self.train.tolist(), "test": self.test.tolist(), "strata": self.strata}
 
 
 def _check_seed(seed: int, name: str = "seed") -> int:
