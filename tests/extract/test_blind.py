@@ -56,6 +56,14 @@ def test_grammar_picks_the_acceptable_label(tiny_bert_classifier: Path) -> None:
     np.testing.assert_allclose(other.score_texts(TEXTS), 1 - p, atol=1e-6)
 
 
+def test_grammar_score_does_not_depend_on_the_batch(tiny_bert_classifier: Path) -> None:
+    """Even with a tokenizer saved to pad on the left (BERT's positions count from token 0)."""
+    scorer = SequenceClassifierScorer.load(str(tiny_bert_classifier))
+    alone = np.array([scorer.score_texts([t])[0] for t in TEXTS])
+    scorer.tokenizer.padding_side = "left"
+    np.testing.assert_allclose(scorer.score_texts(TEXTS, batch_size=len(TEXTS)), alone, rtol=0, atol=1e-6)
+
+
 @pytest.mark.parametrize(("labels", "given", "expected"), [
     ({0: "LABEL_0", 1: "LABEL_1"}, None, 1),              # generic two-label CoLA convention
     ({"0": "unacceptable", "1": "acceptable"}, None, 1),

@@ -237,7 +237,10 @@ class SequenceClassifierScorer(TextScorer):
         with torch.inference_mode():
             for start in range(0, len(texts), batch_size):
                 batch = texts[start : start + batch_size]
-                tok = self.tokenizer(batch, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
+                tok = self.tokenizer(
+                    batch, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt",
+                    padding_side="right",  # absolute positions: a text's score must not depend on its batch
+                )
                 tok = {k: v.to(self.device) for k, v in tok.items()}
                 logits = self.model(**tok).logits.float()
                 out[start : start + len(batch)] = torch.softmax(logits, -1)[:, self.label_index].double().cpu().numpy()
