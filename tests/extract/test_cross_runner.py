@@ -354,6 +354,20 @@ def test_missing_image_features_are_refused(cross_config: Callable[..., ExtractC
     assert not (tmp_path / "c.h5").exists()
 
 
+@pytest.mark.parametrize("model", MODELS)
+def test_regions_of_another_width_are_refused_before_the_cache_is_made(
+    model: str, cross_config: Callable[..., ExtractConfig], synthetic_dir: Path, tmp_path: Path,
+) -> None:
+    """Otherwise the run stops inside the pair pass, leaving a cache stamped with the wrong regions."""
+    from vlprobe.extract.regions import random_regions
+
+    names = sorted(p.stem for p in (synthetic_dir / "images").glob("*.png"))
+    narrow = random_regions(tmp_path / "narrow.h5", names, n_boxes=4, dim=16)
+    with pytest.raises(ValueError, match=r"regions: narrow\.h5 holds 16-d features; .* reads 2048-d"):
+        extract(cross_config(model, tmp_path / "c.h5", regions=narrow))
+    assert not (tmp_path / "c.h5").exists()
+
+
 def _cli(args: list[str]) -> Any:
     return CliRunner().invoke(app, args)
 

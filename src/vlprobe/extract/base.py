@@ -229,9 +229,11 @@ class CrossEncoder(Adapter):
 
     #: What :meth:`prepare_texts` builds (a :class:`TextTable` or a subclass).
     text_table: ClassVar[type[TextTable]] = TextTable
-    #: Set by subclasses: the tokenizer and the longest token sequence it may produce.
+    #: Set by subclasses: the tokenizer, the longest token sequence it may produce, and the
+    #: region-feature width the model reads.
     tokenizer: Any
     max_length: int
+    feature_dim: int
 
     def prepare_texts(self, texts: Sequence[str]) -> TextTable:
         """Tokenise all texts once (truncated to ``max_length``, padded to the longest)."""

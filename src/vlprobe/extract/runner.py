@@ -322,6 +322,11 @@ def _extract(
     poolings: tuple[str, ...], k: int, n_shards: int, t0: float,
 ) -> ExtractResult:
     adapter_cls = type(adapter)
+    if isinstance(adapter, CrossEncoder) and store.feature_dim != adapter.feature_dim:
+        raise ValueError(
+            f"regions: {store.path.name} holds {store.feature_dim}-d features; {config.model} reads "
+            f"{adapter.feature_dim}-d region features"
+        )
     streams = adapter.streams
     layers = parse_stream_layers(config.layers, {s: spec.n_layers for s, spec in streams.items()})
     stored_poolings = tuple(dict.fromkeys((*poolings, "pooled")))
