@@ -303,7 +303,7 @@ def _npz_record(path: Path, box_rule: str, sizes: dict[str, tuple[int, int]], ne
     if feats.ndim != 2 or n < 1:
         raise ValueError(f"regions: {where}: features must have shape (boxes, dim), got {feats.shape}")
     if bb.ndim != 2 or bb.shape[0] != n or bb.shape[1] not in (4, 6, 7):
-        raise ValueError(f"regions: {where}: norm_bb must have shape ({n}, 6), got {bb.shape}")
+        raise ValueError(f"regions: {where}: norm_bb must have shape ({n}, 6) (or 4 or 7 columns), got {bb.shape}")
     extras = {k: data[k] for k in ("conf", "soft_labels") if k in data}
     if box_rule == "uniter":
         if "conf" not in data:
