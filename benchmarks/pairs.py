@@ -71,7 +71,7 @@ def _adapter(model: str) -> Any:
     from transformers import BertTokenizer
 
     from vlprobe.extract.checkpoints import ResolvedCheckpoint
-    from vlprobe.extract.fixtures import bert_fixture_vocab
+    from vlprobe.extract.fixtures import bert_fixture_vocab, seeded_model
 
     ckpt = ResolvedCheckpoint("random-init", __import__("pathlib").Path("."), "random")
     cpu = torch.device("cpu")
@@ -80,9 +80,7 @@ def _adapter(model: str) -> Any:
 
         from vlprobe.extract.lxmert import LxmertAdapter
 
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            net = LxmertForPreTraining(LxmertConfig()).eval()  # 768 wide, 9 / 5 / 5 layers
+        net = seeded_model(LxmertForPreTraining, LxmertConfig(), 0)  # 768 wide, 9 / 5 / 5 layers
         tok = BertTokenizer(vocab=bert_fixture_vocab(lowercase=True), do_lower_case=True)
         return LxmertAdapter(net, tok, ckpt, cpu, torch.float32)
     from vlprobe.extract.uniter import UniterModel
