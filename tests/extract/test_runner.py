@@ -170,6 +170,18 @@ def test_merge_equals_the_unsharded_run(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["merged.h5"]
 
 
+def test_merge_copies_states_in_pieces(
+    shard_files: list[Path], reference_cache: Path, assert_caches_equal: Callable[..., None],
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    """Shards are copied a bounded number of rows at a time (here: a few rows per piece)."""
+    from vlprobe.extract import runner
+
+    monkeypatch.setattr(runner, "MERGE_CHUNK_BYTES", 3 * 4 * 4 * 32 * 3)
+    out = merge_shards(shard_files, tmp_path / "merged.h5")
+    assert_caches_equal(out, reference_cache)
+
+
 def _refused(paths: list[Path], out: Path, match: str) -> str:
     with pytest.raises(ValueError, match=match) as err:
         merge_shards(paths, out)

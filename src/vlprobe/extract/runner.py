@@ -68,6 +68,9 @@ __all__ = [
 ]
 
 PAIR_PLANS = ("item", "all")
+#: ``merge_shards`` copies states in pieces of about this many bytes (pair streams of an ``all``
+#: plan can be far larger than memory).
+MERGE_CHUNK_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -615,13 +618,17 @@ def _write_merged(caches: list[ActivationCache], target: Path) -> None:
         with CacheWriter.open(tmp, header, tables, layouts, recorded, with_scores=True, pairs=pairs) as w:
             for lay in layouts:
                 s, offset = lay.spec.name, 0
+                token = [p for p in lay.poolings if p != "pooled"]
+                row_bytes = max(1, len(token) * len(lay.layers) * lay.spec.hidden_size * np.dtype(header.dtype).itemsize)
+                step = max(1, MERGE_CHUNK_BYTES // row_bytes)
                 for c in caches:
-                    n_rows = len(c.done(s))
-                    rows = np.arange(offset, offset + n_rows)
-                    states = {p: c.f[f"streams/{s}/{p}"][()] for p in lay.poolings if p != "pooled"}
-                    pooled = c.f[f"streams/{s}/pooled"][()] if "pooled" in lay.poolings else None
-                    if n_rows:
-                        w.write(s, rows, states, pooled)
+                    g = c.f[f"streams/{s}"]
+                    n_rows = len(g["done"])
+                    for a in range(0, n_rows, step):  # a shard's rows in bounded pieces, never all at once
+                        b = min(n_rows, a + step)
+                        states = {p: g[p][a:b] for p in token}
+                        pooled = g["pooled"][a:b] if "pooled" in lay.poolings else None
+                        w.write(s, np.arange(offset + a, offset + b), states, pooled)
                     offset += n_rows
             if pairs is not None:
                 w.write_pairs(np.arange(pairs.n_rows), np.concatenate([p["score"] for p in parts]), {}, {})
