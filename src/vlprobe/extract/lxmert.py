@@ -36,7 +36,7 @@ against.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -288,49 +288,61 @@ class LxmertAdapter(CrossEncoder):
     def _text_entries(
         self, texts: LxmertTexts, rows: np.ndarray, layers: list[int], poolings: list[str], keep: int
     ) -> list[_Entry]:
-        key = (tuple(layers), tuple(poolings))
-        missing = [int(r) for r in rows if (int(r), *key) not in texts.memo]
-        if missing:
+        """Language-only outputs of caption ``rows`` (memoised; computed for the missing ones)."""
+
+        def run(missing: list[int]) -> tuple[list[torch.Tensor], torch.Tensor]:
             ids, mask = texts.take(missing, self.device)
-            emb = self.model.lxmert.embeddings(ids, torch.zeros_like(ids))
-            ext = self._extended(mask)
-            hidden, collected = emb, {0: emb}
-            for k, layer in enumerate(self.model.lxmert.encoder.layer, start=1):
-                hidden = layer(hidden, ext)[0]
-                collected[k] = hidden
-            states = self._pool_single(collected, layers, mask, poolings, token0=True)
-            for j, r in enumerate(missing):
-                n = int(texts.lengths[r])
-                entry = _Entry(hidden[j, :n], mask[j, :n].bool(), {p: v[j] for p, v in states.items()})
-                self._remember(texts.memo, (r, *key), entry, keep)
-        return [self._recall(texts.memo, (int(r), *key)) for r in rows]
+            first = self.model.lxmert.embeddings(ids, torch.zeros_like(ids))
+            return self._tower(first, mask, self.model.lxmert.encoder.layer), mask
+
+        return self._entries(texts.memo, rows, layers, poolings, keep, run, texts.lengths, token0=True)
 
     def _image_entries(
         self, images: LxmertImages, rows: np.ndarray, layers: list[int], poolings: list[str], keep: int
     ) -> list[_Entry]:
-        key = (tuple(layers), tuple(poolings))
-        missing = [int(r) for r in rows if (int(r), *key) not in images.memo]
-        if missing:
+        """Object-relationship outputs of image ``rows`` (memoised; computed for the missing ones)."""
+
+        def run(missing: list[int]) -> tuple[list[torch.Tensor], torch.Tensor]:
             idx = torch.as_tensor(missing)
             feats = images.features[idx].to(self.device, self.dtype)
             boxes = images.boxes[idx].to(self.device, self.dtype)
             mask = images.mask[idx].to(self.device)
             enc = self.model.lxmert.encoder
-            hidden = enc.visn_fc(feats, boxes)
-            ext = self._extended(mask)
-            collected = {0: hidden}
-            for k, layer in enumerate(enc.r_layers, start=1):
-                hidden = layer(hidden, ext)[0]
-                collected[k] = hidden
-            states = self._pool_single(collected, layers, mask, poolings, token0=False)
+            return self._tower(enc.visn_fc(feats, boxes), mask, enc.r_layers), mask
+
+        return self._entries(images.memo, rows, layers, poolings, keep, run, None, token0=False)
+
+    def _tower(self, first: torch.Tensor, mask: torch.Tensor, blocks: Any) -> list[torch.Tensor]:
+        """``first`` and the output of each single-modality block after it (layer 0 first)."""
+        ext = self._extended(mask)
+        out = [first]
+        for block in blocks:
+            out.append(block(out[-1], ext)[0])
+        return out
+
+    def _entries(
+        self, memo: OrderedDict[tuple[Any, ...], _Entry], rows: np.ndarray, layers: list[int],
+        poolings: list[str], keep: int,
+        run: Callable[[list[int]], tuple[list[torch.Tensor], torch.Tensor]],
+        lengths: np.ndarray | None, *, token0: bool,
+    ) -> list[_Entry]:
+        """Memo entries of ``rows`` for these layers and poolings; ``run(missing)`` computes the
+        states (layer 0 first) and mask of the rows not in the memo; ``lengths`` trims padding."""
+        key = (tuple(layers), tuple(poolings))
+        missing = [int(r) for r in rows if (int(r), *key) not in memo]
+        if missing:
+            collected, mask = run(missing)
+            last = collected[-1]
+            states = self._pool_single(collected, layers, mask, poolings, token0=token0)
             for j, r in enumerate(missing):
-                entry = _Entry(hidden[j], mask[j], {p: v[j] for p, v in states.items()})
-                self._remember(images.memo, (r, *key), entry, keep)
-        return [self._recall(images.memo, (int(r), *key)) for r in rows]
+                n = int(lengths[r]) if lengths is not None else last.shape[1]
+                entry = _Entry(last[j, :n], mask[j, :n].bool(), {p: v[j] for p, v in states.items()})
+                self._remember(memo, (r, *key), entry, keep)
+        return [self._recall(memo, (int(r), *key)) for r in rows]
 
     @staticmethod
     def _pool_single(
-        collected: dict[int, torch.Tensor], layers: list[int], mask: torch.Tensor, poolings: list[str],
+        collected: list[torch.Tensor], layers: list[int], mask: torch.Tensor, poolings: list[str],
         *, token0: bool,
     ) -> dict[str, torch.Tensor]:
         if not layers or not poolings:
