@@ -509,15 +509,17 @@ class RegionWriter:
         cur_n, cur_r = f["features"].shape[:2]
         if n <= cur_n and r <= cur_r:
             return
-        new_n = max(cur_n, n if n <= cur_n else max(n, 2 * cur_n, 16))
-        new_r = max(cur_r, r)
-        f["features"].resize((new_n, new_r, f["features"].shape[2]))
-        f["boxes"].resize((new_n, new_r, 4))
+        self._resize(max(cur_n, n if n <= cur_n else max(n, 2 * cur_n, 16)), max(cur_r, r))
+
+    def _resize(self, n: int, r: int) -> None:
+        """Every dataset to ``n`` images and ``r`` boxes."""
+        f = self._f
+        f["features"].resize((n, r, f["features"].shape[2]))
+        f["boxes"].resize((n, r, 4))
         for name in ("image_id", "num_boxes", "image_w", "image_h"):
-            f[name].resize((new_n,))
-        if "extra" in f:
-            for ds in f["extra"].values():
-                ds.resize((new_n, new_r, *ds.shape[2:]))
+            f[name].resize((n,))
+        for ds in f["extra"].values() if "extra" in f else ():
+            ds.resize((n, r, *ds.shape[2:]))
 
     def close(self) -> Path:
         """Trim, write the attributes and move the file into place; returns the path."""
@@ -525,14 +527,7 @@ class RegionWriter:
         if self._n == 0:
             self.abort()
             raise ValueError(f"regions: no images to write to {str(self.path)!r}")
-        n, r = self._n, int(self.num_boxes_max)
-        f["features"].resize((n, r, f["features"].shape[2]))
-        f["boxes"].resize((n, r, 4))
-        for name in ("image_id", "num_boxes", "image_w", "image_h"):
-            f[name].resize((n,))
-        if "extra" in f:
-            for ds in f["extra"].values():
-                ds.resize((n, r, *ds.shape[2:]))
+        self._resize(self._n, int(self.num_boxes_max))
         f.attrs["schema"] = SCHEMA
         f.attrs["schema_version"] = SCHEMA_VERSION
         f.attrs["meta"] = json.dumps(self.meta, sort_keys=True, default=str)
