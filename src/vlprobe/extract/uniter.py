@@ -244,14 +244,16 @@ class _SelfAttention(nn.Module):
         self.value = nn.Linear(c.hidden_size, c.hidden_size)
         self.dropout_p = c.attention_probs_dropout_prob
 
-    def forward(self, x: Tensor, additive_mask: Tensor) -> Tensor:
-        b, s, h = x.shape
-        heads = lambda t: t.view(b, s, self.num_heads, h // self.num_heads).transpose(1, 2)  # noqa: E731
-        q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
+    def forward(self, x: Tensor, additive_mask: Tensor, n_queries: int | None = None) -> Tensor:
+        """(B, S, H) -> (B, Q, H): the first ``n_queries`` positions (default all) attending to all S."""
+        b, _, h = x.shape
+        q_in = x if n_queries is None else x[:, :n_queries]
+        heads = lambda t: t.view(b, t.shape[1], self.num_heads, h // self.num_heads).transpose(1, 2)  # noqa: E731
+        q, k, v = heads(self.query(q_in)), heads(self.key(x)), heads(self.value(x))
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=additive_mask, dropout_p=self.dropout_p if self.training else 0.0
         )
-        return out.transpose(1, 2).reshape(b, s, h)
+        return out.transpose(1, 2).reshape(b, q_in.shape[1], h)
 
 
 class _DenseNorm(nn.Module):

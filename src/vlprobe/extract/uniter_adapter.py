@@ -257,17 +257,7 @@ class UniterAdapter(CrossEncoder):
             x = block(x, additive)
             states.append(x)
         last = blocks[-1]
-        sa = last.attention.self
-        b, _, h = x.shape
-        d = h // sa.num_heads
-
-        def heads(t: torch.Tensor) -> torch.Tensor:
-            return t.view(b, t.shape[1], sa.num_heads, d).transpose(1, 2)
-
-        att = torch.nn.functional.scaled_dot_product_attention(
-            heads(sa.query(x[:, :1])), heads(sa.key(x)), heads(sa.value(x)), attn_mask=additive
-        )
-        a = last.attention.output(att.transpose(1, 2).reshape(b, 1, h), x[:, :1])
+        a = last.attention.output(last.attention.self(x, additive, n_queries=1), x[:, :1])
         return last.output(last.intermediate(a), a), (tuple(states) if keep else None)
 
     @torch.inference_mode()
