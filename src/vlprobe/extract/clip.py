@@ -33,14 +33,12 @@ from vlprobe.extract.base import (
     text_max_length,
 )
 from vlprobe.extract.checkpoints import ResolvedCheckpoint, resolve_checkpoint
-from vlprobe.registry import MODELS
 
 __all__ = ["CLIPAdapter"]
 
 _ALLOW = ["*.json", "*.txt", "*.safetensors", "*.model"]
 
 
-@MODELS.register("clip")
 class CLIPAdapter(Adapter):
     """CLIP dual encoder (any HF CLIP checkpoint or local directory); streams text, image."""
 
