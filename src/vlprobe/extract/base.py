@@ -271,7 +271,8 @@ class CrossEncoder(Adapter):
         text_idx, image_idx : ndarray of int, shape (B,)
             Rows of those tables forming the pairs.
         layers : mapping of str to sequence of int, or None
-            Stream -> layers to return; None for scores only.
+            Stream -> layers to return, in that order (negative: from the last; see
+            :meth:`pair_layers`); None for scores only.
         poolings : sequence of str
             Token poolings (``cls``, ``mean``, ``max``) to compute where the stream offers them.
         """
