@@ -35,7 +35,7 @@ def test_manifest_holds_config_seeds_versions_revision_and_fingerprints(
     _, manifest_path, _ = run(make(cache=reference_cache, out=tmp_path, **extra))
     data = json.loads(manifest_path.read_text(encoding="utf-8"))
     assert data["experiment"] == experiment
-    (model, m), = data["runs"].items()
+    ((_, m),) = data["runs"].items()
     assert m["config"]["cache"] == str(reference_cache)
     for key, value in extra.items():
         assert m["config"][key] == value, key
