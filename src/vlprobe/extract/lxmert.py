@@ -72,7 +72,7 @@ MEMO_CAPACITY = 4096
 class _Entry:
     """Single-modality result of one caption or image."""
 
-    feats: torch.Tensor  # (T_i, H) language output trimmed to the caption, or (R, H) relation output
+    output: torch.Tensor  # (T_i, H) language output trimmed to the caption, or (R, H) relation output
     mask: torch.Tensor  # (T_i,) or (R,) bool
     states: dict[str, torch.Tensor]  # pooling -> (L_single, H) pooled states of the asked layers
 
@@ -205,9 +205,9 @@ class LxmertAdapter(CrossEncoder):
 
         t_sel = torch.from_numpy(t_inv).to(self.device)
         i_sel = torch.from_numpy(i_inv).to(self.device)
-        lang = torch.nn.utils.rnn.pad_sequence([e.feats for e in t_entries], batch_first=True)[t_sel]
+        lang = torch.nn.utils.rnn.pad_sequence([e.output for e in t_entries], batch_first=True)[t_sel]
         lang_mask = torch.nn.utils.rnn.pad_sequence([e.mask for e in t_entries], batch_first=True)[t_sel]
-        vis = torch.stack([e.feats for e in i_entries])[i_sel]
+        vis = torch.stack([e.output for e in i_entries])[i_sel]
         vis_mask = torch.stack([e.mask for e in i_entries])[i_sel]
         lang_ext, vis_ext = self._extended(lang_mask), self._extended(vis_mask)
 
