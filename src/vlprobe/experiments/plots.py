@@ -115,11 +115,13 @@ def plot_results(
     written = []
     from vlprobe.io import atomic_path
 
-    for path in (out_png, out_png.with_suffix(".pdf")):
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, format=path.suffix[1:], dpi=150)
-        written.append(path)
-    plt.close(fig)
+    try:
+        for path in (out_png, out_png.with_suffix(".pdf")):
+            with atomic_path(path) as tmp:
+                fig.savefig(tmp, format=path.suffix[1:], dpi=150)
+            written.append(path)
+    finally:
+        plt.close(fig)  # also when saving fails: pyplot keeps every open figure alive
     return written
 
 
