@@ -62,7 +62,6 @@ def model_status(spec: str, option: str) -> tuple[bool, str, str]:
 
 
 def _load(spec: str, device: str) -> tuple[Any, Any, str]:
-    import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     if Path(spec).is_dir():
@@ -71,10 +70,9 @@ def _load(spec: str, device: str) -> tuple[Any, Any, str]:
         from huggingface_hub import snapshot_download
 
         path = snapshot_download(spec, local_files_only=True)
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    from vlprobe.extract.base import quiet_transformers
+    from vlprobe.extract.base import quiet_transformers, resolve_device
 
+    device = str(resolve_device(device))
     with quiet_transformers():
         tok = AutoTokenizer.from_pretrained(path)
         model = AutoModelForSeq2SeqLM.from_pretrained(path).to(device).eval()
@@ -144,6 +142,8 @@ class _Seq2SeqStrategy(Strategy):
         """Outputs per input (``num_return_sequences`` each) with transformers' own generate."""
         import torch
 
+        from vlprobe.extract.base import quiet_transformers
+
         self.load()
         tok, model, device = self._models[opt]
         n_ret = int(gen.get("num_return_sequences", 1))
@@ -152,8 +152,6 @@ class _Seq2SeqStrategy(Strategy):
         for start in range(0, len(texts), bs):
             chunk = list(texts[start:start + bs])
             enc = tok(chunk, return_tensors="pt", padding=True, truncation=True).to(device)
-            from vlprobe.extract.base import quiet_transformers
-
             with torch.no_grad(), quiet_transformers():
                 ids = model.generate(**enc, max_new_tokens=int(self.settings["max_new_tokens"]), do_sample=False, **gen)
             dec = tok.batch_decode(ids, skip_special_tokens=True)

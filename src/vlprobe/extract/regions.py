@@ -40,7 +40,6 @@ error, as is ``x2 < x1`` or ``y2 < y1``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -57,6 +56,7 @@ from vlprobe.extract import region_boxes
 from vlprobe.extract.region_boxes import *  # noqa: F403  (re-exported, see __all__)
 from vlprobe.extract.region_boxes import BOX_TOLERANCE, check_normalised_boxes, normalise_image_id
 from vlprobe.io import atomic_path
+from vlprobe.provenance import sha256_file
 
 __all__ = [
     *region_boxes.__all__,  # re-exported: the one place where boxes change form
@@ -202,11 +202,7 @@ class RegionStore:
     def fingerprint(self) -> str:
         """``"sha256:<hex>"`` of the file's bytes."""
         if self._fingerprint is None:
-            h = hashlib.sha256()
-            with open(self.path, "rb") as fh:
-                while block := fh.read(1 << 20):
-                    h.update(block)
-            self._fingerprint = "sha256:" + h.hexdigest()
+            self._fingerprint = "sha256:" + sha256_file(self.path)
         return self._fingerprint
 
     def __contains__(self, name: object) -> bool:
