@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -71,10 +71,7 @@ class Registry(Generic[T]):
         return target
 
     def unknown_message(self, name: str) -> str:
-        known = ", ".join(sorted(self._entries)) or "none"
-        close = difflib.get_close_matches(name, list(self._entries), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        return f"unknown {self.kind} {name!r}{hint} (known: {known})"
+        return unknown_name_message(self.kind, name, sorted(self._entries))
 
     def describe(self, name: str) -> str:
         """One-line description of an entry (without importing lazy entries)."""
@@ -93,6 +90,13 @@ class Registry(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def unknown_name_message(kind: str, name: str, known: Sequence[str]) -> str:
+    """``unknown <kind> 'x'; did you mean 'y'? (known: a, b)``, for every list of names vlprobe checks."""
+    close = difflib.get_close_matches(name, list(known), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown {kind} {name!r}{hint} (known: {', '.join(known) or 'none'})"
 
 
 def _first_line(doc: str | None) -> str:

@@ -28,6 +28,7 @@ from vlprobe.data.source_files import (
     read_subset_file,
 )
 from vlprobe.provenance import sha256_file
+from vlprobe.registry import unknown_name_message
 
 __all__ = [
     "SUGARCREPE_COUNTS", "SUGARCREPE_SUBSETS", "SubsetReport", "load_sugarcrepe", "open_report", "parse_subsets",
@@ -57,11 +58,7 @@ def parse_subsets(subsets: str | list[str] | tuple[str, ...] | None, known: tupl
         raise ValueError(f"{param}: give at least one of {', '.join(known)}")
     for n in names:
         if n not in known:
-            import difflib
-
-            close = difflib.get_close_matches(n, list(known), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ValueError(f"{param}: unknown subset {n!r}{hint} (known: {', '.join(known)})")
+            raise ValueError(f"{param}: {unknown_name_message('subset', n, known)}")
     return tuple(dict.fromkeys(names))
 
 
