@@ -164,7 +164,7 @@ def read_stream(
 
 def resolve_stream(cache: ActivationCache, stream: str | None, modalities: Sequence[str], *, param: str = "stream") -> str:
     """The stream to read: ``stream``, or the first stream whose modality is in ``modalities``."""
-    info = {s: str(cache.f[f"streams/{s}"].attrs["modality"]) for s in cache.streams}
+    info = {s: cache.modality(s) for s in cache.streams}
     if stream is None:
         for s, m in info.items():
             if m in modalities and s == "text":
@@ -206,7 +206,7 @@ def resolve_layers(cache: ActivationCache, stream: str, pooling: str, spec: str)
     stored = cache.layers(stream)
     if spec.strip().lower() in ("all", "*"):
         return list(stored)
-    n_model = len(json.loads(str(cache.f[f"streams/{stream}"].attrs["layer_kinds"])))
+    n_model = len(cache.model_layer_kinds(stream))
     chosen = parse_layers(spec, n_model, param=f"layers[{stream}]")
     missing = [layer for layer in chosen if layer not in stored]
     if missing:
@@ -246,7 +246,7 @@ def row_lookup(cache: ActivationCache, stream: str) -> tuple[str, dict[tuple[int
 
     Text rows have image -1, image rows text -1.
     """
-    modality = str(cache.f[f"streams/{stream}"].attrs["modality"])
+    modality = cache.modality(stream)
     rows = cache.rows(stream)
     lookup = {(int(i), int(t)): r for r, (i, t) in enumerate(zip(rows["image"], rows["text"], strict=True))}
     return modality, lookup

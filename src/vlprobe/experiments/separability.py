@@ -215,7 +215,7 @@ def _default_streams(cache: Any, streams: tuple[str, ...] | None) -> list[str]:
         return [resolve_stream(cache, s, ("text", "pair")) for s in streams]
     if "text" in cache.streams:
         return [resolve_stream(cache, "text", ("text", "pair"))]
-    found = [s for s in cache.streams if str(cache.f[f"streams/{s}"].attrs["modality"]) in ("text", "pair")]
+    found = [s for s in cache.streams if cache.modality(s) in ("text", "pair")]
     return found or [resolve_stream(cache, None, ("text", "pair"))]
 
 

@@ -575,9 +575,17 @@ class ActivationCache:
         return [int(x) for x in self._stream(stream)["layers"][()]]
 
     def layer_kinds(self, stream: str) -> list[str]:
-        g = self._stream(stream)
-        kinds = json.loads(_s(g.attrs["layer_kinds"]))
+        """Kinds of the stored layers (see :meth:`model_layer_kinds` for all of the model's)."""
+        kinds = self.model_layer_kinds(stream)
         return [kinds[i] for i in self.layers(stream)]
+
+    def model_layer_kinds(self, stream: str) -> list[str]:
+        """Kind of every layer the model has in ``stream`` (stored or not), layer 0 first."""
+        return list(json.loads(_s(self._stream(stream).attrs["layer_kinds"])))
+
+    def modality(self, stream: str) -> str:
+        """``text``, ``image`` or ``pair``: what one row of ``stream`` is."""
+        return _s(self._stream(stream).attrs["modality"])
 
     def poolings(self, stream: str) -> list[str]:
         g = self._stream(stream)
