@@ -128,12 +128,7 @@ class PairScorer:
         first_name = dict(zip(keys, names, strict=True))
         out = np.empty(len(keys), dtype=np.float64)
         with RegionStore(self.regions) as store:  # type: ignore[arg-type]
-            missing = [first_name[k] for k in uniq if k not in store]
-            if missing:
-                raise ValueError(
-                    f"regions: no features for image {missing[0]!r} in {store.path.name} "
-                    f"({len(missing)} of the {len(uniq)} images to score missing)"
-                )
+            store.require([first_name[k] for k in uniq], "the")
             text_table = self._impl.prepare_texts(uniq_texts)
             # Blocks of images bound the memory of a full benchmark (36 x 2048 floats per image).
             for start in range(0, len(uniq), IMAGE_BLOCK):
@@ -194,14 +189,9 @@ def load_pair_scorer(
     opts = {k: v for k, v in (options or {}).items() if v is not None}
     store_fp = ""
     if isinstance(cls, type) and issubclass(cls, CrossEncoder):
-        if regions is None:
-            raise ValueError(
-                f"regions: {model} reads precomputed region features; give --regions FILE.h5 "
-                "(see `probe regions import`, or `probe fixtures regions` for random ones)"
-            )
-        from vlprobe.extract.regions import RegionStore
+        from vlprobe.extract.regions import RegionStore, regions_required
 
-        with RegionStore(regions) as store:
+        with RegionStore(regions_required(model, regions)) as store:
             store_fp = store.fingerprint
     elif regions is not None:
         what = "scores captions only" if isinstance(cls, type) and issubclass(cls, TextScorer) else "reads pixels"

@@ -68,6 +68,7 @@ __all__ = [
     "RegionWriter",
     "random_regions",
     "random_regions_for_dataset",
+    "regions_required",
     "write_regions",
 ]
 
@@ -233,6 +234,15 @@ class RegionStore:
     def missing(self, names: Iterable[str]) -> list[str]:
         """The names (as given, in order) that have no features in this store."""
         return [name for name in names if name not in self]
+
+    def require(self, names: Sequence[str], whose: str) -> None:
+        """One-line ``ValueError`` unless every name has features (``whose``: "the dataset's", ...)."""
+        missing = self.missing(names)
+        if missing:
+            raise ValueError(
+                f"regions: no features for image {missing[0]!r} in {self.path.name} "
+                f"({len(missing)} of {whose} {len(names)} images missing)"
+            )
 
     def get(self, names: Sequence[str]) -> RegionBatch:
         """Padded features, boxes and mask of the named images, in the order given.
@@ -627,6 +637,16 @@ def write_regions(
 
 # ---------------------------------------------------------------------------------------------
 # random features (tests, demos)
+
+
+def regions_required(model: str, regions: str | os.PathLike[str] | None) -> Path:
+    """The ``--regions`` file of a model that reads region features; one-line error without it."""
+    if regions is None:
+        raise ValueError(
+            f"regions: {model} reads precomputed region features; give --regions FILE.h5 "
+            "(see `probe regions import`, or `probe fixtures regions` for random ones)"
+        )
+    return Path(regions)
 
 
 def random_regions(

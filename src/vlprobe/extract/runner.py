@@ -299,21 +299,11 @@ def _open_regions(config: ExtractConfig, adapter_cls: type[Adapter], dataset: Da
         if config.regions is not None:
             raise ValueError(f"regions: {config.model} reads pixels, not region features; drop --regions")
         return None
-    if config.regions is None:
-        raise ValueError(
-            f"regions: {config.model} reads precomputed region features; give --regions FILE.h5 "
-            "(see `probe regions import`, or `probe fixtures regions` for random ones)"
-        )
-    from vlprobe.extract.regions import RegionStore
+    from vlprobe.extract.regions import RegionStore, regions_required
 
-    store = RegionStore(config.regions)
+    store = RegionStore(regions_required(config.model, config.regions))
     try:
-        missing = [img.name for img in dataset.images() if img.name not in store]
-        if missing:
-            raise ValueError(
-                f"regions: no features for image {missing[0]!r} in {Path(config.regions).name} "
-                f"({len(missing)} of the dataset's {len(dataset.images())} images missing)"
-            )
+        store.require([img.name for img in dataset.images()], "the dataset's")
     except BaseException:
         store.close()
         raise
