@@ -142,6 +142,7 @@ def blend(vs: VariantScores, agg: str, lam: float, include_original: bool = True
 
 
 def parse_lambdas(values: Any) -> tuple[float, ...]:
+    """``"0,.5,1"`` or a sequence of numbers -> a tuple of floats, each checked to lie in [0, 1]."""
     if isinstance(values, str):
         values = [v for v in values.split(",") if v.strip()]
     try:
@@ -150,6 +151,9 @@ def parse_lambdas(values: Any) -> tuple[float, ...]:
         raise ValueError(f"lambdas must be numbers in [0, 1], got {values!r}") from None
     if not out:
         raise ValueError("lambdas: give at least one value")
+    for lam in out:
+        if not 0.0 <= lam <= 1.0:
+            raise ValueError(f"lambdas must lie in [0, 1], got {lam!r}")
     return out
 
 
@@ -163,9 +167,6 @@ def run_variant_similarity(config: VariantSimilarityConfig) -> tuple[Path, Path,
     if not aggs or bad:
         raise ValueError(f"aggs must be some of {', '.join(AGGS)}, got {list(aggs)!r}")
     lambdas = parse_lambdas(config.lambdas)
-    for lam in lambdas:
-        if not 0.0 <= lam <= 1.0:
-            raise ValueError(f"lambdas must lie in [0, 1], got {lam!r}")
     with ActivationCache(config.cache) as cache:
         if cache.header.dataset != "winoground":
             raise ValueError(f"cache: {Path(config.cache).name} holds dataset {cache.header.dataset!r}, not winoground")
