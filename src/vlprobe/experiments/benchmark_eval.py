@@ -30,8 +30,8 @@ import numpy as np
 from vlprobe.data.source_files import iter_json_lines
 from vlprobe.experiments.metrics import (
     SUGARCREPE_GROUPS,
-    bootstrap_ci,
     bootstrap_indices,
+    ci95_rows,
     valse_metrics_batched,
 )
 from vlprobe.experiments.outputs import (
@@ -278,9 +278,7 @@ def _with_ci(rows: list[dict[str, Any]], base: dict[str, Any], subset: str, metr
              value: float, boot: np.ndarray, n: int, seed: int) -> None:
     row = {**base, "subset": subset, "n": n}
     rows.append({**row, "metric": metric, "value": 100.0 * value})
-    low, high = bootstrap_ci(100.0 * boot)
-    rows.append({**row, "metric": f"{metric}.ci95_low", "value": low, "seed": seed})
-    rows.append({**row, "metric": f"{metric}.ci95_high", "value": high, "seed": seed})
+    rows += ci95_rows(row, metric, 100.0 * boot, seed)
 
 
 def _sugarcrepe_rows(pos: np.ndarray, neg: np.ndarray, sub: np.ndarray, idx: np.ndarray,

@@ -44,6 +44,7 @@ __all__ = [
     "auroc",
     "bootstrap_ci",
     "bootstrap_indices",
+    "ci95_rows",
     "pair_correct",
     "recall_at_k",
     "recall_ranks",
@@ -374,3 +375,20 @@ def bootstrap_ci(values: np.ndarray, level: float = 0.95) -> tuple[float, float]
     alpha = (1 - level) / 2
     low, high = np.quantile(v, [alpha, 1 - alpha])
     return float(low), float(high)
+
+
+def ci95_rows(base: dict[str, Any], metric: str, values: np.ndarray, seed: int) -> list[dict[str, Any]]:
+    """The tidy rows ``<metric>.ci95_low`` and ``<metric>.ci95_high`` of a statistic's bootstrap values.
+
+    Parameters
+    ----------
+    base : dict
+        The row's other columns (experiment, model, subset, n, ...).
+    values : ndarray, shape (B,)
+        The statistic on each resample, already in the reported unit (e.g. percent).
+    seed : int
+        The bootstrap seed, written to the ``seed`` column.
+    """
+    low, high = bootstrap_ci(values)
+    return [{**base, "metric": f"{metric}.ci95_{bound}", "value": value, "seed": seed}
+            for bound, value in (("low", low), ("high", high))]

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from vlprobe.experiments.metrics import bootstrap_ci, bootstrap_indices, recall_ranks
+from vlprobe.experiments.metrics import bootstrap_indices, ci95_rows, recall_ranks
 from vlprobe.experiments.outputs import build_manifest, check_run_slot, config_record, write_results
 from vlprobe.experiments.score_files import read_score_matrix
 from vlprobe.io import atomic_write
@@ -93,12 +93,10 @@ def run_recall(config: RecallConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
         ranks = recall_ranks(scores, positives)
         for k in config.ks:
             hit = ranks <= int(k)
-            low, high = bootstrap_ci(100.0 * hit[idx].mean(axis=1))
             base = {"experiment": NAME, "model": model, "task": "target", "split": "all",
                     "subset": direction, "n": len(positives)}
             rows.append({**base, "metric": f"recall@{int(k)}", "value": 100.0 * float(hit.mean())})
-            intervals.append({**base, "metric": f"recall@{int(k)}.ci95_low", "value": low, "seed": config.seed})
-            intervals.append({**base, "metric": f"recall@{int(k)}.ci95_high", "value": high, "seed": config.seed})
+            intervals += ci95_rows(base, f"recall@{int(k)}", 100.0 * hit[idx].mean(axis=1), config.seed)
     rows += intervals
     manifest = build_manifest(
         NAME, VERSION, cfg, inputs, seeds=[config.seed],

@@ -31,7 +31,7 @@ import numpy as np
 
 from vlprobe.data.source_files import iter_json_lines
 from vlprobe.data.tags import WWH_CODE_NONE_EXCLUDED, WWH_TAGS
-from vlprobe.experiments.metrics import bootstrap_ci, bootstrap_indices, winoground_outcomes
+from vlprobe.experiments.metrics import bootstrap_indices, ci95_rows, winoground_outcomes
 from vlprobe.experiments.outputs import (
     build_manifest,
     check_run_slot,
@@ -268,13 +268,9 @@ def run_winoground_scores(config: WinogroundScoresConfig) -> tuple[Path, Path, l
                 "subset": subset, "metric": metric, "value": value, "n": n,
             })
     idx = bootstrap_indices(len(ids), config.bootstrap, config.seed)
+    base = {"experiment": NAME, "model": model, "task": "target", "split": "all", "subset": "all", "n": len(ids)}
     for metric, hit in outcomes.items():
-        low, high = bootstrap_ci(100.0 * hit[idx].mean(axis=1))
-        for bound, value in (("low", low), ("high", high)):
-            rows.append({
-                "experiment": NAME, "model": model, "task": "target", "split": "all", "seed": config.seed,
-                "subset": "all", "metric": f"{metric}.ci95_{bound}", "value": value, "n": len(ids),
-            })
+        rows += ci95_rows(base, metric, 100.0 * hit[idx].mean(axis=1), config.seed)
     manifest = build_manifest(
         NAME, VERSION, cfg, inputs, seeds=[config.seed],
         extra={"units": "percent of items", "n_items": len(ids), "model": model,
