@@ -15,8 +15,8 @@ from .presets import DEFAULT_PRESET, PRESETS, SelectionPreset, get_preset
 __all__ = [
     "DEFAULT_PRESET",
     "PRESETS",
-    "DetectorInputError",
     "Detections",
+    "DetectorInputError",
     "ImageInputError",
     "ImageTooSmallError",
     "RegionDetector",

@@ -48,7 +48,11 @@ def read_vocab(path: str | os.PathLike[str], what: str = "labels") -> list[str]:
 
 def _hub_folder(repo_id: str) -> Path:
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError, RepositoryNotFoundError
+    from huggingface_hub.errors import (
+        HFValidationError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+    )
 
     try:
         return Path(snapshot_download(repo_id, allow_patterns=[f"*{OBJECTS_FILE}", f"*{ATTRIBUTES_FILE}"]))

@@ -27,10 +27,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .backbone import BottleneckBlock, ConvNorm, FrozenBatchNorm2d, ResNetC4
+from .backbone import ConvNorm, FrozenBatchNorm2d, ResNetC4
 from .checkpoint import WEIGHTS_NAME, load_weights, read_state_dict
 from .config import CONFIG_NAME, DetectorConfig, config_from_dict, default_config_dict, read_config
-from .errors import DetectorInputError, ImageInputError
+from .errors import DetectorInputError
 from .preprocess import prepare_images
 from .presets import DEFAULT_PRESET, SelectionPreset, get_preset
 from .roi_heads import Res5RoIHeads
@@ -128,7 +128,6 @@ def init_random_weights(model: VGFasterRCNN, seed: int) -> None:
     config values. Draws follow the state-dict order, so a seed gives the same weights anywhere.
     """
     gen = torch.Generator().manual_seed(seed)
-    cfg = model.cfg
 
     def normal(shape: torch.Size, std: float, mean: float = 0.0) -> Tensor:
         return torch.randn(shape, generator=gen) * std + mean
@@ -175,7 +174,6 @@ def init_random_weights(model: VGFasterRCNN, seed: int) -> None:
             else:  # pragma: no cover - every key of the model is one of the above
                 raise RuntimeError(f"no random init rule for {name}")
             tensor.copy_(values.to(tensor.dtype))
-    _ = cfg
 
 
 def _device(device: str | torch.device) -> torch.device:
@@ -253,8 +251,6 @@ class RegionDetector:
         spec = os.fspath(checkpoint)
         try:
             resolved = resolve_checkpoint(spec, param="detector", allow_patterns=[CONFIG_NAME, WEIGHTS_NAME])
-        except DetectorInputError:
-            raise
         except ValueError as exc:
             raise DetectorInputError(str(exc)) from None
         cfg = read_config(resolved.path / CONFIG_NAME)
@@ -328,7 +324,7 @@ class RegionDetector:
         p = self.resolve(preset)
         dev = self.device
 
-        def stage(name: str):  # noqa: ANN202
+        def stage(name: str):
             return timer.stage(name, dev) if timer is not None else _NULL
 
         with stage("preprocess"):
@@ -346,7 +342,7 @@ class RegionDetector:
             timer.calls += 1
         return out
 
-    def _select(self, batch, proposals, obj, attr, deltas, pooled, p: SelectionPreset) -> list[Detections]:  # noqa: ANN001
+    def _select(self, batch, proposals, obj, attr, deltas, pooled, p: SelectionPreset) -> list[Detections]:
         counts = [len(b) for b, _ in proposals]
         cpu = torch.device("cpu")
         parts = [t.float().to(cpu).split(counts) if t is not None else [None] * len(counts) for t in (obj, attr, deltas, pooled)]
@@ -379,5 +375,3 @@ class RegionDetector:
             )
         return out
 
-
-__all__ += ["ImageInputError"]

@@ -22,7 +22,7 @@ from .backbone import make_stage
 from .config import DetectorConfig
 from .ops import roi_pool
 
-__all__ = ["BoxPredictor", "RoIHeadOutput", "Res5RoIHeads"]
+__all__ = ["BoxPredictor", "Res5RoIHeads", "RoIHeadOutput"]
 
 RoIHeadOutput = tuple[Tensor, Tensor | None, Tensor, Tensor]
 
