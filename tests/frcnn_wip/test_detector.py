@@ -228,7 +228,7 @@ def test_a_malicious_pickle_is_refused_by_weights_only(tiny_frcnn_dir: Path, tmp
     assert not marker.exists() and "\n" not in str(exc.value)
     # A bare pickle (not a torch file) too.
     with open(d / WEIGHTS_NAME, "wb") as fh:
-        pickle.dump(_Evil(marker), fh)
+        pickle.dump(_Evil(marker), fh, protocol=2)
     with pytest.raises(DetectorInputError, match="weights_only=True"):
         RegionDetector.load(d, device="cpu")
     assert not marker.exists()
