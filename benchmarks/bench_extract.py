@@ -23,9 +23,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from _common import best_of
 
 from vlprobe.data.synthetic import make_synthetic_winoground
-from vlprobe.extract.clip import CLIPAdapter
 from vlprobe.extract.fixtures import write_tiny_clip
-from vlprobe.extract.pooling import pool_states
+from vlprobe.extract.models.clip import CLIPAdapter
+from vlprobe.extract.models.pooling import pool_states
 from vlprobe.extract.runner import ExtractConfig, extract
 
 

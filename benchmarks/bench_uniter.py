@@ -18,7 +18,7 @@ import argparse
 import torch
 from _common import best_of
 
-from vlprobe.extract.uniter import UniterModel
+from vlprobe.extract.models.uniter.model import UniterModel
 
 SIZES = {
     "base": dict(vocab_size=28996, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,

@@ -70,21 +70,21 @@ def _adapter(model: str) -> Any:
     import torch
     from transformers import BertTokenizer
 
-    from vlprobe.extract.checkpoints import ResolvedCheckpoint
     from vlprobe.extract.fixtures import bert_fixture_vocab, seeded_model
+    from vlprobe.extract.models.hf import ResolvedCheckpoint
 
     ckpt = ResolvedCheckpoint("random-init", __import__("pathlib").Path("."), "random")
     cpu = torch.device("cpu")
     if model == "lxmert":
         from transformers import LxmertConfig, LxmertForPreTraining
 
-        from vlprobe.extract.lxmert import LxmertAdapter
+        from vlprobe.extract.models.lxmert import LxmertAdapter
 
         net = seeded_model(LxmertForPreTraining, LxmertConfig(), 0)  # 768 wide, 9 / 5 / 5 layers
         tok = BertTokenizer(vocab=bert_fixture_vocab(lowercase=True), do_lower_case=True)
         return LxmertAdapter(net, tok, ckpt, cpu, torch.float32)
-    from vlprobe.extract.uniter import UniterModel
-    from vlprobe.extract.uniter_adapter import UniterAdapter
+    from vlprobe.extract.models.uniter.adapter import UniterAdapter
+    from vlprobe.extract.models.uniter.model import UniterModel
 
     base = {"vocab_size": 28996, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
             "intermediate_size": 3072}

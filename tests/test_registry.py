@@ -151,7 +151,7 @@ def test_reregistering_the_same_object_is_accepted() -> None:
 
 
 def test_lazy_string_then_the_class_itself_is_accepted(lazy_module: str) -> None:
-    """What vlprobe.extract.clip does: the registry names it lazily, the module decorates it."""
+    """What vlprobe.extract.models.clip does: the registry names it lazily, the module decorates it."""
     reg: Registry[type] = Registry("model")
     reg.register("thing", f"{lazy_module}:Thing")
     module = __import__(lazy_module)
@@ -168,7 +168,7 @@ def test_builtin_registries() -> None:
     assert MODELS.describe("clip")
     assert DATASETS.describe("winoground")
     from vlprobe.data.winoground import load_winoground
-    from vlprobe.extract.clip import CLIPAdapter
+    from vlprobe.extract.models.clip import CLIPAdapter
 
     assert MODELS.get("clip") is CLIPAdapter
     assert DATASETS.get("winoground") is load_winoground

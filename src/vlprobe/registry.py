@@ -126,7 +126,7 @@ EXPERIMENTS: Registry[Callable[..., Any]] = Registry("experiment")
 
 # Built-in entries, lazy so that `probe ls` stays fast.
 MODELS.register(
-    "clip", "vlprobe.extract.clip:CLIPAdapter",
+    "clip", "vlprobe.extract.models.clip:CLIPAdapter",
     help="CLIP dual encoder (any HF CLIP checkpoint or local directory); streams text, image",
 )
 DATASETS.register(
@@ -152,15 +152,15 @@ DATASETS.register(
     help="VALSE (11 JSON files; valid items by default; images via --image-root SOURCE=DIR)",
 )
 MODELS.register(
-    "blind-lm", "vlprobe.extract.blind:CausalLMScorer",
+    "blind-lm", "vlprobe.extract.models.blind:CausalLMScorer",
     help="Blind baseline: token-normalised log-likelihood of the caption under any HF causal LM",
 )
 MODELS.register(
-    "blind-grammar", "vlprobe.extract.blind:SequenceClassifierScorer",
+    "blind-grammar", "vlprobe.extract.models.blind:SequenceClassifierScorer",
     help="Blind baseline: P(acceptable) of any HF sequence classifier (e.g. a CoLA model)",
 )
 MODELS.register(
-    "caption-length", "vlprobe.extract.blind:CaptionLengthScorer",
+    "caption-length", "vlprobe.extract.models.blind:CaptionLengthScorer",
     help="Blind baseline: minus the caption length in characters (no checkpoint)",
 )
 EXPERIMENTS.register(
@@ -178,11 +178,11 @@ EXPERIMENTS.register(
 
 # -- cross-encoders (xmodels) ----------------------------------------------------------------------
 MODELS.register(
-    "lxmert", "vlprobe.extract.lxmert:LxmertAdapter",
+    "lxmert", "vlprobe.extract.models.lxmert:LxmertAdapter",
     help="LXMERT cross-encoder with region features; streams lang (0..14), vision (0..10)",
 )
 MODELS.register(
-    "uniter", "vlprobe.extract.uniter_adapter:UniterAdapter",
+    "uniter", "vlprobe.extract.models.uniter.adapter:UniterAdapter",
     help="UNITER cross-encoder (official .pt + config JSON) with region features; streams text, image",
 )
 

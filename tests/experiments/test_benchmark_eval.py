@@ -18,7 +18,7 @@ from vlprobe.data.valse import load_valse
 from vlprobe.experiments.benchmark_eval import EvalConfig, run_eval
 from vlprobe.experiments.metrics import pair_correct, valse_metrics
 from vlprobe.experiments.score_files import caption_foil_scores, read_item_scores
-from vlprobe.extract.clip import CLIPAdapter
+from vlprobe.extract.models.clip import CLIPAdapter
 
 SC_SUBSETS = "swap_obj,add_att,replace_rel"
 

@@ -12,7 +12,7 @@ from typing import Any
 import h5py
 import numpy as np
 import pytest
-from _extract_helpers import kill_when
+from tests.extract.helpers import kill_when
 from typer.testing import CliRunner
 
 from vlprobe.cli import app
@@ -145,8 +145,8 @@ def test_cached_states_equal_the_adapter(cross_reference: Callable[[str], Path],
     """Rows of the cache are the pairs they claim to be: recompute a few with a plain forward."""
     import torch
 
-    from vlprobe.extract.lxmert import LxmertAdapter
-    from vlprobe.extract.pooling import pool_states
+    from vlprobe.extract.models.lxmert import LxmertAdapter
+    from vlprobe.extract.models.pooling import pool_states
     from vlprobe.extract.regions import RegionStore
 
     adapter = LxmertAdapter.load(str(tiny_lxmert))

@@ -12,7 +12,7 @@ from typing import Any
 import h5py
 import numpy as np
 import pytest
-from _extract_helpers import kill_when
+from tests.extract.helpers import kill_when
 
 from vlprobe.data.synthetic import make_synthetic_winoground
 from vlprobe.extract.cache import ActivationCache

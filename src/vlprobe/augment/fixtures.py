@@ -78,7 +78,7 @@ def write_tiny_seq2seq(out: str | os.PathLike[str], kind: str = "marian", seed: 
             model = BartForConditionalGeneration(BartConfig(**common, decoder_start_token_id=1))
     staging = Path(tempfile.mkdtemp(prefix=".tiny-seq2seq.", dir=target.parent if target.parent.exists() else None))
     try:
-        from vlprobe.extract.base import quiet_transformers
+        from vlprobe.extract.models.hf import quiet_transformers
 
         with quiet_transformers():
             model.save_pretrained(staging)

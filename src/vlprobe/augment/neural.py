@@ -70,7 +70,8 @@ def _load(spec: str, device: str) -> tuple[Any, Any, str]:
         from huggingface_hub import snapshot_download
 
         path = snapshot_download(spec, local_files_only=True)
-    from vlprobe.extract.base import quiet_transformers, resolve_device
+    from vlprobe.devices import resolve_device
+    from vlprobe.extract.models.hf import quiet_transformers
 
     device = str(resolve_device(device))
     with quiet_transformers():
@@ -142,7 +143,7 @@ class _Seq2SeqStrategy(Strategy):
         """Outputs per input (``num_return_sequences`` each) with transformers' own generate."""
         import torch
 
-        from vlprobe.extract.base import quiet_transformers
+        from vlprobe.extract.models.hf import quiet_transformers
 
         self.load()
         tok, model, device = self._models[opt]

@@ -152,7 +152,7 @@ def _validate(config: EvalConfig) -> None:
         if given:
             raise ValueError(f"{given[0]} applies to a model, not to a saved score file")
     else:
-        from vlprobe.extract.base import CrossEncoder
+        from vlprobe.extract.models.base import CrossEncoder
         from vlprobe.registry import MODELS
 
         cls = MODELS.get(config.model)

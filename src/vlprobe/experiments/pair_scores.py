@@ -5,13 +5,13 @@
 * a dual encoder adapter (CLIP; ``Adapter.dual_encoder``): every distinct image and text is
   encoded once, in batches, through the adapter's own ``encode`` (its ``pooled`` output), and pair
   scores come from ``Adapter.scores_from_pooled`` - the same numbers ``probe extract`` stores;
-* a cross-encoder (:class:`~vlprobe.extract.base.CrossEncoder`: LXMERT, UNITER) reads region
+* a cross-encoder (:class:`~vlprobe.extract.models.base.CrossEncoder`: LXMERT, UNITER) reads region
   features, not pixels: every distinct text is tokenised once (``prepare_texts``), the regions of
   the distinct image names are read from the ``regions`` file (``RegionStore``, keyed by the
   normalised ``ImageRef.name``) in blocks of images (``prepare_images``), and each batch of pairs
   is one ``encode_pairs`` call without states - the pass ``probe extract`` runs, so the scores
   equal the ones it stores;
-* a blind text-only baseline (:class:`vlprobe.extract.blind.TextScorer`): each distinct text is
+* a blind text-only baseline (:class:`vlprobe.extract.models.blind.TextScorer`): each distinct text is
   scored once and the image is ignored.
 """
 
@@ -179,8 +179,8 @@ def load_pair_scorer(
     regions : path, optional
         Region-feature file (vlprobe HDF5) for a cross-encoder; refused for other models.
     """
-    from vlprobe.extract.base import CrossEncoder
-    from vlprobe.extract.blind import TextScorer
+    from vlprobe.extract.models.base import CrossEncoder
+    from vlprobe.extract.models.blind import TextScorer
     from vlprobe.extract.runner import check_load_options
 
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from vlprobe.extract.base import StreamSpec
 from vlprobe.extract.cache import CacheHeader, CacheTables, CacheWriter, StreamLayout
+from vlprobe.extract.models.base import StreamSpec
 
 __all__ = ["ArrayStream", "planted_cache", "winoground_tables", "write_array_cache"]
 

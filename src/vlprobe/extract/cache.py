@@ -93,7 +93,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from vlprobe.extract.base import StreamSpec
+from vlprobe.extract.models.base import StreamSpec
 
 __all__ = [
     "COMPARED_FIELDS",

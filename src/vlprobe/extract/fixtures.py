@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from vlprobe import __version__
-from vlprobe.extract.base import quiet_transformers
+from vlprobe.extract.models.hf import quiet_transformers
 
 __all__ = [
     "FIXTURE_MARKER",
@@ -477,7 +477,7 @@ def _uniter_fixture_state(config: dict, vocab_size: int, seed: int, score_head: 
     """Random float16 tensors under the official key names (body, score heads, pretraining heads)."""
     import torch
 
-    from vlprobe.extract.uniter import official_key_shapes
+    from vlprobe.extract.models.uniter.model import official_key_shapes
 
     shapes = official_key_shapes({**config, "vocab_size": vocab_size}, "itm")
     h = config["hidden_size"]
@@ -547,7 +547,7 @@ def write_tiny_uniter(
 ) -> Path:
     """Write a tiny random-initialised UNITER checkpoint in the official release format.
 
-    ``uniter.pt`` loads with :meth:`vlprobe.extract.uniter.UniterModel.from_official` (and
+    ``uniter.pt`` loads with :meth:`vlprobe.extract.models.uniter.model.UniterModel.from_official` (and
     ``torch.load(..., weights_only=True)``), ``uniter.json`` with :class:`UniterConfig`, and
     ``tokenizer/`` with ``AutoTokenizer.from_pretrained`` (a cased ``BertTokenizer``). Hidden 32,
     2 layers, 2 heads, intermediate 64, 2048-d region features, vocabulary

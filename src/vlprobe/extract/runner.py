@@ -7,7 +7,7 @@ and finally computes the score matrix. ``shard="K/N"`` runs the K-th of N contig
 every stream's rows into its own file; :func:`merge_shards` joins the N files and computes the
 scores.
 
-Cross-encoders (:class:`~vlprobe.extract.base.CrossEncoder`: LXMERT, UNITER) run the pair plan
+Cross-encoders (:class:`~vlprobe.extract.models.base.CrossEncoder`: LXMERT, UNITER) run the pair plan
 instead: every text of the plan is tokenised once and every image's region features are read
 once from the ``regions`` file; each batch of pairs is one call of ``encode_pairs``, which gives
 the score of every pair and, with ``pair_states``, the pooled states of every pair stream, written
@@ -37,7 +37,6 @@ import numpy as np
 
 from vlprobe import __version__
 from vlprobe.data.items import Dataset
-from vlprobe.extract.base import Adapter, CrossEncoder, StreamSpec
 from vlprobe.extract.cache import (
     COMPARED_FIELDS,
     ActivationCache,
@@ -47,7 +46,8 @@ from vlprobe.extract.cache import (
     PairLayout,
     StreamLayout,
 )
-from vlprobe.extract.pooling import parse_poolings, pool_states
+from vlprobe.extract.models.base import Adapter, CrossEncoder, StreamSpec
+from vlprobe.extract.models.pooling import parse_poolings, pool_states
 from vlprobe.io import atomic_path
 from vlprobe.layers import parse_stream_layers
 from vlprobe.provenance import git_revision, package_versions

@@ -29,7 +29,6 @@ import string
 from pathlib import Path
 from typing import Any
 
-from vlprobe.extract.base import quiet_transformers
 from vlprobe.extract.fixtures import (
     _WORDS,
     _check_seed,
@@ -39,6 +38,7 @@ from vlprobe.extract.fixtures import (
     learn_bpe,
     seeded_model,
 )
+from vlprobe.extract.models.hf import quiet_transformers
 
 __all__ = ["write_tiny_bert_classifier", "write_tiny_gpt2"]
 

@@ -94,7 +94,7 @@ def check_training(lr: float, epochs: int, batch_size: int) -> None:
 
 
 def _device(device: str) -> torch.device:
-    from vlprobe.extract.base import resolve_device
+    from vlprobe.devices import resolve_device
 
     return resolve_device(device)
 

@@ -1,4 +1,4 @@
-"""UNITER (Chen et al. 2020) as a vlprobe cross-encoder, on :class:`vlprobe.extract.uniter.UniterModel`.
+"""UNITER (Chen et al. 2020) as a vlprobe cross-encoder, on :class:`vlprobe.extract.models.uniter.model.UniterModel`.
 
 Inputs: ``--checkpoint uniter-base.pt`` (the official state dict), ``--uniter-config
 uniter-base.json`` (default: a JSON of the same stem beside the checkpoint, e.g.
@@ -19,7 +19,7 @@ outputs, indexed from 0).
 
 Score: the model's match probability, ``softmax(itm_output(pooled))[:, 1]`` for pretrained
 checkpoints (``sigmoid(rank_output(pooled))`` for retrieval-fine-tuned ones; see
-:mod:`vlprobe.extract.uniter`).
+:mod:`vlprobe.extract.models.uniter.model`).
 
 Batching: every text is tokenised once; per batch of pairs the text embeddings of the distinct
 captions and the region embeddings of the distinct images are computed once and indexed into
@@ -38,20 +38,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from vlprobe.extract.base import (
+from vlprobe.devices import resolve_device, resolve_dtype
+from vlprobe.extract.models.base import (
     CrossEncoder,
     PairOutput,
     StreamSpec,
     TextTable,
     check_pair_indices,
     check_regions,
-    quiet_transformers,
-    resolve_device,
-    resolve_dtype,
     text_max_length,
 )
-from vlprobe.extract.checkpoints import ResolvedCheckpoint, resolve_checkpoint
-from vlprobe.extract.pooling import pool_states
+from vlprobe.extract.models.hf import ResolvedCheckpoint, quiet_transformers, resolve_checkpoint
+from vlprobe.extract.models.pooling import pool_states
 from vlprobe.provenance import sha256_file
 
 __all__ = ["DEFAULT_TOKENIZER", "UniterAdapter", "UniterImages", "UniterTexts"]
@@ -130,7 +128,7 @@ class UniterAdapter(CrossEncoder):
         """
         from transformers import AutoTokenizer
 
-        from vlprobe.extract.uniter import UniterConfig, UniterModel
+        from vlprobe.extract.models.uniter.model import UniterConfig, UniterModel
 
         dev, torch_dtype = resolve_device(device), resolve_dtype(dtype)
         ckpt_path = Path(checkpoint).expanduser()
@@ -248,7 +246,7 @@ class UniterAdapter(CrossEncoder):
         for, the other positions' queries, attention outputs and FFN of the last block are skipped
         (the block's own modules, in ``UniterModel``'s order).
         """
-        from vlprobe.extract.uniter import MASK_CONSTANT
+        from vlprobe.extract.models.uniter.model import MASK_CONSTANT
 
         additive = (1.0 - joint_mask.to(emb.dtype))[:, None, None, :] * MASK_CONSTANT
         blocks = list(self.model.uniter.encoder.layer)
@@ -269,7 +267,7 @@ class UniterAdapter(CrossEncoder):
 
         Returns
         -------
-        vlprobe.extract.uniter.UniterOutput
+        vlprobe.extract.models.uniter.model.UniterOutput
         """
         text_idx, image_idx = check_pair_indices(text_idx, image_idx)
         i_idx = torch.from_numpy(image_idx)

@@ -3,7 +3,7 @@
 An adapter wraps one model family. It declares its *streams* (CLIP: ``text`` and ``image``;
 LXMERT: ``lang`` and ``vision``) with their layers (0 = embedding output, then one per block)
 and a ``kind`` per layer, and turns a batch of inputs into token states. Pooling, batching,
-caching and sharding are shared code (:mod:`vlprobe.extract.pooling`,
+caching and sharding are shared code (:mod:`vlprobe.extract.models.pooling`,
 :mod:`vlprobe.extract.runner`).
 
 A stream's rows are texts (``modality="text"``), images (``"image"``) or image-text pairs
@@ -12,19 +12,17 @@ A stream's rows are texts (``modality="text"``), images (``"image"``) or image-t
 
 from __future__ import annotations
 
-import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from vlprobe.extract.checkpoints import ResolvedCheckpoint
+from vlprobe.extract.models.hf import ResolvedCheckpoint
 
 __all__ = [
-    "DTYPES",
     "Adapter",
     "CrossEncoder",
     "PairOutput",
@@ -33,15 +31,8 @@ __all__ = [
     "TextTable",
     "check_pair_indices",
     "check_regions",
-    "load_hf_config",
-    "quiet_transformers",
-    "resolve_device",
-    "resolve_dtype",
     "text_max_length",
 ]
-
-DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float16": torch.float16}
-
 
 @dataclass(frozen=True)
 class StreamSpec:
@@ -363,66 +354,3 @@ def text_max_length(tokenizer: Any, max_positions: int) -> int:
     """The longest token sequence to feed: the model's positions, or the tokenizer's limit if lower."""
     limit = getattr(tokenizer, "model_max_length", None) or max_positions
     return int(min(max_positions, limit))
-
-
-def load_hf_config(path: Any, checkpoint: str, model_type: str) -> Any:
-    """A checkpoint's transformers config, refused unless its ``model_type`` is ``model_type``.
-
-    Parameters
-    ----------
-    path : path
-        The resolved checkpoint folder.
-    checkpoint : str
-        What the user passed (named in the errors).
-    model_type : str
-        E.g. ``"clip"``, ``"lxmert"``.
-    """
-    from transformers import AutoConfig
-
-    try:
-        config = AutoConfig.from_pretrained(path)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"checkpoint: {checkpoint!r} has no readable config.json ({exc})") from None
-    if config.model_type != model_type:
-        raise ValueError(f"checkpoint: {checkpoint!r} is a {config.model_type!r} model, expected {model_type!r}")
-    return config
-
-
-def resolve_device(device: str) -> torch.device:
-    """``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (cuda when available) -> torch.device."""
-    text = (device or "").strip().lower()
-    if text == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(text)
-    except (RuntimeError, TypeError):
-        raise ValueError(f"device must be cpu, cuda, cuda:N or auto, got {device!r}") from None
-    if dev.type not in ("cpu", "cuda"):
-        raise ValueError(f"device must be cpu, cuda, cuda:N or auto, got {device!r}")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} asked for, but torch sees no CUDA device here")
-    return dev
-
-
-def resolve_dtype(dtype: str) -> torch.dtype:
-    """``float32`` or ``float16`` -> torch dtype."""
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    return DTYPES[dtype]
-
-
-@contextlib.contextmanager
-def quiet_transformers() -> Iterator[None]:
-    """Silence transformers' warnings and progress bars (e.g. the PIL image-processor fallback)."""
-    from transformers.utils import logging as hf_logging
-
-    level = hf_logging.get_verbosity()
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(level)
-        if bars:
-            hf_logging.enable_progress_bar()

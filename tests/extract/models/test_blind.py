@@ -1,4 +1,4 @@
-"""Blind text-only baselines (vlprobe.extract.blind) on tiny random models vlprobe writes."""
+"""Blind text-only baselines (vlprobe.extract.models.blind) on tiny random models vlprobe writes."""
 
 from __future__ import annotations
 
@@ -13,8 +13,12 @@ import torch
 from typer.testing import CliRunner
 
 from vlprobe.cli import app
-from vlprobe.extract.blind import CaptionLengthScorer, CausalLMScorer, SequenceClassifierScorer
 from vlprobe.extract.fixtures import FIXTURE_MARKER, FIXTURE_WRITERS
+from vlprobe.extract.models.blind import (
+    CaptionLengthScorer,
+    CausalLMScorer,
+    SequenceClassifierScorer,
+)
 from vlprobe.registry import MODELS
 
 TEXTS = ["a red circle left of a blue square", "a dog", "two people riding horses near a tree", "x"]

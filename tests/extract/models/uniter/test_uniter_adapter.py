@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _extract_helpers import random_region_arrays
+from tests.extract.helpers import random_region_arrays
 
-from vlprobe.extract.pooling import pool_states
+from vlprobe.extract.models.pooling import pool_states
+from vlprobe.extract.models.uniter.adapter import UniterAdapter
 from vlprobe.extract.regions import boxes_to_7d
-from vlprobe.extract.uniter_adapter import UniterAdapter
 from vlprobe.registry import MODELS
 
 CAPTIONS = [
@@ -45,7 +45,7 @@ def test_golden_streams(adapter: UniterAdapter) -> None:
 
 def test_base_config_has_13_layers(tiny_uniter: Path, tmp_path: Path) -> None:
     """uniter-base's shape: 12 blocks -> layers 0..12 (random weights, never saved)."""
-    from vlprobe.extract.uniter import UniterModel
+    from vlprobe.extract.models.uniter.model import UniterModel
 
     base = {"vocab_size": 28996, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
             "intermediate_size": 3072}

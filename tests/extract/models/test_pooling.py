@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vlprobe.extract.pooling import POOLINGS, TOKEN_POOLINGS, parse_poolings, pool_states
+from vlprobe.extract.models.pooling import POOLINGS, TOKEN_POOLINGS, parse_poolings, pool_states
 
 
 def naive_pool(

@@ -1,4 +1,4 @@
-"""Helpers shared by the extraction tests (imported as a plain module: pytest puts this folder on sys.path)."""
+"""Helpers shared by the extraction tests (`from tests.extract.helpers import ...`)."""
 
 from __future__ import annotations
 

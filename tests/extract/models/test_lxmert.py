@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _extract_helpers import random_region_arrays
+from tests.extract.helpers import random_region_arrays
 
 from vlprobe.extract.fixtures import FIXTURE_MARKER, FIXTURE_WRITERS, write_tiny_lxmert
-from vlprobe.extract.lxmert import MATCH_INDEX, LxmertAdapter
-from vlprobe.extract.pooling import pool_states
+from vlprobe.extract.models.lxmert import MATCH_INDEX, LxmertAdapter
+from vlprobe.extract.models.pooling import pool_states
 from vlprobe.registry import MODELS
 
 CAPTIONS = [

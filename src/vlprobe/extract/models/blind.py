@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from vlprobe.extract.checkpoints import ResolvedCheckpoint, resolve_checkpoint
+from vlprobe.extract.models.hf import ResolvedCheckpoint, resolve_checkpoint
 
 __all__ = ["CaptionLengthScorer", "CausalLMScorer", "SequenceClassifierScorer", "TextScorer"]
 
@@ -67,7 +67,7 @@ class TextScorer:
 
 
 def _load_hf(checkpoint: str | None, name: str, device: str, dtype: str) -> tuple[ResolvedCheckpoint, Any, Any]:
-    from vlprobe.extract.base import resolve_device, resolve_dtype
+    from vlprobe.devices import resolve_device, resolve_dtype
 
     if not checkpoint:
         raise ValueError(f"checkpoint: model {name!r} needs --checkpoint (a Hugging Face directory or hub id)")
@@ -115,7 +115,7 @@ class CausalLMScorer(TextScorer):
             raise ValueError(f"model 'blind-lm' takes no options, got {sorted(options)}")
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-        from vlprobe.extract.base import quiet_transformers
+        from vlprobe.extract.models.hf import quiet_transformers
 
         ckpt, dev, torch_dtype = _load_hf(checkpoint, cls.name, device, dtype)
         with quiet_transformers():
@@ -176,7 +176,7 @@ class SequenceClassifierScorer(TextScorer):
     def __init__(self, model: Any, tokenizer: Any, checkpoint: ResolvedCheckpoint, device: Any, label_index: int) -> None:
         self.model, self.tokenizer, self.checkpoint, self.device = model, tokenizer, checkpoint, device
         self.label_index = label_index
-        from vlprobe.extract.base import text_max_length
+        from vlprobe.extract.models.base import text_max_length
 
         self.max_length = text_max_length(tokenizer, getattr(model.config, "max_position_embeddings", 512))
 
@@ -212,7 +212,7 @@ class SequenceClassifierScorer(TextScorer):
             raise ValueError(f"model 'blind-grammar' takes only acceptable_label, got {sorted(options)}")
         from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
-        from vlprobe.extract.base import quiet_transformers
+        from vlprobe.extract.models.hf import quiet_transformers
 
         ckpt, dev, torch_dtype = _load_hf(checkpoint, cls.name, device, dtype)
         with quiet_transformers():

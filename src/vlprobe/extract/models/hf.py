@@ -1,4 +1,5 @@
-"""Resolve ``--checkpoint`` (local directory or hub id) and fingerprint it.
+"""Loading Hugging Face checkpoints: resolve ``--checkpoint`` (local directory or hub id),
+fingerprint it, read its config, and keep transformers quiet while it loads.
 
 A directory is used as is. Anything else is a hub id, fetched through ``huggingface_hub``
 into its usual cache. Offline (``HF_HUB_OFFLINE=1``) a hub id that is not cached fails at once
@@ -7,14 +8,23 @@ with a message that says how to provide the model, instead of retrying for half 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from vlprobe.provenance import sha256_file
 
-__all__ = ["ResolvedCheckpoint", "resolve_checkpoint"]
+__all__ = [
+    "ResolvedCheckpoint",
+    "fingerprint_dir",
+    "load_hf_config",
+    "quiet_transformers",
+    "resolve_checkpoint",
+]
 
 
 @dataclass(frozen=True)
@@ -89,3 +99,43 @@ def _resolve_hub(repo_id: str, param: str, allow_patterns: list[str] | None) -> 
         raise ValueError(f"{param}: could not fetch {repo_id!r} ({exc}); {how}") from None
     path = Path(local)
     return ResolvedCheckpoint(repo_id, path, f"hub:{repo_id}@{path.name}")
+
+
+def load_hf_config(path: Any, checkpoint: str, model_type: str) -> Any:
+    """A checkpoint's transformers config, refused unless its ``model_type`` is ``model_type``.
+
+    Parameters
+    ----------
+    path : path
+        The resolved checkpoint folder.
+    checkpoint : str
+        What the user passed (named in the errors).
+    model_type : str
+        E.g. ``"clip"``, ``"lxmert"``.
+    """
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(path)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"checkpoint: {checkpoint!r} has no readable config.json ({exc})") from None
+    if config.model_type != model_type:
+        raise ValueError(f"checkpoint: {checkpoint!r} is a {config.model_type!r} model, expected {model_type!r}")
+    return config
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Silence transformers' warnings and progress bars (e.g. the PIL image-processor fallback)."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vlprobe.extract.checkpoints import fingerprint_dir, resolve_checkpoint
+from vlprobe.extract.models.hf import fingerprint_dir, resolve_checkpoint
 
 
 @pytest.fixture

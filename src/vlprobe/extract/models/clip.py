@@ -22,17 +22,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from vlprobe.extract.base import (
-    Adapter,
-    StreamBatch,
-    StreamSpec,
+from vlprobe.devices import resolve_device, resolve_dtype
+from vlprobe.extract.models.base import Adapter, StreamBatch, StreamSpec, text_max_length
+from vlprobe.extract.models.hf import (
+    ResolvedCheckpoint,
     load_hf_config,
     quiet_transformers,
-    resolve_device,
-    resolve_dtype,
-    text_max_length,
+    resolve_checkpoint,
 )
-from vlprobe.extract.checkpoints import ResolvedCheckpoint, resolve_checkpoint
 
 __all__ = ["CLIPAdapter"]
 

@@ -43,21 +43,23 @@ from typing import Any
 import numpy as np
 import torch
 
-from vlprobe.extract.base import (
+from vlprobe.devices import resolve_device, resolve_dtype
+from vlprobe.extract.models.base import (
     CrossEncoder,
     PairOutput,
     StreamSpec,
     TextTable,
     check_pair_indices,
     check_regions,
-    load_hf_config,
-    quiet_transformers,
-    resolve_device,
-    resolve_dtype,
     text_max_length,
 )
-from vlprobe.extract.checkpoints import ResolvedCheckpoint, resolve_checkpoint
-from vlprobe.extract.pooling import pool_states
+from vlprobe.extract.models.hf import (
+    ResolvedCheckpoint,
+    load_hf_config,
+    quiet_transformers,
+    resolve_checkpoint,
+)
+from vlprobe.extract.models.pooling import pool_states
 
 __all__ = ["MATCH_INDEX", "LxmertAdapter", "LxmertImages", "LxmertTexts"]
 

@@ -10,7 +10,7 @@ import torch
 from transformers import AutoTokenizer, BertConfig, BertModel
 
 from vlprobe.extract.fixtures import FIXTURE_MARKER, write_tiny_uniter
-from vlprobe.extract.uniter import (
+from vlprobe.extract.models.uniter.model import (
     IGNORED_PREFIXES,
     UniterConfig,
     UniterModel,
