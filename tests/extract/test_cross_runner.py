@@ -12,15 +12,15 @@ from typing import Any
 import h5py
 import numpy as np
 import pytest
-from tests.extract.helpers import kill_when
 from typer.testing import CliRunner
 
+from tests.extract.helpers import kill_when
 from vlprobe.cli import app
+from vlprobe.data.loading import load_dataset
 from vlprobe.extract.cache import ActivationCache
 from vlprobe.extract.runner import (
     ExtractConfig,
     extract,
-    load_dataset,
     merge_shards,
     pair_rows,
     tables_from_dataset,

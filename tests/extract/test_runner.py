@@ -12,8 +12,8 @@ from typing import Any
 import h5py
 import numpy as np
 import pytest
-from tests.extract.helpers import kill_when
 
+from tests.extract.helpers import kill_when
 from vlprobe.data.synthetic import make_synthetic_winoground
 from vlprobe.extract.cache import ActivationCache
 from vlprobe.extract.runner import ExtractConfig, extract, merge_shards, parse_shard

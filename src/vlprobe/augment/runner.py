@@ -10,7 +10,6 @@ that cannot run here are skipped with their reason (or stop the run with ``stric
 
 from __future__ import annotations
 
-import inspect
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from typing import Any
 from vlprobe import __version__
 from vlprobe.augment.base import Proposal, Strategy, caption_rng
 from vlprobe.augment.plan import build_strategy, resolve_plan
+from vlprobe.data.loading import load_dataset, loader_options
 from vlprobe.data.variants import Variant, VariantSet, write_variants
 
 __all__ = ["AugmentConfig", "AugmentResult", "augment", "augment_texts", "prepare_strategies"]
@@ -167,16 +167,6 @@ def _provenance(strategies: Sequence[Strategy], skipped: Mapping[str, str], seed
     }
 
 
-def _load_dataset(name: str, data_dir: Path | None) -> Any:
-    from vlprobe.registry import DATASETS
-
-    loader = DATASETS.get(name)
-    kwargs: dict[str, Any] = {}
-    if "tags" in inspect.signature(loader).parameters:
-        kwargs["tags"] = False  # variants do not depend on tags: no download, no warning
-    return loader(data_dir, **kwargs)
-
-
 def augment(config: AugmentConfig, progress: Callable[[str], None] | None = None) -> AugmentResult:
     """Make variants of every caption of a dataset and write the variants file."""
     seed = _check_seed(config.seed)
@@ -185,7 +175,9 @@ def augment(config: AugmentConfig, progress: Callable[[str], None] | None = None
     strategies, skipped = prepare_strategies(
         config.preset, config.strategies, config.max_per_strategy, config.options, config.strict,
     )
-    ds = _load_dataset(config.dataset, config.data_dir)
+    # variants do not depend on tags: no tag-file lookup or download
+    no_tags = {"tags": False} if "tags" in loader_options(config.dataset) else {}
+    ds = load_dataset(config.dataset, config.data_dir, options=no_tags)
     captions = [(it.id, k, t.text) for it in ds.items for k, t in enumerate(it.captions)]
     sets = _variant_sets(strategies, captions, seed, config.batch_size, progress)
     prov = _provenance(strategies, skipped, seed, {

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from vlprobe.data.loading import load_dataset
 from vlprobe.data.source_files import iter_json_lines
 from vlprobe.experiments.metrics import (
     SUGARCREPE_GROUPS,
@@ -116,21 +117,11 @@ def _known_subsets(benchmark: str) -> tuple[str, ...]:
 
 
 def _load(config: EvalConfig) -> Any:
-    from vlprobe.registry import DATASETS
-
-    if config.data_dir is None:
-        raise ValueError(f"data_dir: {config.benchmark} needs --data-dir (the folder of its JSON files)")
-    kwargs: dict[str, Any] = {"subsets": config.subsets, "limit": config.limit}
-    if config.benchmark == "sugarcrepe":
-        if config.image_root:
-            raise ValueError("image_root applies to valse; SugarCrepe takes --image-dir (COCO val2017)")
-        kwargs["image_dir"] = config.image_dir
-    else:
-        if config.image_dir is not None:
-            raise ValueError("image_dir applies to sugarcrepe; VALSE takes --image-root SOURCE=DIR")
-        kwargs["image_root"] = list(config.image_root) or None
-        kwargs["all_items"] = config.all_items
-    return DATASETS.get(config.benchmark)(config.data_dir, **kwargs)
+    options = {
+        "subsets": config.subsets, "limit": config.limit, "image_dir": config.image_dir,
+        "image_root": list(config.image_root) or None, "all_items": config.all_items or None,
+    }
+    return load_dataset(config.benchmark, config.data_dir, options=options)
 
 
 def _validate(config: EvalConfig) -> None:

@@ -727,7 +727,7 @@ def random_regions_for_dataset(
     where they exist, else 640 x 480. Images shared by several items get one entry (the first
     occurrence fixes the order).
     """
-    from vlprobe.extract.runner import load_dataset
+    from vlprobe.data.loading import load_dataset
 
     if dataset == "winoground":  # tags=False: no tag-file lookup or download for a fixture
         ds = load_dataset(dataset, Path(data_dir), options={**(options or {}), "tags": False})

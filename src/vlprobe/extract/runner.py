@@ -22,7 +22,6 @@ read pixels need a file for every image, checked before the cache is opened.
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import sys
@@ -37,6 +36,7 @@ import numpy as np
 
 from vlprobe import __version__
 from vlprobe.data.items import Dataset
+from vlprobe.data.loading import load_dataset, loader_options
 from vlprobe.extract.cache import (
     COMPARED_FIELDS,
     ActivationCache,
@@ -51,16 +51,14 @@ from vlprobe.extract.models.pooling import parse_poolings, pool_states
 from vlprobe.io import atomic_path
 from vlprobe.layers import parse_stream_layers
 from vlprobe.provenance import git_revision, package_versions
-from vlprobe.registry import DATASETS, MODELS
+from vlprobe.registry import MODELS
 
 __all__ = [
     "PAIR_PLANS",
     "ExtractConfig",
     "ExtractResult",
-    "check_dataset_options",
     "check_load_options",
     "extract",
-    "load_dataset",
     "merge_shards",
     "pair_rows",
     "parse_shard",
@@ -127,42 +125,6 @@ def parse_shard(spec: str) -> tuple[int, int]:
     if n < 1 or not 0 <= k < n:
         raise ValueError(f"shard must satisfy 0 <= K < N, got {spec!r}")
     return k, n
-
-
-def check_dataset_options(name: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The options (None values dropped) a registered dataset's loader accepts; ValueError naming the first it does not.
-
-    ``data_dir`` is not an option (it has its own parameter).
-    """
-    loader = DATASETS.get(name)
-    opts = {k: v for k, v in (options or {}).items() if v is not None}
-    params = inspect.signature(loader).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return opts
-    takes = [p for p in params if p != "data_dir" and params[p].kind is not inspect.Parameter.VAR_POSITIONAL]
-    for key in opts:
-        if key == "data_dir" or key not in takes:
-            shown = ", ".join(f"--{t.replace('_', '-')}" for t in takes) or "no options"
-            raise ValueError(f"{key}: dataset {name!r} does not take --{key.replace('_', '-')} (it takes {shown})")
-    return opts
-
-
-def load_dataset(
-    name: str, data_dir: Path | None = None, tags: Path | None = None, variants: Path | None = None,
-    options: Mapping[str, Any] | None = None,
-) -> Dataset:
-    """Load a registered dataset (with its loader's ``options``) and attach a variants file."""
-    loader = DATASETS.get(name)
-    kwargs = check_dataset_options(name, {**(options or {}), **({} if tags is None else {"tags": tags})})
-    data_param = inspect.signature(loader).parameters.get("data_dir")
-    if data_dir is None and data_param is not None and data_param.default is inspect.Parameter.empty:
-        raise ValueError(f"data_dir: dataset {name!r} needs --data-dir (the folder of its files)")
-    dataset = loader(data_dir=data_dir, **kwargs)
-    if variants is not None:
-        from vlprobe.data.variants import attach_variants
-
-        dataset = attach_variants(dataset, variants)
-    return dataset
 
 
 def tables_from_dataset(dataset: Dataset) -> CacheTables:
@@ -282,7 +244,7 @@ def _check_pixels(config: ExtractConfig, dataset: Dataset) -> None:
     """A model that reads pixels needs every image's file (SugarCrepe/VALSE load without them)."""
     lacking = next((img for img in dataset.images() if img.path is None), None)
     if lacking is not None:
-        params = inspect.signature(DATASETS.get(config.dataset)).parameters
+        params = loader_options(config.dataset)
         flags = " or ".join(
             {"image_dir": "--image-dir DIR", "image_root": "--image-root SOURCE=DIR"}[k]
             for k in ("image_dir", "image_root") if k in params

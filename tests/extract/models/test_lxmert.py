@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from tests.extract.helpers import random_region_arrays
 
+from tests.extract.helpers import random_region_arrays
 from vlprobe.extract.fixtures import FIXTURE_MARKER, FIXTURE_WRITERS, write_tiny_lxmert
 from vlprobe.extract.models.lxmert import MATCH_INDEX, LxmertAdapter
 from vlprobe.extract.models.pooling import pool_states

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from tests.extract.helpers import random_region_arrays
 
+from tests.extract.helpers import random_region_arrays
 from vlprobe.extract.models.pooling import pool_states
 from vlprobe.extract.models.uniter.adapter import UniterAdapter
 from vlprobe.extract.regions import boxes_to_7d

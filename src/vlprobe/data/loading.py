@@ -1,0 +1,77 @@
+"""The one way to load a registered dataset by name, with its loader's options checked.
+
+``probe extract``, ``probe eval``, ``probe augment`` and the region fixtures all load datasets
+through :func:`load_dataset`: the loader is looked up in the dataset registry, the options
+(SugarCrepe ``image_dir``, VALSE ``image_root``, ``subsets``, ``limit``, ``all_items``,
+Winoground ``tags``) are checked against its signature, and a variants file is attached.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from vlprobe.data.items import Dataset
+from vlprobe.data.variants import attach_variants
+from vlprobe.registry import DATASETS
+
+__all__ = ["check_dataset_options", "load_dataset", "loader_options"]
+
+
+def loader_options(name: str) -> tuple[str, ...]:
+    """Keyword options of a registered dataset's loader (``data_dir`` aside), in signature order."""
+    params = inspect.signature(DATASETS.get(name)).parameters
+    return tuple(
+        p for p, par in params.items()
+        if p != "data_dir" and par.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    )
+
+
+def check_dataset_options(name: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The options (None values dropped) a registered dataset's loader accepts; ValueError naming the first it does not.
+
+    ``data_dir`` is not an option (it has its own parameter).
+    """
+    loader = DATASETS.get(name)
+    opts = {k: v for k, v in (options or {}).items() if v is not None}
+    params = inspect.signature(loader).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return opts
+    takes = loader_options(name)
+    for key in opts:
+        if key == "data_dir" or key not in takes:
+            shown = ", ".join(f"--{t.replace('_', '-')}" for t in takes) or "no options"
+            raise ValueError(f"{key}: dataset {name!r} does not take --{key.replace('_', '-')} (it takes {shown})")
+    return opts
+
+
+def load_dataset(
+    name: str, data_dir: Path | None = None, tags: Path | None = None, variants: Path | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> Dataset:
+    """Load a registered dataset (with its loader's ``options``) and attach a variants file.
+
+    Parameters
+    ----------
+    name : str
+        A registered dataset (``winoground``, ``sugarcrepe``, ``valse``).
+    data_dir : path, optional
+        The folder of its files; required by loaders that have no default.
+    tags : path, optional
+        The ``tags`` option (Winoground's tag file).
+    variants : path, optional
+        A variants file to attach (:func:`vlprobe.data.variants.attach_variants`).
+    options : mapping, optional
+        Further keyword options of the loader; None values are dropped.
+    """
+    loader = DATASETS.get(name)
+    kwargs = check_dataset_options(name, {**(options or {}), **({} if tags is None else {"tags": tags})})
+    data_param = inspect.signature(loader).parameters.get("data_dir")
+    if data_dir is None and data_param is not None and data_param.default is inspect.Parameter.empty:
+        raise ValueError(f"data_dir: dataset {name!r} needs --data-dir (the folder of its files)")
+    dataset = loader(data_dir=data_dir, **kwargs)
+    if variants is not None:
+        dataset = attach_variants(dataset, variants)
+    return dataset
