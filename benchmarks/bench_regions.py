@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 from _common import best_of, peak_traced
 
-from vlprobe.extract.region_formats import import_regions, read_butd_tsv, write_butd_tsv
-from vlprobe.extract.regions import RegionRecord, RegionStore, write_regions
+from vlprobe.extract.regions.formats import import_regions, read_butd_tsv, write_butd_tsv
+from vlprobe.extract.regions.store import RegionRecord, RegionStore, write_regions
 
 
 def records(n: int, seed: int = 0):

@@ -265,7 +265,7 @@ def tiny_uniter(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def synthetic_regions(tmp_path_factory: pytest.TempPathFactory, synthetic_dir: Path) -> Path:
     """Random 2048-d region features for every image of the session dataset: 3 to 8 boxes each."""
-    from vlprobe.extract.regions import random_regions
+    from vlprobe.fixtures.regions import random_regions
 
     names = sorted(p.stem for p in (synthetic_dir / "images").glob("*.png"))
     return random_regions(tmp_path_factory.mktemp("regions") / "regions.h5", names, n_boxes=8, min_boxes=3, seed=0)

@@ -47,7 +47,7 @@ def test_item_plan_holds_every_pair_of_every_item(
     n_pairs = len(image)
     with ActivationCache(cross_reference(model)) as c:
         assert c.complete and c.header.pair_plan == "item" and c.header.pair_states is True
-        from vlprobe.extract.regions import RegionStore
+        from vlprobe.extract.regions.store import RegionStore
 
         with RegionStore(synthetic_regions) as store:
             assert c.header.regions_fingerprint == store.fingerprint
@@ -147,7 +147,7 @@ def test_cached_states_equal_the_adapter(cross_reference: Callable[[str], Path],
 
     from vlprobe.extract.models.lxmert import LxmertAdapter
     from vlprobe.extract.models.pooling import pool_states
-    from vlprobe.extract.regions import RegionStore
+    from vlprobe.extract.regions.store import RegionStore
 
     adapter = LxmertAdapter.load(str(tiny_lxmert))
     with ActivationCache(cross_reference("lxmert")) as c:
@@ -320,7 +320,7 @@ def test_resume_with_other_regions_is_refused(
     cross_config: Callable[..., ExtractConfig], cross_reference: Callable[[str], Path],
     copy_cache: Callable[[Path, Path], Path], synthetic_dir: Path, tmp_path: Path,
 ) -> None:
-    from vlprobe.extract.regions import random_regions
+    from vlprobe.fixtures.regions import random_regions
 
     names = sorted(p.stem for p in (synthetic_dir / "images").glob("*.png"))
     other = random_regions(tmp_path / "other.h5", names, n_boxes=8, min_boxes=3, seed=1)
@@ -345,7 +345,7 @@ def test_resume_with_other_uniter_config_or_plan_is_refused(
 
 
 def test_missing_image_features_are_refused(cross_config: Callable[..., ExtractConfig], synthetic_dir: Path, tmp_path: Path) -> None:
-    from vlprobe.extract.regions import random_regions
+    from vlprobe.fixtures.regions import random_regions
 
     names = sorted(p.stem for p in (synthetic_dir / "images").glob("*.png"))
     partial = random_regions(tmp_path / "partial.h5", [n for n in names if n != "ex_3_img_1"], n_boxes=4)
@@ -359,7 +359,7 @@ def test_regions_of_another_width_are_refused_before_the_cache_is_made(
     model: str, cross_config: Callable[..., ExtractConfig], synthetic_dir: Path, tmp_path: Path,
 ) -> None:
     """Otherwise the run stops inside the pair pass, leaving a cache stamped with the wrong regions."""
-    from vlprobe.extract.regions import random_regions
+    from vlprobe.fixtures.regions import random_regions
 
     names = sorted(p.stem for p in (synthetic_dir / "images").glob("*.png"))
     narrow = random_regions(tmp_path / "narrow.h5", names, n_boxes=4, dim=16)

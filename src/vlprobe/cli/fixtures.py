@@ -63,7 +63,8 @@ def fixtures_regions(
     all_items: AllItems = False,
 ) -> None:
     """Write seeded random region features for every image of a dataset (SugarCrepe/VALSE: no image files needed)."""
-    from vlprobe.extract.regions import RegionStore, random_regions_for_dataset
+    from vlprobe.extract.regions.store import RegionStore
+    from vlprobe.fixtures.regions import random_regions_for_dataset
 
     path = random_regions_for_dataset(
         out, data_dir, dataset=dataset, n_boxes=boxes, dim=dim, seed=seed, min_boxes=min_boxes, dtype=dtype,

@@ -32,7 +32,7 @@ def regions_import(
     image_dir: Annotated[Path | None, typer.Option(help="uniter-npz: images, for their pixel sizes.")] = None,
 ) -> None:
     """Convert precomputed region features into vlprobe's HDF5 (validated, streamed)."""
-    from vlprobe.extract.region_formats import import_regions
+    from vlprobe.extract.regions.formats import import_regions
 
     s = import_regions(fmt, path, out, dtype=dtype, feature_dim=feature_dim, box_rule=box_rule, image_dir=image_dir)
     typer.echo(
@@ -49,7 +49,7 @@ def regions_export(
     fmt: Annotated[str, typer.Option("--format", help="butd-tsv | lxmert-tsv | uniter-npz")],
 ) -> None:
     """Write a region file in one of the precomputed formats (for other tools)."""
-    from vlprobe.extract.region_formats import export_regions
+    from vlprobe.extract.regions.formats import export_regions
 
     n = export_regions(path, fmt, out)
     typer.echo(f"wrote {n} images to {out} ({fmt})")
@@ -59,7 +59,7 @@ def regions_export(
 @guarded
 def regions_info(path: RegionFile, as_json: AsJson = False) -> None:
     """Describe a region file: images, boxes per image, feature width and dtype, source, fingerprint."""
-    from vlprobe.extract.region_formats import region_info
+    from vlprobe.extract.regions.formats import region_info
 
     info = region_info(path)
     if as_json:

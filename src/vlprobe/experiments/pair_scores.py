@@ -118,8 +118,8 @@ class PairScorer:
         return self._cross_scores([im.name for im in images], uniq_texts, t_idx)
 
     def _cross_scores(self, names: list[str], uniq_texts: list[str], t_idx: np.ndarray) -> np.ndarray:
-        from vlprobe.extract.region_boxes import normalise_image_id
-        from vlprobe.extract.regions import RegionStore
+        from vlprobe.extract.regions.boxes import normalise_image_id
+        from vlprobe.extract.regions.store import RegionStore
 
         keys = [normalise_image_id(n) for n in names]
         uniq = list(dict.fromkeys(keys))
@@ -189,7 +189,7 @@ def load_pair_scorer(
     opts = {k: v for k, v in (options or {}).items() if v is not None}
     store_fp = ""
     if isinstance(cls, type) and issubclass(cls, CrossEncoder):
-        from vlprobe.extract.regions import RegionStore, regions_required
+        from vlprobe.extract.regions.store import RegionStore, regions_required
 
         with RegionStore(regions_required(model, regions)) as store:
             store_fp = store.fingerprint

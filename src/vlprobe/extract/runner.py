@@ -261,7 +261,7 @@ def _open_regions(config: ExtractConfig, adapter_cls: type[Adapter], dataset: Da
         if config.regions is not None:
             raise ValueError(f"regions: {config.model} reads pixels, not region features; drop --regions")
         return None
-    from vlprobe.extract.regions import RegionStore, regions_required
+    from vlprobe.extract.regions.store import RegionStore, regions_required
 
     store = RegionStore(regions_required(config.model, config.regions))
     try:

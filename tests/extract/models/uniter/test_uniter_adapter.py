@@ -13,7 +13,7 @@ import torch
 from tests.extract.helpers import random_region_arrays
 from vlprobe.extract.models.pooling import pool_states
 from vlprobe.extract.models.uniter.adapter import UniterAdapter
-from vlprobe.extract.regions import boxes_to_7d
+from vlprobe.extract.regions.boxes import boxes_to_7d
 from vlprobe.registry import MODELS
 
 CAPTIONS = [

@@ -5,7 +5,7 @@ uniter-base.json`` (default: a JSON of the same stem beside the checkpoint, e.g.
 ``uniter-base.json``, or ``uniter.json``), ``--tokenizer ID_OR_DIR`` (default: a ``tokenizer/``
 folder beside the checkpoint if present, else ``bert-base-cased``, UNITER's tokenizer: cased,
 ``[CLS] ... [SEP]``), and region features whose boxes become ``pos7 = (x1, y1, x2, y2, w, h,
-w*h)`` normalised (:func:`vlprobe.extract.regions.boxes_to_7d`).
+w*h)`` normalised (:func:`vlprobe.extract.regions.boxes.boxes_to_7d`).
 
 Streams (both ``modality="pair"``): views of the one joint sequence ``[text | regions]``.
 
@@ -180,7 +180,7 @@ class UniterAdapter(CrossEncoder):
     # -- tables built once ------------------------------------------------------------------------------
 
     def prepare_images(self, features: np.ndarray, boxes: np.ndarray, mask: np.ndarray) -> UniterImages:
-        from vlprobe.extract.regions import boxes_to_7d
+        from vlprobe.extract.regions.boxes import boxes_to_7d
 
         features, boxes, m = check_regions(features, boxes, mask, self.feature_dim, "UNITER")
         pos7 = np.where(m[..., None], boxes_to_7d(boxes), 0.0).astype(np.float32)

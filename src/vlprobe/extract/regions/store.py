@@ -2,7 +2,8 @@
 
 vlprobe keeps region features in one HDF5 file per detector run; readers for the common
 precomputed formats (BUTD TSV, LXMERT TSV, UNITER npz) live in
-:mod:`vlprobe.extract.region_formats` and convert into it.
+:mod:`vlprobe.extract.regions.formats` and convert into it; seeded random features for tests
+come from :mod:`vlprobe.fixtures.regions`.
 
 Schema (``schema_version`` 1)
 -----------------------------
@@ -32,9 +33,10 @@ keyed by the benchmark's image names (``ImageRef.name``).
 
 Boxes: everything inside vlprobe is normalised ``x1, y1, x2, y2`` (pixel coordinates divided by
 the image width and height). Pixel <-> normalised and 4-/6-/7-d conversions live in
-:mod:`vlprobe.extract.region_boxes` only and are re-exported here (:func:`normalise_boxes`,
-:func:`pixel_boxes`, :func:`boxes_to_6d`, :func:`boxes_to_7d`, :func:`boxes_to_4d`). Normalised coordinates within :data:`BOX_TOLERANCE` outside [0, 1] (detectors
-clip to ``w - 1`` or round, fp16 storage rounds) are clipped into [0, 1]; anything further out is an
+:mod:`vlprobe.extract.regions.boxes` only (:func:`~.boxes.normalise_boxes`,
+:func:`~.boxes.pixel_boxes`, :func:`~.boxes.boxes_to_6d`, :func:`~.boxes.boxes_to_7d`,
+:func:`~.boxes.boxes_to_4d`). Normalised coordinates within :data:`~.boxes.BOX_TOLERANCE` outside
+[0, 1] (detectors clip to ``w - 1`` or round, fp16 storage rounds) are clipped into [0, 1]; anything further out is an
 error, as is ``x2 < x1`` or ``y2 < y1``.
 """
 
@@ -52,22 +54,17 @@ import h5py
 import numpy as np
 
 from vlprobe import __version__
-from vlprobe.extract import region_boxes
-from vlprobe.extract.region_boxes import *  # noqa: F403  (re-exported, see __all__)
-from vlprobe.extract.region_boxes import BOX_TOLERANCE, check_normalised_boxes, normalise_image_id
+from vlprobe.extract.regions.boxes import BOX_TOLERANCE, check_normalised_boxes, normalise_image_id
 from vlprobe.io import atomic_path
 from vlprobe.provenance import sha256_file
 
 __all__ = [
-    *region_boxes.__all__,  # re-exported: the one place where boxes change form
     "SCHEMA",
     "SCHEMA_VERSION",
     "RegionBatch",
     "RegionRecord",
     "RegionStore",
     "RegionWriter",
-    "random_regions",
-    "random_regions_for_dataset",
     "regions_required",
     "write_regions",
 ]
@@ -647,111 +644,3 @@ def regions_required(model: str, regions: str | os.PathLike[str] | None) -> Path
             "(see `probe regions import`, or `probe fixtures regions` for random ones)"
         )
     return Path(regions)
-
-
-def random_regions(
-    path: str | os.PathLike[str],
-    names: Sequence[str],
-    *,
-    sizes: Sequence[tuple[int, int]] | None = None,
-    n_boxes: int = 36,
-    dim: int = 2048,
-    seed: int = 0,
-    min_boxes: int | None = None,
-    dtype: str = "float32",
-    meta: Mapping[str, Any] | None = None,
-) -> Path:
-    """Write seeded random region features for ``names``.
-
-    Features are non-negative (ReLU of a normal, like pooled Faster R-CNN outputs); boxes are
-    valid normalised boxes at least 2 % of each side. With ``min_boxes < n_boxes`` each image
-    gets a box count drawn from [min_boxes, n_boxes] (padding and masking get exercised).
-
-    Parameters
-    ----------
-    path : path
-    names : sequence of str
-        Image names (normalised; must be unique).
-    sizes : sequence of (width, height), optional
-        Pixel size per image; default 640 x 480 for all.
-    n_boxes, dim, seed, min_boxes, dtype
-        Box count (maximum), feature width, RNG seed, minimum box count, storage dtype.
-    meta : dict, optional
-        Merged into the file's meta.
-    """
-    for pname, v in (("n_boxes", n_boxes), ("dim", dim)):
-        if not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{pname}: expected a positive int, got {v!r}")
-    if min_boxes is not None and not 1 <= min_boxes <= n_boxes:
-        raise ValueError(f"min_boxes: expected an int in [1, n_boxes={n_boxes}], got {min_boxes!r}")
-    names = list(names)
-    if not names:
-        raise ValueError("names: expected at least one image name, got none")
-    if sizes is None:
-        sizes = [(640, 480)] * len(names)
-    if len(sizes) != len(names):
-        raise ValueError(f"sizes: expected {len(names)} (width, height) pairs, got {len(sizes)}")
-    rng = np.random.default_rng(seed)
-    info = {"source_format": "random", "seed": seed, "n_boxes": n_boxes, "min_boxes": min_boxes or n_boxes,
-            "dim": dim, "detector": "none (random features)"}
-    info.update(meta or {})
-    with RegionWriter(path, feature_dim=dim, dtype=dtype, meta=info) as w:
-        for name, (width, height) in zip(names, sizes, strict=True):
-            k = n_boxes if min_boxes is None else int(rng.integers(min_boxes, n_boxes + 1))
-            feats = np.maximum(rng.standard_normal((k, dim), dtype=np.float32), 0.0)
-            xy = rng.uniform(0.0, 0.9, size=(k, 2))
-            wh = rng.uniform(0.02, 1.0, size=(k, 2)) * (1.0 - xy)
-            wh = np.maximum(wh, 0.02)
-            boxes = np.concatenate([xy, np.minimum(xy + wh, 1.0)], axis=1)
-            w.add(RegionRecord(name, feats, boxes, int(width), int(height)))
-    return Path(path)
-
-
-def random_regions_for_dataset(
-    path: str | os.PathLike[str],
-    data_dir: str | os.PathLike[str],
-    *,
-    dataset: str = "winoground",
-    n_boxes: int = 36,
-    dim: int = 2048,
-    seed: int = 0,
-    min_boxes: int | None = None,
-    dtype: str = "float32",
-    options: Mapping[str, Any] | None = None,
-) -> Path:
-    """Random region features (:func:`random_regions`) for every image of a local dataset copy.
-
-    ``options`` go to the dataset's loader (SugarCrepe/VALSE: ``subsets``, ``limit``,
-    ``all_items``, ``image_dir``/``image_root``); SugarCrepe and VALSE need no image files here:
-    the names come from their JSON files. Image sizes come from the image files (header only)
-    where they exist, else 640 x 480. Images shared by several items get one entry (the first
-    occurrence fixes the order).
-    """
-    from vlprobe.data.loading import load_dataset
-
-    if dataset == "winoground":  # tags=False: no tag-file lookup or download for a fixture
-        ds = load_dataset(dataset, Path(data_dir), options={**(options or {}), "tags": False})
-    else:
-        ds = load_dataset(dataset, Path(data_dir), options=options)
-    names: dict[str, tuple[int, int]] = {}
-    for ref in ds.images():
-        name = normalise_image_id(ref.name)
-        if name not in names:
-            names[name] = _image_size(ref.path)
-    meta = {"dataset": ds.name, "dataset_fingerprint": ds.fingerprint, "dataset_source": ds.source}
-    return random_regions(
-        path, list(names), sizes=list(names.values()), n_boxes=n_boxes, dim=dim, seed=seed,
-        min_boxes=min_boxes, dtype=dtype, meta=meta,
-    )
-
-
-def _image_size(path: Path | None) -> tuple[int, int]:
-    from PIL import Image, UnidentifiedImageError
-
-    if path is None or not Path(path).is_file():
-        return (640, 480)
-    try:
-        with Image.open(path) as img:
-            return img.size
-    except (UnidentifiedImageError, OSError):
-        return (640, 480)

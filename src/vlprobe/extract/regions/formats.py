@@ -16,10 +16,10 @@ Formats (all from the Caffe bottom-up-attention Visual Genome Faster R-CNN):
     float16. No image size is stored; ``image_dir`` supplies it (else 0 = unknown).
     ``box_rule="uniter"`` keeps the first clip(#(conf > 0.2), 10, 100) boxes, as UNITER's loader.
 ``h5``
-    vlprobe's own region file (:mod:`vlprobe.extract.regions`), re-validated and rewritten.
+    vlprobe's own region file (:mod:`vlprobe.extract.regions.store`), re-validated and rewritten.
 
 Readers stream: one TSV row or one npz file in memory at a time; the HDF5 output is written
-incrementally (:class:`~vlprobe.extract.regions.RegionWriter`). Every problem is a one-line
+incrementally (:class:`~vlprobe.extract.regions.store.RegionWriter`). Every problem is a one-line
 ValueError naming the file, the line (TSV) and the field.
 """
 
@@ -38,11 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from vlprobe.extract.regions import (
+from vlprobe.extract.regions.boxes import (
     BOX_TOLERANCE,
-    RegionRecord,
-    RegionStore,
-    RegionWriter,
     boxes_to_4d,
     boxes_to_6d,
     check_normalised_boxes,
@@ -50,6 +47,7 @@ from vlprobe.extract.regions import (
     normalise_image_id,
     pixel_boxes,
 )
+from vlprobe.extract.regions.store import RegionRecord, RegionStore, RegionWriter
 from vlprobe.io import atomic_write
 from vlprobe.provenance import fingerprint_files, sha256_file
 

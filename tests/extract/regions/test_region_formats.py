@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from vlprobe.cli import app
 from vlprobe.data.winoground import load_winoground
-from vlprobe.extract.region_formats import (
+from vlprobe.extract.regions.formats import (
     export_regions,
     import_regions,
     read_butd_tsv,
@@ -27,7 +27,8 @@ from vlprobe.extract.region_formats import (
     write_lxmert_tsv,
     write_uniter_npz,
 )
-from vlprobe.extract.regions import RegionRecord, RegionStore, random_regions
+from vlprobe.extract.regions.store import RegionRecord, RegionStore
+from vlprobe.fixtures.regions import random_regions
 
 runner = CliRunner()
 
