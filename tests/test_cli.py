@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from vlprobe import registry
 from vlprobe.cli import app
-from vlprobe.extract.cache import ActivationCache
+from vlprobe.extract.cache.reader import ActivationCache
 
 N_IMAGES, N_TEXTS = 24, 141
 

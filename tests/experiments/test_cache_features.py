@@ -18,7 +18,7 @@ from vlprobe.experiments.cache_features import (
     stratum_keys,
 )
 from vlprobe.extract.arrays import ArrayStream, winoground_tables, write_array_cache
-from vlprobe.extract.cache import ActivationCache
+from vlprobe.extract.cache.reader import ActivationCache
 from vlprobe.extract.runner import pair_rows
 
 

@@ -19,7 +19,7 @@ from vlprobe.data.sugarcrepe import load_sugarcrepe
 from vlprobe.data.valse import load_valse
 from vlprobe.experiments.benchmark_eval import EvalConfig, run_eval
 from vlprobe.experiments.score_files import caption_foil_scores, read_item_scores
-from vlprobe.extract.cache import ActivationCache
+from vlprobe.extract.cache.reader import ActivationCache
 from vlprobe.extract.regions.store import RegionStore
 from vlprobe.extract.runner import ExtractConfig, extract
 from vlprobe.fixtures.regions import random_regions_for_dataset

@@ -18,7 +18,7 @@ from vlprobe.cli import app
 from vlprobe.experiments.metrics import recall_at_k
 from vlprobe.experiments.outputs import TIDY_COLUMNS
 from vlprobe.experiments.recall import RecallConfig, run_recall
-from vlprobe.extract.cache import ActivationCache
+from vlprobe.extract.cache.reader import ActivationCache
 from vlprobe.provenance import sha256_file
 
 N_ITEMS = 12  # the session dataset of conftest.py

@@ -24,7 +24,7 @@ from vlprobe.experiments.winoground_scores import (
     run_winoground_scores,
     subset_masks,
 )
-from vlprobe.extract.cache import ActivationCache
+from vlprobe.extract.cache.reader import ActivationCache
 from vlprobe.provenance import sha256_file
 
 WWH_TAGS = ("Non Minimal", "Ambiguously Correct", "Visually Difficult", "Unusual Image",

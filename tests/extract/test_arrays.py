@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from vlprobe.extract.arrays import ArrayStream, planted_cache, winoground_tables, write_array_cache
-from vlprobe.extract.cache import ActivationCache
+from vlprobe.extract.cache.reader import ActivationCache
 from vlprobe.extract.runner import pair_rows
 
 

@@ -17,14 +17,9 @@ from typer.testing import CliRunner
 from tests.extract.helpers import kill_when
 from vlprobe.cli import app
 from vlprobe.data.loading import load_dataset
-from vlprobe.extract.cache import ActivationCache
-from vlprobe.extract.runner import (
-    ExtractConfig,
-    extract,
-    merge_shards,
-    pair_rows,
-    tables_from_dataset,
-)
+from vlprobe.extract.cache.merge import merge_shards
+from vlprobe.extract.cache.reader import ActivationCache
+from vlprobe.extract.runner import ExtractConfig, extract, pair_rows, tables_from_dataset
 
 MODELS = ("lxmert", "uniter")
 STREAMS = {"lxmert": ("lang", "vision"), "uniter": ("text", "image")}
@@ -115,7 +110,7 @@ def test_uniter_cache_golden_header(
     cross_reference: Callable[[str], Path], tiny_uniter: Path, synthetic_regions: Path,
 ) -> None:
     """The header fields cross-encoders add (cache.py's schema and README's cache section)."""
-    from vlprobe.extract.cache import COMPARED_FIELDS
+    from vlprobe.extract.cache.schema import COMPARED_FIELDS
     from vlprobe.provenance import sha256_file
 
     with h5py.File(cross_reference("uniter"), "r") as f:

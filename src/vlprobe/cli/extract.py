@@ -87,7 +87,7 @@ def cache_info(
     as_json: AsJson = False,
 ) -> None:
     """Describe a cache: settings, fingerprints, streams, layers, progress."""
-    from vlprobe.extract.cache import ActivationCache
+    from vlprobe.extract.cache.reader import ActivationCache
 
     with ActivationCache(path) as cache:
         info = cache.info()
@@ -128,7 +128,7 @@ def cache_merge(
     out: Annotated[Path, typer.Option(help="Merged cache file to write.")],
 ) -> None:
     """Join the shard files of a `--shard K/N` run into one cache."""
-    from vlprobe.extract.runner import merge_shards
+    from vlprobe.extract.cache.merge import merge_shards
 
     path = merge_shards(shards, out)
     typer.echo(f"merged {len(shards)} shards into {path}")

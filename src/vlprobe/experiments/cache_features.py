@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from vlprobe.extract.cache import ActivationCache
+from vlprobe.extract.cache.reader import ActivationCache
 from vlprobe.layers import parse_layers
 from vlprobe.probes.base import check_positive_int
 

@@ -46,7 +46,7 @@ class RecallConfig:
 
 def _from_cache(path: Path) -> tuple[np.ndarray, str, dict[str, Any]]:
     """Caption x image matrix over the original captions of a cache, its model, its provenance."""
-    from vlprobe.extract.cache import ActivationCache
+    from vlprobe.extract.cache.reader import ActivationCache
 
     with ActivationCache(path) as cache:
         matrix, done = cache.scores()

@@ -161,7 +161,7 @@ def run_separability(config: SeparabilityConfig) -> tuple[Path, Path, list[dict[
     rows : list of dict
         The tidy per-layer rows.
     """
-    from vlprobe.extract.cache import ActivationCache
+    from vlprobe.extract.cache.reader import ActivationCache
 
     seeds = _check_config(config)
     scale_mode = config.scale

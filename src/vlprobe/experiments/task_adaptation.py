@@ -120,7 +120,7 @@ def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[
     csv_path, manifest_path : Path
     rows : list of dict
     """
-    from vlprobe.extract.cache import ActivationCache
+    from vlprobe.extract.cache.reader import ActivationCache
 
     check_seeds(config.seeds)
     if config.mode not in MODES:

@@ -134,7 +134,7 @@ def run_variant_probe(config: VariantProbeConfig) -> tuple[Path, Path, list[dict
     csv_path, manifest_path : Path
     rows : list of dict
     """
-    from vlprobe.extract.cache import ActivationCache
+    from vlprobe.extract.cache.reader import ActivationCache
 
     check_seeds(config.seeds)
     check_positive_int(config.draws, "draws")

@@ -160,7 +160,7 @@ def parse_lambdas(values: Any) -> tuple[float, ...]:
 def run_variant_similarity(config: VariantSimilarityConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
     """Compute the λ x agg grid and write the CSV and manifest."""
     from vlprobe.experiments.winoground_scores import _winoground_id, subset_masks
-    from vlprobe.extract.cache import ActivationCache
+    from vlprobe.extract.cache.reader import ActivationCache
 
     aggs = tuple(config.aggs)
     bad = [a for a in aggs if a not in AGGS]

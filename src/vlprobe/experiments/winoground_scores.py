@@ -109,7 +109,7 @@ def item_scores_from_cache(path: str | os.PathLike[str]) -> tuple[str, list[int]
     provenance : dict
         The cache's fingerprints.
     """
-    from vlprobe.extract.cache import ActivationCache
+    from vlprobe.extract.cache.reader import ActivationCache
 
     with ActivationCache(path) as cache:
         if cache.header.dataset != "winoground":

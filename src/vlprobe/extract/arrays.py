@@ -1,6 +1,6 @@
 """Caches written from arrays: for tests, benchmarks and states computed elsewhere.
 
-:func:`write_array_cache` writes a complete cache (the schema of :mod:`vlprobe.extract.cache`)
+:func:`write_array_cache` writes a complete cache (the schema of :mod:`vlprobe.extract.cache.schema`)
 from index tables and per-stream state arrays, without a model. :func:`winoground_tables` makes
 Winoground-shaped tables (2 images and 2 captions per item, optional variants), and
 :func:`planted_cache` fills them with states that carry a known signal at one layer and
@@ -26,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from vlprobe.extract.cache import CacheHeader, CacheTables, CacheWriter, StreamLayout
+from vlprobe.extract.cache.schema import CacheHeader, CacheTables, StreamLayout
+from vlprobe.extract.cache.writer import CacheWriter
 from vlprobe.extract.models.base import StreamSpec
 
 __all__ = ["ArrayStream", "planted_cache", "winoground_tables", "write_array_cache"]

@@ -4,8 +4,8 @@
 or resumes the cache, runs every stream's missing rows in batches (inputs for the next batch
 are read in a background thread while the model runs), writes each batch as one flushed chunk,
 and finally computes the score matrix. ``shard="K/N"`` runs the K-th of N contiguous blocks of
-every stream's rows into its own file; :func:`merge_shards` joins the N files and computes the
-scores.
+every stream's rows into its own file; :func:`vlprobe.extract.cache.merge.merge_shards` joins
+the N files and computes the scores.
 
 Cross-encoders (:class:`~vlprobe.extract.models.base.CrossEncoder`: LXMERT, UNITER) run the pair plan
 instead: every text of the plan is tokenised once and every image's region features are read
@@ -37,18 +37,16 @@ import numpy as np
 from vlprobe import __version__
 from vlprobe.data.items import Dataset
 from vlprobe.data.loading import load_dataset, loader_options
-from vlprobe.extract.cache import (
-    COMPARED_FIELDS,
-    ActivationCache,
+from vlprobe.extract.cache.schema import (
     CacheHeader,
     CacheTables,
-    CacheWriter,
     PairLayout,
     StreamLayout,
+    parse_shard,
 )
+from vlprobe.extract.cache.writer import CacheWriter
 from vlprobe.extract.models.base import Adapter, CrossEncoder, StreamSpec
 from vlprobe.extract.models.pooling import parse_poolings, pool_states
-from vlprobe.io import atomic_path
 from vlprobe.layers import parse_stream_layers
 from vlprobe.provenance import git_revision, package_versions
 from vlprobe.registry import MODELS
@@ -59,16 +57,11 @@ __all__ = [
     "ExtractResult",
     "check_load_options",
     "extract",
-    "merge_shards",
     "pair_rows",
-    "parse_shard",
     "tables_from_dataset",
 ]
 
 PAIR_PLANS = ("item", "all")
-#: ``merge_shards`` copies states in pieces of about this many bytes (pair streams of an ``all``
-#: plan can be far larger than memory).
-MERGE_CHUNK_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -113,18 +106,6 @@ class ExtractResult:
     rows_total: dict[str, int]
     seconds: float
     complete: bool
-
-
-def parse_shard(spec: str) -> tuple[int, int]:
-    """``"K/N"`` -> (K, N) with 0 <= K < N."""
-    try:
-        k_text, n_text = spec.split("/")
-        k, n = int(k_text), int(n_text)
-    except ValueError:
-        raise ValueError(f"shard must look like K/N (e.g. 0/4), got {spec!r}") from None
-    if n < 1 or not 0 <= k < n:
-        raise ValueError(f"shard must satisfy 0 <= K < N, got {spec!r}")
-    return k, n
 
 
 def tables_from_dataset(dataset: Dataset) -> CacheTables:
@@ -364,7 +345,7 @@ def _extract(
                 _say(config, f"{name}: resuming, {totals[name] - len(todo)} of {totals[name]} rows already done")
             _run_stream(writer, adapter, lay, todo, dataset, config)
         if n_shards == 1 and adapter.dual_encoder:
-            _dual_scores(writer, adapter_cls)
+            writer.scores_from_pooled(adapter_cls.scores_from_pooled, adapter_cls.score_kind)
         writer.set_attrs(complete=True)
     return ExtractResult(Path(config.out), written, totals, time.perf_counter() - t0, True)
 
@@ -477,116 +458,3 @@ def _run_pairs(
         writer.write_pairs(batch, out.scores.float().cpu().numpy(), states, pooled)
         bar.update(len(batch))
     bar.close()
-
-
-def _dual_scores(writer: CacheWriter, adapter_cls: type[Adapter]) -> None:
-    """Fill the score matrix of a dual encoder from the stored pooled embeddings."""
-    f = writer.f
-    by_modality = {f[f"streams/{s}"].attrs["modality"]: s for s in f["streams"]}
-    img = f[f"streams/{by_modality['image']}/pooled"][()].astype(np.float32)
-    txt = f[f"streams/{by_modality['text']}/pooled"][()].astype(np.float32)
-    matrix = adapter_cls.scores_from_pooled(img, txt)
-    f["scores"].attrs["kind"] = adapter_cls.score_kind
-    writer.write_scores(matrix, np.ones(matrix.shape, dtype=bool))
-
-
-def merge_shards(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]) -> Path:
-    """Join the N complete shard files of one run into one cache (written atomically).
-
-    Raises
-    ------
-    ValueError
-        A shard is missing, repeated, incomplete, or was made with other settings.
-    """
-    if not paths:
-        raise ValueError("shards: give the shard files to merge")
-    target = Path(out)
-    if target.exists():
-        raise ValueError(f"out: {str(target)!r} already exists; choose a new file name")
-    caches = [ActivationCache(p) for p in paths]
-    try:
-        first = caches[0].header
-        _, n = parse_shard(first.shard)
-        seen: dict[int, Path] = {}
-        for c in caches:
-            h = c.header
-            for name in COMPARED_FIELDS:
-                if name != "shard" and getattr(h, name) != getattr(first, name):
-                    raise ValueError(
-                        f"shards: {c.path.name} differs from {caches[0].path.name} in {name} "
-                        f"({getattr(h, name)!r} vs {getattr(first, name)!r})"
-                    )
-            k, n_k = parse_shard(h.shard)
-            if n_k != n:
-                raise ValueError(f"shards: {c.path.name} is shard {h.shard}, others are of {n}")
-            if k in seen:
-                raise ValueError(f"shards: {c.path.name} and {seen[k].name} are both shard {k}/{n}")
-            seen[k] = c.path
-            for s in c.streams:
-                if not c.done(s).all():
-                    raise ValueError(f"shards: {c.path.name} is incomplete in stream {s!r}; resume it first")
-            if "pairs" in c.f and not c.pairs()["done"].all():
-                raise ValueError(f"shards: {c.path.name} is incomplete in its pairs; resume it first")
-        missing = sorted(set(range(n)) - set(seen))
-        if missing:
-            raise ValueError(f"shards: missing shard(s) {', '.join(f'{m}/{n}' for m in missing)}")
-        caches.sort(key=lambda c: parse_shard(c.header.shard)[0])
-        _write_merged(caches, target)
-    finally:
-        for c in caches:
-            c.close()
-    return target
-
-
-def _write_merged(caches: list[ActivationCache], target: Path) -> None:
-    first = caches[0]
-    header = CacheHeader(**{**first.header.__dict__, "shard": "0/1"})
-    tabs = {name: first.table(name) for name in ("items", "images", "texts")}
-    tables = CacheTables(
-        item_id=list(tabs["items"]["id"]), item_tags=list(tabs["items"]["tags"]),
-        image_id=list(tabs["images"]["id"]), image_name=list(tabs["images"]["name"]),
-        image_item=list(tabs["images"]["item"]), text_id=list(tabs["texts"]["id"]),
-        text=list(tabs["texts"]["text"]), text_item=list(tabs["texts"]["item"]),
-        text_parent=list(tabs["texts"]["parent"]), text_strategy=list(tabs["texts"]["strategy"]),
-    )
-    layouts = []
-    for s in first.streams:
-        g = first.f[f"streams/{s}"]
-        spec = StreamSpec(
-            s, str(g.attrs["modality"]), tuple(json.loads(g.attrs["layer_kinds"])),
-            int(g.attrs["hidden_size"]), str(g.attrs["cls_rule"]), int(g.attrs["pooled_size"]) or None,
-        )
-        image = np.concatenate([c.rows(s)["image"] for c in caches])
-        text = np.concatenate([c.rows(s)["text"] for c in caches])
-        layouts.append(StreamLayout(spec, first.layers(s), image, text, 0, None, tuple(first.poolings(s))))
-    skip = {"vlprobe_schema", "complete", "created", *header.to_attrs()}
-    recorded = {k: v for k, v in first.attrs.items() if k not in skip}
-    recorded["merged_from"] = [c.path.name for c in caches]
-    pairs, parts = None, [c.pairs() for c in caches] if "pairs" in first.f else []
-    if parts:
-        pairs = PairLayout(np.concatenate([p["image"] for p in parts]), np.concatenate([p["text"] for p in parts]))
-    with atomic_path(target) as tmp:
-        tmp.unlink()
-        with CacheWriter.open(tmp, header, tables, layouts, recorded, with_scores=True, pairs=pairs) as w:
-            for lay in layouts:
-                s, offset = lay.spec.name, 0
-                token = [p for p in lay.poolings if p != "pooled"]
-                row_bytes = max(1, len(token) * len(lay.layers) * lay.spec.hidden_size * np.dtype(header.dtype).itemsize)
-                step = max(1, MERGE_CHUNK_BYTES // row_bytes)
-                for c in caches:
-                    g = c.f[f"streams/{s}"]
-                    n_rows = len(g["done"])
-                    for a in range(0, n_rows, step):  # a shard's rows in bounded pieces, never all at once
-                        b = min(n_rows, a + step)
-                        states = {p: g[p][a:b] for p in token}
-                        pooled = g["pooled"][a:b] if "pooled" in lay.poolings else None
-                        w.write(s, np.arange(offset + a, offset + b), states, pooled)
-                    offset += n_rows
-            if pairs is not None:
-                w.write_pairs(np.arange(pairs.n_rows), np.concatenate([p["score"] for p in parts]), {}, {})
-                kind = first.f["scores"].attrs.get("kind", "")
-                w.f["scores"].attrs["kind"] = kind.decode() if isinstance(kind, bytes) else str(kind)
-                w.scores_from_pairs()
-            else:  # a dual encoder (cross-encoders always keep /pairs)
-                _dual_scores(w, MODELS.get(header.model))
-            w.set_attrs(complete=True)

@@ -13,7 +13,8 @@ import pytest
 import torch
 from PIL import Image
 
-from vlprobe.extract.cache import COMPARED_FIELDS, SCHEMA_VERSION, ActivationCache
+from vlprobe.extract.cache.reader import ActivationCache
+from vlprobe.extract.cache.schema import COMPARED_FIELDS, SCHEMA_VERSION
 from vlprobe.extract.runner import ExtractConfig, extract
 
 N_ITEMS, N_IMAGES = 12, 24

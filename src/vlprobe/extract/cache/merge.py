@@ -1,0 +1,133 @@
+"""``probe cache merge``: join the N shard files of one run into one cache."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from vlprobe.extract.cache.reader import ActivationCache
+from vlprobe.extract.cache.schema import (
+    COMPARED_FIELDS,
+    CacheHeader,
+    CacheTables,
+    PairLayout,
+    StreamLayout,
+    parse_shard,
+)
+from vlprobe.extract.cache.writer import CacheWriter
+from vlprobe.extract.models.base import StreamSpec
+from vlprobe.io import atomic_path
+from vlprobe.registry import MODELS
+
+__all__ = ["MERGE_CHUNK_BYTES", "merge_shards"]
+
+#: ``merge_shards`` copies states in pieces of about this many bytes (pair streams of an ``all``
+#: plan can be far larger than memory).
+MERGE_CHUNK_BYTES = 64 << 20
+
+
+def merge_shards(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]) -> Path:
+    """Join the N complete shard files of one run into one cache (written atomically).
+
+    Raises
+    ------
+    ValueError
+        A shard is missing, repeated, incomplete, or was made with other settings.
+    """
+    if not paths:
+        raise ValueError("shards: give the shard files to merge")
+    target = Path(out)
+    if target.exists():
+        raise ValueError(f"out: {str(target)!r} already exists; choose a new file name")
+    caches = [ActivationCache(p) for p in paths]
+    try:
+        first = caches[0].header
+        _, n = parse_shard(first.shard)
+        seen: dict[int, Path] = {}
+        for c in caches:
+            h = c.header
+            for name in COMPARED_FIELDS:
+                if name != "shard" and getattr(h, name) != getattr(first, name):
+                    raise ValueError(
+                        f"shards: {c.path.name} differs from {caches[0].path.name} in {name} "
+                        f"({getattr(h, name)!r} vs {getattr(first, name)!r})"
+                    )
+            k, n_k = parse_shard(h.shard)
+            if n_k != n:
+                raise ValueError(f"shards: {c.path.name} is shard {h.shard}, others are of {n}")
+            if k in seen:
+                raise ValueError(f"shards: {c.path.name} and {seen[k].name} are both shard {k}/{n}")
+            seen[k] = c.path
+            for s in c.streams:
+                if not c.done(s).all():
+                    raise ValueError(f"shards: {c.path.name} is incomplete in stream {s!r}; resume it first")
+            if "pairs" in c.f and not c.pairs()["done"].all():
+                raise ValueError(f"shards: {c.path.name} is incomplete in its pairs; resume it first")
+        missing = sorted(set(range(n)) - set(seen))
+        if missing:
+            raise ValueError(f"shards: missing shard(s) {', '.join(f'{m}/{n}' for m in missing)}")
+        caches.sort(key=lambda c: parse_shard(c.header.shard)[0])
+        _write_merged(caches, target)
+    finally:
+        for c in caches:
+            c.close()
+    return target
+
+
+def _write_merged(caches: list[ActivationCache], target: Path) -> None:
+    first = caches[0]
+    header = CacheHeader(**{**first.header.__dict__, "shard": "0/1"})
+    tabs = {name: first.table(name) for name in ("items", "images", "texts")}
+    tables = CacheTables(
+        item_id=list(tabs["items"]["id"]), item_tags=list(tabs["items"]["tags"]),
+        image_id=list(tabs["images"]["id"]), image_name=list(tabs["images"]["name"]),
+        image_item=list(tabs["images"]["item"]), text_id=list(tabs["texts"]["id"]),
+        text=list(tabs["texts"]["text"]), text_item=list(tabs["texts"]["item"]),
+        text_parent=list(tabs["texts"]["parent"]), text_strategy=list(tabs["texts"]["strategy"]),
+    )
+    layouts = []
+    for s in first.streams:
+        g = first.f[f"streams/{s}"]
+        spec = StreamSpec(
+            s, str(g.attrs["modality"]), tuple(json.loads(g.attrs["layer_kinds"])),
+            int(g.attrs["hidden_size"]), str(g.attrs["cls_rule"]), int(g.attrs["pooled_size"]) or None,
+        )
+        image = np.concatenate([c.rows(s)["image"] for c in caches])
+        text = np.concatenate([c.rows(s)["text"] for c in caches])
+        layouts.append(StreamLayout(spec, first.layers(s), image, text, 0, None, tuple(first.poolings(s))))
+    skip = {"vlprobe_schema", "complete", "created", *header.to_attrs()}
+    recorded = {k: v for k, v in first.attrs.items() if k not in skip}
+    recorded["merged_from"] = [c.path.name for c in caches]
+    pairs, parts = None, [c.pairs() for c in caches] if "pairs" in first.f else []
+    if parts:
+        pairs = PairLayout(np.concatenate([p["image"] for p in parts]), np.concatenate([p["text"] for p in parts]))
+    with atomic_path(target) as tmp:
+        tmp.unlink()
+        with CacheWriter.open(tmp, header, tables, layouts, recorded, with_scores=True, pairs=pairs) as w:
+            for lay in layouts:
+                s, offset = lay.spec.name, 0
+                token = [p for p in lay.poolings if p != "pooled"]
+                row_bytes = max(1, len(token) * len(lay.layers) * lay.spec.hidden_size * np.dtype(header.dtype).itemsize)
+                step = max(1, MERGE_CHUNK_BYTES // row_bytes)
+                for c in caches:
+                    g = c.f[f"streams/{s}"]
+                    n_rows = len(g["done"])
+                    for a in range(0, n_rows, step):  # a shard's rows in bounded pieces, never all at once
+                        b = min(n_rows, a + step)
+                        states = {p: g[p][a:b] for p in token}
+                        pooled = g["pooled"][a:b] if "pooled" in lay.poolings else None
+                        w.write(s, np.arange(offset + a, offset + b), states, pooled)
+                    offset += n_rows
+            if pairs is not None:
+                w.write_pairs(np.arange(pairs.n_rows), np.concatenate([p["score"] for p in parts]), {}, {})
+                kind = first.f["scores"].attrs.get("kind", "")
+                w.f["scores"].attrs["kind"] = kind.decode() if isinstance(kind, bytes) else str(kind)
+                w.scores_from_pairs()
+            else:  # a dual encoder (cross-encoders always keep /pairs)
+                scorer = MODELS.get(header.model)
+                w.scores_from_pooled(scorer.scores_from_pooled, scorer.score_kind)
+            w.set_attrs(complete=True)

@@ -1,0 +1,217 @@
+"""Read access to a cache file (the schema is in :mod:`.schema`)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from vlprobe.extract.cache.schema import CacheHeader, attr_str, open_h5
+
+__all__ = ["ActivationCache"]
+
+
+class ActivationCache:
+    """Read access to a cache file (see the module docstring for the schema).
+
+    Parameters
+    ----------
+    path : path
+        A cache written by ``probe extract`` (or ``probe cache merge``).
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise FileNotFoundError(f"cache: no such file {str(self.path)!r}")
+        self.f = open_h5(self.path, "r")
+        if "vlprobe_schema" not in self.f.attrs:
+            self.f.close()
+            raise ValueError(f"cache: {str(self.path)!r} is not a vlprobe cache")
+        self.header = CacheHeader.from_attrs(self.f.attrs)
+
+    def close(self) -> None:
+        if self.f.id.valid:
+            self.f.close()
+
+    def __enter__(self) -> ActivationCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        return {k: (v.item() if isinstance(v, np.generic) else attr_str(v) if isinstance(v, bytes) else v)
+                for k, v in self.f.attrs.items()}
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.f.attrs.get("complete", False))
+
+    @property
+    def streams(self) -> list[str]:
+        return list(self.f["streams"].keys()) if "streams" in self.f else []
+
+    def layers(self, stream: str) -> list[int]:
+        return [int(x) for x in self._stream(stream)["layers"][()]]
+
+    def layer_kinds(self, stream: str) -> list[str]:
+        """Kinds of the stored layers (see :meth:`model_layer_kinds` for all of the model's)."""
+        kinds = self.model_layer_kinds(stream)
+        return [kinds[i] for i in self.layers(stream)]
+
+    def model_layer_kinds(self, stream: str) -> list[str]:
+        """Kind of every layer the model has in ``stream`` (stored or not), layer 0 first."""
+        return list(json.loads(attr_str(self._stream(stream).attrs["layer_kinds"])))
+
+    def modality(self, stream: str) -> str:
+        """``text``, ``image`` or ``pair``: what one row of ``stream`` is."""
+        return attr_str(self._stream(stream).attrs["modality"])
+
+    def poolings(self, stream: str) -> list[str]:
+        g = self._stream(stream)
+        return [p for p in ("cls", "mean", "max", "pooled") if p in g]
+
+    def done(self, stream: str) -> np.ndarray:
+        return self._stream(stream)["done"][()]
+
+    def rows(self, stream: str) -> dict[str, np.ndarray]:
+        """Table rows per stored row: ``{"image": (R,), "text": (R,)}`` (-1 = none)."""
+        g = self._stream(stream)
+        return {"image": g["image"][()], "text": g["text"][()]}
+
+    def states(self, stream: str, pooling: str, layer: int | None = None) -> np.ndarray:
+        """Stored states.
+
+        Parameters
+        ----------
+        stream, pooling : str
+        layer : int, optional
+            A model layer number (negative counts from the last stored); None for all.
+
+        Returns
+        -------
+        ndarray
+            (R, L, H) for all layers, (R, H) for one layer or for ``pooled``.
+        """
+        g = self._stream(stream)
+        if pooling not in g or pooling in ("layers", "image", "text", "done"):
+            raise ValueError(
+                f"pooling {pooling!r} is not in stream {stream!r} of {self.path.name} "
+                f"(has {', '.join(self.poolings(stream))})"
+            )
+        if not bool(g["done"][()].all()):
+            raise ValueError(
+                f"cache {self.path.name}: stream {stream!r} is incomplete "
+                f"({int(g['done'][()].sum())}/{len(g['done'])} rows); resume the extraction first"
+            )
+        ds = g[pooling]
+        if pooling == "pooled" or layer is None:
+            return ds[()]
+        stored = self.layers(stream)
+        if layer < 0:
+            layer = stored[layer] if -len(stored) <= layer else layer
+        if layer not in stored:
+            raise ValueError(f"layer {layer} is not stored for stream {stream!r} (stored: {stored})")
+        return ds[:, stored.index(layer), :]
+
+    def table(self, name: str) -> dict[str, np.ndarray]:
+        """One index table (``items``, ``images`` or ``texts``) as column -> array."""
+        if name not in ("items", "images", "texts"):
+            raise ValueError(f"table must be items, images or texts, got {name!r}")
+        g = self.f[name]
+        out = {}
+        for col in g:
+            arr = g[col][()]
+            out[col] = np.array([attr_str(x) for x in arr], dtype=object) if arr.dtype.kind == "O" else arr
+        return out
+
+    def pairs(self) -> dict[str, np.ndarray]:
+        """A cross-encoder's pair plan in this file: ``image``, ``text``, ``score``, ``done`` (P,)."""
+        if "pairs" not in self.f:
+            raise ValueError(f"cache {self.path.name} holds no pair plan (made by a dual encoder)")
+        g = self.f["pairs"]
+        return {k: g[k][()] for k in ("image", "text", "score", "done")}
+
+    def scores(self) -> tuple[np.ndarray, np.ndarray]:
+        """(matrix (n_images, n_texts) float32, done (n_images, n_texts) bool)."""
+        if "scores" not in self.f:
+            raise ValueError(f"cache {self.path.name} holds no scores")
+        return self.f["scores/matrix"][()], self.f["scores/done"][()]
+
+    def provenance(self) -> dict[str, Any]:
+        """What a manifest records about this cache as an input: path, hash, model, every input
+        fingerprint of the header, pair plan and score kind."""
+        from vlprobe.provenance import sha256_file
+
+        h = self.header
+        return {
+            "path": str(self.path), "sha256": sha256_file(self.path), "model": h.model,
+            "checkpoint": h.checkpoint, "checkpoint_fingerprint": h.checkpoint_fingerprint,
+            "dataset": h.dataset, "dataset_fingerprint": h.dataset_fingerprint,
+            "variants_fingerprint": h.variants_fingerprint, "layers": h.layers, "dtype": h.dtype,
+            "regions_fingerprint": h.regions_fingerprint, "config_fingerprint": h.config_fingerprint,
+            "tokenizer_fingerprint": h.tokenizer_fingerprint, "dataset_selection": h.dataset_selection,
+            "pair_plan": h.pair_plan, "pair_states": h.pair_states,
+            "score_kind": attr_str(self.f["scores"].attrs.get("kind", "")) if "scores" in self.f else "",
+        }
+
+    def _stream(self, stream: str) -> h5py.Group:
+        if stream not in self.streams:
+            raise ValueError(
+                f"stream {stream!r} is not in {self.path.name} (streams: {', '.join(self.streams)})"
+            )
+        return self.f[f"streams/{stream}"]
+
+    def info(self) -> dict[str, Any]:
+        """A JSON-serialisable summary (what ``probe cache info`` prints)."""
+        attrs = self.attrs
+        for key in ("versions", "model_info"):
+            if isinstance(attrs.get(key), str):
+                attrs[key] = json.loads(attrs[key])
+        for key in ("poolings", "layers"):
+            attrs[key] = json.loads(attrs[key])
+        streams = {}
+        for s in self.streams:
+            g = self._stream(s)
+            done = g["done"][()]
+            streams[s] = {
+                "modality": attr_str(g.attrs["modality"]),
+                "layers": self.layers(s),
+                "layer_kinds": self.layer_kinds(s),
+                "cls_rule": attr_str(g.attrs["cls_rule"]),
+                "hidden_size": int(g.attrs["hidden_size"]),
+                "poolings": {p: list(g[p].shape) for p in self.poolings(s)},
+                "rows": [int(g.attrs["row_start"]), int(g.attrs["row_stop"])],
+                "n_rows": int(g.attrs["n_rows"]),
+                "done": int(done.sum()),
+            }
+        out: dict[str, Any] = {
+            "path": str(self.path),
+            "size_bytes": self.path.stat().st_size,
+            "attrs": attrs,
+            "items": len(self.f["items/id"]),
+            "images": len(self.f["images/id"]),
+            "texts": len(self.f["texts/id"]),
+            "variants": int((self.f["texts/parent"][()] >= 0).sum()),
+            "streams": streams,
+        }
+        if "scores" in self.f:
+            done = self.f["scores/done"][()]
+            out["scores"] = {
+                "shape": list(done.shape), "done": int(done.sum()),
+                "kind": attr_str(self.f["scores"].attrs.get("kind", "")),
+                "orientation": attr_str(self.f["scores"].attrs.get("orientation", "")),
+            }
+        if "pairs" in self.f:
+            g = self.f["pairs"]
+            out["pairs"] = {
+                "rows": [int(g.attrs["row_start"]), int(g.attrs["row_stop"])],
+                "n_rows": int(g.attrs["n_rows"]), "done": int(g["done"][()].sum()),
+            }
+        return out

@@ -1,0 +1,319 @@
+"""Create or resume a cache file and write rows into it (the schema is in :mod:`.schema`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from vlprobe.extract.cache.schema import (
+    SCHEMA_VERSION,
+    STR_DTYPE,
+    CacheHeader,
+    CacheTables,
+    PairLayout,
+    StreamLayout,
+    header_diff,
+    open_h5,
+)
+
+__all__ = ["CacheWriter"]
+
+_CHUNK_BYTES = 1 << 20
+
+
+class CacheWriter:
+    """Create or resume a cache file and write rows into it."""
+
+    def __init__(self, f: h5py.File, path: Path) -> None:
+        self.f = f
+        self.path = path
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        header: CacheHeader,
+        tables: CacheTables,
+        layouts: Sequence[StreamLayout],
+        recorded: Mapping[str, Any],
+        *,
+        with_scores: bool,
+        pairs: PairLayout | None = None,
+    ) -> CacheWriter:
+        """Open ``path`` for this run: create it, or resume it if its header matches.
+
+        Raises
+        ------
+        ValueError
+            The file exists with other settings (the message names the first differing field),
+            or is not a vlprobe cache.
+        """
+        p = Path(path)
+        if p.exists():
+            f = open_h5(p, "r+")
+            try:
+                if "vlprobe_schema" not in f.attrs:
+                    raise ValueError(f"out: {str(p)!r} exists and is not a vlprobe cache; refusing to touch it")
+                if int(f.attrs["vlprobe_schema"]) != SCHEMA_VERSION:
+                    raise ValueError(
+                        f"cache {str(p)!r} has schema {int(f.attrs['vlprobe_schema'])}, "
+                        f"this vlprobe writes {SCHEMA_VERSION}; use another --out"
+                    )
+                diff = header_diff(CacheHeader.from_attrs(f.attrs), header)
+                if diff:
+                    raise ValueError(
+                        f"cache {str(p)!r} was made with other settings ({diff}); "
+                        "use another --out or delete the file"
+                    )
+            except BaseException:
+                f.close()
+                raise
+            return cls(f, p)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(f".{p.name}.creating")
+        f = h5py.File(tmp, "w")
+        try:
+            cls._create(f, header, tables, layouts, recorded, with_scores, pairs)
+            f.flush()
+            f.close()
+            os.replace(tmp, p)
+        finally:
+            if f.id.valid:
+                f.close()
+            if tmp.exists():
+                tmp.unlink()
+        return cls(open_h5(p, "r+"), p)
+
+    @staticmethod
+    def _create(
+        f: h5py.File, header: CacheHeader, tables: CacheTables, layouts: Sequence[StreamLayout],
+        recorded: Mapping[str, Any], with_scores: bool, pairs: PairLayout | None = None,
+    ) -> None:
+        f.attrs["vlprobe_schema"] = SCHEMA_VERSION
+        for k, v in header.to_attrs().items():
+            f.attrs[k] = v
+        for k, v in recorded.items():
+            f.attrs[k] = v if isinstance(v, (str, int, float, bool)) else json.dumps(v, sort_keys=True)
+        f.attrs["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        f.attrs["complete"] = False
+        _write_tables(f, tables)
+        for lay in layouts:
+            _create_stream(f, lay, header.dtype)
+        if with_scores:
+            n_img, n_txt = len(tables.image_id), len(tables.text_id)
+            g = f.create_group("scores")
+            chunks = (min(n_img, 256), min(n_txt, 256)) if n_img and n_txt else None
+            g.create_dataset("matrix", shape=(n_img, n_txt), dtype="f4", fillvalue=np.nan, chunks=chunks)
+            g.create_dataset("done", shape=(n_img, n_txt), dtype=bool, fillvalue=False, chunks=chunks)
+            g.attrs["orientation"] = "image x text"
+        if pairs is not None:
+            _create_pairs(f, pairs)
+
+    def todo(self, stream: str) -> np.ndarray:
+        """Local row numbers of ``stream`` not yet done, ascending."""
+        return np.flatnonzero(~self.f[f"streams/{stream}/done"][()])
+
+    def row_inputs(self, stream: str) -> tuple[np.ndarray, np.ndarray]:
+        """(image, text) table rows of this file's local rows."""
+        g = self.f[f"streams/{stream}"]
+        return g["image"][()], g["text"][()]
+
+    def write(
+        self, stream: str, rows: np.ndarray, states: Mapping[str, np.ndarray], pooled: np.ndarray | None
+    ) -> None:
+        """Write one chunk of rows, flush, then mark them done and flush again.
+
+        Parameters
+        ----------
+        rows : ndarray of int, shape (B,)
+            Ascending local row numbers.
+        states : dict of str to ndarray, each (B, L, H)
+        pooled : ndarray, shape (B, D), or None
+        """
+        g = self.f[f"streams/{stream}"]
+        sel = _selection(rows)
+        for name, arr in states.items():
+            g[name][sel] = arr.astype(g[name].dtype, copy=False)
+        if pooled is not None and "pooled" in g:
+            g["pooled"][sel] = pooled.astype(g["pooled"].dtype, copy=False)
+        self.f.flush()
+        g["done"][sel] = True
+        self.f.flush()
+
+    def pair_todo(self) -> np.ndarray:
+        """Local pair numbers not yet done, ascending."""
+        return np.flatnonzero(~self.f["pairs/done"][()])
+
+    def pair_inputs(self) -> tuple[np.ndarray, np.ndarray]:
+        """(image, text) table rows of this file's local pairs."""
+        return self.f["pairs/image"][()], self.f["pairs/text"][()]
+
+    def write_pairs(
+        self, rows: np.ndarray, scores: np.ndarray, states: Mapping[str, Mapping[str, np.ndarray]],
+        pooled: Mapping[str, np.ndarray],
+    ) -> None:
+        """Write one chunk of pairs (scores and every pair stream), flush, then mark them done.
+
+        Parameters
+        ----------
+        rows : ndarray of int, shape (B,)
+            Ascending local pair numbers (also the rows of the pair streams).
+        scores : ndarray, shape (B,)
+        states : dict of stream to dict of pooling to ndarray (B, L, H)
+            Empty for a scores-only run.
+        pooled : dict of stream to ndarray (B, D)
+        """
+        sel = _selection(rows)
+        streams = [s for s in states if f"streams/{s}" in self.f]
+        for s in streams:
+            g = self.f[f"streams/{s}"]
+            for name, arr in states[s].items():
+                if name in g:
+                    g[name][sel] = arr.astype(g[name].dtype, copy=False)
+            if s in pooled and "pooled" in g:
+                g["pooled"][sel] = pooled[s].astype(g["pooled"].dtype, copy=False)
+        p = self.f["pairs"]
+        p["score"][sel] = np.asarray(scores, dtype=np.float32)
+        self.f.flush()
+        for s in streams:
+            self.f[f"streams/{s}/done"][sel] = True
+        p["done"][sel] = True
+        self.f.flush()
+
+    def scores_from_pairs(self) -> None:
+        """Fill ``/scores`` from this file's ``/pairs`` (the pairs not done stay NaN)."""
+        p = self.f["pairs"]
+        image, text, score, done = p["image"][()], p["text"][()], p["score"][()], p["done"][()]
+        g = self.f["scores"]
+        matrix = np.full(g["matrix"].shape, np.nan, dtype=np.float32)
+        mask = np.zeros(g["done"].shape, dtype=bool)
+        matrix[image[done], text[done]] = score[done]
+        mask[image[done], text[done]] = True
+        self.write_scores(matrix, mask)
+
+    def write_scores(self, matrix: np.ndarray, done: np.ndarray) -> None:
+        """Set the score matrix (NaN where ``done`` is False) and flush."""
+        g = self.f["scores"]
+        g["matrix"][...] = np.where(done, matrix, np.nan).astype(np.float32)
+        self.f.flush()
+        g["done"][...] = done
+        self.f.flush()
+
+    def scores_from_pooled(self, score: Callable[[np.ndarray, np.ndarray], np.ndarray], kind: str) -> None:
+        """Fill the score matrix of a dual encoder from the stored pooled embeddings.
+
+        Parameters
+        ----------
+        score : callable
+            (image pooled (I, D), text pooled (T, D)) -> scores (I, T), e.g. an adapter's
+            ``scores_from_pooled``.
+        kind : str
+            Recorded as ``/scores`` attribute ``kind``.
+        """
+        f = self.f
+        by_modality = {f[f"streams/{s}"].attrs["modality"]: s for s in f["streams"]}
+        img = f[f"streams/{by_modality['image']}/pooled"][()].astype(np.float32)
+        txt = f[f"streams/{by_modality['text']}/pooled"][()].astype(np.float32)
+        matrix = score(img, txt)
+        f["scores"].attrs["kind"] = kind
+        self.write_scores(matrix, np.ones(matrix.shape, dtype=bool))
+
+    def set_attrs(self, **attrs: Any) -> None:
+        for k, v in attrs.items():
+            self.f.attrs[k] = v if isinstance(v, (str, int, float, bool)) else json.dumps(v, sort_keys=True)
+        self.f.flush()
+
+    def close(self) -> None:
+        if self.f.id.valid:
+            self.f.close()
+
+    def __enter__(self) -> CacheWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _selection(rows: np.ndarray) -> slice | np.ndarray:
+    rows = np.asarray(rows, dtype=np.int64)
+    if rows.size and rows[-1] - rows[0] + 1 == rows.size:
+        return slice(int(rows[0]), int(rows[-1]) + 1)
+    return rows
+
+
+def _write_tables(f: h5py.File, t: CacheTables) -> None:
+    def put(name: str, values: Sequence[Any], dtype: Any) -> None:
+        f.create_dataset(name, data=np.asarray(values, dtype=object if dtype is STR_DTYPE else dtype), dtype=dtype)
+
+    put("items/id", t.item_id, STR_DTYPE)
+    put("items/tags", t.item_tags, STR_DTYPE)
+    put("images/id", t.image_id, STR_DTYPE)
+    put("images/name", t.image_name, STR_DTYPE)
+    put("images/item", t.image_item, np.int32)
+    put("texts/id", t.text_id, STR_DTYPE)
+    put("texts/text", t.text, STR_DTYPE)
+    put("texts/item", t.text_item, np.int32)
+    put("texts/parent", t.text_parent, np.int32)
+    put("texts/strategy", t.text_strategy, STR_DTYPE)
+
+
+def _create_pairs(f: h5py.File, pairs: PairLayout) -> None:
+    g = f.create_group("pairs")
+    g.attrs["n_rows"] = pairs.n_rows
+    g.attrs["row_start"] = pairs.row_start
+    g.attrs["row_stop"] = pairs.stop
+    local = slice(pairs.row_start, pairs.stop)
+    n = pairs.stop - pairs.row_start
+    g.create_dataset("image", data=np.asarray(pairs.image[local], dtype=np.int32))
+    g.create_dataset("text", data=np.asarray(pairs.text[local], dtype=np.int32))
+    _allocate(g, "score", (n,), np.dtype(np.float32))
+    g.create_dataset("done", shape=(n,), dtype=bool, fillvalue=False)
+
+
+def _create_stream(f: h5py.File, lay: StreamLayout, dtype: str) -> None:
+    spec = lay.spec
+    g = f.create_group(f"streams/{spec.name}")
+    g.attrs["modality"] = spec.modality
+    g.attrs["layer_kinds"] = json.dumps(list(spec.layer_kinds))
+    g.attrs["cls_rule"] = spec.cls_rule
+    g.attrs["hidden_size"] = spec.hidden_size
+    g.attrs["pooled_size"] = spec.pooled_size or 0
+    g.attrs["n_rows"] = lay.n_rows
+    g.attrs["row_start"] = lay.row_start
+    g.attrs["row_stop"] = lay.stop
+    local = slice(lay.row_start, lay.stop)
+    n = lay.stop - lay.row_start
+    g.create_dataset("layers", data=np.asarray(lay.layers, dtype=np.int16))
+    g.create_dataset("image", data=np.asarray(lay.image[local], dtype=np.int32))
+    g.create_dataset("text", data=np.asarray(lay.text[local], dtype=np.int32))
+    g.create_dataset("done", shape=(n,), dtype=bool, fillvalue=False)
+    np_dtype = np.dtype(dtype)
+    shape_l = (n, len(lay.layers), spec.hidden_size)
+    for pooling in lay.poolings:
+        if pooling == "pooled":
+            if spec.pooled_size:
+                _allocate(g, "pooled", (n, spec.pooled_size), np_dtype)
+        elif pooling in spec.poolings:
+            _allocate(g, pooling, shape_l, np_dtype)
+
+
+def _allocate(g: h5py.Group, name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
+    """A chunked dataset allocated in full now, filled with NaN (see "Crash safety")."""
+    row_bytes = int(np.prod(shape[1:])) * dtype.itemsize
+    chunk_rows = max(1, min(shape[0], _CHUNK_BYTES // max(row_bytes, 1)))
+    chunks = (chunk_rows, *shape[1:]) if shape[0] else None
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    if chunks:
+        dcpl.set_chunk(chunks)
+    dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+    dcpl.set_fill_value(np.array(np.nan, dtype=dtype))
+    space = h5py.h5s.create_simple(shape)
+    tid = h5py.h5t.py_create(dtype)
+    h5py.h5d.create(g.id, name.encode(), tid, space, dcpl=dcpl)
