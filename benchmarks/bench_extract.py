@@ -23,10 +23,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from _common import best_of
 
 from vlprobe.data.synthetic import make_synthetic_winoground
-from vlprobe.extract.fixtures import write_tiny_clip
 from vlprobe.extract.models.clip import CLIPAdapter
 from vlprobe.extract.models.pooling import pool_states
 from vlprobe.extract.runner import ExtractConfig, extract
+from vlprobe.fixtures.clip import write_tiny_clip
 
 
 def bench_extract(root: Path, items: int, repeats: int) -> None:

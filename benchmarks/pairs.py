@@ -70,8 +70,9 @@ def _adapter(model: str) -> Any:
     import torch
     from transformers import BertTokenizer
 
-    from vlprobe.extract.fixtures import bert_fixture_vocab, seeded_model
     from vlprobe.extract.models.hf import ResolvedCheckpoint
+    from vlprobe.fixtures.staging import seeded_model
+    from vlprobe.fixtures.tokenizers import bert_fixture_vocab
 
     ckpt = ResolvedCheckpoint("random-init", __import__("pathlib").Path("."), "random")
     cpu = torch.device("cpu")

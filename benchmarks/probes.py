@@ -25,7 +25,7 @@ import torch
 from joblib import Parallel, delayed
 
 from vlprobe.experiments.separability import SeparabilityConfig, run_separability
-from vlprobe.extract.arrays import planted_cache
+from vlprobe.fixtures.caches import planted_cache
 from vlprobe.probes.mlp import MLPProbe, fit_mlp_ensemble
 
 

@@ -31,8 +31,8 @@ import torch  # noqa: E402
 torch.set_num_threads(1)
 
 from vlprobe.data.synthetic import make_synthetic_winoground  # noqa: E402
-from vlprobe.extract.fixtures import write_tiny_clip  # noqa: E402
 from vlprobe.extract.runner import ExtractConfig, extract  # noqa: E402
+from vlprobe.fixtures.clip import write_tiny_clip  # noqa: E402
 
 N_ITEMS = 12
 SHARDS = 3
@@ -230,7 +230,7 @@ def valse_dir() -> Path:
 @pytest.fixture(scope="session")
 def tiny_gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Tiny random GPT-2 causal LM (seed 0), for the blind-lm baseline."""
-    from vlprobe.extract.text_fixtures import write_tiny_gpt2
+    from vlprobe.fixtures.text_models import write_tiny_gpt2
 
     return write_tiny_gpt2(tmp_path_factory.mktemp("models") / "tiny-gpt2", seed=0)
 
@@ -238,7 +238,7 @@ def tiny_gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_bert_classifier(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Tiny random BERT sequence classifier (seed 0), for the blind-grammar baseline."""
-    from vlprobe.extract.text_fixtures import write_tiny_bert_classifier
+    from vlprobe.fixtures.text_models import write_tiny_bert_classifier
 
     return write_tiny_bert_classifier(tmp_path_factory.mktemp("models") / "tiny-bert-cls", seed=0)
 
@@ -249,7 +249,7 @@ def tiny_bert_classifier(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_lxmert(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Tiny random LxmertForPreTraining checkpoint (seed 0): real depth 9/5/5, width 32."""
-    from vlprobe.extract.fixtures import write_tiny_lxmert
+    from vlprobe.fixtures.lxmert import write_tiny_lxmert
 
     return write_tiny_lxmert(tmp_path_factory.mktemp("models") / "tiny-lxmert", seed=0)
 
@@ -257,7 +257,7 @@ def tiny_lxmert(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_uniter(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Tiny random UNITER in the official format (seed 0): DIR/uniter.pt, uniter.json, tokenizer/."""
-    from vlprobe.extract.fixtures import write_tiny_uniter
+    from vlprobe.fixtures.uniter import write_tiny_uniter
 
     return write_tiny_uniter(tmp_path_factory.mktemp("models") / "tiny-uniter", seed=0)
 

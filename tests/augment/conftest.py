@@ -45,7 +45,7 @@ def nlp():
 @pytest.fixture(scope="session")
 def tiny_marian(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """Two tiny random Marian models (en->pivot, pivot->en), seeds 0 and 1."""
-    from vlprobe.augment.fixtures import write_tiny_seq2seq
+    from vlprobe.fixtures.seq2seq import write_tiny_seq2seq
 
     root = tmp_path_factory.mktemp("seq2seq")
     return write_tiny_seq2seq(root / "fwd", "marian", 0), write_tiny_seq2seq(root / "bwd", "marian", 1)
@@ -54,6 +54,6 @@ def tiny_marian(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 @pytest.fixture(scope="session")
 def tiny_bart(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random BART (the paraphraser's architecture), seed 0."""
-    from vlprobe.augment.fixtures import write_tiny_seq2seq
+    from vlprobe.fixtures.seq2seq import write_tiny_seq2seq
 
     return write_tiny_seq2seq(tmp_path_factory.mktemp("seq2seq") / "bart", "bart", 0)

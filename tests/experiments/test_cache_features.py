@@ -17,9 +17,9 @@ from vlprobe.experiments.cache_features import (
     scale_states,
     stratum_keys,
 )
-from vlprobe.extract.arrays import ArrayStream, winoground_tables, write_array_cache
 from vlprobe.extract.cache.reader import ActivationCache
 from vlprobe.extract.runner import pair_rows
+from vlprobe.fixtures.caches import ArrayStream, winoground_tables, write_array_cache
 
 
 @pytest.fixture(scope="module")

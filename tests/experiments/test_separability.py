@@ -15,7 +15,7 @@ from vlprobe.cli import app
 from vlprobe.experiments.outputs import TIDY_COLUMNS
 from vlprobe.experiments.separability import SeparabilityConfig, run_separability
 from vlprobe.experiments.summary import SUMMARY_COLUMNS
-from vlprobe.extract.arrays import ArrayStream, planted_cache, winoground_tables, write_array_cache
+from vlprobe.fixtures.caches import ArrayStream, planted_cache, winoground_tables, write_array_cache
 
 SIGNAL = 2
 # 16 points per caption in 4 dimensions: noise is almost never linearly separable.

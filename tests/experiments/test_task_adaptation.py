@@ -17,7 +17,7 @@ from vlprobe.experiments.task_adaptation import (
     TaskAdaptationConfig,
     run_task_adaptation,
 )
-from vlprobe.extract.arrays import planted_cache
+from vlprobe.fixtures.caches import planted_cache
 
 SIGNAL = 1
 FAST = {"depth": 3, "width": 32, "lr": 1e-2, "epochs": 60, "batch_size": 32}

@@ -17,7 +17,7 @@ from vlprobe.experiments.variant_probe import (
     run_variant_probe,
     variant_examples,
 )
-from vlprobe.extract.arrays import planted_cache
+from vlprobe.fixtures.caches import planted_cache
 
 SIGNAL = 1
 FAST = {"depth": 3, "width": 32, "lr": 1e-2, "epochs": 40, "batch_size": 32, "device": "cpu"}

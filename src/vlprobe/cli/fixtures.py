@@ -39,7 +39,7 @@ def fixtures_model(
     seed: Annotated[int, typer.Option(help="Random seed for the weights.")] = 0,
 ) -> None:
     """Write a tiny random-initialised checkpoint in the model's real on-disk format."""
-    from vlprobe.extract.fixtures import FIXTURE_WRITERS
+    from vlprobe.fixtures.models import FIXTURE_WRITERS
 
     if name not in FIXTURE_WRITERS:
         raise ValueError(f"model: no fixture writer for {name!r} (available: {', '.join(sorted(FIXTURE_WRITERS))})")

@@ -13,12 +13,13 @@ import torch
 from typer.testing import CliRunner
 
 from vlprobe.cli import app
-from vlprobe.extract.fixtures import FIXTURE_MARKER, FIXTURE_WRITERS
 from vlprobe.extract.models.blind import (
     CaptionLengthScorer,
     CausalLMScorer,
     SequenceClassifierScorer,
 )
+from vlprobe.fixtures.models import FIXTURE_WRITERS
+from vlprobe.fixtures.staging import FIXTURE_MARKER
 from vlprobe.registry import MODELS
 
 TEXTS = ["a red circle left of a blue square", "a dog", "two people riding horses near a tree", "x"]

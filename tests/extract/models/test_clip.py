@@ -11,9 +11,9 @@ import pytest
 import torch
 from PIL import Image
 
-from vlprobe.extract.fixtures import write_tiny_clip
 from vlprobe.extract.models.base import StreamSpec
 from vlprobe.extract.models.clip import CLIPAdapter
+from vlprobe.fixtures.clip import write_tiny_clip
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -11,9 +11,11 @@ import pytest
 import torch
 
 from tests.extract.helpers import random_region_arrays
-from vlprobe.extract.fixtures import FIXTURE_MARKER, FIXTURE_WRITERS, write_tiny_lxmert
 from vlprobe.extract.models.lxmert import MATCH_INDEX, LxmertAdapter
 from vlprobe.extract.models.pooling import pool_states
+from vlprobe.fixtures.lxmert import write_tiny_lxmert
+from vlprobe.fixtures.models import FIXTURE_WRITERS
+from vlprobe.fixtures.staging import FIXTURE_MARKER
 from vlprobe.registry import MODELS
 
 CAPTIONS = [

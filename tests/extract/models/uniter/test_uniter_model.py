@@ -9,7 +9,6 @@ import pytest
 import torch
 from transformers import AutoTokenizer, BertConfig, BertModel
 
-from vlprobe.extract.fixtures import FIXTURE_MARKER, write_tiny_uniter
 from vlprobe.extract.models.uniter.model import (
     IGNORED_PREFIXES,
     UniterConfig,
@@ -18,6 +17,8 @@ from vlprobe.extract.models.uniter.model import (
     normalize_official_keys,
     official_key_shapes,
 )
+from vlprobe.fixtures.staging import FIXTURE_MARKER
+from vlprobe.fixtures.uniter import write_tiny_uniter
 
 CAPTIONS = ["a red circle left of a blue square", "in the picture, a big green star is above a small diamond"]
 
