@@ -8,8 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
-from vlprobe.cli import app, guarded
 from vlprobe.cli._common import DataDir, Dataset, Quiet, _names
+from vlprobe.cli.app import app, guarded
 
 setup_app = typer.Typer(name="setup", help="Prepare offline resources (WordNet for nltk).", no_args_is_help=True)
 

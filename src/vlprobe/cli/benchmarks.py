@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 
-from vlprobe.cli import app, guarded
 from vlprobe.cli._common import (
     AllItems,
     AsJson,
@@ -19,6 +18,7 @@ from vlprobe.cli._common import (
     UniterConfig,
     _print_rows,
 )
+from vlprobe.cli.app import app, guarded
 
 data_app = typer.Typer(name="data", help="Validate and count benchmark files.", no_args_is_help=True)
 Benchmark = Annotated[str, typer.Argument(help="sugarcrepe or valse.")]

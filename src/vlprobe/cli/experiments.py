@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-from vlprobe.cli import app, guarded
 from vlprobe.cli._common import (
     BatchSize,
     Bootstrap,
@@ -30,6 +29,7 @@ from vlprobe.cli._common import (
     _print_summary,
     _test_size,
 )
+from vlprobe.cli.app import app, guarded
 
 run_app = typer.Typer(name="run", help="Run a registered experiment (see `probe ls experiments`).", no_args_is_help=True)
 WinogroundCache = Annotated[Path, typer.Option(help="A vlprobe cache of Winoground.")]

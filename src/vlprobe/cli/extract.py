@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 
-from vlprobe.cli import app, guarded
 from vlprobe.cli._common import (
     AllItems,
     AsJson,
@@ -22,6 +21,7 @@ from vlprobe.cli._common import (
     UniterConfig,
     _dataset_options,
 )
+from vlprobe.cli.app import app, guarded
 
 cache_app = typer.Typer(name="cache", help="Inspect and merge activation caches.", no_args_is_help=True)
 

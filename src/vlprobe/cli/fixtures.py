@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from vlprobe.cli import guarded
 from vlprobe.cli._common import AllItems, Dataset, Limit, RegionOut, Subsets, _dataset_options
+from vlprobe.cli.app import guarded
 
 fixtures_app = typer.Typer(
     name="fixtures", help="Write synthetic datasets and tiny random models for tests and demos.", no_args_is_help=True

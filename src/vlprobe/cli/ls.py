@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from vlprobe.cli import app, guarded
+from vlprobe.cli.app import app, guarded
 
 
 @app.command("ls")

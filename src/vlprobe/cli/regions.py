@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from vlprobe.cli import guarded
 from vlprobe.cli._common import AsJson, RegionFile, RegionOut
+from vlprobe.cli.app import guarded
 
 regions_app = typer.Typer(
     name="regions", help="Import and inspect region features (LXMERT, UNITER).", no_args_is_help=True
