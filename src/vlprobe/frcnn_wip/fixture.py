@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import yaml
 
-from vlprobe.extract.fixtures import _check_seed, _prepare_out, _staged
+from vlprobe.fixtures.staging import check_seed, prepare_out, staged
 
 from .checkpoint import WEIGHTS_NAME
 from .config import CONFIG_NAME, config_from_dict, default_config_dict
@@ -73,14 +73,14 @@ def write_tiny_frcnn(out: str | os.PathLike[str], seed: int = 0) -> Path:
     Path
         ``out``, loadable with ``RegionDetector.load(out)`` and ``load_labels(out)``.
     """
-    _check_seed(seed)
+    check_seed(seed)
     out = Path(out)
-    overwrite = _prepare_out(out, "frcnn")
+    overwrite = prepare_out(out, "frcnn")
     data = tiny_config_dict()
     model = VGFasterRCNN(config_from_dict(data, where="tiny config"))
     init_random_weights(model, seed)
     state = _hub_state(model)
-    with _staged(out, overwrite, "frcnn", seed) as staging:
+    with staged(out, overwrite, "frcnn", seed) as staging:
         with open(staging / CONFIG_NAME, "w", encoding="utf-8") as fh:
             yaml.safe_dump(data, fh, sort_keys=True, default_flow_style=None)
         torch.save(state, staging / WEIGHTS_NAME)

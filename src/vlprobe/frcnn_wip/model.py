@@ -181,7 +181,7 @@ def _device(device: str | torch.device) -> torch.device:
         if device.type == "cuda" and not torch.cuda.is_available():
             raise DetectorInputError(f"device {str(device)!r} asked for, but torch sees no CUDA device here")
         return device
-    from vlprobe.extract.base import resolve_device
+    from vlprobe.devices import resolve_device
 
     return resolve_device(device)
 
@@ -191,7 +191,7 @@ def _dtype(dtype: str | torch.dtype) -> torch.dtype:
         if dtype not in (torch.float32, torch.float16):
             raise DetectorInputError(f"dtype must be float32 or float16, got {dtype}")
         return dtype
-    from vlprobe.extract.base import resolve_dtype
+    from vlprobe.devices import resolve_dtype
 
     return resolve_dtype(dtype)
 
@@ -245,7 +245,7 @@ class RegionDetector:
             Missing files, unreadable or unsafe weights, keys or shapes that do not match the
             config (one line naming the key), a bad device or dtype.
         """
-        from vlprobe.extract.checkpoints import resolve_checkpoint
+        from vlprobe.extract.models.hf import resolve_checkpoint
 
         dev, dt = _device(device), _dtype(dtype)
         spec = os.fspath(checkpoint)
