@@ -62,9 +62,13 @@ def test_ensemble_matches_training_each_model_alone() -> None:
     for m, (g, _, s) in enumerate(runs):
         alone = MLPProbe(**SMALL, random_state=s).fit(X[g], y[m])
         np.testing.assert_allclose(logits[m], alone.decision_function(X[g]), atol=2e-4)
-        np.testing.assert_array_equal(ens.predict(X)[m], alone.predict(X[g]))
+        # Predictions of two paths (stacked weights vs one model) agree where the logit is clear of
+        # the threshold by more than the logits' tolerance; a logit within it may round either way.
+        clear = np.abs(logits[m]) > 1e-3
+        assert clear.mean() > 0.5
+        np.testing.assert_array_equal(ens.predict(X)[m][clear], alone.predict(X[g])[clear])
         np.testing.assert_allclose(ens.loss_curves[m], alone.loss_curve_, rtol=1e-4, atol=1e-6)
-        np.testing.assert_array_equal(ens.probe(m).predict(X[g]), ens.predict(X)[m])
+        np.testing.assert_array_equal(ens.probe(m).predict(X[g])[clear], ens.predict(X)[m][clear])
 
 
 def test_ensemble_result_does_not_depend_on_chunking() -> None:
