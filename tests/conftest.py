@@ -30,6 +30,22 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)
 
+# ``VLPROBE_TEST_HIDE=spacy,wordnet`` runs the suite as a machine without the spaCy English model
+# or Debian's WordNet files would (resolution of each fails as it would there); the tests that
+# need them must skip, saying why. (Without the shared data: ``VLPROBE_SHARED_DATA=/nonexistent``.)
+_HIDE = {h.strip() for h in os.environ.get("VLPROBE_TEST_HIDE", "").split(",") if h.strip()}
+if _HIDE - {"spacy", "wordnet"}:
+    raise pytest.UsageError(f"VLPROBE_TEST_HIDE: unknown resource(s) {sorted(_HIDE - {'spacy', 'wordnet'})}")
+if "spacy" in _HIDE:
+    import vlprobe.augment.nlp as _nlp
+
+    _nlp.FALLBACK_MODELS = tuple(f"{m}_hidden_by_tests" for m in _nlp.FALLBACK_MODELS)
+    os.environ.pop("VLPROBE_SPACY_MODEL", None)
+if "wordnet" in _HIDE:
+    import vlprobe.augment.wordnet as _wordnet
+
+    _wordnet.DEBIAN_DIR = _SESSION_TMP / "no-wordnet"
+
 from vlprobe.data.synthetic import make_synthetic_winoground  # noqa: E402
 from vlprobe.extract.runner import ExtractConfig, extract  # noqa: E402
 from vlprobe.fixtures.clip import write_tiny_clip  # noqa: E402
@@ -206,7 +222,7 @@ def assert_caches_equal() -> Callable[..., None]:
     return _assert_caches_equal
 
 
-# --- benchmark scoring (issue 6): the real SugarCrepe / VALSE JSON files, read where they lie ----
+# --- benchmark scoring: the real SugarCrepe / VALSE JSON files, read where they lie ----
 
 
 @pytest.fixture(scope="session")

@@ -63,7 +63,7 @@ def test_replacements_are_real_wordnet_relations_of_the_most_frequent_sense(cls,
     assert n >= len(CAPTIONS)  # every caption gave something
 
 
-def test_number_is_kept_dogs_become_puppies(wn) -> None:
+def test_number_is_kept_dogs_become_puppies(wn, nlp) -> None:
     out = HyponymStrategy(max_outputs=100).generate("Two dogs sat on a red couch.", rng())
     assert "Two puppies sat on a red couch." in out
     assert "Two puppy sat on a red couch." not in out
@@ -94,7 +94,7 @@ def _wn_dir():
     return default_root() / "corpora" / "wordnet"
 
 
-def test_tense_kept_on_verbs(wn) -> None:
+def test_tense_kept_on_verbs(wn, nlp) -> None:
     out = SynonymStrategy(max_outputs=50).propose("the boy chased the cat", rng())
     verbs = {p.params["replacement"] for p in out if p.params["tag"] == "VBD"}
     # chase.v.01: chase, chase_after, trail, tail, tag, give_chase, dog, go_after, track
@@ -103,14 +103,14 @@ def test_tense_kept_on_verbs(wn) -> None:
     assert {"trailing", "tagging", "dogging"} <= {p.params["replacement"] for p in out if p.params["tag"] == "VBG"}
 
 
-def test_repeated_words_are_replaced_at_one_position(wn) -> None:
+def test_repeated_words_are_replaced_at_one_position(wn, nlp) -> None:
     text = "a dog chases a dog near the trees"
     for p in HypernymStrategy(max_outputs=10).propose(text, rng()):
         if p.params["word"] == "dog":
             assert p.text.count("dog") == 1, p.text
 
 
-def test_article_follows_the_new_word(wn) -> None:
+def test_article_follows_the_new_word(wn, nlp) -> None:
     out = HypernymStrategy(max_outputs=10).generate("a horse in a field", rng())
     assert any(t.startswith("an equine") or t.startswith("an equid") for t in out), out
     assert not any(t.startswith("a equ") for t in out)
@@ -118,7 +118,7 @@ def test_article_follows_the_new_word(wn) -> None:
 
 @pytest.mark.parametrize("cls", [SynonymStrategy, HypernymStrategy, HyponymStrategy, SlangStrategy])
 @pytest.mark.parametrize("k", [1, 2, 3])
-def test_max_outputs_respected_and_no_variant_equals_its_source(cls, k, wn) -> None:
+def test_max_outputs_respected_and_no_variant_equals_its_source(cls, k, wn, nlp) -> None:
     s = cls(max_outputs=k)
     for text in CAPTIONS:
         out = s.generate(text, rng(5))
@@ -128,7 +128,7 @@ def test_max_outputs_respected_and_no_variant_equals_its_source(cls, k, wn) -> N
 
 
 @pytest.mark.parametrize("cls", [SynonymStrategy, HypernymStrategy, HyponymStrategy, SlangStrategy])
-def test_same_seed_same_output_and_batching_changes_nothing(cls, wn) -> None:
+def test_same_seed_same_output_and_batching_changes_nothing(cls, wn, nlp) -> None:
     s = cls(max_outputs=3)
     one = [s.generate(t, rng(7)) for t in CAPTIONS]
     again = [s.generate(t, rng(7)) for t in CAPTIONS]
@@ -157,13 +157,24 @@ def test_unknown_option_and_bad_max_outputs_are_refused() -> None:
         SynonymStrategy(max_outputs=0)
 
 
-def test_spacy_model_resolution_order_and_unavailability(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_configured_model_that_is_not_installed_falls_back(nlp) -> None:
     from vlprobe.augment import nlp as nlp_mod
 
     # a configured name that is not installed falls back to the official name, then the re-upload
     assert nlp_mod.resolve_spacy_model("no_such_model_xyz") in nlp_mod.FALLBACK_MODELS
+
+
+def test_spacy_model_resolution_order_and_unavailability(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vlprobe.augment import nlp as nlp_mod
+
     monkeypatch.setattr(nlp_mod, "FALLBACK_MODELS", ("no_such_a", "no_such_b"))
     with pytest.raises(nlp_mod.SpacyUnavailable, match="tried no_such_model_xyz, no_such_a, no_such_b"):
         nlp_mod.resolve_spacy_model("no_such_model_xyz")
+
+
+def test_a_strategy_without_its_spacy_model_says_why(monkeypatch: pytest.MonkeyPatch, wordnet_root) -> None:
+    from vlprobe.augment import nlp as nlp_mod
+
+    monkeypatch.setattr(nlp_mod, "FALLBACK_MODELS", ("no_such_a", "no_such_b"))
     ok, reason, hint = SynonymStrategy(spacy_model="no_such_model_xyz").available()
     assert not ok and "no spaCy English model" in reason and "requirements/spacy-model.txt" in hint

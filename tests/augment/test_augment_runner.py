@@ -92,7 +92,7 @@ def test_variants_do_not_depend_on_order_or_subset(wordnet_root: Path, nlp) -> N
 
 
 @pytest.mark.slow
-def test_byte_identical_across_processes_with_other_hash_seeds(synthetic_dir: Path, wordnet_root: Path, tmp_path: Path) -> None:
+def test_byte_identical_across_processes_with_other_hash_seeds(synthetic_dir: Path, wordnet_root: Path, tmp_path: Path, nlp) -> None:
     outs = []
     for hash_seed in ("1", "2"):
         out = tmp_path / f"h{hash_seed}.jsonl"
@@ -126,7 +126,7 @@ def test_entry_point_plugins_are_registered_lazily(tmp_path: Path, monkeypatch: 
         sys.modules.pop("vlprobe_fake_plugin", None)
 
 
-def test_cli_augment_dataset_and_text(synthetic_dir: Path, wordnet_root: Path, tmp_path: Path) -> None:
+def test_cli_augment_dataset_and_text(synthetic_dir: Path, wordnet_root: Path, tmp_path: Path, nlp) -> None:
     runner = CliRunner()
     out = tmp_path / "v.jsonl"
     r = runner.invoke(app, ["augment", "--dataset", "winoground", "--data-dir", str(synthetic_dir),
@@ -139,7 +139,7 @@ def test_cli_augment_dataset_and_text(synthetic_dir: Path, wordnet_root: Path, t
     assert r.stdout.startswith("a dog chases a cat.\n") and "[role-rewrite] a cat is chased by a dog." in r.stdout
 
 
-def test_cli_unavailable_strategy_is_named_and_skipped_or_strict(wordnet_root: Path, one_error_line) -> None:
+def test_cli_unavailable_strategy_is_named_and_skipped_or_strict(wordnet_root: Path, one_error_line, nlp) -> None:
     runner = CliRunner()
     r = runner.invoke(app, ["augment", "--text", "a dog chases a cat.", "--strategies", "paraphrase,synonym"])
     assert r.exit_code == 0
@@ -156,7 +156,12 @@ def test_cli_ls_strategies_says_why_and_how(one_error_line) -> None:
     para = next(i for i, line in enumerate(lines) if line.startswith("paraphrase "))
     assert "UNAVAILABLE" in lines[para]
     assert "why:" in lines[para + 1] and "fix:" in lines[para + 2] and "hf download" in lines[para + 2]
-    assert any(line.startswith("synonym ") and "available" in line for line in lines)
+    synonym = next(line for line in lines if line.startswith("synonym "))
+    # available with WordNet and the spaCy model; without either, ls says so (and why, below it)
+    ok = STRATEGIES.get("synonym")().available().ok
+    assert ("UNAVAILABLE" not in synonym) == ok, synonym
+    if not ok:
+        assert "why:" in lines[lines.index(synonym) + 1]
     assert any(line.startswith("role-rewrite ") and "may alter meaning" in line for line in lines)
     assert any(line.startswith("preset why-winoground-hard:") for line in lines)
 
