@@ -60,7 +60,9 @@ demo: $(STAMP)  ## synthetic Winoground + tiny random CLIP, LXMERT, UNITER: extr
 	@echo "  regions.h5   random region features (36 x 2048 per image) for the cross-encoders"
 	@echo "  lxmert.h5    tiny LXMERT, item pair plan: lang/vision states per pair and match scores"
 	@echo "  uniter.h5    tiny UNITER (official .pt format), all pairs: scores only (recall in results/recall/)"
-	@echo "  lexical-variants.jsonl  WordNet synonym/hypernym/hyponym and slang variants of every caption"
+	@if [ -f $(DEMO)/lexical-variants.jsonl ]; then \
+	    echo "  lexical-variants.jsonl  WordNet synonym/hypernym/hyponym and slang variants of every caption"; \
+	else echo "  (no lexical-variants.jsonl: the augment step was left out, see above)"; fi
 	@echo "(random weights: the numbers exercise the pipeline, they mean nothing)"
 
 test: $(STAMP)  ## run the whole test suite offline
