@@ -2,7 +2,7 @@
 
 Each strategy parses the captions itself here (docs not shared), so the two settings differ only
 in how spaCy is called; a last line adds the shared-doc cache ``probe augment`` uses.
-Captions: the first N SugarCrepe captions (``$VLPROBE_SHARED_DATA`` or ``../shared/data``), else
+Captions: the first N SugarCrepe captions (``$VLPROBE_SHARED_DATA``), else
 synthetic ones. WordNet and spaCy are loaded (and warmed up) before timing. Prints the rates and
 the ratio; asserts nothing.
 

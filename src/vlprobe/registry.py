@@ -142,7 +142,7 @@ EXPERIMENTS.register(
     help="Recall@k (I2T, T2I) over the full image x caption score matrix",
 )
 
-# Benchmark scoring (issue 6): SugarCrepe, VALSE, blind text-only baselines, evaluations.
+# Benchmark scoring: SugarCrepe, VALSE, blind text-only baselines, evaluations.
 DATASETS.register(
     "sugarcrepe", "vlprobe.data.sugarcrepe:load_sugarcrepe",
     help="SugarCrepe (7 JSON files; images from a COCO val2017 folder via --image-dir)",
@@ -186,7 +186,7 @@ MODELS.register(
     help="UNITER cross-encoder (official .pt + config JSON) with region features; streams text, image",
 )
 
-# Probes and probing experiments (issue 4).
+# Probes and probing experiments.
 PROBES.register(
     "linear-separability", "vlprobe.probes.linear:LinearSeparabilityProbe",
     help="Linear SVM (C=100); separable_ = training accuracy 1.0, margin_ = 2/||w||",

@@ -35,7 +35,7 @@ def test_setup_copies_files_nltk_accepts(wordnet_root: Path, wn) -> None:
     assert (folder / "lexnames").read_text() == LEXNAMES
     assert (folder / "SOURCE").read_text().strip().startswith("debian-3.0")
     assert (folder / "index.sense").stat().st_size == Path("/usr/share/wordnet/index.sense").stat().st_size
-    # The reader works, on WordNet 3.0 as REFERENCE §3.3 checks it.
+    # The reader works, on WordNet 3.0.
     assert wn.get_version() == "3.0"
     assert wn.synset("dog.n.01").offset() == 2084071
     assert "puppy.n.01" in {s.name() for s in wn.synset("dog.n.01").hyponyms()}

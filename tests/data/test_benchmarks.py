@@ -1,4 +1,4 @@
-"""SugarCrepe and VALSE loaders on the real JSON files in ../shared/data, and `probe data info`."""
+"""SugarCrepe and VALSE loaders on the real JSON files (read where they lie, see the conftest), and `probe data info`."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def test_sugarcrepe_real_counts_and_ids(sugarcrepe_dir: Path) -> None:
     assert (item.texts[0].text, item.texts[1].text) == (raw["caption"].strip(), raw["negative_caption"].strip())
     assert item.images[0].name == raw["filename"] and item.images[0].path is None
     assert item.tags == {"subset": ("swap_obj",), "group": ("swap",)}
-    assert len({it.images[0].name for it in ds}) == 1560  # REFERENCE §1.3
+    assert len({it.images[0].name for it in ds}) == 1560  # distinct COCO images
 
 
 def test_sugarcrepe_whitespace_is_stripped_on_both_captions(sugarcrepe_dir: Path) -> None:
@@ -111,7 +111,7 @@ def test_sugarcrepe_report(sugarcrepe_dir: Path) -> None:
     assert sum(r.problems.get("caption with surrounding whitespace", 0) for r in reports.values()) == 1074
     assert reports["swap_obj"].problems["keys not contiguous (gaps)"] == 1
     assert "keys not contiguous (gaps)" not in reports["swap_att"].problems
-    assert reports["swap_obj"].sha256.startswith("073cdb8e253d0")  # REFERENCE §1.3
+    assert reports["swap_obj"].sha256.startswith("073cdb8e253d0")  # the pinned commit's file
 
 
 # --- VALSE -----------------------------------------------------------------------------------------
@@ -135,7 +135,7 @@ def test_valse_pinned_counts_follow_from_the_rule(valse_dir: Path) -> None:
         assert len(raw) == total, stem
         by_vote = [r for r in raw.values() if r["mturk"]["caption"] >= 2]
         assert sum(r["caption"] != r["foil"] for r in by_vote) == valid, stem
-        # The vote already removes the items whose caption equals the foil (REFERENCE §1.4).
+        # The vote already removes the items whose caption equals the foil.
         assert len(by_vote) == valid, stem
 
 

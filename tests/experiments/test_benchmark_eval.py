@@ -152,7 +152,7 @@ def test_cli_eval_and_errors(sugarcrepe_dir: Path, coco: Path, tiny_clip: Path, 
     res = runner.invoke(app, [*base, "--model", "caption-length", "--subsets", "add_att"])
     assert res.exit_code == 0, res.output
     line = next(ln for ln in res.stdout.splitlines() if ln.split()[1:3] == ["add_att", "accuracy"])
-    assert float(line.split()[3]) == pytest.approx(99.57, abs=0.01)  # positive shorter in 99.6% (REFERENCE §1.3)
+    assert float(line.split()[3]) == pytest.approx(99.57, abs=0.01)  # positive shorter in 99.6% of swap/replace items
 
     clip = [*base, "--model", "clip", "--checkpoint", str(tiny_clip), "--device", "cpu", "--limit", "3"]
     res = runner.invoke(app, [*clip, "--subsets", SC_SUBSETS, "--image-dir", str(coco)])

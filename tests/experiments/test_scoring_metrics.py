@@ -193,7 +193,7 @@ def test_valse_bad_input() -> None:
 
 
 def test_sugarcrepe_micro_average_matches_the_paper_arithmetic() -> None:
-    # ViT-B/32 (REFERENCE §4.8): REPLACE = (0.9092*1652 + 0.8008*788 + 0.6920*1406) / 3846 = 80.76.
+    # ViT-B/32 (SugarCrepe's micro-average): REPLACE = (0.9092*1652 + 0.8008*788 + 0.6920*1406) / 3846 = 80.76.
     sizes = {"replace_obj": 1652, "replace_att": 788, "replace_rel": 1406}
     accs = {"replace_obj": 0.9092, "replace_att": 0.8008, "replace_rel": 0.6920}
     subsets, correct = [], []

@@ -7,7 +7,7 @@ the data directory, from vlprobe's cache, or downloaded once from the paper's re
 pinned commit and checked against its sha256.
 
 Two "untagged" sets exist: NoTag = the ids whose list is empty in the file (172 items), and the
-paper code's hard-coded ``None`` list of 171 ids, which leaves out id 313 (REFERENCE.md §1.2).
+paper code's hard-coded ``None`` list of 171 ids, which leaves out id 313.
 vlprobe uses the first; the second is available as :data:`WWH_CODE_NONE_EXCLUDED`.
 """
 

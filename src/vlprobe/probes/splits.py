@@ -11,7 +11,7 @@ A control task (Hewitt & Liang 2019) keeps the inputs and breaks the link betwee
 labels: :func:`control_flips` picks ``n // 2`` items of each split (floor of half; 150 of 300 and
 50 of 100) and every label of a picked item is flipped. Flipping by item, not by example or
 pair position, is what keeps the control a task with the target's label balance and structure
-(the paper's code flipped by pair position; see REFERENCE §4.2). :func:`selectivity` is target
+(the paper's code flipped by pair position). :func:`selectivity` is target
 minus control.
 """
 
