@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,7 +69,7 @@ def prepare_images(
     channel_order: str,
     device: torch.device,
     dtype: torch.dtype,
-    feature_sizes: object,
+    feature_sizes: Callable[[Tensor], Tensor],
 ) -> Prepared:
     """Resize, normalise and batch ``images``; ``feature_sizes`` maps ``(B, 2)`` input sizes to the
     backbone's output sizes (an image whose map would be empty is refused, naming it)."""
@@ -84,7 +84,7 @@ def prepare_images(
         nh, nw = resized_size(h, w, cfg.min_size, cfg.max_size)
         if nh < 1 or nw < 1:
             raise ImageTooSmallError(i, f"a {w}x{h} image resizes to {nw}x{nh} pixels")
-        fh, fw = feature_sizes(torch.tensor([[nh, nw]])).tolist()[0]  # type: ignore[operator]
+        fh, fw = feature_sizes(torch.tensor([[nh, nw]])).tolist()[0]
         if fh < 1 or fw < 1:
             raise ImageTooSmallError(
                 i, f"a {w}x{h} image resizes to {nw}x{nh} pixels, too small for the backbone (no feature map left)"
