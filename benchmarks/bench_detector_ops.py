@@ -20,9 +20,9 @@ import numpy as np
 import torch
 from _common import best_of
 
-from vlprobe.frcnn_wip import RegionDetector, StageTimer
-from vlprobe.frcnn_wip.fixture import write_tiny_frcnn
-from vlprobe.frcnn_wip.ops import classwise_nms_keep, nms, roi_pool, round_half_away
+from vlprobe.extract.regions.detector import RegionDetector, StageTimer
+from vlprobe.extract.regions.detector.ops import classwise_nms_keep, nms, roi_pool, round_half_away
+from vlprobe.fixtures.frcnn import write_tiny_frcnn
 
 
 def roi_pool_loop(features: torch.Tensor, rois: torch.Tensor, size: int, scale: float) -> torch.Tensor:

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _frcnn_helpers import drawn_image
 from PIL import Image
 
-from vlprobe.frcnn_wip import (
+from tests.extract.regions.detector.helpers import drawn_image
+from vlprobe.extract.regions.detector import (
     DetectorInputError,
     ImageTooSmallError,
     RegionDetector,
@@ -21,9 +21,9 @@ from vlprobe.frcnn_wip import (
     TooFewBoxesError,
     get_preset,
 )
-from vlprobe.frcnn_wip.checkpoint import WEIGHTS_NAME, normalize_keys
-from vlprobe.frcnn_wip.config import read_config
-from vlprobe.frcnn_wip.model import VGFasterRCNN
+from vlprobe.extract.regions.detector.checkpoint import WEIGHTS_NAME, normalize_keys
+from vlprobe.extract.regions.detector.config import read_config
+from vlprobe.extract.regions.detector.model import VGFasterRCNN
 
 PRESET_NAMES = ("lxmert-36", "uniter-10-100", "hf-frcnn")
 
@@ -271,3 +271,6 @@ def test_the_full_size_detector_builds_from_the_default_config() -> None:
     assert det.fingerprint.startswith("random:seed=0:")
     with pytest.raises(DetectorInputError, match="seed must be"):
         RegionDetector.random(seed=-1)
+def test_fixture_images_give_detections_on_a_real_drawing(tiny_detector: RegionDetector) -> None:
+    (det,) = tiny_detector.detect([drawn_image(90, 90, seed=5)], "uniter-10-100")
+    assert 10 <= det.num_boxes <= 48

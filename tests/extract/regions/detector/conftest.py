@@ -3,11 +3,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _frcnn_helpers import drawn_image
 from PIL import Image
 
-from vlprobe.frcnn_wip import RegionDetector
-from vlprobe.frcnn_wip.fixture import write_tiny_frcnn
+from tests.extract.regions.detector.helpers import drawn_image
+from vlprobe.extract.regions.detector import RegionDetector
+from vlprobe.fixtures.frcnn import write_tiny_frcnn
 
 
 @pytest.fixture(scope="session")

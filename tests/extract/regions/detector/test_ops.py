@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from vlprobe.frcnn_wip.ops import (
+from vlprobe.extract.regions.detector.ops import (
     batched_nms,
     box_iou,
     classwise_nms_keep,
