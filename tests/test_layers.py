@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vlprobe.layers import parse_layers, parse_stream_layers
+from vlprobe.validation import InputError
 
 
 @pytest.mark.parametrize(
@@ -85,9 +86,9 @@ def test_parse_layers_sequence_errors() -> None:
         parse_layers([], 4)
     with pytest.raises(ValueError, match=r"^layers: layer 4 is out of range"):
         parse_layers([0, 4], 4)
-    with pytest.raises(TypeError, match=r"^layers must hold integers, got True"):
+    with pytest.raises(InputError, match=r"^layers must hold integers, got True"):
         parse_layers([True], 4)
-    with pytest.raises(TypeError, match=r"^layers must hold integers, got 1.0"):
+    with pytest.raises(InputError, match=r"^layers must hold integers, got 1.0"):
         parse_layers([1.0], 4)  # type: ignore[list-item]
 
 

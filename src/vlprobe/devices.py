@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import torch
 
+from vlprobe.validation import InputError
+
 __all__ = ["DTYPES", "resolve_device", "resolve_dtype"]
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float16": torch.float16}
@@ -20,16 +22,16 @@ def resolve_device(device: str) -> torch.device:
     try:
         dev = torch.device(text)
     except (RuntimeError, TypeError):
-        raise ValueError(f"device must be cpu, cuda, cuda:N or auto, got {device!r}") from None
+        raise InputError(f"device must be cpu, cuda, cuda:N or auto, got {device!r}") from None
     if dev.type not in ("cpu", "cuda"):
-        raise ValueError(f"device must be cpu, cuda, cuda:N or auto, got {device!r}")
+        raise InputError(f"device must be cpu, cuda, cuda:N or auto, got {device!r}")
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} asked for, but torch sees no CUDA device here")
+        raise InputError(f"device {device!r} asked for, but torch sees no CUDA device here")
     return dev
 
 
 def resolve_dtype(dtype: str) -> torch.dtype:
     """``float32`` or ``float16`` -> torch dtype."""
     if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+        raise InputError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     return DTYPES[dtype]

@@ -10,7 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_path", "atomic_write", "write_json"]
+from vlprobe.validation import InputError
+
+__all__ = ["atomic_path", "atomic_write", "text_lines", "write_json"]
 
 
 @contextlib.contextmanager
@@ -48,3 +50,20 @@ def write_json(path: str | os.PathLike[str], obj: Any) -> None:
     with atomic_write(path) as fh:
         json.dump(obj, fh, indent=2, sort_keys=True, ensure_ascii=False)
         fh.write("\n")
+
+
+def text_lines(path: str | os.PathLike[str], param: str) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` of a UTF-8 text file; a file that is not UTF-8 text is an
+    :class:`~vlprobe.validation.InputError` naming ``param``, the file and the line."""
+    p = Path(path)
+    with open(p, encoding="utf-8") as fh:
+        lineno = 0
+        while True:
+            try:
+                line = fh.readline()
+            except UnicodeDecodeError:
+                raise InputError(f"{param}: {p.name} line {lineno + 1} is not UTF-8 text") from None
+            if not line:
+                return
+            lineno += 1
+            yield lineno, line

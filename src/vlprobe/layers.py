@@ -17,6 +17,8 @@ from __future__ import annotations
 import numbers
 from collections.abc import Mapping, Sequence
 
+from vlprobe.validation import InputError
+
 __all__ = ["parse_layers", "parse_stream_layers"]
 
 
@@ -38,13 +40,13 @@ def parse_layers(spec: str | Sequence[int], n_layers: int, *, param: str = "laye
         Sorted, unique, non-negative layer numbers.
     """
     if n_layers <= 0:
-        raise ValueError(f"{param}: the stream has no layers (n_layers={n_layers})")
+        raise InputError(f"{param}: the stream has no layers (n_layers={n_layers})")
     if not isinstance(spec, str):
         return _check_indices(list(spec), n_layers, param, str(list(spec)))
     text = spec.strip().lower()
     if text in ("all", "*", ""):
         if text == "":
-            raise ValueError(f"{param} must be 'all', a list such as '0,4,-1' or a slice such as '2:6'; got ''")
+            raise InputError(f"{param} must be 'all', a list such as '0,4,-1' or a slice such as '2:6'; got ''")
         return list(range(n_layers))
     out: list[int] = []
     for part in text.split(","):
@@ -52,24 +54,24 @@ def parse_layers(spec: str | Sequence[int], n_layers: int, *, param: str = "laye
         if ":" in part:
             pieces = part.split(":")
             if len(pieces) > 3:
-                raise ValueError(f"{param}: {part!r} is not a slice (expected start:stop[:step])")
+                raise InputError(f"{param}: {part!r} is not a slice (expected start:stop[:step])")
             try:
                 bounds = [int(p) if p.strip() else None for p in pieces]
             except ValueError:
-                raise ValueError(
+                raise InputError(
                     f"{param}: {part!r} is not a slice of integers (expected e.g. '2:6')"
                 ) from None
             if len(bounds) == 3 and bounds[2] == 0:
-                raise ValueError(f"{param}: slice step cannot be zero in {part!r}")
+                raise InputError(f"{param}: slice step cannot be zero in {part!r}")
             chosen = list(range(n_layers))[slice(*bounds)]
             if not chosen:
-                raise ValueError(f"{param}: slice {part!r} selects no layer of 0..{n_layers - 1}")
+                raise InputError(f"{param}: slice {part!r} selects no layer of 0..{n_layers - 1}")
             out.extend(chosen)
         else:
             try:
                 out.append(int(part))
             except ValueError:
-                raise ValueError(
+                raise InputError(
                     f"{param} must be 'all', a list such as '0,4,-1' or a slice such as '2:6'; "
                     f"got {spec!r}"
                 ) from None
@@ -98,12 +100,12 @@ def parse_stream_layers(
         name, sep, sub = part.partition("=")
         name = name.strip()
         if not sep or name not in streams:
-            raise ValueError(
+            raise InputError(
                 f"{param}: {part.strip()!r} does not name a stream of this model "
                 f"(streams: {', '.join(streams)})"
             )
         if name in given:
-            raise ValueError(f"{param}: stream {name!r} is given twice in {spec!r}")
+            raise InputError(f"{param}: stream {name!r} is given twice in {spec!r}")
         given[name] = sub
     return {
         name: parse_layers(given.get(name, "all"), n, param=f"{param}[{name}]")
@@ -115,14 +117,14 @@ def _check_indices(values: list[int], n_layers: int, param: str, spec: object) -
     resolved = set()
     for v in values:
         if not isinstance(v, numbers.Integral) or isinstance(v, bool):
-            raise TypeError(f"{param} must hold integers, got {v!r}")
+            raise InputError(f"{param} must hold integers, got {v!r}")
         v = int(v)  # numpy integers too
         if not -n_layers <= v < n_layers:
-            raise ValueError(
+            raise InputError(
                 f"{param}: layer {v} is out of range for a stream with layers 0..{n_layers - 1} "
                 f"(spec {spec!r})"
             )
         resolved.add(v % n_layers)
     if not resolved:
-        raise ValueError(f"{param}: spec {spec!r} selects no layer")
+        raise InputError(f"{param}: spec {spec!r} selects no layer")
     return sorted(resolved)

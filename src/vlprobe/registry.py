@@ -3,15 +3,17 @@
 Models, datasets, augmentation strategies, probes and experiments each have a
 :class:`Registry` instance. Entries are registered with a decorator or as a lazy
 ``"module:attr"`` string, so listing names never imports torch or transformers.
-Unknown names are answered with the known names and a "did you mean".
+Unknown names are answered with the known names and a "did you mean"
+(:func:`vlprobe.validation.unknown_name_message`).
 """
 
 from __future__ import annotations
 
-import difflib
 import importlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
+
+from vlprobe.validation import InputError, unknown_name_message
 
 T = TypeVar("T")
 
@@ -59,7 +61,7 @@ class Registry(Generic[T]):
     def get(self, name: str) -> T:
         """Return the object registered as ``name``, importing it if it is lazy."""
         if name not in self._entries:
-            raise ValueError(self.unknown_message(name))
+            raise InputError(self.unknown_message(name))
         target = self._entries[name]
         if isinstance(target, str):
             module_name, _, attr = target.partition(":")
@@ -76,7 +78,7 @@ class Registry(Generic[T]):
     def describe(self, name: str) -> str:
         """One-line description of an entry (without importing lazy entries)."""
         if name not in self._entries:
-            raise ValueError(self.unknown_message(name))
+            raise InputError(self.unknown_message(name))
         return self._help.get(name, "")
 
     def names(self) -> list[str]:
@@ -90,13 +92,6 @@ class Registry(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._entries)
-
-
-def unknown_name_message(kind: str, name: str, known: Sequence[str]) -> str:
-    """``unknown <kind> 'x'; did you mean 'y'? (known: a, b)``, for every list of names vlprobe checks."""
-    close = difflib.get_close_matches(name, list(known), n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    return f"unknown {kind} {name!r}{hint} (known: {', '.join(known) or 'none'})"
 
 
 def _first_line(doc: str | None) -> str:

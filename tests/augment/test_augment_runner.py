@@ -170,7 +170,7 @@ def test_cli_ls_strategies_says_why_and_how(one_error_line) -> None:
     (["--text", "x", "--strategies", "synonim"], ("unknown strategy 'synonim'", "did you mean 'synonym'")),
     (["--text", "x", "--preset", "lexical", "--strategies", "synonym"], ("exactly one of preset",)),
     (["--text", "x", "--preset", "nope"], ("unknown preset 'nope'",)),
-    (["--text", "x", "--strategies", "synonym", "--seed", "-1"], ("seed must be an integer >= 0",)),
+    (["--text", "x", "--strategies", "synonym", "--seed", "-1"], ("seed must be an integer in [0, 2**32), got -1",)),
     (["--text", "x", "--strategies", "synonym", "--max-per-strategy", "0"], ("max_per_strategy",)),
     (["--text", "x", "--strategies", "synonym", "--option", "synonym.colour=red"], ("unknown option",)),
     (["--text", "x", "--strategies", "synonym", "--option", "bad"], ("STRATEGY.KEY=VALUE",)),

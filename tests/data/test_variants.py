@@ -132,7 +132,7 @@ GOOD = '{"item": "winoground/0", "caption": 0, "variants": [{"text": "t", "strat
         ('{"caption": 0, "variants": []}', r"line 2: 'item' must be a namespaced item id string, got None"),
         ('{"item": "", "caption": 0, "variants": []}', r"line 2: 'item' must be"),
         ('{"item": 3, "caption": 0, "variants": []}', r"line 2: 'item' must be"),
-        ('{"item": "winoground/1", "variants": []}', r"line 2: 'caption' must be a caption index >= 0, got None"),
+        ('{"item": "winoground/1", "variants": []}', r"line 2: 'caption' must be an integer >= 0 \(a caption index\), got None"),
         ('{"item": "winoground/1", "caption": -1, "variants": []}', r"line 2: 'caption' must be .*got -1"),
         ('{"item": "winoground/1", "caption": true, "variants": []}', r"line 2: 'caption' must be .*got True"),
         ('{"item": "winoground/1", "caption": "0", "variants": []}', r"line 2: 'caption' must be .*got '0'"),

@@ -89,9 +89,9 @@ def test_blend_matches_the_definition(agg: str, lam: float, include_original: bo
 def test_missing_variant_scores_and_bad_settings_are_refused() -> None:
     matrix, done, items, images, texts, parent, _counts = planted(seed=3)
     vs = variant_scores(matrix, done, items, images, texts, parent)
-    with pytest.raises(ValueError, match="agg must be one of"):
+    with pytest.raises(ValueError, match=r"agg: unknown aggregation 'median'; did you mean 'mean'\? \(known: mean, max\)"):
         blend(vs, "median", 0.5)
-    with pytest.raises(ValueError, match=r"lambdas must lie in \[0, 1\]"):
+    with pytest.raises(ValueError, match=r"lambdas must be a number in \[0, 1\] \(each lambda\), got 1.5"):
         blend(vs, "max", 1.5)
     done = done.copy()
     done[:, -1] = False  # the last variant is scored with no image
@@ -125,7 +125,7 @@ def test_cli(reference_cache: Path, tmp_path: Path, one_error_line) -> None:
     assert r.exit_code == 0, r.output
     assert "agg=max;lambda=1" in r.stdout and "wrote" in r.stdout
     one_error_line(runner.invoke(app, ["run", "variant-similarity", "--cache", str(reference_cache), "--out",
-                                       str(tmp_path), "--lambdas", "0,2"]), "lambdas must lie in [0, 1]")
+                                       str(tmp_path), "--lambdas", "0,2"]), "lambdas must be a number in [0, 1] (each lambda), got 2.0")
     one_error_line(runner.invoke(app, ["run", "variant-similarity", "--cache", str(reference_cache), "--out",
                                        str(tmp_path), "--agg", "median"]), "aggs must be some of")
     one_error_line(runner.invoke(app, ["run", "variant-similarity", "--cache", str(reference_cache), "--out",

@@ -52,7 +52,10 @@ def test_unconverged_fit_is_recorded_not_hidden() -> None:
     [
         ({}, np.array([0, 1, 2, 0]), "Only binary classification"),
         ({}, np.array([1, 1, 1, 1]), "Only binary classification"),
-        ({"loss": "log"}, np.array([0, 1, 0, 1]), "loss must be"),
+        ({"loss": "log"}, np.array([0, 1, 0, 1]), "The 'loss' parameter of LinearSeparabilityProbe must be a str among"),
+        ({"C": 0.0}, np.array([0, 1, 0, 1]), r"The 'C' parameter of LinearSeparabilityProbe must be a float in the range \(0\.0, inf\)"),
+        ({"max_iter": 1.5}, np.array([0, 1, 0, 1]), "The 'max_iter' parameter of LinearSeparabilityProbe must be an int"),
+        ({"random_state": -1}, np.array([0, 1, 0, 1]), "The 'random_state' parameter of LinearSeparabilityProbe"),
     ],
 )
 def test_bad_input_names_the_problem(params: dict, y: np.ndarray, needle: str) -> None:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sklearn.utils._param_validation import InvalidParameterError
 
+from vlprobe.probes.base import ProbeParameterError
 from vlprobe.probes.mlp import MLPProbe, epoch_orders, fit_mlp_ensemble, init_mlp_params
 from vlprobe.registry import PROBES
+from vlprobe.validation import InputError
 
 SMALL = {"depth": 3, "width": 12, "lr": 1e-2, "epochs": 15, "batch_size": 16}
 
@@ -106,10 +109,12 @@ def test_ensemble_bad_input(kwargs: dict, needle: str) -> None:
 
 def test_probe_bad_hyperparameters() -> None:
     X, y = xor_data(20)
-    with pytest.raises(ValueError, match="width must be"):
+    with pytest.raises(ProbeParameterError, match=r"The 'width' parameter of MLPProbe must be an int in the range \[1, inf\)\. Got 0"):
         MLPProbe(width=0).fit(X, y)
-    with pytest.raises(ValueError, match="random_state must be"):
+    with pytest.raises(InputError, match="'random_state' parameter of MLPProbe must be"):
         MLPProbe(random_state=-3, **{k: v for k, v in SMALL.items()}).fit(X, y)
+    with pytest.raises(InvalidParameterError, match=r"'lr' parameter of MLPProbe must be a float in the range \(0\.0, inf\)"):
+        MLPProbe(lr=float("nan")).fit(X, y)
     with pytest.raises(ValueError, match="Only binary classification"):
         MLPProbe(**SMALL).fit(X, np.arange(20) % 3)
 

@@ -13,6 +13,7 @@ from vlprobe.probes.splits import (
     selectivity,
     stratified_item_split,
 )
+from vlprobe.validation import InputError
 
 strata_lists = st.lists(st.sampled_from(["Object", "Relation", "Both", "Object|2"]), min_size=2, max_size=120)
 
@@ -76,10 +77,10 @@ def test_flip_labels_flips_every_example_of_a_flipped_item() -> None:
     ("kwargs", "exc", "needle"),
     [
         ({"strata": ["a"]}, ValueError, "at least 2 items"),
-        ({"test_size": 1.5}, ValueError, "fraction must lie"),
+        ({"test_size": 1.5}, InputError, r"test_size must be a number in \(0, 1\) as a fraction, got 1.5"),
         ({"test_size": 0}, ValueError, "between 1 and"),
-        ({"test_size": "10"}, TypeError, "int or a float"),
-        ({"seed": -1}, ValueError, "seed must be"),
+        ({"test_size": "10"}, InputError, "int or a float"),
+        ({"seed": -1}, InputError, r"seed must be an integer in \[0, 2\*\*32\), got -1"),
     ],
 )
 def test_bad_split_input(kwargs: dict, exc: type, needle: str) -> None:

@@ -20,6 +20,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from vlprobe.validation import InputError, check_positive_int
+
 __all__ = ["GROUPS", "Availability", "Proposal", "Strategy", "caption_rng", "normalise_outputs"]
 
 GROUPS = ("identity", "lexical", "rule-based", "neural", "external")
@@ -75,13 +77,11 @@ class Strategy:
     def __init__(self, max_outputs: int | None = None, **options: Any) -> None:
         if max_outputs is None:
             max_outputs = self.default_max_outputs
-        if isinstance(max_outputs, bool) or not isinstance(max_outputs, int | np.integer) or max_outputs < 1:
-            raise ValueError(f"max_outputs of strategy {self.name!r} must be an integer >= 1, got {max_outputs!r}")
-        self.max_outputs = int(max_outputs)
+        self.max_outputs = check_positive_int(max_outputs, "max_outputs", f" (of strategy {self.name!r})")
         unknown = set(options) - set(self.option_names())
         if unknown:
             known = ", ".join(sorted(self.option_names())) or "none"
-            raise ValueError(f"strategy {self.name!r}: unknown option(s) {sorted(unknown)} (known: {known})")
+            raise InputError(f"strategy {self.name!r}: unknown option(s) {sorted(unknown)} (known: {known})")
         self.options = dict(options)
 
     # -- to override --------------------------------------------------------------------------
@@ -117,10 +117,10 @@ class Strategy:
         return [self.propose(t, r) for t, r in zip(texts, rngs, strict=True)]
 
     def check_available(self) -> None:
-        """Raise ValueError with the reason and hint when the strategy cannot run."""
+        """Raise InputError with the reason and hint when the strategy cannot run."""
         a = self.available()
         if not a.ok:
-            raise ValueError(f"strategy {self.name!r} is unavailable: {a.reason}" + (f"; {a.hint}" if a.hint else ""))
+            raise InputError(f"strategy {self.name!r} is unavailable: {a.reason}" + (f"; {a.hint}" if a.hint else ""))
 
     def _finish(self, text: str, proposals: Sequence[Proposal]) -> list[Proposal]:
         out = normalise_outputs(text, proposals, self.max_outputs)

@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from vlprobe.validation import InputError, check_positive_int
+
 __all__ = ["Hypothesis", "diverse_beam_search"]
 
 
@@ -26,12 +28,6 @@ class Hypothesis:
     tokens: tuple[int, ...]
     score: float
     group: int
-
-
-def _check(name: str, value: Any, lo: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
-    return value
 
 
 @torch.no_grad()
@@ -55,13 +51,13 @@ def diverse_beam_search(
     list of Hypothesis
         ``num_beams`` hypotheses, group by group, best first within a group.
     """
-    _check("num_beams", num_beams, 1)
-    _check("num_beam_groups", num_beam_groups, 1)
-    _check("max_new_tokens", max_new_tokens, 1)
+    check_positive_int(num_beams, "num_beams")
+    check_positive_int(num_beam_groups, "num_beam_groups")
+    check_positive_int(max_new_tokens, "max_new_tokens")
     if num_beams % num_beam_groups:
-        raise ValueError(f"num_beams ({num_beams}) must be a multiple of num_beam_groups ({num_beam_groups})")
+        raise InputError(f"num_beams ({num_beams}) must be a multiple of num_beam_groups ({num_beam_groups})")
     if input_ids.ndim != 2 or input_ids.shape[0] != 1:
-        raise ValueError(f"input_ids must have shape (1, S), got {tuple(input_ids.shape)}")
+        raise InputError(f"input_ids must have shape (1, S), got {tuple(input_ids.shape)}")
     cfg = model.generation_config
     start = cfg.decoder_start_token_id if cfg.decoder_start_token_id is not None else model.config.decoder_start_token_id
     eos = cfg.eos_token_id if cfg.eos_token_id is not None else model.config.eos_token_id

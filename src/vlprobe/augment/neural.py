@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from vlprobe.augment.base import Availability, Proposal, Strategy
+from vlprobe.validation import InputError
 
 __all__ = [
     "BackTranslationStrategy", "DiverseBackTranslationStrategy", "ParaphraseStrategy", "model_status",
@@ -137,7 +138,7 @@ class _Seq2SeqStrategy(Strategy):
                 try:
                     self._models[opt] = _load(spec, str(self.settings.get("device", "auto")))
                 except Exception as exc:
-                    raise ValueError(f"strategy {self.name!r}: cannot load model {spec!r}: {exc}") from exc
+                    raise InputError(f"strategy {self.name!r}: cannot load model {spec!r}: {exc}") from exc
 
     def _translate(self, opt: str, texts: Sequence[str], **gen: Any) -> list[list[str]]:
         """Outputs per input (``num_return_sequences`` each) with transformers' own generate."""

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from vlprobe.augment.base import Availability, Proposal, Strategy, normalise_outputs
+from vlprobe.validation import InputError
 
 __all__ = ["NLAugmenterStrategy"]
 
@@ -46,7 +47,7 @@ class NLAugmenterStrategy(Strategy):
     def __init__(self, path: str, max_outputs: int | None = None, *, source: str | None = None,
                  **kwargs: Any) -> None:
         if not isinstance(path, str) or not path or any(c.isspace() for c in path) or "." not in path:
-            raise ValueError(f"nl-augmenter operation must be a dotted path module.Class, got {path!r}")
+            raise InputError(f"nl-augmenter operation must be a dotted path module.Class, got {path!r}")
         self.path = path
         self.name = f"nlaugmenter:{path}"  # type: ignore[misc]
         self.source = source
@@ -69,7 +70,7 @@ class NLAugmenterStrategy(Strategy):
         if self.source:
             src = str(Path(self.source).resolve())
             if not Path(src).is_dir():
-                raise ValueError(f"nl_augmenter: no such directory {self.source!r}")
+                raise InputError(f"nl_augmenter: no such directory {self.source!r}")
             if src not in sys.path:
                 sys.path.insert(0, src)
         errors = []
@@ -87,10 +88,10 @@ class NLAugmenterStrategy(Strategy):
                 errors.append(f"{module}.{cls}: {type(exc).__name__}: {exc}")
                 continue
             if not callable(getattr(obj, "generate", None)):
-                raise ValueError(f"nl-augmenter: {module}.{cls} has no generate(sentence) method")
+                raise InputError(f"nl-augmenter: {module}.{cls} has no generate(sentence) method")
             self._cls = obj
             return obj
-        raise ValueError("; ".join(errors))
+        raise InputError("; ".join(errors))
 
     def available(self) -> Availability:
         try:
@@ -127,10 +128,10 @@ class NLAugmenterStrategy(Strategy):
         if isinstance(raw, str):
             raw = [raw]
         if not isinstance(raw, list | tuple):
-            raise TypeError(f"{self.path}.generate returned {type(raw).__name__}, expected a list of strings")
+            raise InputError(f"{self.path}.generate returned {type(raw).__name__}, expected a list of strings")
         bad = [type(r).__name__ for r in raw if not isinstance(r, str)]
         if bad:
-            raise TypeError(f"{self.path}.generate returned non-strings ({', '.join(sorted(set(bad)))})")
+            raise InputError(f"{self.path}.generate returned non-strings ({', '.join(sorted(set(bad)))})")
         cls = f"{self._cls.__module__}.{self._cls.__qualname__}"
         return normalise_outputs(text, [Proposal(r, {"class": cls, "seed": seed}) for r in raw], self.max_outputs)
 

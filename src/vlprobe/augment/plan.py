@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vlprobe.augment.base import Availability, Strategy
+from vlprobe.validation import InputError, check_positive_int
 
 __all__ = [
     "PRESETS", "StrategyStatus", "build_strategy", "load_plugins", "resolve_plan", "strategy_statuses",
@@ -80,28 +81,28 @@ def resolve_plan(
 
     Raises
     ------
-    ValueError
+    InputError
         Both or neither of ``preset``/``strategies``; unknown preset; a repeated strategy.
     """
     if (preset is None) == (not strategies):
-        raise ValueError("give exactly one of preset (see PRESETS) or strategies (a list of names)")
-    if max_per_strategy is not None and (isinstance(max_per_strategy, bool) or int(max_per_strategy) < 1):
-        raise ValueError(f"max_per_strategy must be an integer >= 1, got {max_per_strategy!r}")
+        raise InputError("give exactly one of preset (see PRESETS) or strategies (a list of names)")
+    if max_per_strategy is not None:
+        check_positive_int(max_per_strategy, "max_per_strategy")
     if preset is not None:
         if preset not in PRESETS:
-            raise ValueError(f"preset: unknown preset {preset!r} (known: {', '.join(sorted(PRESETS))})")
+            raise InputError(f"preset: unknown preset {preset!r} (known: {', '.join(sorted(PRESETS))})")
         plan: list[tuple[str, int | None]] = [
             (name, min(n, max_per_strategy) if max_per_strategy else n) for name, n in PRESETS[preset]
         ]
     else:
         names = [s.strip() for s in strategies or () if s.strip()]
         if not names:
-            raise ValueError(f"strategies: expected strategy names, got {strategies!r}")
+            raise InputError(f"strategies: expected strategy names, got {strategies!r}")
         plan = [(n, max_per_strategy) for n in names]
     seen = [n for n, _ in plan]
     dup = sorted({n for n in seen if seen.count(n) > 1})
     if dup:
-        raise ValueError(f"strategies: {dup} listed more than once")
+        raise InputError(f"strategies: {dup} listed more than once")
     return plan
 
 
@@ -118,7 +119,7 @@ def build_strategy(spec: str, max_outputs: int | None = None, options: Mapping[s
     cls = STRATEGIES.get(spec)
     strategy = cls(max_outputs=max_outputs, **options)
     if not isinstance(strategy, Strategy):
-        raise TypeError(f"strategy {spec!r}: {cls!r} does not build a vlprobe.augment.base.Strategy")
+        raise InputError(f"strategy {spec!r}: {cls!r} does not build a vlprobe.augment.base.Strategy")
     return strategy
 
 

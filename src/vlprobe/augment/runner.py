@@ -21,6 +21,7 @@ from vlprobe.augment.base import Proposal, Strategy, caption_rng
 from vlprobe.augment.plan import build_strategy, resolve_plan
 from vlprobe.data.loading import load_dataset, loader_options
 from vlprobe.data.variants import Variant, VariantSet, write_variants
+from vlprobe.validation import InputError, check_positive_int, check_seed
 
 __all__ = ["AugmentConfig", "AugmentResult", "augment", "augment_texts", "prepare_strategies"]
 
@@ -58,12 +59,6 @@ class AugmentResult:
     provenance: dict[str, Any]
 
 
-def _check_seed(seed: Any) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
-    return seed
-
-
 def prepare_strategies(
     preset: str | None, strategies: Sequence[str] | None, max_per_strategy: int | None,
     options: Mapping[str, Mapping[str, Any]] | None = None, strict: bool = False,
@@ -72,13 +67,13 @@ def prepare_strategies(
 
     Raises
     ------
-    ValueError
+    InputError
         With ``strict``, when any planned strategy is unavailable (all of them are named).
     """
     options = dict(options or {})
     unknown = set(options) - {n for n, _ in resolve_plan(preset, strategies, max_per_strategy)}
     if unknown:
-        raise ValueError(f"options: given for strategies that do not run: {sorted(unknown)}")
+        raise InputError(f"options: given for strategies that do not run: {sorted(unknown)}")
     built, skipped = [], {}
     for spec, count in resolve_plan(preset, strategies, max_per_strategy):
         s = build_strategy(spec, count, options.get(spec))
@@ -93,9 +88,9 @@ def prepare_strategies(
         else:
             skipped[spec] = reason + (f" (to provide it: {hint})" if hint else "")
     if skipped and strict:
-        raise ValueError("strict: unavailable strategies: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
+        raise InputError("strict: unavailable strategies: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
     if not built:
-        raise ValueError("no strategy can run here: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
+        raise InputError("no strategy can run here: " + "; ".join(f"{k}: {v}" for k, v in skipped.items()))
     return built, skipped
 
 
@@ -169,9 +164,8 @@ def _provenance(strategies: Sequence[Strategy], skipped: Mapping[str, str], seed
 
 def augment(config: AugmentConfig, progress: Callable[[str], None] | None = None) -> AugmentResult:
     """Make variants of every caption of a dataset and write the variants file."""
-    seed = _check_seed(config.seed)
-    if isinstance(config.batch_size, bool) or not isinstance(config.batch_size, int) or config.batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1, got {config.batch_size!r}")
+    seed = check_seed(config.seed)
+    check_positive_int(config.batch_size, "batch_size")
     strategies, skipped = prepare_strategies(
         config.preset, config.strategies, config.max_per_strategy, config.options, config.strict,
     )
@@ -195,9 +189,9 @@ def augment_texts(
     options: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> AugmentResult:
     """Variants of free texts (item ids ``text/<n>``), nothing written."""
-    seed = _check_seed(seed)
+    seed = check_seed(seed)
     if isinstance(texts, str | os.PathLike) or not all(isinstance(t, str) and t.strip() for t in texts):
-        raise ValueError(f"texts must be a list of non-empty strings, got {texts!r}")
+        raise InputError(f"texts must be a list of non-empty strings, got {texts!r}")
     built, skipped = prepare_strategies(preset, strategies, max_per_strategy, options, strict)
     captions = [(f"text/{i}", 0, t) for i, t in enumerate(texts)]
     sets = _variant_sets(built, captions, seed, 256)

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vlprobe.validation import InputError
+
 __all__ = [
     "DEBIAN_DIR",
     "INSTALL_HINT",
@@ -65,7 +67,7 @@ LEXNAMES = "".join(
 )
 
 
-class WordNetUnavailable(ValueError):
+class WordNetUnavailable(InputError):
     """No usable WordNet: the message says why and how to provide it."""
 
 

@@ -11,6 +11,8 @@ from typing import Annotated, Any
 
 import typer
 
+from vlprobe.validation import InputError
+
 # -- models and devices ------------------------------------------------------------------------------
 Device = Annotated[str, typer.Option(help="cpu, cuda, cuda:N or auto.")]
 UniterConfig = Annotated[Path | None, typer.Option(help="UNITER model config JSON (uniter-base.json).")]
@@ -69,7 +71,7 @@ def _test_size(text: str) -> int | float:
     try:
         return float(text)
     except ValueError:
-        raise ValueError(f"test_size must be a number of items (100) or a fraction (0.25), got {text!r}") from None
+        raise InputError(f"test_size must be a number of items (100) or a fraction (0.25), got {text!r}") from None
 
 
 def _dataset_options(**options: Any) -> dict[str, Any]:

@@ -1,12 +1,19 @@
 """The ``probe`` typer app and its error handling, which every command module registers on.
 
-Bad input ends with one line on stderr (``error: ...``) and exit code 2, never a traceback.
+Errors, one rule for every command: bad input (:class:`vlprobe.validation.InputError`, click's
+usage errors) and file-system errors (a missing file, permission denied, no space left, a
+read-only file system, ...) end with one ``error: ...`` line on stderr and exit code 2; Ctrl-C
+with one line and exit code 130; any other exception is a bug in vlprobe: its full traceback,
+then one line saying so, and exit code 1.
 """
 
 from __future__ import annotations
 
+import errno
 import functools
+import os
 import sys
+import traceback
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
@@ -14,6 +21,7 @@ import typer
 from typer.core import TyperGroup
 
 from vlprobe import __version__
+from vlprobe.validation import InputError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -42,6 +50,8 @@ class OneLineErrors(TyperGroup):
                 msg = " ".join(exc.format_message().split())  # type: ignore[attr-defined]
                 typer.echo(f"error: {msg}{hint}", err=True)
             rv = getattr(exc, "exit_code", 2)
+        except Exception as exc:  # raised outside a guarded command body
+            rv = _report(exc)
         if not standalone_mode:
             return rv
         sys.exit(rv if isinstance(rv, int) else 0)
@@ -57,22 +67,72 @@ app = typer.Typer(
 )
 
 
-def _fail(msg: str, code: int = 2) -> typer.Exit:
+#: errno values of a file system that refuses: the user's environment, not a bug of vlprobe.
+_FS_ERRNOS = frozenset({
+    errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM, errno.EEXIST,
+    errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EFBIG, errno.ENAMETOOLONG, errno.ELOOP,
+    errno.EXDEV, errno.EBUSY, errno.ETXTBSY, errno.EMFILE, errno.ENFILE,
+})
+_FS_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError, FileExistsError)
+_OPENING = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ELOOP, errno.ENAMETOOLONG})
+_WRITING = frozenset({errno.EEXIST, errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EFBIG, errno.EXDEV,
+                      errno.ETXTBSY, errno.EBUSY})
+
+
+def is_file_system_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is the file system refusing (missing file, permission, space, read-only)."""
+    return isinstance(exc, _FS_ERRORS) or (isinstance(exc, OSError) and exc.errno in _FS_ERRNOS)
+
+
+def error_line(exc: BaseException) -> str:
+    """The one line shown for an input or file-system error (an OSError names its path)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        if exc.filename is not None:
+            path = os.fsdecode(exc.filename)
+            if exc.errno in _OPENING:
+                verb = "open"
+            elif exc.errno in _WRITING or not os.path.exists(path) or os.access(path, os.R_OK):
+                verb = "write"
+            else:
+                verb = "read"
+            return f"cannot {verb} {path}: {exc.strerror}"
+        return f"cannot write: {exc.strerror}" if exc.errno in _WRITING else exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+def _say_error(msg: str) -> None:
     typer.echo("error: " + " ".join(str(msg).split()), err=True)
-    return typer.Exit(code)
+
+
+def _report(exc: BaseException) -> int:
+    """Show ``exc`` as the module docstring says; return the exit code."""
+    if isinstance(exc, InputError) or is_file_system_error(exc):
+        _say_error(error_line(exc))
+        return 2
+    traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    typer.echo(
+        f"bug: this {type(exc).__name__} is a bug in vlprobe {__version__}, not a problem with your input; "
+        "please report it to the vlprobe issue tracker with the traceback above and the command you ran",
+        err=True,
+    )
+    return 1
 
 
 def guarded(fn: F) -> F:
-    """Turn the library's input errors into one line on stderr and exit code 2."""
+    """Run a command body: input and file-system errors become one line and exit code 2, Ctrl-C
+    one line and 130, anything else its traceback, a line saying it is a bug, and exit code 1."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (ValueError, TypeError, FileNotFoundError, NotADirectoryError, PermissionError) as exc:
-            raise _fail(str(exc) or type(exc).__name__) from None
+        except (typer.Exit, typer.Abort, typer.TyperException):  # click's own ways out: as they are
+            raise
         except KeyboardInterrupt:
-            raise _fail("interrupted; finished chunks are kept, rerun the same command to resume", 130) from None
+            _say_error("interrupted; finished chunks are kept, rerun the same command to resume")
+            raise typer.Exit(130) from None
+        except Exception as exc:
+            raise typer.Exit(_report(exc)) from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -100,4 +160,4 @@ def main() -> None:
         sys.stderr.close()
 
 
-__all__ = ["OneLineErrors", "app", "guarded"]
+__all__ = ["OneLineErrors", "app", "error_line", "guarded", "is_file_system_error"]

@@ -10,6 +10,7 @@ import typer
 
 from vlprobe.cli._common import DataDir, Dataset, Quiet, _names
 from vlprobe.cli.app import app, guarded
+from vlprobe.validation import InputError
 
 setup_app = typer.Typer(name="setup", help="Prepare offline resources (WordNet for nltk).", no_args_is_help=True)
 
@@ -38,7 +39,7 @@ def _parse_options(values: list[str] | None) -> dict[str, dict[str, Any]]:
         left, eq, value = raw.partition("=")
         name, dot, key = left.rpartition(".")
         if not eq or not dot or not name or not key:
-            raise ValueError(f"option must look like STRATEGY.KEY=VALUE, got {raw!r}")
+            raise InputError(f"option must look like STRATEGY.KEY=VALUE, got {raw!r}")
         try:
             parsed: Any = json.loads(value)
         except ValueError:
@@ -73,12 +74,12 @@ def augment_cmd(
     if nl_augmenter is not None:
         specs = [s for s in names if s.startswith("nlaugmenter:")]
         if not specs:
-            raise ValueError("nl_augmenter: give nlaugmenter:<module>.<Class> in --strategies to use it")
+            raise InputError("nl_augmenter: give nlaugmenter:<module>.<Class> in --strategies to use it")
         for spec in specs:
             options.setdefault(spec, {})["source"] = str(nl_augmenter)
     if text:
         if out is not None:
-            raise ValueError("give --text (prints) or --out (writes a variants file), not both")
+            raise InputError("give --text (prints) or --out (writes a variants file), not both")
         result = augment_texts(text, preset=preset, strategies=names or None, max_per_strategy=max_per_strategy,
                                seed=seed, strict=strict, options=options)
         for name, why in result.skipped.items():
@@ -91,7 +92,7 @@ def augment_cmd(
                 typer.echo(f"  [{e['strategy']}] error: {e['error']}")
         return
     if out is None:
-        raise ValueError("out: give --out FILE (or --text TEXT to print variants)")
+        raise InputError("out: give --out FILE (or --text TEXT to print variants)")
 
     def progress(msg: str) -> None:
         if not quiet:

@@ -19,6 +19,7 @@ from vlprobe.cli._common import (
     _print_rows,
 )
 from vlprobe.cli.app import app, guarded
+from vlprobe.validation import InputError
 
 data_app = typer.Typer(name="data", help="Validate and count benchmark files.", no_args_is_help=True)
 Benchmark = Annotated[str, typer.Argument(help="sugarcrepe or valse.")]
@@ -113,18 +114,18 @@ def data_info(
         from vlprobe.data.sugarcrepe import sugarcrepe_report
 
         if image_root:
-            raise ValueError("image_root applies to valse; SugarCrepe takes --image-dir")
+            raise InputError("image_root applies to valse; SugarCrepe takes --image-dir")
         reports = sugarcrepe_report(data_dir, image_dir)
         kept_name = "kept"
     elif benchmark == "valse":
         from vlprobe.data.valse import valse_report
 
         if image_dir is not None:
-            raise ValueError("image_dir applies to sugarcrepe; VALSE takes --image-root SOURCE=DIR")
+            raise InputError("image_dir applies to sugarcrepe; VALSE takes --image-root SOURCE=DIR")
         reports = valse_report(data_dir, image_root)
         kept_name = "valid"
     else:
-        raise ValueError(f"benchmark must be sugarcrepe or valse, got {benchmark!r}")
+        raise InputError(f"benchmark must be sugarcrepe or valse, got {benchmark!r}")
     if as_json:
         typer.echo(json.dumps([asdict(r) for r in reports], indent=2))
         return

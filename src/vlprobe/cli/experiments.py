@@ -30,6 +30,7 @@ from vlprobe.cli._common import (
     _test_size,
 )
 from vlprobe.cli.app import app, guarded
+from vlprobe.validation import InputError
 
 run_app = typer.Typer(name="run", help="Run a registered experiment (see `probe ls experiments`).", no_args_is_help=True)
 WinogroundCache = Annotated[Path, typer.Option(help="A vlprobe cache of Winoground.")]
@@ -88,7 +89,7 @@ def run_recall_cmd(
     try:
         k_values = tuple(int(k) for k in ks.split(","))
     except ValueError:
-        raise ValueError(f"ks must be comma-separated integers, got {ks!r}") from None
+        raise InputError(f"ks must be comma-separated integers, got {ks!r}") from None
     csv_path, _, rows = run_recall(RecallConfig(
         out=out, cache=cache, scores=scores, ks=k_values, model=model, bootstrap=bootstrap, seed=seed,
     ))

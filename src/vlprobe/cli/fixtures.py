@@ -9,6 +9,7 @@ import typer
 
 from vlprobe.cli._common import AllItems, Dataset, Limit, RegionOut, Subsets, _dataset_options
 from vlprobe.cli.app import guarded
+from vlprobe.validation import InputError
 
 fixtures_app = typer.Typer(
     name="fixtures", help="Write synthetic datasets and tiny random models for tests and demos.", no_args_is_help=True
@@ -42,7 +43,7 @@ def fixtures_model(
     from vlprobe.fixtures.models import FIXTURE_WRITERS
 
     if name not in FIXTURE_WRITERS:
-        raise ValueError(f"model: no fixture writer for {name!r} (available: {', '.join(sorted(FIXTURE_WRITERS))})")
+        raise InputError(f"model: no fixture writer for {name!r} (available: {', '.join(sorted(FIXTURE_WRITERS))})")
     path = FIXTURE_WRITERS[name](out, seed)
     typer.echo(f"wrote a tiny random {name} checkpoint to {path}")
 

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from vlprobe.cli.app import app, guarded
+from vlprobe.validation import InputError
 
 
 @app.command("ls")
@@ -20,7 +21,7 @@ def ls(what: Annotated[str, typer.Argument(help="models, datasets, experiments, 
         "strategies": registry.STRATEGIES, "probes": registry.PROBES,
     }
     if what not in registries:
-        raise ValueError(f"ls: expected one of {', '.join(registries)}, got {what!r}")
+        raise InputError(f"ls: expected one of {', '.join(registries)}, got {what!r}")
     if what == "strategies":  # with availability, reason and install hint
         from vlprobe.cli.augment import ls_strategies
 

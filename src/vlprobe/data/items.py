@@ -17,6 +17,8 @@ from typing import Any
 
 from PIL import Image
 
+from vlprobe.validation import InputError
+
 __all__ = ["Dataset", "ImageRef", "Item", "TextRef"]
 
 
@@ -41,7 +43,7 @@ class ImageRef:
     def load(self) -> Image.Image:
         """Open the image as RGB (decoded eagerly, file closed)."""
         if self.path is None:
-            raise ValueError(f"image {self.id!r} has no file path; pixels are not available")
+            raise InputError(f"image {self.id!r} has no file path; pixels are not available")
         with Image.open(self.path) as img:
             return img.convert("RGB")
 
@@ -135,4 +137,4 @@ class Dataset:
         for it in self.items:
             if it.id == item_id:
                 return it
-        raise ValueError(f"item id {item_id!r} is not in dataset {self.name!r}")
+        raise InputError(f"item id {item_id!r} is not in dataset {self.name!r}")

@@ -16,6 +16,7 @@ from typing import Any
 from vlprobe.data.items import Dataset
 from vlprobe.data.variants import attach_variants
 from vlprobe.registry import DATASETS
+from vlprobe.validation import InputError
 
 __all__ = ["check_dataset_options", "load_dataset", "loader_options"]
 
@@ -30,7 +31,7 @@ def loader_options(name: str) -> tuple[str, ...]:
 
 
 def check_dataset_options(name: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The options (None values dropped) a registered dataset's loader accepts; ValueError naming the first it does not.
+    """The options (None values dropped) a registered dataset's loader accepts; InputError naming the first it does not.
 
     ``data_dir`` is not an option (it has its own parameter).
     """
@@ -43,7 +44,7 @@ def check_dataset_options(name: str, options: Mapping[str, Any] | None) -> dict[
     for key in opts:
         if key == "data_dir" or key not in takes:
             shown = ", ".join(f"--{t.replace('_', '-')}" for t in takes) or "no options"
-            raise ValueError(f"{key}: dataset {name!r} does not take --{key.replace('_', '-')} (it takes {shown})")
+            raise InputError(f"{key}: dataset {name!r} does not take --{key.replace('_', '-')} (it takes {shown})")
     return opts
 
 
@@ -70,7 +71,7 @@ def load_dataset(
     kwargs = check_dataset_options(name, {**(options or {}), **({} if tags is None else {"tags": tags})})
     data_param = inspect.signature(loader).parameters.get("data_dir")
     if data_dir is None and data_param is not None and data_param.default is inspect.Parameter.empty:
-        raise ValueError(f"data_dir: dataset {name!r} needs --data-dir (the folder of its files)")
+        raise InputError(f"data_dir: dataset {name!r} needs --data-dir (the folder of its files)")
     dataset = loader(data_dir=data_dir, **kwargs)
     if variants is not None:
         dataset = attach_variants(dataset, variants)

@@ -10,7 +10,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from vlprobe.io import text_lines
 from vlprobe.provenance import sha256_file
+from vlprobe.validation import InputError
 
 __all__ = ["find_json_dir", "hash_image_files", "iter_json_lines", "read_json_object", "read_subset_file"]
 
@@ -22,7 +24,7 @@ def find_json_dir(data_dir: Path, names: tuple[str, ...], param: str = "data_dir
     for cand in (data_dir, data_dir / "data"):
         if any((cand / f"{n}.json").is_file() for n in names):
             return cand
-    raise ValueError(
+    raise InputError(
         f"{param}: {str(data_dir)!r} holds none of the expected files ({', '.join(f'{n}.json' for n in names[:3])}, ...)"
     )
 
@@ -32,11 +34,11 @@ def read_json_object(path: Path, param: str = "data_dir", holds: str = "key -> r
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{param}: {path.name} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
+        raise InputError(f"{param}: {path.name} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
     except UnicodeDecodeError:
-        raise ValueError(f"{param}: {path.name} is not a UTF-8 text file") from None
+        raise InputError(f"{param}: {path.name} is not a UTF-8 text file") from None
     if not isinstance(raw, dict):
-        raise ValueError(f"{param}: {path.name} must hold one JSON object of {holds}")
+        raise InputError(f"{param}: {path.name} must hold one JSON object of {holds}")
     return raw
 
 
@@ -51,16 +53,15 @@ def read_subset_file(root: Path, name: str, h: Any) -> dict[str, Any]:
 
 def iter_json_lines(path: Path, param: str) -> Iterator[tuple[int, str, Any]]:
     """``(line number, where, value)`` per non-blank line of a JSONL file; ``where`` = ``"<name> line <n>"``."""
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{path.name} line {lineno}"
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{param}: {where} is not valid JSON ({exc.msg})") from None
-            yield lineno, where, value
+    for lineno, line in text_lines(path, param):
+        if not line.strip():
+            continue
+        where = f"{path.name} line {lineno}"
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{param}: {where} is not valid JSON ({exc.msg})") from None
+        yield lineno, where, value
 
 
 def hash_image_files(h: Any, paths: Iterable[Path], param: str, expected: str = "") -> None:

@@ -28,7 +28,7 @@ from vlprobe.data.source_files import (
     read_subset_file,
 )
 from vlprobe.provenance import sha256_file
-from vlprobe.registry import unknown_name_message
+from vlprobe.validation import InputError, check_positive_int, unknown_name_message
 
 __all__ = [
     "SUGARCREPE_COUNTS", "SUGARCREPE_SUBSETS", "SubsetReport", "load_sugarcrepe", "open_report", "parse_subsets",
@@ -55,10 +55,10 @@ def parse_subsets(subsets: str | list[str] | tuple[str, ...] | None, known: tupl
     names = [s.strip() for s in (subsets.split(",") if isinstance(subsets, str) else subsets)]
     names = [n for n in names if n]
     if not names:
-        raise ValueError(f"{param}: give at least one of {', '.join(known)}")
+        raise InputError(f"{param}: give at least one of {', '.join(known)}")
     for n in names:
         if n not in known:
-            raise ValueError(f"{param}: {unknown_name_message('subset', n, known)}")
+            raise InputError(f"{param}: {unknown_name_message('subset', n, known)}")
     return tuple(dict.fromkeys(names))
 
 
@@ -92,8 +92,8 @@ def load_sugarcrepe(
         Items subset by subset in file order; ``fingerprint`` covers the JSON files read (and the
         image files when ``image_dir`` is given).
     """
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ValueError(f"limit must be a positive integer, got {limit!r}")
+    if limit is not None:
+        check_positive_int(limit, "limit")
     chosen = parse_subsets(subsets, SUGARCREPE_SUBSETS)
     root = find_json_dir(Path(data_dir), SUGARCREPE_SUBSETS)
     images = Path(image_dir) if image_dir is not None else None
@@ -109,7 +109,7 @@ def load_sugarcrepe(
                 break
             where = f"{subset}.json key {key!r}"
             if not isinstance(rec, dict) or any(not isinstance(rec.get(f), str) for f in _FIELDS):
-                raise ValueError(f"data_dir: {where} must have string fields {', '.join(_FIELDS)}")
+                raise InputError(f"data_dir: {where} must have string fields {', '.join(_FIELDS)}")
             pos, neg = rec["caption"], rec["negative_caption"]
             if strip:
                 pos, neg = pos.strip(), neg.strip()

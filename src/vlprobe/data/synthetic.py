@@ -78,6 +78,7 @@ from vlprobe.data.tags import WWH_TAGS
 from vlprobe.data.variants import Variant, VariantSet, write_variants
 from vlprobe.data.winoground import WINOGROUND_FIELDS
 from vlprobe.io import atomic_path, atomic_write
+from vlprobe.validation import InputError, check_int, check_positive_int, check_seed
 
 __all__ = [
     "COLORS",
@@ -166,9 +167,9 @@ def make_synthetic_winoground(
     Path
         ``out``.
     """
-    n_items = _check_int("n_items", n_items, 1, None)
-    seed = _check_int("seed", seed, 0, None)
-    image_size = _check_int("image_size", image_size, 16, 2048)
+    n_items = check_positive_int(n_items, "n_items")
+    seed = check_seed(seed)
+    image_size = check_int(image_size, "image_size", low=16, high=2048)
     root = Path(out)
     _check_out(root)
 
@@ -224,20 +225,11 @@ def make_synthetic_winoground(
     return root
 
 
-def _check_int(name: str, value: object, lo: int, hi: int | None) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < lo or (hi is not None and value > hi):
-        want = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-        raise ValueError(f"{name} must be {want}, got {value}")
-    return int(value)
-
-
 def _check_out(root: Path) -> None:
     if not root.exists():
         return
     if not root.is_dir():
-        raise ValueError(f"out {str(root)!r} exists and is not a directory")
+        raise InputError(f"out {str(root)!r} exists and is not a directory")
     entries = {p.name for p in root.iterdir()}
     if not entries:
         return
@@ -251,7 +243,7 @@ def _check_out(root: Path) -> None:
             p.is_file() and _IMAGE_RE.fullmatch(p.name) for p in images.iterdir()
         )
     if not ours or not entries <= _TOP_FILES:
-        raise ValueError(
+        raise InputError(
             f"out {str(root)!r} is not empty and does not hold (only) a synthetic dataset made "
             "by vlprobe; refusing to overwrite it: choose an empty or new directory"
         )
@@ -374,7 +366,7 @@ def _polygon(shape: str, cx: float, cy: float, r: float) -> Sequence[tuple[float
         radii = np.where(np.arange(10) % 2 == 0, r, 0.45 * r)
         return [(float(cx + q * np.cos(t)), float(cy - q * np.sin(t)))
                 for q, t in zip(radii, angles, strict=True)]
-    raise ValueError(f"shape must be one of {SHAPES}, got {shape!r}")
+    raise InputError(f"shape must be one of {SHAPES}, got {shape!r}")
 
 
 def _provenance(n_items: int, seed: int, image_size: int) -> str:

@@ -23,6 +23,7 @@ from pathlib import Path
 from vlprobe.data.source_files import read_json_object
 from vlprobe.io import atomic_write
 from vlprobe.provenance import sha256_file
+from vlprobe.validation import InputError
 
 __all__ = [
     "WWH_TAGS",
@@ -87,12 +88,12 @@ def load_tag_file(path: str | os.PathLike[str]) -> TagTable:
         try:
             item_id = int(key)
         except ValueError:
-            raise ValueError(f"tags: key {key!r} in {p.name} is not a Winoground id") from None
+            raise InputError(f"tags: key {key!r} in {p.name} is not a Winoground id") from None
         if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
-            raise ValueError(f"tags: value of id {key!r} in {p.name} must be a list of strings")
+            raise InputError(f"tags: value of id {key!r} in {p.name} must be a list of strings")
         unknown = sorted(set(value) - set(WWH_TAGS))
         if unknown:
-            raise ValueError(
+            raise InputError(
                 f"tags: id {key!r} in {p.name} has unknown tag {unknown[0]!r} "
                 f"(expected one of {', '.join(WWH_TAGS)})"
             )
@@ -105,7 +106,7 @@ def fetch_wwh_tags(timeout: float = 30.0) -> Path:
 
     Raises
     ------
-    ValueError
+    InputError
         Offline, or the download failed or did not match the pinned sha256.
     """
     target = cache_dir() / "why-winoground-hard" / WWH_COMMIT / TAG_FILE_NAME
@@ -113,15 +114,15 @@ def fetch_wwh_tags(timeout: float = 30.0) -> Path:
         return target
     how = f"pass --tags PATH to a copy of {TAG_FILE_NAME} (from {WWH_TAGS_URL})"
     if offline():
-        raise ValueError(f"tags: offline (HF_HUB_OFFLINE/VLPROBE_OFFLINE set) and not cached; {how}")
+        raise InputError(f"tags: offline (HF_HUB_OFFLINE/VLPROBE_OFFLINE set) and not cached; {how}")
     try:
         with urllib.request.urlopen(WWH_TAGS_URL, timeout=timeout) as resp:
             data = resp.read()
     except (urllib.error.URLError, OSError) as exc:
-        raise ValueError(f"tags: download failed ({exc}); {how}") from None
+        raise InputError(f"tags: download failed ({exc}); {how}") from None
     digest = hashlib.sha256(data).hexdigest()
     if digest != WWH_TAGS_SHA256:
-        raise ValueError(f"tags: downloaded file has sha256 {digest}, expected {WWH_TAGS_SHA256}; {how}")
+        raise InputError(f"tags: downloaded file has sha256 {digest}, expected {WWH_TAGS_SHA256}; {how}")
     with atomic_write(target, "wb") as fh:
         fh.write(data)
     return target

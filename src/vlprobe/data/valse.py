@@ -41,6 +41,7 @@ from vlprobe.data.source_files import (
     read_subset_file,
 )
 from vlprobe.data.sugarcrepe import SubsetReport, open_report, parse_subsets
+from vlprobe.validation import InputError, check_positive_int
 
 __all__ = [
     "VALSE_FILES",
@@ -96,7 +97,7 @@ def parse_image_roots(specs: list[str] | tuple[str, ...] | Mapping[str, Any] | N
     out: dict[str, Path] = {}
     for source, folder in items:
         if source != "*" and source not in VALSE_SOURCES:
-            raise ValueError(
+            raise InputError(
                 f"image_root: unknown source {source!r} (expected SOURCE=DIR with SOURCE one of "
                 f"{', '.join(VALSE_SOURCES)}, or a bare DIR for all)"
             )
@@ -134,8 +135,8 @@ def load_valse(
     -------
     Dataset
     """
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ValueError(f"limit must be a positive integer, got {limit!r}")
+    if limit is not None:
+        check_positive_int(limit, "limit")
     chosen = parse_subsets(subsets, tuple(VALSE_FILES))
     root = find_json_dir(Path(data_dir), tuple(VALSE_FILES))
     roots = parse_image_roots(image_root)
@@ -147,7 +148,7 @@ def load_valse(
                 lacking.setdefault(source, []).append(stem)
         if lacking:
             source, stems = next(iter(lacking.items()))
-            raise ValueError(
+            raise InputError(
                 f"image_root: no folder for source {source!r} (needed by {', '.join(stems)}); "
                 f"pass --image-root {source}=DIR"
             )
@@ -161,7 +162,7 @@ def load_valse(
         for key, rec in raw.items():
             where = f"{stem}.json key {key!r}"
             if not _well_formed(rec):
-                raise ValueError(
+                raise InputError(
                     f"data_dir: {where} must have string image_file, caption, foil and an mturk "
                     "object with an integer 'caption' count"
                 )

@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from vlprobe.data.items import Dataset, TextRef
-from vlprobe.io import atomic_write
+from vlprobe.io import atomic_write, text_lines
 from vlprobe.provenance import sha256_file
+from vlprobe.validation import InputError, check_int
 
 __all__ = [
     "Variant", "VariantSet", "attach_variants", "read_variants", "read_variants_header", "write_variants",
@@ -96,8 +97,7 @@ def read_variants_header(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"variants: no such file {str(p)!r}")
-    with open(p, encoding="utf-8") as fh:
-        first = fh.readline()
+    first = next((line for _, line in text_lines(p, "variants")), "")
     try:
         obj = json.loads(first) if first.strip() else None
     except json.JSONDecodeError:
@@ -118,56 +118,54 @@ def _read_numbered(path: str | os.PathLike[str]) -> list[tuple[int, VariantSet]]
         raise FileNotFoundError(f"variants: no such file {str(p)!r}")
     out: list[tuple[int, VariantSet]] = []
     seen: set[tuple[str, int]] = set()
-    with open(p, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = _where(p, lineno)
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{where}: not valid JSON ({exc.msg})") from None
-            if lineno == 1 and isinstance(obj, dict) and "vlprobe_variants" in obj and "item" not in obj:
-                continue  # the header
-            vs = _parse_line(obj, where)
-            key = (vs.item, vs.caption)
-            if key in seen:
-                raise ValueError(f"{where}: item {vs.item!r} caption {vs.caption} appears twice")
-            seen.add(key)
-            out.append((lineno, vs))
+    for lineno, line in text_lines(p, "variants"):
+        if not line.strip():
+            continue
+        where = _where(p, lineno)
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{where}: not valid JSON ({exc.msg})") from None
+        if lineno == 1 and isinstance(obj, dict) and "vlprobe_variants" in obj and "item" not in obj:
+            continue  # the header
+        vs = _parse_line(obj, where)
+        key = (vs.item, vs.caption)
+        if key in seen:
+            raise InputError(f"{where}: item {vs.item!r} caption {vs.caption} appears twice")
+        seen.add(key)
+        out.append((lineno, vs))
     return out
 
 
 def _parse_line(obj: Any, where: str) -> VariantSet:
     if not isinstance(obj, dict):
-        raise ValueError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        raise InputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     item = obj.get("item")
     if not isinstance(item, str) or not item:
-        raise ValueError(f"{where}: 'item' must be a namespaced item id string, got {item!r}")
+        raise InputError(f"{where}: 'item' must be a namespaced item id string, got {item!r}")
     caption = obj.get("caption")
-    if not isinstance(caption, int) or isinstance(caption, bool) or caption < 0:
-        raise ValueError(f"{where}: 'caption' must be a caption index >= 0, got {caption!r}")
+    check_int(caption, f"{where}: 'caption'", low=0, meaning=" (a caption index)")
     original = obj.get("original")
     if original is not None and not isinstance(original, str):
-        raise ValueError(f"{where}: 'original' must be a string, got {original!r}")
+        raise InputError(f"{where}: 'original' must be a string, got {original!r}")
     raw = obj.get("variants")
     if not isinstance(raw, list):
-        raise ValueError(f"{where}: 'variants' must be a list, got {type(raw).__name__}")
+        raise InputError(f"{where}: 'variants' must be a list, got {type(raw).__name__}")
     variants = []
     for j, v in enumerate(raw):
         if not isinstance(v, dict):
-            raise ValueError(f"{where}: variants[{j}] must be an object")
+            raise InputError(f"{where}: variants[{j}] must be an object")
         text, strategy, params = v.get("text"), v.get("strategy"), v.get("params", {})
         if not isinstance(text, str) or not text.strip():
-            raise ValueError(f"{where}: variants[{j}].text must be a non-empty string")
+            raise InputError(f"{where}: variants[{j}].text must be a non-empty string")
         if not isinstance(strategy, str) or not strategy.strip():
-            raise ValueError(f"{where}: variants[{j}].strategy must be a non-empty string")
+            raise InputError(f"{where}: variants[{j}].strategy must be a non-empty string")
         if not isinstance(params, dict):
-            raise ValueError(f"{where}: variants[{j}].params must be an object")
+            raise InputError(f"{where}: variants[{j}].params must be an object")
         variants.append(Variant(text, strategy, params))
     errors = obj.get("errors", [])
     if not isinstance(errors, list) or not all(isinstance(e, dict) for e in errors):
-        raise ValueError(f"{where}: 'errors' must be a list of objects")
+        raise InputError(f"{where}: 'errors' must be a list of objects")
     return VariantSet(item, caption, tuple(variants), original, tuple(errors))
 
 
@@ -186,20 +184,20 @@ def attach_variants(dataset: Dataset, path: str | os.PathLike[str]) -> Dataset:
         where = _where(Path(path), lineno)
         item = by_item.get(vs.item)
         if item is None:
-            raise ValueError(
+            raise InputError(
                 f"{where}: 'item' {vs.item!r} is not in dataset {dataset.name!r} "
                 f"(ids look like {dataset.items[0].id!r})" if dataset.items else
                 f"{where}: 'item' {vs.item!r}: dataset {dataset.name!r} is empty"
             )
         captions = item.captions
         if vs.caption >= len(captions):
-            raise ValueError(
+            raise InputError(
                 f"{where}: 'caption' {vs.caption} is out of range: item {vs.item!r} has "
                 f"{len(captions)} captions"
             )
         parent = captions[vs.caption]
         if vs.original is not None and vs.original != parent.text:
-            raise ValueError(
+            raise InputError(
                 f"{where}: 'original' of item {vs.item!r} caption {vs.caption} does not match "
                 "the dataset's caption (was the file made for another dataset?)"
             )

@@ -32,6 +32,7 @@ from vlprobe.data.items import Dataset, ImageRef, Item, TextRef
 from vlprobe.data.source_files import iter_json_lines
 from vlprobe.data.tags import TAG_FILE_NAME, TagTable, cache_dir, fetch_wwh_tags, load_tag_file
 from vlprobe.provenance import sha256_file
+from vlprobe.validation import InputError
 
 __all__ = ["HUB_ID", "WINOGROUND_FIELDS", "load_winoground"]
 
@@ -102,7 +103,7 @@ def load_winoground(
         }
         if table is not None:
             if wid not in table.tags:
-                raise ValueError(f"tags: Winoground id {wid} is missing from {table.source}")
+                raise InputError(f"tags: Winoground id {wid} is missing from {table.source}")
             item_tags["wwh"] = table.tags[wid]
         items.append(
             Item(
@@ -123,12 +124,12 @@ def _local_root(data_dir: Path) -> Path:
         if (cand / "examples.jsonl").is_file():
             if not (cand / "images").is_dir():
                 if (cand / "images.zip").is_file():
-                    raise ValueError(
+                    raise InputError(
                         f"data_dir: unpack {cand / 'images.zip'} into {cand / 'images'} first"
                     )
-                raise ValueError(f"data_dir: {cand} has examples.jsonl but no images/ folder")
+                raise InputError(f"data_dir: {cand} has examples.jsonl but no images/ folder")
             return cand
-    raise ValueError(
+    raise InputError(
         f"data_dir: {str(data_dir)!r} holds no examples.jsonl (expected Winoground's layout: "
         "examples.jsonl + images/<name>.png)"
     )
@@ -139,21 +140,21 @@ def _read_examples(path: Path) -> list[dict[str, Any]]:
     seen: set[int] = set()
     for _, where, row in iter_json_lines(path, "data_dir"):
         if not isinstance(row, dict):
-            raise ValueError(f"data_dir: {where} is not a JSON object")
+            raise InputError(f"data_dir: {where} is not a JSON object")
         for name, typ in WINOGROUND_FIELDS.items():
             if name not in row:
-                raise ValueError(f"data_dir: {where} lacks Winoground field {name!r}")
+                raise InputError(f"data_dir: {where} lacks Winoground field {name!r}")
             if not isinstance(row[name], typ) or isinstance(row[name], bool):
-                raise ValueError(
+                raise InputError(
                     f"data_dir: {where} field {name!r} must be {typ.__name__}, "
                     f"got {type(row[name]).__name__}"
                 )
         if row["id"] in seen:
-            raise ValueError(f"data_dir: {where} repeats id {row['id']}")
+            raise InputError(f"data_dir: {where} repeats id {row['id']}")
         seen.add(row["id"])
         rows.append(row)
     if not rows:
-        raise ValueError(f"data_dir: {path} holds no examples")
+        raise InputError(f"data_dir: {path} holds no examples")
     return rows
 
 
@@ -162,7 +163,7 @@ def _find_image(folder: Path, name: str) -> Path:
         p = folder / f"{name}{suffix}"
         if p.is_file():
             return p
-    raise ValueError(f"data_dir: image {name!r} not found in {folder} (tried .png, .jpg, .jpeg)")
+    raise InputError(f"data_dir: image {name!r} not found in {folder} (tried .png, .jpg, .jpeg)")
 
 
 def _fingerprint(examples: Path, images: list[Path]) -> str:
@@ -198,7 +199,7 @@ def _materialize_hub(revision: str | None, token: str | None) -> Path:
         from huggingface_hub import snapshot_download
         from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError
     except ImportError:  # pragma: no cover - huggingface_hub is a dependency
-        raise ValueError("data_dir: huggingface_hub is needed to load Winoground from the hub") from None
+        raise InputError("data_dir: huggingface_hub is needed to load Winoground from the hub") from None
     how = (
         f"accept the licence at https://huggingface.co/datasets/{HUB_ID}, set HF_TOKEN and run once "
         "online, or pass --data-dir DIR with a local copy (examples.jsonl + images/)"
@@ -211,11 +212,11 @@ def _materialize_hub(revision: str | None, token: str | None) -> Path:
             )
         )
     except GatedRepoError:
-        raise ValueError(f"dataset: no access to gated {HUB_ID}; {how}") from None
+        raise InputError(f"dataset: no access to gated {HUB_ID}; {how}") from None
     except LocalEntryNotFoundError:
-        raise ValueError(f"dataset: {HUB_ID} is not in the local hub cache and the hub is offline; {how}") from None
+        raise InputError(f"dataset: {HUB_ID} is not in the local hub cache and the hub is offline; {how}") from None
     except OSError as exc:
-        raise ValueError(f"dataset: could not download {HUB_ID} ({exc}); {how}") from None
+        raise InputError(f"dataset: could not download {HUB_ID} ({exc}); {how}") from None
     target = cache_dir() / "winoground" / snap.name
     if (target / "examples.jsonl").is_file() and (target / "images").is_dir():
         return target
@@ -227,7 +228,7 @@ def _materialize_hub(revision: str | None, token: str | None) -> Path:
         else:
             parquet = sorted((snap / "data").glob("*.parquet"))
             if not parquet:
-                raise ValueError(f"dataset: {HUB_ID} snapshot {snap} has neither images.zip nor parquet files")
+                raise InputError(f"dataset: {HUB_ID} snapshot {snap} has neither images.zip nor parquet files")
             _parquet_to_local(parquet, tmp)
         if target.exists():
             shutil.rmtree(target)
@@ -281,4 +282,4 @@ def _sniff_suffix(data: bytes) -> str:
         return ".png"
     if data[:3] == b"\xff\xd8\xff":
         return ".jpg"
-    raise ValueError("dataset: an embedded Winoground image is neither PNG nor JPEG")
+    raise InputError("dataset: an embedded Winoground image is neither PNG nor JPEG")

@@ -44,6 +44,7 @@ from vlprobe.experiments.outputs import (
 )
 from vlprobe.experiments.score_files import caption_foil_scores, read_item_scores, write_item_scores
 from vlprobe.provenance import sha256_file
+from vlprobe.validation import InputError
 
 __all__ = ["BENCHMARKS", "EvalConfig", "read_item_ids", "run_eval"]
 
@@ -90,19 +91,19 @@ def read_item_ids(path: str | os.PathLike[str], *, param: str = "items") -> list
     ids: list[str] = []
     for _, where, obj in iter_json_lines(p, param):
         if not isinstance(obj, dict) or "item" not in obj:
-            raise ValueError(f'{param}: {where} is not {{"item": "<id>"}}')
+            raise InputError(f'{param}: {where} is not {{"item": "<id>"}}')
         ids.append(str(obj["item"]))
     if len(set(ids)) != len(ids):
-        raise ValueError(f"{param}: {p.name} repeats item ids")
+        raise InputError(f"{param}: {p.name} repeats item ids")
     return ids
 
 
 def _subset_of(item_id: str, benchmark: str, known: tuple[str, ...], param: str) -> str:
     parts = item_id.split("/")
     if len(parts) < 3 or parts[0] != benchmark:
-        raise ValueError(f"{param}: item {item_id!r} is not a {benchmark} item ({benchmark}/<subset>/<key>)")
+        raise InputError(f"{param}: item {item_id!r} is not a {benchmark} item ({benchmark}/<subset>/<key>)")
     if parts[1] not in known:
-        raise ValueError(f"{param}: item {item_id!r} has unknown subset {parts[1]!r} (known: {', '.join(known)})")
+        raise InputError(f"{param}: item {item_id!r} has unknown subset {parts[1]!r} (known: {', '.join(known)})")
     return parts[1]
 
 
@@ -126,22 +127,22 @@ def _load(config: EvalConfig) -> Any:
 
 def _validate(config: EvalConfig) -> None:
     if config.benchmark not in BENCHMARKS:
-        raise ValueError(f"benchmark must be one of {', '.join(BENCHMARKS)}, got {config.benchmark!r}")
+        raise InputError(f"benchmark must be one of {', '.join(BENCHMARKS)}, got {config.benchmark!r}")
     if (config.model is None) == (config.scores is None):
-        raise ValueError("give exactly one of model (score the pairs now) or scores (a saved per-item score file)")
+        raise InputError("give exactly one of model (score the pairs now) or scores (a saved per-item score file)")
     if config.benchmark == "sugarcrepe" and (config.threshold is not None or config.all_items):
-        raise ValueError("threshold and all_items apply to valse only")
+        raise InputError("threshold and all_items apply to valse only")
     if config.scores is not None and config.data_dir is None:
         given = [name for name, value in (("limit", config.limit), ("all_items", config.all_items),
                                           ("image_dir", config.image_dir), ("image_root", config.image_root)) if value]
         if given:
-            raise ValueError(f"{given[0]} needs data_dir when the scores come from a file (it selects dataset items)")
+            raise InputError(f"{given[0]} needs data_dir when the scores come from a file (it selects dataset items)")
     if config.model is None and (config.checkpoint is not None or config.acceptable_label is not None):
-        raise ValueError("checkpoint and acceptable_label apply to a model, not to a saved score file")
+        raise InputError("checkpoint and acceptable_label apply to a model, not to a saved score file")
     if config.model is None:
         given = [n for n in ("regions", "model_config", "tokenizer") if getattr(config, n) is not None]
         if given:
-            raise ValueError(f"{given[0]} applies to a model, not to a saved score file")
+            raise InputError(f"{given[0]} applies to a model, not to a saved score file")
     else:
         from vlprobe.extract.models.base import CrossEncoder
         from vlprobe.registry import MODELS
@@ -149,7 +150,7 @@ def _validate(config: EvalConfig) -> None:
         cls = MODELS.get(config.model)
         pixels = [n for n, v in (("image_dir", config.image_dir), ("image_root", config.image_root)) if v]
         if pixels and isinstance(cls, type) and issubclass(cls, CrossEncoder):
-            raise ValueError(
+            raise InputError(
                 f"{pixels[0]}: {config.model} reads region features (--regions), not pixels; "
                 f"drop --{pixels[0].replace('_', '-')}"
             )
@@ -179,9 +180,9 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
         items = [it for it in dataset.items if wanted is None or it.id in wanted]
         if wanted is not None and len(items) != len(wanted):
             missing = sorted(wanted - {it.id for it in items})
-            raise ValueError(f"items: {len(missing)} listed item(s) are not in the loaded data, e.g. {missing[0]!r}")
+            raise InputError(f"items: {len(missing)} listed item(s) are not in the loaded data, e.g. {missing[0]!r}")
         if not items:
-            raise ValueError(f"{config.benchmark}: no items to evaluate")
+            raise InputError(f"{config.benchmark}: no items to evaluate")
         check_run_slot(config.out, config.benchmark, model, cfg, name_field="name")  # before scoring
         scorer = load_pair_scorer(
             config.model, config.checkpoint, device=config.device, dtype=config.dtype,
@@ -216,7 +217,7 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
         if order is None and wanted is not None:
             keep = [i for i, x in enumerate(ids) if x in wanted]
             if len(keep) != len(wanted):
-                raise ValueError("items: some listed items have no scores in the score file")
+                raise InputError("items: some listed items have no scores in the score file")
             ids, pos, neg = [ids[i] for i in keep], pos[keep], neg[keep]
         subsets = [_subset_of(i, config.benchmark, known, "scores") for i in ids]
         if config.subsets is not None:
@@ -227,7 +228,7 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
             ids, pos, neg, subsets = [ids[i] for i in keep], pos[keep], neg[keep], [subsets[i] for i in keep]
         inputs["scores"] = {"path": str(config.scores), "sha256": sha256_file(config.scores)}  # type: ignore[arg-type]
         if not ids:
-            raise ValueError(f"scores: no {config.benchmark} items left to evaluate")
+            raise InputError(f"scores: no {config.benchmark} items left to evaluate")
     for i in ids:
         _subset_of(i, config.benchmark, known, "items")
     sub = np.asarray(subsets)

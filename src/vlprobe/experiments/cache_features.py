@@ -18,7 +18,7 @@ import numpy as np
 
 from vlprobe.extract.cache.reader import ActivationCache
 from vlprobe.layers import parse_layers
-from vlprobe.probes.base import check_positive_int
+from vlprobe.validation import InputError, check_positive_int
 
 __all__ = [
     "DEFAULT_STRATIFY",
@@ -122,9 +122,9 @@ def check_seeds(seeds: int, name: str = "seeds") -> list[int]:
 
 
 def require_variants(index: CacheIndex, cache_file: Path | str, experiment: str) -> None:
-    """ValueError when the cache holds no caption variants (the experiment needs them)."""
+    """InputError when the cache holds no caption variants (the experiment needs them)."""
     if index.n_variants == 0:
-        raise ValueError(
+        raise InputError(
             f"cache: {Path(cache_file).name} holds no caption variants; {experiment} needs them "
             "(extract with --variants FILE)"
         )
@@ -172,16 +172,16 @@ def resolve_stream(cache: ActivationCache, stream: str | None, modalities: Seque
         for s, m in info.items():
             if m in modalities:
                 return s
-        raise ValueError(
+        raise InputError(
             f"cache {cache.path.name} has no stream of modality {' or '.join(modalities)} "
             f"(streams: {', '.join(f'{s} ({m})' for s, m in info.items()) or 'none'})"
         )
     if stream not in info:
-        raise ValueError(
+        raise InputError(
             f"{param}: stream {stream!r} is not in {cache.path.name} (streams: {', '.join(info) or 'none'})"
         )
     if info[stream] not in modalities:
-        raise ValueError(
+        raise InputError(
             f"{param}: stream {stream!r} holds {info[stream]} rows; this experiment needs "
             f"{' or '.join(modalities)} rows"
         )
@@ -195,9 +195,9 @@ def resolve_layers(cache: ActivationCache, stream: str, pooling: str, spec: str)
     and each chosen layer must be stored.
     """
     if pooling not in POOLINGS:
-        raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+        raise InputError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
     if pooling not in cache.poolings(stream):
-        raise ValueError(
+        raise InputError(
             f"pooling {pooling!r} is not in stream {stream!r} of {cache.path.name} "
             f"(has {', '.join(cache.poolings(stream)) or 'none'})"
         )
@@ -210,7 +210,7 @@ def resolve_layers(cache: ActivationCache, stream: str, pooling: str, spec: str)
     chosen = parse_layers(spec, n_model, param=f"layers[{stream}]")
     missing = [layer for layer in chosen if layer not in stored]
     if missing:
-        raise ValueError(f"layers: layer(s) {missing} of stream {stream!r} are not stored in {cache.path.name} (stored: {stored})")
+        raise InputError(f"layers: layer(s) {missing} of stream {stream!r} are not stored in {cache.path.name} (stored: {stored})")
     return chosen
 
 
@@ -233,7 +233,7 @@ def scale_states(states: np.ndarray, mode: str) -> np.ndarray:
     states : ndarray, shape (R, L, H)
     """
     if mode not in SCALINGS:
-        raise ValueError(f"scale must be one of {', '.join(SCALINGS)}, got {mode!r}")
+        raise InputError(f"scale must be one of {', '.join(SCALINGS)}, got {mode!r}")
     if mode == "none":
         return states
     mean = states.mean(axis=0, keepdims=True)
@@ -265,7 +265,7 @@ def stratum_keys(index: CacheIndex, items: Sequence[int], families: Sequence[str
         missing = [f for f in families if not all(f in t for t in tags)]
         if missing:
             known = sorted({f for t in tags for f in t})
-            raise ValueError(f"stratify: tag family {missing[0]!r} is missing from some items (families: {known})")
+            raise InputError(f"stratify: tag family {missing[0]!r} is missing from some items (families: {known})")
     keys = ["|".join(f"{f}={','.join(sorted(t.get(f, [])))}" for f in families) or "all" for t in tags]
     return keys, list(families)
 

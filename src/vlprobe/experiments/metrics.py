@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from vlprobe.validation import InputError, check_positive_int, check_seed
+
 __all__ = [
     "SUGARCREPE_GROUPS",
     "auroc",
@@ -69,9 +71,9 @@ def winoground_outcomes(s: np.ndarray) -> dict[str, np.ndarray]:
     """
     s = np.asarray(s, dtype=np.float64)
     if s.ndim != 3 or s.shape[1:] != (2, 2):
-        raise ValueError(f"scores must have shape (N, 2, 2), got {s.shape}")
+        raise InputError(f"scores must have shape (N, 2, 2), got {s.shape}")
     if np.isnan(s).any():
-        raise ValueError("scores: some item scores are missing (NaN)")
+        raise InputError("scores: some item scores are missing (NaN)")
     c0i0, c0i1, c1i0, c1i1 = s[:, 0, 0], s[:, 0, 1], s[:, 1, 0], s[:, 1, 1]
     text = (c0i0 > c1i0) & (c1i1 > c0i1)
     image = (c0i0 > c0i1) & (c1i1 > c1i0)
@@ -104,18 +106,18 @@ def recall_ranks(scores: np.ndarray, positives: np.ndarray, *, block_elements: i
     """
     scores = np.asarray(scores)
     if scores.dtype.kind not in "fiub":
-        raise ValueError(f"scores must be a numeric (Q, C) matrix, got dtype {scores.dtype}")
+        raise InputError(f"scores must be a numeric (Q, C) matrix, got dtype {scores.dtype}")
     if scores.dtype.kind != "f":
         scores = scores.astype(np.float64)
     positives = np.asarray(positives)
     if scores.ndim != 2 or 0 in scores.shape:
-        raise ValueError(f"scores must be a non-empty (Q, C) matrix, got shape {scores.shape}")
+        raise InputError(f"scores must be a non-empty (Q, C) matrix, got shape {scores.shape}")
     if positives.shape != (scores.shape[0],):
-        raise ValueError(f"positives must have shape ({scores.shape[0]},), got {positives.shape}")
+        raise InputError(f"positives must have shape ({scores.shape[0]},), got {positives.shape}")
     if positives.dtype.kind not in "iu":
-        raise ValueError(f"positives must be integer column numbers, got dtype {positives.dtype}")
+        raise InputError(f"positives must be integer column numbers, got dtype {positives.dtype}")
     if positives.min() < 0 or positives.max() >= scores.shape[1]:
-        raise ValueError(
+        raise InputError(
             f"positives must lie in [0, {scores.shape[1]}), got values from {positives.min()} to {positives.max()}"
         )
     q = scores.shape[0]
@@ -129,7 +131,7 @@ def recall_ranks(scores: np.ndarray, positives: np.ndarray, *, block_elements: i
     for start in range(0, n_rows, step):
         block = base[start : start + step]
         if np.isnan(block).any():
-            raise ValueError("scores: the matrix has missing entries (NaN)")
+            raise InputError("scores: the matrix has missing entries (NaN)")
         hit = buf[: len(block)]
         if transposed:  # block rows are candidates, columns are queries
             np.greater_equal(block, pos_values[None, :], out=hit)
@@ -159,8 +161,7 @@ def recall_at_k(
         k -> fraction of queries whose positive ranks within the top k.
     """
     for k in ks:
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise ValueError(f"ks must be positive integers, got {k!r}")
+        check_positive_int(k, "ks", " (each k)")
     rank = recall_ranks(scores, positives)
     return {int(k): float((rank <= k).mean()) for k in ks}
 
@@ -179,9 +180,9 @@ def pair_correct(positive: np.ndarray, negative: np.ndarray) -> np.ndarray:
     pos = np.asarray(positive, dtype=np.float64)
     neg = np.asarray(negative, dtype=np.float64)
     if pos.ndim != 1 or pos.shape != neg.shape:
-        raise ValueError(f"positive and negative must be 1-D of one length, got shapes {pos.shape} and {neg.shape}")
+        raise InputError(f"positive and negative must be 1-D of one length, got shapes {pos.shape} and {neg.shape}")
     if np.isnan(pos).any() or np.isnan(neg).any():
-        raise ValueError("scores: some item scores are missing (NaN)")
+        raise InputError("scores: some item scores are missing (NaN)")
     return pos > neg
 
 
@@ -210,7 +211,7 @@ def sugarcrepe_accuracy(subsets: Sequence[str], correct: np.ndarray) -> dict[str
     sub = np.asarray(subsets)
     ok = np.asarray(correct, dtype=bool)
     if sub.shape != ok.shape or ok.ndim != 1:
-        raise ValueError(f"subsets and correct must be 1-D of one length, got {sub.shape} and {ok.shape}")
+        raise InputError(f"subsets and correct must be 1-D of one length, got {sub.shape} and {ok.shape}")
     out: dict[str, tuple[float, int]] = {}
     for name in dict.fromkeys(sub.tolist()):
         mask = sub == name
@@ -243,7 +244,7 @@ def auroc(positive: np.ndarray, negative: np.ndarray) -> np.ndarray:
     neg = np.asarray(negative, dtype=np.float64)
     n1, n2 = pos.shape[-1], neg.shape[-1]
     if n1 == 0 or n2 == 0:
-        raise ValueError(f"auroc needs at least one positive and one negative, got {n1} and {n2}")
+        raise InputError(f"auroc needs at least one positive and one negative, got {n1} and {n2}")
     ranks = rankdata(np.concatenate([pos, neg], axis=-1), method="average", axis=-1)
     u = ranks[..., :n1].sum(axis=-1) - n1 * (n1 + 1) / 2.0
     return u / (n1 * n2)
@@ -297,9 +298,9 @@ def valse_metrics(
     c = np.asarray(caption, dtype=np.float64)
     f = np.asarray(foil, dtype=np.float64)
     if c.ndim != 1 or c.shape != f.shape or not len(c):
-        raise ValueError(f"caption and foil must be non-empty 1-D of one length, got shapes {c.shape} and {f.shape}")
+        raise InputError(f"caption and foil must be non-empty 1-D of one length, got shapes {c.shape} and {f.shape}")
     if np.isnan(c).any() or np.isnan(f).any():
-        raise ValueError("scores: some item scores are missing (NaN)")
+        raise InputError("scores: some item scores are missing (NaN)")
     out = {k: float(v) for k, v in _valse_from(c, f, threshold, skip_foil_ties).items()}
     out["n"] = float(len(c))
     if threshold is not None:
@@ -335,16 +336,15 @@ def bootstrap_indices(
     -------
     ndarray of int64, shape (n_boot, n)
     """
-    if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
-        raise ValueError(f"n_boot must be a positive integer, got {n_boot!r}")
+    check_positive_int(n_boot, "n_boot")
     if n < 1:
-        raise ValueError(f"bootstrap needs at least one item, got {n}")
-    rng = np.random.default_rng(seed)
+        raise InputError(f"bootstrap needs at least one item, got {n}")
+    rng = np.random.default_rng(check_seed(seed))
     if strata is None:
         return rng.integers(0, n, size=(n_boot, n))
     labels = np.asarray(strata)
     if labels.shape != (n,):
-        raise ValueError(f"strata must have length {n}, got shape {labels.shape}")
+        raise InputError(f"strata must have length {n}, got shape {labels.shape}")
     idx = np.empty((n_boot, n), dtype=np.int64)
     for value in dict.fromkeys(labels.tolist()):
         members = np.flatnonzero(labels == value)
@@ -367,7 +367,7 @@ def bootstrap_ci(values: np.ndarray, level: float = 0.95) -> tuple[float, float]
     (low, high) : tuple of float
     """
     if not 0 < level < 1:
-        raise ValueError(f"level must lie in (0, 1), got {level!r}")
+        raise InputError(f"level must lie in (0, 1), got {level!r}")
     v = np.asarray(values, dtype=np.float64)
     v = v[~np.isnan(v)]
     if not len(v):

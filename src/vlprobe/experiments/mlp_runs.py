@@ -32,6 +32,7 @@ from vlprobe.experiments.summary import summarize, write_summary_csv
 from vlprobe.probes.mlp import check_training, fit_mlp_ensemble, mlp_dims
 from vlprobe.probes.splits import ItemSplit, control_flips, flip_labels, stratified_item_split
 from vlprobe.provenance import sha256_file
+from vlprobe.validation import InputError
 
 __all__ = [
     "ItemPlan",
@@ -67,7 +68,7 @@ class MLPSettings:
         return settings
 
     def check(self) -> None:
-        """ValueError naming the first bad hyperparameter."""
+        """InputError naming the first bad hyperparameter."""
         mlp_dims(1, self.depth, self.width)
         check_training(self.lr, self.epochs, self.batch_size)
 
@@ -182,7 +183,7 @@ def read_split_file(path: str | os.PathLike[str], item_ids: Sequence[str]) -> tu
         obj = json.loads(p.read_text(encoding="utf-8"))
         sides = [list(obj["train"]), list(obj["test"])]
     except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-        raise ValueError(f'split_file: {p.name} is not JSON of the form {{"train": [ids], "test": [ids]}}') from None
+        raise InputError(f'split_file: {p.name} is not JSON of the form {{"train": [ids], "test": [ids]}}') from None
     row = {iid: r for r, iid in enumerate(item_ids)}
     out = []
     for name, ids in zip(("train", "test"), sides, strict=True):
@@ -190,14 +191,14 @@ def read_split_file(path: str | os.PathLike[str], item_ids: Sequence[str]) -> tu
         for x in ids:
             key = f"winoground/{x}" if isinstance(x, int) or (isinstance(x, str) and x.isdigit()) else str(x)
             if key not in row:
-                raise ValueError(f"split_file: {name} item {x!r} is not in the cache")
+                raise InputError(f"split_file: {name} item {x!r} is not in the cache")
             rows.append(row[key])
         out.append(rows)
     if not out[0] or not out[1]:
-        raise ValueError(f"split_file: {p.name} needs non-empty train and test lists")
+        raise InputError(f"split_file: {p.name} needs non-empty train and test lists")
     both = set(out[0]) & set(out[1])
     if both:
-        raise ValueError(f"split_file: item(s) {sorted(item_ids[r] for r in both)[:3]} are on both sides")
+        raise InputError(f"split_file: item(s) {sorted(item_ids[r] for r in both)[:3]} are on both sides")
     return out[0], out[1]
 
 
@@ -229,7 +230,7 @@ def item_split(
         usable = set(items)
         unusable = [index.item_ids[r] for r in [*train, *test] if r not in usable]
         if unusable:
-            raise ValueError(f"split_file: item(s) {unusable[:3]} cannot give examples (missing captions or variants)")
+            raise InputError(f"split_file: item(s) {unusable[:3]} cannot give examples (missing captions or variants)")
         chosen = sorted([*train, *test])
         pos = {r: n for n, r in enumerate(chosen)}
         split = ItemSplit(np.array(sorted(pos[r] for r in train)), np.array(sorted(pos[r] for r in test)), -1,

@@ -29,6 +29,7 @@ from typing import Any
 from vlprobe import __version__
 from vlprobe.io import atomic_write, write_json
 from vlprobe.provenance import git_revision, package_versions
+from vlprobe.validation import InputError
 
 __all__ = [
     "RUN_NEUTRAL",
@@ -77,7 +78,7 @@ def write_tidy_csv(path: str | os.PathLike[str], rows: Iterable[Mapping[str, Any
 
     Raises
     ------
-    ValueError
+    InputError
         A row has a key that is not a tidy column.
     """
     target = Path(path)
@@ -137,7 +138,7 @@ def _recorded_runs(manifest_path: Path) -> dict[str, Any]:
         if not isinstance(runs, dict):
             raise ValueError
     except (ValueError, AttributeError, UnicodeDecodeError):
-        raise ValueError(
+        raise InputError(
             f"out: {manifest_path} is not a vlprobe manifest; move it away or choose another --out"
         ) from None
     return runs
@@ -155,7 +156,7 @@ def check_run_slot(
 
     Raises
     ------
-    ValueError
+    InputError
         ``OUT/<experiment>/`` holds a run under this file stem whose config differs from
         ``config`` outside :data:`RUN_NEUTRAL`, or a run of another model name with this stem.
     """
@@ -166,7 +167,7 @@ def check_run_slot(
             continue
         where = f"out: {folder / stem}.csv already holds the {experiment} run of {name!r}"
         if name != model:
-            raise ValueError(f"{where}, which shares its file name with {model!r}; choose another model name")
+            raise InputError(f"{where}, which shares its file name with {model!r}; choose another model name")
         old = run.get("config") if isinstance(run, dict) else None
         if config is None or not isinstance(old, dict):
             continue  # nothing recorded to compare against
@@ -175,7 +176,7 @@ def check_run_slot(
         if differ:
             k = differ[0]
             more = f" (and {len(differ) - 1} more field(s))" if len(differ) > 1 else ""
-            raise ValueError(
+            raise InputError(
                 f"{where} made with other settings ({k}={old.get(k)!r} there, {new.get(k)!r} now{more}); "
                 "use another --out or another model name to keep both, or delete that run's files first"
             )
@@ -189,7 +190,7 @@ def write_results(
 
     Raises
     ------
-    ValueError
+    InputError
         From :func:`check_run_slot`, before anything is written.
     """
     folder = Path(out_dir) / experiment

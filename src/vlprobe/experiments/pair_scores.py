@@ -27,6 +27,7 @@ import numpy as np
 
 from vlprobe.data.items import ImageRef
 from vlprobe.registry import MODELS
+from vlprobe.validation import InputError, check_positive_int
 
 __all__ = ["MATCH_THRESHOLDS", "PairScorer", "load_pair_scorer"]
 
@@ -87,11 +88,11 @@ class PairScorer:
         ndarray of float64, shape (P,)
         """
         if len(images) != len(texts):
-            raise ValueError(f"images and texts must pair up, got {len(images)} and {len(texts)}")
+            raise InputError(f"images and texts must pair up, got {len(images)} and {len(texts)}")
         if self.needs_images:
             lacking = [im for im in images if im.path is None]
             if lacking:
-                raise ValueError(
+                raise InputError(
                     f"model {self.model!r} needs images, but {lacking[0].id!r} has no file "
                     "(pass --image-dir for SugarCrepe, --image-root SOURCE=DIR for VALSE)"
                 )
@@ -154,7 +155,7 @@ class PairScorer:
             data = [x.load() for x in chunk] if load else list(chunk)
             pooled = self._impl.encode(stream, data, [0]).pooled
             if pooled is None:
-                raise ValueError(f"model {self.model!r}: stream {stream!r} has no pooled output to score with")
+                raise InputError(f"model {self.model!r}: stream {stream!r} has no pooled output to score with")
             rows.append(pooled.float().cpu().numpy())
         return np.concatenate(rows) if rows else np.zeros((0, 0), dtype=np.float32)
 
@@ -183,8 +184,7 @@ def load_pair_scorer(
     from vlprobe.extract.models.blind import TextScorer
     from vlprobe.extract.runner import check_load_options
 
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    check_positive_int(batch_size, "batch_size")
     cls = MODELS.get(model)
     opts = {k: v for k, v in (options or {}).items() if v is not None}
     store_fp = ""
@@ -195,28 +195,28 @@ def load_pair_scorer(
             store_fp = store.fingerprint
     elif regions is not None:
         what = "scores captions only" if isinstance(cls, type) and issubclass(cls, TextScorer) else "reads pixels"
-        raise ValueError(f"regions: {model} {what}, not region features; drop --regions")
+        raise InputError(f"regions: {model} {what}, not region features; drop --regions")
     if isinstance(cls, type) and issubclass(cls, TextScorer):
         impl = cls.load(checkpoint, device=device, dtype=dtype, **opts)
         kind = "text"
     else:
         if not checkpoint:
-            raise ValueError(f"checkpoint: model {model!r} needs --checkpoint (a directory or hub id)")
+            raise InputError(f"checkpoint: model {model!r} needs --checkpoint (a directory or hub id)")
         if isinstance(cls, type) and issubclass(cls, CrossEncoder):
             load_opts = check_load_options(model, cls, {k: v for k, v in opts.items() if k in ("model_config", "tokenizer")})
             extra = sorted(set(opts) - set(load_opts))
             if extra:
-                raise ValueError(f"{extra[0]}: {model} does not take --{extra[0].replace('_', '-')}")
+                raise InputError(f"{extra[0]}: {model} does not take --{extra[0].replace('_', '-')}")
             impl = cls.load(checkpoint, device=device, dtype=dtype, **load_opts)
             kind = "cross"
         elif getattr(cls, "dual_encoder", False):
             if opts:
                 name = sorted(opts)[0]
-                raise ValueError(f"{name}: model {model!r} takes no options, got {sorted(opts)}")
+                raise InputError(f"{name}: model {model!r} takes no options, got {sorted(opts)}")
             impl = cls.load(checkpoint, device=device, dtype=dtype)
             kind = "dual"
         else:
-            raise ValueError(f"model {model!r} is neither a dual encoder, a cross-encoder nor a text scorer; it cannot score pairs")
+            raise InputError(f"model {model!r} is neither a dual encoder, a cross-encoder nor a text scorer; it cannot score pairs")
     ckpt = getattr(impl, "checkpoint", None)
     return PairScorer(
         model=model, score_kind=str(getattr(impl, "score_kind", "") or getattr(cls, "score_kind", "")),

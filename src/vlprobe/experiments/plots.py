@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from vlprobe.experiments.summary import read_tidy_csv, summarize
+from vlprobe.validation import InputError
 
 __all__ = ["DEFAULT_METRICS", "plot_results"]
 
@@ -27,7 +28,7 @@ def _choose(values: Sequence[str], wanted: str | None, preferred: Sequence[str],
     present = list(dict.fromkeys(values))
     if wanted is not None:
         if wanted not in present:
-            raise ValueError(f"{what} {wanted!r} is not in the CSV (has: {', '.join(present)})")
+            raise InputError(f"{what} {wanted!r} is not in the CSV (has: {', '.join(present)})")
         return wanted
     return next((p for p in preferred if p in present), present[0])
 
@@ -66,7 +67,7 @@ def plot_results(
 
     out_png = Path(out)
     if out_png.suffix.lower() != ".png":
-        raise ValueError(f"out must be a .png file name (a .pdf is written beside it), got {str(out_png)!r}")
+        raise InputError(f"out must be a .png file name (a .pdf is written beside it), got {str(out_png)!r}")
     rows = read_tidy_csv(csv_path)
     metric = _choose([r["metric"] for r in rows], metric, DEFAULT_METRICS, "metric")
     rows = [r for r in rows if r["metric"] == metric]
@@ -77,7 +78,7 @@ def plot_results(
         rows = [r for r in rows if r["subset"] == "all"]
     summary = summarize(rows)
     if not summary:
-        raise ValueError(f"csv: {Path(csv_path).name} has no target/control rows for metric {metric!r}")
+        raise InputError(f"csv: {Path(csv_path).name} has no target/control rows for metric {metric!r}")
 
     panels: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for rec in summary:

@@ -24,6 +24,7 @@ from vlprobe.experiments.outputs import build_manifest, check_run_slot, config_r
 from vlprobe.experiments.score_files import read_score_matrix
 from vlprobe.io import atomic_write
 from vlprobe.provenance import sha256_file
+from vlprobe.validation import InputError, check_positive_int
 
 __all__ = ["RecallConfig", "run_recall"]
 
@@ -55,13 +56,13 @@ def _from_cache(path: Path) -> tuple[np.ndarray, str, dict[str, Any]]:
         provenance = cache.provenance()
     originals = np.flatnonzero(texts["parent"] < 0)
     if len(originals) != len(images["id"]):
-        raise ValueError(
+        raise InputError(
             f"cache: recall needs one caption per image (Winoground), got {len(images['id'])} images "
             f"and {len(originals)} captions"
         )
     sub, sub_done = matrix[:, originals], done[:, originals]
     if not sub_done.all():
-        raise ValueError(
+        raise InputError(
             f"cache: {Path(path).name} scores only {int(sub_done.sum())} of {sub_done.size} "
             "image-caption pairs; recall needs the full matrix (extract with --pairs all)"
         )
@@ -70,10 +71,12 @@ def _from_cache(path: Path) -> tuple[np.ndarray, str, dict[str, Any]]:
 
 def run_recall(config: RecallConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
     """Compute I2T and T2I recall@k and write the CSV, the matrix used and the manifest."""
-    if not config.ks or any(isinstance(k, bool) or int(k) != k or int(k) < 1 for k in config.ks):
-        raise ValueError(f"ks must be positive integers, got {config.ks!r}")
+    if not config.ks:
+        raise InputError(f"ks must name at least one k, got {config.ks!r}")
+    for k in config.ks:
+        check_positive_int(k, "ks", f" (each k; got ks={config.ks!r})")
     if (config.cache is None) == (config.scores is None):
-        raise ValueError("give exactly one of cache (a vlprobe cache) or scores (a caption x image .npy/.npz matrix)")
+        raise InputError("give exactly one of cache (a vlprobe cache) or scores (a caption x image .npy/.npz matrix)")
     if config.cache is not None:
         m, cache_model, provenance = _from_cache(Path(config.cache))
         inputs = {"cache": provenance}

@@ -33,6 +33,7 @@ from vlprobe.experiments.outputs import build_manifest, config_record
 from vlprobe.experiments.score_files import caption_foil_scores, read_item_scores
 from vlprobe.io import atomic_write, write_json
 from vlprobe.provenance import sha256_file
+from vlprobe.validation import InputError, check_int, check_positive_int, check_seed
 
 __all__ = ["TRANSFORMS", "RefineConfig", "RefineResult", "adversarial_refine", "run_refine"]
 
@@ -98,15 +99,14 @@ def adversarial_refine(
     a = np.asarray(gap_a, dtype=np.float64)
     b = np.asarray(gap_b, dtype=np.float64)
     if a.ndim != 1 or a.shape != b.shape:
-        raise ValueError(f"gap_a and gap_b must be 1-D of one length, got shapes {a.shape} and {b.shape}")
+        raise InputError(f"gap_a and gap_b must be 1-D of one length, got shapes {a.shape} and {b.shape}")
     for name, g in (("gap_a", a), ("gap_b", b)):
         if not np.isfinite(g).all() or (np.abs(g) > 1).any():
-            raise ValueError(f"{name} must lie in [-1, 1] (scores in [0, 1]), got values from {g.min()} to {g.max()}")
-    if isinstance(grid, bool) or not isinstance(grid, int) or grid < 2 or grid % 2:
-        raise ValueError(f"grid must be an even integer >= 2, got {grid!r}")
-    if isinstance(axis_bins, bool) or not isinstance(axis_bins, int) or axis_bins < 1:
-        raise ValueError(f"axis_bins must be a positive integer, got {axis_bins!r}")
-    rng = np.random.default_rng(seed)
+            raise InputError(f"{name} must lie in [-1, 1] (scores in [0, 1]), got values from {g.min()} to {g.max()}")
+    if check_int(grid, "grid", low=2, meaning=" (even)") % 2:
+        raise InputError(f"grid must be an even integer >= 2, got {grid!r}")
+    check_positive_int(axis_bins, "axis_bins")
+    rng = np.random.default_rng(check_seed(seed))
     kept: list[np.ndarray] = []
     steps: dict[str, dict[str, int]] = {}
 
@@ -155,11 +155,11 @@ class RefineConfig:
 
 def _gaps(path: Path, transform: str, param: str) -> tuple[list[str], np.ndarray, np.ndarray]:
     if transform not in TRANSFORMS:
-        raise ValueError(f"transform_{param[-1]}: expected one of {', '.join(TRANSFORMS)}, got {transform!r}")
+        raise InputError(f"transform_{param[-1]}: expected one of {', '.join(TRANSFORMS)}, got {transform!r}")
     ids, pos, neg = caption_foil_scores(read_item_scores(path, param=param), param=param)
     both = TRANSFORMS[transform](np.concatenate([pos, neg]))
     if both.min() < 0 or both.max() > 1:
-        raise ValueError(
+        raise InputError(
             f"{param}: {Path(path).name} scores span [{both.min():.4g}, {both.max():.4g}] after transform "
             f"{transform!r}, outside [0, 1]; pick --transform-{param[-1]} exp (log-probabilities, blind-lm), "
             "sigmoid (logits) or rank"
@@ -183,7 +183,7 @@ def run_refine(config: RefineConfig) -> tuple[Path, Path, RefineResult]:
     if set(ids_a) != set(ids_b):
         only_a, only_b = sorted(set(ids_a) - set(ids_b)), sorted(set(ids_b) - set(ids_a))
         example = only_a[0] if only_a else only_b[0]
-        raise ValueError(
+        raise InputError(
             f"scores_b: the two files score different items ({len(only_a)} only in scores_a, "
             f"{len(only_b)} only in scores_b, e.g. {example!r})"
         )

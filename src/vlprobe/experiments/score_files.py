@@ -30,7 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from vlprobe.data.source_files import iter_json_lines
-from vlprobe.io import atomic_write
+from vlprobe.io import atomic_write, text_lines
+from vlprobe.validation import InputError
 
 __all__ = [
     "ItemScores",
@@ -73,7 +74,7 @@ def write_item_scores(
     """
     values = np.asarray(list(scores), dtype=np.float64)
     if not len(items) == len(images) == len(texts) == len(values):
-        raise ValueError(
+        raise InputError(
             f"scores: items, images, texts and scores must have one length, got "
             f"{len(items)}, {len(images)}, {len(texts)}, {len(values)}"
         )
@@ -86,14 +87,13 @@ def write_item_scores(
 
 def is_item_scores_file(path: str | os.PathLike[str]) -> bool:
     """True when the first non-blank line of ``path`` is a vlprobe per-item score record."""
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                try:
-                    obj = json.loads(line)
-                except ValueError:
-                    return False
-                return isinstance(obj, dict) and "item" in obj and "label" not in obj
+    for _, line in text_lines(path, "scores"):
+        if line.strip():
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                return False
+            return isinstance(obj, dict) and "item" in obj and "label" not in obj
     return False
 
 
@@ -102,7 +102,7 @@ def read_item_scores(path: str | os.PathLike[str], *, param: str = "scores") -> 
 
     Raises
     ------
-    ValueError
+    InputError
         A line is not a record with item, image, text and a finite score; a pair repeats.
     """
     p = Path(path)
@@ -112,23 +112,23 @@ def read_item_scores(path: str | os.PathLike[str], *, param: str = "scores") -> 
     seen: dict[tuple[str, str], int] = {}
     for lineno, where, obj in iter_json_lines(p, param):
         if not isinstance(obj, dict) or any(k not in obj for k in _KEYS):
-            raise ValueError(
+            raise InputError(
                 f"{param}: {where} is not a vlprobe score record "
                 '({"item": ..., "image": ..., "text": ..., "score": x})'
             )
         score = obj["score"]
         if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
-            raise ValueError(f"{param}: {where} has score {score!r}, expected a finite number")
+            raise InputError(f"{param}: {where} has score {score!r}, expected a finite number")
         key = (str(obj["image"]), str(obj["text"]))
         if key in seen:
-            raise ValueError(
+            raise InputError(
                 f"{param}: {where} repeats the pair image {key[0]!r}, text {key[1]!r} (first on line {seen[key]})"
             )
         seen[key] = lineno
         for k in _KEYS:
             cols[k].append(obj[k] if k == "score" else str(obj[k]))
     if not cols["score"]:
-        raise ValueError(f"{param}: {p.name} holds no scores")
+        raise InputError(f"{param}: {p.name} holds no scores")
     return ItemScores(
         np.asarray(cols["item"], dtype=object), np.asarray(cols["image"], dtype=object),
         np.asarray(cols["text"], dtype=object), np.asarray(cols["score"], dtype=np.float64), str(p),
@@ -155,7 +155,7 @@ def caption_foil_scores(
     found: dict[str, dict[str, float]] = {}
     for it, im, tx, sc in zip(scores.item, scores.image, scores.text, scores.score, strict=True):
         if tx not in (f"{it}/c0", f"{it}/c1") or im != f"{it}/i0":
-            raise ValueError(
+            raise InputError(
                 f"{param}: {Path(scores.source).name} pairs image {im!r} with text {tx!r} for item {it!r}; "
                 f"expected image {it}/i0 with texts {it}/c0 (correct) and {it}/c1 (wrong)"
             )
@@ -165,13 +165,13 @@ def caption_foil_scores(
         wanted = set(order)  # once: a set per found item made this quadratic (7,702 VALSE items)
         extra = [i for i in found if i not in wanted]
         if extra:
-            raise ValueError(f"{param}: {len(extra)} item(s) are not in the dataset, e.g. {extra[0]!r}")
+            raise InputError(f"{param}: {len(extra)} item(s) are not in the dataset, e.g. {extra[0]!r}")
     pos, neg = np.empty(len(order)), np.empty(len(order))
     for n, it in enumerate(order):
         pair = found.get(it, {})
         for role, arr in (("c0", pos), ("c1", neg)):
             if role not in pair:
-                raise ValueError(f"{param}: missing the score of text {it}/{role} (item {it!r})")
+                raise InputError(f"{param}: missing the score of text {it}/{role} (item {it!r})")
             arr[n] = pair[role]
     return order, pos, neg
 
@@ -195,7 +195,7 @@ def winoground_from_item_scores(scores: ItemScores, *, param: str = "scores") ->
                 raise ValueError
             found.setdefault(int(wid), {})[(k, j)] = sc
         except (ValueError, IndexError):
-            raise ValueError(
+            raise InputError(
                 f"{param}: {Path(scores.source).name} has item {it!r} / text {tx!r} / image {im!r}, "
                 "expected winoground/<id> with texts .../c0|c1 and images .../i0|i1"
             ) from None
@@ -203,7 +203,7 @@ def winoground_from_item_scores(scores: ItemScores, *, param: str = "scores") ->
     for wid in ids:
         if len(found[wid]) != 4:
             missing = sorted({(k, j) for k in (0, 1) for j in (0, 1)} - set(found[wid]))
-            raise ValueError(
+            raise InputError(
                 f"{param}: item winoground/{wid} lacks {len(missing)} of its 4 scores "
                 f"(e.g. caption {missing[0][0]} with image {missing[0][1]})"
             )
@@ -241,23 +241,23 @@ def read_score_matrix(
                 elif len(names) == 1:
                     m = z[names[0]]
                 else:
-                    raise ValueError(
+                    raise InputError(
                         f"{param}: {p.name} holds arrays {names}; name the score matrix 'scores' or keep one array"
                     )
         else:
-            raise ValueError(f"{param}: {p.name} is not a .npy or .npz matrix")
+            raise InputError(f"{param}: {p.name} is not a .npy or .npz matrix")
     except (OSError, EOFError) as exc:
-        raise ValueError(f"{param}: cannot read {p.name} as a numpy array ({exc})") from None
+        raise InputError(f"{param}: cannot read {p.name} as a numpy array ({exc})") from None
     if m.dtype.kind not in "fiu":
-        raise ValueError(f"{param}: {p.name} has dtype {m.dtype}, expected numbers")
+        raise InputError(f"{param}: {p.name} has dtype {m.dtype}, expected numbers")
     if m.dtype.kind != "f":
         m = m.astype(np.float64)
     expected = shape if shape is not None else None
     if m.ndim != 2 or (expected is None and m.shape[0] != m.shape[1]) or (expected is not None and m.shape != tuple(expected)):
         want = f"{expected[0]} x {expected[1]}" if expected is not None else "square (caption r matches image r)"
-        raise ValueError(f"{param}: {p.name} has shape {m.shape}, expected a caption x image matrix, {want}")
+        raise InputError(f"{param}: {p.name} has shape {m.shape}, expected a caption x image matrix, {want}")
     if np.isnan(m).any():
-        raise ValueError(f"{param}: {p.name} has missing entries (NaN)")
+        raise InputError(f"{param}: {p.name} has missing entries (NaN)")
     return m
 
 
@@ -271,7 +271,7 @@ def winoground_from_matrix(matrix: np.ndarray, *, param: str = "scores") -> np.n
     """
     m = np.asarray(matrix)
     if m.ndim != 2 or m.shape[0] != m.shape[1] or m.shape[0] % 2:
-        raise ValueError(f"{param}: Winoground needs a 2N x 2N caption x image matrix, got shape {m.shape}")
+        raise InputError(f"{param}: Winoground needs a 2N x 2N caption x image matrix, got shape {m.shape}")
     n = m.shape[0] // 2
     rows = 2 * np.arange(n)[:, None, None] + np.arange(2)[None, :, None]
     cols = 2 * np.arange(n)[:, None, None] + np.arange(2)[None, None, :]

@@ -58,8 +58,8 @@ from vlprobe.experiments.outputs import (
     write_tidy_csv,
 )
 from vlprobe.experiments.summary import summarize, write_summary_csv
-from vlprobe.probes.base import check_positive_int
 from vlprobe.probes.separability_cases import Case, fit_cases
+from vlprobe.validation import InputError, check_positive_float, check_positive_int
 
 __all__ = ["Case", "SeparabilityConfig", "fit_cases", "run_separability", "separability_cases"]
 
@@ -142,13 +142,12 @@ def separability_cases(index: CacheIndex, modality: str, lookup: dict[tuple[int,
 
 def _check_config(config: SeparabilityConfig) -> list[int]:
     seeds = check_seeds(config.seeds)
-    if not isinstance(config.jobs, int) or isinstance(config.jobs, bool) or config.jobs == 0 or config.jobs < -1:
-        raise ValueError(f"jobs must be a positive integer or -1 (all cores), got {config.jobs!r}")
-    if not config.C > 0:
-        raise ValueError(f"C must be positive, got {config.C!r}")
+    if config.jobs != -1:
+        check_positive_int(config.jobs, "jobs", " or -1 (all cores)")
+    check_positive_float(config.C, "C")
     check_positive_int(config.max_iter, "max_iter")
     if config.loss not in ("hinge", "squared_hinge"):
-        raise ValueError(f"loss must be 'hinge' or 'squared_hinge', got {config.loss!r}")
+        raise InputError(f"loss must be 'hinge' or 'squared_hinge', got {config.loss!r}")
     return seeds
 
 
@@ -185,7 +184,7 @@ def run_separability(config: SeparabilityConfig) -> tuple[Path, Path, list[dict[
             read_layers[stream] = {"modality": read.modality, "layers": read.layers}
             cases, skipped = separability_cases(index, read.modality, read.lookup)
             if not cases:
-                raise ValueError(f"cache: {Path(config.cache).name} has no item with two captions to separate")
+                raise InputError(f"cache: {Path(config.cache).name} has no item with two captions to separate")
             n_cases[stream] = len(cases)
             per_layer = _fit_layers(scale_states(read.states, scale_mode), cases, seeds, params, config.jobs)
             base = {"experiment": NAME, "model": model, "stream": stream, "pooling": config.pooling,

@@ -18,6 +18,7 @@ from typing import Any
 from vlprobe.experiments.outputs import TIDY_COLUMNS, format_cell
 from vlprobe.io import atomic_write
 from vlprobe.probes.splits import selectivity
+from vlprobe.validation import InputError
 
 __all__ = ["KEY_COLUMNS", "SUMMARY_COLUMNS", "read_tidy_csv", "summarize", "write_summary_csv"]
 
@@ -87,7 +88,7 @@ def read_tidy_csv(path: str | os.PathLike[str]) -> list[dict[str, str]]:
 
     Raises
     ------
-    ValueError
+    InputError
         The file is not a tidy CSV (wrong or missing columns) or holds no rows.
     """
     p = Path(path)
@@ -99,14 +100,14 @@ def read_tidy_csv(path: str | os.PathLike[str]) -> list[dict[str, str]]:
             header = list(reader.fieldnames or [])
             missing = [c for c in TIDY_COLUMNS if c not in header]
             if missing:
-                raise ValueError(
+                raise InputError(
                     f"csv: {p.name} is not a vlprobe tidy results CSV (missing column(s) {', '.join(missing)})"
                 )
             rows = [dict(r) for r in reader]
     except UnicodeDecodeError:
-        raise ValueError(f"csv: {p.name} is not a text CSV file") from None
+        raise InputError(f"csv: {p.name} is not a text CSV file") from None
     except csv.Error as exc:
-        raise ValueError(f"csv: {p.name} is not a readable CSV ({exc})") from None
+        raise InputError(f"csv: {p.name} is not a readable CSV ({exc})") from None
     if not rows:
-        raise ValueError(f"csv: {p.name} holds no result rows")
+        raise InputError(f"csv: {p.name} holds no result rows")
     return rows

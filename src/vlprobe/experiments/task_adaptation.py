@@ -39,6 +39,7 @@ import numpy as np
 
 from vlprobe.experiments.cache_features import cache_path, check_seeds, load_index, read_stream
 from vlprobe.experiments.mlp_runs import MLPSettings, plan_items, train_and_write
+from vlprobe.validation import InputError
 
 __all__ = ["MODE_EXAMPLES", "TaskAdaptationConfig", "run_task_adaptation"]
 
@@ -104,7 +105,7 @@ def _stream_layers(per_stream: dict[str, list[int | None]]) -> list[dict[str, in
     lengths = {len(ls) for ls in sweeping.values()}
     if len(lengths) > 1:
         detail = ", ".join(f"{s}: {len(ls)}" for s, ls in sweeping.items())
-        raise ValueError(
+        raise InputError(
             f"layers: streams that sweep layers must sweep the same number ({detail}); give one "
             "layer to the others, e.g. 'lang=all;vision=-1'"
         )
@@ -124,13 +125,13 @@ def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[
 
     check_seeds(config.seeds)
     if config.mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {config.mode!r}")
+        raise InputError(f"mode must be one of {', '.join(MODES)}, got {config.mode!r}")
     MLPSettings.from_config(config)  # checks the MLP settings before the cache is read
     modes = ("text", "image") if config.mode == "both" else (config.mode,)
     with ActivationCache(cache_path(config.cache)) as cache:
         streams = list(config.streams) if config.streams else list(cache.streams)
         if not streams:
-            raise ValueError(f"cache: {Path(config.cache).name} holds no streams")
+            raise InputError(f"cache: {Path(config.cache).name} holds no streams")
         index = load_index(cache)
         read = {
             s: read_stream(cache, s, ("text", "image", "pair"), config.pooling,
@@ -142,7 +143,7 @@ def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[
 
     items = [i for i in range(len(index.item_ids)) if len(index.families[i]) >= 2 and len(index.item_images[i]) >= 2]
     if len(items) < 2:
-        raise ValueError(
+        raise InputError(
             f"cache: task adaptation needs items with 2 images and 2 captions (Winoground); "
             f"{Path(config.cache).name} has {len(items)}"
         )
@@ -161,7 +162,7 @@ def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[
                     img, txt = int(index.item_images[i][j]), int(index.families[i][k][0])
                     key = {"text": (-1, txt), "image": (img, -1), "pair": (img, txt)}[modality]
                     if key not in lookup:
-                        raise ValueError(f"stream {s!r} has no row for image {img} and text {txt} (pair plan?)")
+                        raise InputError(f"stream {s!r} has no row for image {img} and text {txt} (pair plan?)")
                     rows[n, j, k] = lookup[key]
         st = read[s].states  # (R, Ls, H)
         layer_pos = [per_stream[s].index(pos[s]) for pos in positions]
@@ -202,7 +203,7 @@ def _spec_for(spec: str, stream: str, streams: list[str]) -> str:
             continue
         name, _, sub = part.partition("=")
         if name.strip() not in streams:
-            raise ValueError(f"layers: {part.strip()!r} does not name a chosen stream (streams: {', '.join(streams)})")
+            raise InputError(f"layers: {part.strip()!r} does not name a chosen stream (streams: {', '.join(streams)})")
         parts[name.strip()] = sub
     return parts.get(stream, "all")
 

@@ -37,7 +37,7 @@ from vlprobe.experiments.cache_features import (
     require_variants,
 )
 from vlprobe.experiments.mlp_runs import MLPSettings, plan_items, train_and_write
-from vlprobe.probes.base import check_positive_int
+from vlprobe.validation import InputError, check_positive_int
 
 __all__ = ["VariantProbeConfig", "run_variant_probe", "variant_examples"]
 
@@ -148,7 +148,7 @@ def run_variant_probe(config: VariantProbeConfig) -> tuple[Path, Path, list[dict
     usable = set(items)
     skipped = [iid for i, iid in enumerate(index.item_ids) if i not in usable]
     if len(items) < 2:
-        raise ValueError(
+        raise InputError(
             f"cache: the variant probe needs at least 2 items whose two captions both have a variant; "
             f"{Path(config.cache).name} has {len(items)}"
         )
@@ -162,7 +162,7 @@ def run_variant_probe(config: VariantProbeConfig) -> tuple[Path, Path, list[dict
             for img, triple in zip(image, texts, strict=True)
         ])  # (N, 3) rows of the stream
     except KeyError as exc:
-        raise ValueError(f"stream {stream!r} has no row for (image, text) {exc.args[0]} (pair plan?)") from None
+        raise InputError(f"stream {stream!r} has no row for (image, text) {exc.args[0]} (pair plan?)") from None
     X = read.states[rows].transpose(2, 0, 1, 3)  # (L, N, 3, H)
     X = np.ascontiguousarray(X.reshape(X.shape[0], X.shape[1], -1))
     label_groups = np.broadcast_to(labels, (X.shape[0], len(labels)))

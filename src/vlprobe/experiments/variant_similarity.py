@@ -27,6 +27,7 @@ import numpy as np
 
 from vlprobe.experiments.metrics import winoground_outcomes
 from vlprobe.experiments.outputs import build_manifest, check_run_slot, config_record, write_results
+from vlprobe.validation import InputError, check_choice, check_probability
 
 __all__ = [
     "VariantScores", "VariantSimilarityConfig", "blend", "parse_lambdas", "run_variant_similarity", "variant_scores",
@@ -94,7 +95,7 @@ def variant_scores(
             ri.append([image_row[f"{item}/i{j}"] for j in (0, 1)])
             rt.append([text_row[f"{item}/c{k}"] for k in (0, 1)])
         except KeyError as exc:
-            raise ValueError(f"cache: item {item!r} lacks image or caption {exc.args[0]!r} (not Winoground-shaped)") from None
+            raise InputError(f"cache: item {item!r} lacks image or caption {exc.args[0]!r} (not Winoground-shaped)") from None
     ri_a, rt_a = np.asarray(ri, dtype=np.int64).reshape(-1, 2), np.asarray(rt, dtype=np.int64).reshape(-1, 2)
     n_var = np.array([[len(kids.get(int(c), [])) for c in row] for row in rt_a], dtype=np.int64).reshape(-1, 2)
     vmax = int(n_var.max()) if n_var.size else 0
@@ -105,13 +106,13 @@ def variant_scores(
             vidx[n, k, : len(v)] = v
     orig = matrix[ri_a[:, None, :], rt_a[:, :, None]]
     if not done[ri_a[:, None, :], rt_a[:, :, None]].all():
-        raise ValueError("cache: some caption-image scores are missing; finish the extraction")
+        raise InputError("cache: some caption-image scores are missing; finish the extraction")
     safe = np.where(vidx < 0, 0, vidx)
     var = matrix[ri_a[:, None, :, None], safe[:, :, None, :]]  # (N, k, j, V)
     got = done[ri_a[:, None, :, None], safe[:, :, None, :]]
     real = np.broadcast_to((vidx >= 0)[:, :, None, :], var.shape)
     if not got[real].all():
-        raise ValueError(
+        raise InputError(
             "cache: some variant-image scores are missing (a cross-encoder cache needs the variants "
             "scored against the item's images: extract with --variants)"
         )
@@ -121,10 +122,8 @@ def variant_scores(
 
 def blend(vs: VariantScores, agg: str, lam: float, include_original: bool = True) -> np.ndarray:
     """S' per item, shape (N, 2, 2). A caption without variants (and without the original) keeps S."""
-    if agg not in AGGS:
-        raise ValueError(f"agg must be one of {', '.join(AGGS)}, got {agg!r}")
-    if isinstance(lam, bool) or not isinstance(lam, int | float) or not 0.0 <= float(lam) <= 1.0:
-        raise ValueError(f"lambdas must lie in [0, 1], got {lam!r}")
+    check_choice(agg, "agg", AGGS, kind="aggregation")
+    check_probability(lam, "lambdas", meaning=" (each lambda)")
     pool = vs.variants
     if include_original:
         pool = np.concatenate([vs.original[..., None], pool], axis=-1)
@@ -148,13 +147,10 @@ def parse_lambdas(values: Any) -> tuple[float, ...]:
     try:
         out = tuple(float(v) for v in values)
     except (TypeError, ValueError):
-        raise ValueError(f"lambdas must be numbers in [0, 1], got {values!r}") from None
+        raise InputError(f"lambdas must be numbers in [0, 1], got {values!r}") from None
     if not out:
-        raise ValueError("lambdas: give at least one value")
-    for lam in out:
-        if not 0.0 <= lam <= 1.0:
-            raise ValueError(f"lambdas must lie in [0, 1], got {lam!r}")
-    return out
+        raise InputError("lambdas: give at least one value")
+    return tuple(check_probability(lam, "lambdas", meaning=" (each lambda)") for lam in out)
 
 
 def run_variant_similarity(config: VariantSimilarityConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
@@ -165,11 +161,11 @@ def run_variant_similarity(config: VariantSimilarityConfig) -> tuple[Path, Path,
     aggs = tuple(config.aggs)
     bad = [a for a in aggs if a not in AGGS]
     if not aggs or bad:
-        raise ValueError(f"aggs must be some of {', '.join(AGGS)}, got {list(aggs)!r}")
+        raise InputError(f"aggs must be some of {', '.join(AGGS)}, got {list(aggs)!r}")
     lambdas = parse_lambdas(config.lambdas)
     with ActivationCache(config.cache) as cache:
         if cache.header.dataset != "winoground":
-            raise ValueError(f"cache: {Path(config.cache).name} holds dataset {cache.header.dataset!r}, not winoground")
+            raise InputError(f"cache: {Path(config.cache).name} holds dataset {cache.header.dataset!r}, not winoground")
         matrix, done = cache.scores()
         items, images, texts = cache.table("items"), cache.table("images"), cache.table("texts")
         model = config.model or cache.header.model
@@ -178,7 +174,7 @@ def run_variant_similarity(config: VariantSimilarityConfig) -> tuple[Path, Path,
     check_run_slot(config.out, NAME, model, cfg)
     vs = variant_scores(matrix, done, list(items["id"]), list(images["id"]), list(texts["id"]), texts["parent"])
     if not vs.n_variants.any():
-        raise ValueError(f"cache: {Path(config.cache).name} holds no caption variants (extract with --variants FILE)")
+        raise InputError(f"cache: {Path(config.cache).name} holds no caption variants (extract with --variants FILE)")
     tags = [json.loads(str(t)) for t in items["tags"]]
     ids = [_winoground_id(str(i)) for i in items["id"]]
     masks = subset_masks(ids, tags)

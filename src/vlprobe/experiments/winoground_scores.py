@@ -48,6 +48,7 @@ from vlprobe.experiments.score_files import (
     write_item_scores,
 )
 from vlprobe.provenance import sha256_file
+from vlprobe.validation import InputError
 
 __all__ = [
     "WinogroundScoresConfig",
@@ -113,7 +114,7 @@ def item_scores_from_cache(path: str | os.PathLike[str]) -> tuple[str, list[int]
 
     with ActivationCache(path) as cache:
         if cache.header.dataset != "winoground":
-            raise ValueError(f"cache: {Path(path).name} holds dataset {cache.header.dataset!r}, not winoground")
+            raise InputError(f"cache: {Path(path).name} holds dataset {cache.header.dataset!r}, not winoground")
         matrix, done = cache.scores()
         items, images, texts = cache.table("items"), cache.table("images"), cache.table("texts")
         h = cache.header
@@ -129,7 +130,7 @@ def item_scores_from_cache(path: str | os.PathLike[str]) -> tuple[str, list[int]
     # s[n, k, j] = matrix[image j of n, caption k of n]
     s = matrix[ri[:, None, :], rt[:, :, None]]
     if not done[ri[:, None, :], rt[:, :, None]].all():
-        raise ValueError(f"cache: {Path(path).name} lacks some caption-image scores; finish the extraction")
+        raise InputError(f"cache: {Path(path).name} lacks some caption-image scores; finish the extraction")
     tags = [json.loads(str(t)) for t in items["tags"]]
     return h.model, ids, s, tags, provenance
 
@@ -151,23 +152,23 @@ def read_model_scores(path: str | os.PathLike[str]) -> tuple[list[int], np.ndarr
         try:
             label, score = obj["label"], obj["score"]
         except (KeyError, TypeError):
-            raise ValueError(f'scores_file: {where} is not {{"label": "<id>_c<k>_i<j>", "score": x}}') from None
+            raise InputError(f'scores_file: {where} is not {{"label": "<id>_c<k>_i<j>", "score": x}}') from None
         if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
-            raise ValueError(f"scores_file: {where} has score {score!r}, expected a finite number")
+            raise InputError(f"scores_file: {where} has score {score!r}, expected a finite number")
         m = _LABEL.match(str(label))
         if not m:
-            raise ValueError(f"scores_file: {where} has label {label!r}, expected <id>_c<k>_i<j>")
+            raise InputError(f"scores_file: {where} has label {label!r}, expected <id>_c<k>_i<j>")
         wid, k, j = (int(g) for g in m.groups())
         pair = found.setdefault(wid, {})
         if (k, j) in pair:
-            raise ValueError(f"scores_file: {where} repeats label {label!r}")
+            raise InputError(f"scores_file: {where} repeats label {label!r}")
         pair[(k, j)] = float(score)
     if not found:
-        raise ValueError(f"scores_file: {p.name} holds no scores")
+        raise InputError(f"scores_file: {p.name} holds no scores")
     ids = sorted(found)
     for wid in ids:
         if len(found[wid]) != 4:
-            raise ValueError(f"scores_file: {p.name} has {len(found[wid])} of 4 scores for id {wid}")
+            raise InputError(f"scores_file: {p.name} has {len(found[wid])} of 4 scores for id {wid}")
     s = np.array([[[found[w][(k, j)] for j in (0, 1)] for k in (0, 1)] for w in ids])
     return ids, s
 
@@ -202,7 +203,7 @@ def _winoground_id(item_id: str) -> int:
     try:
         return int(item_id.rsplit("/", 1)[1])
     except (IndexError, ValueError):
-        raise ValueError(f"item id {item_id!r} is not a Winoground id (winoground/<n>)") from None
+        raise InputError(f"item id {item_id!r} is not a Winoground id (winoground/<n>)") from None
 
 
 def _tags_for(ids: list[int], config: WinogroundScoresConfig) -> tuple[list[dict[str, list[str]]], dict[str, Any]]:
@@ -213,7 +214,7 @@ def _tags_for(ids: list[int], config: WinogroundScoresConfig) -> tuple[list[dict
         by_id = {it.meta["winoground_id"]: it for it in ds.items}
         missing = [w for w in ids if w not in by_id]
         if missing:
-            raise ValueError(f"scores_file: ids {missing[:5]} are not in the dataset at {config.data_dir}")
+            raise InputError(f"scores_file: ids {missing[:5]} are not in the dataset at {config.data_dir}")
         tags = [{k: list(v) for k, v in by_id[w].tags.items()} for w in ids]
         return tags, {"dataset_fingerprint": ds.fingerprint, **ds.extra_fingerprints}
     if config.tags is not None:
@@ -222,7 +223,7 @@ def _tags_for(ids: list[int], config: WinogroundScoresConfig) -> tuple[list[dict
         table = load_tag_file(config.tags)
         missing = [w for w in ids if w not in table.tags]
         if missing:
-            raise ValueError(f"tags: ids {missing[:5]} are missing from {config.tags}")
+            raise InputError(f"tags: ids {missing[:5]} are missing from {config.tags}")
         return [{"wwh": list(table.tags[w])} for w in ids], {"tags": table.sha256}
     return [{} for _ in ids], {}
 
@@ -237,10 +238,10 @@ def run_winoground_scores(config: WinogroundScoresConfig) -> tuple[Path, Path, l
         The tidy rows written.
     """
     if (config.cache is None) == (config.scores_file is None):
-        raise ValueError("give exactly one of cache (a vlprobe cache) or scores_file (model_scores JSONL)")
+        raise InputError("give exactly one of cache (a vlprobe cache) or scores_file (model_scores JSONL)")
     if config.cache is not None:
         if config.data_dir is not None:
-            raise ValueError("data_dir applies to scores_file only: a cache carries its dataset's tags")
+            raise InputError("data_dir applies to scores_file only: a cache carries its dataset's tags")
         model, ids, s, tags, prov = item_scores_from_cache(config.cache)
         if config.tags is not None:  # replace the "Why is Winoground Hard?" tags the cache carries
             wwh, tag_prov = _tags_for(ids, replace(config, data_dir=None))

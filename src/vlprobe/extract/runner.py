@@ -50,6 +50,7 @@ from vlprobe.extract.models.pooling import parse_poolings, pool_states
 from vlprobe.layers import parse_stream_layers
 from vlprobe.provenance import git_revision, package_versions
 from vlprobe.registry import MODELS
+from vlprobe.validation import InputError, check_choice, check_positive_int
 
 __all__ = [
     "PAIR_PLANS",
@@ -139,8 +140,7 @@ def pair_rows(tables: CacheTables, plan: str) -> tuple[np.ndarray, np.ndarray]:
     -------
     image, text : ndarray of int, shape (P,)
     """
-    if plan not in PAIR_PLANS:
-        raise ValueError(f"pair_plan must be one of {', '.join(PAIR_PLANS)}, got {plan!r}")
+    check_choice(plan, "pair_plan", PAIR_PLANS, kind="pair plan")
     image_item = np.asarray(tables.image_item)
     text_item = np.asarray(tables.text_item)
     if plan == "all":
@@ -164,7 +164,7 @@ def _stream_rows(spec: StreamSpec, tables: CacheTables, plan: str) -> tuple[np.n
         return np.arange(n_img), np.full(n_img, -1)
     if spec.modality == "pair":
         return pair_rows(tables, plan)
-    raise ValueError(f"stream {spec.name!r} has unknown modality {spec.modality!r}")
+    raise RuntimeError(f"adapter bug: stream {spec.name!r} declares unknown modality {spec.modality!r}")
 
 
 def _block(n: int, k: int, shards: int) -> tuple[int, int]:
@@ -184,7 +184,7 @@ def extract(config: ExtractConfig) -> ExtractResult:
     k, n_shards = parse_shard(config.shard)
     adapter_cls = MODELS.get(config.model)
     if not (isinstance(adapter_cls, type) and issubclass(adapter_cls, Adapter)):
-        raise ValueError(
+        raise InputError(
             f"model: {config.model!r} has no hidden-state streams to extract (a blind text-only baseline "
             "is scored with `probe eval`)"
         )
@@ -195,7 +195,7 @@ def extract(config: ExtractConfig) -> ExtractResult:
         pixels = [opt for opt in ("image_dir", "image_root") if config.dataset_options.get(opt)]
         if pixels:
             flag = pixels[0].replace("_", "-")
-            raise ValueError(f"{pixels[0]}: {config.model} reads region features (--regions), not pixels; drop --{flag}")
+            raise InputError(f"{pixels[0]}: {config.model} reads region features (--regions), not pixels; drop --{flag}")
     dataset = load_dataset(config.dataset, config.data_dir, config.tags, config.variants, config.dataset_options)
     if not adapter_cls.needs_regions:
         _check_pixels(config, dataset)
@@ -216,7 +216,7 @@ def check_load_options(model: str, adapter_cls: type, options: Mapping[str, Any]
             continue
         if name not in getattr(adapter_cls, "load_options", ()):
             flag = "uniter-config" if name == "model_config" else name.replace("_", "-")
-            raise ValueError(f"{name}: {model} does not take --{flag} (it reads it from its checkpoint)")
+            raise InputError(f"{name}: {model} does not take --{flag} (it reads it from its checkpoint)")
         out[name] = value
     return out
 
@@ -230,7 +230,7 @@ def _check_pixels(config: ExtractConfig, dataset: Dataset) -> None:
             {"image_dir": "--image-dir DIR", "image_root": "--image-root SOURCE=DIR"}[k]
             for k in ("image_dir", "image_root") if k in params
         ) or "a data_dir with the images"
-        raise ValueError(
+        raise InputError(
             f"{config.model} reads pixels, but {config.dataset} image {lacking.name!r} ({lacking.id}) has no file; "
             f"pass {flags}"
         )
@@ -240,7 +240,7 @@ def _open_regions(config: ExtractConfig, adapter_cls: type[Adapter], dataset: Da
     """The region store of a model that reads regions, checked to cover every image of the dataset."""
     if not adapter_cls.needs_regions:
         if config.regions is not None:
-            raise ValueError(f"regions: {config.model} reads pixels, not region features; drop --regions")
+            raise InputError(f"regions: {config.model} reads pixels, not region features; drop --regions")
         return None
     from vlprobe.extract.regions.store import RegionStore, regions_required
 
@@ -259,7 +259,7 @@ def _extract(
 ) -> ExtractResult:
     adapter_cls = type(adapter)
     if isinstance(adapter, CrossEncoder) and store.feature_dim != adapter.feature_dim:
-        raise ValueError(
+        raise InputError(
             f"regions: {store.path.name} holds {store.feature_dim}-d features; {config.model} reads "
             f"{adapter.feature_dim}-d region features"
         )
@@ -368,12 +368,10 @@ def _plain(value: Any) -> Any:
 
 
 def _validate(config: ExtractConfig) -> None:
-    if not isinstance(config.batch_size, int) or config.batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {config.batch_size!r}")
-    if config.pair_plan not in PAIR_PLANS:
-        raise ValueError(f"pair_plan must be one of {', '.join(PAIR_PLANS)}, got {config.pair_plan!r}")
+    check_positive_int(config.batch_size, "batch_size")
+    check_choice(config.pair_plan, "pair_plan", PAIR_PLANS, kind="pair plan")
     if Path(config.out).suffix.lower() not in (".h5", ".hdf5"):
-        raise ValueError(f"out must be an HDF5 file name ending in .h5, got {str(config.out)!r}")
+        raise InputError(f"out must be an HDF5 file name ending in .h5, got {str(config.out)!r}")
 
 
 def _say(config: ExtractConfig, msg: str) -> None:

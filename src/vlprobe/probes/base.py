@@ -1,4 +1,9 @@
-"""What the binary probes share: a base class (``predict`` from the decision function) and input checks."""
+"""What the binary probes share: a base class (``predict`` from the decision function) and input checks.
+
+Hyperparameters are declared as scikit-learn ``_parameter_constraints`` on each probe and checked
+at the start of ``fit``; a bad one raises :class:`ProbeParameterError`, which is both scikit-learn's
+``InvalidParameterError`` (naming the probe's class) and vlprobe's :class:`~vlprobe.validation.InputError`.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,18 @@ from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils._param_validation import InvalidParameterError
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import validate_data
 
-__all__ = ["BinaryProbe", "binary_target", "check_positive_int", "validated_binary_fit_data"]
+from vlprobe.validation import InputError
+
+__all__ = ["BinaryProbe", "ProbeParameterError", "binary_target", "validated_binary_fit_data"]
+
+
+class ProbeParameterError(InputError, InvalidParameterError):
+    """A probe hyperparameter outside its declared constraints ("The 'C' parameter of
+    LinearSeparabilityProbe must be a float in the range (0.0, inf). Got -1 instead.")."""
 
 
 class BinaryProbe(ClassifierMixin, BaseEstimator):
@@ -31,19 +44,12 @@ class BinaryProbe(ClassifierMixin, BaseEstimator):
         return tags
 
 
-def check_positive_int(value: Any, name: str, meaning: str = "") -> int:
-    """``value`` as an int when it is an integer >= 1 (not a bool); ValueError naming ``name`` otherwise."""
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive integer{meaning}, got {value!r}")
-    return int(value)
-
-
 def binary_target(y: np.ndarray, who: str) -> tuple[np.ndarray, np.ndarray]:
-    """(classes, 0/1 labels) of a binary target; ValueError otherwise."""
+    """(classes, 0/1 labels) of a binary target; InputError otherwise."""
     y_type = type_of_target(y, input_name="y", raise_unknown=True)
     classes, y_idx = np.unique(y, return_inverse=True)
     if y_type != "binary" or len(classes) != 2:
-        raise ValueError(
+        raise InputError(
             f"y: Only binary classification is supported by {who} (2 classes); got a {y_type} "
             f"target with {len(classes)} class(es) {classes.tolist()[:5]}"
         )
@@ -51,7 +57,9 @@ def binary_target(y: np.ndarray, who: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def validated_binary_fit_data(estimator: Any, X: Any, y: Any, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
-    """The scikit-learn checks of a binary probe's ``fit``: sets ``n_features_in_`` and ``classes_``.
+    """The scikit-learn checks of a binary probe's ``fit``: its hyperparameters against
+    ``_parameter_constraints`` (:class:`ProbeParameterError`), then the data; sets
+    ``n_features_in_`` and ``classes_``.
 
     Returns
     -------
@@ -59,6 +67,10 @@ def validated_binary_fit_data(estimator: Any, X: Any, y: Any, dtype: Any) -> tup
     y_idx : ndarray, shape (n_samples,)
         0/1 index of each label into ``estimator.classes_``.
     """
+    try:
+        estimator._validate_params()
+    except InvalidParameterError as exc:
+        raise ProbeParameterError(str(exc)) from None
     X, y = validate_data(estimator, X, y, dtype=dtype)
     check_classification_targets(y)
     estimator.classes_, y_idx = binary_target(y, type(estimator).__name__)

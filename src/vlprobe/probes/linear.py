@@ -9,11 +9,13 @@ scale features: an experiment that wants scaling does it explicitly and records 
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from numbers import Integral, Real
+from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.svm import LinearSVC
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from vlprobe.probes.base import BinaryProbe, validated_binary_fit_data
@@ -56,6 +58,15 @@ class LinearSeparabilityProbe(BinaryProbe):
     n_features_in_ : int
     """
 
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        "C": [Interval(Real, 0, None, closed="neither")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "loss": [StrOptions({"hinge", "squared_hinge"})],
+        "tol": [Interval(Real, 0, None, closed="neither")],
+        "fit_intercept": ["boolean"],
+        "random_state": ["random_state"],
+    }
+
     def __init__(
         self,
         C: float = 100.0,
@@ -81,15 +92,14 @@ class LinearSeparabilityProbe(BinaryProbe):
         """Fit without input validation, for callers that fit thousands of tiny problems.
 
         ``X`` must be a finite float64 array (n_samples, n_features) and ``y`` hold 0 and 1, both
-        present; ``classes_`` becomes ``[0, 1]``. The result equals ``fit`` on the same data.
+        present; ``classes_`` becomes ``[0, 1]``; the hyperparameters are not checked either (the
+        caller checked them once). The result equals ``fit`` on the same data.
         """
         self.classes_ = np.array([0, 1])
         self.n_features_in_ = X.shape[1]
         return self._solve(X, y)
 
     def _solve(self, X: np.ndarray, y_idx: np.ndarray) -> LinearSeparabilityProbe:
-        if self.loss not in ("hinge", "squared_hinge"):
-            raise ValueError(f"loss must be 'hinge' or 'squared_hinge', got {self.loss!r}")
         svc = LinearSVC(
             C=self.C, loss=self.loss, dual=True, tol=self.tol, max_iter=self.max_iter,
             fit_intercept=self.fit_intercept, random_state=self.random_state,

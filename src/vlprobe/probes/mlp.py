@@ -15,15 +15,18 @@ import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from numbers import Integral, Real
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from vlprobe.probes.base import BinaryProbe, check_positive_int, validated_binary_fit_data
+from vlprobe.probes.base import BinaryProbe, validated_binary_fit_data
+from vlprobe.validation import InputError, check_positive_float, check_positive_int, check_seed
 
 __all__ = [
     "MLPEnsemble",
@@ -79,16 +82,13 @@ def epoch_orders(seed: int, n: int) -> Iterator[np.ndarray]:
 
 def _int_seed(random_state: Any) -> int:
     if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
-        if random_state < 0:
-            raise ValueError(f"random_state must be a non-negative integer, got {random_state!r}")
-        return int(random_state)
+        return check_seed(random_state, "random_state")
     return int(check_random_state(random_state).randint(0, 2**31 - 1))
 
 
 def check_training(lr: float, epochs: int, batch_size: int) -> None:
-    """ValueError naming the first of ``lr`` (> 0), ``epochs``, ``batch_size`` (integers >= 1) that is bad."""
-    if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not lr > 0:
-        raise ValueError(f"lr must be a positive number, got {lr!r}")
+    """InputError naming the first of ``lr`` (> 0), ``epochs``, ``batch_size`` (integers >= 1) that is bad."""
+    check_positive_float(lr, "lr")
     check_positive_int(epochs, "epochs")
     check_positive_int(batch_size, "batch_size")
 
@@ -130,6 +130,16 @@ class MLPProbe(BinaryProbe):
     n_features_in_ : int
     """
 
+    _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
+        "depth": [Interval(Integral, 1, None, closed="left")],
+        "width": [Interval(Integral, 1, None, closed="left")],
+        "lr": [Interval(Real, 0, None, closed="neither")],
+        "epochs": [Interval(Integral, 1, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, None, closed="left")],
+        "random_state": ["random_state"],
+        "device": [str],
+    }
+
     def __init__(
         self,
         depth: int = 4,
@@ -152,7 +162,6 @@ class MLPProbe(BinaryProbe):
         """Train on ``X`` (n_samples, n_features) and two classes in ``y`` (n_samples,)."""
         X, y_idx = validated_binary_fit_data(self, X, y, np.float32)
         dims = mlp_dims(X.shape[1], self.depth, self.width)
-        check_training(self.lr, self.epochs, self.batch_size)
         seed = _int_seed(self.random_state)
         dev = _device(self.device)
 
@@ -245,7 +254,7 @@ class MLPEnsemble:
         """
         X = _as_groups(X, "X")
         if X.shape[2] != self.coefs[0].shape[1]:
-            raise ValueError(f"X: expected {self.coefs[0].shape[1]} features, got {X.shape[2]}")
+            raise InputError(f"X: expected {self.coefs[0].shape[1]} features, got {X.shape[2]}")
         out = np.empty((len(self.groups), X.shape[1]), dtype=np.float32)
         for m in range(len(self.groups)):
             h = X[self.groups[m]]
@@ -275,9 +284,9 @@ class MLPEnsemble:
 def _as_groups(X: Any, name: str) -> np.ndarray:
     X = np.asarray(X, dtype=np.float32)
     if X.ndim != 3:
-        raise ValueError(f"{name} must have shape (groups, samples, features), got shape {X.shape}")
+        raise InputError(f"{name} must have shape (groups, samples, features), got shape {X.shape}")
     if not np.isfinite(X).all():
-        raise ValueError(f"{name} holds NaN or infinite values")
+        raise InputError(f"{name} holds NaN or infinite values")
     return X
 
 
@@ -321,18 +330,18 @@ def fit_mlp_ensemble(
     y = np.asarray(y)
     seeds_arr = np.asarray(seeds)
     if seeds_arr.ndim != 1 or not len(seeds_arr) or seeds_arr.dtype.kind not in "iu" or (seeds_arr < 0).any():
-        raise ValueError(f"seeds must be a non-empty sequence of non-negative integers, got {seeds!r}")
+        raise InputError(f"seeds must be a non-empty sequence of non-negative integers, got {seeds!r}")
     M = len(seeds_arr)
     G, N, D = X.shape
     groups_arr = np.arange(M) if groups is None else np.asarray(groups)
     if groups_arr.shape != (M,) or groups_arr.dtype.kind not in "iu" or (groups_arr < 0).any() or (groups_arr >= G).any():
-        raise ValueError(f"groups must be {M} integers in [0, {G}), got {groups!r}")
+        raise InputError(f"groups must be {M} integers in [0, {G}), got {groups!r}")
     if y.shape != (M, N):
-        raise ValueError(f"y must have shape (models, samples) = ({M}, {N}), got {y.shape}")
+        raise InputError(f"y must have shape (models, samples) = ({M}, {N}), got {y.shape}")
     if not np.isin(y, (0, 1)).all():
-        raise ValueError("y must hold 0/1 labels")
+        raise InputError("y must hold 0/1 labels")
     if N < 1:
-        raise ValueError("X holds no samples")
+        raise InputError("X holds no samples")
     dims = mlp_dims(D, depth, width)
     check_training(lr, epochs, batch_size)
     dev = _device(device)

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from vlprobe.probes.linear import LinearSeparabilityProbe
+from vlprobe.validation import InputError
 
 __all__ = ["Case", "control_labels", "fit_cases"]
 
@@ -63,7 +64,7 @@ def fit_cases(
     for c, case in enumerate(cases):
         X = states[case.rows].astype(np.float64)
         if not np.isfinite(X).all():
-            raise ValueError(f"cache: states of {case.name} hold NaN or infinite values")
+            raise InputError(f"cache: states of {case.name} hold NaN or infinite values")
         out[c, 0] = _fit_one(X, case.labels, params)
         for s, seed in enumerate(seeds):
             out[c, 1 + s] = _fit_one(X, control_labels(case, seed), params)

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vlprobe.validation import InputError, check_probability, check_seed
+
 __all__ = [
     "DEFAULT_TEST_FRACTION",
     "ItemSplit",
@@ -54,12 +56,6 @@ class ItemSplit:
     strata: dict[str, int]
 
 
-def _check_seed(seed: int, name: str = "seed") -> int:
-    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or seed < 0:
-        raise ValueError(f"{name} must be a non-negative integer, got {seed!r}")
-    return int(seed)
-
-
 def stratified_item_split(
     strata: Sequence[Hashable],
     *,
@@ -81,21 +77,20 @@ def stratified_item_split(
     -------
     ItemSplit
     """
-    seed = _check_seed(seed)
+    seed = check_seed(seed)
     n = len(strata)
     if n < 2:
-        raise ValueError(f"strata: a split needs at least 2 items, got {n}")
+        raise InputError(f"strata: a split needs at least 2 items, got {n}")
     if isinstance(test_size, bool) or not isinstance(test_size, (int, float, np.integer, np.floating)):
-        raise TypeError(f"test_size must be an int or a float, got {type(test_size).__name__}")
+        raise InputError(f"test_size must be an int or a float, got {type(test_size).__name__}")
     if isinstance(test_size, (float, np.floating)):
-        if not 0 < test_size < 1:
-            raise ValueError(f"test_size as a fraction must lie in (0, 1), got {test_size!r}")
+        check_probability(test_size, "test_size", open_interval=True, meaning=" as a fraction")
         n_test = int(np.floor(test_size * n + 0.5))
     else:
         n_test = int(test_size)
     n_test = min(max(n_test, 1), n - 1)
     if isinstance(test_size, (int, np.integer)) and not 1 <= test_size <= n - 1:
-        raise ValueError(f"test_size must be between 1 and {n - 1} items, got {test_size!r}")
+        raise InputError(f"test_size must be between 1 and {n - 1} items, got {test_size!r}")
 
     rng = np.random.default_rng(seed)
     keys = [str(k) for k in strata]
@@ -131,7 +126,7 @@ def control_flips(split: ItemSplit, seed: int) -> np.ndarray:
     ndarray of int
         Sorted item indices (from both sides).
     """
-    seed = _check_seed(seed)
+    seed = check_seed(seed)
     rng = np.random.default_rng(seed)
     picked = []
     for side in (split.train, split.test):

@@ -22,6 +22,7 @@ from vlprobe.extract.cache.writer import CacheWriter
 from vlprobe.extract.models.base import StreamSpec
 from vlprobe.io import atomic_path
 from vlprobe.registry import MODELS
+from vlprobe.validation import InputError
 
 __all__ = ["MERGE_CHUNK_BYTES", "merge_shards"]
 
@@ -35,14 +36,14 @@ def merge_shards(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike
 
     Raises
     ------
-    ValueError
+    InputError
         A shard is missing, repeated, incomplete, or was made with other settings.
     """
     if not paths:
-        raise ValueError("shards: give the shard files to merge")
+        raise InputError("shards: give the shard files to merge")
     target = Path(out)
     if target.exists():
-        raise ValueError(f"out: {str(target)!r} already exists; choose a new file name")
+        raise InputError(f"out: {str(target)!r} already exists; choose a new file name")
     caches = [ActivationCache(p) for p in paths]
     try:
         first = caches[0].header
@@ -52,24 +53,24 @@ def merge_shards(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike
             h = c.header
             for name in COMPARED_FIELDS:
                 if name != "shard" and getattr(h, name) != getattr(first, name):
-                    raise ValueError(
+                    raise InputError(
                         f"shards: {c.path.name} differs from {caches[0].path.name} in {name} "
                         f"({getattr(h, name)!r} vs {getattr(first, name)!r})"
                     )
             k, n_k = parse_shard(h.shard)
             if n_k != n:
-                raise ValueError(f"shards: {c.path.name} is shard {h.shard}, others are of {n}")
+                raise InputError(f"shards: {c.path.name} is shard {h.shard}, others are of {n}")
             if k in seen:
-                raise ValueError(f"shards: {c.path.name} and {seen[k].name} are both shard {k}/{n}")
+                raise InputError(f"shards: {c.path.name} and {seen[k].name} are both shard {k}/{n}")
             seen[k] = c.path
             for s in c.streams:
                 if not c.done(s).all():
-                    raise ValueError(f"shards: {c.path.name} is incomplete in stream {s!r}; resume it first")
+                    raise InputError(f"shards: {c.path.name} is incomplete in stream {s!r}; resume it first")
             if "pairs" in c.f and not c.pairs()["done"].all():
-                raise ValueError(f"shards: {c.path.name} is incomplete in its pairs; resume it first")
+                raise InputError(f"shards: {c.path.name} is incomplete in its pairs; resume it first")
         missing = sorted(set(range(n)) - set(seen))
         if missing:
-            raise ValueError(f"shards: missing shard(s) {', '.join(f'{m}/{n}' for m in missing)}")
+            raise InputError(f"shards: missing shard(s) {', '.join(f'{m}/{n}' for m in missing)}")
         caches.sort(key=lambda c: parse_shard(c.header.shard)[0])
         _write_merged(caches, target)
     finally:

@@ -11,6 +11,7 @@ import h5py
 import numpy as np
 
 from vlprobe.extract.cache.schema import CacheHeader, attr_str, open_h5
+from vlprobe.validation import InputError
 
 __all__ = ["ActivationCache"]
 
@@ -31,7 +32,7 @@ class ActivationCache:
         self.f = open_h5(self.path, "r")
         if "vlprobe_schema" not in self.f.attrs:
             self.f.close()
-            raise ValueError(f"cache: {str(self.path)!r} is not a vlprobe cache")
+            raise InputError(f"cache: {str(self.path)!r} is not a vlprobe cache")
         self.header = CacheHeader.from_attrs(self.f.attrs)
 
     def close(self) -> None:
@@ -101,12 +102,12 @@ class ActivationCache:
         """
         g = self._stream(stream)
         if pooling not in g or pooling in ("layers", "image", "text", "done"):
-            raise ValueError(
+            raise InputError(
                 f"pooling {pooling!r} is not in stream {stream!r} of {self.path.name} "
                 f"(has {', '.join(self.poolings(stream))})"
             )
         if not bool(g["done"][()].all()):
-            raise ValueError(
+            raise InputError(
                 f"cache {self.path.name}: stream {stream!r} is incomplete "
                 f"({int(g['done'][()].sum())}/{len(g['done'])} rows); resume the extraction first"
             )
@@ -117,13 +118,13 @@ class ActivationCache:
         if layer < 0:
             layer = stored[layer] if -len(stored) <= layer else layer
         if layer not in stored:
-            raise ValueError(f"layer {layer} is not stored for stream {stream!r} (stored: {stored})")
+            raise InputError(f"layer {layer} is not stored for stream {stream!r} (stored: {stored})")
         return ds[:, stored.index(layer), :]
 
     def table(self, name: str) -> dict[str, np.ndarray]:
         """One index table (``items``, ``images`` or ``texts``) as column -> array."""
         if name not in ("items", "images", "texts"):
-            raise ValueError(f"table must be items, images or texts, got {name!r}")
+            raise InputError(f"table must be items, images or texts, got {name!r}")
         g = self.f[name]
         out = {}
         for col in g:
@@ -134,14 +135,14 @@ class ActivationCache:
     def pairs(self) -> dict[str, np.ndarray]:
         """A cross-encoder's pair plan in this file: ``image``, ``text``, ``score``, ``done`` (P,)."""
         if "pairs" not in self.f:
-            raise ValueError(f"cache {self.path.name} holds no pair plan (made by a dual encoder)")
+            raise InputError(f"cache {self.path.name} holds no pair plan (made by a dual encoder)")
         g = self.f["pairs"]
         return {k: g[k][()] for k in ("image", "text", "score", "done")}
 
     def scores(self) -> tuple[np.ndarray, np.ndarray]:
         """(matrix (n_images, n_texts) float32, done (n_images, n_texts) bool)."""
         if "scores" not in self.f:
-            raise ValueError(f"cache {self.path.name} holds no scores")
+            raise InputError(f"cache {self.path.name} holds no scores")
         return self.f["scores/matrix"][()], self.f["scores/done"][()]
 
     def provenance(self) -> dict[str, Any]:
@@ -163,7 +164,7 @@ class ActivationCache:
 
     def _stream(self, stream: str) -> h5py.Group:
         if stream not in self.streams:
-            raise ValueError(
+            raise InputError(
                 f"stream {stream!r} is not in {self.path.name} (streams: {', '.join(self.streams)})"
             )
         return self.f[f"streams/{stream}"]

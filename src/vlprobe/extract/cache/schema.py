@@ -92,6 +92,7 @@ import h5py
 import numpy as np
 
 from vlprobe.extract.models.base import StreamSpec
+from vlprobe.validation import InputError
 
 __all__ = [
     "COMPARED_FIELDS",
@@ -249,11 +250,11 @@ def open_h5(path: Path, mode: str) -> h5py.File:
     except OSError as exc:
         msg = str(exc)
         if "lock" in msg.lower():
-            raise ValueError(
+            raise InputError(
                 f"cache {str(path)!r} is open for writing in another process "
                 "(to read it meanwhile, set HDF5_USE_FILE_LOCKING=FALSE)"
             ) from None
-        raise ValueError(f"cache {str(path)!r} is not a readable HDF5 file ({msg.splitlines()[0]})") from None
+        raise InputError(f"cache {str(path)!r} is not a readable HDF5 file ({msg.splitlines()[0]})") from None
 
 
 def parse_shard(spec: str) -> tuple[int, int]:
@@ -262,7 +263,7 @@ def parse_shard(spec: str) -> tuple[int, int]:
         k_text, n_text = spec.split("/")
         k, n = int(k_text), int(n_text)
     except ValueError:
-        raise ValueError(f"shard must look like K/N (e.g. 0/4), got {spec!r}") from None
+        raise InputError(f"shard must look like K/N (e.g. 0/4), got {spec!r}") from None
     if n < 1 or not 0 <= k < n:
-        raise ValueError(f"shard must satisfy 0 <= K < N, got {spec!r}")
+        raise InputError(f"shard must satisfy 0 <= K < N, got {spec!r}")
     return k, n

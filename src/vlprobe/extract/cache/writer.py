@@ -22,6 +22,7 @@ from vlprobe.extract.cache.schema import (
     header_diff,
     open_h5,
 )
+from vlprobe.validation import InputError
 
 __all__ = ["CacheWriter"]
 
@@ -51,7 +52,7 @@ class CacheWriter:
 
         Raises
         ------
-        ValueError
+        InputError
             The file exists with other settings (the message names the first differing field),
             or is not a vlprobe cache.
         """
@@ -60,15 +61,15 @@ class CacheWriter:
             f = open_h5(p, "r+")
             try:
                 if "vlprobe_schema" not in f.attrs:
-                    raise ValueError(f"out: {str(p)!r} exists and is not a vlprobe cache; refusing to touch it")
+                    raise InputError(f"out: {str(p)!r} exists and is not a vlprobe cache; refusing to touch it")
                 if int(f.attrs["vlprobe_schema"]) != SCHEMA_VERSION:
-                    raise ValueError(
+                    raise InputError(
                         f"cache {str(p)!r} has schema {int(f.attrs['vlprobe_schema'])}, "
                         f"this vlprobe writes {SCHEMA_VERSION}; use another --out"
                     )
                 diff = header_diff(CacheHeader.from_attrs(f.attrs), header)
                 if diff:
-                    raise ValueError(
+                    raise InputError(
                         f"cache {str(p)!r} was made with other settings ({diff}); "
                         "use another --out or delete the file"
                     )

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from vlprobe.extract.models.hf import ResolvedCheckpoint
+from vlprobe.validation import InputError
 
 __all__ = [
     "Adapter",
@@ -277,7 +278,7 @@ class CrossEncoder(Adapter):
 
         Raises
         ------
-        ValueError
+        InputError
             A stream is missing, unknown, or a layer is out of range (naming ``layers[stream]``).
         """
         if not layers:
@@ -285,7 +286,7 @@ class CrossEncoder(Adapter):
         unknown = sorted(set(layers) - set(self.streams))
         missing = [s for s in self.streams if s not in layers]
         if unknown or missing:
-            raise ValueError(
+            raise InputError(
                 f"layers: expected one entry per stream ({', '.join(self.streams)}), "
                 f"got {', '.join(map(repr, layers))}"
             )
@@ -295,9 +296,9 @@ class CrossEncoder(Adapter):
             resolved = []
             for k in layers[name]:
                 if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-                    raise TypeError(f"layers[{name}] must hold ints, got {k!r}")
+                    raise InputError(f"layers[{name}] must hold ints, got {k!r}")
                 if not -n <= int(k) < n:
-                    raise ValueError(f"layers[{name}]: layer {int(k)} is out of range for layers 0..{n - 1}")
+                    raise InputError(f"layers[{name}]: layer {int(k)} is out of range for layers 0..{n - 1}")
                 resolved.append(int(k) % n)
             out[name] = resolved
         return out
@@ -327,24 +328,24 @@ def check_regions(
     """
     features = np.asarray(features)
     if features.ndim != 3 or features.shape[2] != feature_dim:
-        raise ValueError(f"regions: {model} expects features of shape (N, R, {feature_dim}), got {features.shape}")
+        raise InputError(f"regions: {model} expects features of shape (N, R, {feature_dim}), got {features.shape}")
     boxes = np.ascontiguousarray(boxes, dtype=np.float32)
     if boxes.shape != (*features.shape[:2], 4):
-        raise ValueError(f"regions: boxes must have shape {(*features.shape[:2], 4)}, got {boxes.shape}")
+        raise InputError(f"regions: boxes must have shape {(*features.shape[:2], 4)}, got {boxes.shape}")
     m = np.asarray(mask, dtype=bool)
     if m.shape != features.shape[:2]:
-        raise ValueError(f"regions: mask must have shape {features.shape[:2]}, got {m.shape}")
+        raise InputError(f"regions: mask must have shape {features.shape[:2]}, got {m.shape}")
     if not m.any(axis=1).all():
-        raise ValueError("regions: every image needs at least one box")
+        raise InputError("regions: every image needs at least one box")
     return np.ascontiguousarray(features, dtype=np.float32), boxes, m
 
 
 def check_pair_indices(text_idx: Any, image_idx: Any) -> tuple[np.ndarray, np.ndarray]:
-    """``text_idx``, ``image_idx`` as int64 arrays; ValueError unless both are 1-d of equal length."""
+    """``text_idx``, ``image_idx`` as int64 arrays; InputError unless both are 1-d of equal length."""
     text_idx = np.asarray(text_idx, dtype=np.int64)
     image_idx = np.asarray(image_idx, dtype=np.int64)
     if text_idx.shape != image_idx.shape or text_idx.ndim != 1:
-        raise ValueError(
+        raise InputError(
             f"text_idx and image_idx must be 1-d of equal length, got shapes {text_idx.shape} and {image_idx.shape}"
         )
     return text_idx, image_idx

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from vlprobe.extract.models.hf import ResolvedCheckpoint, resolve_checkpoint
+from vlprobe.validation import InputError, check_positive_int
 
 __all__ = ["CaptionLengthScorer", "CausalLMScorer", "SequenceClassifierScorer", "TextScorer"]
 
@@ -57,7 +58,7 @@ class TextScorer:
 
     @property
     def streams(self) -> dict[str, Any]:
-        raise ValueError(
+        raise InputError(
             f"model {self.name!r} is a blind text-only baseline for `probe eval`; it has no hidden-state "
             "streams to extract"
         )
@@ -70,7 +71,7 @@ def _load_hf(checkpoint: str | None, name: str, device: str, dtype: str) -> tupl
     from vlprobe.devices import resolve_device, resolve_dtype
 
     if not checkpoint:
-        raise ValueError(f"checkpoint: model {name!r} needs --checkpoint (a Hugging Face directory or hub id)")
+        raise InputError(f"checkpoint: model {name!r} needs --checkpoint (a Hugging Face directory or hub id)")
     return resolve_checkpoint(checkpoint, allow_patterns=_ALLOW), resolve_device(device), resolve_dtype(dtype)
 
 
@@ -78,19 +79,18 @@ def _refuse_new_weights(loading: dict[str, Any], checkpoint: str | None, what: s
     """A checkpoint of another kind loads with a freshly initialised head: refuse it, naming the weights."""
     missing = list(loading.get("missing_keys", []))
     if missing:
-        raise ValueError(
+        raise InputError(
             f"checkpoint: {checkpoint!r} is not {what}: it lacks {len(missing)} weight(s) such as {missing[0]!r}, "
             "which would be random"
         )
 
 
 def _check_texts(texts: Sequence[str], batch_size: int) -> list[str]:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    check_positive_int(batch_size, "batch_size")
     out = list(texts)
     for t in out:
         if not isinstance(t, str):
-            raise TypeError(f"texts must be strings, got {type(t).__name__}")
+            raise InputError(f"texts must be strings, got {type(t).__name__}")
     return out
 
 
@@ -112,7 +112,7 @@ class CausalLMScorer(TextScorer):
     @classmethod
     def load(cls, checkpoint: str | None, *, device: str = "cpu", dtype: str = "float32", **options: Any) -> CausalLMScorer:
         if options:
-            raise ValueError(f"model 'blind-lm' takes no options, got {sorted(options)}")
+            raise InputError(f"model 'blind-lm' takes no options, got {sorted(options)}")
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
         from vlprobe.extract.models.hf import quiet_transformers
@@ -123,7 +123,7 @@ class CausalLMScorer(TextScorer):
                 AutoConfig.from_pretrained(ckpt.path)
                 model, loading = AutoModelForCausalLM.from_pretrained(ckpt.path, dtype=torch_dtype, output_loading_info=True)
             except (OSError, ValueError, KeyError) as exc:
-                raise ValueError(f"checkpoint: {checkpoint!r} is not a causal language model ({exc})") from None
+                raise InputError(f"checkpoint: {checkpoint!r} is not a causal language model ({exc})") from None
             _refuse_new_weights(loading, checkpoint, "a causal language model")
             model = model.to(dev).eval()
             tokenizer = AutoTokenizer.from_pretrained(ckpt.path)
@@ -135,7 +135,7 @@ class CausalLMScorer(TextScorer):
         if self.context_id is not None:
             ids = [self.context_id, *ids]
         if len(ids) < 2:
-            raise ValueError(
+            raise InputError(
                 f"texts: {text!r} gives no token to score under {self.checkpoint.spec if self.checkpoint else 'the model'!r}"
             )
         return ids
@@ -192,13 +192,13 @@ class SequenceClassifierScorer(TextScorer):
             named = [k for k, v in labels.items() if v == text]
             if len(named) == 1:
                 return named[0]
-            raise ValueError(f"acceptable_label: {acceptable_label!r} is neither a label nor an index of id2label ({shown})")
+            raise InputError(f"acceptable_label: {acceptable_label!r} is neither a label nor an index of id2label ({shown})")
         named = [k for k, v in labels.items() if _ACCEPTABLE.match(v.strip())]
         if len(named) == 1:
             return named[0]
         if sorted(labels.items()) == [(0, "LABEL_0"), (1, "LABEL_1")]:
             return 1  # generic names: CoLA models label acceptable sentences 1
-        raise ValueError(
+        raise InputError(
             f"acceptable_label: cannot tell which class means acceptable from id2label ({shown}); "
             "pass --acceptable-label NAME_OR_INDEX"
         )
@@ -209,7 +209,7 @@ class SequenceClassifierScorer(TextScorer):
         acceptable_label: str | int | None = None, **options: Any,
     ) -> SequenceClassifierScorer:
         if options:
-            raise ValueError(f"model 'blind-grammar' takes only acceptable_label, got {sorted(options)}")
+            raise InputError(f"model 'blind-grammar' takes only acceptable_label, got {sorted(options)}")
         from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
         from vlprobe.extract.models.hf import quiet_transformers
@@ -223,7 +223,7 @@ class SequenceClassifierScorer(TextScorer):
                     ckpt.path, dtype=torch_dtype, output_loading_info=True,
                 )
             except (OSError, KeyError) as exc:
-                raise ValueError(f"checkpoint: {checkpoint!r} is not a sequence classifier ({exc})") from None
+                raise InputError(f"checkpoint: {checkpoint!r} is not a sequence classifier ({exc})") from None
             _refuse_new_weights(loading, checkpoint, "a trained sequence classifier")
             model = model.to(dev).eval()
             tokenizer = AutoTokenizer.from_pretrained(ckpt.path)
@@ -260,9 +260,9 @@ class CaptionLengthScorer(TextScorer):
     @classmethod
     def load(cls, checkpoint: str | None = None, *, device: str = "cpu", dtype: str = "float32", **options: Any) -> CaptionLengthScorer:
         if checkpoint:
-            raise ValueError(f"checkpoint: model 'caption-length' takes no checkpoint, got {checkpoint!r}")
+            raise InputError(f"checkpoint: model 'caption-length' takes no checkpoint, got {checkpoint!r}")
         if options:
-            raise ValueError(f"model 'caption-length' takes no options, got {sorted(options)}")
+            raise InputError(f"model 'caption-length' takes no options, got {sorted(options)}")
         return cls()
 
     def score_texts(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:

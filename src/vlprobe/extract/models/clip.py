@@ -30,6 +30,7 @@ from vlprobe.extract.models.hf import (
     quiet_transformers,
     resolve_checkpoint,
 )
+from vlprobe.validation import InputError
 
 __all__ = ["CLIPAdapter"]
 
@@ -88,7 +89,7 @@ class CLIPAdapter(Adapter):
             return self._encode_text(list(inputs), layers)
         if stream == "image":
             return self._encode_image(list(inputs), layers)
-        raise ValueError(f"stream: CLIP has streams text and image, got {stream!r}")
+        raise InputError(f"stream: CLIP has streams text and image, got {stream!r}")
 
     def _encode_text(self, texts: list[str], layers: Sequence[int]) -> StreamBatch:
         tok = self.tokenizer(

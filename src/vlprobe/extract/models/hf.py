@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from vlprobe.provenance import sha256_file
+from vlprobe.validation import InputError
 
 __all__ = [
     "ResolvedCheckpoint",
@@ -51,13 +52,13 @@ def resolve_checkpoint(
 ) -> ResolvedCheckpoint:
     """Find the files of a checkpoint given as a directory or a hub id."""
     if not spec or not spec.strip():
-        raise ValueError(f"{param} must be a local directory or a hub id, got {spec!r}")
+        raise InputError(f"{param} must be a local directory or a hub id, got {spec!r}")
     p = Path(spec).expanduser()
     if p.is_dir():
         return ResolvedCheckpoint(spec, p.resolve(), "sha256:" + fingerprint_dir(p))
     looks_local = spec.startswith((".", "/", "~")) or os.sep + os.sep in spec or spec.count("/") > 1
     if p.exists() or looks_local:
-        raise ValueError(f"{param}: {spec!r} is not a directory (expected a checkpoint folder or a hub id)")
+        raise InputError(f"{param}: {spec!r} is not a directory (expected a checkpoint folder or a hub id)")
     return _resolve_hub(spec, param, allow_patterns)
 
 
@@ -85,18 +86,18 @@ def _resolve_hub(repo_id: str, param: str, allow_patterns: list[str] | None) -> 
     try:
         local = snapshot_download(repo_id, allow_patterns=allow_patterns)
     except HFValidationError:
-        raise ValueError(f"{param}: {repo_id!r} is neither a directory nor a valid hub id") from None
+        raise InputError(f"{param}: {repo_id!r} is neither a directory nor a valid hub id") from None
     except LocalEntryNotFoundError:
-        raise ValueError(
+        raise InputError(
             f"{param}: {repo_id!r} is not in the local hub cache and the hub is unreachable "
             f"or offline (HF_HUB_OFFLINE=1); {how}"
         ) from None
     except GatedRepoError:
-        raise ValueError(f"{param}: {repo_id!r} is gated; accept its licence and set HF_TOKEN") from None
+        raise InputError(f"{param}: {repo_id!r} is gated; accept its licence and set HF_TOKEN") from None
     except RepositoryNotFoundError:
-        raise ValueError(f"{param}: no hub repository {repo_id!r} (nor a local directory)") from None
+        raise InputError(f"{param}: no hub repository {repo_id!r} (nor a local directory)") from None
     except OSError as exc:
-        raise ValueError(f"{param}: could not fetch {repo_id!r} ({exc}); {how}") from None
+        raise InputError(f"{param}: could not fetch {repo_id!r} ({exc}); {how}") from None
     path = Path(local)
     return ResolvedCheckpoint(repo_id, path, f"hub:{repo_id}@{path.name}")
 
@@ -118,9 +119,9 @@ def load_hf_config(path: Any, checkpoint: str, model_type: str) -> Any:
     try:
         config = AutoConfig.from_pretrained(path)
     except (OSError, ValueError) as exc:
-        raise ValueError(f"checkpoint: {checkpoint!r} has no readable config.json ({exc})") from None
+        raise InputError(f"checkpoint: {checkpoint!r} has no readable config.json ({exc})") from None
     if config.model_type != model_type:
-        raise ValueError(f"checkpoint: {checkpoint!r} is a {config.model_type!r} model, expected {model_type!r}")
+        raise InputError(f"checkpoint: {checkpoint!r} is a {config.model_type!r} model, expected {model_type!r}")
     return config
 
 

@@ -60,6 +60,7 @@ from vlprobe.extract.models.hf import (
     resolve_checkpoint,
 )
 from vlprobe.extract.models.pooling import pool_states
+from vlprobe.validation import InputError
 
 __all__ = ["MATCH_INDEX", "LxmertAdapter", "LxmertImages", "LxmertTexts"]
 
@@ -156,14 +157,14 @@ class LxmertAdapter(CrossEncoder):
             )
             missing = sorted(k for k in info["missing_keys"] if k.startswith(("lxmert.", "cls.seq_relationship")))
             if missing:
-                raise ValueError(
+                raise InputError(
                     f"checkpoint: {checkpoint!r} lacks {len(missing)} weights LXMERT's states and match "
                     f"score need (e.g. {missing[0]}); expected an LxmertForPreTraining checkpoint"
                 )
             try:
                 tokenizer = AutoTokenizer.from_pretrained(ckpt.path)
             except (OSError, ValueError) as exc:
-                raise ValueError(f"checkpoint: {checkpoint!r} has no readable tokenizer ({exc})") from None
+                raise InputError(f"checkpoint: {checkpoint!r} has no readable tokenizer ({exc})") from None
         return cls(model.to(dev).eval(), tokenizer, ckpt, dev, torch_dtype)
 
     @property

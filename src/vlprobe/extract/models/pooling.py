@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import torch
 
+from vlprobe.validation import InputError
+
 __all__ = ["POOLINGS", "TOKEN_POOLINGS", "parse_poolings", "pool_states"]
 
 TOKEN_POOLINGS: tuple[str, ...] = ("cls", "mean", "max")
@@ -24,10 +26,10 @@ def parse_poolings(spec: str | Sequence[str], *, param: str = "pooling") -> tupl
     names = [s.strip().lower() for s in (spec.split(",") if isinstance(spec, str) else spec)]
     names = [n for n in names if n]
     if not names:
-        raise ValueError(f"{param} must name at least one of {', '.join(POOLINGS)}; got {spec!r}")
+        raise InputError(f"{param} must name at least one of {', '.join(POOLINGS)}; got {spec!r}")
     for n in names:
         if n not in POOLINGS:
-            raise ValueError(f"{param}: unknown pooling {n!r} (expected some of {', '.join(POOLINGS)})")
+            raise InputError(f"{param}: unknown pooling {n!r} (expected some of {', '.join(POOLINGS)})")
     return tuple(p for p in POOLINGS if p in names)
 
 
@@ -56,15 +58,15 @@ def pool_states(
     """
     b, n_layers, t, h = hidden.shape
     if mask.shape != (b, t):
-        raise ValueError(f"mask must have shape {(b, t)}, got {tuple(mask.shape)}")
+        raise InputError(f"mask must have shape {(b, t)}, got {tuple(mask.shape)}")
     valid = mask.to(device=hidden.device, dtype=torch.bool)
     if not bool(valid.any(dim=1).all()):
-        raise ValueError("mask: every row needs at least one valid token")
+        raise InputError("mask: every row needs at least one valid token")
     states = hidden if hidden.dtype == torch.float32 else hidden.float()
     out: dict[str, torch.Tensor] = {}
     if "cls" in poolings:
         if cls_index is None:
-            raise ValueError("pooling 'cls' is not available for this stream (it has no CLS token)")
+            raise InputError("pooling 'cls' is not available for this stream (it has no CLS token)")
         idx = cls_index.to(device=states.device, dtype=torch.long).view(b, 1, 1, 1).expand(b, n_layers, 1, h)
         out["cls"] = states.gather(2, idx).squeeze(2)
     masked = {p for p in ("mean", "max") if p in poolings}

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from vlprobe.validation import InputError
+
 __all__ = [
     "BOX_TOLERANCE",
     "boxes_to_4d",
@@ -45,7 +47,7 @@ def normalise_image_id(image_id: object) -> str:
     if dot and stem and ("." + ext.lower()) in _ID_SUFFIXES:
         name = stem
     if not name:
-        raise ValueError(f"image_id: expected a non-empty image name, got {image_id!r}")
+        raise InputError(f"image_id: expected a non-empty image name, got {image_id!r}")
     return name
 
 
@@ -54,7 +56,7 @@ def _as_boxes(boxes: Any, width: int | Sequence[int], name: str = "boxes") -> np
     widths = (width,) if isinstance(width, int) else tuple(width)
     if arr.ndim < 1 or arr.shape[-1] not in widths:
         want = " or ".join(str(w) for w in widths)
-        raise ValueError(f"{name}: expected shape (..., {want}), got {arr.shape}")
+        raise InputError(f"{name}: expected shape (..., {want}), got {arr.shape}")
     return arr
 
 
@@ -91,7 +93,7 @@ def normalise_boxes(
     w = np.asarray(image_w, dtype=np.float64)
     h = np.asarray(image_h, dtype=np.float64)
     if np.any(w <= 0) or np.any(h <= 0):
-        raise ValueError(f"{name}: image width and height must be positive, got w={w.min()}, h={h.min()}")
+        raise InputError(f"{name}: image width and height must be positive, got w={w.min()}, h={h.min()}")
     scale = np.stack(np.broadcast_arrays(w, h, w, h), axis=-1)
     return check_normalised_boxes(b / scale, tolerance=tolerance, name=name)
 
@@ -108,19 +110,19 @@ def pixel_boxes(boxes: Any, image_w: Any, image_h: Any) -> np.ndarray:
 def check_normalised_boxes(boxes: Any, *, tolerance: float = BOX_TOLERANCE, name: str = "boxes") -> np.ndarray:
     """Validate normalised xyxy boxes (..., 4); clip values within ``tolerance`` of [0, 1].
 
-    Raises ValueError for NaN/inf, a coordinate further than ``tolerance`` outside [0, 1] (the usual
+    Raises InputError for NaN/inf, a coordinate further than ``tolerance`` outside [0, 1] (the usual
     sign of pixel boxes, or of width and height swapped), or ``x2 < x1`` / ``y2 < y1``.
     """
     b = _as_boxes(boxes, 4, name)
     if not np.all(np.isfinite(b)):
-        raise ValueError(f"{name}: contains NaN or inf")
+        raise InputError(f"{name}: contains NaN or inf")
     lo, hi = float(b.min(initial=0.0)), float(b.max(initial=0.0))
     if lo < -tolerance or hi > 1 + tolerance:
-        raise ValueError(
+        raise InputError(
             f"{name}: normalised coordinates must lie in [0, 1] (tolerance {tolerance}), got range "
             f"[{lo:.4g}, {hi:.4g}] (pixel boxes, or image width and height swapped?)"
         )
     b = np.clip(b, 0.0, 1.0)
     if np.any(b[..., 2] < b[..., 0]) or np.any(b[..., 3] < b[..., 1]):
-        raise ValueError(f"{name}: expected x1 <= x2 and y1 <= y2 in every box")
+        raise InputError(f"{name}: expected x1 <= x2 and y1 <= y2 in every box")
     return b.astype(np.float32)

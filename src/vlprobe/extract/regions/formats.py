@@ -20,7 +20,7 @@ Formats (all from the Caffe bottom-up-attention Visual Genome Faster R-CNN):
 
 Readers stream: one TSV row or one npz file in memory at a time; the HDF5 output is written
 incrementally (:class:`~vlprobe.extract.regions.store.RegionWriter`). Every problem is a one-line
-ValueError naming the file, the line (TSV) and the field.
+InputError naming the file, the line (TSV) and the field.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from vlprobe.extract.regions.boxes import (
 from vlprobe.extract.regions.store import RegionRecord, RegionStore, RegionWriter
 from vlprobe.io import atomic_write
 from vlprobe.provenance import fingerprint_files, sha256_file
+from vlprobe.validation import InputError
 
 __all__ = [
     "BUTD_FIELDS",
@@ -114,20 +115,20 @@ def _tsv_rows(path: Path, fields: tuple[str, ...]) -> Iterator[tuple[str, dict[s
                 if len(row) != len(fields):
                     other = {len(BUTD_FIELDS): "butd-tsv", len(LXMERT_FIELDS): "lxmert-tsv"}.get(len(row))
                     hint = f" (a {other} file?)" if other else ""
-                    raise ValueError(
+                    raise InputError(
                         f"regions: {where}: expected {len(fields)} tab-separated fields "
                         f"({', '.join(fields)}), got {len(row)}{hint}"
                     )
                 yield where, dict(zip(fields, row, strict=True))
         except (csv.Error, UnicodeDecodeError) as exc:
-            raise ValueError(f"regions: {path.name} line {reader.line_num}: not a readable TSV ({exc})") from None
+            raise InputError(f"regions: {path.name} line {reader.line_num}: not a readable TSV ({exc})") from None
 
 
 def _int_field(row: dict[str, str], name: str, where: str) -> int:
     try:
         return int(row[name])
     except ValueError:
-        raise ValueError(f"regions: {where}: field {name!r} must be an integer, got {row[name][:40]!r}") from None
+        raise InputError(f"regions: {where}: field {name!r} must be an integer, got {row[name][:40]!r}") from None
 
 
 def _b64_array(row: dict[str, str], name: str, dtype: Any, shape: tuple[int, ...], where: str) -> np.ndarray:
@@ -138,14 +139,14 @@ def _b64_array(row: dict[str, str], name: str, dtype: Any, shape: tuple[int, ...
     try:
         raw = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
-        raise ValueError(f"regions: {where}: field {name!r} is not readable base64") from None
+        raise InputError(f"regions: {where}: field {name!r} is not readable base64") from None
     dt = np.dtype(dtype)
     fixed = int(np.prod([s for s in shape if s != -1]))
     count, rest = divmod(len(raw), dt.itemsize)
     ok = not rest and (count == fixed if -1 not in shape else count > 0 and count % fixed == 0)
     if not ok:
         want = f"{fixed} {dt.name} values" if -1 not in shape else f"a non-zero multiple of {fixed} {dt.name} values"
-        raise ValueError(f"regions: {where}: field {name!r} holds {len(raw)} bytes, expected {want}")
+        raise InputError(f"regions: {where}: field {name!r} holds {len(raw)} bytes, expected {want}")
     return np.frombuffer(raw, dtype=dt).reshape(shape)
 
 
@@ -194,7 +195,7 @@ def _lxmert_tsv(path: Path, *, tolerance: float = BOX_TOLERANCE) -> Iterator[tup
         h, w = _int_field(row, "img_h", where), _int_field(row, "img_w", where)
         n = _int_field(row, "num_boxes", where)
         if n < 1:
-            raise ValueError(f"regions: {where}: num_boxes must be positive, got {n}")
+            raise InputError(f"regions: {where}: num_boxes must be positive, got {n}")
         extras = {k: _b64_array(row, k, dt, (n,), where) for k, dt in _LXMERT_EXTRAS.items()}
         yield where, _tsv_record(row, row["img_id"], w, h, where, tolerance, extras)
 
@@ -219,21 +220,21 @@ def _tsv_record(
 ) -> RegionRecord:
     n = _int_field(row, "num_boxes", where)
     if n < 1:
-        raise ValueError(f"regions: {where}: num_boxes must be positive, got {n}")
+        raise InputError(f"regions: {where}: num_boxes must be positive, got {n}")
     if w < 1 or h < 1:
-        raise ValueError(f"regions: {where}: image size must be positive, got width {w}, height {h}")
+        raise InputError(f"regions: {where}: image size must be positive, got width {w}, height {h}")
     boxes = _b64_array(row, "boxes", np.float32, (n, 4), where)
     features = _b64_array(row, "features", np.float32, (n, -1), where)
     try:
         norm = normalise_boxes(boxes, w, h, tolerance=tolerance)
     except ValueError as exc:
-        raise ValueError(f"regions: {where}: image {image_id!r}: {exc}") from None
+        raise InputError(f"regions: {where}: image {image_id!r}: {exc}") from None
     return RegionRecord(image_id, features, norm, w, h, extras)
 
 
 def _pixel(rec: RegionRecord, fmt: str) -> np.ndarray:
     if rec.image_w < 1 or rec.image_h < 1:
-        raise ValueError(
+        raise InputError(
             f"regions: image {rec.image_id!r} has no recorded image size; {fmt} stores pixel boxes "
             "(import the npz files with --image-dir)"
         )
@@ -269,12 +270,12 @@ def read_uniter_npz(
     """
     root = Path(folder)
     if box_rule not in BOX_RULES:
-        raise ValueError(f"box_rule: expected one of {', '.join(BOX_RULES)}, got {box_rule!r}")
+        raise InputError(f"box_rule: expected one of {', '.join(BOX_RULES)}, got {box_rule!r}")
     if not root.is_dir():
         raise NotADirectoryError(f"regions: uniter-npz expects a directory of .npz files, got {str(root)!r}")
     files = sorted(root.glob("*.npz"))
     if not files:
-        raise ValueError(f"regions: no .npz files in {str(root)!r}")
+        raise InputError(f"regions: no .npz files in {str(root)!r}")
     sizes = _image_sizes(Path(image_dir)) if image_dir is not None else {}
     for path in files:
         yield _npz_record(path, box_rule, sizes, image_dir is not None, tolerance)
@@ -292,30 +293,30 @@ def _npz_record(path: Path, box_rule: str, sizes: dict[str, tuple[int, int]], ne
         with np.load(path, allow_pickle=False) as z:
             data = {k: z[k] for k in z.files}
     except (OSError, ValueError) as exc:
-        raise ValueError(f"regions: {where}: not a readable npz file ({exc})") from None
+        raise InputError(f"regions: {where}: not a readable npz file ({exc})") from None
     for key in ("features", "norm_bb"):
         if key not in data:
-            raise ValueError(f"regions: {where}: lacks the array {key!r} (has {', '.join(sorted(data)) or 'none'})")
+            raise InputError(f"regions: {where}: lacks the array {key!r} (has {', '.join(sorted(data)) or 'none'})")
     feats, bb = data["features"], data["norm_bb"]
     n = feats.shape[0] if feats.ndim == 2 else -1
     if feats.ndim != 2 or n < 1:
-        raise ValueError(f"regions: {where}: features must have shape (boxes, dim), got {feats.shape}")
+        raise InputError(f"regions: {where}: features must have shape (boxes, dim), got {feats.shape}")
     if bb.ndim != 2 or bb.shape[0] != n or bb.shape[1] not in (4, 6, 7):
-        raise ValueError(f"regions: {where}: norm_bb must have shape ({n}, 6) (or 4 or 7 columns), got {bb.shape}")
+        raise InputError(f"regions: {where}: norm_bb must have shape ({n}, 6) (or 4 or 7 columns), got {bb.shape}")
     extras = {k: data[k] for k in ("conf", "soft_labels") if k in data}
     if box_rule == "uniter":
         if "conf" not in data:
-            raise ValueError(f"regions: {where}: box_rule 'uniter' needs the array 'conf'")
+            raise InputError(f"regions: {where}: box_rule 'uniter' needs the array 'conf'")
         k = uniter_box_count(data["conf"])
         feats, bb, extras = feats[:k], bb[:k], {name: v[:k] for name, v in extras.items()}
     image_id = normalise_image_id(path.name)
     w, h = sizes.get(image_id, (0, 0))
     if need_size and (w, h) == (0, 0):
-        raise ValueError(f"regions: {where}: no image named {image_id!r} (any extension) in the image directory")
+        raise InputError(f"regions: {where}: no image named {image_id!r} (any extension) in the image directory")
     try:
         boxes = boxes_to_4d(bb.astype(np.float32))
     except ValueError as exc:
-        raise ValueError(f"regions: {where}: {exc}") from None
+        raise InputError(f"regions: {where}: {exc}") from None
     return RegionRecord(image_id, feats, _clip(boxes, where, tolerance), w, h, extras)
 
 
@@ -323,7 +324,7 @@ def _clip(boxes: np.ndarray, where: str, tolerance: float) -> np.ndarray:
     try:
         return check_normalised_boxes(boxes, tolerance=tolerance, name="norm_bb")
     except ValueError as exc:
-        raise ValueError(f"regions: {where}: {exc}") from None
+        raise InputError(f"regions: {where}: {exc}") from None
 
 
 def _image_sizes(folder: Path) -> dict[str, tuple[int, int]]:
@@ -373,7 +374,7 @@ def _located(fmt: str, path: Path, **kwargs: Any) -> Iterator[tuple[str, RegionR
         "butd-tsv": _butd_tsv, "lxmert-tsv": _lxmert_tsv, "uniter-npz": _uniter_npz, "h5": _h5,
     }
     if fmt not in readers:
-        raise ValueError(f"format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
+        raise InputError(f"format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
     return readers[fmt](path, **kwargs)
 
 
@@ -425,14 +426,14 @@ def import_regions(
         Box tolerance outside [0, 1] that is clipped rather than refused.
     """
     if fmt not in FORMATS:
-        raise ValueError(f"format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
+        raise InputError(f"format: expected one of {', '.join(FORMATS)}, got {fmt!r}")
     if fmt != "uniter-npz" and (box_rule != "all" or image_dir is not None):
-        raise ValueError(f"box_rule and image_dir apply to the uniter-npz format only, not {fmt!r}")
+        raise InputError(f"box_rule and image_dir apply to the uniter-npz format only, not {fmt!r}")
     src = Path(source)
     if not src.exists():
         raise FileNotFoundError(f"regions: no such {'directory' if fmt == 'uniter-npz' else 'file'} {str(src)!r}")
     if Path(out).resolve() == src.resolve():
-        raise ValueError("out: must differ from the source file")
+        raise InputError("out: must differ from the source file")
     kwargs: dict[str, Any] = {"tolerance": tolerance}
     if fmt == "uniter-npz":
         kwargs.update(box_rule=box_rule, image_dir=image_dir)
@@ -486,7 +487,7 @@ def export_regions(path: str | os.PathLike[str], fmt: str, out: str | os.PathLik
         "butd-tsv": write_butd_tsv, "lxmert-tsv": write_lxmert_tsv, "uniter-npz": write_uniter_npz,
     }
     if fmt not in writers:
-        raise ValueError(f"format: expected one of {', '.join(writers)}, got {fmt!r}")
+        raise InputError(f"format: expected one of {', '.join(writers)}, got {fmt!r}")
     count = 0
 
     def counted(records: Iterable[RegionRecord]) -> Iterator[RegionRecord]:

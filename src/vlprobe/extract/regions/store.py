@@ -57,6 +57,7 @@ from vlprobe import __version__
 from vlprobe.extract.regions.boxes import BOX_TOLERANCE, check_normalised_boxes, normalise_image_id
 from vlprobe.io import atomic_path
 from vlprobe.provenance import sha256_file
+from vlprobe.validation import InputError
 
 __all__ = [
     "SCHEMA",
@@ -133,18 +134,18 @@ class RegionStore:
         self._file: h5py.File | None = None
         self._fingerprint: str | None = None
         if not self.path.is_file():
-            raise ValueError(f"regions: no such file {str(self.path)!r}")
+            raise InputError(f"regions: no such file {str(self.path)!r}")
         try:
             f = h5py.File(self.path, "r")
         except OSError as exc:
-            raise ValueError(f"regions: {str(self.path)!r} is not an HDF5 file ({exc})") from None
+            raise InputError(f"regions: {str(self.path)!r} is not an HDF5 file ({exc})") from None
         self._file = f
         try:
             self._check_schema(f)
             self.image_ids: tuple[str, ...] = tuple(s.decode("utf-8") for s in f["image_id"][()])
             self._rows = {name: i for i, name in enumerate(self.image_ids)}
             if len(self._rows) != len(self.image_ids):
-                raise ValueError(f"regions: {str(self.path)!r} lists an image id twice")
+                raise InputError(f"regions: {str(self.path)!r} lists an image id twice")
             self.num_boxes = f["num_boxes"][()].astype(np.int64)
             self.image_w = f["image_w"][()].astype(np.int64)
             self.image_h = f["image_h"][()].astype(np.int64)
@@ -156,27 +157,27 @@ class RegionStore:
     def _check_schema(self, f: h5py.File) -> None:
         where = repr(str(self.path))
         if _attr_str(f.attrs.get("schema", "")) != SCHEMA:
-            raise ValueError(f"regions: {where} is not a vlprobe region file (no schema={SCHEMA!r} attribute)")
+            raise InputError(f"regions: {where} is not a vlprobe region file (no schema={SCHEMA!r} attribute)")
         version = int(f.attrs.get("schema_version", -1))
         if version != SCHEMA_VERSION:
-            raise ValueError(f"regions: {where} has schema_version {version}, this vlprobe reads {SCHEMA_VERSION}")
+            raise InputError(f"regions: {where} has schema_version {version}, this vlprobe reads {SCHEMA_VERSION}")
         for name in ("image_id", "features", "boxes", "num_boxes", "image_w", "image_h"):
             if name not in f:
-                raise ValueError(f"regions: {where} lacks the dataset {name!r}")
+                raise InputError(f"regions: {where} lacks the dataset {name!r}")
         n, r, _ = _shape3(f["features"], "features", where)
         expect = {"image_id": (n,), "boxes": (n, r, 4), "num_boxes": (n,), "image_w": (n,), "image_h": (n,)}
         for name, shape in expect.items():
             if f[name].shape != shape:
-                raise ValueError(f"regions: {where}: {name} has shape {f[name].shape}, expected {shape}")
+                raise InputError(f"regions: {where}: {name} has shape {f[name].shape}, expected {shape}")
         nb = f["num_boxes"][()]
         if n and (nb.min() < 1 or nb.max() > r):
-            raise ValueError(f"regions: {where}: num_boxes must lie in [1, {r}], got [{nb.min()}, {nb.max()}]")
+            raise InputError(f"regions: {where}: num_boxes must lie in [1, {r}], got [{nb.min()}, {nb.max()}]")
 
     # -- properties ------------------------------------------------------------------------
     @property
     def _f(self) -> h5py.File:
         if self._file is None:
-            raise ValueError(f"regions: the store {str(self.path)!r} is closed")
+            raise InputError(f"regions: the store {str(self.path)!r} is closed")
         return self._file
 
     @property
@@ -217,12 +218,12 @@ class RegionStore:
 
     # -- access ----------------------------------------------------------------------------
     def rows(self, names: Sequence[str]) -> np.ndarray:
-        """Row of each image name, int64 (B,); ValueError naming the first missing one."""
+        """Row of each image name, int64 (B,); InputError naming the first missing one."""
         out = np.empty(len(names), dtype=np.int64)
         for i, name in enumerate(names):
             row = self._rows.get(normalise_image_id(name))
             if row is None:
-                raise ValueError(
+                raise InputError(
                     f"regions: no features for image {name!r} in {self.path.name} ({len(self)} images)"
                 )
             out[i] = row
@@ -233,10 +234,10 @@ class RegionStore:
         return [name for name in names if name not in self]
 
     def require(self, names: Sequence[str], whose: str) -> None:
-        """One-line ``ValueError`` unless every name has features (``whose``: "the dataset's", ...)."""
+        """One-line ``InputError`` unless every name has features (``whose``: "the dataset's", ...)."""
         missing = self.missing(names)
         if missing:
-            raise ValueError(
+            raise InputError(
                 f"regions: no features for image {missing[0]!r} in {self.path.name} "
                 f"({len(missing)} of {whose} {len(names)} images missing)"
             )
@@ -255,7 +256,7 @@ class RegionStore:
             features (B, R, D) float32, boxes (B, R, 4), mask (B, R), image_w/h (B,).
         """
         if isinstance(names, str):
-            raise TypeError("names: expected a sequence of image names, got a single str")
+            raise InputError("names: expected a sequence of image names, got a single str")
         rows = self.rows(names)
         f = self._f
         uniq, inverse = np.unique(rows, return_inverse=True)
@@ -268,7 +269,7 @@ class RegionStore:
         for what, arr in (("features", features), ("boxes", boxes)):
             if not np.all(np.isfinite(arr)):
                 bad = names[int(np.flatnonzero(~np.isfinite(arr).all(axis=(1, 2)))[0])]
-                raise ValueError(f"regions: {what} of image {bad!r} in {self.path.name} contain NaN or inf")
+                raise InputError(f"regions: {what} of image {bad!r} in {self.path.name} contain NaN or inf")
         return RegionBatch(
             features=features, boxes=boxes, mask=mask, image_w=self.image_w[rows], image_h=self.image_h[rows],
         )
@@ -323,7 +324,7 @@ def _attr_str(v: Any) -> str:
 
 def _shape3(ds: h5py.Dataset, name: str, where: str) -> tuple[int, int, int]:
     if ds.ndim != 3:
-        raise ValueError(f"regions: {where}: {name} must be 3-d (N, R, D), got shape {ds.shape}")
+        raise InputError(f"regions: {where}: {name} must be 3-d (N, R, D), got shape {ds.shape}")
     n, r, d = ds.shape
     return int(n), int(r), int(d)
 
@@ -391,9 +392,9 @@ class RegionWriter:
         tolerance: float = BOX_TOLERANCE,
     ) -> None:
         if dtype not in _FEATURE_DTYPES:
-            raise ValueError(f"dtype: expected one of {', '.join(_FEATURE_DTYPES)}, got {dtype!r}")
+            raise InputError(f"dtype: expected one of {', '.join(_FEATURE_DTYPES)}, got {dtype!r}")
         if feature_dim is not None and (not isinstance(feature_dim, int) or feature_dim < 1):
-            raise ValueError(f"feature_dim: expected a positive int, got {feature_dim!r}")
+            raise InputError(f"feature_dim: expected a positive int, got {feature_dim!r}")
         self.path = Path(path)
         self.dtype = dtype
         self.feature_dim = feature_dim
@@ -421,38 +422,38 @@ class RegionWriter:
         try:
             image_id = normalise_image_id(record.image_id)
         except ValueError as exc:
-            raise ValueError(f"regions: {at}{exc}") from None
+            raise InputError(f"regions: {at}{exc}") from None
         who = f"{at}image {image_id!r}"
         if image_id in self._seen:
-            raise ValueError(f"regions: {who} appears twice (first as image {self._seen[image_id] + 1})")
+            raise InputError(f"regions: {who} appears twice (first as image {self._seen[image_id] + 1})")
         feats = np.asarray(record.features)
         if feats.ndim != 2:
-            raise ValueError(f"regions: {who}: features must be 2-d (boxes, dim), got shape {feats.shape}")
+            raise InputError(f"regions: {who}: features must be 2-d (boxes, dim), got shape {feats.shape}")
         n, d = feats.shape
         if self.feature_dim is None:
             self.feature_dim = d
         if d != self.feature_dim:
-            raise ValueError(f"regions: {who}: feature width {d}, expected {self.feature_dim}")
+            raise InputError(f"regions: {who}: feature width {d}, expected {self.feature_dim}")
         if n < 1:
-            raise ValueError(f"regions: {who} has no boxes")
+            raise InputError(f"regions: {who} has no boxes")
         if not np.all(np.isfinite(feats)):
-            raise ValueError(f"regions: {who}: features contain NaN or inf")
+            raise InputError(f"regions: {who}: features contain NaN or inf")
         stored = _FEATURE_DTYPES[self.dtype]
         if stored is np.float16 and feats.dtype != np.float16 and np.abs(feats).max() > np.finfo(np.float16).max:
-            raise ValueError(
+            raise InputError(
                 f"regions: {who}: features reach {float(np.abs(feats).max()):.6g}, beyond float16's range "
                 f"(±{float(np.finfo(np.float16).max):.0f}); store them as float32 (dtype='float32', --dtype float32)"
             )
         boxes = np.asarray(record.boxes)
         if boxes.shape != (n, 4):
-            raise ValueError(f"regions: {who}: boxes must have shape ({n}, 4), got {boxes.shape}")
+            raise InputError(f"regions: {who}: boxes must have shape ({n}, 4), got {boxes.shape}")
         try:
             boxes = check_normalised_boxes(boxes, tolerance=self.tolerance, name="boxes")
         except ValueError as exc:
-            raise ValueError(f"regions: {who}: {exc}") from None
+            raise InputError(f"regions: {who}: {exc}") from None
         w, h = int(record.image_w), int(record.image_h)
         if (w, h) != (0, 0) and (w < 1 or h < 1):
-            raise ValueError(f"regions: {who}: image size must be positive (or 0x0: unknown), got {w}x{h}")
+            raise InputError(f"regions: {who}: image size must be positive (or 0x0: unknown), got {w}x{h}")
         extras = {k: np.asarray(v) for k, v in record.extras.items()}
         self._check_extras(extras, n, who)
         self._grow(self._n + 1, max(self._r, n))
@@ -472,21 +473,21 @@ class RegionWriter:
         spec = {k: (v.shape[1:], v.dtype) for k, v in extras.items()}
         for k, v in extras.items():
             if v.ndim < 1 or v.shape[0] != n:
-                raise ValueError(f"regions: {who}: {k} must have one entry per box ({n}), got shape {v.shape}")
+                raise InputError(f"regions: {who}: {k} must have one entry per box ({n}), got shape {v.shape}")
             if v.dtype.kind == "f" and not np.all(np.isfinite(v)):
-                raise ValueError(f"regions: {who}: {k} contains NaN or inf")
+                raise InputError(f"regions: {who}: {k} contains NaN or inf")
         if self._extras is None:
             self._extras = spec
             return
         if sorted(spec) != sorted(self._extras) or any(spec[k][0] != self._extras[k][0] for k in spec):
-            raise ValueError(
+            raise InputError(
                 f"regions: {who}: side data {sorted(spec)} differs from the first image's {sorted(self._extras)}"
             )
 
     @property
     def _f(self) -> h5py.File:
         if self._file is None:
-            raise ValueError(f"regions: the writer for {str(self.path)!r} is closed")
+            raise InputError(f"regions: the writer for {str(self.path)!r} is closed")
         return self._file
 
     def _grow(self, n: int, r: int) -> None:
@@ -529,7 +530,7 @@ class RegionWriter:
         f = self._f
         if self._n == 0:
             self.abort()
-            raise ValueError(f"regions: no images to write to {str(self.path)!r}")
+            raise InputError(f"regions: no images to write to {str(self.path)!r}")
         self._resize(self._n, int(self.num_boxes_max))
         f.attrs["schema"] = SCHEMA
         f.attrs["schema_version"] = SCHEMA_VERSION
@@ -603,24 +604,24 @@ def write_regions(
     """
     feats = np.asarray(features)
     if feats.ndim != 3:
-        raise ValueError(f"features: expected shape (N, R, D), got {feats.shape}")
+        raise InputError(f"features: expected shape (N, R, D), got {feats.shape}")
     n, r, d = feats.shape
     ids = list(image_ids)
     arrays = {"boxes": np.asarray(boxes), "num_boxes": np.asarray(num_boxes),
               "image_w": np.asarray(image_w), "image_h": np.asarray(image_h)}
     expect = {"boxes": (n, r, 4), "num_boxes": (n,), "image_w": (n,), "image_h": (n,)}
     if len(ids) != n:
-        raise ValueError(f"image_ids: expected {n} ids (one per features row), got {len(ids)}")
+        raise InputError(f"image_ids: expected {n} ids (one per features row), got {len(ids)}")
     for name, shape in expect.items():
         if arrays[name].shape != shape:
-            raise ValueError(f"{name}: expected shape {shape}, got {arrays[name].shape}")
+            raise InputError(f"{name}: expected shape {shape}, got {arrays[name].shape}")
     nb = arrays["num_boxes"].astype(np.int64)
     if n and (nb.min() < 1 or nb.max() > r):
-        raise ValueError(f"num_boxes: expected values in [1, {r}], got [{nb.min()}, {nb.max()}]")
+        raise InputError(f"num_boxes: expected values in [1, {r}], got [{nb.min()}, {nb.max()}]")
     ex = {k: np.asarray(v) for k, v in (extras or {}).items()}
     for k, v in ex.items():
         if v.shape[:2] != (n, r):
-            raise ValueError(f"extras[{k!r}]: expected shape ({n}, {r}, ...), got {v.shape}")
+            raise InputError(f"extras[{k!r}]: expected shape ({n}, {r}, ...), got {v.shape}")
     store_dtype = dtype or ("float16" if feats.dtype == np.float16 else "float32")
     with RegionWriter(path, feature_dim=d, dtype=store_dtype, meta=meta) as w:
         for i in range(n):
@@ -639,7 +640,7 @@ def write_regions(
 def regions_required(model: str, regions: str | os.PathLike[str] | None) -> Path:
     """The ``--regions`` file of a model that reads region features; one-line error without it."""
     if regions is None:
-        raise ValueError(
+        raise InputError(
             f"regions: {model} reads precomputed region features; give --regions FILE.h5 "
             "(see `probe regions import`, or `probe fixtures regions` for random ones)"
         )

@@ -19,6 +19,7 @@ from vlprobe.extract.models.uniter.model import (
 )
 from vlprobe.fixtures.staging import FIXTURE_MARKER
 from vlprobe.fixtures.uniter import write_tiny_uniter
+from vlprobe.validation import InputError
 
 CAPTIONS = ["a red circle left of a blue square", "in the picture, a big green star is above a small diamond"]
 
@@ -171,7 +172,7 @@ def test_bad_inputs_name_the_parameter(uniter_dir: Path, tmp_path: Path) -> None
     (tmp_path / "junk.pt").write_bytes(b"not a torch file")
     with pytest.raises(ValueError, match="checkpoint: cannot read"):
         UniterModel.from_official(tmp_path / "junk.pt", cfg)
-    with pytest.raises(TypeError, match="checkpoint must be a path or a state dict"):
+    with pytest.raises(InputError, match="checkpoint must be a path or a state dict"):
         UniterModel.from_official(3, cfg)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="config is missing required key"):
         UniterModel.from_official(uniter_dir / "uniter.pt", {"hidden_size": 32})
@@ -321,7 +322,7 @@ def test_forward_validates_shapes(model: UniterModel) -> None:
         model(ids, torch.ones(1, 4))
     with pytest.raises(ValueError, match="given together"):
         model(ids, mask, feat)
-    with pytest.raises(TypeError, match="input_ids must hold integer"):
+    with pytest.raises(InputError, match="input_ids must hold integer"):
         model(ids.float(), mask)
 
 
@@ -418,7 +419,7 @@ def test_fixture_is_deterministic_per_seed(tmp_path: Path, uniter_dir: Path) -> 
     assert list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
     assert not torch.equal(a["itm_output.weight"], c["itm_output.weight"])
     assert (uniter_dir / "uniter.json").read_bytes() == (again / "uniter.json").read_bytes()
-    with pytest.raises(ValueError, match="score_head must be"):
+    with pytest.raises(InputError, match="score_head: unknown score head 'vqa'"):
         write_tiny_uniter(tmp_path / "bad", score_head="vqa")
     modern = write_tiny_uniter(tmp_path / "modern", seed=0, legacy_layer_norm_names=False)
     raw = torch.load(modern / "uniter.pt", weights_only=True)

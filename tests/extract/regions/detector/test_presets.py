@@ -30,7 +30,7 @@ def test_overrides_are_checked_naming_the_field() -> None:
     assert un.with_overrides(min_boxes=None) == un
     with pytest.raises(DetectorInputError, match=r"min_boxes must be <= max_boxes \(10\), got 50"):
         un.with_overrides(min_boxes=50, max_boxes=10)
-    with pytest.raises(DetectorInputError, match="max_boxes must be an integer >= 1, got 0"):
+    with pytest.raises(DetectorInputError, match="max_boxes must be a positive integer, got 0"):
         un.with_overrides(max_boxes=0)
     with pytest.raises(DetectorInputError, match=r"min_score must be a number in \[0, 1\], got 1.5"):
         un.with_overrides(min_score=1.5)

@@ -51,6 +51,7 @@ from vlprobe.extract.models.base import (
 from vlprobe.extract.models.hf import ResolvedCheckpoint, quiet_transformers, resolve_checkpoint
 from vlprobe.extract.models.pooling import pool_states
 from vlprobe.provenance import sha256_file
+from vlprobe.validation import InputError
 
 __all__ = ["DEFAULT_TOKENIZER", "UniterAdapter", "UniterImages", "UniterTexts"]
 
@@ -133,7 +134,7 @@ class UniterAdapter(CrossEncoder):
         dev, torch_dtype = resolve_device(device), resolve_dtype(dtype)
         ckpt_path = Path(checkpoint).expanduser()
         if not ckpt_path.is_file():
-            raise ValueError(
+            raise InputError(
                 f"checkpoint: UNITER takes the official state-dict file (uniter-base.pt), got {checkpoint!r} "
                 "which is not a file"
             )
@@ -141,13 +142,13 @@ class UniterAdapter(CrossEncoder):
         try:
             config = UniterConfig.from_json(config_path)
         except ValueError as exc:
-            raise ValueError(f"uniter_config: {str(exc).removeprefix('config: ')}") from None
+            raise InputError(f"uniter_config: {str(exc).removeprefix('config: ')}") from None
         tok_spec, tok_default = _tokenizer_spec(ckpt_path, tokenizer)
         try:
             tok = resolve_checkpoint(tok_spec, param="tokenizer", allow_patterns=_TOKENIZER_ALLOW)
         except ValueError as exc:
             if tok_default:
-                raise ValueError(
+                raise InputError(
                     f"{exc} (UNITER's tokenizer is {DEFAULT_TOKENIZER}; no tokenizer/ folder lies beside "
                     f"{ckpt_path.name}: pass --tokenizer DIR with a saved {DEFAULT_TOKENIZER} tokenizer)"
                 ) from None
@@ -156,9 +157,9 @@ class UniterAdapter(CrossEncoder):
             try:
                 tokenizer_obj = AutoTokenizer.from_pretrained(tok.path)
             except (OSError, ValueError) as exc:
-                raise ValueError(f"tokenizer: {tok_spec!r} holds no readable tokenizer ({exc})") from None
+                raise InputError(f"tokenizer: {tok_spec!r} holds no readable tokenizer ({exc})") from None
         if len(tokenizer_obj) > config.vocab_size:
-            raise ValueError(
+            raise InputError(
                 f"tokenizer: {tok_spec!r} has {len(tokenizer_obj)} tokens but the UNITER config's "
                 f"vocab_size is {config.vocab_size} (UNITER uses {DEFAULT_TOKENIZER})"
             )
@@ -300,12 +301,12 @@ def _config_path(checkpoint: Path, given: str | os.PathLike[str] | None) -> Path
     if given is not None:
         p = Path(given).expanduser()
         if not p.is_file():
-            raise ValueError(f"uniter_config: {str(given)!r} is not a file (expected the UNITER config JSON)")
+            raise InputError(f"uniter_config: {str(given)!r} is not a file (expected the UNITER config JSON)")
         return p
     for candidate in (checkpoint.with_suffix(".json"), checkpoint.parent / "uniter.json"):
         if candidate.is_file():
             return candidate
-    raise ValueError(
+    raise InputError(
         f"uniter_config: UNITER needs its config JSON; none beside {checkpoint.name} "
         f"({checkpoint.with_suffix('.json').name} or uniter.json): pass --uniter-config uniter-base.json"
     )

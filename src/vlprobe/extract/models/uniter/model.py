@@ -57,6 +57,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vlprobe.validation import (
+    InputError,
+    check_choice,
+    check_float,
+    check_int,
+    check_positive_float,
+    check_positive_int,
+    check_seed,
+)
+
 __all__ = [
     "IGNORED_PREFIXES",
     "MASK_CONSTANT",
@@ -114,30 +124,21 @@ class UniterConfig:
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
                      "intermediate_size", "max_position_embeddings", "img_dim"):
-            _check_positive_int(f"config.{name}", getattr(self, name))
-        if isinstance(self.type_vocab_size, bool) or not isinstance(self.type_vocab_size, int) \
-                or self.type_vocab_size < 2:
-            raise ValueError(
-                "config.type_vocab_size must be an int >= 2 (type 1 marks image regions), "
-                f"got {self.type_vocab_size!r}"
-            )
+            check_positive_int(getattr(self, name), f"config.{name}")
+        check_int(self.type_vocab_size, "config.type_vocab_size", low=2, meaning=" (type 1 marks image regions)")
         if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
+            raise InputError(
                 f"config.hidden_size ({self.hidden_size}) must be a multiple of "
                 f"config.num_attention_heads ({self.num_attention_heads})"
             )
         if self.hidden_act not in _ACTIVATIONS:
-            raise ValueError(
+            raise InputError(
                 f"config.hidden_act must be one of {sorted(_ACTIVATIONS)}, got {self.hidden_act!r}"
             )
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
-                raise ValueError(f"config.{name} must be a number in [0, 1), got {value!r}")
+            check_float(getattr(self, name), f"config.{name}", low=0.0, high=1.0, high_open=True)
         for name in ("initializer_range", "layer_norm_eps"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-                raise ValueError(f"config.{name} must be a positive number, got {value!r}")
+            check_positive_float(getattr(self, name), f"config.{name}")
         object.__setattr__(self, "extra", dict(self.extra))
 
     @classmethod
@@ -146,18 +147,18 @@ class UniterConfig:
 
         Raises
         ------
-        ValueError
+        InputError
             If a required key (vocab_size, hidden_size, num_hidden_layers, num_attention_heads,
             intermediate_size) is missing or a value is invalid.
         """
         if not isinstance(data, Mapping):
-            raise TypeError(f"config must be a mapping, got {type(data).__name__}")
+            raise InputError(f"config must be a mapping, got {type(data).__name__}")
         known = {f.name for f in fields(cls)} - {"extra"}
         kwargs = {k: v for k, v in data.items() if k in known}
         extra = {k: v for k, v in data.items() if k not in known}
         missing = [k for k in _REQUIRED_CONFIG_KEYS if k not in kwargs]
         if missing:
-            raise ValueError(f"config is missing required key(s) {missing} (got keys {sorted(data)})")
+            raise InputError(f"config is missing required key(s) {missing} (got keys {sorted(data)})")
         return cls(**kwargs, extra=extra)
 
     @classmethod
@@ -165,13 +166,13 @@ class UniterConfig:
         """Read an official config JSON (``uniter-base.json``)."""
         p = Path(path)
         if not p.is_file():
-            raise ValueError(f"config: {str(p)!r} is not a file (expected the UNITER config JSON)")
+            raise InputError(f"config: {str(p)!r} is not a file (expected the UNITER config JSON)")
         try:
             data = json.loads(p.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"config: {str(p)!r} is not valid JSON ({exc})") from None
+            raise InputError(f"config: {str(p)!r} is not valid JSON ({exc})") from None
         if not isinstance(data, dict):
-            raise ValueError(f"config: {str(p)!r} must hold a JSON object, got {type(data).__name__}")
+            raise InputError(f"config: {str(p)!r} must hold a JSON object, got {type(data).__name__}")
         return cls.from_dict(data)
 
     @classmethod
@@ -183,7 +184,7 @@ class UniterConfig:
             return cls.from_dict(config)
         if isinstance(config, str | os.PathLike):
             return cls.from_json(config)
-        raise TypeError(
+        raise InputError(
             f"config must be a UniterConfig, a dict or a path to the config JSON, got {type(config).__name__}"
         )
 
@@ -192,11 +193,6 @@ class UniterConfig:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
         out.update(self.extra)
         return out
-
-
-def _check_positive_int(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
 # -- modules (attribute names are the official state-dict names) ---------------------------------
@@ -375,9 +371,9 @@ class UniterOutput:
 
     def _layer(self, layer: int) -> Tensor:
         if self.hidden_states is None:
-            raise ValueError("layer states were not kept: call forward with output_hidden_states=True")
+            raise InputError("layer states were not kept: call forward with output_hidden_states=True")
         if not -len(self.hidden_states) <= layer < len(self.hidden_states):
-            raise ValueError(f"layer must be in [0, {len(self.hidden_states) - 1}], got {layer}")
+            raise InputError(f"layer must be in [0, {len(self.hidden_states) - 1}], got {layer}")
         return self.hidden_states[layer]
 
 
@@ -438,10 +434,8 @@ class UniterModel(nn.Module):
     ) -> None:
         super().__init__()
         config = UniterConfig.coerce(config)
-        if score_head not in _SCORE_HEADS:
-            raise ValueError(f"score_head must be one of {list(_SCORE_HEADS)}, got {score_head!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
-            raise ValueError(f"seed must be an int in [0, 2**63), got {seed!r}")
+        check_choice(score_head, "score_head", _SCORE_HEADS, kind="score head")
+        check_seed(seed)
         self.config = config
         self.score_head = score_head
         self.load_report: LoadReport | None = None
@@ -503,14 +497,14 @@ class UniterModel(nn.Module):
 
         Raises
         ------
-        ValueError
+        InputError
             If the checkpoint lacks keys the model needs (one line naming the first few), a shape
             disagrees with the config, or the file cannot be read.
         """
         if score_head not in ("auto", *_SCORE_HEADS):
-            raise ValueError(f"score_head must be 'auto', 'itm' or 'rank', got {score_head!r}")
+            raise InputError(f"score_head must be 'auto', 'itm' or 'rank', got {score_head!r}")
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            raise TypeError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+            raise InputError(f"dtype must be a floating torch.dtype, got {dtype!r}")
         config = UniterConfig.coerce(config)
         raw = load_official_state_dict(checkpoint)
         state, renamed = normalize_official_keys(raw)
@@ -522,13 +516,13 @@ class UniterModel(nn.Module):
         missing = [k for k in expected if k not in state]
         if missing:
             shown = ", ".join(missing[:4]) + (f", ... ({len(missing)} in all)" if len(missing) > 4 else "")
-            raise ValueError(
+            raise InputError(
                 f"checkpoint: {len(missing)} key(s) the UNITER model ({score_head} score head) needs "
                 f"are missing: {shown}"
             )
         for k, ref in expected.items():
             if tuple(state[k].shape) != tuple(ref.shape):
-                raise ValueError(
+                raise InputError(
                     f"checkpoint: {k} has shape {tuple(state[k].shape)} but the config implies "
                     f"{tuple(ref.shape)} (does the config JSON belong to this checkpoint?)"
                 )
@@ -667,19 +661,19 @@ class UniterModel(nn.Module):
         UniterOutput
         """
         if text_embeddings.dim() != 3 or tuple(attention_mask.shape) != tuple(text_embeddings.shape[:2]):
-            raise ValueError(
+            raise InputError(
                 f"text_embeddings (B, T, H) and attention_mask (B, T) disagree: "
                 f"{tuple(text_embeddings.shape)} vs {tuple(attention_mask.shape)}"
             )
         t = text_embeddings.shape[1]
         if image_embeddings is None:
             if img_mask is not None:
-                raise ValueError("img_mask must be None when image_embeddings is None")
+                raise InputError("img_mask must be None when image_embeddings is None")
             emb, mask = text_embeddings, attention_mask.bool()
         else:
             if img_mask is None or tuple(img_mask.shape) != tuple(image_embeddings.shape[:2]) \
                     or image_embeddings.shape[0] != text_embeddings.shape[0]:
-                raise ValueError(
+                raise InputError(
                     f"image_embeddings must be (B, R, H) with img_mask (B, R) and B = "
                     f"{text_embeddings.shape[0]}, got {tuple(image_embeddings.shape)} and "
                     f"{None if img_mask is None else tuple(img_mask.shape)}"
@@ -701,38 +695,38 @@ class UniterModel(nn.Module):
     ) -> None:
         for name, value in (("input_ids", input_ids), ("attention_mask", attention_mask)):
             if not isinstance(value, Tensor):
-                raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+                raise InputError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
         if input_ids.dim() != 2 or input_ids.shape[1] == 0:
-            raise ValueError(f"input_ids must have shape (B, T) with T >= 1, got {tuple(input_ids.shape)}")
+            raise InputError(f"input_ids must have shape (B, T) with T >= 1, got {tuple(input_ids.shape)}")
         if input_ids.is_floating_point() or input_ids.is_complex():
-            raise TypeError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
+            raise InputError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
         b, t = input_ids.shape
         if t > self.config.max_position_embeddings:
-            raise ValueError(
+            raise InputError(
                 f"input_ids has {t} positions but the model has {self.config.max_position_embeddings}"
             )
         if tuple(attention_mask.shape) != (b, t):
-            raise ValueError(f"attention_mask must have shape {(b, t)}, got {tuple(attention_mask.shape)}")
+            raise InputError(f"attention_mask must have shape {(b, t)}, got {tuple(attention_mask.shape)}")
         given = [x is not None for x in (img_feat, img_pos_feat, img_mask)]
         if any(given) and not all(given):
-            raise ValueError("img_feat, img_pos_feat and img_mask must be given together (or all None)")
+            raise InputError("img_feat, img_pos_feat and img_mask must be given together (or all None)")
         if img_feat is None:
             return
         for name, value in (("img_feat", img_feat), ("img_pos_feat", img_pos_feat), ("img_mask", img_mask)):
             if not isinstance(value, Tensor):
-                raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+                raise InputError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
         if img_feat.dim() != 3 or img_feat.shape[0] != b or img_feat.shape[2] != self.config.img_dim:
-            raise ValueError(
+            raise InputError(
                 f"img_feat must have shape ({b}, R, {self.config.img_dim}), got {tuple(img_feat.shape)}"
             )
         r = img_feat.shape[1]
         if tuple(img_pos_feat.shape) != (b, r, 7):
-            raise ValueError(
+            raise InputError(
                 f"img_pos_feat must have shape {(b, r, 7)} (x1, y1, x2, y2, w, h, w*h), "
                 f"got {tuple(img_pos_feat.shape)}"
             )
         if tuple(img_mask.shape) != (b, r):
-            raise ValueError(f"img_mask must have shape {(b, r)}, got {tuple(img_mask.shape)}")
+            raise InputError(f"img_mask must have shape {(b, r)}, got {tuple(img_mask.shape)}")
 
 
 # -- official checkpoint files -------------------------------------------------------------------
@@ -754,31 +748,30 @@ def load_official_state_dict(checkpoint: str | os.PathLike[str] | Mapping[str, A
 
     Raises
     ------
-    ValueError
-        If the path is not a readable torch file or does not hold a dict of tensors.
-    TypeError
-        If ``checkpoint`` is neither a path nor a mapping.
+    InputError
+        If the path is not a readable torch file or does not hold a dict of tensors, or
+        ``checkpoint`` is neither a path nor a mapping.
     """
     if isinstance(checkpoint, str | os.PathLike):
         p = Path(checkpoint)
         if not p.is_file():
-            raise ValueError(f"checkpoint: {str(p)!r} is not a file (expected a UNITER .pt state dict)")
+            raise InputError(f"checkpoint: {str(p)!r} is not a file (expected a UNITER .pt state dict)")
         try:
             state = torch.load(p, map_location="cpu", weights_only=True)
         except Exception as exc:  # torch raises several types for a bad file
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ValueError(f"checkpoint: cannot read {str(p)!r} as a torch state dict ({first})") from None
+            raise InputError(f"checkpoint: cannot read {str(p)!r} as a torch state dict ({first})") from None
     elif isinstance(checkpoint, Mapping):
         state = checkpoint
     else:
-        raise TypeError(
+        raise InputError(
             f"checkpoint must be a path or a state dict, got {type(checkpoint).__name__}"
         )
     if not isinstance(state, Mapping):
-        raise ValueError(f"checkpoint must hold a dict of tensors, got {type(state).__name__}")
+        raise InputError(f"checkpoint must hold a dict of tensors, got {type(state).__name__}")
     bad = [k for k, v in state.items() if not isinstance(k, str) or not isinstance(v, Tensor)]
     if bad:
-        raise ValueError(
+        raise InputError(
             f"checkpoint must map names to tensors; {len(bad)} entr(y/ies) do not, e.g. {bad[0]!r}"
         )
     return dict(state)
@@ -797,7 +790,7 @@ def normalize_official_keys(state: Mapping[str, Tensor]) -> tuple[dict[str, Tens
 
     Raises
     ------
-    ValueError
+    InputError
         If two keys map to the same name.
     """
     out: dict[str, Tensor] = {}
@@ -811,6 +804,6 @@ def normalize_official_keys(state: Mapping[str, Tensor]) -> tuple[dict[str, Tens
         if new.startswith(_BODY_PREFIXES):
             new = "uniter." + new
         if new in out:
-            raise ValueError(f"checkpoint: keys collide after normalisation: {key!r} -> {new!r}")
+            raise InputError(f"checkpoint: keys collide after normalisation: {key!r} -> {new!r}")
         out[new] = value
     return out, renamed

@@ -1,11 +1,13 @@
-"""Errors of the detector: bad input (a ``ValueError``), and per-image errors that name the image."""
+"""Errors of the detector: bad input (a :class:`~vlprobe.validation.InputError`), and per-image errors that name the image."""
 
 from __future__ import annotations
+
+from vlprobe.validation import InputError
 
 __all__ = ["DetectorInputError", "ImageInputError", "ImageTooSmallError", "TooFewBoxesError"]
 
 
-class DetectorInputError(ValueError):
+class DetectorInputError(InputError):
     """Bad input to the detector: a checkpoint, config, preset or image it cannot use."""
 
 

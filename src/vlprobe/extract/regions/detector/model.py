@@ -27,6 +27,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from vlprobe.validation import InputError, check_seed
+
 from .backbone import ConvNorm, FrozenBatchNorm2d, ResNetC4
 from .checkpoint import WEIGHTS_NAME, load_weights, read_state_dict
 from .config import CONFIG_NAME, DetectorConfig, config_from_dict, default_config_dict, read_config
@@ -271,8 +273,10 @@ class RegionDetector:
     ) -> RegionDetector:
         """The detector with random weights (:func:`init_random_weights`), by default at the
         published model's full size (:func:`default_config_dict`), e.g. for benchmarks."""
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise DetectorInputError(f"seed must be an integer >= 0, got {seed!r}")
+        try:
+            check_seed(seed)
+        except InputError as exc:
+            raise DetectorInputError(str(exc)) from None
         cfg = _as_config(config)
         model = VGFasterRCNN(cfg)
         init_random_weights(model, seed)

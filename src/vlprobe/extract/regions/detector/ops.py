@@ -27,6 +27,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from vlprobe.validation import InputError
+
 __all__ = [
     "batched_nms",
     "box_area",
@@ -69,9 +71,9 @@ def _overlaps(boxes: Tensor, iou_threshold: float) -> Tensor:
 
 def _check_boxes(boxes: Tensor, scores: Tensor, name: str = "boxes") -> None:
     if boxes.ndim != 2 or boxes.shape[1] != 4:
-        raise ValueError(f"{name}: expected shape (N, 4), got {tuple(boxes.shape)}")
+        raise InputError(f"{name}: expected shape (N, 4), got {tuple(boxes.shape)}")
     if scores.shape[0] != boxes.shape[0]:
-        raise ValueError(f"scores: expected {boxes.shape[0]} rows (one per box), got {tuple(scores.shape)}")
+        raise InputError(f"scores: expected {boxes.shape[0]} rows (one per box), got {tuple(scores.shape)}")
 
 
 def _descending(scores: Tensor) -> Tensor:
@@ -138,7 +140,7 @@ def batched_nms(
     """
     _check_boxes(boxes, scores)
     if groups.shape != scores.shape[:1]:
-        raise ValueError(f"groups: expected shape ({boxes.shape[0]},), got {tuple(groups.shape)}")
+        raise InputError(f"groups: expected shape ({boxes.shape[0]},), got {tuple(groups.shape)}")
     if boxes.shape[0] == 0:
         return torch.zeros(0, dtype=torch.int64, device=boxes.device)
     kept = []
@@ -175,7 +177,7 @@ def classwise_nms_keep(boxes: Tensor, scores: Tensor, iou_threshold: float) -> T
         ``(N, K)`` bool: box ``i`` survives the NMS of class ``k``.
     """
     if scores.ndim != 2:
-        raise ValueError(f"scores: expected shape (N, K), got {tuple(scores.shape)}")
+        raise InputError(f"scores: expected shape (N, K), got {tuple(scores.shape)}")
     _check_boxes(boxes, scores)
     n, k = scores.shape
     if n == 0 or k == 0:
@@ -241,9 +243,9 @@ def roi_pool(
         ``(R, C, PH, PW)``, the dtype of ``features``.
     """
     if features.ndim != 4:
-        raise ValueError(f"features: expected shape (B, C, H, W), got {tuple(features.shape)}")
+        raise InputError(f"features: expected shape (B, C, H, W), got {tuple(features.shape)}")
     if rois.ndim != 2 or rois.shape[1] != 5:
-        raise ValueError(f"rois: expected shape (R, 5), got {tuple(rois.shape)}")
+        raise InputError(f"rois: expected shape (R, 5), got {tuple(rois.shape)}")
     ph, pw = (output_size, output_size) if isinstance(output_size, int) else output_size
     _, c, h, w = features.shape
     r = rois.shape[0]

@@ -37,6 +37,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from vlprobe.validation import InputError, check_positive_int
+
 from .errors import DetectorInputError
 
 __all__ = ["CHANNEL_ORDERS", "DEFAULT_PRESET", "PRESETS", "RULES", "SelectionPreset", "get_preset"]
@@ -47,7 +49,7 @@ _OVERRIDABLE = ("min_boxes", "max_boxes", "min_score", "nms_threshold", "channel
 
 
 def _unknown(kind: str, name: str, known: Sequence[str]) -> str:
-    from vlprobe.registry import unknown_name_message
+    from vlprobe.validation import unknown_name_message
 
     return unknown_name_message(kind, name, known)
 
@@ -157,8 +159,10 @@ class SelectionPreset:
 def _check_count(field: str, value: Any) -> None:
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise DetectorInputError(f"{field} must be an integer >= 1, got {value!r}")
+    try:
+        check_positive_int(value, field)
+    except InputError as exc:
+        raise DetectorInputError(str(exc)) from None
 
 
 _BUTD = "peteanderson80/bottom-up-attention tools/generate_tsv.py"
