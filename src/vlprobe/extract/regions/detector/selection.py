@@ -33,12 +33,17 @@ class Selection:
     attrs_conf: Tensor
 
 
-def _too_few(index: int, have: int, preset: SelectionPreset) -> TooFewBoxesError:
-    return TooFewBoxesError(
-        index,
-        f"only {have} candidate boxes (proposals) exist, but preset {preset.name!r} needs at least "
-        f"{preset.min_boxes}; lower min_boxes",
-    )
+def _bounds(index: int, proposals: Tensor, preset: SelectionPreset) -> tuple[int, int, int]:
+    """(proposals, min_boxes, max_boxes); too few proposals is the image's error."""
+    n = proposals.shape[0]
+    lo, hi = int(preset.min_boxes), int(preset.max_boxes)  # type: ignore[arg-type]
+    if n < lo:
+        raise TooFewBoxesError(
+            index,
+            f"only {n} candidate boxes (proposals) exist, but preset {preset.name!r} needs at least "
+            f"{lo}; lower min_boxes",
+        )
+    return n, lo, hi
 
 
 def _attributes(attr_logits: Tensor | None, k: int, softmax_first: bool) -> tuple[Tensor, Tensor]:
@@ -54,10 +59,7 @@ def select_butd(
     index: int, proposals: Tensor, obj_logits: Tensor, attr_logits: Tensor | None, preset: SelectionPreset
 ) -> Selection:
     """BUTD selection: per-class NMS confidence, threshold, ``min_boxes``..``max_boxes``."""
-    n = proposals.shape[0]
-    lo, hi = int(preset.min_boxes), int(preset.max_boxes)  # type: ignore[arg-type]
-    if n < lo:
-        raise _too_few(index, n, preset)
+    _, lo, hi = _bounds(index, proposals, preset)
     probs = obj_logits.float().softmax(-1)[:, :-1]
     survive = classwise_nms_keep(proposals, probs, preset.nms_threshold[0])  # type: ignore[index]
     max_conf = torch.where(survive, probs, torch.zeros_like(probs)).max(-1).values
@@ -83,10 +85,7 @@ def select_hf(
     preset: SelectionPreset,
 ) -> Selection:
     """The reference port's selection: best-class regressed boxes, class-agnostic NMS."""
-    n = proposals.shape[0]
-    lo, hi = int(preset.min_boxes), int(preset.max_boxes)  # type: ignore[arg-type]
-    if n < lo:
-        raise _too_few(index, n, preset)
+    n, lo, hi = _bounds(index, proposals, preset)
     scores = obj_logits.float().softmax(-1)[:, :-1]
     k = scores.shape[1]
     boxes = clip_boxes(decode_boxes(deltas.float(), proposals.float(), weights).view(n, k, 4), *image_hw)
