@@ -75,15 +75,27 @@ def test_ties_are_failures(s: np.ndarray, expected: dict[str, bool]) -> None:
         assert got[key] is value, key
 
 
-def test_matching_only_for_positive_scores() -> None:
+def test_matching_only_for_non_negative_scores() -> None:
     assert "matching" in winoground_outcomes(item(0.9, 0.1, 0.2, 0.8))
-    for s in (item(0.9, 0.0, 0.2, 0.8), item(0.9, -0.1, 0.2, 0.8)):
-        out = winoground_outcomes(s)
-        assert "matching" not in out
-        assert set(out) == {"text", "image", "group"}
-    # One non-positive score anywhere removes matching for the whole batch.
+    # Zeros are scores like any other (the human scores are 0/1): 0.9 * 0.8 > 0 * 0.2.
+    assert winoground_outcomes(item(0.9, 0.0, 0.2, 0.8))["matching"].tolist() == [True]
+    assert winoground_outcomes(item(0.0, 0.0, 0.0, 0.0))["matching"].tolist() == [False]  # a tie fails
+    out = winoground_outcomes(item(0.9, -0.1, 0.2, 0.8))
+    assert set(out) == {"text", "image", "group"}
+    # One negative score anywhere leaves matching undefined for the whole batch.
     batch = np.concatenate([item(0.9, 0.1, 0.2, 0.8), item(0.9, 0.1, 0.2, -1.0)])
     assert "matching" not in winoground_outcomes(batch)
+
+
+def test_matching_of_human_like_binary_scores_against_a_loop() -> None:
+    # 0/1 judgements, as Winoground's human scores are: every score either 0 or 1.
+    rng = np.random.default_rng(11)
+    s = rng.integers(0, 2, size=(500, 2, 2)).astype(float)
+    want = []
+    for n in range(len(s)):  # the definition, one item at a time, in plain Python
+        (c0i0, c0i1), (c1i0, c1i1) = s[n].tolist()
+        want.append(c0i0 * c1i1 > c0i1 * c1i0)
+    assert winoground_outcomes(s)["matching"].tolist() == want
 
 
 def test_matching_values() -> None:
@@ -134,7 +146,7 @@ def test_group_is_text_and_image(s: np.ndarray) -> None:
 
 
 def _reference(s: np.ndarray) -> dict[str, list[bool]]:
-    """The definitions of REFERENCE.md §4.1, one item at a time."""
+    """The definitions (Thrush et al. 2022), one item at a time."""
     text, image = [], []
     for m in s:
         (c0i0, c0i1), (c1i0, c1i1) = m

@@ -30,8 +30,10 @@ from vlprobe.provenance import sha256_file
 WWH_TAGS = ("Non Minimal", "Ambiguously Correct", "Visually Difficult", "Unusual Image",
             "Unusual Text", "Complex Reasoning")
 TAG_COUNTS = {"Complex Reasoning": 78, "Unusual Image": 56, "Unusual Text": 50,
-              "Ambiguously Correct": 46, "Visually Difficult": 38, "Non Minimal": 30}  # REFERENCE §1.2
+              "Ambiguously Correct": 46, "Visually Difficult": 38, "Non Minimal": 30}  # counts in the tag file
 METRICS = ("text", "image", "group", "matching")
+WWH_GROUPS = ("wwh=NoTag", "wwh=NoTag-WWH-code", "wwh=Easier", "wwh=Harder", "wwh=Easier-WWH-code",
+              "wwh=Harder-WWH-code")
 
 
 # --- helpers and fixtures -----------------------------------------------------------------------
@@ -77,9 +79,11 @@ def expected_mask(subset: str, ids: list[int], tags: list[dict[str, list[str]]])
     lists = [t.get("wwh", []) for t in tags]
     untagged = np.array([not w for w in lists])
     code_none = untagged & (np.asarray(ids) != 313)
-    easier = code_none | np.array(["Non Minimal" in w for w in lists])
+    non_minimal = np.array(["Non Minimal" in w for w in lists])
+    easier, code_easier = untagged | non_minimal, code_none | non_minimal
     return {
         "NoTag": untagged, "NoTag-WWH-code": code_none, "Easier": easier, "Harder": ~easier,
+        "Easier-WWH-code": code_easier, "Harder-WWH-code": ~code_easier,
     }.get(value, np.array([value in w for w in lists]))
 
 
@@ -204,20 +208,22 @@ def test_subset_masks_real_tag_file(real_tags: Path) -> None:
     tags = [{"wwh": raw[str(i)]} for i in ids]
     masks = subset_masks(ids, tags)
     assert next(iter(masks)) == "all"
-    assert set(masks) == {"all", *(f"wwh={t}" for t in WWH_TAGS),
-                          "wwh=NoTag", "wwh=NoTag-WWH-code", "wwh=Easier", "wwh=Harder"}
+    assert set(masks) == {"all", *(f"wwh={t}" for t in WWH_TAGS), *WWH_GROUPS}
     counts = {k: int(v.sum()) for k, v in masks.items()}
     assert counts["all"] == 400
     assert counts["wwh=NoTag"] == 172
     assert counts["wwh=NoTag-WWH-code"] == 171
-    assert counts["wwh=Easier"] == 201
-    assert counts["wwh=Harder"] == 199
+    assert counts["wwh=Easier"] == 202 and counts["wwh=Harder"] == 198
+    assert counts["wwh=Easier-WWH-code"] == 201 and counts["wwh=Harder-WWH-code"] == 199  # the paper code's
     for tag, n in TAG_COUNTS.items():
         assert counts[f"wwh={tag}"] == n, tag
-    # The one id that separates the two NoTag lists, and where it lands.
+    # The one id that separates the two NoTag lists, and where it lands: untagged, so easier,
+    # except in the paper code's split.
     assert masks["wwh=NoTag"][313] and not masks["wwh=NoTag-WWH-code"][313]
-    assert masks["wwh=Harder"][313]
+    assert raw["313"] == [] and masks["wwh=Easier"][313] and masks["wwh=Harder-WWH-code"][313]
+    assert (masks["wwh=Easier"] != masks["wwh=Easier-WWH-code"]).sum() == 1
     np.testing.assert_array_equal(masks["wwh=Easier"], ~masks["wwh=Harder"])
+    np.testing.assert_array_equal(masks["wwh=Easier-WWH-code"], ~masks["wwh=Harder-WWH-code"])
     for name, mask in masks.items():
         assert mask.dtype == bool and mask.shape == (400,), name
         np.testing.assert_array_equal(mask, expected_mask(name, ids, tags), err_msg=name)
@@ -273,8 +279,7 @@ def test_run_from_scores_file_with_real_tags(tmp_path: Path, real_tags: Path) ->
 
     raw = json.loads(real_tags.read_text(encoding="utf-8"))
     tags = [{"wwh": raw[str(i)]} for i in ids]
-    subsets = ["all", *(f"wwh={t}" for t in WWH_TAGS),
-               "wwh=NoTag", "wwh=NoTag-WWH-code", "wwh=Easier", "wwh=Harder"]
+    subsets = ["all", *(f"wwh={t}" for t in WWH_TAGS), *WWH_GROUPS]
     assert {r["subset"] for r in rows} == set(subsets)
     assert len(rows) == len(subsets) * len(METRICS)
     by_key = {(r["subset"], r["metric"]): r for r in rows}
@@ -331,12 +336,31 @@ def test_run_from_scores_file_without_tags(tmp_path: Path) -> None:
         assert r["value"] == pytest.approx(100.0 * outcomes[r["metric"]].mean())
 
 
-def test_run_without_matching_when_a_score_is_negative(tmp_path: Path) -> None:
+def test_matching_is_nan_and_explained_when_a_score_is_negative(tmp_path: Path) -> None:
     s, _ = designed_scores(8, seed=6)
     s[3, 0, 1] = -1.0
     scores_file = write_scores(tmp_path / "neg.jsonl", list(range(8)), s)
-    _, _, rows = run_winoground_scores(WinogroundScoresConfig(out=tmp_path / "o", scores_file=scores_file))
-    assert {r["metric"] for r in point_rows(rows)} == {"text", "image", "group"}
+    csv_path, manifest_path, rows = run_winoground_scores(WinogroundScoresConfig(out=tmp_path / "o", scores_file=scores_file))
+    assert {r["metric"] for r in point_rows(rows)} == set(METRICS)
+    matching = [r for r in rows if r["metric"].startswith("matching")]
+    assert len(matching) == 3 and all(np.isnan(r["value"]) for r in matching)  # value and interval
+    assert all(not np.isnan(r["value"]) for r in rows if not r["metric"].startswith("matching"))
+    _, lines = read_csv(csv_path)
+    assert {line["value"] for line in lines if line["metric"] == "matching"} == {"nan"}
+    run = json.loads(manifest_path.read_text(encoding="utf-8"))["runs"]["neg"]
+    assert set(run["undefined_metrics"]) == {"matching"} and "non-negative" in run["undefined_metrics"]["matching"]
+
+
+def test_matching_with_zero_scores_equals_the_definition(tmp_path: Path) -> None:
+    # Binary 0/1 scores, like Winoground's human judgements (published matching score 97.25).
+    rng = np.random.default_rng(12)
+    s = rng.integers(0, 2, size=(200, 2, 2)).astype(float)
+    scores_file = write_scores(tmp_path / "binary.jsonl", list(range(200)), s)
+    _, manifest_path, rows = run_winoground_scores(WinogroundScoresConfig(out=tmp_path / "o", scores_file=scores_file))
+    hits = sum(1 for n in range(200) if s[n, 0, 0] * s[n, 1, 1] > s[n, 0, 1] * s[n, 1, 0])
+    got = next(r for r in rows if r["metric"] == "matching" and r["subset"] == "all")
+    assert got["value"] == pytest.approx(100.0 * hits / 200, abs=1e-12)
+    assert json.loads(manifest_path.read_text(encoding="utf-8"))["runs"]["binary"]["undefined_metrics"] == {}
 
 
 def test_run_ids_missing_from_tag_file(tmp_path: Path, real_tags: Path) -> None:

@@ -43,6 +43,7 @@ from vlprobe.experiments.outputs import (
     write_results,
 )
 from vlprobe.experiments.score_files import caption_foil_scores, read_item_scores, write_item_scores
+from vlprobe.experiments.units import units_of
 from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError
 
@@ -245,7 +246,7 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
             threshold = MATCH_THRESHOLDS.get(score_kind)
         rows = _valse_rows(pos, neg, sub, idx, base, config.seed, threshold, config.skip_foil_ties)
     extra = {
-        "units": "percent", "model": model, "n_items": len(ids), "score_kind": score_kind, "model_info": info,
+        "units": units_of(rows), "model": model, "n_items": len(ids), "score_kind": score_kind, "model_info": info,
         "items_per_subset": {s: int((sub == s).sum()) for s in dict.fromkeys(subsets)},
         "bootstrap": {"resamples": config.bootstrap, "seed": config.seed, "level": 0.95,
                       "kind": "percentile; items resampled within their subset; one index set for every metric"},

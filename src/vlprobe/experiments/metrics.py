@@ -5,7 +5,9 @@ Winoground (Thrush et al. 2022), with s[n, k, j] = score of caption k with image
 * text  = s(C0,I0) > s(C1,I0)  and  s(C1,I1) > s(C0,I1)   (pick the caption, per image)
 * image = s(C0,I0) > s(C0,I1)  and  s(C1,I1) > s(C1,I0)   (pick the image, per caption)
 * group = text and image
-* matching = s00 * s11 > s01 * s10, defined for positive scores only
+* matching = s(C0,I0) * s(C1,I1) > s(C0,I1) * s(C1,I0)  (Winoground's "matching score"), defined
+  when every score is non-negative (zeros included, as in the human scores): a product of two
+  negative scores would reward a model for scoring both wrong pairs low
 
 All comparisons are strict: a tie is a failure. Recall@k over a full score matrix counts ties
 against the model: the rank of the positive is 1 + the number of other candidates scoring at
@@ -42,6 +44,7 @@ import numpy as np
 from vlprobe.validation import InputError, check_positive_int, check_seed
 
 __all__ = [
+    "MATCHING_UNDEFINED",
     "SUGARCREPE_GROUPS",
     "auroc",
     "bootstrap_ci",
@@ -56,6 +59,13 @@ __all__ = [
 ]
 
 
+#: Why a run has no matching score (its rows then hold NaN; the manifest says this).
+MATCHING_UNDEFINED = (
+    "some scores are negative: the matching score compares products of scores "
+    "(s00*s11 > s01*s10) and is defined for non-negative scores only"
+)
+
+
 def winoground_outcomes(s: np.ndarray) -> dict[str, np.ndarray]:
     """Per-item Winoground outcomes.
 
@@ -67,7 +77,8 @@ def winoground_outcomes(s: np.ndarray) -> dict[str, np.ndarray]:
     Returns
     -------
     dict of str to ndarray of bool, shape (N,)
-        ``text``, ``image``, ``group``, and ``matching`` when every score is positive.
+        ``text``, ``image``, ``group``, and ``matching`` when no score is negative (see
+        :data:`MATCHING_UNDEFINED`).
     """
     s = np.asarray(s, dtype=np.float64)
     if s.ndim != 3 or s.shape[1:] != (2, 2):
@@ -78,7 +89,7 @@ def winoground_outcomes(s: np.ndarray) -> dict[str, np.ndarray]:
     text = (c0i0 > c1i0) & (c1i1 > c0i1)
     image = (c0i0 > c0i1) & (c1i1 > c1i0)
     out = {"text": text, "image": image, "group": text & image}
-    if (s > 0).all():
+    if (s >= 0).all():
         out["matching"] = c0i0 * c1i1 > c0i1 * c1i0
     return out
 

@@ -29,6 +29,7 @@ from vlprobe.experiments.outputs import (
     write_results,
 )
 from vlprobe.experiments.summary import summarize, write_summary_csv
+from vlprobe.experiments.units import units_of
 from vlprobe.probes.mlp import check_training, fit_mlp_ensemble, mlp_dims
 from vlprobe.probes.splits import ItemSplit, control_flips, flip_labels, stratified_item_split
 from vlprobe.provenance import sha256_file
@@ -290,7 +291,7 @@ def train_and_write(
         extra={
             "model": plan.model, **extra,
             **split_record(index.item_ids, plan.items, plan.split, plan.families, config.split_file, flips),
-            "units": {"accuracy": "percent of examples"},
+            "units": units_of(rows),
         },
     )
     csv_path, manifest_path = write_results(config.out, experiment, plan.model, rows, manifest)

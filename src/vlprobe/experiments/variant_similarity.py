@@ -27,6 +27,7 @@ import numpy as np
 
 from vlprobe.experiments.metrics import winoground_outcomes
 from vlprobe.experiments.outputs import build_manifest, check_run_slot, config_record, write_results
+from vlprobe.experiments.units import units_of
 from vlprobe.validation import InputError, check_choice, check_probability
 
 __all__ = [
@@ -34,7 +35,7 @@ __all__ = [
 ]
 
 NAME = "variant-similarity"
-VERSION = 1
+VERSION = 2  # 2: wwh=Easier/Harder from the 172 untagged ids; the paper code's split as *-WWH-code
 AGGS = ("mean", "max")
 
 
@@ -191,7 +192,7 @@ def run_variant_similarity(config: VariantSimilarityConfig) -> tuple[Path, Path,
                         "value": float(100.0 * outcomes[metric][mask].mean()) if n else float("nan"), "n": n,
                     })
     manifest = build_manifest(NAME, VERSION, cfg, {"cache": provenance}, extra={
-        "units": "percent of items", "model": model, "n_items": len(ids),
+        "units": units_of(rows), "model": model, "n_items": len(ids),
         "variants_per_caption": {"min": int(vs.n_variants.min()), "max": int(vs.n_variants.max()),
                                  "mean": float(vs.n_variants.mean())},
         "setting_column": "probe = agg=<agg>;lambda=<lambda>",

@@ -11,9 +11,16 @@ scores (metrics ``text.ci95_low``, ``text.ci95_high``, ...; seeded, subset ``all
 Subsets (column ``subset``): ``all``; ``collapsed_tag=…``, ``tag=…``, ``secondary_tag=…``
 (``(none)`` for items without one), ``num_main_preds=…``; and the "Why is Winoground Hard?" tags
 ``wwh=<tag>``, ``wwh=NoTag`` (items whose list is empty in the tag file: 172),
-``wwh=NoTag-WWH-code`` (the paper code's 171-id list, which leaves out id 313),
-``wwh=Easier`` (that list plus Non Minimal) and ``wwh=Harder`` (the rest), as the paper code
-defines them. Values are percentages; ``n`` is the number of items in the subset.
+``wwh=NoTag-WWH-code`` (the paper code's 171-id list, which leaves out id 313), and the paper
+code's split into easier and harder items: ``wwh=Easier`` (NoTag plus Non Minimal: 202 items)
+and ``wwh=Harder`` (the rest: 198), with ``wwh=Easier-WWH-code`` and ``wwh=Harder-WWH-code``
+(201 and 199) built as the paper code builds them, from its 171-id list, so id 313 counts as
+harder there. Values are percentages; ``n`` is the number of items in the subset.
+
+Metrics: ``text``, ``image``, ``group`` and Winoground's ``matching`` score
+(s00*s11 > s01*s10). ``matching`` is defined for non-negative scores only (zeros included, as in
+the human scores): when any score of the run is negative its rows hold NaN and the manifest's
+``undefined_metrics`` says why.
 """
 
 from __future__ import annotations
@@ -31,7 +38,12 @@ import numpy as np
 
 from vlprobe.data.source_files import iter_json_lines
 from vlprobe.data.tags import WWH_CODE_NONE_EXCLUDED, WWH_TAGS
-from vlprobe.experiments.metrics import bootstrap_indices, ci95_rows, winoground_outcomes
+from vlprobe.experiments.metrics import (
+    MATCHING_UNDEFINED,
+    bootstrap_indices,
+    ci95_rows,
+    winoground_outcomes,
+)
 from vlprobe.experiments.outputs import (
     build_manifest,
     check_run_slot,
@@ -47,6 +59,7 @@ from vlprobe.experiments.score_files import (
     winoground_from_matrix,
     write_item_scores,
 )
+from vlprobe.experiments.units import units_of
 from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError
 
@@ -60,7 +73,10 @@ __all__ = [
 ]
 
 NAME = "winoground-scores"
-VERSION = 1
+# 2: matching defined for non-negative scores, NaN rows (not left out) when undefined;
+#    wwh=Easier/Harder from the 172 untagged ids, the paper code's split as *-WWH-code
+VERSION = 2
+METRICS = ("text", "image", "group", "matching")
 _LABEL = re.compile(r"^(\d+)_c([01])_i([01])$")
 
 
@@ -192,10 +208,13 @@ def subset_masks(ids: list[int], tags: list[Mapping[str, Iterable[str]]]) -> dic
             out[f"wwh={tag}"] = np.array([tag in w for w in wwh])
         notag = np.array([not w for w in wwh])
         code_none = notag & ~np.isin(np.asarray(ids), WWH_CODE_NONE_EXCLUDED)
+        non_minimal = np.array(["Non Minimal" in w for w in wwh])
         out["wwh=NoTag"] = notag
         out["wwh=NoTag-WWH-code"] = code_none
-        out["wwh=Easier"] = code_none | np.array(["Non Minimal" in w for w in wwh])
+        out["wwh=Easier"] = notag | non_minimal
         out["wwh=Harder"] = ~out["wwh=Easier"]
+        out["wwh=Easier-WWH-code"] = code_none | non_minimal
+        out["wwh=Harder-WWH-code"] = ~out["wwh=Easier-WWH-code"]
     return out
 
 
@@ -259,22 +278,27 @@ def run_winoground_scores(config: WinogroundScoresConfig) -> tuple[Path, Path, l
     cfg = config_record(config)
     check_run_slot(config.out, NAME, model, cfg)
     outcomes = winoground_outcomes(s)
+    undefined = {m: MATCHING_UNDEFINED for m in METRICS if m not in outcomes}
     rows: list[dict[str, Any]] = []
     for subset, mask in subset_masks(ids, tags).items():
         n = int(mask.sum())
-        for metric, hit in outcomes.items():
-            value = float(100.0 * hit[mask].mean()) if n else float("nan")
+        for metric in METRICS:
+            hit = outcomes.get(metric)
+            value = float(100.0 * hit[mask].mean()) if n and hit is not None else float("nan")
             rows.append({
                 "experiment": NAME, "model": model, "task": "target", "split": "all",
                 "subset": subset, "metric": metric, "value": value, "n": n,
             })
     idx = bootstrap_indices(len(ids), config.bootstrap, config.seed)
     base = {"experiment": NAME, "model": model, "task": "target", "split": "all", "subset": "all", "n": len(ids)}
-    for metric, hit in outcomes.items():
-        rows += ci95_rows(base, metric, 100.0 * hit[idx].mean(axis=1), config.seed)
+    for metric in METRICS:
+        hit = outcomes.get(metric)
+        boot = 100.0 * hit[idx].mean(axis=1) if hit is not None else np.full(len(idx), np.nan)
+        rows += ci95_rows(base, metric, boot, config.seed)
     manifest = build_manifest(
         NAME, VERSION, cfg, inputs, seeds=[config.seed],
-        extra={"units": "percent of items", "n_items": len(ids), "model": model,
+        extra={"units": units_of(rows), "n_items": len(ids), "model": model,
+               "undefined_metrics": undefined,
                "bootstrap": {"resamples": config.bootstrap, "seed": config.seed, "level": 0.95,
                              "kind": "percentile, items resampled with replacement, paired across metrics"},
                "item_scores": f"{result_stem(model)}.scores.jsonl"},
