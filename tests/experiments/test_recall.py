@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,16 @@ def expected_rows(path: Path, ks: tuple[int, ...]) -> dict[tuple[str, str], floa
     for direction, scores in (("i2t", sub), ("t2i", sub.T)):
         for k, value in recall_at_k(scores, positives, ks).items():
             out[(direction, f"recall@{k}")] = 100.0 * value
+        ranks = loop_ranks(scores)
+        out[(direction, "median_rank")] = float(statistics.median(ranks))
+        out[(direction, "mean_rank")] = sum(ranks) / len(ranks)
     return out
+
+
+def loop_ranks(scores: np.ndarray) -> list[int]:
+    """Rank of each row's positive (column r of row r), ties against the model, in plain Python."""
+    rows = scores.tolist()
+    return [sum(1 for v in row if v >= row[r]) for r, row in enumerate(rows)]
 
 
 def point_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -118,7 +128,9 @@ def test_recall_custom_ks_and_model(cache_path: Path, tmp_path: Path) -> None:
     rows = point_rows(rows)
     assert [(r["subset"], r["metric"]) for r in rows] == [
         ("i2t", "recall@3"), ("i2t", "recall@1"), ("i2t", f"recall@{2 * N_ITEMS}"),
+        ("i2t", "median_rank"), ("i2t", "mean_rank"),
         ("t2i", "recall@3"), ("t2i", "recall@1"), ("t2i", f"recall@{2 * N_ITEMS}"),
+        ("t2i", "median_rank"), ("t2i", "mean_rank"),
     ]
     assert {r["model"] for r in rows} == {"tiny"}
     # k = number of candidates: everything is found.
@@ -164,6 +176,25 @@ def test_recall_ties_count_against_the_model(cache_path: Path, tmp_path: Path) -
         assert values[(d, "recall@1")] == 0.0
         assert values[(d, f"recall@{2 * N_ITEMS - 1}")] == 0.0
         assert values[(d, f"recall@{2 * N_ITEMS}")] == 100.0
+        assert values[(d, "median_rank")] == values[(d, "mean_rank")] == 2 * N_ITEMS  # last of all
+
+
+def test_ranks_of_a_known_matrix(tmp_path: Path) -> None:
+    # Caption x image matrix (caption r matches image r); T2I ranks per row, I2T per column.
+    m = np.array([[0.9, 0.1, 0.2, 0.3],    # caption 0: its image first -> rank 1
+                  [0.8, 0.5, 0.1, 0.0],    # caption 1: one image above -> rank 2
+                  [0.7, 0.7, 0.7, 0.1],    # caption 2: a three-way tie -> rank 3
+                  [0.6, 0.9, 0.8, 0.2]])   # caption 3: last            -> rank 4
+    np.save(tmp_path / "m.npy", m)
+    _, manifest_path, rows = run_recall(RecallConfig(scores=tmp_path / "m.npy", out=tmp_path / "o", ks=(1,)))
+    got = {(r["subset"], r["metric"]): r["value"] for r in rows}
+    assert got[("t2i", "median_rank")] == 2.5 and got[("t2i", "mean_rank")] == 2.5
+    # I2T, image j ranks the captions by column j: 0.9 first; 0.5 under 0.7, 0.9; 0.7 under 0.8;
+    # 0.2 under 0.3.
+    assert loop_ranks(m.T) == [1, 3, 2, 2]
+    assert got[("i2t", "median_rank")] == 2.0 and got[("i2t", "mean_rank")] == 2.0
+    units = json.loads(manifest_path.read_text(encoding="utf-8"))["runs"]["m"]["units"]
+    assert units["recall@1"] == "percent" and units["median_rank"].startswith("rank")
 
 
 def test_recall_incomplete_matrix(cache_path: Path, tmp_path: Path) -> None:
@@ -201,7 +232,7 @@ def test_cli_recall(cache_path: Path, tmp_path: Path) -> None:
     for key, value in want.items():
         assert printed[key] == pytest.approx(value, abs=0.005), key
     _, lines = read_csv(out / "recall" / "clip.csv")
-    assert [line["metric"] for line in point_rows(lines)] == ["recall@1", "recall@5"] * 2
+    assert [line["metric"] for line in point_rows(lines)] == ["recall@1", "recall@5", "median_rank", "mean_rank"] * 2
 
 
 @pytest.mark.parametrize("ks", ["a,b", "1,,2", "0", ""])

@@ -2,13 +2,16 @@
 
 Image-to-text (I2T): each image ranks all original captions; text-to-image (T2I): each caption
 ranks all images. The positive of image 2i+k is caption 2i+k, so the other image or caption of
-the same item is a hard negative. Ties count against the model (metrics module). Values are
-percentages; k = 1, 2, 5, 10 by default.
+the same item is a hard negative. Ties count against the model (metrics module): the rank of a
+query's positive is the number of candidates scoring at least as high (1 = best). Per direction
+(``subset`` = ``i2t`` / ``t2i``): ``recall@k`` in percent of queries (k = 1, 2, 5, 10 by
+default), and ``median_rank`` and ``mean_rank`` of the positive, as ranks (1 to the number of
+candidates; the paper's code prints the median rank).
 
 The matrix comes from a cache (``--pairs all``, or any dual encoder) or from a caption x image
 ``.npy``/``.npz`` file in canonical order (caption r matches image r). Every run writes the matrix
 it used as ``<model>.scores.npy`` (caption x image) beside its CSV, and 95% bootstrap intervals
-(queries resampled, seeded) as metrics ``recall@k.ci95_low`` / ``recall@k.ci95_high``.
+(queries resampled, seeded) as metrics ``<metric>.ci95_low`` / ``<metric>.ci95_high``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import numpy as np
 from vlprobe.experiments.metrics import bootstrap_indices, ci95_rows, recall_ranks
 from vlprobe.experiments.outputs import build_manifest, check_run_slot, config_record, write_results
 from vlprobe.experiments.score_files import read_score_matrix
+from vlprobe.experiments.units import units_of
 from vlprobe.io import atomic_write
 from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError, check_positive_int
@@ -29,7 +33,7 @@ from vlprobe.validation import InputError, check_positive_int
 __all__ = ["RecallConfig", "run_recall"]
 
 NAME = "recall"
-VERSION = 1
+VERSION = 2  # 2: median_rank and mean_rank per direction
 
 
 @dataclass(frozen=True)
@@ -94,16 +98,21 @@ def run_recall(config: RecallConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
     # m is caption x image: T2I ranks images per caption (rows); I2T ranks captions per image.
     for direction, scores in (("i2t", m.T), ("t2i", m)):
         ranks = recall_ranks(scores, positives)
+        base = {"experiment": NAME, "model": model, "task": "target", "split": "all",
+                "subset": direction, "n": len(positives)}
         for k in config.ks:
             hit = ranks <= int(k)
-            base = {"experiment": NAME, "model": model, "task": "target", "split": "all",
-                    "subset": direction, "n": len(positives)}
             rows.append({**base, "metric": f"recall@{int(k)}", "value": 100.0 * float(hit.mean())})
             intervals += ci95_rows(base, f"recall@{int(k)}", 100.0 * hit[idx].mean(axis=1), config.seed)
+        resampled = ranks[idx].astype(np.float64)
+        for metric, point, boot in (("median_rank", np.median(ranks), np.median(resampled, axis=1)),
+                                    ("mean_rank", ranks.mean(), resampled.mean(axis=1))):
+            rows.append({**base, "metric": metric, "value": float(point)})
+            intervals += ci95_rows(base, metric, boot, config.seed)
     rows += intervals
     manifest = build_manifest(
         NAME, VERSION, cfg, inputs, seeds=[config.seed],
-        extra={"units": "percent of queries", "model": model,
+        extra={"units": units_of(rows), "model": model,
                "bootstrap": {"resamples": config.bootstrap, "seed": config.seed, "level": 0.95},
                "item_scores": "<model>.scores.npy (caption x image, canonical order)"},
     )
