@@ -5,11 +5,17 @@
    the same initialisations and orders. The data are Winoground-sized (400 items, 300 train items
    x 4 examples); the network is reduced (``--dim``, ``--width``, ``--epochs``) so the loop ends in
    about a minute on a small CPU. A check that both give the same predictions is printed too.
-2. Separability (§5.1) for 400 items x 13 layers (16 texts per item, 2 control seeds): the SVMs
-   fitted in parallel (joblib, ``--jobs``) vs sequentially; the results must be identical.
+2. Separability (§5.1) at the demo's size, 40 items x 13 layers x (target + 3 controls), 12 texts
+   per item (or the cache given with ``--cache``): the SVMs as the experiment fits them now
+   (libsvm's ``SVC(kernel="linear")``, the paper's solver) vs the former solver (liblinear's
+   ``LinearSVC``, hinge loss) on the same points, and the margins of both against a direct
+   ``SVC(kernel="linear", C=100)`` call: the maximum relative difference (libsvm) and the median and
+   maximum (liblinear).
+3. Separability for 400 items x 13 layers (16 texts per item, 2 control seeds): the SVMs fitted in
+   parallel (joblib, ``--jobs``) vs sequentially; the results must agree.
 
 Usage: python benchmarks/probes.py [--items 400] [--layers 13] [--seeds 11] [--dim 32]
-       [--width 32] [--epochs 4] [--jobs 2] [--threads 1]
+       [--width 32] [--epochs 4] [--jobs 2] [--threads 1] [--cache DEMO/clip.h5]
 """
 
 from __future__ import annotations
@@ -82,6 +88,78 @@ def parallel_capacity(jobs: int) -> float:
     return sequential / parallel
 
 
+def _liblinear_fit(X: np.ndarray, y: np.ndarray) -> float:
+    """2/||w|| of the former solver: liblinear, hinge loss, the intercept penalised like a weight."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.svm import LinearSVC
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        svc = LinearSVC(C=100.0, loss="hinge", dual=True, tol=1e-4, max_iter=100_000, random_state=0).fit(X, y)
+    norm = float(np.linalg.norm(svc.coef_))
+    return 2.0 / norm if norm > 0 else float("inf")
+
+
+def bench_solvers(args: argparse.Namespace, root: Path) -> None:
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.svm import SVC
+
+    from vlprobe.experiments.cache_features import load_index, read_stream
+    from vlprobe.experiments.separability import separability_cases
+    from vlprobe.extract.cache.reader import ActivationCache
+    from vlprobe.probes.linear import LinearSeparabilityProbe
+    from vlprobe.probes.separability_cases import control_labels
+
+    cache = Path(args.cache) if args.cache else planted_cache(
+        root / "demo.h5", n_items=40, n_variants=5, n_layers=args.layers, signal_layer=args.layers // 2,
+        hidden=args.svc_dim, seed=0)
+    with ActivationCache(cache) as c:
+        index = load_index(c)
+        read = read_stream(c, None, ("text", "pair"), "cls", "all")
+    cases, _ = separability_cases(index, read.modality, read.lookup)
+    seeds = [0, 1, 2]
+    problems = [(read.states[case.rows, li].astype(np.float64), y) for li in range(read.states.shape[1])
+                for case in cases for y in [case.labels, *(control_labels(case, s) for s in seeds)]]
+    print(f"Separability solvers, demo size: {len(cases)} cases x {read.states.shape[1]} layers x "
+          f"(target + {len(seeds)} controls) = {len(problems)} SVMs, {problems[0][0].shape[0]} points in "
+          f"{problems[0][0].shape[1]} dims ({'cache ' + str(cache) if args.cache else 'planted cache'})")
+    t0 = time.perf_counter()
+    new = [LinearSeparabilityProbe().fit_trusted(X, y) for X, y in problems]
+    t_new = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    old = [_liblinear_fit(X, y) for X, y in problems]
+    t_old = time.perf_counter() - t0
+    print(f"  libsvm SVC (now):          {t_new:8.2f} s")
+    print(f"  liblinear LinearSVC (was): {t_old:8.2f} s   libsvm / liblinear time: {t_new / t_old:.2f}")
+    t0 = time.perf_counter()
+    run_separability(SeparabilityConfig(cache=cache, out=root / "demo-run", seeds=len(seeds)))
+    print(f"  the whole experiment now (jobs=1, outputs written): {time.perf_counter() - t0:8.2f} s")
+    rel_new, rel_old = [], []
+    old_flat = []
+    for (X, y), p, m_old in zip(problems, new, old, strict=True):
+        if not p.has_hyperplane_:
+            old_flat.append(m_old)
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            ref = SVC(kernel="linear", C=100.0, max_iter=100_000).fit(X, y)
+        m_ref = 2.0 / float(np.linalg.norm(ref.coef_))
+        rel_new.append(abs(p.margin_ - m_ref) / m_ref)
+        rel_old.append(abs(m_old - m_ref) / m_ref)
+    n_flat = sum(not p.has_hyperplane_ for p in new)
+    print(f"  margins vs SVC(kernel='linear', C=100) on the same points ({len(rel_new)} fits with a "
+          f"hyperplane; {n_flat} without, left out):")
+    print(f"    libsvm (now):     max relative difference {max(rel_new):.1e}")
+    print(f"    liblinear (was):  median {np.median(rel_old):.2%}, max {max(rel_old):.2%}")
+    if old_flat:
+        print(f"  fits without a hyperplane: the former solver's 2/||w|| there ranged "
+              f"{min(old_flat):.1e} .. {max(old_flat):.1e} (now NaN, counted as no_hyperplane)")
+
+
 def bench_svc(args: argparse.Namespace, root: Path) -> None:
     cache = planted_cache(root / "sep.h5", n_items=args.items, n_variants=7, n_layers=args.layers,
                           signal_layer=args.layers // 2, hidden=args.svc_dim, seed=0)
@@ -97,7 +175,10 @@ def bench_svc(args: argparse.Namespace, root: Path) -> None:
     _, _, par = run_separability(SeparabilityConfig(out=root / "par", jobs=args.jobs, **cfg))
     parallel = time.perf_counter() - t0
     print(f"  parallel (jobs={args.jobs}):      {parallel:8.2f} s (includes starting the workers)")
-    print(f"  speed-up: {sequential / parallel:.2f}x   identical results: {seq == par}")
+    same = [{k: v for k, v in r.items() if k != "value"} for r in seq] == [
+        {k: v for k, v in r.items() if k != "value"} for r in par]
+    diff = np.nanmax(np.abs(np.array([r["value"] for r in seq]) - np.array([r["value"] for r in par])))
+    print(f"  speed-up: {sequential / parallel:.2f}x   same rows: {same}, max |value difference|: {diff:.1e}")
     print(f"  (this machine's own parallel capacity, a pure-Python loop on {args.jobs} workers: "
           f"{parallel_capacity(args.jobs):.2f}x)")
 
@@ -115,6 +196,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads (both sides)")
     ap.add_argument("--skip-mlp", action="store_true")
     ap.add_argument("--skip-svc", action="store_true")
+    ap.add_argument("--cache", help="a cache with variants for the solver comparison (e.g. the demo's clip.h5)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(f"cpu cores: {os.cpu_count()} (timings on a shared machine are noisy)")
@@ -122,6 +204,7 @@ def main() -> None:
         bench_mlp(args)
     if not args.skip_svc:
         with tempfile.TemporaryDirectory() as tmp:
+            bench_solvers(args, Path(tmp))
             bench_svc(args, Path(tmp))
 
 

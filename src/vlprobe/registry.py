@@ -184,7 +184,7 @@ MODELS.register(
 # Probes and probing experiments.
 PROBES.register(
     "linear-separability", "vlprobe.probes.linear:LinearSeparabilityProbe",
-    help="Linear SVM (C=100); separable_ = training accuracy 1.0, margin_ = 2/||w||",
+    help="Linear SVM (libsvm SVC, C=100); separable_ = training accuracy 1.0, margin_ = 2/||w||",
 )
 PROBES.register(
     "mlp", "vlprobe.probes.mlp:MLPProbe",

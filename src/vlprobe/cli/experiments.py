@@ -115,7 +115,7 @@ def run_separability_cmd(
     seeds: Annotated[int, typer.Option(help="Number of control shuffles (seeds 0..N-1).")] = 3,
     c: Annotated[float, typer.Option("--C", help="SVM C.")] = 100.0,
     max_iter: Annotated[int, typer.Option(help="SVM iterations.")] = 100_000,
-    loss: Annotated[str, typer.Option(help="hinge or squared_hinge.")] = "hinge",
+    tol: Annotated[float, typer.Option(help="SVM stopping tolerance (libsvm).")] = 1e-3,
     jobs: Annotated[int, typer.Option(help="Parallel workers (-1: all cores).")] = 1,
     model: OutputsModelName = None,
 ) -> None:
@@ -125,7 +125,7 @@ def run_separability_cmd(
 
     csv_path, _, rows = run_separability(SeparabilityConfig(
         cache=cache, out=out, streams=_names(stream), pooling=pooling, layers=layers, scale=scale, seeds=seeds,
-        C=c, max_iter=max_iter, loss=loss, jobs=jobs, model=model,
+        C=c, max_iter=max_iter, tol=tol, jobs=jobs, model=model,
     ))
     _print_summary(summarize(rows), "separable", "train", csv_path)
 

@@ -1,9 +1,12 @@
 """Per-item linear separability of caption variants (``probe run separability``; paper §5.1).
 
-For every item and layer, a :class:`~vlprobe.probes.LinearSeparabilityProbe` (linear SVM,
-``C = 100``) is fitted on the states of caption 0's family (the caption and its variants, label 0)
-against caption 1's family (label 1). The item is *separable* at that layer when the SVM gets every
-training point right; its margin is ``2 / ||w||``. The control fits the same points with their
+For every item and layer, a :class:`~vlprobe.probes.LinearSeparabilityProbe` (the paper's
+``SVC(kernel="linear", C=100)``: libsvm, unpenalised intercept) is fitted on the states of caption
+0's family (the caption and its variants, label 0) against caption 1's family (label 1). The item
+is *separable* at that layer when the SVM gets every training point right; its margin is
+``2 / ||w||``. A fit whose ``w`` is numerically 0 relative to the points (e.g. CLIP's layer 0,
+where a caption and its word-swapped partner give the same point) has *no hyperplane*: it is not
+separable, has no margin, and is counted apart. The control fits the same points with their
 labels permuted, one permutation per seed and case drawn from
 ``numpy.random.default_rng([seed, item, image + 1])`` (the same across layers).
 
@@ -14,11 +17,14 @@ images: the points are the pair rows of that image with the item's texts; subset
 Outputs in ``OUT/separability/``:
 
 * ``<model>.csv`` (tidy): per stream, layer, pooling and task (target; control per seed), subset,
-  the metrics ``separable`` (% of cases), ``margin`` (mean over cases with a finite margin),
-  ``train_accuracy`` (%, mean) and ``converged`` (% of fits that converged within ``max_iter``);
-  ``split`` is ``train`` (separability is a property of the training points);
-* ``<model>.items.csv`` (tidy): the same metrics per case (``subset`` = item id, ``/i<j>`` for an
-  image condition);
+  the metrics ``separable`` (% of cases), ``no_hyperplane`` (% of cases whose fit has no
+  hyperplane), ``separable_margin`` (mean ``2 / ||w||`` over the separable cases only; ``n`` =
+  their number, NaN when there is none), ``train_accuracy`` (%, mean) and ``converged`` (% of
+  fits that converged within ``max_iter``); ``split`` is ``train`` (separability is a property of
+  the training points);
+* ``<model>.items.csv`` (tidy): the same metrics per case, in the same units (``subset`` = item
+  id, ``/i<j>`` for an image condition; ``separable`` is 0 or 100, ``separable_margin`` NaN for a
+  case that is not separable), so the mean over cases gives the aggregate;
 * ``<model>.summary.csv``: per layer, target and control mean/min/max over seeds, selectivity;
 * ``manifest.json``.
 
@@ -58,13 +64,17 @@ from vlprobe.experiments.outputs import (
     write_tidy_csv,
 )
 from vlprobe.experiments.summary import summarize, write_summary_csv
-from vlprobe.probes.separability_cases import Case, fit_cases
+from vlprobe.experiments.units import units_of
+from vlprobe.probes.linear import LinearSeparabilityProbe
+from vlprobe.probes.separability_cases import FIELDS, Case, fit_cases
 from vlprobe.validation import InputError, check_positive_float, check_positive_int
 
 __all__ = ["Case", "SeparabilityConfig", "fit_cases", "run_separability", "separability_cases"]
 
 NAME = "separability"
-VERSION = 1
+# 2: libsvm's SVC (was liblinear); no_hyperplane; separable_margin over separable cases only
+#    (was margin over every finite fit); per-case percentages in percent (were fractions)
+VERSION = 2
 PROBE = "linear-separability"
 #: Tag families reported as subsets (when every item has them).
 TAG_FAMILIES = ("collapsed_tag", "wwh")
@@ -88,7 +98,7 @@ class SeparabilityConfig:
         ``none`` or ``standard``.
     seeds : int
         Number of control permutations (seeds 0..seeds-1).
-    C, max_iter, loss : SVM settings (see :class:`LinearSeparabilityProbe`).
+    C, max_iter, tol : SVM settings (see :class:`LinearSeparabilityProbe`).
     jobs : int
         Parallel workers (joblib; -1 = all cores).
     model : str, optional
@@ -104,7 +114,7 @@ class SeparabilityConfig:
     seeds: int = 3
     C: float = 100.0
     max_iter: int = 100_000
-    loss: str = "hinge"
+    tol: float = 1e-3
     jobs: int = 1
     model: str | None = None
 
@@ -146,8 +156,7 @@ def _check_config(config: SeparabilityConfig) -> list[int]:
         check_positive_int(config.jobs, "jobs", " or -1 (all cores)")
     check_positive_float(config.C, "C")
     check_positive_int(config.max_iter, "max_iter")
-    if config.loss not in ("hinge", "squared_hinge"):
-        raise InputError(f"loss must be 'hinge' or 'squared_hinge', got {config.loss!r}")
+    check_positive_float(config.tol, "tol")
     return seeds
 
 
@@ -165,7 +174,8 @@ def run_separability(config: SeparabilityConfig) -> tuple[Path, Path, list[dict[
     seeds = _check_config(config)
     scale_mode = config.scale
     scale_states(np.zeros((1, 1, 1), np.float32), scale_mode)  # validates the name early
-    params = {"C": float(config.C), "max_iter": int(config.max_iter), "loss": config.loss, "random_state": 0}
+    params = {"C": float(config.C), "max_iter": int(config.max_iter), "tol": float(config.tol),
+              "zero_tol": LinearSeparabilityProbe().zero_tol}
     cfg = config_record(config)
     with ActivationCache(cache_path(config.cache)) as cache:
         streams = _default_streams(cache, config.streams)
@@ -196,10 +206,12 @@ def run_separability(config: SeparabilityConfig) -> tuple[Path, Path, list[dict[
         NAME, VERSION, cfg, {"cache": index.provenance}, seeds=seeds,
         extra={
             "model": model, "streams": read_layers,
-            "probe": {"name": PROBE, **params}, "n_cases": n_cases, "skipped_items": skipped,
+            "probe": {"name": PROBE, "solver": "libsvm SVC(kernel='linear')", **params},
+            "n_cases": n_cases, "skipped_items": skipped,
             "control": "labels of each case permuted by numpy default_rng([seed, item, image + 1])",
-            "units": {"separable": "percent of cases", "train_accuracy": "percent", "converged": "percent of fits",
-                      "margin": "2/||w|| in the (scaled) state space, mean over cases with w != 0"},
+            "units": units_of(rows, item_rows),
+            "separable_margin": "mean 2/||w|| over the separable cases only (n = their number)",
+            "no_hyperplane": "fits whose decision values span less than zero_tol over the points (w ~ 0)",
             "outputs": [f"{stem}.csv", f"{stem}.items.csv", f"{stem}.summary.csv"],
         },
     )
@@ -221,7 +233,7 @@ def _default_streams(cache: Any, streams: tuple[str, ...] | None) -> list[str]:
 def _fit_layers(
     states: np.ndarray, cases: list[Case], seeds: list[int], params: dict[str, Any], jobs: int
 ) -> np.ndarray:
-    """(L, cases, 1 + seeds, 4) results of :func:`fit_cases` on every layer, in parallel."""
+    """(L, cases, 1 + seeds, len(FIELDS)) results of :func:`fit_cases` on every layer, in parallel."""
     n_layers = states.shape[1]
     n_chunks = max(1, -(-2 * _n_workers(jobs) // n_layers)) if jobs != 1 else 1
     chunks = [list(range(len(cases)))[k::n_chunks] for k in range(n_chunks)]
@@ -229,7 +241,7 @@ def _fit_layers(
     results = Parallel(n_jobs=jobs)(
         delayed(fit_cases)(states[:, li, :], [cases[c] for c in ch], seeds, params) for li, ch in tasks
     )
-    per_layer = np.empty((n_layers, len(cases), 1 + len(seeds), 4))
+    per_layer = np.empty((n_layers, len(cases), 1 + len(seeds), len(FIELDS)))
     for (li, ch), res in zip(tasks, results, strict=True):
         per_layer[li, ch] = res
     return per_layer
@@ -272,26 +284,37 @@ def _rows(
             res = per_layer[li, :, t]
             for subset, mask in subsets.items():
                 rows.extend(_aggregate(res[mask], {**lrow, "task": task, "seed": seed, "subset": subset}))
+            values = _case_values(res)
             for c, case in enumerate(cases):
-                sep, margin, acc, conv = res[c]
-                for metric, value in (("separable", sep), ("margin", margin), ("train_accuracy", acc),
-                                      ("converged", conv)):
+                for metric, column in values.items():
                     item_rows.append({**lrow, "task": task, "seed": seed, "subset": case.name,
-                                      "metric": metric, "value": float(value), "n": len(case.rows)})
+                                      "metric": metric, "value": float(column[c]), "n": len(case.rows)})
+
+
+def _case_values(res: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-case metric values (module docstring) from (cases, len(FIELDS)) fit results."""
+    f = {name: res[:, i] for i, name in enumerate(FIELDS)}
+    separable = f["separable"] > 0
+    return {
+        "separable": 100.0 * f["separable"],
+        "no_hyperplane": 100.0 * (1.0 - f["has_hyperplane"]),
+        "separable_margin": np.where(separable, f["margin"], np.nan),
+        "train_accuracy": 100.0 * f["train_accuracy"],
+        "converged": 100.0 * f["converged"],
+    }
 
 
 def _aggregate(res: np.ndarray, row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The subset's rows: percentages over its cases, the margin over its separable cases."""
     n = len(res)
     if not n:
         return []
-    finite = np.isfinite(res[:, 1])
-    return [
-        {**row, "metric": "separable", "value": float(100 * res[:, 0].mean()), "n": n},
-        {**row, "metric": "margin", "value": float(res[finite, 1].mean()) if finite.any() else float("nan"),
-         "n": int(finite.sum())},
-        {**row, "metric": "train_accuracy", "value": float(100 * res[:, 2].mean()), "n": n},
-        {**row, "metric": "converged", "value": float(100 * res[:, 3].mean()), "n": n},
-    ]
+    out = []
+    for metric, column in _case_values(res).items():
+        kept = column[np.isfinite(column)] if metric == "separable_margin" else column
+        out.append({**row, "metric": metric, "n": len(kept),
+                    "value": float(kept.mean()) if len(kept) else float("nan")})
+    return out
 
 
 def _n_workers(jobs: int) -> int:

@@ -15,7 +15,7 @@ import numpy as np
 from vlprobe.probes.linear import LinearSeparabilityProbe
 from vlprobe.validation import InputError
 
-__all__ = ["Case", "control_labels", "fit_cases"]
+__all__ = ["FIELDS", "Case", "control_labels", "fit_cases"]
 
 
 @dataclass(frozen=True)
@@ -34,9 +34,13 @@ def control_labels(case: Case, seed: int) -> np.ndarray:
     return np.random.default_rng([seed, case.item, case.image + 1]).permutation(case.labels)
 
 
-def _fit_one(X: np.ndarray, y: np.ndarray, params: dict[str, Any]) -> tuple[float, float, float, float]:
+#: The per-fit fields :func:`fit_cases` returns, in order.
+FIELDS = ("separable", "margin", "train_accuracy", "converged", "has_hyperplane")
+
+
+def _fit_one(X: np.ndarray, y: np.ndarray, params: dict[str, Any]) -> tuple[float, ...]:
     p = LinearSeparabilityProbe(**params).fit_trusted(X, y)
-    return float(p.separable_), p.margin_, p.train_accuracy_, float(p.converged_)
+    return float(p.separable_), p.margin_, p.train_accuracy_, float(p.converged_), float(p.has_hyperplane_)
 
 
 def fit_cases(
@@ -56,11 +60,12 @@ def fit_cases(
 
     Returns
     -------
-    ndarray, shape (len(cases), 1 + len(seeds), 4)
-        Per case, target then one control per seed: separable (0/1), margin, train accuracy,
-        converged (0/1).
+    ndarray, shape (len(cases), 1 + len(seeds), len(FIELDS))
+        Per case, target then one control per seed, the :data:`FIELDS`: separable (0/1), margin
+        (``2 / ||w||``, NaN without a hyperplane), train accuracy (a fraction), converged (0/1),
+        has a hyperplane (0/1).
     """
-    out = np.empty((len(cases), 1 + len(seeds), 4))
+    out = np.empty((len(cases), 1 + len(seeds), len(FIELDS)))
     for c, case in enumerate(cases):
         X = states[case.rows].astype(np.float64)
         if not np.isfinite(X).all():
