@@ -17,7 +17,7 @@ from vlprobe.data.sugarcrepe import load_sugarcrepe
 from vlprobe.data.valse import load_valse
 from vlprobe.experiments.benchmark_eval import EvalConfig, run_eval
 from vlprobe.experiments.metrics import pair_correct, valse_metrics
-from vlprobe.experiments.score_files import caption_foil_scores, read_item_scores
+from vlprobe.experiments.score_files import caption_foil_scores, read_item_scores, write_item_scores
 from vlprobe.extract.models.clip import CLIPAdapter
 
 SC_SUBSETS = "swap_obj,add_att,replace_rel"
@@ -134,6 +134,37 @@ def test_eval_valse_clip_and_blind(valse_dir: Path, valse_roots: dict[str, Path]
     run = json.loads(lm_manifest.read_text(encoding="utf-8"))["runs"]["blind-lm"]
     assert run["score_kind"] == "mean_token_logprob" and run["n_items"] == 5
     assert set(json.loads(manifest_path.read_text(encoding="utf-8"))["runs"]) == {"clip", "blind-lm"}
+
+
+def test_eval_valse_from_a_score_file_with_logits(tmp_path: Path) -> None:
+    # Logits as a matching head writes them; VALSE's acc_r from them, vlprobe's from the scores.
+    rng = np.random.default_rng(8)
+    ids = [f"valse/{s}/{k}" for s in ("existence", "plurals") for k in range(40)]
+    logits = rng.normal(size=(2 * len(ids), 2))
+    logits[1:20:2, 1] = logits[1:20:2, 0]  # ten foils whose two logits tie: VALSE skips them
+    scores = np.exp(logits[:, 1]) / np.exp(logits).sum(1)
+    path = write_item_scores(tmp_path / "lx.scores.jsonl", [i for i in ids for _ in (0, 1)],
+                             [f"{i}/i0" for i in ids for _ in (0, 1)], [f"{i}/c{k}" for i in ids for k in (0, 1)],
+                             scores, logits)
+    csv_path, manifest_path, rows = run_eval(EvalConfig(benchmark="valse", out=tmp_path / "o", scores=path,
+                                                        threshold=0.5, bootstrap=50))
+    got = {(r["subset"], r["metric"]): r for r in rows}
+    cap_l, foil_l = logits[0::2], logits[1::2]
+    for subset, sl in (("existence", slice(0, 40)), ("plurals", slice(40, 80)), ("all", slice(0, 80))):
+        c, f = cap_l[sl].tolist(), foil_l[sl].tolist()
+        pairs = [ci[1] > fi[1] for ci, fi in zip(c, f, strict=True) if fi[0] != fi[1]]  # VALSE's loop
+        assert got[(subset, "acc_r_valse")]["value"] == pytest.approx(100 * sum(pairs) / len(pairs))
+        assert got[(subset, "acc_r_valse")]["n"] == len(pairs)
+        assert got[(subset, "acc_r")]["value"] == pytest.approx(100 * np.mean(scores[0::2][sl] > scores[1::2][sl]))
+        assert got[(subset, "acc_r")]["n"] == len(c)
+    assert got[("existence", "acc_r_valse")]["n"] == 30
+    run = json.loads(manifest_path.read_text(encoding="utf-8"))["runs"]["lx"]
+    assert "match logit" in run["definitions"]["acc_r_valse"] and "every item" in run["definitions"]["acc_r"]
+    # The run's own per-item file keeps the logits: the metrics again from it alone.
+    _, _, again = run_eval(EvalConfig(benchmark="valse", out=tmp_path / "again", scores=csv_path.with_suffix(".scores.jsonl"),
+                                      threshold=0.5, bootstrap=50))
+    np.testing.assert_equal({(r["subset"], r["metric"]): r["value"] for r in again},
+                            {(r["subset"], r["metric"]): r["value"] for r in rows})
 
 
 def test_eval_items_file_restricts(sugarcrepe_dir: Path, tmp_path: Path) -> None:

@@ -126,6 +126,17 @@ def test_eval_valse_scores_equal_encode_pairs_and_use_the_match_threshold(
     expect = valse_metrics(cap[:3], foil[:3], threshold=0.5)
     for metric in ("caption_tpr", "foil_tnr", "acc", "min_precision", "acc_r", "auroc"):
         assert got[("existence", metric)] == pytest.approx(100 * expect[metric], nan_ok=True)
+    # The matching head's raw logits are kept beside P(match), and VALSE's own acc_r uses them.
+    saved = read_item_scores(csv_path.with_suffix(".scores.jsonl"))
+    np.testing.assert_allclose(saved.logits, out.logits.float().numpy(), atol=1e-5)
+    np.testing.assert_allclose(np.exp(saved.logits[:, 1]) / np.exp(saved.logits).sum(1), saved.score, atol=1e-6)
+    cap_l, foil_l = saved.logits[0::2], saved.logits[1::2]
+    first = slice(0, 3)  # the existence items
+    kept = foil_l[first, 0] != foil_l[first, 1]
+    want_valse = 100 * float(((cap_l[first, 1] > foil_l[first, 1]) & kept).sum() / kept.sum())
+    assert got[("existence", "acc_r_valse")] == pytest.approx(want_valse)
+    assert {r["n"] for r in rows if r["subset"] == "existence" and r["metric"] == "acc_r_valse"} == {int(kept.sum())}
+    assert set(run["definitions"]) == {"acc_r", "acc_r_valse"}
 
 
 def test_eval_cross_errors_are_one_line(sugarcrepe_dir: Path, sc_regions: Path, tiny_lxmert: Path, tiny_uniter: Path,

@@ -15,6 +15,7 @@ from vlprobe.cli import app
 from vlprobe.experiments.metrics import recall_at_k, winoground_outcomes
 from vlprobe.experiments.recall import RecallConfig, run_recall
 from vlprobe.experiments.score_files import (
+    caption_foil_logits,
     caption_foil_scores,
     read_item_scores,
     read_score_matrix,
@@ -58,9 +59,32 @@ def test_item_scores_round_trip(tmp_path: Path) -> None:
     assert ids == ["sugarcrepe/swap_obj/3"] and pos.tolist() == [0.25] and neg.tolist() == [-1.5]
 
 
+def test_item_scores_keep_the_logits(tmp_path: Path) -> None:
+    ids = ["valse/existence/1", "valse/existence/2"]
+    logits = np.array([[0.5, 2.0], [1.0, -1.0], [0.25, 0.25], [-3.0, 4.5]])
+    path = write_item_scores(tmp_path / "s.jsonl", [i for i in ids for _ in (0, 1)], [f"{i}/i0" for i in ids for _ in (0, 1)],
+                             [f"{i}/c{k}" for i in ids for k in (0, 1)], [0.8, 0.1, 0.5, 0.9], logits)
+    got = read_item_scores(path)
+    np.testing.assert_array_equal(got.logits, logits)  # JSON keeps every float64 exactly
+    order, _, _ = caption_foil_scores(got)
+    caption, foil = caption_foil_logits(got, order)
+    np.testing.assert_array_equal(caption, logits[[0, 2]])
+    np.testing.assert_array_equal(foil, logits[[1, 3]])
+    plain = write_item_scores(tmp_path / "p.jsonl", ids[:1] * 2, [f"{ids[0]}/i0"] * 2, [f"{ids[0]}/c0", f"{ids[0]}/c1"], [1, 2])
+    assert read_item_scores(plain).logits is None and caption_foil_logits(read_item_scores(plain), ids[:1]) is None
+    with pytest.raises(ValueError, match="logits must have shape"):
+        write_item_scores(tmp_path / "x.jsonl", ids[:1], [f"{ids[0]}/i0"], [f"{ids[0]}/c0"], [1.0], logits)
+
+
 @pytest.mark.parametrize(
     ("lines", "match"),
     [
+        (['{"item": "a", "image": "a/i0", "text": "a/c0", "score": 1, "logits": [1, 2]}',
+          '{"item": "a", "image": "a/i0", "text": "a/c1", "score": 1}'], "every line or on none"),
+        (['{"item": "a", "image": "a/i0", "text": "a/c0", "score": 1}',
+          '{"item": "a", "image": "a/i0", "text": "a/c1", "score": 1, "logits": [1, 2]}'], "every line or on none"),
+        (['{"item": "a", "image": "a/i0", "text": "a/c0", "score": 1, "logits": [1]}'], "two finite numbers"),
+        (['{"item": "a", "image": "a/i0", "text": "a/c0", "score": 1, "logits": [1, NaN]}'], "two finite numbers"),
         (['{"item": "a", "image": "a/i0", "text": "a/c0"}'], "not a vlprobe score record"),
         (['{"item": "a", "image": "a/i0", "text": "a/c0", "score": "x"}'], "finite number"),
         (['{"item": "a", "image": "a/i0", "text": "a/c0", "score": NaN}'], "finite number"),

@@ -178,6 +178,40 @@ def test_valse_metrics_hand_case() -> None:
     assert kept_all["n_thresholded"] == 5 and kept_all["foil_tnr"] == pytest.approx(3 / 5)
 
 
+def valse_code_acc_r(cap_logits: np.ndarray, foil_logits: np.ndarray) -> float:
+    """acc_r as VALSE's lxmert_valse_eval.py computes it, item by item: s = [[caption no-match,
+    caption match], [foil no-match, foil match]]; items with s[1,0] == s[1,1] skipped; pair right
+    when s[0,1] > s[1,1] (raw logits, a tie wrong)."""
+    pairs = []
+    for c, f in zip(cap_logits.tolist(), foil_logits.tolist(), strict=True):
+        s = [c, f]
+        if s[1][0] == s[1][1]:
+            continue
+        pairs.append(s[0][1] > s[1][1])
+    return sum(pairs) / len(pairs)
+
+
+def test_acc_r_valse_is_valse_codes_acc_r_and_differs_from_the_softmax_ranking() -> None:
+    rng = np.random.default_rng(3)
+    cap = rng.normal(size=(300, 2))
+    foil = rng.normal(size=(300, 2))
+    foil[:20, 1] = foil[:20, 0]  # foil-tie items: VALSE skips them
+    cap[20:40, 1] = foil[20:40, 1]  # equal match logits: a tie is wrong
+    p_cap = np.exp(cap[:, 1]) / np.exp(cap).sum(1)  # P(match), the declared score
+    p_foil = np.exp(foil[:, 1]) / np.exp(foil).sum(1)
+    got = valse_metrics(p_cap, p_foil, threshold=0.5, caption_logits=cap, foil_logits=foil)
+    assert got["acc_r_valse"] == pytest.approx(valse_code_acc_r(cap, foil), abs=1e-15)
+    assert got["n_acc_r_valse"] == 280
+    assert got["acc_r"] == pytest.approx(np.mean(p_cap > p_foil))  # vlprobe's: every item, P(match)
+    # Two definitions: the softmax also depends on the no-match logit, so items flip between them.
+    assert ((p_cap > p_foil) != (cap[:, 1] > foil[:, 1])).sum() > 30
+    assert "acc_r_valse" not in valse_metrics(p_cap, p_foil)  # no logits, no reference acc_r
+    with pytest.raises(ValueError, match="give both or neither"):
+        valse_metrics(p_cap, p_foil, caption_logits=cap)
+    with pytest.raises(ValueError, match="shape"):
+        valse_metrics(p_cap, p_foil, caption_logits=cap[:, :1], foil_logits=foil)
+
+
 def test_valse_without_threshold_has_ranking_metrics_only() -> None:
     assert set(valse_metrics(np.array([0.3, 0.2]), np.array([0.1, 0.4]))) == {"acc_r", "auroc", "n"}
 

@@ -9,10 +9,15 @@ scores from a per-item score file (``scores``), then writes to ``OUT/<benchmark>
 * ``<model>.csv``: tidy rows, values in percent. SugarCrepe: ``accuracy`` per subset, for
   ``replace``/``swap``/``add`` (micro-averages) and ``all``. VALSE: ``acc_r`` and ``auroc`` per file,
   ``all`` (items pooled) and ``mean-of-subsets`` (the mean over files); with a match threshold also
-  ``caption_tpr``, ``foil_tnr``, ``acc``, ``min_rate``, ``ppv``, ``npv``, ``min_precision``
-  (:mod:`vlprobe.experiments.metrics`). Each value has its 95% paired bootstrap interval
-  (``<metric>.ci95_low`` / ``.ci95_high``; items resampled within their subset, seeded).
-* ``<model>.scores.jsonl``: the per-item scores (format in :mod:`vlprobe.experiments.score_files`).
+  ``caption_tpr``, ``foil_tnr``, ``acc``, ``min_rate``, ``ppv``, ``npv``, ``min_precision``; for a
+  model with a binary matching head (LXMERT, UNITER's ITM head; or a score file that carries its
+  logits) also ``acc_r_valse``, VALSE's own acc_r (raw match logits compared, foil-tie items
+  skipped; ``n`` = the items it keeps) beside ``acc_r`` (the declared score, every item)
+  (:mod:`vlprobe.experiments.metrics`; the manifest's ``definitions`` says which is which). Each
+  value has its 95% paired bootstrap interval (``<metric>.ci95_low`` / ``.ci95_high``; items
+  resampled within their subset, seeded).
+* ``<model>.scores.jsonl``: the per-item scores, with the matching head's logits where there are
+  some (format in :mod:`vlprobe.experiments.score_files`).
 * ``manifest.json``: config, seeds, versions, git revision, dataset and checkpoint fingerprints.
 
 ``items`` (a file of kept ids, e.g. from ``probe refine``) restricts a run to those items.
@@ -42,7 +47,12 @@ from vlprobe.experiments.outputs import (
     result_stem,
     write_results,
 )
-from vlprobe.experiments.score_files import caption_foil_scores, read_item_scores, write_item_scores
+from vlprobe.experiments.score_files import (
+    caption_foil_logits,
+    caption_foil_scores,
+    read_item_scores,
+    write_item_scores,
+)
 from vlprobe.experiments.units import units_of
 from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError
@@ -50,7 +60,13 @@ from vlprobe.validation import InputError
 __all__ = ["BENCHMARKS", "EvalConfig", "read_item_ids", "run_eval"]
 
 BENCHMARKS = ("sugarcrepe", "valse")
-VERSION = 1
+VERSION = 2  # 2: VALSE acc_r_valse (VALSE's own acc_r) from a matching head's logits; logits in the score file
+#: What each VALSE pairwise metric compares (recorded in the manifest).
+ACC_R_DEFINITIONS = {
+    "acc_r": "mean(score(caption) > score(foil)) on the declared score, over every item",
+    "acc_r_valse": "VALSE's lxmert_valse_eval.py: mean(match logit(caption) > match logit(foil)) "
+                   "over the items whose two foil logits differ",
+}
 
 
 @dataclass(frozen=True)
@@ -193,9 +209,10 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
         )
         images = [it.images[0] for it in items for _ in (0, 1)]
         texts = [it.texts[k].text for it in items for k in (0, 1)]
-        values = scorer.score(images, texts)
+        values, pair_logits = scorer.score_with_logits(images, texts)
         ids = [it.id for it in items]
         pos, neg = values[0::2], values[1::2]
+        logits = None if pair_logits is None else (pair_logits[0::2], pair_logits[1::2])
         subsets = [it.meta["subset"] for it in items]
         score_kind = scorer.score_kind
         inputs["dataset"] = {"name": dataset.name, "fingerprint": dataset.fingerprint, "source": dataset.source}
@@ -227,6 +244,7 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
             chosen = set(parse_subsets(config.subsets, known))
             keep = [i for i, s in enumerate(subsets) if s in chosen]
             ids, pos, neg, subsets = [ids[i] for i in keep], pos[keep], neg[keep], [subsets[i] for i in keep]
+        logits = caption_foil_logits(saved, ids)
         inputs["scores"] = {"path": str(config.scores), "sha256": sha256_file(config.scores)}  # type: ignore[arg-type]
         if not ids:
             raise InputError(f"scores: no {config.benchmark} items left to evaluate")
@@ -244,7 +262,7 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
             from vlprobe.experiments.pair_scores import MATCH_THRESHOLDS
 
             threshold = MATCH_THRESHOLDS.get(score_kind)
-        rows = _valse_rows(pos, neg, sub, idx, base, config.seed, threshold, config.skip_foil_ties)
+        rows = _valse_rows(pos, neg, sub, idx, base, config.seed, threshold, config.skip_foil_ties, logits)
     extra = {
         "units": units_of(rows), "model": model, "n_items": len(ids), "score_kind": score_kind, "model_info": info,
         "items_per_subset": {s: int((sub == s).sum()) for s in dict.fromkeys(subsets)},
@@ -255,6 +273,7 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
     if config.benchmark == "valse":
         extra["match_threshold"] = threshold
         extra["skip_foil_ties"] = config.skip_foil_ties
+        extra["definitions"] = {m: d for m, d in ACC_R_DEFINITIONS.items() if m != "acc_r_valse" or logits is not None}
     if config.items is not None:
         inputs["items"] = {"path": str(config.items), "sha256": sha256_file(config.items)}
     manifest = build_manifest(config.benchmark, VERSION, cfg, inputs, seeds=[config.seed], extra=extra)
@@ -263,12 +282,14 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
         csv_path.with_suffix(".scores.jsonl"),
         [i for i in ids for _ in (0, 1)], [f"{i}/i0" for i in ids for _ in (0, 1)],
         [f"{i}/c{k}" for i in ids for k in (0, 1)], np.column_stack([pos, neg]).ravel(),
+        None if logits is None else np.stack(logits, axis=1).reshape(-1, 2),
     )
     return csv_path, manifest_path, rows
 
 
 def _with_ci(rows: list[dict[str, Any]], base: dict[str, Any], subset: str, metric: str,
              value: float, boot: np.ndarray, n: int, seed: int) -> None:
+    """A metric's row (in percent) and its interval rows."""
     row = {**base, "subset": subset, "n": n}
     rows.append({**row, "metric": metric, "value": 100.0 * value})
     rows += ci95_rows(row, metric, 100.0 * boot, seed)
@@ -291,23 +312,35 @@ def _sugarcrepe_rows(pos: np.ndarray, neg: np.ndarray, sub: np.ndarray, idx: np.
 
 
 def _valse_rows(pos: np.ndarray, neg: np.ndarray, sub: np.ndarray, idx: np.ndarray, base: dict[str, Any],
-                seed: int, threshold: float | None, skip_foil_ties: bool) -> list[dict[str, Any]]:
+                seed: int, threshold: float | None, skip_foil_ties: bool,
+                logits: tuple[np.ndarray, np.ndarray] | None = None) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     per_subset: dict[str, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = {}
     groups = {s: sub == s for s in dict.fromkeys(sub.tolist())}
     groups["all"] = np.ones(len(sub), dtype=bool)
     for name, mask in groups.items():
         cols = np.flatnonzero(mask)
-        point = valse_metrics_batched(pos[cols], neg[cols], threshold=threshold, skip_foil_ties=skip_foil_ties)
+        point = valse_metrics_batched(pos[cols], neg[cols], threshold=threshold, skip_foil_ties=skip_foil_ties,
+                                      **_logits_at(logits, cols))
         boot = valse_metrics_batched(pos[idx[:, cols]], neg[idx[:, cols]], threshold=threshold,
-                                     skip_foil_ties=skip_foil_ties)
+                                     skip_foil_ties=skip_foil_ties, **_logits_at(logits, idx[:, cols]))
         if name != "all":
             per_subset[name] = (point, boot)
         for metric in point:
-            _with_ci(rows, base, name, metric, float(point[metric]), boot[metric], len(cols), seed)
+            n = len(cols)
+            if metric == "acc_r_valse" and logits is not None:  # the items it keeps
+                n = int((logits[1][cols, 0] != logits[1][cols, 1]).sum())
+            _with_ci(rows, base, name, metric, float(point[metric]), boot[metric], n, seed)
     if len(per_subset) > 1:
         for metric in next(iter(per_subset.values()))[0]:
             value = float(np.mean([p[metric] for p, _ in per_subset.values()]))
             boot = np.mean([b[metric] for _, b in per_subset.values()], axis=0)
             _with_ci(rows, base, "mean-of-subsets", metric, value, boot, len(sub), seed)
     return rows
+
+
+def _logits_at(logits: tuple[np.ndarray, np.ndarray] | None, at: np.ndarray) -> dict[str, np.ndarray | None]:
+    """The caption and foil logits of the items ``at`` (any index shape), as keyword arguments."""
+    if logits is None:
+        return {"caption_logits": None, "foil_logits": None}
+    return {"caption_logits": logits[0][at], "foil_logits": logits[1][at]}

@@ -19,7 +19,12 @@ strictly; Replace / Swap / Add are micro-averages over their subsets' items.
 
 VALSE (Parcalabescu et al. 2022), per item a caption score c and a foil score f:
 
-* ``acc_r``  = mean(c > f), pairwise ranking accuracy (the only VALSE metric for CLIP-like models)
+* ``acc_r``  = mean(c > f) over every item, on the declared score, pairwise ranking accuracy
+  (the only VALSE metric for CLIP-like models)
+* ``acc_r_valse`` = acc_r as VALSE's ``lxmert_valse_eval.py`` computes it, for a binary matching
+  head with raw (no match, match) logits: items whose two foil logits tie are skipped, and the
+  caption's *match logit* is compared with the foil's, mean(c_match > f_match) (not the softmax
+  probabilities, which also depend on the no-match logits)
 * ``auroc``  = pooled AUROC, captions positive, foils negative (= Mann-Whitney U / (n1 n2), ties 0.5)
 * with a declared match threshold t (a binary image-text matching head, e.g. P(match) and 0.5),
   as VALSE's ``lxmert_valse_eval.py`` computes them: items whose foil score equals t are skipped,
@@ -261,9 +266,17 @@ def auroc(positive: np.ndarray, negative: np.ndarray) -> np.ndarray:
     return u / (n1 * n2)
 
 
-def _valse_from(c: np.ndarray, f: np.ndarray, threshold: float | None, skip_foil_ties: bool) -> dict[str, np.ndarray]:
-    """VALSE metrics over the last axis (batched for the bootstrap); see the module docstring."""
+def _valse_from(
+    c: np.ndarray, f: np.ndarray, threshold: float | None, skip_foil_ties: bool,
+    c_logits: np.ndarray | None = None, f_logits: np.ndarray | None = None,
+) -> dict[str, np.ndarray]:
+    """VALSE metrics over the items axis (batched for the bootstrap); see the module docstring."""
     out = {"acc_r": (c > f).mean(axis=-1), "auroc": auroc(c, f)}
+    if c_logits is not None and f_logits is not None:
+        keep = f_logits[..., 0] != f_logits[..., 1]
+        hit = (c_logits[..., 1] > f_logits[..., 1]) & keep
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out["acc_r_valse"] = hit.sum(axis=-1) / keep.sum(axis=-1)
     if threshold is None:
         return out
     keep = (f != threshold) if skip_foil_ties else np.ones_like(f, dtype=bool)
@@ -286,6 +299,7 @@ def _valse_from(c: np.ndarray, f: np.ndarray, threshold: float | None, skip_foil
 
 def valse_metrics(
     caption: np.ndarray, foil: np.ndarray, *, threshold: float | None = None, skip_foil_ties: bool = True,
+    caption_logits: np.ndarray | None = None, foil_logits: np.ndarray | None = None,
 ) -> dict[str, float]:
     """VALSE metrics of one set of items (see the module docstring for each name).
 
@@ -299,6 +313,9 @@ def valse_metrics(
     skip_foil_ties : bool
         Leave items whose foil score equals the threshold out of the thresholded metrics, as
         VALSE's code does (``n_thresholded`` says how many remain).
+    caption_logits, foil_logits : ndarray, shape (N, 2), optional
+        Raw (no match, match) logits of a binary matching head: give both for ``acc_r_valse``
+        (``n_acc_r_valse`` says how many items it keeps).
 
     Returns
     -------
@@ -312,8 +329,11 @@ def valse_metrics(
         raise InputError(f"caption and foil must be non-empty 1-D of one length, got shapes {c.shape} and {f.shape}")
     if np.isnan(c).any() or np.isnan(f).any():
         raise InputError("scores: some item scores are missing (NaN)")
-    out = {k: float(v) for k, v in _valse_from(c, f, threshold, skip_foil_ties).items()}
+    cl, fl = _check_logits(caption_logits, foil_logits, len(c))
+    out = {k: float(v) for k, v in _valse_from(c, f, threshold, skip_foil_ties, cl, fl).items()}
     out["n"] = float(len(c))
+    if fl is not None:
+        out["n_acc_r_valse"] = float((fl[:, 0] != fl[:, 1]).sum())
     if threshold is not None:
         out["n_thresholded"] = float(((f != threshold) if skip_foil_ties else np.ones_like(f, bool)).sum())
     return out
@@ -321,9 +341,28 @@ def valse_metrics(
 
 def valse_metrics_batched(
     caption: np.ndarray, foil: np.ndarray, *, threshold: float | None = None, skip_foil_ties: bool = True,
+    caption_logits: np.ndarray | None = None, foil_logits: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
-    """:func:`valse_metrics` over the last axis of (B, N) arrays (one row per bootstrap resample)."""
-    return _valse_from(np.asarray(caption, np.float64), np.asarray(foil, np.float64), threshold, skip_foil_ties)
+    """:func:`valse_metrics` over the items axis of (B, N) scores and (B, N, 2) logits (one row per
+    bootstrap resample)."""
+    return _valse_from(np.asarray(caption, np.float64), np.asarray(foil, np.float64), threshold, skip_foil_ties,
+                       None if caption_logits is None else np.asarray(caption_logits, np.float64),
+                       None if foil_logits is None else np.asarray(foil_logits, np.float64))
+
+
+def _check_logits(
+    caption: np.ndarray | None, foil: np.ndarray | None, n: int
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    if (caption is None) != (foil is None):
+        raise InputError("caption_logits and foil_logits: give both or neither")
+    if caption is None or foil is None:
+        return None, None
+    cl, fl = np.asarray(caption, np.float64), np.asarray(foil, np.float64)
+    if cl.shape != (n, 2) or fl.shape != (n, 2):
+        raise InputError(f"caption_logits and foil_logits must have shape ({n}, 2), got {cl.shape} and {fl.shape}")
+    if not (np.isfinite(cl).all() and np.isfinite(fl).all()):
+        raise InputError("caption_logits and foil_logits must be finite")
+    return cl, fl
 
 
 def bootstrap_indices(

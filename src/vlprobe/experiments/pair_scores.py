@@ -87,6 +87,20 @@ class PairScorer:
         -------
         ndarray of float64, shape (P,)
         """
+        return self.score_with_logits(images, texts)[0]
+
+    def score_with_logits(
+        self, images: Sequence[ImageRef], texts: Sequence[str]
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Scores of the pairs, and the raw (no match, match) logits of a binary matching head.
+
+        Returns
+        -------
+        scores : ndarray of float64, shape (P,)
+        logits : ndarray of float64, shape (P, 2), or None
+            For cross-encoders whose score is the softmax of two logits (LXMERT, UNITER's ITM
+            head); None for every other model.
+        """
         if len(images) != len(texts):
             raise InputError(f"images and texts must pair up, got {len(images)} and {len(texts)}")
         if self.needs_images:
@@ -100,7 +114,7 @@ class PairScorer:
         t_row = {t: i for i, t in enumerate(uniq_texts)}
         t_idx = np.array([t_row[t] for t in texts], dtype=np.int64)
         if self._kind == "text":
-            return self._impl.score_texts(uniq_texts, self.batch_size)[t_idx]
+            return self._impl.score_texts(uniq_texts, self.batch_size)[t_idx], None
         if self._kind == "dual":
             uniq_images = list(dict.fromkeys(im.path for im in images))
             i_row = {p: i for i, p in enumerate(uniq_images)}
@@ -115,10 +129,12 @@ class PairScorer:
                 if sel.any():
                     block = type(self._impl).scores_from_pooled(img[start : start + 256], txt)
                     out[sel] = block[i_idx[sel] - start, t_idx[sel]]
-            return out
+            return out, None
         return self._cross_scores([im.name for im in images], uniq_texts, t_idx)
 
-    def _cross_scores(self, names: list[str], uniq_texts: list[str], t_idx: np.ndarray) -> np.ndarray:
+    def _cross_scores(
+        self, names: list[str], uniq_texts: list[str], t_idx: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         from vlprobe.extract.regions.boxes import normalise_image_id
         from vlprobe.extract.regions.store import RegionStore
 
@@ -128,6 +144,7 @@ class PairScorer:
         i_idx = np.array([row[k] for k in keys], dtype=np.int64)
         first_name = dict(zip(keys, names, strict=True))
         out = np.empty(len(keys), dtype=np.float64)
+        logits: np.ndarray | None = np.empty((len(keys), 2), dtype=np.float64)
         with RegionStore(self.regions) as store:  # type: ignore[arg-type]
             store.require([first_name[k] for k in uniq], "the")
             text_table = self._impl.prepare_texts(uniq_texts)
@@ -142,7 +159,11 @@ class PairScorer:
                     sel = pairs[b : b + self.batch_size]
                     got = self._impl.encode_pairs(text_table, image_table, t_idx[sel], i_idx[sel] - start, None, ())
                     out[sel] = got.scores.float().cpu().numpy()
-        return out
+                    if got.logits is None:
+                        logits = None
+                    elif logits is not None:
+                        logits[sel] = got.logits.float().cpu().numpy()
+        return out, logits
 
     @property
     def _streams(self) -> dict[str, str]:

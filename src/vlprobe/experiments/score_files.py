@@ -8,6 +8,9 @@ is JSON Lines, one line per scored image-text pair::
 
 ``item``, ``image`` and ``text`` are the namespaced ids of :mod:`vlprobe.data.items`; ``score``
 is a float (higher = better match; its kind, e.g. cosine or P(match), is in the run's manifest).
+A model whose score is the softmax of a binary matching head (LXMERT, UNITER's ITM head) also
+writes the head's raw logits on every line, ``"logits": [no_match, match]`` (VALSE's own code
+compares those); a file has them on every line or on none.
 Text ``<item>/c0`` is the item's correct caption (SugarCrepe positive, VALSE caption) and
 ``<item>/c1`` the wrong one (negative, foil); Winoground items have four lines
 (``c0``/``c1`` x ``i0``/``i1``). A text-only model still names the item's image. Each
@@ -35,6 +38,7 @@ from vlprobe.validation import InputError
 
 __all__ = [
     "ItemScores",
+    "caption_foil_logits",
     "caption_foil_scores",
     "is_item_scores_file",
     "read_item_scores",
@@ -56,6 +60,8 @@ class ItemScores:
     text: np.ndarray
     score: np.ndarray
     source: str = ""
+    #: (P, 2) raw (no match, match) logits of a binary matching head, or None.
+    logits: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.score)
@@ -64,6 +70,7 @@ class ItemScores:
 def write_item_scores(
     path: str | os.PathLike[str],
     items: Sequence[str], images: Sequence[str], texts: Sequence[str], scores: Iterable[float],
+    logits: np.ndarray | None = None,
 ) -> Path:
     """Write a per-item score file atomically (see the module docstring).
 
@@ -71,6 +78,8 @@ def write_item_scores(
     ----------
     items, images, texts : sequence of str, length P
     scores : iterable of float, length P
+    logits : ndarray, shape (P, 2), optional
+        Raw (no match, match) logits of a binary matching head.
     """
     values = np.asarray(list(scores), dtype=np.float64)
     if not len(items) == len(images) == len(texts) == len(values):
@@ -78,10 +87,16 @@ def write_item_scores(
             f"scores: items, images, texts and scores must have one length, got "
             f"{len(items)}, {len(images)}, {len(texts)}, {len(values)}"
         )
+    pairs = None if logits is None else np.asarray(logits, dtype=np.float64)
+    if pairs is not None and pairs.shape != (len(values), 2):
+        raise InputError(f"logits must have shape ({len(values)}, 2), got {pairs.shape}")
     target = Path(path)
     with atomic_write(target) as fh:
-        for it, im, tx, sc in zip(items, images, texts, values.tolist(), strict=True):
-            fh.write(json.dumps({"item": it, "image": im, "text": tx, "score": sc}, allow_nan=False) + "\n")
+        for p, (it, im, tx, sc) in enumerate(zip(items, images, texts, values.tolist(), strict=True)):
+            record: dict[str, object] = {"item": it, "image": im, "text": tx, "score": sc}
+            if pairs is not None:
+                record["logits"] = pairs[p].tolist()
+            fh.write(json.dumps(record, allow_nan=False) + "\n")
     return target
 
 
@@ -109,6 +124,7 @@ def read_item_scores(path: str | os.PathLike[str], *, param: str = "scores") -> 
     if not p.is_file():
         raise FileNotFoundError(f"{param}: no such file {str(p)!r}")
     cols: dict[str, list[object]] = {k: [] for k in _KEYS}
+    logits: list[list[float]] = []
     seen: dict[tuple[str, str], int] = {}
     for lineno, where, obj in iter_json_lines(p, param):
         if not isinstance(obj, dict) or any(k not in obj for k in _KEYS):
@@ -125,6 +141,16 @@ def read_item_scores(path: str | os.PathLike[str], *, param: str = "scores") -> 
                 f"{param}: {where} repeats the pair image {key[0]!r}, text {key[1]!r} (first on line {seen[key]})"
             )
         seen[key] = lineno
+        earlier = len(cols["score"])
+        if earlier and ("logits" in obj) != (len(logits) == earlier):
+            raise InputError(f"{param}: {where} {'has' if 'logits' in obj else 'lacks'} logits; "
+                             "a file has them on every line or on none")
+        if "logits" in obj:
+            pair = obj["logits"]
+            if (not isinstance(pair, list) or len(pair) != 2
+                    or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) for v in pair)):
+                raise InputError(f"{param}: {where} has logits {pair!r}, expected [no_match, match], two finite numbers")
+            logits.append([float(v) for v in pair])
         for k in _KEYS:
             cols[k].append(obj[k] if k == "score" else str(obj[k]))
     if not cols["score"]:
@@ -132,6 +158,7 @@ def read_item_scores(path: str | os.PathLike[str], *, param: str = "scores") -> 
     return ItemScores(
         np.asarray(cols["item"], dtype=object), np.asarray(cols["image"], dtype=object),
         np.asarray(cols["text"], dtype=object), np.asarray(cols["score"], dtype=np.float64), str(p),
+        np.asarray(logits, dtype=np.float64) if logits else None,
     )
 
 
@@ -174,6 +201,23 @@ def caption_foil_scores(
                 raise InputError(f"{param}: missing the score of text {it}/{role} (item {it!r})")
             arr[n] = pair[role]
     return order, pos, neg
+
+
+def caption_foil_logits(scores: ItemScores, ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per item, the matching head's (no match, match) logits of its caption and of its foil.
+
+    ``ids`` are the items :func:`caption_foil_scores` returned (it has checked them).
+
+    Returns
+    -------
+    (caption, foil) : two ndarrays of shape (N, 2), or None when the file holds no logits
+    """
+    if scores.logits is None:
+        return None
+    row = {(str(it), str(tx)): p for p, (it, tx) in enumerate(zip(scores.item, scores.text, strict=True))}
+    caption = scores.logits[[row[(i, f"{i}/c0")] for i in ids]]
+    foil = scores.logits[[row[(i, f"{i}/c1")] for i in ids]]
+    return caption, foil
 
 
 def winoground_from_item_scores(scores: ItemScores, *, param: str = "scores") -> tuple[list[int], np.ndarray]:

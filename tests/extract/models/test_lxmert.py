@@ -209,6 +209,8 @@ def test_score_is_softmax_of_cross_relationship_score_at_index_1(adapter: Lxmert
         ).cross_relationship_score
     expected = torch.exp(logits[:, 1]) / torch.exp(logits).sum(dim=1)
     torch.testing.assert_close(out.scores, expected, rtol=0, atol=1e-6)
+    # The raw logits come out too (VALSE's code compares them): the full model's, two paths.
+    torch.testing.assert_close(out.logits, logits, rtol=0, atol=1e-5)
     # steer the head so that index 1 clearly wins: the score follows
     head = adapter.model.cls.seq_relationship
     saved = head.bias.detach().clone()

@@ -169,11 +169,15 @@ class PairOutput:
         no states were asked for.
     pooled : dict of str to Tensor
         Stream -> (B, D), the model's own pooled output, for streams that have one.
+    logits : Tensor, shape (B, 2), optional
+        The raw (no match, match) logits of a binary image-text matching head, whose softmax gives
+        ``scores`` (LXMERT, UNITER's ITM head); None for a model without such a head.
     """
 
     scores: torch.Tensor
     states: dict[str, dict[str, torch.Tensor]]
     pooled: dict[str, torch.Tensor]
+    logits: torch.Tensor | None = None
 
 
 @dataclass

@@ -225,7 +225,8 @@ class LxmertAdapter(CrossEncoder):
         if not whole_last:
             lang = self._last_cls_only(x_layers[-1], lang, lang_ext, vis, vis_ext)
         pooled = self.model.lxmert.pooler(lang)
-        scores = self._match(pooled)
+        logits = self.model.cls.seq_relationship(pooled).float()
+        scores = torch.softmax(logits, dim=-1)[:, MATCH_INDEX]
 
         states: dict[str, dict[str, torch.Tensor]] = {}
         if lang_layers:
@@ -236,7 +237,7 @@ class LxmertAdapter(CrossEncoder):
             states["vision"] = self._join(
                 i_entries, i_sel, vis_cross, vis_layers, self.n_rel, vis_mask, vis_pool, token0=False
             )
-        return PairOutput(scores, states, {"lang": pooled.float()})
+        return PairOutput(scores, states, {"lang": pooled.float()}, logits)
 
     @staticmethod
     def _last_cls_only(
@@ -252,10 +253,6 @@ class LxmertAdapter(CrossEncoder):
         own = layer.lang_self_att
         att = own.output(own.self(cross[:, :1], cross, lang_ext)[0], cross[:, :1])
         return layer.lang_output(layer.lang_inter(att), att)
-
-    def _match(self, pooled: torch.Tensor) -> torch.Tensor:
-        logits = self.model.cls.seq_relationship(pooled)
-        return torch.softmax(logits.float(), dim=-1)[:, MATCH_INDEX]
 
     def _extended(self, mask: torch.Tensor) -> torch.Tensor:
         """(B, T) 0/1 -> (B, 1, 1, T) additive mask, as LxmertModel.forward builds it."""

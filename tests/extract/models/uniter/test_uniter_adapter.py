@@ -64,6 +64,7 @@ def test_batched_pairs_equal_one_forward_per_pair(adapter: UniterAdapter) -> Non
     for j in range(len(t_idx)):
         ref = adapter.full_forward(texts, images, t_idx[j : j + 1], i_idx[j : j + 1])
         torch.testing.assert_close(out.scores[j : j + 1], ref.match_prob, rtol=0, atol=1e-6)
+        torch.testing.assert_close(out.logits[j : j + 1], ref.itm_logits, rtol=0, atol=1e-5)  # two paths
         torch.testing.assert_close(out.pooled["text"][j : j + 1], ref.pooled, rtol=0, atol=1e-5)
         t = int(texts.lengths[t_idx[j]])
         text_h = torch.stack([ref.text_states(k) for k in range(3)], 1)

@@ -224,7 +224,7 @@ class UniterAdapter(CrossEncoder):
         else:
             last, hidden = self._encode_cls_last(emb, joint_mask, keep=bool(layers))
         pooled = self.model.uniter.pooler(last[:, 0])
-        _, _, scores = self.model.score(pooled)
+        itm_logits, _, scores = self.model.score(pooled)
         states: dict[str, dict[str, torch.Tensor]] = {}
         if layers and hidden is not None:
             tok_pool = [p for p in poolings if p in ("cls", "mean", "max")]
@@ -236,7 +236,8 @@ class UniterAdapter(CrossEncoder):
             if image_layers:
                 h = torch.stack([hidden[k][:, t:] for k in image_layers], dim=1)
                 states["image"] = pool_states(h, img_mask, None, [p for p in tok_pool if p != "cls"])
-        return PairOutput(scores.float(), states, {"text": pooled.float()})
+        logits = None if itm_logits is None else itm_logits.float()
+        return PairOutput(scores.float(), states, {"text": pooled.float()}, logits)
 
     def _encode_cls_last(
         self, emb: torch.Tensor, joint_mask: torch.Tensor, *, keep: bool
