@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from vlprobe import registry
 from vlprobe.cli import app
 from vlprobe.extract.cache.reader import ActivationCache
+from vlprobe.extract.cache.schema import ROOT_ATTRS
 
 N_IMAGES, N_TEXTS = 24, 141
 
@@ -154,10 +155,17 @@ def test_cache_info(runner: CliRunner, reference_cache: Path, tiny_clip: Path) -
     result = run(runner, "cache", "info", reference_cache)
     assert result.exit_code == 0, result.output
     out = result.stdout
-    assert "schema 1" in out and "complete" in out and "INCOMPLETE" not in out
-    assert f"checkpoint {tiny_clip}" in out
+    assert "schema vlprobe-cache version 2  complete" in out and "INCOMPLETE" not in out
     assert f"12 items, {N_IMAGES} images, {N_TEXTS} texts ({N_TEXTS - 24} variants)" in out
-    assert "dtype float32  shard 0/1  pair plan all" in out
+    lines = out.splitlines()
+    # every declared attribute on its own line, the compared ones marked
+    for a in ROOT_ATTRS:
+        if a.name != "complete":
+            mark = "*" if a.compared else " "
+            assert any(line.startswith(f"  {mark} {a.name} ") for line in lines), a.name
+    assert any(line.split() == ["checkpoint", str(tiny_clip)] for line in lines)
+    assert any(line.split() == ["*", "dtype", "float32"] for line in lines)
+    assert any(line.split() == ["*", "pair_plan", "all"] for line in lines)
     assert f"stream     text (text): {N_TEXTS}/{N_TEXTS} rows done; layers [0, 1, 2, 3]" in out
     assert f"scores     cosine image x text ({N_IMAGES}, {N_TEXTS}), {N_IMAGES * N_TEXTS} computed" in out
 
@@ -168,13 +176,16 @@ def test_cache_info_json(runner: CliRunner, reference_cache: Path) -> None:
     info = json.loads(result.stdout)
     assert info["path"] == str(reference_cache)
     assert info["size_bytes"] == reference_cache.stat().st_size
-    a = info["attrs"]
-    assert a["vlprobe_schema"] == 1 and a["complete"] is True and a["model"] == "clip"
+    assert (info["schema"], info["schema_version"], info["complete"]) == ("vlprobe-cache", 2, True)
+    a = info["header"]
+    assert set(a) | set(info["recorded"]) | {"complete"} == {f.name for f in ROOT_ATTRS}
+    assert a["model"] == "clip"
     assert a["layers"] == {"image": [0, 1, 2], "text": [0, 1, 2, 3]}
     assert a["poolings"] == ["cls", "mean", "max", "pooled"]
     assert a["shard"] == "0/1" and a["dtype"] == "float32" and a["pair_plan"] == "all"
-    assert isinstance(a["versions"], dict) and "torch" in a["versions"]
-    assert isinstance(a["model_info"], dict)
+    r = info["recorded"]
+    assert isinstance(r["versions"], dict) and "torch" in r["versions"]
+    assert isinstance(r["model_info"], dict) and r["batch_size"] == 16
     assert (info["items"], info["images"], info["texts"], info["variants"]) == (12, N_IMAGES, N_TEXTS, N_TEXTS - 24)
     text = info["streams"]["text"]
     assert text["modality"] == "text" and text["cls_rule"] == "eos" and text["hidden_size"] == 32

@@ -6,13 +6,13 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
 from vlprobe.validation import InputError
 
-__all__ = ["atomic_path", "atomic_write", "text_lines", "write_json"]
+__all__ = ["atomic_path", "atomic_write", "schema_attrs", "schema_version_of", "text_lines", "write_json"]
 
 
 @contextlib.contextmanager
@@ -67,3 +67,45 @@ def text_lines(path: str | os.PathLike[str], param: str) -> Iterator[tuple[int, 
                 return
             lineno += 1
             yield lineno, line
+
+
+def schema_attrs(schema: str, version: int) -> dict[str, Any]:
+    """The two root attributes that name a vlprobe file's format: ``schema`` and ``schema_version``."""
+    return {"schema": schema, "schema_version": version}
+
+
+def schema_version_of(attrs: Mapping[str, Any], schema: str, newest: int, where: str, what: str) -> int:
+    """The ``schema_version`` of a vlprobe file whose ``schema`` attribute must be ``schema``.
+
+    Parameters
+    ----------
+    attrs : mapping
+        The file's root attributes.
+    schema : str
+        The expected format name (``"vlprobe-cache"``, ``"vlprobe-regions"``).
+    newest : int
+        The newest version this vlprobe reads (all from 1 up are read).
+    where, what : str
+        The file as named in errors, and what it should be (``"a vlprobe cache"``).
+
+    Raises
+    ------
+    InputError
+        Another or no format name, or a version outside 1..newest (a newer vlprobe wrote it).
+    """
+    found = attrs.get("schema")
+    found = found.decode() if isinstance(found, bytes) else found
+    if found != schema:
+        other = f"; it is a {found!r} file" if isinstance(found, str) and found else ""
+        raise InputError(f"{where} is not {what} (no schema={schema!r} attribute{other})")
+    try:
+        version = int(attrs["schema_version"])
+    except (KeyError, TypeError, ValueError):
+        raise InputError(f"{where} has no readable schema_version") from None
+    if not 1 <= version <= newest:
+        raise InputError(
+            f"{where} has schema_version {version}; this vlprobe reads {schema} versions 1 to {newest} "
+            "(a newer vlprobe may have written it: upgrade vlprobe)"
+        )
+    return version
+

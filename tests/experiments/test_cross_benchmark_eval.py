@@ -192,8 +192,8 @@ def test_extract_sugarcrepe_with_clip_matches_eval(sugarcrepe_dir: Path, tiny_cl
     with ActivationCache(out) as c:
         matrix, _ = c.scores()
         assert list(c.table("items")["id"]) == ids
-        assert json.loads(c.attrs["dataset_options"]) == {"image_dir": str(coco), **SC}
-        assert json.loads(c.attrs["dataset_selection"]) == SC
+        assert c.record.dataset_options == {"image_dir": str(coco), **SC}
+        assert json.loads(c.header.dataset_selection) == SC
         assert c.header.dataset_fingerprint == load_sugarcrepe(sugarcrepe_dir, image_dir=coco, **SC).fingerprint
     n = len(ids)
     np.testing.assert_allclose(pos, matrix[np.arange(n), 2 * np.arange(n)], atol=1e-5)

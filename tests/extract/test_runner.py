@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 from collections.abc import Callable
@@ -137,7 +136,7 @@ def test_shard_files_hold_contiguous_blocks(shard_files: list[Path]) -> None:
         with ActivationCache(path) as c:
             assert c.complete
             assert c.header.shard == f"{k}/3"
-            assert c.attrs["shard"] == f"{k}/3"
+            assert c.header.shard == f"{k}/3"
             assert "scores" not in c.f  # a dual encoder's scores are computed at merge time
             assert len(c.table("texts")["id"]) == N_TEXTS  # tables always cover the whole run
             for s, blocks in (("text", text_blocks), ("image", image_blocks)):
@@ -218,8 +217,8 @@ def test_per_stream_layers_and_cls_pooling(
     with ActivationCache(out) as c, ActivationCache(reference_cache) as r:
         assert c.layers("text") == [0, 3] and c.layers("image") == [0, 1, 2]
         assert c.layer_kinds("text") == ["embed", "self"]
-        assert json.loads(c.attrs["layers"]) == {"text": [0, 3], "image": [0, 1, 2]}
-        assert json.loads(c.attrs["poolings"]) == ["cls", "pooled"]
+        assert c.header.layers == {"text": [0, 3], "image": [0, 1, 2]}
+        assert c.header.poolings == ("cls", "pooled")
         assert c.poolings("text") == ["cls", "pooled"]
         np.testing.assert_allclose(c.states("text", "cls"), r.states("text", "cls")[:, [0, 3]], rtol=0, atol=1e-5)
         np.testing.assert_allclose(c.states("text", "cls", layer=3), r.states("text", "cls", layer=3), rtol=0, atol=1e-5)
@@ -233,7 +232,7 @@ def test_float16(
     out = tmp_path / "half.h5"
     extract(make_config(out, dtype="float16"))
     with ActivationCache(out) as c, ActivationCache(reference_cache) as r:
-        assert c.attrs["dtype"] == "float16"
+        assert c.header.dtype == "float16"
         for s in ("text", "image"):
             for p in STATE_NAMES:
                 half, full = c.f[f"streams/{s}/{p}"], r.f[f"streams/{s}/{p}"]

@@ -94,31 +94,47 @@ def cache_info(
     if as_json:
         typer.echo(json.dumps(info, indent=2, sort_keys=True))
         return
-    a = info["attrs"]
-    state = "complete" if a.get("complete") else "INCOMPLETE (rerun the extract command to resume)"
-    typer.echo(f"{info['path']}  {info['size_bytes'] / 1e6:.1f} MB  schema {a['vlprobe_schema']}  {state}")
-    typer.echo(f"model      {a['model']}  checkpoint {a['checkpoint']}  ({a['checkpoint_fingerprint'][:23]})")
-    typer.echo(
-        f"dataset    {a['dataset']}  {info['items']} items, {info['images']} images, {info['texts']} texts "
-        f"({info['variants']} variants)  fingerprint {a['dataset_fingerprint'][:12]}"
-    )
-    typer.echo(f"settings   dtype {a['dtype']}  shard {a['shard']}  pair plan {a['pair_plan']}  device {a.get('device')}")
+    typer.echo(format_cache_info(info))
+
+
+def format_cache_info(info: dict) -> str:
+    """``probe cache info``'s text: every declared root attribute (compared ones marked ``*``),
+    then tables, streams, scores and pairs."""
+    from vlprobe.extract.cache.schema import ROOT_ATTRS
+
+    state = "complete" if info["complete"] else "INCOMPLETE (rerun the extract command to resume)"
+    lines = [
+        f"{info['path']}  {info['size_bytes'] / 1e6:.1f} MB  schema {info['schema']} "
+        f"version {info['schema_version']}  {state}",
+        f"tables     {info['items']} items, {info['images']} images, {info['texts']} texts ({info['variants']} variants)",
+        "header     (* = compared on resume and merge)",
+    ]
+    width = max(len(a.name) for a in ROOT_ATTRS)
+    values = {**info["header"], **info["recorded"]}
+    for group, title in (("CacheHeader", None), ("CacheRecord", "recorded")):
+        if title:
+            lines.append(title)
+        for a in ROOT_ATTRS:
+            if a.owner != group or a.name == "complete":
+                continue
+            v = values[a.name]
+            shown = json.dumps(v, sort_keys=True) if isinstance(v, (list, dict)) else str(v) or "\"\""
+            lines.append(f"  {'*' if a.compared else ' '} {a.name:<{width}}  {shown}")
     for name, s in info["streams"].items():
         kinds = ",".join(s["layer_kinds"])
-        typer.echo(
+        lines.append(
             f"stream     {name} ({s['modality']}): {s['done']}/{s['rows'][1] - s['rows'][0]} rows done; "
             f"layers {s['layers']} [{kinds}]; cls = {s['cls_rule']}"
         )
-        for p, shape in s["poolings"].items():
-            typer.echo(f"             {p:<7} {tuple(shape)}")
+        lines += [f"             {p:<7} {tuple(shape)}" for p, shape in s["poolings"].items()]
     if "scores" in info:
         sc = info["scores"]
-        typer.echo(f"scores     {sc['kind']} {sc['orientation']} {tuple(sc['shape'])}, {sc['done']} computed")
+        lines.append(f"scores     {sc['kind']} {sc['orientation']} {tuple(sc['shape'])}, {sc['done']} computed")
     if "pairs" in info:
         pr = info["pairs"]
-        states = "with pair states" if a.get("pair_states") else "scores only"
-        typer.echo(f"pairs      {pr['done']}/{pr['rows'][1] - pr['rows'][0]} done ({states}); regions {a.get('regions_fingerprint', '')[:23]}")
-    typer.echo(f"written by vlprobe {a.get('vlprobe_version')} at git {a.get('git_revision')}, {a.get('created')}")
+        states = "with pair states" if info["header"]["pair_states"] else "scores only"
+        lines.append(f"pairs      {pr['done']}/{pr['rows'][1] - pr['rows'][0]} done ({states})")
+    return "\n".join(lines)
 
 
 @cache_app.command("merge")

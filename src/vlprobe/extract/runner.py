@@ -39,6 +39,7 @@ from vlprobe.data.items import Dataset
 from vlprobe.data.loading import load_dataset, loader_options
 from vlprobe.extract.cache.schema import (
     CacheHeader,
+    CacheRecord,
     CacheTables,
     PairLayout,
     StreamLayout,
@@ -305,23 +306,21 @@ def _extract(
         start, stop = _block(len(image), k, n_shards)
         usable = tuple(p for p in stored_poolings if p in spec.poolings)
         layouts.append(StreamLayout(spec, layers[name], image, text, start, stop, usable))
-    recorded = {
-        "vlprobe_version": __version__,
-        "versions": package_versions(),
-        "git_revision": git_revision(),
-        "device": str(adapter.device),
-        "dataset_source": dataset.source,
-        "tags_fingerprint": dataset.extra_fingerprints.get("tags", ""),
-        "model_info": adapter.describe(),
-        "batch_size": config.batch_size,
-        "dataset_options": json.dumps(
-            {k: _plain(v) for k, v in config.dataset_options.items() if v is not None}, sort_keys=True
-        ),
-    }
+    record = CacheRecord(
+        vlprobe_version=__version__,
+        versions=package_versions(),
+        git_revision=git_revision(),
+        device=str(adapter.device),
+        dataset_source=dataset.source,
+        tags_fingerprint=dataset.extra_fingerprints.get("tags", ""),
+        model_info=adapter.describe(),
+        batch_size=config.batch_size,
+        dataset_options={k: _plain(v) for k, v in config.dataset_options.items() if v is not None},
+    )
     written: dict[str, int] = {}
     totals: dict[str, int] = {}
     with CacheWriter.open(
-        config.out, header, tables, layouts, recorded, with_scores=(n_shards == 1 or not adapter.dual_encoder),
+        config.out, header, tables, layouts, record, with_scores=(n_shards == 1 or not adapter.dual_encoder),
         pairs=pairs,
     ) as writer:
         if isinstance(adapter, CrossEncoder) and pairs is not None:
@@ -330,11 +329,10 @@ def _extract(
             if len(todo) and len(todo) < total:
                 _say(config, f"pairs: resuming, {total - len(todo)} of {total} pairs already done")
             _run_pairs(writer, adapter, layouts, todo, dataset, store, config)
-            writer.f["scores"].attrs["kind"] = adapter.score_kind
-            writer.scores_from_pairs()
+            writer.scores_from_pairs(adapter.score_kind)
             for name in ["pairs", *(lay.spec.name for lay in layouts)]:
                 written[name], totals[name] = len(todo), total
-            writer.set_attrs(complete=True)
+            writer.update_record(complete=True)
             return ExtractResult(Path(config.out), written, totals, time.perf_counter() - t0, True)
         for lay in layouts:
             name = lay.spec.name
@@ -346,7 +344,7 @@ def _extract(
             _run_stream(writer, adapter, lay, todo, dataset, config)
         if n_shards == 1 and adapter.dual_encoder:
             writer.scores_from_pooled(adapter_cls.scores_from_pooled, adapter_cls.score_kind)
-        writer.set_attrs(complete=True)
+        writer.update_record(complete=True)
     return ExtractResult(Path(config.out), written, totals, time.perf_counter() - t0, True)
 
 

@@ -14,8 +14,17 @@ import torch
 from PIL import Image
 
 from vlprobe.extract.cache.reader import ActivationCache
-from vlprobe.extract.cache.schema import COMPARED_FIELDS, SCHEMA_VERSION
+from vlprobe.extract.cache.schema import (
+    COMPARED_FIELDS,
+    ROOT_ATTRS,
+    SCHEMA_VERSION,
+    CacheHeader,
+    CacheRecord,
+    header_diff,
+    root_attrs_table,
+)
 from vlprobe.extract.runner import ExtractConfig, extract
+from vlprobe.validation import InputError
 
 N_ITEMS, N_IMAGES = 12, 24
 N_TEXTS = 141  # 24 original captions + 117 template variants of the seed-0 synthetic dataset
@@ -61,8 +70,10 @@ GOLDEN_TREE: dict[str, Any] = {
     "texts/text": ("str", (N_TEXTS,)),
 }
 GOLDEN_ROOT_ATTRS = {
+    # the format
+    "schema", "schema_version",
     # compared on resume / merge
-    "vlprobe_schema", "model", "checkpoint_fingerprint", "dataset", "dataset_fingerprint",
+    "model", "checkpoint_fingerprint", "dataset", "dataset_fingerprint",
     "variants_fingerprint", "pair_plan", "poolings", "dtype", "shard", "layers",
     "pair_states", "regions_fingerprint", "config_fingerprint", "tokenizer_fingerprint", "dataset_selection",
     # state
@@ -94,12 +105,14 @@ def test_golden_attribute_names(reference_cache: Path) -> None:
             assert set(f[f"streams/{s}"].attrs) == GOLDEN_STREAM_ATTRS
         assert set(f["scores"].attrs) == {"kind", "orientation"}
     assert set(COMPARED_FIELDS) <= GOLDEN_ROOT_ATTRS
+    # the declaration is exactly what a file holds (merged_from: merged files only)
+    assert {a.name for a in ROOT_ATTRS} | {"schema", "schema_version"} == GOLDEN_ROOT_ATTRS | {"merged_from"}
 
 
 def test_golden_attribute_values(reference_cache: Path, tiny_clip: Path, synthetic_dir: Path) -> None:
     with h5py.File(reference_cache, "r") as f:
         a = {k: (_s(v) if isinstance(v, (bytes, str)) else v) for k, v in f.attrs.items()}
-        assert a["vlprobe_schema"] == SCHEMA_VERSION == 1
+        assert (a["schema"], a["schema_version"]) == ("vlprobe-cache", SCHEMA_VERSION) == ("vlprobe-cache", 2)
         assert a["model"] == "clip"
         assert a["checkpoint"] == str(tiny_clip)
         assert a["checkpoint_fingerprint"].startswith("sha256:") and len(a["checkpoint_fingerprint"]) == 7 + 64
@@ -427,3 +440,99 @@ def test_refuses_a_file_another_process_is_writing(
         holder.communicate(input="", timeout=30)
     with ActivationCache(out) as c:  # the lock goes with the process
         assert c.complete
+
+
+# -- schema versions ------------------------------------------------------------------------------
+
+#: Header fields that version 1 files may lack (added before the version was bumped to 2).
+V1_OPTIONAL = ("pair_states", "regions_fingerprint", "config_fingerprint", "tokenizer_fingerprint", "dataset_selection")
+
+
+def _as_version_1(path: Path) -> Path:
+    """Rewrite a cache's root attributes the way vlprobe wrote version 1 (same datasets)."""
+    with h5py.File(path, "r+") as f:
+        for name in ("schema", "schema_version", *V1_OPTIONAL):
+            del f.attrs[name]
+        f.attrs["vlprobe_schema"] = 1
+    return path
+
+
+def test_version_1_files_still_read(
+    reference_cache: Path, copy_cache: Callable[[Path, Path], Path], tmp_path: Path,
+) -> None:
+    old = _as_version_1(copy_cache(reference_cache, tmp_path / "v1.h5"))
+    with ActivationCache(reference_cache) as new, ActivationCache(old) as c:
+        assert (new.version, c.version) == (2, 1)
+        assert c.header == new.header  # the missing fields default to what a dual encoder wrote
+        assert c.record == new.record and c.complete
+        np.testing.assert_array_equal(c.states("text", "mean"), new.states("text", "mean"))
+        info = c.info()
+        assert (info["schema_version"], info["header"]["pair_states"], info["header"]["dataset_selection"]) == (1, False, "")
+
+
+def test_resuming_a_version_1_file_relabels_it(
+    reference_cache: Path, make_config: Callable[..., ExtractConfig],
+    copy_cache: Callable[[Path, Path], Path], tmp_path: Path,
+) -> None:
+    old = _as_version_1(copy_cache(reference_cache, tmp_path / "v1.h5"))
+    result = extract(make_config(old))
+    assert result.rows_written == {"text": 0, "image": 0}
+    with h5py.File(old, "r") as f:
+        assert set(f.attrs) == GOLDEN_ROOT_ATTRS
+        assert (_s(f.attrs["schema"]), int(f.attrs["schema_version"])) == ("vlprobe-cache", 2)
+    with ActivationCache(old) as c, ActivationCache(reference_cache) as ref:
+        assert c.version == 2 and c.header == ref.header
+
+
+def test_newer_versions_and_incomplete_headers_are_refused(
+    reference_cache: Path, make_config: Callable[..., ExtractConfig],
+    copy_cache: Callable[[Path, Path], Path], tmp_path: Path,
+) -> None:
+    newer = copy_cache(reference_cache, tmp_path / "v3.h5")
+    with h5py.File(newer, "r+") as f:
+        f.attrs["schema_version"] = 3
+    want = r"has schema_version 3; this vlprobe reads vlprobe-cache versions 1 to 2 .*upgrade vlprobe"
+    with pytest.raises(InputError, match=want):
+        ActivationCache(newer)
+    before = newer.read_bytes()
+    with pytest.raises(InputError, match=want):
+        extract(make_config(newer))
+    assert newer.read_bytes() == before
+    lacking = copy_cache(reference_cache, tmp_path / "lacking.h5")
+    with h5py.File(lacking, "r+") as f:
+        del f.attrs["dataset_selection"]
+    with pytest.raises(InputError, match="the version 2 cache header lacks its 'dataset_selection' attribute"):
+        ActivationCache(lacking)
+    regions = tmp_path / "regions.h5"
+    with h5py.File(regions, "w") as f:
+        f.attrs.update({"schema": "vlprobe-regions", "schema_version": 1})
+    with pytest.raises(InputError, match=r"is not a vlprobe cache .*it is a 'vlprobe-regions' file"):
+        ActivationCache(regions)
+
+
+def test_readme_table_is_made_from_the_declaration() -> None:
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
+    start = readme.index("<!-- cache-root-attrs:")
+    start = readme.index("\n", start) + 1
+    stop = readme.index("<!-- /cache-root-attrs -->")
+    assert readme[start:stop] == root_attrs_table(), "regenerate the README table with root_attrs_table()"
+    for a in ROOT_ATTRS:
+        assert f"| `{a.name}` |" in readme
+
+
+def test_header_round_trip_and_comparison_names_the_field() -> None:
+    from dataclasses import replace
+
+    h = CacheHeader(
+        model="clip", checkpoint="c", checkpoint_fingerprint="sha256:x", dataset="winoground",
+        dataset_fingerprint="d", variants_fingerprint="", pair_plan="all", poolings=("cls", "pooled"),
+        dtype="float32", shard="0/1", layers={"text": [0, 2]}, pair_states=True,
+    )
+    assert CacheHeader.from_attrs(h.to_attrs()) == h
+    assert json.loads(h.to_attrs()["layers"]) == {"text": [0, 2]}
+    assert header_diff(h, replace(h, checkpoint="elsewhere")) is None  # not compared
+    assert header_diff(h, replace(h, pair_states=False)) == "pair_states: file has True, this run has False"
+    assert [a.name for a in ROOT_ATTRS if a.compared] == list(COMPARED_FIELDS)
+    r = CacheRecord(batch_size=8, versions={"numpy": "2"}, merged_from=["a.h5"])
+    assert CacheRecord.from_attrs(r.to_attrs()) == r and "merged_from" not in CacheRecord().to_attrs()
+

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,9 +24,10 @@ def test_merge_equals_the_unsharded_run(
     with ActivationCache(out) as m, ActivationCache(reference_cache) as r:
         assert m.complete
         assert m.header == r.header
-        assert m.attrs["shard"] == "0/1"
-        assert json.loads(m.attrs["merged_from"]) == [p.name for p in shard_files]
-        assert m.attrs["git_revision"] == r.attrs["git_revision"]
+        assert m.header.shard == "0/1"
+        assert m.record.merged_from == [p.name for p in shard_files]
+        assert m.record.git_revision == r.record.git_revision
+        assert m.score_kind == "cosine"
         for s in ("text", "image"):
             g = m.f[f"streams/{s}"]
             assert (int(g.attrs["row_start"]), int(g.attrs["row_stop"])) == (0, int(g.attrs["n_rows"]))

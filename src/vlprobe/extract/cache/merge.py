@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,14 +12,12 @@ import numpy as np
 from vlprobe.extract.cache.reader import ActivationCache
 from vlprobe.extract.cache.schema import (
     COMPARED_FIELDS,
-    CacheHeader,
     CacheTables,
     PairLayout,
     StreamLayout,
     parse_shard,
 )
 from vlprobe.extract.cache.writer import CacheWriter
-from vlprobe.extract.models.base import StreamSpec
 from vlprobe.io import atomic_path
 from vlprobe.registry import MODELS
 from vlprobe.validation import InputError
@@ -66,7 +64,7 @@ def merge_shards(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike
             for s in c.streams:
                 if not c.done(s).all():
                     raise InputError(f"shards: {c.path.name} is incomplete in stream {s!r}; resume it first")
-            if "pairs" in c.f and not c.pairs()["done"].all():
+            if c.has_pairs and not c.pairs()["done"].all():
                 raise InputError(f"shards: {c.path.name} is incomplete in its pairs; resume it first")
         missing = sorted(set(range(n)) - set(seen))
         if missing:
@@ -81,7 +79,7 @@ def merge_shards(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike
 
 def _write_merged(caches: list[ActivationCache], target: Path) -> None:
     first = caches[0]
-    header = CacheHeader(**{**first.header.__dict__, "shard": "0/1"})
+    header = dataclasses.replace(first.header, shard="0/1")
     tabs = {name: first.table(name) for name in ("items", "images", "texts")}
     tables = CacheTables(
         item_id=list(tabs["items"]["id"]), item_tags=list(tabs["items"]["tags"]),
@@ -92,43 +90,34 @@ def _write_merged(caches: list[ActivationCache], target: Path) -> None:
     )
     layouts = []
     for s in first.streams:
-        g = first.f[f"streams/{s}"]
-        spec = StreamSpec(
-            s, str(g.attrs["modality"]), tuple(json.loads(g.attrs["layer_kinds"])),
-            int(g.attrs["hidden_size"]), str(g.attrs["cls_rule"]), int(g.attrs["pooled_size"]) or None,
-        )
+        spec = first.stream_spec(s)
         image = np.concatenate([c.rows(s)["image"] for c in caches])
         text = np.concatenate([c.rows(s)["text"] for c in caches])
         layouts.append(StreamLayout(spec, first.layers(s), image, text, 0, None, tuple(first.poolings(s))))
-    skip = {"vlprobe_schema", "complete", "created", *header.to_attrs()}
-    recorded = {k: v for k, v in first.attrs.items() if k not in skip}
-    recorded["merged_from"] = [c.path.name for c in caches]
-    pairs, parts = None, [c.pairs() for c in caches] if "pairs" in first.f else []
+    record = dataclasses.replace(first.record, merged_from=[c.path.name for c in caches])
+    pairs, parts = None, [c.pairs() for c in caches] if first.has_pairs else []
     if parts:
         pairs = PairLayout(np.concatenate([p["image"] for p in parts]), np.concatenate([p["text"] for p in parts]))
     with atomic_path(target) as tmp:
         tmp.unlink()
-        with CacheWriter.open(tmp, header, tables, layouts, recorded, with_scores=True, pairs=pairs) as w:
+        with CacheWriter.open(tmp, header, tables, layouts, record, with_scores=True, pairs=pairs) as w:
             for lay in layouts:
                 s, offset = lay.spec.name, 0
                 token = [p for p in lay.poolings if p != "pooled"]
                 row_bytes = max(1, len(token) * len(lay.layers) * lay.spec.hidden_size * np.dtype(header.dtype).itemsize)
                 step = max(1, MERGE_CHUNK_BYTES // row_bytes)
                 for c in caches:
-                    g = c.f[f"streams/{s}"]
-                    n_rows = len(g["done"])
+                    n_rows = len(c.done(s))
                     for a in range(0, n_rows, step):  # a shard's rows in bounded pieces, never all at once
                         b = min(n_rows, a + step)
-                        states = {p: g[p][a:b] for p in token}
-                        pooled = g["pooled"][a:b] if "pooled" in lay.poolings else None
+                        states = {p: c.stored_rows(s, p, a, b) for p in token}
+                        pooled = c.stored_rows(s, "pooled", a, b) if "pooled" in lay.poolings else None
                         w.write(s, np.arange(offset + a, offset + b), states, pooled)
                     offset += n_rows
             if pairs is not None:
                 w.write_pairs(np.arange(pairs.n_rows), np.concatenate([p["score"] for p in parts]), {}, {})
-                kind = first.f["scores"].attrs.get("kind", "")
-                w.f["scores"].attrs["kind"] = kind.decode() if isinstance(kind, bytes) else str(kind)
-                w.scores_from_pairs()
+                w.scores_from_pairs(first.score_kind)
             else:  # a dual encoder (cross-encoders always keep /pairs)
                 scorer = MODELS.get(header.model)
                 w.scores_from_pooled(scorer.scores_from_pooled, scorer.score_kind)
-            w.set_attrs(complete=True)
+            w.update_record(complete=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -10,7 +11,15 @@ from typing import Any
 import h5py
 import numpy as np
 
-from vlprobe.extract.cache.schema import CacheHeader, attr_str, open_h5
+from vlprobe.extract.cache.schema import (
+    SCHEMA,
+    CacheHeader,
+    CacheRecord,
+    attr_str,
+    cache_version,
+    open_h5,
+)
+from vlprobe.extract.models.base import StreamSpec
 from vlprobe.validation import InputError
 
 __all__ = ["ActivationCache"]
@@ -30,10 +39,15 @@ class ActivationCache:
         if not self.path.is_file():
             raise FileNotFoundError(f"cache: no such file {str(self.path)!r}")
         self.f = open_h5(self.path, "r")
-        if "vlprobe_schema" not in self.f.attrs:
+        try:
+            where = f"cache: {str(self.path)!r}"
+            #: The file's schema version (1 or 2; see :mod:`.schema`).
+            self.version = cache_version(self.f.attrs, where)
+            self.header = CacheHeader.from_attrs(self.f.attrs, self.version, where)
+            self.record = CacheRecord.from_attrs(self.f.attrs, self.version, where)
+        except BaseException:
             self.f.close()
-            raise InputError(f"cache: {str(self.path)!r} is not a vlprobe cache")
-        self.header = CacheHeader.from_attrs(self.f.attrs)
+            raise
 
     def close(self) -> None:
         if self.f.id.valid:
@@ -46,13 +60,34 @@ class ActivationCache:
         self.close()
 
     @property
-    def attrs(self) -> dict[str, Any]:
-        return {k: (v.item() if isinstance(v, np.generic) else attr_str(v) if isinstance(v, bytes) else v)
-                for k, v in self.f.attrs.items()}
+    def complete(self) -> bool:
+        return self.record.complete
 
     @property
-    def complete(self) -> bool:
-        return bool(self.f.attrs.get("complete", False))
+    def score_kind(self) -> str:
+        """What a score is (``cosine``, ``match_probability``); "" without ``/scores``."""
+        return attr_str(self.f["scores"].attrs.get("kind", "")) if "scores" in self.f else ""
+
+    @property
+    def has_pairs(self) -> bool:
+        """Whether the file keeps a cross-encoder's pair plan (``/pairs``)."""
+        return "pairs" in self.f
+
+    def stored_rows(self, stream: str, name: str, start: int, stop: int) -> np.ndarray:
+        """Rows ``start:stop`` of this file's ``name`` dataset (a pooling or ``pooled``) of
+        ``stream``, done or not (for copying files in bounded pieces)."""
+        g = self._stream(stream)
+        if name not in ("cls", "mean", "max", "pooled") or name not in g:
+            raise InputError(f"{name!r} is not stored in stream {stream!r} of {self.path.name}")
+        return g[name][start:stop]
+
+    def stream_spec(self, stream: str) -> StreamSpec:
+        """The stream's :class:`~vlprobe.extract.models.base.StreamSpec` as the adapter declared it."""
+        g = self._stream(stream)
+        return StreamSpec(
+            stream, attr_str(g.attrs["modality"]), tuple(self.model_layer_kinds(stream)),
+            int(g.attrs["hidden_size"]), attr_str(g.attrs["cls_rule"]), int(g.attrs["pooled_size"]) or None,
+        )
 
     @property
     def streams(self) -> list[str]:
@@ -134,7 +169,7 @@ class ActivationCache:
 
     def pairs(self) -> dict[str, np.ndarray]:
         """A cross-encoder's pair plan in this file: ``image``, ``text``, ``score``, ``done`` (P,)."""
-        if "pairs" not in self.f:
+        if not self.has_pairs:
             raise InputError(f"cache {self.path.name} holds no pair plan (made by a dual encoder)")
         g = self.f["pairs"]
         return {k: g[k][()] for k in ("image", "text", "score", "done")}
@@ -146,20 +181,14 @@ class ActivationCache:
         return self.f["scores/matrix"][()], self.f["scores/done"][()]
 
     def provenance(self) -> dict[str, Any]:
-        """What a manifest records about this cache as an input: path, hash, model, every input
-        fingerprint of the header, pair plan and score kind."""
+        """What a manifest records about this cache as an input: path, hash, every header field
+        (model, checkpoint and input fingerprints, pair plan, layers, ...) and the score kind."""
         from vlprobe.provenance import sha256_file
 
-        h = self.header
         return {
-            "path": str(self.path), "sha256": sha256_file(self.path), "model": h.model,
-            "checkpoint": h.checkpoint, "checkpoint_fingerprint": h.checkpoint_fingerprint,
-            "dataset": h.dataset, "dataset_fingerprint": h.dataset_fingerprint,
-            "variants_fingerprint": h.variants_fingerprint, "layers": h.layers, "dtype": h.dtype,
-            "regions_fingerprint": h.regions_fingerprint, "config_fingerprint": h.config_fingerprint,
-            "tokenizer_fingerprint": h.tokenizer_fingerprint, "dataset_selection": h.dataset_selection,
-            "pair_plan": h.pair_plan, "pair_states": h.pair_states,
-            "score_kind": attr_str(self.f["scores"].attrs.get("kind", "")) if "scores" in self.f else "",
+            "path": str(self.path), "sha256": sha256_file(self.path),
+            **{k: _plain(v) for k, v in dataclasses.asdict(self.header).items()},
+            "score_kind": self.score_kind,
         }
 
     def _stream(self, stream: str) -> h5py.Group:
@@ -170,13 +199,9 @@ class ActivationCache:
         return self.f[f"streams/{stream}"]
 
     def info(self) -> dict[str, Any]:
-        """A JSON-serialisable summary (what ``probe cache info`` prints)."""
-        attrs = self.attrs
-        for key in ("versions", "model_info"):
-            if isinstance(attrs.get(key), str):
-                attrs[key] = json.loads(attrs[key])
-        for key in ("poolings", "layers"):
-            attrs[key] = json.loads(attrs[key])
+        """A JSON-serialisable summary (what ``probe cache info`` prints): the schema, the
+        declared header and record fields (:data:`~.schema.ROOT_ATTRS`), tables, streams,
+        scores and pairs."""
         streams = {}
         for s in self.streams:
             g = self._stream(s)
@@ -195,7 +220,11 @@ class ActivationCache:
         out: dict[str, Any] = {
             "path": str(self.path),
             "size_bytes": self.path.stat().st_size,
-            "attrs": attrs,
+            "schema": SCHEMA,
+            "schema_version": self.version,
+            "complete": self.complete,
+            "header": {k: _plain(v) for k, v in dataclasses.asdict(self.header).items()},
+            "recorded": {k: _plain(v) for k, v in dataclasses.asdict(self.record).items() if k != "complete"},
             "items": len(self.f["items/id"]),
             "images": len(self.f["images/id"]),
             "texts": len(self.f["texts/id"]),
@@ -206,7 +235,7 @@ class ActivationCache:
             done = self.f["scores/done"][()]
             out["scores"] = {
                 "shape": list(done.shape), "done": int(done.sum()),
-                "kind": attr_str(self.f["scores"].attrs.get("kind", "")),
+                "kind": self.score_kind,
                 "orientation": attr_str(self.f["scores"].attrs.get("orientation", "")),
             }
         if "pairs" in self.f:
@@ -216,3 +245,8 @@ class ActivationCache:
                 "n_rows": int(g.attrs["n_rows"]), "done": int(g["done"][()].sum()),
             }
         return out
+
+
+def _plain(value: Any) -> Any:
+    """A header or record value as JSON has it (tuples as lists)."""
+    return list(value) if isinstance(value, tuple) else value

@@ -1,35 +1,16 @@
 """The HDF5 activation cache: one file per (checkpoint, dataset, pair plan).
 
-Schema (version 1)
+Schema (version 2)
 ------------------
-Root attributes (``/``)::
-
-    vlprobe_schema          int, 1
-    model                   registry name ("clip")
-    checkpoint              what the user passed (not compared)
-    checkpoint_fingerprint  "sha256:<hex>" of the checkpoint folder (UNITER: of the .pt file), or
-                            "hub:<id>@<commit>"
-    dataset                 registry name ("winoground")
-    dataset_fingerprint     sha256 over the dataset's files (captions, fields, image bytes)
-    variants_fingerprint    sha256 of the variants file, "" without one
-    pair_plan               "item" or "all" (dual encoders always score all pairs: "all")
-    pair_states             bool; cross-encoders: whether pair streams (states) are stored
-                            besides the scores (False: scores only; always False for dual encoders)
-    regions_fingerprint     "sha256:<hex>" of the region-feature file (LXMERT, UNITER), else ""
-    config_fingerprint      "sha256:<hex>" of a model config file read apart from the checkpoint
-                            (UNITER's JSON), else ""
-    tokenizer_fingerprint   "sha256:<hex>" of a tokenizer loaded apart from the checkpoint (UNITER's
-                            --tokenizer, its default tokenizer/ folder, or "hub:<id>@<commit>"), else ""
-    dataset_selection       JSON of the loader options that choose items (subsets, limit, all_items),
-                            "" without any (image folders are covered by dataset_fingerprint)
-    poolings                JSON list, e.g. ["cls", "mean", "max", "pooled"]
-    dtype                   "float32" or "float16" (storage and model weights)
-    shard                   "K/N" ("0/1" unsharded)
-    layers                  JSON {stream: [layer numbers]}
-    complete                bool; True once every row (and the scores) are written
-    -- recorded, not compared: created, vlprobe_version, versions (JSON), git_revision,
-       device, dataset_source, tags_fingerprint, model_info (JSON), batch_size,
-       dataset_options (JSON: the loader's options, e.g. image_dir, subsets, limit)
+Root attributes (``/``): ``schema`` = ``"vlprobe-cache"`` and ``schema_version`` = 2 (the
+same two names as vlprobe's region files), then the attributes declared once in this module:
+:class:`CacheHeader` (the settings that identify a run; all but ``checkpoint`` are compared on
+resume and merge) and :class:`CacheRecord` (what a run records without comparing it), each
+field with its type and meaning. :data:`ROOT_ATTRS` lists them; the README's table is made from
+it (:func:`root_attrs_table`). Lists and mappings are stored as JSON text, the rest as plain
+HDF5 scalars. Version 1 files (``vlprobe_schema`` = 1, without the fields added later) still
+read, with those fields at their defaults; a resumed version 1 file is relabelled version 2
+(its datasets are the same); newer versions are refused.
 
 Index tables (all rows of the dataset, also in shard files)::
 
@@ -82,9 +63,12 @@ the done-mask. Opening an existing file with other settings is refused, naming t
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
+import typing
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -92,80 +76,223 @@ import h5py
 import numpy as np
 
 from vlprobe.extract.models.base import StreamSpec
+from vlprobe.io import schema_version_of
 from vlprobe.validation import InputError
 
 __all__ = [
     "COMPARED_FIELDS",
+    "ROOT_ATTRS",
+    "SCHEMA",
     "SCHEMA_VERSION",
+    "AttrField",
     "CacheHeader",
+    "CacheRecord",
     "CacheTables",
     "PairLayout",
     "StreamLayout",
     "attr_str",
+    "cache_version",
     "header_diff",
     "open_h5",
     "parse_shard",
+    "root_attrs_table",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA = "vlprobe-cache"
+#: 2: the ``schema``/``schema_version`` names; pair_states, regions_fingerprint,
+#: config_fingerprint, tokenizer_fingerprint and dataset_selection required (version 1 files may
+#: lack them).
+SCHEMA_VERSION = 2
+#: The root attribute that named the version in version 1 files.
+LEGACY_VERSION_ATTR = "vlprobe_schema"
 STR_DTYPE = h5py.string_dtype(encoding="utf-8")
 
 
-@dataclass(frozen=True)
-class CacheHeader:
-    """The settings that identify a cache; all but ``checkpoint`` must match to resume."""
+def _attr(doc: str, *, compared: bool = True) -> dict[str, Any]:
+    """Field metadata of a root attribute: what it means, whether resume and merge compare it."""
+    return {"doc": doc, "compared": compared}
 
-    model: str
-    checkpoint: str
-    checkpoint_fingerprint: str
-    dataset: str
-    dataset_fingerprint: str
-    variants_fingerprint: str
-    pair_plan: str
-    poolings: tuple[str, ...]
-    dtype: str
-    shard: str
-    layers: dict[str, list[int]]
-    pair_states: bool = False
-    regions_fingerprint: str = ""
-    config_fingerprint: str = ""
-    tokenizer_fingerprint: str = ""
-    dataset_selection: str = ""
+
+@dataclass(frozen=True, kw_only=True)
+class CacheHeader:
+    """The settings that identify a cache; every field but ``checkpoint`` must match to resume.
+
+    Each field's metadata holds its meaning (``doc``) and whether it is ``compared``; fields
+    with a default may be missing from version 1 files. Resume reports the first differing
+    field in this order.
+    """
+
+    model: str = field(metadata=_attr('registry name ("clip")'))
+    checkpoint: str = field(metadata=_attr("what the user passed", compared=False))
+    checkpoint_fingerprint: str = field(metadata=_attr(
+        '"sha256:<hex>" of the checkpoint folder (UNITER: of the .pt file), or "hub:<id>@<commit>"'))
+    dataset: str = field(metadata=_attr('registry name ("winoground")'))
+    dataset_fingerprint: str = field(metadata=_attr(
+        "sha256 over the dataset's files (captions, fields, image bytes)"))
+    variants_fingerprint: str = field(metadata=_attr('sha256 of the variants file, "" without one'))
+    pair_plan: str = field(metadata=_attr('"item" or "all" (dual encoders always score all pairs: "all")'))
+    pair_states: bool = field(default=False, metadata=_attr(
+        "cross-encoders: whether pair streams (states) are stored besides the scores (False: scores "
+        "only; always False for dual encoders)"))
+    poolings: tuple[str, ...] = field(metadata=_attr('stored poolings, e.g. ["cls", "mean", "max", "pooled"]'))
+    dtype: str = field(metadata=_attr('"float32" or "float16" (storage and model weights)'))
+    shard: str = field(metadata=_attr('"K/N" ("0/1" unsharded)'))
+    layers: dict[str, list[int]] = field(metadata=_attr("{stream: [stored layer numbers]}"))
+    regions_fingerprint: str = field(default="", metadata=_attr(
+        '"sha256:<hex>" of the region-feature file (LXMERT, UNITER), else ""'))
+    config_fingerprint: str = field(default="", metadata=_attr(
+        '"sha256:<hex>" of a model config file read apart from the checkpoint (UNITER\'s JSON), else ""'))
+    tokenizer_fingerprint: str = field(default="", metadata=_attr(
+        '"sha256:<hex>" of a tokenizer loaded apart from the checkpoint (UNITER\'s --tokenizer, its '
+        'default tokenizer/ folder, or "hub:<id>@<commit>"), else ""'))
+    dataset_selection: str = field(default="", metadata=_attr(
+        'JSON of the loader options that choose items (subsets, limit, all_items), "" without any '
+        "(image folders are covered by dataset_fingerprint)"))
 
     def to_attrs(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["poolings"] = json.dumps(list(self.poolings))
-        d["layers"] = json.dumps(self.layers, sort_keys=True)
-        return d
+        """The HDF5 root attributes of this header."""
+        return _to_attrs(self)
 
     @classmethod
-    def from_attrs(cls, attrs: Mapping[str, Any]) -> CacheHeader:
-        return cls(
-            model=attr_str(attrs["model"]),
-            checkpoint=attr_str(attrs["checkpoint"]),
-            checkpoint_fingerprint=attr_str(attrs["checkpoint_fingerprint"]),
-            dataset=attr_str(attrs["dataset"]),
-            dataset_fingerprint=attr_str(attrs["dataset_fingerprint"]),
-            variants_fingerprint=attr_str(attrs["variants_fingerprint"]),
-            pair_plan=attr_str(attrs["pair_plan"]),
-            poolings=tuple(json.loads(attr_str(attrs["poolings"]))),
-            dtype=attr_str(attrs["dtype"]),
-            shard=attr_str(attrs["shard"]),
-            layers={k: list(v) for k, v in json.loads(attr_str(attrs["layers"])).items()},
-            pair_states=bool(attrs.get("pair_states", False)),
-            regions_fingerprint=attr_str(attrs.get("regions_fingerprint", "")),
-            config_fingerprint=attr_str(attrs.get("config_fingerprint", "")),
-            tokenizer_fingerprint=attr_str(attrs.get("tokenizer_fingerprint", "")),
-            dataset_selection=attr_str(attrs.get("dataset_selection", "")),
-        )
+    def from_attrs(cls, attrs: Mapping[str, Any], version: int = SCHEMA_VERSION, where: str = "cache") -> CacheHeader:
+        """The header of a file's root attributes; fields with defaults may be missing in version 1."""
+        return cls(**_from_attrs(cls, attrs, version, where))
 
 
+@dataclass(frozen=True)
+class CacheRecord:
+    """What a cache records about its run without comparing it on resume."""
+
+    complete: bool = field(default=False, metadata=_attr(
+        "True once every row (and the scores) are written", compared=False))
+    created: str = field(default="", metadata=_attr("creation time, ISO 8601", compared=False))
+    vlprobe_version: str = field(default="", metadata=_attr("the vlprobe that wrote the file", compared=False))
+    versions: dict[str, str] = field(default_factory=dict, metadata=_attr(
+        "versions of python and the packages used", compared=False))
+    git_revision: str = field(default="", metadata=_attr("git revision of vlprobe's source, if known", compared=False))
+    device: str = field(default="", metadata=_attr('the device the model ran on ("cpu", "cuda:0")', compared=False))
+    dataset_source: str = field(default="", metadata=_attr("where the dataset was read from", compared=False))
+    tags_fingerprint: str = field(default="", metadata=_attr('sha256 of the tag file, "" without one', compared=False))
+    model_info: dict[str, Any] = field(default_factory=dict, metadata=_attr(
+        "facts about the loaded model (the adapter's describe())", compared=False))
+    batch_size: int = field(default=0, metadata=_attr("rows per forward pass", compared=False))
+    dataset_options: dict[str, Any] = field(default_factory=dict, metadata=_attr(
+        "every option of the dataset's loader, image folders included", compared=False))
+    merged_from: list[str] = field(default_factory=list, metadata=_attr(
+        "merged files only: the shard files joined", compared=False))
+
+    def to_attrs(self) -> dict[str, Any]:
+        """The HDF5 root attributes of this record (``merged_from`` only when set)."""
+        out = _to_attrs(self)
+        if not self.merged_from:
+            del out["merged_from"]
+        return out
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any], version: int = SCHEMA_VERSION, where: str = "cache") -> CacheRecord:
+        """The record of a file's root attributes (every field has a default)."""
+        return cls(**_from_attrs(cls, attrs, version, where))
+
+
+@dataclass(frozen=True)
+class AttrField:
+    """One declared root attribute of a cache (derived from :class:`CacheHeader` and
+    :class:`CacheRecord`)."""
+
+    name: str
+    #: As the README names it: ``str``, ``bool``, ``int``, ``JSON list``, ``JSON object``.
+    type: str
+    compared: bool
+    doc: str
+    #: The Python type of the value (``tuple``, ``list``, ``dict`` are stored as JSON text).
+    python: type
+    #: ``CacheHeader`` or ``CacheRecord``.
+    owner: str
+
+    @property
+    def json(self) -> bool:
+        return self.python in (tuple, list, dict)
+
+
+def _fields_of(cls: type) -> tuple[AttrField, ...]:
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        t = hints[f.name]
+        out.append(AttrField(
+            f.name, _type_name(t), bool(f.metadata["compared"]), str(f.metadata["doc"]),
+            typing.get_origin(t) or t, cls.__name__,
+        ))
+    return tuple(out)
+
+
+def _type_name(t: Any) -> str:
+    origin = typing.get_origin(t)
+    if origin is None:
+        return getattr(t, "__name__", str(t))
+    return {tuple: "JSON list", list: "JSON list", dict: "JSON object"}[origin]
+
+
+#: Every declared root attribute: the header's fields, then the record's.
+ROOT_ATTRS: tuple[AttrField, ...] = _fields_of(CacheHeader) + _fields_of(CacheRecord)
+_BY_NAME = {a.name: a for a in ROOT_ATTRS}
 #: Header fields that must be equal for a run to resume (or shards to merge) into a file.
-COMPARED_FIELDS: tuple[str, ...] = (
-    "model", "checkpoint_fingerprint", "dataset", "dataset_fingerprint", "variants_fingerprint",
-    "pair_plan", "pair_states", "poolings", "dtype", "shard", "layers", "regions_fingerprint",
-    "config_fingerprint", "tokenizer_fingerprint", "dataset_selection",
-)
+COMPARED_FIELDS: tuple[str, ...] = tuple(a.name for a in ROOT_ATTRS if a.compared)
+
+
+def _encode(a: AttrField, value: Any) -> Any:
+    if a.json:
+        return json.dumps(list(value) if isinstance(value, tuple) else value, sort_keys=True)
+    return value
+
+
+def _decode(a: AttrField, raw: Any) -> Any:
+    if a.json:
+        value = json.loads(attr_str(raw))
+        if not isinstance(value, dict if a.python is dict else list):
+            raise TypeError(f"expected a {a.type}")
+        return tuple(value) if a.python is tuple else value
+    if a.python is str:
+        return attr_str(raw)
+    return a.python(raw)
+
+
+def _to_attrs(obj: Any) -> dict[str, Any]:
+    return {f.name: _encode(_BY_NAME[f.name], getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+
+
+def _from_attrs(cls: type, attrs: Mapping[str, Any], version: int, where: str) -> dict[str, Any]:
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.name in attrs:
+            try:
+                out[f.name] = _decode(_BY_NAME[f.name], attrs[f.name])
+            except (ValueError, TypeError, AttributeError):
+                raise InputError(f"{where}: root attribute {f.name!r} is unreadable ({attrs[f.name]!r})") from None
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise InputError(f"{where}: the cache header lacks its {f.name!r} attribute")
+        elif version >= 2 and cls is CacheHeader:
+            raise InputError(f"{where}: the version {version} cache header lacks its {f.name!r} attribute")
+    return out
+
+
+def root_attrs_table() -> str:
+    """The README's table of root attributes, made from :data:`ROOT_ATTRS` (a test compares them)."""
+    rows = ["| attribute | type | compared on resume | meaning |", "|---|---|---|---|"]
+    for a in ROOT_ATTRS:
+        doc = re.sub(r'"[^"]*"', lambda m: f"`{m.group(0)}`", a.doc)  # literals as code
+        rows.append(f"| `{a.name}` | {a.type} | {'yes' if a.compared else 'no'} | {doc} |")
+    return "\n".join(rows) + "\n"
+
+
+def cache_version(attrs: Mapping[str, Any], where: str) -> int:
+    """The schema version of a file's root attributes (1 or 2); InputError for anything else."""
+    if "schema" not in attrs and LEGACY_VERSION_ATTR in attrs:
+        version = int(attrs[LEGACY_VERSION_ATTR])
+        if version != 1:
+            raise InputError(f"{where}: {LEGACY_VERSION_ATTR} = {version}; this vlprobe reads version 1 under that name")
+        return 1
+    return schema_version_of(attrs, SCHEMA, SCHEMA_VERSION, where, what="a vlprobe cache")
 
 
 @dataclass(frozen=True)

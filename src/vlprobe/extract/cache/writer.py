@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -13,15 +14,20 @@ import h5py
 import numpy as np
 
 from vlprobe.extract.cache.schema import (
+    LEGACY_VERSION_ATTR,
+    SCHEMA,
     SCHEMA_VERSION,
     STR_DTYPE,
     CacheHeader,
+    CacheRecord,
     CacheTables,
     PairLayout,
     StreamLayout,
+    cache_version,
     header_diff,
     open_h5,
 )
+from vlprobe.io import schema_attrs
 from vlprobe.validation import InputError
 
 __all__ = ["CacheWriter"]
@@ -43,36 +49,36 @@ class CacheWriter:
         header: CacheHeader,
         tables: CacheTables,
         layouts: Sequence[StreamLayout],
-        recorded: Mapping[str, Any],
+        record: CacheRecord,
         *,
         with_scores: bool,
         pairs: PairLayout | None = None,
     ) -> CacheWriter:
         """Open ``path`` for this run: create it, or resume it if its header matches.
 
+        ``record`` is what the run records (``created`` and ``complete`` are set here). A
+        version 1 file whose header matches is resumed and relabelled version 2 (same datasets).
+
         Raises
         ------
         InputError
             The file exists with other settings (the message names the first differing field),
-            or is not a vlprobe cache.
+            is not a vlprobe cache, or has a schema version this vlprobe does not read.
         """
         p = Path(path)
         if p.exists():
             f = open_h5(p, "r+")
             try:
-                if "vlprobe_schema" not in f.attrs:
+                if "schema" not in f.attrs and LEGACY_VERSION_ATTR not in f.attrs:
                     raise InputError(f"out: {str(p)!r} exists and is not a vlprobe cache; refusing to touch it")
-                if int(f.attrs["vlprobe_schema"]) != SCHEMA_VERSION:
-                    raise InputError(
-                        f"cache {str(p)!r} has schema {int(f.attrs['vlprobe_schema'])}, "
-                        f"this vlprobe writes {SCHEMA_VERSION}; use another --out"
-                    )
-                diff = header_diff(CacheHeader.from_attrs(f.attrs), header)
+                where = f"cache {str(p)!r}"
+                version = cache_version(f.attrs, where)
+                old = CacheHeader.from_attrs(f.attrs, version, where)
+                diff = header_diff(old, header)
                 if diff:
-                    raise InputError(
-                        f"cache {str(p)!r} was made with other settings ({diff}); "
-                        "use another --out or delete the file"
-                    )
+                    raise InputError(f"{where} was made with other settings ({diff}); use another --out or delete the file")
+                if version < SCHEMA_VERSION:
+                    _relabel(f, old)
             except BaseException:
                 f.close()
                 raise
@@ -81,7 +87,7 @@ class CacheWriter:
         tmp = p.with_name(f".{p.name}.creating")
         f = h5py.File(tmp, "w")
         try:
-            cls._create(f, header, tables, layouts, recorded, with_scores, pairs)
+            cls._create(f, header, tables, layouts, record, with_scores, pairs)
             f.flush()
             f.close()
             os.replace(tmp, p)
@@ -95,15 +101,12 @@ class CacheWriter:
     @staticmethod
     def _create(
         f: h5py.File, header: CacheHeader, tables: CacheTables, layouts: Sequence[StreamLayout],
-        recorded: Mapping[str, Any], with_scores: bool, pairs: PairLayout | None = None,
+        record: CacheRecord, with_scores: bool, pairs: PairLayout | None = None,
     ) -> None:
-        f.attrs["vlprobe_schema"] = SCHEMA_VERSION
-        for k, v in header.to_attrs().items():
-            f.attrs[k] = v
-        for k, v in recorded.items():
-            f.attrs[k] = v if isinstance(v, (str, int, float, bool)) else json.dumps(v, sort_keys=True)
-        f.attrs["created"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        f.attrs["complete"] = False
+        f.attrs.update(schema_attrs(SCHEMA, SCHEMA_VERSION))
+        f.attrs.update(header.to_attrs())
+        record = dataclasses.replace(record, created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), complete=False)
+        f.attrs.update(record.to_attrs())
         _write_tables(f, tables)
         for lay in layouts:
             _create_stream(f, lay, header.dtype)
@@ -188,8 +191,10 @@ class CacheWriter:
         p["done"][sel] = True
         self.f.flush()
 
-    def scores_from_pairs(self) -> None:
-        """Fill ``/scores`` from this file's ``/pairs`` (the pairs not done stay NaN)."""
+    def scores_from_pairs(self, kind: str) -> None:
+        """Fill ``/scores`` from this file's ``/pairs`` (the pairs not done stay NaN); ``kind`` is
+        what a score is (``/scores`` attribute ``kind``)."""
+        self.f["scores"].attrs["kind"] = kind
         p = self.f["pairs"]
         image, text, score, done = p["image"][()], p["text"][()], p["score"][()], p["done"][()]
         g = self.f["scores"]
@@ -226,9 +231,13 @@ class CacheWriter:
         f["scores"].attrs["kind"] = kind
         self.write_scores(matrix, np.ones(matrix.shape, dtype=bool))
 
-    def set_attrs(self, **attrs: Any) -> None:
-        for k, v in attrs.items():
-            self.f.attrs[k] = v if isinstance(v, (str, int, float, bool)) else json.dumps(v, sort_keys=True)
+    def update_record(self, **values: Any) -> None:
+        """Set fields of the file's :class:`CacheRecord` (``complete=True`` at the end of a run)."""
+        unknown = sorted(set(values) - {f.name for f in dataclasses.fields(CacheRecord)})
+        if unknown:
+            raise TypeError(f"update_record: {', '.join(unknown)} are not CacheRecord fields")
+        attrs = dataclasses.replace(CacheRecord(), **values).to_attrs()
+        self.f.attrs.update({k: attrs[k] for k in values})
         self.f.flush()
 
     def close(self) -> None:
@@ -240,6 +249,18 @@ class CacheWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _relabel(f: h5py.File, header: CacheHeader) -> None:
+    """A version 1 file as version 2: the version attributes and the header fields it lacked
+    (at their defaults); its datasets are already what version 2 holds."""
+    f.attrs.update(schema_attrs(SCHEMA, SCHEMA_VERSION))
+    if LEGACY_VERSION_ATTR in f.attrs:
+        del f.attrs[LEGACY_VERSION_ATTR]
+    for k, v in header.to_attrs().items():
+        if k not in f.attrs:
+            f.attrs[k] = v
+    f.flush()
 
 
 def _selection(rows: np.ndarray) -> slice | np.ndarray:

@@ -55,7 +55,7 @@ import numpy as np
 
 from vlprobe import __version__
 from vlprobe.extract.regions.boxes import BOX_TOLERANCE, check_normalised_boxes, normalise_image_id
-from vlprobe.io import atomic_path
+from vlprobe.io import atomic_path, schema_attrs, schema_version_of
 from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError
 
@@ -156,11 +156,7 @@ class RegionStore:
 
     def _check_schema(self, f: h5py.File) -> None:
         where = repr(str(self.path))
-        if _attr_str(f.attrs.get("schema", "")) != SCHEMA:
-            raise InputError(f"regions: {where} is not a vlprobe region file (no schema={SCHEMA!r} attribute)")
-        version = int(f.attrs.get("schema_version", -1))
-        if version != SCHEMA_VERSION:
-            raise InputError(f"regions: {where} has schema_version {version}, this vlprobe reads {SCHEMA_VERSION}")
+        self.schema_version = schema_version_of(f.attrs, SCHEMA, SCHEMA_VERSION, f"regions: {where}", "a vlprobe region file")
         for name in ("image_id", "features", "boxes", "num_boxes", "image_w", "image_h"):
             if name not in f:
                 raise InputError(f"regions: {where} lacks the dataset {name!r}")
@@ -532,8 +528,7 @@ class RegionWriter:
             self.abort()
             raise InputError(f"regions: no images to write to {str(self.path)!r}")
         self._resize(self._n, int(self.num_boxes_max))
-        f.attrs["schema"] = SCHEMA
-        f.attrs["schema_version"] = SCHEMA_VERSION
+        f.attrs.update(schema_attrs(SCHEMA, SCHEMA_VERSION))
         f.attrs["meta"] = json.dumps(self.meta, sort_keys=True, default=str)
         f.close()
         self._file = None
