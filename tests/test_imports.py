@@ -183,3 +183,13 @@ def test_every_module_imports_first() -> None:
 def test_module_imports_in_a_fresh_process(name: str) -> None:
     result = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
+
+
+def test_every_registered_target_resolves() -> None:
+    """The registries' lazy ``"module:attr"`` targets name modules and attributes that exist (a
+    stale path after a move would otherwise fail only when that name is used)."""
+    from vlprobe import registry
+
+    for reg in (registry.MODELS, registry.DATASETS, registry.STRATEGIES, registry.PROBES, registry.EXPERIMENTS):
+        for name in reg.names():
+            assert callable(reg.get(name)), (reg.kind, name)
