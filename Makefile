@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml requirements/spacy-model.txt
 
 install: $(STAMP)  ## create .venv and install vlprobe with its test tools
 
-demo: $(STAMP)  ## synthetic Winoground + tiny random CLIP, LXMERT, UNITER: extract, score, probe, augment
+demo: $(STAMP)  ## synthetic Winoground + tiny random CLIP, detector, LXMERT, UNITER: extract, score, probe, augment
 	rm -rf $(DEMO)
 	HF_HUB_OFFLINE=1 $(PROBE) fixtures dataset --out $(DEMO)/data --items 40 --seed 0
 	HF_HUB_OFFLINE=1 $(PROBE) fixtures model clip --out $(DEMO)/tiny-clip --seed 0
@@ -36,7 +36,11 @@ demo: $(STAMP)  ## synthetic Winoground + tiny random CLIP, LXMERT, UNITER: extr
 	HF_HUB_OFFLINE=1 $(PROBE) run separability --cache $(DEMO)/clip.h5 --out $(DEMO)/results --seeds 3
 	HF_HUB_OFFLINE=1 $(PROBE) plot $(DEMO)/results/separability/clip.csv --out $(DEMO)/results/separability/clip.png
 	HF_HUB_OFFLINE=1 $(PROBE) run variant-similarity --cache $(DEMO)/clip.h5 --out $(DEMO)/results
-	HF_HUB_OFFLINE=1 $(PROBE) fixtures regions --data-dir $(DEMO)/data --out $(DEMO)/regions.h5 --seed 0
+	HF_HUB_OFFLINE=1 $(PROBE) fixtures model frcnn --out $(DEMO)/tiny-frcnn --seed 0
+	HF_HUB_OFFLINE=1 $(PROBE) regions extract --detector $(DEMO)/tiny-frcnn --dataset winoground --data-dir $(DEMO)/data \
+	    --out $(DEMO)/regions.h5 --preset lxmert-36 --batch-size 8 --device cpu
+	HF_HUB_OFFLINE=1 $(PROBE) regions info $(DEMO)/regions.h5 --labels $(DEMO)/tiny-frcnn --top 3 > $(DEMO)/regions-info.txt
+	head -n 12 $(DEMO)/regions-info.txt
 	HF_HUB_OFFLINE=1 $(PROBE) fixtures model lxmert --out $(DEMO)/tiny-lxmert --seed 0
 	HF_HUB_OFFLINE=1 $(PROBE) extract --model lxmert --checkpoint $(DEMO)/tiny-lxmert --regions $(DEMO)/regions.h5 \
 	    --dataset winoground --data-dir $(DEMO)/data --pairs item --device cpu --out $(DEMO)/lxmert.h5
@@ -57,7 +61,9 @@ demo: $(STAMP)  ## synthetic Winoground + tiny random CLIP, LXMERT, UNITER: extr
 	@echo "  results/     winoground-scores/ and recall/: tidy CSV per model + manifest.json"
 	@echo "               separability/: tidy, per-item and summary CSVs, manifest.json, clip.png + clip.pdf"
 	@echo "               variant-similarity/: Winoground scores with variant-aware similarity per agg and lambda"
-	@echo "  regions.h5   random region features (36 x 2048 per image) for the cross-encoders"
+	@echo "  tiny-frcnn/  tiny random Visual Genome Faster R-CNN (the hub checkpoint's format, with label files)"
+	@echo "  regions.h5   its region features of every image (36 boxes x 2048-d, lxmert-36 preset) for the cross-encoders"
+	@echo "  regions-info.txt  probe regions info: detector, preset, box counts, the top 3 detections per image by name"
 	@echo "  lxmert.h5    tiny LXMERT, item pair plan: lang/vision states per pair and match scores"
 	@echo "  uniter.h5    tiny UNITER (official .pt format), all pairs: scores only (recall in results/recall/)"
 	@if [ -f $(DEMO)/lexical-variants.jsonl ]; then \
@@ -77,6 +83,7 @@ lint: $(STAMP)  ## ruff
 bench: $(STAMP)  ## performance ratios (printed, not asserted)
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/bench_extract.py
 	$(PY) benchmarks/bench_regions.py
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/regions_extract.py
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/metrics.py
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/pairs.py
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/probes.py

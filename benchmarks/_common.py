@@ -3,9 +3,12 @@ which puts this folder on ``sys.path``)."""
 
 from __future__ import annotations
 
+import multiprocessing as mp
+import queue as queue_module
 import time
 import tracemalloc
 from collections.abc import Callable
+from typing import Any
 
 
 def best_of(fn: Callable[[], object], repeats: int = 3) -> float:
@@ -30,3 +33,24 @@ def peak_traced(fn: Callable[[], object]) -> tuple[int, float]:
     finally:
         tracemalloc.stop()
     return peak, seconds
+
+
+def in_fresh_process(target: Callable[..., None], *args: Any) -> Any:
+    """Run ``target(*args, queue)`` in a spawned process and return what it puts on ``queue``.
+
+    A fresh process per case gives each its own peak resident memory (``ru_maxrss``) and no
+    state left over from another case.
+    """
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=target, args=(*args, queue))
+    proc.start()
+    while True:
+        try:
+            result = queue.get(timeout=5)
+            break
+        except queue_module.Empty:
+            if not proc.is_alive():
+                raise RuntimeError(f"the benchmark process for {target.__name__} died (exit code {proc.exitcode})") from None
+    proc.join()
+    return result

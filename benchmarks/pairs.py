@@ -24,13 +24,13 @@ Usage: python benchmarks/pairs.py [--images 8] [--captions 16] [--boxes 36] [--b
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import os
 import resource
 import time
 from typing import Any
 
 import numpy as np
+from _common import in_fresh_process
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -146,16 +146,6 @@ def _case(model: str, path: str, args: argparse.Namespace, queue: Any) -> None:
                "peak_mb": peak, "scores": scores})
 
 
-def _run(model: str, path: str, args: argparse.Namespace) -> dict[str, Any]:
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_case, args=(model, path, args, queue))
-    proc.start()
-    result = queue.get()
-    proc.join()
-    return result
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--images", type=int, default=8)
@@ -169,7 +159,7 @@ def main() -> None:
     print(f"{args.images} images x {args.captions} captions = {args.images * args.captions} pairs, "
           f"{args.boxes} boxes x 2048-d, batch {args.batch}, {args.threads} thread(s), random base-size weights, CPU")
     for model in args.models.split(","):
-        res = {path: _run(model, path, args) for path in ("shared", "per-pair")}
+        res = {path: in_fresh_process(_case, model, path, args) for path in ("shared", "per-pair")}
         for path, r in res.items():
             print(f"  {model:<7} {path:<9} {r['pairs'] / r['seconds']:7.2f} pairs/s wall ({r['seconds']:5.1f} s), "
                   f"{r['pairs'] / r['cpu_seconds']:7.2f} pairs/s CPU ({r['cpu_seconds']:5.1f} s)  peak RSS {r['peak_mb']:7.0f} MB (model built: {r['rss_model_mb']:6.0f} MB, "

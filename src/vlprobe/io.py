@@ -12,7 +12,9 @@ from typing import IO, Any
 
 from vlprobe.validation import InputError
 
-__all__ = ["atomic_path", "atomic_write", "schema_attrs", "schema_version_of", "text_lines", "write_json"]
+__all__ = [
+    "atomic_path", "atomic_write", "check_writable", "schema_attrs", "schema_version_of", "text_lines", "write_json",
+]
 
 
 @contextlib.contextmanager
@@ -43,6 +45,31 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[A
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
+
+
+def check_writable(path: str | os.PathLike[str], param: str = "out") -> None:
+    """InputError naming ``param`` unless ``path`` can be written (its folder is made if missing).
+
+    An existing file must be writable; otherwise a scratch file is created and removed beside
+    ``path``, so that a read-only folder or a path under a regular file fails before any work.
+    """
+    target = Path(path)
+    if target.is_dir():
+        raise InputError(f"{param}: {str(target)!r} is a folder; give a file name")
+    if target.exists():
+        try:
+            with open(target, "r+b"):
+                pass
+        except OSError as exc:
+            raise InputError(f"{param}: cannot write {str(target)!r} ({exc.strerror or exc})") from None
+        return
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".probe", dir=target.parent)
+    except OSError as exc:
+        raise InputError(f"{param}: cannot create {str(target)!r} ({exc.strerror or exc})") from None
+    os.close(fd)
+    os.unlink(tmp)
 
 
 def write_json(path: str | os.PathLike[str], obj: Any) -> None:

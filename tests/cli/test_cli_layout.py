@@ -47,7 +47,8 @@ def test_tree_has_every_command() -> None:
         "ls", "extract", "eval", "refine", "plot", "augment",
         "fixtures dataset", "fixtures model", "fixtures regions", "cache info", "cache merge",
         "run winoground-scores", "run recall", "run separability", "run task-adaptation",
-        "run variant-probe", "run variant-similarity", "regions import", "regions export", "regions info",
+        "run variant-probe", "run variant-similarity", "regions extract", "regions merge", "regions import",
+        "regions export", "regions info",
         "data info", "setup wordnet",
     }
 

@@ -1,4 +1,4 @@
-"""``probe regions import|export|info``: precomputed region features (LXMERT, UNITER)."""
+"""``probe regions extract|merge|import|export|info``: region features for LXMERT and UNITER."""
 
 from __future__ import annotations
 
@@ -8,12 +8,78 @@ from typing import Annotated
 
 import typer
 
-from vlprobe.cli._common import AsJson, RegionFile, RegionOut
+from vlprobe.cli._common import (
+    AllItems,
+    AsJson,
+    Device,
+    Limit,
+    Quiet,
+    RegionFile,
+    RegionOut,
+    Subsets,
+    _dataset_options,
+)
 from vlprobe.cli.app import guarded
 
 regions_app = typer.Typer(
-    name="regions", help="Import and inspect region features (LXMERT, UNITER).", no_args_is_help=True
+    name="regions", help="Extract, import and inspect region features (LXMERT, UNITER).", no_args_is_help=True
 )
+
+
+@regions_app.command("extract")
+@guarded
+def regions_extract(
+    detector: Annotated[str, typer.Option(help="Faster R-CNN folder (config.yaml + pytorch_model.bin) or hub id.")],
+    out: Annotated[Path, typer.Option(help="Region file to write or resume (.h5).")],
+    images: Annotated[Path | None, typer.Option(help="Folder of images (every image file in it).")] = None,
+    dataset: Annotated[str | None, typer.Option(help="Registered dataset whose images to use (instead of --images).")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="Local copy of the dataset (with --dataset).")] = None,
+    preset: Annotated[str, typer.Option(help="Box selection: lxmert-36 | uniter-10-100 | hf-frcnn.")] = "lxmert-36",
+    boxes: Annotated[str | None, typer.Option(help="Boxes per image: N (exactly) or MIN:MAX (default: the preset's).")] = None,
+    min_score: Annotated[
+        float | None, typer.Option(help="Confidence a box needs beyond the minimum count, in [0, 1] (default: the preset's).")
+    ] = None,
+    batch_size: Annotated[int, typer.Option(help="Images per detector pass.")] = 4,
+    device: Device = "auto",
+    dtype: Annotated[str, typer.Option(help="float32 or float16 (detector and stored features).")] = "float32",
+    shard: Annotated[str, typer.Option(help="Run block K of N (K/N); join with `probe regions merge`.")] = "0/1",
+    quiet: Quiet = False,
+    image_dir: Annotated[Path | None, typer.Option(help="SugarCrepe: the COCO val2017 image folder.")] = None,
+    image_root: Annotated[
+        list[str] | None, typer.Option(help="VALSE: SOURCE=DIR per image source, repeatable; a bare DIR for all.")
+    ] = None,
+    subsets: Subsets = None,
+    limit: Limit = None,
+    all_items: AllItems = False,
+) -> None:
+    """Detect boxes and extract 2048-d region features from images (resumable, shardable)."""
+    from vlprobe.extract.regions.extraction import RegionExtractConfig, extract_regions
+
+    config = RegionExtractConfig(
+        detector=detector, out=out, images=images, dataset=dataset, data_dir=data_dir,
+        dataset_options=_dataset_options(image_dir=image_dir, image_root=list(image_root) if image_root else None,
+                                         subsets=subsets, limit=limit, all_items=all_items),
+        preset=preset, boxes=boxes, min_score=min_score, batch_size=batch_size, device=device, dtype=dtype,
+        shard=shard, progress=not quiet,
+    )
+    r = extract_regions(config)
+    rate = f", {r.images_written / r.seconds:.2f} images/s" if r.images_written and r.seconds > 0 else ""
+    typer.echo(
+        f"wrote {r.path}: {r.images_total} images ({r.images_written} computed this run, {r.seconds:.1f} s{rate})"
+    )
+
+
+@regions_app.command("merge")
+@guarded
+def regions_merge(
+    shards: Annotated[list[Path], typer.Argument(help="The N shard files of one `probe regions extract` run.")],
+    out: RegionOut,
+) -> None:
+    """Join the shard files of a `probe regions extract --shard K/N` run into one region file."""
+    from vlprobe.extract.regions.merge import merge_region_shards
+
+    path = merge_region_shards(shards, out)
+    typer.echo(f"merged {len(shards)} shards into {path}")
 
 
 @regions_app.command("import")
@@ -57,17 +123,45 @@ def regions_export(
 
 @regions_app.command("info")
 @guarded
-def regions_info(path: RegionFile, as_json: AsJson = False) -> None:
-    """Describe a region file: images, boxes per image, feature width and dtype, source, fingerprint."""
-    from vlprobe.extract.regions.formats import region_info
+def regions_info(
+    path: RegionFile,
+    labels: Annotated[
+        str | None, typer.Option(help="The detector's object/attribute names (folder, file or hub id): show the top detections per image.")
+    ] = None,
+    top: Annotated[int, typer.Option(help="With --labels: detections shown per image.")] = 5,
+    as_json: AsJson = False,
+) -> None:
+    """Describe a region file: images, boxes, features, detector and preset, progress, fingerprint."""
+    from vlprobe.extract.regions.formats import region_info, top_detections
 
     info = region_info(path)
+    if labels is not None:
+        from vlprobe.extract.regions.detector import load_labels
+
+        objects, attributes = load_labels(labels)
+        info["detections"] = top_detections(path, objects, attributes, top=top)
     if as_json:
         typer.echo(json.dumps(info, indent=2, sort_keys=True))
         return
-    b = info["boxes"]
-    typer.echo(f"{info['path']}  {info['size_bytes'] / 1e6:.1f} MB  {info['fingerprint'][:23]}")
+    b, meta = info["boxes"], dict(info["meta"])
+    state = "complete" if info["complete"] else (
+        f"INCOMPLETE: {info['done']} of {info['images']} images written (rerun the extract command to resume)"
+    )
+    typer.echo(f"{info['path']}  {info['size_bytes'] / 1e6:.1f} MB  schema {info['schema_version']}  {state}")
     typer.echo(f"images     {info['images']} ({info['images_without_size']} without a recorded size)")
     typer.echo(f"boxes      min {b['min']} / mean {b['mean']:.1f} / max {b['max']} (padded to {info['max_boxes']})")
     typer.echo(f"features   dim {info['feature_dim']}, {info['dtype']}; extras: {', '.join(info['extras']) or 'none'}")
-    typer.echo(f"meta       {json.dumps(info['meta'], sort_keys=True)}")
+    if meta.get("source_format") == "detector":
+        det, preset, images = meta.pop("detector"), meta.pop("preset"), meta.pop("images")
+        typer.echo(f"detector   {det.get('spec')}  {str(det.get('fingerprint'))[:23]}  colour order {meta.pop('colour_order', None)}")
+        typer.echo("preset     " + "  ".join(f"{k}={v}" for k, v in sorted(preset.items())))
+        where = images.get("folder") or f"{images.get('dataset')} {images.get('data_dir') or ''}".strip()
+        typer.echo(f"source     {images.get('source')} {where}  shard {meta.pop('shard', '0/1')}")
+        run = meta.pop("run", {})
+        typer.echo(
+            f"run        device {run.get('device')}  batch {run.get('batch_size')}  vlprobe {run.get('vlprobe_version')} "
+            f"at git {run.get('git_revision')}, {run.get('created')}"
+        )
+    typer.echo(f"meta       {json.dumps(meta, sort_keys=True)}")
+    for image_id, dets in info.get("detections", {}).items():
+        typer.echo(f"{image_id}: " + ", ".join(f"{d['name']} {d['object_conf']:.2f}" for d in dets))

@@ -46,10 +46,12 @@ def test_schema_golden(tmp_path: Path, h5_tree) -> None:
         "num_boxes": ("int32", (3,)),
         "image_w": ("int32", (3,)),
         "image_h": ("int32", (3,)),
+        "done": ("bool", (3,)),
     }
     with h5py.File(path, "r") as f:
         assert f.attrs["schema"] == "vlprobe-regions"
-        assert int(f.attrs["schema_version"]) == 1
+        assert int(f.attrs["schema_version"]) == 2
+        assert bool(f.attrs["complete"]) and f["done"][()].all()
         meta = json.loads(f.attrs["meta"])
     assert meta["source_format"] == "test" and meta["converter"].startswith("vlprobe ")
 
@@ -191,3 +193,30 @@ def test_get_ignores_padding_and_refuses_non_finite_real_boxes(tmp_path: Path) -
         f["boxes"][2, 0, 1] = np.nan  # a real box of image 2
     with RegionStore(path) as store, pytest.raises(ValueError, match=r"boxes of image 'img_2'.*NaN"):
         store.get(["img_0", "img_2"])
+
+
+def test_version_1_files_are_still_read(tmp_path: Path) -> None:
+    path = write_regions(tmp_path / "r.h5", **_arrays())
+    with h5py.File(path, "r+") as f:  # what vlprobe wrote before the done mask
+        del f["done"]
+        del f.attrs["complete"]
+        f.attrs["schema_version"] = 1
+    with RegionStore(path) as store:
+        assert store.schema_version == 1 and store.complete and store.done.all()
+        assert store.get(["img_1"]).num_boxes.tolist() == [2]
+
+
+def test_incomplete_files_are_refused_unless_asked(tmp_path: Path) -> None:
+    path = write_regions(tmp_path / "r.h5", **_arrays())
+    with h5py.File(path, "r+") as f:  # as an interrupted `probe regions extract` leaves it
+        f["done"][1] = False
+        f["num_boxes"][1] = 0
+        f.attrs["complete"] = False
+    with pytest.raises(ValueError, match=r"incomplete \(2 of 3 images written\); rerun"):
+        RegionStore(path)
+    with RegionStore(path, allow_incomplete=True) as store:
+        assert not store.complete and store.done.tolist() == [True, False, True]
+        assert "img_1" not in store and store.missing(["img_0", "img_1"]) == ["img_1"]
+        assert [r.image_id for r in store.records()] == ["img_0", "img_2"]
+        with pytest.raises(ValueError, match="no features for image 'img_1'"):
+            store.get(["img_1"])

@@ -20,6 +20,7 @@ from vlprobe.validation import InputError
 
 __all__ = [
     "BOX_TOLERANCE",
+    "IMAGE_SUFFIXES",
     "boxes_to_4d",
     "boxes_to_6d",
     "boxes_to_7d",
@@ -30,7 +31,9 @@ __all__ = [
 ]
 
 BOX_TOLERANCE = 0.01
-_ID_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff", ".npz", ".npy"})
+#: Image file extensions (lower case): dropped from ids, and what an image folder is scanned for.
+IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"})
+_ID_SUFFIXES = IMAGE_SUFFIXES | {".npz", ".npy"}
 
 
 

@@ -31,7 +31,7 @@ import contextlib
 import csv
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,9 +50,10 @@ from vlprobe.extract.regions.boxes import (
 from vlprobe.extract.regions.store import RegionRecord, RegionStore, RegionWriter
 from vlprobe.io import atomic_write
 from vlprobe.provenance import fingerprint_files, sha256_file
-from vlprobe.validation import InputError
+from vlprobe.validation import InputError, check_positive_int
 
 __all__ = [
+    "ATTRIBUTE_THRESHOLD",
     "BUTD_FIELDS",
     "FORMATS",
     "LXMERT_FIELDS",
@@ -64,6 +65,7 @@ __all__ = [
     "read_regions",
     "read_uniter_npz",
     "region_info",
+    "top_detections",
     "uniter_box_count",
     "write_butd_tsv",
     "write_lxmert_tsv",
@@ -463,22 +465,90 @@ def _fingerprint(fmt: str, src: Path) -> str:
 
 
 def region_info(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Summary of a region file: counts, box statistics, feature width and dtype, meta, fingerprint."""
-    with RegionStore(path) as store:
-        nb = store.num_boxes
+    """Summary of a region file: counts, box statistics, feature width and dtype, meta, fingerprint.
+
+    An incomplete file (an interrupted ``probe regions extract``) is described too: ``complete``
+    False, ``done`` images written; the box statistics cover the images written.
+    """
+    with RegionStore(path, allow_incomplete=True) as store:
+        nb = store.num_boxes[store.done]
         return {
             "path": str(store.path),
             "size_bytes": store.path.stat().st_size,
-            "images": len(store),
-            "boxes": {"min": int(nb.min()), "mean": float(nb.mean()), "max": int(nb.max())},
+            "schema_version": store.schema_version,
+            "complete": store.complete,
+            "images": len(store.image_ids),
+            "done": int(store.done.sum()),
+            "boxes": {"min": int(nb.min()), "mean": float(nb.mean()), "max": int(nb.max())} if len(nb)
+            else {"min": 0, "mean": 0.0, "max": 0},
             "max_boxes": store.max_boxes,
             "feature_dim": store.feature_dim,
             "dtype": store.feature_dtype,
             "extras": list(store.extras),
-            "images_without_size": int(np.sum(store.image_w == 0)),
+            "images_without_size": int(np.sum(store.image_w[store.done] == 0)),
             "meta": store.meta,
             "fingerprint": store.fingerprint,
         }
+
+
+#: An attribute is named beside its object when its confidence exceeds this (as the
+#: bottom-up-attention demo does).
+ATTRIBUTE_THRESHOLD = 0.1
+
+
+def top_detections(
+    path: str | os.PathLike[str], objects: Sequence[str], attributes: Sequence[str], *, top: int = 5,
+    attribute_threshold: float = ATTRIBUTE_THRESHOLD,
+) -> dict[str, list[dict[str, Any]]]:
+    """The ``top`` most confident detections of every written image, by name.
+
+    Parameters
+    ----------
+    path : path
+        A region file with ``objects_id``/``objects_conf`` (and ``attrs_id``/``attrs_conf``) extras.
+    objects, attributes : sequence of str
+        Names indexed by the stored ids (the detector's label files).
+    top : int
+    attribute_threshold : float
+        An attribute is named only above this confidence.
+
+    Returns
+    -------
+    dict
+        image id -> ``[{"name": "red car", "object", "object_conf", "attribute", "attribute_conf",
+        "box": normalised x1, y1, x2, y2}, ...]``, most confident first.
+    """
+    check_positive_int(top, "top")
+    out: dict[str, list[dict[str, Any]]] = {}
+    with RegionStore(path, allow_incomplete=True) as store:
+        if "objects_id" not in store.extras or "objects_conf" not in store.extras:
+            raise InputError(f"labels: {store.path.name} holds no object ids (extras: {', '.join(store.extras) or 'none'})")
+        with_attrs = "attrs_id" in store.extras and "attrs_conf" in store.extras
+        for rec in store.records():
+            ex = rec.extras
+            order = np.argsort(-ex["objects_conf"], kind="stable")[:top]
+            dets = []
+            for j in order:
+                obj = _label(objects, int(ex["objects_id"][j]), "object")
+                det: dict[str, Any] = {"object": obj, "object_conf": float(ex["objects_conf"][j]), "attribute": None,
+                                       "attribute_conf": None, "box": [float(v) for v in rec.boxes[j]]}
+                name = obj
+                if with_attrs:
+                    attr_conf = float(ex["attrs_conf"][j])
+                    det["attribute"] = _label(attributes, int(ex["attrs_id"][j]), "attribute")
+                    det["attribute_conf"] = attr_conf
+                    if attr_conf > attribute_threshold:
+                        name = f"{det['attribute']} {obj}"
+                det["name"] = name
+                dets.append(det)
+            out[rec.image_id] = dets
+    return out
+
+
+def _label(names: Sequence[str], i: int, what: str) -> str:
+    if not 0 <= i < len(names):
+        raise InputError(f"labels: {what} id {i} is outside the {len(names)} {what} names given")
+    return names[i]
 
 
 def export_regions(path: str | os.PathLike[str], fmt: str, out: str | os.PathLike[str]) -> int:

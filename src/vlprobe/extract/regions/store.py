@@ -5,13 +5,18 @@ precomputed formats (BUTD TSV, LXMERT TSV, UNITER npz) live in
 :mod:`vlprobe.extract.regions.formats` and convert into it; seeded random features for tests
 come from :mod:`vlprobe.fixtures.regions`.
 
-Schema (``schema_version`` 1)
------------------------------
+Schema (``schema_version`` 2; version 1 files are still read)
+--------------------------------------------------------------
 Root attributes::
 
     schema          "vlprobe-regions"
-    schema_version  1
-    meta            JSON: source format, source path and fingerprint, converter, detector if known
+    schema_version  2
+    complete        bool: every image is written (version 1 files: always; a killed
+                    ``probe regions extract`` leaves False until it is resumed)
+    meta            JSON: source format, source path and fingerprint, converter; files made by
+                    ``probe regions extract`` add the detector, the box-selection preset with every
+                    parameter, the colour order, the image source and the run (see
+                    :mod:`vlprobe.extract.regions.chunked`)
 
 Datasets (N images, R = the largest box count, D = feature width)::
 
@@ -25,6 +30,9 @@ Datasets (N images, R = the largest box count, D = feature width)::
     extra/<k>   (N, R, ...) optional per-box side data of the source format (``conf``,
                             ``objects_id``, ``objects_conf``, ``attrs_id``, ``attrs_conf``,
                             ``soft_labels``), zeros at padded boxes
+    done        (N,)        bool     version 2: the image's row is written (rows not done are
+                                     zeros and are never read)
+    image_sha256 (N,)       ascii    ``probe regions extract`` only: sha256 of each image file
 
 Image ids are normalised by dropping a directory part and a known image/feature extension
 (``images/ex_3_img_1.png`` -> ``ex_3_img_1``, ``COCO_val2014_000000000042.jpg`` ->
@@ -71,7 +79,8 @@ __all__ = [
 ]
 
 SCHEMA = "vlprobe-regions"
-SCHEMA_VERSION = 1
+#: Version 2 added ``done`` and ``complete``; version 1 files (always complete) are still read.
+SCHEMA_VERSION = 2
 _STR = h5py.string_dtype(encoding="utf-8")
 _FEATURE_DTYPES = {"float32": np.float32, "float16": np.float16}
 
@@ -117,19 +126,27 @@ class RegionStore:
     Parameters
     ----------
     path : path
-        A file written by :func:`write_regions` / ``probe regions import`` / ``probe fixtures regions``.
+        A file written by :func:`write_regions` / ``probe regions import`` / ``probe fixtures regions``
+        / ``probe regions extract``.
+    allow_incomplete : bool
+        Open a file that an interrupted ``probe regions extract`` left incomplete (to inspect it);
+        its images not yet written count as missing. Without it such a file is refused.
 
     Attributes
     ----------
     image_ids : tuple[str, ...]
-        Normalised image ids in file order.
+        Normalised image ids in file order (written or not).
     num_boxes, image_w, image_h : ndarray, int64 (N,)
         Real boxes and pixel size (0 = unknown) of each image, in file order.
+    done : ndarray, bool (N,)
+        Whether each image's row is written (all True but in an incomplete file).
+    complete : bool
+    schema_version : int
     meta : dict
         Source format, source path and fingerprint, converter, detector if known.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, allow_incomplete: bool = False) -> None:
         self.path = Path(path)
         self._file: h5py.File | None = None
         self._fingerprint: str | None = None
@@ -138,13 +155,26 @@ class RegionStore:
         try:
             f = h5py.File(self.path, "r")
         except OSError as exc:
+            if "lock" in str(exc).lower():
+                raise InputError(
+                    f"regions: {str(self.path)!r} is open for writing in another process "
+                    "(a `probe regions extract` still running?)"
+                ) from None
             raise InputError(f"regions: {str(self.path)!r} is not an HDF5 file ({exc})") from None
         self._file = f
         try:
-            self._check_schema(f)
+            self.schema_version = self._check_schema(f)
+            self.done: np.ndarray = f["done"][()].astype(bool) if "done" in f else np.ones(len(f["image_id"]), bool)
+            self.complete = bool(f.attrs.get("complete", True)) and bool(self.done.all())
+            if not self.complete and not allow_incomplete:
+                raise InputError(
+                    f"regions: {str(self.path)!r} is incomplete ({int(self.done.sum())} of {len(self.done)} images "
+                    "written); rerun the `probe regions extract` command that made it to finish it"
+                )
+            self._check_box_counts(f)
             self.image_ids: tuple[str, ...] = tuple(s.decode("utf-8") for s in f["image_id"][()])
-            self._rows = {name: i for i, name in enumerate(self.image_ids)}
-            if len(self._rows) != len(self.image_ids):
+            self._rows = {name: i for i, name in enumerate(self.image_ids) if self.done[i]}
+            if len(set(self.image_ids)) != len(self.image_ids):
                 raise InputError(f"regions: {str(self.path)!r} lists an image id twice")
             self.num_boxes = f["num_boxes"][()].astype(np.int64)
             self.image_w = f["image_w"][()].astype(np.int64)
@@ -154,20 +184,28 @@ class RegionStore:
             self.close()
             raise
 
-    def _check_schema(self, f: h5py.File) -> None:
+    def _check_schema(self, f: h5py.File) -> int:
         where = repr(str(self.path))
-        self.schema_version = schema_version_of(f.attrs, SCHEMA, SCHEMA_VERSION, f"regions: {where}", "a vlprobe region file")
+        version = schema_version_of(f.attrs, SCHEMA, SCHEMA_VERSION, f"regions: {where}", "a vlprobe region file")
         for name in ("image_id", "features", "boxes", "num_boxes", "image_w", "image_h"):
             if name not in f:
                 raise InputError(f"regions: {where} lacks the dataset {name!r}")
         n, r, _ = _shape3(f["features"], "features", where)
         expect = {"image_id": (n,), "boxes": (n, r, 4), "num_boxes": (n,), "image_w": (n,), "image_h": (n,)}
+        if "done" in f:
+            expect["done"] = (n,)
         for name, shape in expect.items():
             if f[name].shape != shape:
                 raise InputError(f"regions: {where}: {name} has shape {f[name].shape}, expected {shape}")
-        nb = f["num_boxes"][()]
-        if n and (nb.min() < 1 or nb.max() > r):
-            raise InputError(f"regions: {where}: num_boxes must lie in [1, {r}], got [{nb.min()}, {nb.max()}]")
+        return version
+
+    def _check_box_counts(self, f: h5py.File) -> None:
+        r = f["features"].shape[1]
+        nb = f["num_boxes"][()][self.done]
+        if len(nb) and (nb.min() < 1 or nb.max() > r):
+            raise InputError(
+                f"regions: {str(self.path)!r}: num_boxes must lie in [1, {r}], got [{nb.min()}, {nb.max()}]"
+            )
 
     # -- properties ------------------------------------------------------------------------
     @property
@@ -271,7 +309,7 @@ class RegionStore:
         )
 
     def records(self, batch_size: int = 64) -> Iterable[RegionRecord]:
-        """Every image as a :class:`RegionRecord` (unpadded, extras included), in file order."""
+        """Every written image as a :class:`RegionRecord` (unpadded, extras included), in file order."""
         f = self._f
         extras = self.extras
         for start in range(0, len(self), batch_size):
@@ -280,6 +318,8 @@ class RegionStore:
             boxes = f["boxes"][start:stop]
             ex = {k: f["extra"][k][start:stop] for k in extras}
             for j in range(stop - start):
+                if not self.done[start + j]:
+                    continue
                 n = int(self.num_boxes[start + j])
                 yield RegionRecord(
                     image_id=self.image_ids[start + j], features=feats[j, :n], boxes=boxes[j, :n],
@@ -528,7 +568,9 @@ class RegionWriter:
             self.abort()
             raise InputError(f"regions: no images to write to {str(self.path)!r}")
         self._resize(self._n, int(self.num_boxes_max))
+        f.create_dataset("done", data=np.ones(self._n, dtype=bool))
         f.attrs.update(schema_attrs(SCHEMA, SCHEMA_VERSION))
+        f.attrs["complete"] = True
         f.attrs["meta"] = json.dumps(self.meta, sort_keys=True, default=str)
         f.close()
         self._file = None
