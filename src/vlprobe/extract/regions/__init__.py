@@ -1,2 +1,5 @@
 """Region features for the cross-encoders: vlprobe's HDF5 store (:mod:`.store`), the precomputed
-formats it imports and exports (:mod:`.formats`) and box conversions (:mod:`.boxes`)."""
+formats it imports and exports (:mod:`.formats`), box conversions (:mod:`.boxes`), the Visual
+Genome detector (:mod:`.detector`) and extraction from pixels with it: image lists
+(:mod:`.sources`), the resumable file (:mod:`.chunked`), the loop (:mod:`.extraction`) and the
+merge of shards (:mod:`.merge`)."""
