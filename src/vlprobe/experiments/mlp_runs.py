@@ -30,8 +30,15 @@ from vlprobe.experiments.outputs import (
 )
 from vlprobe.experiments.summary import summarize, write_summary_csv
 from vlprobe.experiments.units import units_of
-from vlprobe.probes.mlp import check_training, fit_mlp_ensemble, mlp_dims
+from vlprobe.probes.mlp import (
+    check_training,
+    ensemble_memory,
+    iter_mlp_ensemble,
+    mlp_dims,
+    models_per_chunk,
+)
 from vlprobe.probes.splits import ItemSplit, control_flips, flip_labels, stratified_item_split
+from vlprobe.progress import format_bytes, progress_bar, say
 from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError
 
@@ -60,6 +67,7 @@ class MLPSettings:
     epochs: int
     batch_size: int
     device: str = "cpu"
+    memory_budget: int | None = None
 
     @classmethod
     def from_config(cls, config: Any) -> MLPSettings:
@@ -93,8 +101,14 @@ def train_target_control(
     split: ItemSplit,
     seeds: Sequence[int],
     settings: MLPSettings,
+    *,
+    progress: bool = False,
+    desc: str = "mlp",
 ) -> tuple[list[ProbeScore], dict[int, list[int]]]:
     """Train and score target and control probes for every group and seed.
+
+    The probes train in memory-bounded chunks (:func:`~vlprobe.probes.mlp.iter_mlp_ensemble`);
+    each chunk is scored and dropped, so only one chunk's weights are held at a time.
 
     Parameters
     ----------
@@ -107,6 +121,10 @@ def train_target_control(
     split : ItemSplit
     seeds : sequence of int
     settings : MLPSettings
+    progress : bool
+        Say on stderr what will be trained (probes, chunks, memory) and show a bar with an ETA.
+    desc : str
+        Name on the progress line (the experiment).
 
     Returns
     -------
@@ -123,18 +141,30 @@ def train_target_control(
     y = np.stack([
         labels[g] if task == "target" else flip_labels(labels[g], example_items, flips[s]) for g, task, s in runs
     ])
-    ens = fit_mlp_ensemble(
-        X[:, train], y[:, train], [s for _, _, s in runs], groups=[g for g, _, _ in runs],
-        depth=settings.depth, width=settings.width, lr=settings.lr, epochs=settings.epochs,
-        batch_size=settings.batch_size, device=settings.device,
-    )
+    sides = [(side, idx) for side, idx in (("train", train), ("test", test)) if len(idx)]
+    hits = {side: np.empty((len(runs), len(idx)), dtype=bool) for side, idx in sides}
+    dims = mlp_dims(X.shape[2], settings.depth, settings.width)
+    rows = min(settings.batch_size, len(train))
+    per_chunk = models_per_chunk(dims, rows, settings.device, settings.memory_budget)
+    chunk = min(per_chunk, len(runs))
+    say(progress, f"{desc}: training {len(runs)} MLP probes ({G} feature group(s) x target/control x {len(seeds)} "
+                  f"seed(s)) on {len(train)} rows x {X.shape[2]} features: depth {settings.depth}, width "
+                  f"{settings.width}, {settings.epochs} epochs, batch {settings.batch_size}; {chunk} at a time "
+                  f"on {settings.device}, about {format_bytes(ensemble_memory(chunk, dims, rows) + X.nbytes)} "
+                  "for training")
+    with progress_bar(progress, len(runs) * settings.epochs, f"{desc} training", "model-epoch") as bar:
+        for sl, ens in iter_mlp_ensemble(
+            X[:, train], y[:, train], [s for _, _, s in runs], groups=[g for g, _, _ in runs],
+            depth=settings.depth, width=settings.width, lr=settings.lr, epochs=settings.epochs,
+            batch_size=settings.batch_size, device=settings.device, memory_budget=settings.memory_budget,
+            progress=bar.update,
+        ):
+            for side, idx in sides:
+                hits[side][sl] = ens.predict(X[:, idx]) == y[sl][:, idx]
     scores = []
-    for side, idx in (("train", train), ("test", test)):
-        if not len(idx):
-            continue
-        hit = ens.predict(X[:, idx]) == y[:, idx]
+    for side, _ in sides:
         for m, (g, task, s) in enumerate(runs):
-            scores.append(ProbeScore(g, task, s, side, float(100 * hit[m].mean()), len(idx)))
+            scores.append(ProbeScore(g, task, s, side, float(100 * hits[side][m].mean()), hits[side].shape[1]))
     return scores, {s: f.tolist() for s, f in flips.items()}
 
 
@@ -283,7 +313,8 @@ def train_and_write(
         Experiment-specific manifest entries (the split, flips, seeds, config and inputs are added).
     """
     seeds = check_seeds(config.seeds)
-    scores, flips = train_target_control(X, labels, example_items, plan.split, seeds, MLPSettings.from_config(config))
+    scores, flips = train_target_control(X, labels, example_items, plan.split, seeds, MLPSettings.from_config(config),
+                                         progress=getattr(config, "progress", False), desc=experiment)
     rows = score_rows(scores, group_fields, base)
     manifest = build_manifest(
         experiment, version, config_record(config),

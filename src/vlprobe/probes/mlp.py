@@ -5,15 +5,20 @@ positive). :func:`fit_mlp_ensemble` trains M such MLPs at once (seeds x layers x
 weights are stacked into ``(M, in, out)`` tensors and every step is one batched matrix product per
 layer. Model ``m`` starts from the parameters :func:`init_mlp_params` draws for ``seeds[m]`` and
 visits its training rows in the order :func:`epoch_orders` draws for ``seeds[m]``, exactly as
-``MLPProbe(random_state=seeds[m])`` does alone, so the two give the same predictions (up to
-floating-point rounding).
+``MLPProbe(random_state=seeds[m])`` does alone (``MLPProbe.fit`` is the same trainer with one
+model), so the two give the same predictions up to floating-point rounding.
+
+Models train in chunks whose size follows a memory budget (:func:`ensemble_memory` estimates the
+bytes of parameters, gradients, Adam state and activations); each model's training is independent
+of the others, so the chunking changes results only by rounding. Adam runs as torch's fused kernel
+(one pass over each parameter tensor per step instead of about ten).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any, ClassVar
@@ -32,14 +37,22 @@ __all__ = [
     "MLPEnsemble",
     "MLPProbe",
     "check_training",
+    "default_memory_budget",
+    "ensemble_memory",
     "epoch_orders",
     "fit_mlp_ensemble",
     "init_mlp_params",
+    "iter_mlp_ensemble",
     "mlp_dims",
+    "models_per_chunk",
 ]
 
-#: Rough memory (bytes) one chunk of an ensemble may hold in parameters, Adam state and activations.
-DEFAULT_MEMORY_BUDGET = 2 << 30
+#: Bytes one chunk of an ensemble may hold on the CPU (parameters, gradients, Adam state,
+#: activations). Small on purpose: at width 1024 one model's matrix products are large enough
+#: that stacking more models per chunk gains little on a CPU, while memory grows with each.
+CPU_MEMORY_BUDGET = 64 << 20
+#: Share of the free memory of a CUDA device one chunk may use.
+CUDA_MEMORY_SHARE = 0.5
 
 
 def mlp_dims(n_features: int, depth: int, width: int) -> list[int]:
@@ -164,39 +177,13 @@ class MLPProbe(BinaryProbe):
         dims = mlp_dims(X.shape[1], self.depth, self.width)
         seed = _int_seed(self.random_state)
         dev = _device(self.device)
-
-        layers = []
-        for w, b in init_mlp_params(seed, dims):
-            lin = torch.nn.Linear(w.shape[0], w.shape[1])
-            with torch.no_grad():
-                lin.weight.copy_(w.T)
-                lin.bias.copy_(b)
-            layers.append(lin)
-        modules: list[torch.nn.Module] = []
-        for i, lin in enumerate(layers):
-            modules.append(lin)
-            if i < len(layers) - 1:
-                modules.append(torch.nn.ReLU())
-        net = torch.nn.Sequential(*modules).to(dev)
-        opt = torch.optim.Adam(net.parameters(), lr=self.lr)
-        Xt = torch.from_numpy(np.ascontiguousarray(X)).to(dev)
-        yt = torch.from_numpy(y_idx.astype(np.float32)).to(dev)
-        n = len(Xt)
-        orders = epoch_orders(seed, n)
-        self.loss_curve_ = []
-        for _ in range(self.epochs):
-            perm = torch.from_numpy(next(orders)).to(dev)
-            total = 0.0
-            for start in range(0, n, self.batch_size):
-                idx = perm[start:start + self.batch_size]
-                loss = F.binary_cross_entropy_with_logits(net(Xt[idx]).squeeze(-1), yt[idx])
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                total += float(loss.detach()) * len(idx)
-            self.loss_curve_.append(total / n)
-        self.coefs_ = [lin.weight.detach().T.cpu().numpy().copy() for lin in layers]
-        self.intercepts_ = [lin.bias.detach().cpu().numpy().copy() for lin in layers]
+        Xt = torch.from_numpy(np.ascontiguousarray(X)[None]).to(dev)
+        yt = torch.from_numpy(y_idx.astype(np.float32)[None]).to(dev)
+        ws, bs, curve = _fit_chunk(Xt, yt, np.array([seed]), np.array([0]), dims, self.lr, self.epochs,
+                                   self.batch_size, dev)
+        self.coefs_ = [w[0] for w in ws]
+        self.intercepts_ = [b[0] for b in bs]
+        self.loss_curve_ = curve[0].tolist()
         self.n_iter_ = int(self.epochs)
         return self
 
@@ -290,6 +277,25 @@ def _as_groups(X: Any, name: str) -> np.ndarray:
     return X
 
 
+def ensemble_memory(n_models: int, dims: Sequence[int], batch_rows: int) -> int:
+    """Bytes ``n_models`` MLPs of layer widths ``dims`` hold while training on ``batch_rows`` rows.
+
+    Parameters, gradients and Adam's two moments (4 float32 copies of every parameter) plus the
+    activations autograd keeps and the gradients it makes (about 4 per unit and row).
+    """
+    n_params = sum(a * b + b for a, b in itertools.pairwise(dims))
+    return 4 * int(n_models) * (4 * n_params + 4 * int(batch_rows) * sum(dims))
+
+
+def default_memory_budget(device: str | torch.device = "cpu") -> int:
+    """Bytes a chunk may use: :data:`CPU_MEMORY_BUDGET`, or half the free memory of a CUDA device."""
+    dev = _device(device) if isinstance(device, str) else device
+    if dev.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(dev)
+        return int(free * CUDA_MEMORY_SHARE)
+    return CPU_MEMORY_BUDGET
+
+
 def fit_mlp_ensemble(
     X: Any,
     y: Any,
@@ -302,9 +308,11 @@ def fit_mlp_ensemble(
     epochs: int = 200,
     batch_size: int = 200,
     device: str = "cpu",
+    memory_budget: int | None = None,
     max_models: int | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> MLPEnsemble:
-    """Train M binary MLP probes at once as one batched model.
+    """Train M binary MLP probes at once as one batched model, in memory-bounded chunks.
 
     Parameters
     ----------
@@ -318,13 +326,53 @@ def fit_mlp_ensemble(
         Feature group of each model; default ``range(M)`` (then G must equal M).
     depth, width, lr, epochs, batch_size, device
         As in :class:`MLPProbe`.
+    memory_budget : int, optional
+        Bytes a chunk of models may use while training (:func:`ensemble_memory`); default
+        :func:`default_memory_budget` of the device. A chunk holds at least one model.
     max_models : int, optional
-        Train at most this many models at a time (bounds memory; results do not depend on it).
-        Default: as many as fit in about 2 GiB.
+        Train at most this many models at a time (on top of the budget).
+    progress : callable, optional
+        Called with the number of model-epochs just finished (M * epochs in all).
 
     Returns
     -------
     MLPEnsemble
+        The results do not depend on the chunking beyond floating-point rounding. The weights of
+        all M models are held at the end; :func:`iter_mlp_ensemble` hands them over chunk by chunk.
+    """
+    chunks = [ens for _, ens in iter_mlp_ensemble(
+        X, y, seeds, groups=groups, depth=depth, width=width, lr=lr, epochs=epochs, batch_size=batch_size,
+        device=device, memory_budget=memory_budget, max_models=max_models, progress=progress,
+    )]
+    return MLPEnsemble(
+        coefs=[np.concatenate([c.coefs[i] for c in chunks]) for i in range(len(chunks[0].coefs))],
+        intercepts=[np.concatenate([c.intercepts[i] for c in chunks]) for i in range(len(chunks[0].coefs))],
+        groups=np.concatenate([c.groups for c in chunks]),
+        seeds=np.concatenate([c.seeds for c in chunks]),
+        loss_curves=np.concatenate([c.loss_curves for c in chunks]),
+    )
+
+
+def iter_mlp_ensemble(
+    X: Any,
+    y: Any,
+    seeds: Sequence[int],
+    *,
+    groups: Sequence[int] | None = None,
+    depth: int = 4,
+    width: int = 1024,
+    lr: float = 1e-4,
+    epochs: int = 200,
+    batch_size: int = 200,
+    device: str = "cpu",
+    memory_budget: int | None = None,
+    max_models: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> Iterator[tuple[slice, MLPEnsemble]]:
+    """:func:`fit_mlp_ensemble` one chunk at a time: yields (models covered, their ensemble).
+
+    A caller that scores each chunk and drops it holds one chunk's weights at a time. Every input
+    is checked before the first chunk trains.
     """
     X = _as_groups(X, "X")
     y = np.asarray(y)
@@ -345,58 +393,67 @@ def fit_mlp_ensemble(
     dims = mlp_dims(D, depth, width)
     check_training(lr, epochs, batch_size)
     dev = _device(device)
-    if max_models is None:
-        n_params = sum(a * b + b for a, b in itertools.pairwise(dims))
-        per_model = 4 * (4 * n_params + 3 * min(batch_size, N) * sum(dims))
-        max_models = max(1, DEFAULT_MEMORY_BUDGET // per_model)
-    check_positive_int(max_models, "max_models")
+    per_chunk = models_per_chunk(dims, min(batch_size, N), dev, memory_budget)
+    if max_models is not None:
+        per_chunk = min(per_chunk, check_positive_int(max_models, "max_models"))
+    return _iter_chunks(X, y, seeds_arr, groups_arr.astype(np.int64), dims, lr, epochs, batch_size, dev,
+                        per_chunk, progress)
 
+
+def models_per_chunk(dims: Sequence[int], batch_rows: int, device: str | torch.device = "cpu",
+                     memory_budget: int | None = None) -> int:
+    """How many models of layer widths ``dims`` train together within ``memory_budget`` (at least 1)."""
+    dev = _device(device) if isinstance(device, str) else device
+    budget = default_memory_budget(dev) if memory_budget is None else check_positive_int(
+        memory_budget, "memory_budget", " (bytes)")
+    return max(1, budget // ensemble_memory(1, dims, batch_rows))
+
+
+def _iter_chunks(
+    X: np.ndarray, y: np.ndarray, seeds: np.ndarray, groups: np.ndarray, dims: list[int], lr: float,
+    epochs: int, batch_size: int, dev: torch.device, per_chunk: int, progress: Callable[[int], None] | None,
+) -> Iterator[tuple[slice, MLPEnsemble]]:
     Xt = torch.from_numpy(X).to(dev)
     yt = torch.from_numpy(y.astype(np.float32)).to(dev)
-    coefs: list[list[np.ndarray]] = [[] for _ in dims[1:]]
-    intercepts: list[list[np.ndarray]] = [[] for _ in dims[1:]]
-    curves = []
-    for lo in range(0, M, int(max_models)):
-        sl = slice(lo, min(M, lo + int(max_models)))
-        ws, bs, curve = _fit_chunk(Xt, yt[sl], seeds_arr[sl], groups_arr[sl], dims, lr, epochs, batch_size, dev)
-        for i, (w, b) in enumerate(zip(ws, bs, strict=True)):
-            coefs[i].append(w)
-            intercepts[i].append(b)
-        curves.append(curve)
-    return MLPEnsemble(
-        coefs=[np.concatenate(c) for c in coefs],
-        intercepts=[np.concatenate(b) for b in intercepts],
-        groups=groups_arr.astype(np.int64),
-        seeds=seeds_arr.astype(np.int64),
-        loss_curves=np.concatenate(curves),
-    )
+    for lo in range(0, len(seeds), per_chunk):
+        sl = slice(lo, min(len(seeds), lo + per_chunk))
+        ws, bs, curve = _fit_chunk(Xt, yt[sl], seeds[sl], groups[sl], dims, lr, epochs, batch_size, dev, progress)
+        yield sl, MLPEnsemble(coefs=ws, intercepts=bs, groups=groups[sl], seeds=seeds[sl].astype(np.int64),
+                              loss_curves=curve)
 
 
 def _fit_chunk(
     Xt: torch.Tensor, yt: torch.Tensor, seeds: np.ndarray, groups: np.ndarray, dims: list[int],
     lr: float, epochs: int, batch_size: int, dev: torch.device,
+    progress: Callable[[int], None] | None = None,
 ) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray]:
+    """Train ``len(seeds)`` models reading ``Xt[groups]`` (G, N, D) with labels ``yt`` (m, N)."""
     m = len(seeds)
     n = yt.shape[1]
-    inits = [init_mlp_params(int(s), dims) for s in seeds]
-    weights = [torch.stack([p[i][0] for p in inits]).to(dev).requires_grad_() for i in range(len(dims) - 1)]
+    weights = [torch.empty(m, a, b) for a, b in itertools.pairwise(dims)]
     # Biases as (m, 1, out) so that baddbmm broadcasts them over the batch.
-    biases = [torch.stack([p[i][1] for p in inits])[:, None, :].to(dev).requires_grad_() for i in range(len(dims) - 1)]
-    del inits
-    opt = torch.optim.Adam([*weights, *biases], lr=lr)
+    biases = [torch.empty(m, 1, b) for b in dims[1:]]
+    for k, seed in enumerate(seeds):
+        for i, (w, b) in enumerate(init_mlp_params(int(seed), dims)):
+            weights[i][k] = w
+            biases[i][k, 0] = b
+    weights = [w.to(dev).requires_grad_() for w in weights]
+    biases = [b.to(dev).requires_grad_() for b in biases]
+    opt = torch.optim.Adam([*weights, *biases], lr=lr, fused=True)
     orders = [epoch_orders(int(s), n) for s in seeds]
     g_idx = torch.from_numpy(groups).to(dev)[:, None]
-    curve = np.zeros((m, epochs))
+    curve = torch.zeros(m, epochs, device=dev)
+    last = len(weights) - 1
     for epoch in range(epochs):
         perm = torch.from_numpy(np.stack([next(o) for o in orders])).to(dev)
-        total = torch.zeros(m, device=dev)
+        total = curve[:, epoch]
         for start in range(0, n, batch_size):
             idx = perm[:, start:start + batch_size]  # (m, b)
             h = Xt[g_idx, idx]  # (m, b, D)
             for i, (w, b) in enumerate(zip(weights, biases, strict=True)):
                 h = torch.baddbmm(b, h, w)
-                if i < len(weights) - 1:
-                    h = torch.relu(h)
+                if i < last:
+                    h = torch.relu_(h)
             per_model = F.binary_cross_entropy_with_logits(
                 h.squeeze(-1), torch.gather(yt, 1, idx), reduction="none"
             ).mean(dim=1)
@@ -405,9 +462,10 @@ def _fit_chunk(
             per_model.sum().backward()
             opt.step()
             total += per_model.detach() * idx.shape[1]
-        curve[:, epoch] = (total / n).cpu().numpy()
+        if progress is not None:
+            progress(m)
     return (
         [w.detach().cpu().numpy() for w in weights],
         [b.detach()[:, 0, :].cpu().numpy() for b in biases],
-        curve,
+        (curve / n).cpu().numpy().astype(np.float64),
     )
