@@ -21,7 +21,7 @@ import vlprobe
 SRC = Path(vlprobe.__file__).resolve().parent
 #: Top-level modules every layer may use; they import no subpackage of vlprobe.
 BASE = {"vlprobe", "vlprobe.registry", "vlprobe.layers", "vlprobe.io", "vlprobe.provenance",
-        "vlprobe.devices", "vlprobe.validation"}
+        "vlprobe.devices", "vlprobe.validation", "vlprobe.progress"}
 #: subpackage -> subpackages it must never import (anywhere in a module, function-local too).
 FORBIDDEN = {
     "data": {"extract", "probes", "augment", "experiments", "fixtures", "cli"},

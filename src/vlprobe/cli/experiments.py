@@ -17,6 +17,7 @@ from vlprobe.cli._common import (
     Epochs,
     LearningRate,
     OutputsModelName,
+    Quiet,
     Seeds,
     SplitFile,
     StoredLayers,
@@ -56,13 +57,14 @@ def run_winoground_scores_cmd(
     tags: Annotated[Path | None, typer.Option(help="'Why is Winoground Hard?' tag file (overrides a cache's).")] = None,
     bootstrap: Bootstrap = 1000,
     seed: BootstrapSeed = 0,
+    quiet: Quiet = False,
 ) -> None:
     """Winoground text, image and group scores, overall and per tag."""
     from vlprobe.experiments.winoground_scores import WinogroundScoresConfig, run_winoground_scores
 
     csv_path, _, rows = run_winoground_scores(WinogroundScoresConfig(
         out=out, cache=cache, scores_file=scores_file, model=model, data_dir=data_dir, tags=tags,
-        bootstrap=bootstrap, seed=seed,
+        bootstrap=bootstrap, seed=seed, progress=not quiet,
     ))
     _print_rows(rows, ("all",), csv_path)
 
@@ -82,6 +84,7 @@ def run_recall_cmd(
     model: CsvModelName = None,
     bootstrap: Bootstrap = 1000,
     seed: BootstrapSeed = 0,
+    quiet: Quiet = False,
 ) -> None:
     """Recall@k, image-to-text and text-to-image, ties counted against the model."""
     from vlprobe.experiments.recall import RecallConfig, run_recall
@@ -91,7 +94,7 @@ def run_recall_cmd(
     except ValueError:
         raise InputError(f"ks must be comma-separated integers, got {ks!r}") from None
     csv_path, _, rows = run_recall(RecallConfig(
-        out=out, cache=cache, scores=scores, ks=k_values, model=model, bootstrap=bootstrap, seed=seed,
+        out=out, cache=cache, scores=scores, ks=k_values, model=model, bootstrap=bootstrap, seed=seed, progress=not quiet,
     ))
     _print_rows(rows, ("i2t", "t2i"), csv_path)
 
@@ -118,6 +121,7 @@ def run_separability_cmd(
     tol: Annotated[float, typer.Option(help="SVM stopping tolerance (libsvm).")] = 1e-3,
     jobs: Annotated[int, typer.Option(help="Parallel workers (-1: all cores).")] = 1,
     model: OutputsModelName = None,
+    quiet: Quiet = False,
 ) -> None:
     """Per-item linear separability of caption-0 vs caption-1 variants, per layer, vs control."""
     from vlprobe.experiments.separability import SeparabilityConfig, run_separability
@@ -125,7 +129,7 @@ def run_separability_cmd(
 
     csv_path, _, rows = run_separability(SeparabilityConfig(
         cache=cache, out=out, streams=_names(stream), pooling=pooling, layers=layers, scale=scale, seeds=seeds,
-        C=c, max_iter=max_iter, tol=tol, jobs=jobs, model=model,
+        C=c, max_iter=max_iter, tol=tol, jobs=jobs, model=model, progress=not quiet,
     ))
     _print_summary(summarize(rows), "separable", "train", csv_path)
 
@@ -151,6 +155,7 @@ def run_task_adaptation_cmd(
     batch_size: BatchSize = 200,
     device: Device = "auto",
     model: OutputsModelName = None,
+    quiet: Quiet = False,
 ) -> None:
     """MLP on fused pair embeddings (paper §3.2): target vs flipped-item control over seeds."""
     from vlprobe.experiments.summary import summarize
@@ -159,7 +164,7 @@ def run_task_adaptation_cmd(
     csv_path, _, rows = run_task_adaptation(TaskAdaptationConfig(
         cache=cache, out=out, mode=mode, streams=_names(streams), pooling=pooling, layers=layers, seeds=seeds,
         test_size=_test_size(test_size), split_seed=split_seed, stratify=_names(stratify), split_file=split_file,
-        depth=depth, width=width, lr=lr, epochs=epochs, batch_size=batch_size, device=device, model=model,
+        depth=depth, width=width, lr=lr, epochs=epochs, batch_size=batch_size, device=device, model=model, progress=not quiet,
     ))
     _print_summary(summarize(rows), "accuracy", "test", csv_path)
 
@@ -185,6 +190,7 @@ def run_variant_probe_cmd(
     batch_size: BatchSize = 128,
     device: Device = "auto",
     model: OutputsModelName = None,
+    quiet: Quiet = False,
 ) -> None:
     """MLP over (reference, option 1, option 2) variants (paper §5.3), per layer, vs control."""
     from vlprobe.experiments.summary import summarize
@@ -193,7 +199,7 @@ def run_variant_probe_cmd(
     csv_path, _, rows = run_variant_probe(VariantProbeConfig(
         cache=cache, out=out, stream=stream, pooling=pooling, layers=layers, seeds=seeds, draws=draws,
         test_size=_test_size(test_size), split_seed=split_seed, stratify=_names(stratify), split_file=split_file,
-        depth=depth, width=width, lr=lr, epochs=epochs, batch_size=batch_size, device=device, model=model,
+        depth=depth, width=width, lr=lr, epochs=epochs, batch_size=batch_size, device=device, model=model, progress=not quiet,
     ))
     _print_summary(summarize(rows), "accuracy", "test", csv_path)
 
@@ -209,6 +215,7 @@ def run_variant_similarity_cmd(
         bool, typer.Option("--no-original", help="Aggregate over variants only (the paper includes the caption).")
     ] = False,
     model: Annotated[str | None, typer.Option(help="Model name in the CSV (default: from the cache).")] = None,
+    quiet: Quiet = False,
 ) -> None:
     """Winoground scores with each caption's score blended with its variants' (paper 5.2)."""
     from vlprobe.experiments.variant_similarity import (
@@ -219,7 +226,7 @@ def run_variant_similarity_cmd(
 
     csv_path, _, rows = run_variant_similarity(VariantSimilarityConfig(
         cache=cache, out=out, aggs=_names(agg) or (), lambdas=parse_lambdas(lambdas),
-        include_original=not no_original, model=model,
+        include_original=not no_original, model=model, progress=not quiet,
     ))
     for row in rows:
         if row["subset"] == "all":

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from vlprobe.devices import resolve_device
 from vlprobe.experiments.cache_features import check_seeds, stratum_keys
 from vlprobe.experiments.outputs import (
     build_manifest,
@@ -145,12 +146,12 @@ def train_target_control(
     hits = {side: np.empty((len(runs), len(idx)), dtype=bool) for side, idx in sides}
     dims = mlp_dims(X.shape[2], settings.depth, settings.width)
     rows = min(settings.batch_size, len(train))
-    per_chunk = models_per_chunk(dims, rows, settings.device, settings.memory_budget)
-    chunk = min(per_chunk, len(runs))
+    device = resolve_device(settings.device)
+    chunk = min(models_per_chunk(dims, rows, device, settings.memory_budget), len(runs))
     say(progress, f"{desc}: training {len(runs)} MLP probes ({G} feature group(s) x target/control x {len(seeds)} "
                   f"seed(s)) on {len(train)} rows x {X.shape[2]} features: depth {settings.depth}, width "
                   f"{settings.width}, {settings.epochs} epochs, batch {settings.batch_size}; {chunk} at a time "
-                  f"on {settings.device}, about {format_bytes(ensemble_memory(chunk, dims, rows) + X.nbytes)} "
+                  f"on {device}, about {format_bytes(ensemble_memory(chunk, dims, rows) + X.nbytes)} "
                   "for training")
     with progress_bar(progress, len(runs) * settings.epochs, f"{desc} training", "model-epoch") as bar:
         for sl, ens in iter_mlp_ensemble(
@@ -314,7 +315,7 @@ def train_and_write(
     """
     seeds = check_seeds(config.seeds)
     scores, flips = train_target_control(X, labels, example_items, plan.split, seeds, MLPSettings.from_config(config),
-                                         progress=getattr(config, "progress", False), desc=experiment)
+                                         progress=config.progress, desc=experiment)
     rows = score_rows(scores, group_fields, base)
     manifest = build_manifest(
         experiment, version, config_record(config),

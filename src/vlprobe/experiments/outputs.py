@@ -50,7 +50,7 @@ TIDY_COLUMNS: tuple[str, ...] = (
 
 #: Config fields that do not change what a run measures: a rerun that differs only in these (or
 #: in the field naming the run, ``model`` by default) replaces the recorded run.
-RUN_NEUTRAL: frozenset[str] = frozenset({"out", "jobs", "device"})
+RUN_NEUTRAL: frozenset[str] = frozenset({"out", "jobs", "device", "progress"})
 
 
 def format_cell(value: Any) -> str:

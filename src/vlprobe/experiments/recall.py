@@ -27,6 +27,7 @@ from vlprobe.experiments.outputs import build_manifest, check_run_slot, config_r
 from vlprobe.experiments.score_files import read_score_matrix
 from vlprobe.experiments.units import units_of
 from vlprobe.io import atomic_write
+from vlprobe.progress import format_bytes, say
 from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError, check_positive_int
 
@@ -47,6 +48,7 @@ class RecallConfig:
     model: str | None = None
     bootstrap: int = 1000
     seed: int = 0
+    progress: bool = True
 
 
 def _from_cache(path: Path) -> tuple[np.ndarray, str, dict[str, Any]]:
@@ -92,6 +94,9 @@ def run_recall(config: RecallConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
     cfg = config_record(config)
     check_run_slot(config.out, NAME, model, cfg)
     positives = np.arange(m.shape[0])
+    say(config.progress, f"{NAME}: ranks of a {m.shape[0]} x {m.shape[1]} caption x image matrix, k = "
+                         f"{', '.join(str(int(k)) for k in config.ks)}, {config.bootstrap} bootstrap resamples; about "
+                         f"{format_bytes(8 * config.bootstrap * len(positives) + 2 * m.nbytes)}")
     idx = bootstrap_indices(len(positives), config.bootstrap, config.seed)
     rows: list[dict[str, Any]] = []
     intervals: list[dict[str, Any]] = []

@@ -36,7 +36,7 @@ the results do not depend on ``jobs``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,6 +67,7 @@ from vlprobe.experiments.summary import summarize, write_summary_csv
 from vlprobe.experiments.units import units_of
 from vlprobe.probes.linear import LinearSeparabilityProbe
 from vlprobe.probes.separability_cases import FIELDS, Case, fit_cases
+from vlprobe.progress import format_bytes, progress_bar, say
 from vlprobe.validation import InputError, check_positive_float, check_positive_int
 
 __all__ = ["Case", "SeparabilityConfig", "fit_cases", "run_separability", "separability_cases"]
@@ -103,6 +104,8 @@ class SeparabilityConfig:
         Parallel workers (joblib; -1 = all cores).
     model : str, optional
         Model name in the outputs (default: the cache's).
+    progress : bool
+        Say on stderr how many SVMs each stream fits and show a bar with an ETA.
     """
 
     cache: Path
@@ -117,6 +120,7 @@ class SeparabilityConfig:
     tol: float = 1e-3
     jobs: int = 1
     model: str | None = None
+    progress: bool = True
 
 
 def separability_cases(index: CacheIndex, modality: str, lookup: dict[tuple[int, int], int]) -> tuple[list[Case], list[str]]:
@@ -196,7 +200,14 @@ def run_separability(config: SeparabilityConfig) -> tuple[Path, Path, list[dict[
             if not cases:
                 raise InputError(f"cache: {Path(config.cache).name} has no item with two captions to separate")
             n_cases[stream] = len(cases)
-            per_layer = _fit_layers(scale_states(read.states, scale_mode), cases, seeds, params, config.jobs)
+            n_fits = len(cases) * len(read.layers) * (1 + len(seeds))
+            say(config.progress, f"{NAME}: stream {stream} ({read.modality}, {config.pooling}): fitting {n_fits} linear "
+                                 f"SVMs ({len(cases)} cases x {len(read.layers)} layers x (target + {len(seeds)} "
+                                 f"controls)) with {_n_workers(config.jobs)} worker(s); states "
+                                 f"{format_bytes(read.states.nbytes)}")
+            with progress_bar(config.progress, n_fits, f"{NAME} {stream}", "fit") as bar:
+                per_layer = _fit_layers(scale_states(read.states, scale_mode), cases, seeds, params, config.jobs,
+                                        bar.update)
             base = {"experiment": NAME, "model": model, "stream": stream, "pooling": config.pooling,
                     "probe": PROBE, "split": "train"}
             _rows(per_layer, read.layers, cases, seeds, read.modality, index.item_tags, base, rows, item_rows)
@@ -231,19 +242,26 @@ def _default_streams(cache: Any, streams: tuple[str, ...] | None) -> list[str]:
 
 
 def _fit_layers(
-    states: np.ndarray, cases: list[Case], seeds: list[int], params: dict[str, Any], jobs: int
+    states: np.ndarray, cases: list[Case], seeds: list[int], params: dict[str, Any], jobs: int,
+    progress: Callable[[int], Any] | None = None,
 ) -> np.ndarray:
-    """(L, cases, 1 + seeds, len(FIELDS)) results of :func:`fit_cases` on every layer, in parallel."""
+    """(L, cases, 1 + seeds, len(FIELDS)) results of :func:`fit_cases` on every layer, in parallel.
+
+    ``progress`` is called with the number of fits of each finished task (a layer's cases, or a
+    share of them: at least about 2 tasks per worker, so the bar moves).
+    """
     n_layers = states.shape[1]
-    n_chunks = max(1, -(-2 * _n_workers(jobs) // n_layers)) if jobs != 1 else 1
+    n_chunks = max(1, -(-4 * _n_workers(jobs) // n_layers), -(-len(cases) // 64))
     chunks = [list(range(len(cases)))[k::n_chunks] for k in range(n_chunks)]
     tasks = [(li, ch) for li in range(n_layers) for ch in chunks if ch]
-    results = Parallel(n_jobs=jobs)(
+    results = Parallel(n_jobs=jobs, return_as="generator")(
         delayed(fit_cases)(states[:, li, :], [cases[c] for c in ch], seeds, params) for li, ch in tasks
     )
     per_layer = np.empty((n_layers, len(cases), 1 + len(seeds), len(FIELDS)))
     for (li, ch), res in zip(tasks, results, strict=True):
         per_layer[li, ch] = res
+        if progress is not None:
+            progress(res.shape[0] * res.shape[1])
     return per_layer
 
 

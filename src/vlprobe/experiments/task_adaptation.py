@@ -78,6 +78,8 @@ class TaskAdaptationConfig:
         JSON ``{"train": [ids], "test": [ids]}`` (e.g. the paper's 300/100 lists) instead of a
         seeded split.
     depth, width, lr, epochs, batch_size, device : MLP settings.
+    progress : bool
+        Say on stderr how many probes will train and show a bar with an ETA.
     """
 
     cache: Path
@@ -98,6 +100,7 @@ class TaskAdaptationConfig:
     batch_size: int = 200
     device: str = "cpu"
     model: str | None = None
+    progress: bool = True
 
 
 def _stream_layers(per_stream: dict[str, list[int | None]]) -> list[dict[str, int | None]]:

@@ -60,6 +60,8 @@ class VariantProbeConfig:
         Examples per item and (caption, order) combination (4 combinations).
     test_size, split_seed, stratify, split_file : as in task adaptation.
     depth, width, lr, epochs, batch_size, device : MLP settings.
+    progress : bool
+        Say on stderr how many probes will train and show a bar with an ETA.
     """
 
     cache: Path
@@ -80,6 +82,7 @@ class VariantProbeConfig:
     batch_size: int = 128
     device: str = "cpu"
     model: str | None = None
+    progress: bool = True
 
 
 def variant_examples(

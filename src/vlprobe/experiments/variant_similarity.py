@@ -28,6 +28,7 @@ import numpy as np
 from vlprobe.experiments.metrics import winoground_outcomes
 from vlprobe.experiments.outputs import build_manifest, check_run_slot, config_record, write_results
 from vlprobe.experiments.units import units_of
+from vlprobe.progress import format_bytes, say
 from vlprobe.validation import InputError, check_choice, check_probability
 
 __all__ = [
@@ -49,6 +50,7 @@ class VariantSimilarityConfig:
     lambdas: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
     include_original: bool = True
     model: str | None = None
+    progress: bool = True
 
 
 @dataclass(frozen=True)
@@ -179,6 +181,9 @@ def run_variant_similarity(config: VariantSimilarityConfig) -> tuple[Path, Path,
     tags = [json.loads(str(t)) for t in items["tags"]]
     ids = [_winoground_id(str(i)) for i in items["id"]]
     masks = subset_masks(ids, tags)
+    say(config.progress, f"{NAME}: {len(aggs)} aggregation(s) x {len(lambdas)} lambda(s) over {len(ids)} items "
+                         f"(up to {vs.variants.shape[-1]} variants per caption); about "
+                         f"{format_bytes(2 * vs.variants.nbytes)}")
     rows: list[dict[str, Any]] = []
     for agg in aggs:
         for lam in lambdas:

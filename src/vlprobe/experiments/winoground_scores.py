@@ -60,6 +60,7 @@ from vlprobe.experiments.score_files import (
     write_item_scores,
 )
 from vlprobe.experiments.units import units_of
+from vlprobe.progress import format_bytes, say
 from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError
 
@@ -96,6 +97,7 @@ class WinogroundScoresConfig:
     tags: Path | None = None
     bootstrap: int = 1000
     seed: int = 0
+    progress: bool = True
 
 
 def read_winoground_scores(path: str | os.PathLike[str]) -> tuple[list[int], np.ndarray]:
@@ -279,8 +281,11 @@ def run_winoground_scores(config: WinogroundScoresConfig) -> tuple[Path, Path, l
     check_run_slot(config.out, NAME, model, cfg)
     outcomes = winoground_outcomes(s)
     undefined = {m: MATCHING_UNDEFINED for m in METRICS if m not in outcomes}
+    masks = subset_masks(ids, tags)
+    say(config.progress, f"{NAME}: text, image and group scores of {len(ids)} items in {len(masks)} subsets, "
+                         f"{config.bootstrap} bootstrap resamples; about {format_bytes(8 * config.bootstrap * len(ids))}")
     rows: list[dict[str, Any]] = []
-    for subset, mask in subset_masks(ids, tags).items():
+    for subset, mask in masks.items():
         n = int(mask.sum())
         for metric in METRICS:
             hit = outcomes.get(metric)
