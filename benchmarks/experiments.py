@@ -51,7 +51,7 @@ def build_inputs(work: Path) -> Path:
     if cache.is_file():
         return cache
     from vlprobe.data.synthetic import make_synthetic_winoground
-    from vlprobe.extract.fixtures import FIXTURE_WRITERS
+    from vlprobe.fixtures.models import FIXTURE_WRITERS
 
     data = make_synthetic_winoground(work / "data", n_items=40, seed=0)
     FIXTURE_WRITERS["clip"](work / "tiny-clip", 0)

@@ -11,11 +11,14 @@ from vlprobe.experiments.cache_features import (
     check_seeds,
     load_index,
     load_states,
+    read_stream,
     resolve_layers,
     resolve_stream,
     row_lookup,
     scale_states,
     stratum_keys,
+    stream_layers,
+    stream_pooling,
 )
 from vlprobe.extract.cache.reader import ActivationCache
 from vlprobe.extract.runner import pair_rows
@@ -78,3 +81,20 @@ def test_scaling_and_seeds() -> None:
     for bad in (0, -1, True, 2.5):
         with pytest.raises(ValueError, match="seeds must be a positive integer"):
             check_seeds(bad)  # type: ignore[arg-type]
+
+
+def test_a_stream_without_the_asked_pooling_reads_its_default(cache_file: Path) -> None:
+    """cls, else mean, else max, else pooled; from ``pooled`` (no layer axis) the last layer."""
+    with ActivationCache(cache_file) as c:
+        assert stream_pooling(c, "text", "cls") == "cls"
+        assert stream_pooling(c, "joint", "cls") == "mean"
+        assert stream_pooling(c, "text", "mean") == "cls"  # the text stream holds only cls
+        assert stream_layers(c, "joint", "cls", "all") == ("mean", [0, 1])
+        assert stream_layers(c, "joint", "pooled", "all") == ("mean", [1])  # as deep as a pooled output
+        assert stream_layers(c, "joint", "pooled", "0") == ("mean", [0])  # layers named: kept
+        read = read_stream(c, "joint", ("pair",), "cls", "all")
+        assert read.fell_back and (read.pooling, read.asked_pooling) == ("mean", "cls")
+        np.testing.assert_array_equal(read.states, load_states(c, "joint", "mean", [0, 1]))
+        assert not read_stream(c, "text", ("text",), "cls", "all").fell_back
+        with pytest.raises(ValueError, match="pooling must be one of"):
+            stream_pooling(c, "text", "median")

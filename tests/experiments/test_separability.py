@@ -166,7 +166,8 @@ def test_outputs_summary_and_manifest(dual: Path, tmp_path: Path) -> None:
     assert run["config"]["scale"] == "standard" and run["config"]["C"] == 100.0
     assert run["seeds"] == [0, 1, 2]
     assert run["inputs"]["cache"]["sha256"] and run["git_revision"]
-    assert run["streams"] == {"text": {"modality": "text", "layers": [1, 2]}}
+    assert run["streams"] == {"text": {"modality": "text", "layers": [1, 2], "pooling": "cls"}}
+    assert run["pooling_fallback"] == {}
 
 
 def test_cli_on_the_tiny_clip_cache_and_plot(reference_cache: Path, tmp_path: Path) -> None:
@@ -204,7 +205,7 @@ def bad_caches(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         ("no_variants", [], ["no caption variants", "--variants"]),
         ("dual", ["--stream", "nope"], ["stream 'nope' is not in"]),
         ("dual", ["--stream", "image"], ["holds image rows"]),
-        ("dual", ["--pooling", "max"], ["pooling 'max' is not in stream 'text'"]),
+        ("dual", ["--pooling", "median"], ["pooling must be one of cls, mean, max, pooled"]),
         ("sparse", ["--layers", "1"], ["layer(s) [1]", "not stored", "stored: [0, 2]"]),
         ("dual", ["--layers", "9"], ["layer 9 is out of range"]),
         ("dual", ["--seeds", "0"], ["seeds must be a positive integer"]),

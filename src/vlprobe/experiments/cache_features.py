@@ -21,6 +21,7 @@ from vlprobe.layers import parse_layers
 from vlprobe.validation import InputError, check_positive_int
 
 __all__ = [
+    "DEFAULT_POOLING_ORDER",
     "DEFAULT_STRATIFY",
     "POOLINGS",
     "SCALINGS",
@@ -30,6 +31,7 @@ __all__ = [
     "check_seeds",
     "load_index",
     "load_states",
+    "pooling_notes",
     "read_stream",
     "require_variants",
     "resolve_layers",
@@ -37,9 +39,14 @@ __all__ = [
     "row_lookup",
     "scale_states",
     "stratum_keys",
+    "stream_layers",
+    "stream_pooling",
 ]
 
 POOLINGS = ("cls", "mean", "max", "pooled")
+#: A stream's default pooling is the first of these it holds (``cls`` where the stream has a
+#: summary token, e.g. LXMERT ``lang``; ``mean`` where it has none, e.g. LXMERT ``vision``).
+DEFAULT_POOLING_ORDER = ("cls", "mean", "max", "pooled")
 SCALINGS = ("none", "standard")
 #: Tag families a split is stratified on by default, when the items carry them (Winoground).
 DEFAULT_STRATIFY = ("collapsed_tag", "num_main_preds")
@@ -142,6 +149,10 @@ class StreamStates:
     lookup : dict
         (image row, text row) -> row of ``states`` (see :func:`row_lookup`).
     states : ndarray, shape (R, len(layers), H)
+    pooling : str
+        The pooling read: the one asked for, or the stream's default when it lacks it.
+    asked_pooling : str
+        The pooling asked for.
     """
 
     name: str
@@ -149,17 +160,58 @@ class StreamStates:
     layers: list[int | None]
     lookup: dict[tuple[int, int], int]
     states: np.ndarray
+    pooling: str = ""
+    asked_pooling: str = ""
+
+    @property
+    def fell_back(self) -> bool:
+        """True when the stream lacks the asked pooling and its default was read instead."""
+        return self.pooling != self.asked_pooling
+
+
+def stream_pooling(cache: ActivationCache, stream: str, pooling: str) -> str:
+    """``pooling`` when ``stream`` holds it, else the stream's default (:data:`DEFAULT_POOLING_ORDER`)."""
+    if pooling not in POOLINGS:
+        raise InputError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+    held = cache.poolings(stream)
+    if pooling in held:
+        return pooling
+    for p in DEFAULT_POOLING_ORDER:
+        if p in held:
+            return p
+    raise InputError(f"stream {stream!r} of {cache.path.name} holds no pooled states")
+
+
+def stream_layers(cache: ActivationCache, stream: str, pooling: str, layers: str) -> tuple[str, list[int | None]]:
+    """The pooling a stream is read with (:func:`stream_pooling`) and its layers (:func:`resolve_layers`).
+
+    When ``pooled`` was asked (one vector, no layer axis) and the stream falls back to a pooling
+    with layers, a spec of ``all`` reads the stream's last stored layer, as deep as a pooled output.
+    """
+    used = stream_pooling(cache, stream, pooling)
+    if used != pooling and pooling == "pooled" and layers.strip().lower() in ("all", "*"):
+        layers = str(cache.layers(stream)[-1])
+    return used, resolve_layers(cache, stream, used, layers)
 
 
 def read_stream(
     cache: ActivationCache, stream: str | None, modalities: Sequence[str], pooling: str, layers: str,
     *, param: str = "stream",
 ) -> StreamStates:
-    """Resolve ``stream`` (:func:`resolve_stream`) and ``layers`` and read the states."""
+    """Resolve ``stream`` (:func:`resolve_stream`), its pooling and layers (:func:`stream_layers`); read the states."""
     name = resolve_stream(cache, stream, modalities, param=param)
-    chosen = resolve_layers(cache, name, pooling, layers)
+    used, chosen = stream_layers(cache, name, pooling, layers)
     modality, lookup = row_lookup(cache, name)
-    return StreamStates(name, modality, chosen, lookup, load_states(cache, name, pooling, chosen))
+    return StreamStates(name, modality, chosen, lookup, load_states(cache, name, used, chosen), used, pooling)
+
+
+def pooling_notes(reads: Sequence[StreamStates], experiment: str) -> list[str]:
+    """One line per stream read with its default pooling instead of the asked one."""
+    return [
+        f"{experiment}: stream {r.name} has no {r.asked_pooling!r} states; using its default {r.pooling!r}"
+        + (f" at layer {r.layers[0]}" if r.asked_pooling == "pooled" and len(r.layers) == 1 else "")
+        for r in reads if r.fell_back
+    ]
 
 
 def resolve_stream(cache: ActivationCache, stream: str | None, modalities: Sequence[str], *, param: str = "stream") -> str:

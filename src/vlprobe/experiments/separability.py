@@ -49,11 +49,12 @@ from vlprobe.experiments.cache_features import (
     cache_path,
     check_seeds,
     load_index,
+    pooling_notes,
     read_stream,
     require_variants,
-    resolve_layers,
     resolve_stream,
     scale_states,
+    stream_layers,
 )
 from vlprobe.experiments.outputs import (
     build_manifest,
@@ -191,24 +192,29 @@ def run_separability(config: SeparabilityConfig) -> tuple[Path, Path, list[dict[
         item_rows: list[dict[str, Any]] = []
         n_cases: dict[str, int] = {}
         read_layers: dict[str, dict[str, Any]] = {}
+        fallbacks: dict[str, dict[str, str]] = {}
         for stream in streams:  # every stream's layers checked before the first is fitted
-            resolve_layers(cache, stream, config.pooling, config.layers)
+            stream_layers(cache, stream, config.pooling, config.layers)
         for stream in streams:
             read = read_stream(cache, stream, ("text", "pair"), config.pooling, config.layers)
-            read_layers[stream] = {"modality": read.modality, "layers": read.layers}
+            for note in pooling_notes([read], NAME):
+                say(config.progress, note)
+            read_layers[stream] = {"modality": read.modality, "layers": read.layers, "pooling": read.pooling}
+            if read.fell_back:
+                fallbacks[stream] = {"asked": read.asked_pooling, "used": read.pooling}
             cases, skipped = separability_cases(index, read.modality, read.lookup)
             if not cases:
                 raise InputError(f"cache: {Path(config.cache).name} has no item with two captions to separate")
             n_cases[stream] = len(cases)
             n_fits = len(cases) * len(read.layers) * (1 + len(seeds))
-            say(config.progress, f"{NAME}: stream {stream} ({read.modality}, {config.pooling}): fitting {n_fits} linear "
+            say(config.progress, f"{NAME}: stream {stream} ({read.modality}, {read.pooling}): fitting {n_fits} linear "
                                  f"SVMs ({len(cases)} cases x {len(read.layers)} layers x (target + {len(seeds)} "
                                  f"controls)) with {_n_workers(config.jobs)} worker(s); states "
                                  f"{format_bytes(read.states.nbytes)}")
             with progress_bar(config.progress, n_fits, f"{NAME} {stream}", "fit") as bar:
                 per_layer = _fit_layers(scale_states(read.states, scale_mode), cases, seeds, params, config.jobs,
                                         bar.update)
-            base = {"experiment": NAME, "model": model, "stream": stream, "pooling": config.pooling,
+            base = {"experiment": NAME, "model": model, "stream": stream, "pooling": read.pooling,
                     "probe": PROBE, "split": "train"}
             _rows(per_layer, read.layers, cases, seeds, read.modality, index.item_tags, base, rows, item_rows)
 
@@ -216,7 +222,7 @@ def run_separability(config: SeparabilityConfig) -> tuple[Path, Path, list[dict[
     manifest = build_manifest(
         NAME, VERSION, cfg, {"cache": index.provenance}, seeds=seeds,
         extra={
-            "model": model, "streams": read_layers,
+            "model": model, "streams": read_layers, "pooling_fallback": fallbacks,
             "probe": {"name": PROBE, "solver": "libsvm SVC(kernel='linear')", **params},
             "n_cases": n_cases, "skipped_items": skipped,
             "control": "labels of each case permuted by numpy default_rng([seed, item, image + 1])",

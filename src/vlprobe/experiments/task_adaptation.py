@@ -17,11 +17,20 @@ tags (300/100 for Winoground's 400 items), and a control probe on the same examp
 of half of each split side's items flipped (per seed). Predictions are ``logit > 0``. All probes of
 a run are trained at once as one batched model.
 
-Layers: with ``pooled`` (the default, the paper's) there is no layer axis. Otherwise ``layers``
-is resolved per stream (``text=all;image=-1`` style specs work); streams given one layer keep it
-while the others sweep, and streams that sweep must sweep the same number of layers (they are
-paired in order). The ``layer`` column holds the first sweeping stream's layer; the manifest lists
-every stream's layer per position.
+Streams and poolings: by default every stream of the cache, except that with ``pooled`` (the
+default, the paper's: the model's own pooled output) only the streams that have one (CLIP: text
+and image; LXMERT: ``lang``; UNITER: ``text``), as in the paper. A chosen stream without the
+asked pooling is read with its default one (``cls``, else ``mean``; LXMERT ``vision``: ``mean``),
+at its last layer when ``pooled`` was asked; a line on stderr says so, the ``pooling`` column
+holds each stream's pooling (``cls+mean``) and the manifest ``pooling_fallback``.
+
+Layers: with ``pooled`` there is no layer axis. Otherwise ``layers`` is resolved per stream
+(``text=all;image=-1`` style specs work); streams given one layer keep it while the others sweep.
+Streams that sweep different numbers of layers are paired by relative depth: the sweep has as
+many positions as the longest one, and position ``p`` of ``P`` takes each stream's layer
+``round(p * (L_s - 1) / (P - 1))`` of its ``L_s`` swept layers (first with first, last with
+last; LXMERT ``lang`` 0..14 with ``vision`` 0..10). The ``layer`` column holds the layer of the
+stream with the longest sweep; the manifest lists every stream's layer per position.
 
 Outputs in ``OUT/task-adaptation/``: ``<model>.csv`` (tidy; ``stream`` = the streams joined by
 ``+``, ``subset`` = ``text-score`` or ``image-score``, metric ``accuracy`` in percent, splits
@@ -37,8 +46,15 @@ from typing import Any
 
 import numpy as np
 
-from vlprobe.experiments.cache_features import cache_path, check_seeds, load_index, read_stream
+from vlprobe.experiments.cache_features import (
+    cache_path,
+    check_seeds,
+    load_index,
+    pooling_notes,
+    read_stream,
+)
 from vlprobe.experiments.mlp_runs import MLPSettings, plan_items, train_and_write
+from vlprobe.progress import say
 from vlprobe.validation import InputError
 
 __all__ = ["MODE_EXAMPLES", "TaskAdaptationConfig", "run_task_adaptation"]
@@ -64,7 +80,8 @@ class TaskAdaptationConfig:
     mode : str
         ``text``, ``image`` or ``both``.
     streams : tuple of str, optional
-        Streams whose states are concatenated (default: every stream of the cache).
+        Streams whose states are concatenated (default: every stream of the cache; with
+        ``pooled``, those that have a pooled output).
     pooling, layers : str
         See the module docstring.
     seeds : int
@@ -104,16 +121,21 @@ class TaskAdaptationConfig:
 
 
 def _stream_layers(per_stream: dict[str, list[int | None]]) -> list[dict[str, int | None]]:
-    sweeping = {s: ls for s, ls in per_stream.items() if len(ls) > 1}
-    lengths = {len(ls) for ls in sweeping.values()}
-    if len(lengths) > 1:
-        detail = ", ".join(f"{s}: {len(ls)}" for s, ls in sweeping.items())
-        raise InputError(
-            f"layers: streams that sweep layers must sweep the same number ({detail}); give one "
-            "layer to the others, e.g. 'lang=all;vision=-1'"
-        )
-    n = lengths.pop() if lengths else 1
-    return [{s: (ls[p] if len(ls) > 1 else ls[0]) for s, ls in per_stream.items()} for p in range(n)]
+    """Layer of each stream per sweep position; sweeps of unequal length paired by relative depth."""
+    n = max(len(ls) for ls in per_stream.values())
+    if n == 1:
+        return [{s: ls[0] for s, ls in per_stream.items()}]
+    return [
+        {s: ls[round(p * (len(ls) - 1) / (n - 1))] for s, ls in per_stream.items()} for p in range(n)
+    ]
+
+
+def _default_streams(cache: Any, pooling: str) -> list[str]:
+    """Every stream; with ``pooled``, those that hold a pooled output (all when none does)."""
+    streams = list(cache.streams)
+    if pooling == "pooled":
+        return [s for s in streams if "pooled" in cache.poolings(s)] or streams
+    return streams
 
 
 def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
@@ -132,10 +154,11 @@ def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[
     MLPSettings.from_config(config)  # checks the MLP settings before the cache is read
     modes = ("text", "image") if config.mode == "both" else (config.mode,)
     with ActivationCache(cache_path(config.cache)) as cache:
-        streams = list(config.streams) if config.streams else list(cache.streams)
+        streams = list(config.streams) if config.streams else _default_streams(cache, config.pooling)
         if not streams:
             raise InputError(f"cache: {Path(config.cache).name} holds no streams")
         index = load_index(cache)
+        cache_streams = list(cache.streams)
         read = {
             s: read_stream(cache, s, ("text", "image", "pair"), config.pooling,
                            _spec_for(config.layers, s, streams), param="streams")
@@ -143,6 +166,12 @@ def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[
         }
     per_stream = {s: read[s].layers for s in streams}
     positions = _stream_layers(per_stream)
+    for note in pooling_notes(list(read.values()), NAME):
+        say(config.progress, note)
+    left_out = [s for s in cache_streams if s not in streams] if not config.streams else []
+    if left_out:
+        say(config.progress, f"{NAME}: streams {', '.join(streams)} (the ones with a {config.pooling!r} output); "
+                             f"{', '.join(left_out)} left out (name them in --streams to add their default pooling)")
 
     items = [i for i in range(len(index.item_ids)) if len(index.families[i]) >= 2 and len(index.item_images[i]) >= 2]
     if len(items) < 2:
@@ -187,10 +216,16 @@ def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[
             group_fields.append({"subset": f"{mode}-score", "layer": _layer_label(positions[p], per_stream)})
     X = np.stack(X_groups).astype(np.float32)
     labels = np.stack(label_groups)
-    base = {"experiment": NAME, "model": plan.model, "stream": "+".join(streams), "pooling": config.pooling,
-            "probe": PROBE}
+    poolings = [read[s].pooling for s in streams]
+    base = {"experiment": NAME, "model": plan.model, "stream": "+".join(streams),
+            "pooling": poolings[0] if len(set(poolings)) == 1 else "+".join(poolings), "probe": PROBE}
     return train_and_write(NAME, VERSION, config, index, plan, X, labels, example_items, group_fields, base, {
         "streams": streams, "modes": list(modes),
+        "pooling": {s: read[s].pooling for s in streams},
+        "pooling_fallback": {s: {"asked": r.asked_pooling, "used": r.pooling, "layers": r.layers}
+                             for s, r in read.items() if r.fell_back},
+        "layer_pairing": "relative depth: position p of P takes layer round(p * (L_s - 1) / (P - 1)) of each "
+                         "stream's L_s swept layers; the layer column is the longest sweep's",
         "layer_positions": [{s: pos[s] for s in streams} for pos in positions],
         "labels": "1 when option 1 is the mismatched pair; prediction = logit > 0",
     })
@@ -212,6 +247,6 @@ def _spec_for(spec: str, stream: str, streams: list[str]) -> str:
 
 
 def _layer_label(position: dict[str, int | None], per_stream: dict[str, list[int | None]]) -> int | None:
-    """The layer of the first stream that sweeps layers (else of the first stream)."""
-    sweeping = [s for s, ls in per_stream.items() if len(ls) > 1]
-    return position[sweeping[0] if sweeping else next(iter(per_stream))]
+    """The layer of the stream with the longest sweep (the first such; else of the first stream)."""
+    longest = max(per_stream, key=lambda s: len(per_stream[s]))
+    return position[longest]

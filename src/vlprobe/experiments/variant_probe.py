@@ -33,10 +33,12 @@ from vlprobe.experiments.cache_features import (
     cache_path,
     check_seeds,
     load_index,
+    pooling_notes,
     read_stream,
     require_variants,
 )
 from vlprobe.experiments.mlp_runs import MLPSettings, plan_items, train_and_write
+from vlprobe.progress import say
 from vlprobe.validation import InputError, check_positive_int
 
 __all__ = ["VariantProbeConfig", "run_variant_probe", "variant_examples"]
@@ -55,6 +57,8 @@ class VariantProbeConfig:
     stream : str, optional
         Default: ``text`` if present, else the first text or pair stream.
     pooling, layers : str
+        A stream without ``pooling`` is read with its default one (``cls``, else ``mean``), said
+        on stderr and recorded (``pooling`` column, manifest ``pooling_fallback``).
     seeds : int
     draws : int
         Examples per item and (caption, order) combination (4 combinations).
@@ -147,6 +151,8 @@ def run_variant_probe(config: VariantProbeConfig) -> tuple[Path, Path, list[dict
         require_variants(index, config.cache, "the variant probe")
         read = read_stream(cache, config.stream, ("text", "pair"), config.pooling, config.layers)
     stream, modality, lookup, layers = read.name, read.modality, read.lookup, read.layers
+    for note in pooling_notes([read], NAME):
+        say(config.progress, note)
     items = [i for i, f in enumerate(index.families) if len(f) >= 2 and len(f[0]) >= 2 and len(f[1]) >= 2]
     usable = set(items)
     skipped = [iid for i, iid in enumerate(index.item_ids) if i not in usable]
@@ -169,11 +175,13 @@ def run_variant_probe(config: VariantProbeConfig) -> tuple[Path, Path, list[dict
     X = read.states[rows].transpose(2, 0, 1, 3)  # (L, N, 3, H)
     X = np.ascontiguousarray(X.reshape(X.shape[0], X.shape[1], -1))
     label_groups = np.broadcast_to(labels, (X.shape[0], len(labels)))
-    base = {"experiment": NAME, "model": plan.model, "stream": stream, "pooling": config.pooling,
+    base = {"experiment": NAME, "model": plan.model, "stream": stream, "pooling": read.pooling,
             "probe": PROBE, "subset": "all"}
     group_fields = [{"layer": layer} for layer in layers]
     return train_and_write(NAME, VERSION, config, index, plan, X, label_groups, example_items, group_fields, base, {
         "stream": stream, "modality": modality, "layers": layers, "n_examples": len(labels),
+        "pooling": read.pooling,
+        "pooling_fallback": {stream: {"asked": read.asked_pooling, "used": read.pooling}} if read.fell_back else {},
         "skipped_items": skipped,
         "labels": "0 when option 1 is the paraphrase of the reference, 1 when option 2 is; prediction = logit > 0",
     })
