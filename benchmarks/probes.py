@@ -32,7 +32,8 @@ from joblib import Parallel, delayed
 
 from vlprobe.experiments.separability import SeparabilityConfig, run_separability
 from vlprobe.fixtures.caches import planted_cache
-from vlprobe.probes.mlp import MLPProbe, fit_mlp_ensemble
+from vlprobe.probes.ensemble import fit_mlp_ensemble
+from vlprobe.probes.mlp import MLPProbe
 
 
 def bench_mlp(args: argparse.Namespace) -> None:

@@ -145,7 +145,7 @@ def test_device_helpers_come_from_devices() -> None:
         if DEVICE_HELPERS & set(names) and dep != "vlprobe.devices"
     ]
     assert bad == []
-    assert any(dep == "vlprobe.devices" for dep, _, _ in GRAPH["vlprobe.probes.mlp"])
+    assert any(dep == "vlprobe.devices" for dep, _, _ in GRAPH["vlprobe.probes.ensemble"])
     assert any(dep == "vlprobe.devices" for dep, _, _ in GRAPH["vlprobe.augment.neural"])
 
 

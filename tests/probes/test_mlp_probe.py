@@ -7,7 +7,16 @@ import pytest
 from sklearn.utils._param_validation import InvalidParameterError
 
 from vlprobe.probes.base import ProbeParameterError
-from vlprobe.probes.mlp import MLPProbe, epoch_orders, fit_mlp_ensemble, init_mlp_params
+from vlprobe.probes.ensemble import (
+    ensemble_memory,
+    epoch_orders,
+    fit_mlp_ensemble,
+    init_mlp_params,
+    iter_mlp_ensemble,
+    mlp_dims,
+    models_per_chunk,
+)
+from vlprobe.probes.mlp import MLPProbe
 from vlprobe.registry import PROBES
 from vlprobe.validation import InputError
 
@@ -71,17 +80,40 @@ def test_ensemble_matches_training_each_model_alone() -> None:
         assert clear.mean() > 0.5
         np.testing.assert_array_equal(ens.predict(X)[m][clear], alone.predict(X[g])[clear])
         np.testing.assert_allclose(ens.loss_curves[m], alone.loss_curve_, rtol=1e-4, atol=1e-6)
-        np.testing.assert_array_equal(ens.probe(m).predict(X[g])[clear], ens.predict(X)[m][clear])
+        np.testing.assert_array_equal(MLPProbe.from_ensemble(ens, m).predict(X[g])[clear], ens.predict(X)[m][clear])
 
 
 def test_ensemble_result_does_not_depend_on_chunking() -> None:
     rng = np.random.default_rng(1)
-    X = rng.normal(size=(1, 40, 3)).astype(np.float32)
-    y = np.stack([(X[0, :, 0] > 0).astype(int)] * 3)
-    kw = dict(groups=[0, 0, 0], **SMALL)
-    a = fit_mlp_ensemble(X, y, [0, 1, 2], **kw)
-    b = fit_mlp_ensemble(X, y, [0, 1, 2], max_models=1, **kw)
-    np.testing.assert_allclose(a.decision_function(X), b.decision_function(X), atol=1e-5)
+    X = rng.normal(size=(2, 40, 3)).astype(np.float32)
+    y = np.stack([(X[g, :, 0] > 0).astype(int) for g in (0, 0, 1, 1, 1)])
+    kw = dict(groups=[0, 0, 1, 1, 1], **SMALL)
+    seeds = [0, 1, 2, 3, 4]
+    whole = fit_mlp_ensemble(X, y, seeds, **kw)
+    dims = mlp_dims(3, SMALL["depth"], SMALL["width"])
+    budget = ensemble_memory(2, dims, SMALL["batch_size"])  # room for two models at a time
+    assert models_per_chunk(dims, SMALL["batch_size"], "cpu", budget) == 2
+    ticks: list[int] = []
+    chunks = list(iter_mlp_ensemble(X, y, seeds, memory_budget=budget, progress=ticks.append, **kw))
+    assert [(sl.start, sl.stop) for sl, _ in chunks] == [(0, 2), (2, 4), (4, 5)]
+    assert sum(ticks) == len(seeds) * SMALL["epochs"]  # one tick per chunk and epoch, model-epochs in all
+    # Each model trains alone whatever shares its chunk; only the batched products' rounding differs.
+    for sl, ens in chunks:
+        np.testing.assert_array_equal(ens.seeds, seeds[sl])
+        np.testing.assert_allclose(ens.decision_function(X), whole.decision_function(X)[sl], atol=1e-5)
+        np.testing.assert_allclose(ens.loss_curves, whole.loss_curves[sl], rtol=1e-5, atol=1e-7)
+    one = fit_mlp_ensemble(X, y, seeds, memory_budget=1, **kw)  # below one model: one at a time
+    np.testing.assert_allclose(one.decision_function(X), whole.decision_function(X), atol=1e-5)
+    with pytest.raises(ValueError, match="memory_budget must be a positive integer"):
+        fit_mlp_ensemble(X, y, seeds, memory_budget=0, **kw)
+
+
+def test_memory_estimate_counts_parameters_adam_state_and_activations() -> None:
+    dims = [96, 1024, 1024, 1]  # the variant probe's MLP on 32-d states
+    n_params = 96 * 1024 + 1024 + 1024 * 1024 + 1024 + 1024 + 1
+    assert ensemble_memory(1, dims, 128) == 4 * (4 * n_params + 4 * 128 * sum(dims))
+    assert ensemble_memory(3, dims, 128) == 3 * ensemble_memory(1, dims, 128)
+    assert models_per_chunk(dims, 128, "cpu", 10 * ensemble_memory(1, dims, 128)) == 10
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ Given G feature groups
 (layers, modes) of the same examples, an item-level split and seeds, it trains for every group and
 seed one probe on the target labels and one on the control labels (the labels of ``n // 2``
 items of each split side flipped, drawn per seed by :func:`~vlprobe.probes.splits.control_flips`)
-with :func:`~vlprobe.probes.mlp.fit_mlp_ensemble`, and scores each on train and test.
+with :func:`~vlprobe.probes.ensemble.fit_mlp_ensemble`, and scores each on train and test.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from vlprobe.experiments.outputs import (
 )
 from vlprobe.experiments.summary import summarize, write_summary_csv
 from vlprobe.experiments.units import units_of
-from vlprobe.probes.mlp import (
+from vlprobe.probes.ensemble import (
     check_training,
     ensemble_memory,
     iter_mlp_ensemble,
@@ -108,7 +108,7 @@ def train_target_control(
 ) -> tuple[list[ProbeScore], dict[int, list[int]]]:
     """Train and score target and control probes for every group and seed.
 
-    The probes train in memory-bounded chunks (:func:`~vlprobe.probes.mlp.iter_mlp_ensemble`);
+    The probes train in memory-bounded chunks (:func:`~vlprobe.probes.ensemble.iter_mlp_ensemble`);
     each chunk is scored and dropped, so only one chunk's weights are held at a time.
 
     Parameters

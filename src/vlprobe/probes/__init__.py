@@ -1,7 +1,7 @@
 """Probes as scikit-learn estimators, splits and control tasks.
 
-``LinearSeparabilityProbe`` (:mod:`.linear`), ``MLPProbe`` and the batched
-``fit_mlp_ensemble`` (:mod:`.mlp`), item-level splits and control tasks (:mod:`.splits`).
+``LinearSeparabilityProbe`` (:mod:`.linear`), ``MLPProbe`` (:mod:`.mlp`), the batched
+``fit_mlp_ensemble`` (:mod:`.ensemble`), item-level splits and control tasks (:mod:`.splits`).
 Names are imported on first use, so ``import vlprobe.probes.splits`` does not load torch.
 """
 
@@ -24,7 +24,7 @@ __all__ = [
 
 _WHERE = {
     "LinearSeparabilityProbe": "linear",
-    "MLPProbe": "mlp", "MLPEnsemble": "mlp", "fit_mlp_ensemble": "mlp",
+    "MLPProbe": "mlp", "MLPEnsemble": "ensemble", "fit_mlp_ensemble": "ensemble",
     "ItemSplit": "splits", "control_flips": "splits", "flip_labels": "splits",
     "selectivity": "splits", "stratified_item_split": "splits",
 }
