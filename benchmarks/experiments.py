@@ -199,7 +199,7 @@ def _clear(folder: Path) -> None:
 def _shapes(cache: Path) -> dict[str, tuple[int, int, int]]:
     """(features, training rows, feature groups) each experiment trains on, from one run's manifest."""
     from vlprobe.experiments.cache_features import load_index, read_stream
-    from vlprobe.extract.cache import ActivationCache
+    from vlprobe.extract.cache.reader import ActivationCache
 
     with ActivationCache(cache) as c:
         index = load_index(c)

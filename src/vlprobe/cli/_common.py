@@ -42,7 +42,11 @@ OutputsModelName = Annotated[
 # -- probing experiments -----------------------------------------------------------------------------
 VariantsCache = Annotated[Path, typer.Option(help="A vlprobe cache with caption variants.")]
 StoredLayers = Annotated[str, typer.Option(help="all (stored) | 0,4,-1 | 2:6")]
-Seeds = Annotated[int, typer.Option(help="Number of seeds (0..N-1).")]
+MLPSeeds = Annotated[int | None, typer.Option(help="Number of seeds (0..N-1); default 11, --quick 3.")]
+Quick = Annotated[
+    bool, typer.Option("--quick", help="The quick preset for CPU smoke runs (fewer seeds and epochs, a narrower MLP) "
+                                       "instead of the paper's settings; explicit options still win.")
+]
 TestSize = Annotated[str, typer.Option(help="Test items: a count (100) or a fraction (0.25).")]
 Stratify = Annotated[
     str | None, typer.Option(help="Tag families to stratify on (default: collapsed_tag,num_main_preds).")
@@ -51,15 +55,20 @@ SplitFile = Annotated[
     Path | None, typer.Option(help='JSON {"train": [ids], "test": [ids]} instead of a seeded split.')
 ]
 Depth = Annotated[int, typer.Option(help="Linear layers of the MLP.")]
-Width = Annotated[int, typer.Option(help="Hidden width.")]
+Width = Annotated[int | None, typer.Option(help="Hidden width; default 1024, --quick 128.")]
 LearningRate = Annotated[float, typer.Option(help="Adam learning rate.")]
-Epochs = Annotated[int, typer.Option(help="Training epochs.")]
+Epochs = Annotated[int | None, typer.Option(help="Training epochs; default 200, --quick 30.")]
 BatchSize = Annotated[int, typer.Option(help="Batch size.")]
 
 
 def _names(text: str | None) -> tuple[str, ...] | None:
     """``"a, b,"`` -> ``("a", "b")``; None or empty -> None (the library's default)."""
     return tuple(x.strip() for x in text.split(",") if x.strip()) if text else None
+
+
+def _preset(quick: bool) -> str:
+    """``--quick`` -> the ``quick`` preset, else ``paper``."""
+    return "quick" if quick else "paper"
 
 
 def _test_size(text: str) -> int | float:

@@ -16,9 +16,10 @@ from vlprobe.cli._common import (
     Device,
     Epochs,
     LearningRate,
+    MLPSeeds,
     OutputsModelName,
+    Quick,
     Quiet,
-    Seeds,
     SplitFile,
     StoredLayers,
     Stratify,
@@ -26,6 +27,7 @@ from vlprobe.cli._common import (
     VariantsCache,
     Width,
     _names,
+    _preset,
     _print_rows,
     _print_summary,
     _test_size,
@@ -115,12 +117,15 @@ def run_separability_cmd(
     pooling: Annotated[str, typer.Option(help="cls, mean, max or pooled.")] = "cls",
     layers: StoredLayers = "all",
     scale: Annotated[str, typer.Option(help="Feature scaling: none or standard (per layer).")] = "none",
-    seeds: Annotated[int, typer.Option(help="Number of control shuffles (seeds 0..N-1).")] = 3,
+    seeds: Annotated[
+        int | None, typer.Option(help="Number of control shuffles (seeds 0..N-1); default 3, --quick 1.")
+    ] = None,
     c: Annotated[float, typer.Option("--C", help="SVM C.")] = 100.0,
     max_iter: Annotated[int, typer.Option(help="SVM iterations.")] = 100_000,
     tol: Annotated[float, typer.Option(help="SVM stopping tolerance (libsvm).")] = 1e-3,
     jobs: Annotated[int, typer.Option(help="Parallel workers (-1: all cores).")] = 1,
     model: OutputsModelName = None,
+    quick: Quick = False,
     quiet: Quiet = False,
 ) -> None:
     """Per-item linear separability of caption-0 vs caption-1 variants, per layer, vs control."""
@@ -129,7 +134,7 @@ def run_separability_cmd(
 
     csv_path, _, rows = run_separability(SeparabilityConfig(
         cache=cache, out=out, streams=_names(stream), pooling=pooling, layers=layers, scale=scale, seeds=seeds,
-        C=c, max_iter=max_iter, tol=tol, jobs=jobs, model=model, progress=not quiet,
+        C=c, max_iter=max_iter, tol=tol, jobs=jobs, model=model, progress=not quiet, preset=_preset(quick),
     ))
     _print_summary(summarize(rows), "separable", "train", csv_path)
 
@@ -143,18 +148,19 @@ def run_task_adaptation_cmd(
     pooling: Annotated[str, typer.Option(help="pooled, cls, mean or max.")] = "pooled",
     layers: Annotated[str, typer.Option(help="all | 0,4,-1 | 2:6 | lang=all;vision=-1 (ignored for pooled)")] = "all",
     streams: Annotated[str | None, typer.Option(help="Comma-separated streams to concatenate (default: all).")] = None,
-    seeds: Seeds = 11,
+    seeds: MLPSeeds = None,
     test_size: TestSize = "0.25",
     split_seed: Annotated[int, typer.Option(help="Seed of the item split.")] = 0,
     stratify: Stratify = None,
     split_file: SplitFile = None,
     depth: Depth = 4,
-    width: Width = 1024,
+    width: Width = None,
     lr: LearningRate = 1e-4,
-    epochs: Epochs = 200,
+    epochs: Epochs = None,
     batch_size: BatchSize = 200,
     device: Device = "auto",
     model: OutputsModelName = None,
+    quick: Quick = False,
     quiet: Quiet = False,
 ) -> None:
     """MLP on fused pair embeddings (paper §3.2): target vs flipped-item control over seeds."""
@@ -164,7 +170,8 @@ def run_task_adaptation_cmd(
     csv_path, _, rows = run_task_adaptation(TaskAdaptationConfig(
         cache=cache, out=out, mode=mode, streams=_names(streams), pooling=pooling, layers=layers, seeds=seeds,
         test_size=_test_size(test_size), split_seed=split_seed, stratify=_names(stratify), split_file=split_file,
-        depth=depth, width=width, lr=lr, epochs=epochs, batch_size=batch_size, device=device, model=model, progress=not quiet,
+        depth=depth, width=width, lr=lr, epochs=epochs, batch_size=batch_size, device=device, model=model,
+        progress=not quiet, preset=_preset(quick),
     ))
     _print_summary(summarize(rows), "accuracy", "test", csv_path)
 
@@ -177,19 +184,20 @@ def run_variant_probe_cmd(
     stream: Annotated[str | None, typer.Option(help="Stream of texts or pairs (default: text, else the first).")] = None,
     pooling: Annotated[str, typer.Option(help="cls, mean, max or pooled.")] = "cls",
     layers: StoredLayers = "all",
-    seeds: Seeds = 11,
+    seeds: MLPSeeds = None,
     draws: Annotated[int, typer.Option(help="Examples per item and (caption, order).")] = 4,
     test_size: TestSize = "0.25",
     split_seed: Annotated[int, typer.Option(help="Seed of the item split and of the examples.")] = 0,
     stratify: Stratify = None,
     split_file: SplitFile = None,
     depth: Depth = 3,
-    width: Width = 1024,
+    width: Width = None,
     lr: LearningRate = 5e-5,
-    epochs: Epochs = 200,
+    epochs: Epochs = None,
     batch_size: BatchSize = 128,
     device: Device = "auto",
     model: OutputsModelName = None,
+    quick: Quick = False,
     quiet: Quiet = False,
 ) -> None:
     """MLP over (reference, option 1, option 2) variants (paper §5.3), per layer, vs control."""
@@ -199,7 +207,8 @@ def run_variant_probe_cmd(
     csv_path, _, rows = run_variant_probe(VariantProbeConfig(
         cache=cache, out=out, stream=stream, pooling=pooling, layers=layers, seeds=seeds, draws=draws,
         test_size=_test_size(test_size), split_seed=split_seed, stratify=_names(stratify), split_file=split_file,
-        depth=depth, width=width, lr=lr, epochs=epochs, batch_size=batch_size, device=device, model=model, progress=not quiet,
+        depth=depth, width=width, lr=lr, epochs=epochs, batch_size=batch_size, device=device, model=model,
+        progress=not quiet, preset=_preset(quick),
     ))
     _print_summary(summarize(rows), "accuracy", "test", csv_path)
 

@@ -321,7 +321,7 @@ def train_and_write(
         experiment, version, config_record(config),
         {"cache": index.provenance, **split_file_input(config.split_file)}, seeds=seeds,
         extra={
-            "model": plan.model, **extra,
+            "model": plan.model, "preset": config.preset, **extra,
             **split_record(index.item_ids, plan.items, plan.split, plan.families, config.split_file, flips),
             "units": units_of(rows),
         },

@@ -64,6 +64,7 @@ from vlprobe.experiments.outputs import (
     write_results,
     write_tidy_csv,
 )
+from vlprobe.experiments.presets import apply_preset
 from vlprobe.experiments.summary import summarize, write_summary_csv
 from vlprobe.experiments.units import units_of
 from vlprobe.probes.linear import LinearSeparabilityProbe
@@ -107,6 +108,8 @@ class SeparabilityConfig:
         Model name in the outputs (default: the cache's).
     progress : bool
         Say on stderr how many SVMs each stream fits and show a bar with an ETA.
+    preset : str
+        ``paper`` (3 control seeds) or ``quick`` (1); fills ``seeds`` when it is None.
     """
 
     cache: Path
@@ -115,13 +118,14 @@ class SeparabilityConfig:
     pooling: str = "cls"
     layers: str = "all"
     scale: str = "none"
-    seeds: int = 3
+    seeds: int | None = None
     C: float = 100.0
     max_iter: int = 100_000
     tol: float = 1e-3
     jobs: int = 1
     model: str | None = None
     progress: bool = True
+    preset: str = "paper"
 
 
 def separability_cases(index: CacheIndex, modality: str, lookup: dict[tuple[int, int], int]) -> tuple[list[Case], list[str]]:
@@ -176,6 +180,7 @@ def run_separability(config: SeparabilityConfig) -> tuple[Path, Path, list[dict[
     """
     from vlprobe.extract.cache.reader import ActivationCache
 
+    config = apply_preset(NAME, config)
     seeds = _check_config(config)
     scale_mode = config.scale
     scale_states(np.zeros((1, 1, 1), np.float32), scale_mode)  # validates the name early
@@ -222,7 +227,7 @@ def run_separability(config: SeparabilityConfig) -> tuple[Path, Path, list[dict[
     manifest = build_manifest(
         NAME, VERSION, cfg, {"cache": index.provenance}, seeds=seeds,
         extra={
-            "model": model, "streams": read_layers, "pooling_fallback": fallbacks,
+            "model": model, "preset": config.preset, "streams": read_layers, "pooling_fallback": fallbacks,
             "probe": {"name": PROBE, "solver": "libsvm SVC(kernel='linear')", **params},
             "n_cases": n_cases, "skipped_items": skipped,
             "control": "labels of each case permuted by numpy default_rng([seed, item, image + 1])",

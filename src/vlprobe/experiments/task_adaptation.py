@@ -54,6 +54,7 @@ from vlprobe.experiments.cache_features import (
     read_stream,
 )
 from vlprobe.experiments.mlp_runs import MLPSettings, plan_items, train_and_write
+from vlprobe.experiments.presets import apply_preset
 from vlprobe.progress import say
 from vlprobe.validation import InputError
 
@@ -95,8 +96,12 @@ class TaskAdaptationConfig:
         JSON ``{"train": [ids], "test": [ids]}`` (e.g. the paper's 300/100 lists) instead of a
         seeded split.
     depth, width, lr, epochs, batch_size, device : MLP settings.
+        ``seeds``, ``width`` and ``epochs`` left as None come from ``preset``.
     progress : bool
         Say on stderr how many probes will train and show a bar with an ETA.
+    preset : str
+        ``paper`` (11 seeds, width 1024, 200 epochs) or ``quick`` (3 seeds, width 128, 30 epochs:
+        a CPU smoke run); see :mod:`vlprobe.experiments.presets`.
     """
 
     cache: Path
@@ -105,19 +110,20 @@ class TaskAdaptationConfig:
     streams: tuple[str, ...] | None = None
     pooling: str = "pooled"
     layers: str = "all"
-    seeds: int = 11
+    seeds: int | None = None
     test_size: int | float = 0.25
     split_seed: int = 0
     stratify: tuple[str, ...] | None = None
     split_file: Path | None = None
     depth: int = 4
-    width: int = 1024
+    width: int | None = None
     lr: float = 1e-4
-    epochs: int = 200
+    epochs: int | None = None
     batch_size: int = 200
     device: str = "cpu"
     model: str | None = None
     progress: bool = True
+    preset: str = "paper"
 
 
 def _stream_layers(per_stream: dict[str, list[int | None]]) -> list[dict[str, int | None]]:
@@ -148,6 +154,7 @@ def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[
     """
     from vlprobe.extract.cache.reader import ActivationCache
 
+    config = apply_preset(NAME, config)
     check_seeds(config.seeds)
     if config.mode not in MODES:
         raise InputError(f"mode must be one of {', '.join(MODES)}, got {config.mode!r}")

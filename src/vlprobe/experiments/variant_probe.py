@@ -38,6 +38,7 @@ from vlprobe.experiments.cache_features import (
     require_variants,
 )
 from vlprobe.experiments.mlp_runs import MLPSettings, plan_items, train_and_write
+from vlprobe.experiments.presets import apply_preset
 from vlprobe.progress import say
 from vlprobe.validation import InputError, check_positive_int
 
@@ -64,8 +65,12 @@ class VariantProbeConfig:
         Examples per item and (caption, order) combination (4 combinations).
     test_size, split_seed, stratify, split_file : as in task adaptation.
     depth, width, lr, epochs, batch_size, device : MLP settings.
+        ``seeds``, ``width`` and ``epochs`` left as None come from ``preset``.
     progress : bool
         Say on stderr how many probes will train and show a bar with an ETA.
+    preset : str
+        ``paper`` (11 seeds, width 1024, 200 epochs) or ``quick`` (3 seeds, width 128, 30 epochs:
+        a CPU smoke run); see :mod:`vlprobe.experiments.presets`.
     """
 
     cache: Path
@@ -73,20 +78,21 @@ class VariantProbeConfig:
     stream: str | None = None
     pooling: str = "cls"
     layers: str = "all"
-    seeds: int = 11
+    seeds: int | None = None
     draws: int = 4
     test_size: int | float = 0.25
     split_seed: int = 0
     stratify: tuple[str, ...] | None = None
     split_file: Path | None = None
     depth: int = 3
-    width: int = 1024
+    width: int | None = None
     lr: float = 5e-5
-    epochs: int = 200
+    epochs: int | None = None
     batch_size: int = 128
     device: str = "cpu"
     model: str | None = None
     progress: bool = True
+    preset: str = "paper"
 
 
 def variant_examples(
@@ -143,6 +149,7 @@ def run_variant_probe(config: VariantProbeConfig) -> tuple[Path, Path, list[dict
     """
     from vlprobe.extract.cache.reader import ActivationCache
 
+    config = apply_preset(NAME, config)
     check_seeds(config.seeds)
     check_positive_int(config.draws, "draws")
     MLPSettings.from_config(config)  # checks the MLP settings before the cache is read

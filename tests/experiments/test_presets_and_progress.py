@@ -1,0 +1,76 @@
+"""The ``paper`` and ``quick`` presets, and what ``probe run`` says on stderr (off with --quiet)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from vlprobe.cli import app
+from vlprobe.experiments.presets import PRESET_VALUES, apply_preset
+from vlprobe.experiments.separability import SeparabilityConfig
+from vlprobe.experiments.task_adaptation import TaskAdaptationConfig
+from vlprobe.experiments.variant_probe import VariantProbeConfig
+from vlprobe.fixtures.caches import planted_cache
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return planted_cache(tmp_path_factory.mktemp("presets") / "p.h5", n_items=16, n_variants=3, n_layers=2,
+                         signal_layer=1, hidden=4)
+
+
+def test_a_preset_fills_what_the_run_leaves_unset() -> None:
+    paper = apply_preset("task-adaptation", TaskAdaptationConfig(cache=Path("c"), out=Path("o")))
+    assert (paper.seeds, paper.epochs, paper.width) == (11, 200, 1024)  # the paper's settings by default
+    quick = apply_preset("variant-probe", VariantProbeConfig(cache=Path("c"), out=Path("o"), preset="quick"))
+    assert (quick.seeds, quick.epochs, quick.width) == tuple(PRESET_VALUES["variant-probe"]["quick"][k]
+                                                             for k in ("seeds", "epochs", "width"))
+    assert quick.epochs < paper.epochs and quick.width < paper.width and quick.seeds < paper.seeds
+    mixed = apply_preset("variant-probe", VariantProbeConfig(cache=Path("c"), out=Path("o"), preset="quick", seeds=5))
+    assert mixed.seeds == 5  # an explicit setting wins
+    assert apply_preset("separability", SeparabilityConfig(cache=Path("c"), out=Path("o"), preset="quick")).seeds == 1
+    with pytest.raises(ValueError, match="preset: unknown preset 'fast'"):
+        apply_preset("separability", SeparabilityConfig(cache=Path("c"), out=Path("o"), preset="fast"))
+
+
+def test_quick_run_records_its_preset_and_talks_on_stderr(cache: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["run", "variant-probe", "--cache", str(cache), "--out", str(tmp_path),
+                                      "--quick", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    quick = PRESET_VALUES["variant-probe"]["quick"]
+    n_probes = 2 * 2 * quick["seeds"]  # 2 layers x target/control x seeds
+    assert f"variant-probe: training {n_probes} MLP probes" in result.stderr
+    assert f"width {quick['width']}, {quick['epochs']} epochs" in result.stderr and "MiB for training" in result.stderr
+    assert "variant-probe training" in result.stderr and "model-epoch" in result.stderr  # the tqdm bar
+    assert "MLP probes" not in result.stdout and "model-epoch" not in result.stdout  # stdout: results only
+    run = json.loads((tmp_path / "variant-probe" / "manifest.json").read_text())["runs"]["planted"]
+    assert run["preset"] == "quick" and run["config"]["preset"] == "quick"
+    assert (run["config"]["seeds"], run["config"]["epochs"], run["config"]["width"]) == (
+        quick["seeds"], quick["epochs"], quick["width"])
+    assert run["seeds"] == list(range(quick["seeds"]))
+
+
+@pytest.mark.parametrize(
+    ("experiment", "extra", "said"),
+    [
+        ("variant-probe", ["--quick", "--epochs", "2", "--device", "cpu"], "MLP probes"),
+        ("task-adaptation", ["--quick", "--epochs", "2", "--pooling", "cls", "--device", "cpu"], "MLP probes"),
+        ("separability", ["--quick"], "linear SVMs"),
+    ],
+)
+def test_quiet_silences_stderr_and_changes_nothing_else(experiment: str, extra: list[str], said: str, cache: Path,
+                                                         tmp_path: Path) -> None:
+    runner = CliRunner()
+    loud = runner.invoke(app, ["run", experiment, "--cache", str(cache), "--out", str(tmp_path / "loud"), *extra])
+    quiet = runner.invoke(app, ["run", experiment, "--cache", str(cache), "--out", str(tmp_path / "quiet"), *extra,
+                                "--quiet"])
+    assert loud.exit_code == 0 and quiet.exit_code == 0, loud.output + quiet.output
+    assert said in loud.stderr
+    assert quiet.stderr == ""
+    assert loud.stdout.replace("loud", "quiet") == quiet.stdout
+    a = (tmp_path / "loud" / experiment / "planted.csv").read_text()
+    b = (tmp_path / "quiet" / experiment / "planted.csv").read_text()
+    assert a == b  # same process, same thread count: the same arithmetic
