@@ -21,7 +21,7 @@ differences within seed noise, not equal numbers (training amplifies rounding).
 seconds and ratios from one run are the steadier figures.
 
 Usage: python benchmarks/experiments.py [--epochs 200] [--seeds 11] [--compare-src DIR]
-       [--experiments variant-probe,task-adaptation] [--work DIR] [--quick]
+       [--experiments variant-probe,task-adaptation] [--work DIR] [--quick] [--threads N]
 """
 
 from __future__ import annotations
@@ -61,9 +61,12 @@ def build_inputs(work: Path) -> Path:
     return cache
 
 
+THREADS: dict[str, str] = {}
+
+
 def _probe(src: Path, args: list[str]) -> dict[str, float]:
     """Run ``python -m vlprobe ARGS`` with ``src`` first on the path: wall and CPU seconds, peak RSS."""
-    env = {**os.environ, "PYTHONPATH": str(src)}
+    env = {**os.environ, "PYTHONPATH": str(src), **THREADS}
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-m", "vlprobe", *args], env=env, stdout=out, stderr=err)
@@ -221,8 +224,16 @@ def main() -> None:
     ap.add_argument("--compare-src", default=None, help="another vlprobe src/ to compare against")
     ap.add_argument("--work", default=None, help="folder for the inputs (kept; default: a temporary one)")
     ap.add_argument("--quick", action="store_true", help="also run the --quick preset")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="OMP/MKL threads of the runs (1: CPU seconds that hardly depend on what else runs)")
     args = ap.parse_args()
-    print(f"cpu cores: {os.cpu_count()}, load average {os.getloadavg()[0]:.1f} (a shared machine's timings are noisy)")
+    if args.threads:
+        THREADS.update({k: str(args.threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")})
+        import torch
+
+        torch.set_num_threads(args.threads)  # the machine-rate measurement in this process too
+    print(f"cpu cores: {os.cpu_count()}, threads per run: {args.threads or 'default'}, load average "
+          f"{os.getloadavg()[0]:.1f} (a shared machine's timings are noisy)")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(args.work) if args.work else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)

@@ -162,7 +162,7 @@ def test_recall_defaults(model: str, all_pairs: Callable[[str], Path], cross_ref
                          tmp_path: Path) -> None:
     _, _, rows = run_recall(RecallConfig(cache=all_pairs(model), out=tmp_path))
     assert {r["subset"] for r in rows} == {"i2t", "t2i"}
-    assert {r["metric"] for r in rows if ".ci95_" not in r["metric"]} == {f"recall@{k}" for k in (1, 2, 5, 10)}
+    assert {f"recall@{k}" for k in (1, 2, 5, 10)} <= {r["metric"] for r in rows}
     # An item-plan cache has no full matrix: one input error naming the fix.
     with pytest.raises(ValueError, match="extract with --pairs all"):
         run_recall(RecallConfig(cache=cross_reference(model), out=tmp_path / "item"))
