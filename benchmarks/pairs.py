@@ -3,10 +3,12 @@ forward per pair, on base-size LXMERT and UNITER architectures (random init), CP
 
 For every image x every caption (default 8 x 16 = 128 pairs, 36 boxes of 2048-d features):
 
-- ``shared``  what ``probe extract`` runs: captions tokenised once, regions held once, pairs in
-              batches through the adapter's ``encode_pairs`` (LXMERT: the 9 language layers once
-              per caption, the 5 relation layers once per image, only the 5 cross layers per pair;
-              UNITER: embeddings once per caption/image, the joint blocks over the batch);
+- ``shared``  what ``probe extract`` and ``probe eval`` run, the pair-scoring engine
+              (``vlprobe.extract.scoring.score_pairs``): captions tokenised once, regions read once,
+              pairs in batches through the adapter's ``encode_pairs`` (LXMERT: the 9 language
+              layers once per caption, the 5 relation layers once per image, only the 5 cross
+              layers per pair; UNITER: embeddings once per caption/image, the joint blocks over
+              the batch);
 - ``per-pair`` one plain forward per pair (``LxmertForPreTraining(...)`` / ``UniterModel(...)``),
               the same token and region tensors, batch size 1.
 
@@ -100,22 +102,34 @@ def _case(model: str, path: str, args: argparse.Namespace, queue: Any) -> None:
     torch.set_num_threads(args.threads)
     adapter = _adapter(model)
     captions = _captions(args.captions, seed=0)
+    from vlprobe.data.items import ImageRef
+    from vlprobe.extract.regions.store import RegionBatch
+    from vlprobe.extract.scoring import ImageSource, score_pairs
+
     feats, boxes, mask = _regions(args.images, args.boxes, seed=0)
+    sizes = np.zeros(args.images, dtype=np.int64)
+    regions = RegionBatch(features=feats, boxes=boxes, mask=mask, image_w=sizes, image_h=sizes)
     image_idx, text_idx = (a.ravel() for a in np.meshgrid(np.arange(args.images), np.arange(args.captions), indexing="ij"))
 
-    def tables() -> tuple[Any, Any]:
-        return adapter.prepare_texts(captions), adapter.prepare_images(feats, boxes, mask)
+    class HeldRegions:
+        """The region store's ``get`` over the arrays in memory (no file: the same for both paths)."""
+
+        def get(self, names: list[str]) -> RegionBatch:
+            rows = np.array([int(n) for n in names])
+            return RegionBatch(features=feats[rows], boxes=boxes[rows], mask=mask[rows], image_w=sizes[rows],
+                               image_h=sizes[rows])
+
+    refs = [ImageRef(id=f"bench/{i}", name=str(i)) for i in range(args.images)]
 
     def shared() -> np.ndarray:
-        texts, images = tables()
-        out = []
-        for s in range(0, len(text_idx), args.batch):
-            sl = slice(s, s + args.batch)
-            out.append(adapter.encode_pairs(texts, images, text_idx[sl], image_idx[sl], None, []).scores.numpy())
-        return np.concatenate(out)
+        out = np.empty(len(text_idx))
+        source = ImageSource("regions", refs, HeldRegions())
+        for got in score_pairs(adapter, captions, source, text_idx, image_idx, batch_size=args.batch):
+            out[got.index] = got.scores
+        return out
 
     def per_pair() -> np.ndarray:
-        texts, images = tables()
+        texts, images = adapter.prepare_texts(captions), adapter.prepare_images(regions)
         out = []
         with torch.inference_mode():
             for t, i in zip(text_idx, image_idx, strict=True):

@@ -279,6 +279,25 @@ def tiny_uniter(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def sugarcrepe_regions(sugarcrepe_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Random regions (3 to 8 boxes) for the SugarCrepe items of ``tests.extract.helpers.SC_SELECTION``,
+    written through the CLI from the JSON files alone (no image files)."""
+    from typer.testing import CliRunner
+
+    from tests.extract.helpers import SC_SELECTION
+    from vlprobe.cli import app
+
+    out = tmp_path_factory.mktemp("sc-regions") / "sc.h5"
+    res = CliRunner().invoke(app, [
+        "fixtures", "regions", "--dataset", "sugarcrepe", "--data-dir", str(sugarcrepe_dir), "--out", str(out),
+        "--subsets", str(SC_SELECTION["subsets"]), "--limit", str(SC_SELECTION["limit"]), "--boxes", "8",
+        "--min-boxes", "3",
+    ])
+    assert res.exit_code == 0, res.output
+    return out
+
+
+@pytest.fixture(scope="session")
 def synthetic_regions(tmp_path_factory: pytest.TempPathFactory, synthetic_dir: Path) -> Path:
     """Random 2048-d region features for every image of the session dataset: 3 to 8 boxes each."""
     from vlprobe.fixtures.regions import random_regions

@@ -14,6 +14,7 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
+from tests.extract.helpers import SC_SELECTION
 from vlprobe.cli import app
 from vlprobe.data.sugarcrepe import load_sugarcrepe
 from vlprobe.data.valse import load_valse
@@ -21,10 +22,9 @@ from vlprobe.experiments.benchmark_eval import EvalConfig, run_eval
 from vlprobe.experiments.score_files import caption_foil_scores, read_item_scores
 from vlprobe.extract.cache.reader import ActivationCache
 from vlprobe.extract.regions.store import RegionStore
-from vlprobe.extract.runner import ExtractConfig, extract
 from vlprobe.fixtures.regions import random_regions_for_dataset
 
-SC = {"subsets": "swap_obj,add_att", "limit": 3}
+SC = SC_SELECTION
 VA = {"subsets": "existence,actant-swap", "limit": 3}
 MODELS = ("lxmert", "uniter")
 
@@ -38,61 +38,21 @@ def _checkpoint(model: str, tiny_lxmert: Path, tiny_uniter: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def sc_regions(sugarcrepe_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Random regions for the chosen SugarCrepe items, written through the CLI (no image files)."""
-    out = tmp_path_factory.mktemp("sc-regions") / "sc.h5"
-    res = _cli(["fixtures", "regions", "--dataset", "sugarcrepe", "--data-dir", str(sugarcrepe_dir), "--out", str(out),
-                "--subsets", SC["subsets"], "--limit", str(SC["limit"]), "--boxes", "8", "--min-boxes", "3"])
-    assert res.exit_code == 0, res.output
-    return out
-
-
-@pytest.fixture(scope="module")
 def va_regions(valse_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return random_regions_for_dataset(tmp_path_factory.mktemp("va-regions") / "va.h5", valse_dir, dataset="valse",
                                       options=VA, n_boxes=8, min_boxes=3, seed=1)
 
 
-def test_fixture_regions_use_the_normalised_benchmark_names(sc_regions: Path, va_regions: Path, sugarcrepe_dir: Path,
+def test_fixture_regions_use_the_normalised_benchmark_names(sugarcrepe_regions: Path, va_regions: Path, sugarcrepe_dir: Path,
                                                              valse_dir: Path) -> None:
     sc = load_sugarcrepe(sugarcrepe_dir, **SC)
     va = load_valse(valse_dir, **VA)
-    with RegionStore(sc_regions) as s, RegionStore(va_regions) as v:
+    with RegionStore(sugarcrepe_regions) as s, RegionStore(va_regions) as v:
         # COCO 2017 file names lose their extension: "000000397133.jpg" -> "000000397133".
         assert sorted(s.image_ids) == sorted({it.images[0].name.removesuffix(".jpg") for it in sc})
         assert sorted(v.image_ids) == sorted({Path(it.images[0].name).stem for it in va})
         assert all(it.images[0].name in v for it in va)
         assert set(s.image_w.tolist()) == {640} and set(s.image_h.tolist()) == {480}
-
-
-@pytest.mark.parametrize("model", MODELS)
-def test_eval_sugarcrepe_scores_equal_extract(model: str, sugarcrepe_dir: Path, sc_regions: Path, tiny_lxmert: Path,
-                                              tiny_uniter: Path, tmp_path: Path) -> None:
-    ckpt = _checkpoint(model, tiny_lxmert, tiny_uniter)
-    csv_path, manifest_path, _ = run_eval(EvalConfig(
-        benchmark="sugarcrepe", out=tmp_path, model=model, checkpoint=ckpt, data_dir=sugarcrepe_dir,
-        regions=sc_regions, batch_size=4, bootstrap=50, **SC,
-    ))
-    ids, pos, neg = caption_foil_scores(read_item_scores(csv_path.with_suffix(".scores.jsonl")))
-    assert len(ids) == 6 and np.all((pos > 0) & (pos < 1))
-    cache = tmp_path / "sc.h5"
-    extract(ExtractConfig(model=model, checkpoint=ckpt, out=cache, dataset="sugarcrepe", data_dir=sugarcrepe_dir,
-                          regions=sc_regions, pair_states=False, batch_size=3, device="cpu", progress=False,
-                          dataset_options=SC))
-    with ActivationCache(cache) as c:
-        matrix, done = c.scores()
-        assert list(c.table("items")["id"]) == ids
-        assert c.f["scores"].attrs["kind"] == "match_probability"
-    n = len(ids)
-    assert done[np.arange(n), 2 * np.arange(n)].all() and done[np.arange(n), 2 * np.arange(n) + 1].all()
-    np.testing.assert_allclose(pos, matrix[np.arange(n), 2 * np.arange(n)], atol=1e-5)
-    np.testing.assert_allclose(neg, matrix[np.arange(n), 2 * np.arange(n) + 1], atol=1e-5)
-    run = json.loads(manifest_path.read_text(encoding="utf-8"))["runs"][model]
-    assert run["score_kind"] == "match_probability"
-    with RegionStore(sc_regions) as store:
-        assert run["inputs"]["regions"]["fingerprint"] == store.fingerprint
-    if model == "uniter":
-        assert run["inputs"]["model_config"]["fingerprint"].startswith("sha256:")
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -115,7 +75,7 @@ def test_eval_valse_scores_equal_encode_pairs_and_use_the_match_threshold(
     texts = [it.texts[k].text for it in ds for k in (0, 1)]
     with RegionStore(va_regions) as store:
         regions = store.get([it.images[0].name for it in ds])
-    out = adapter.encode_pairs(adapter.prepare_texts(texts), adapter.prepare_images(regions.features, regions.boxes, regions.mask),
+    out = adapter.encode_pairs(adapter.prepare_texts(texts), adapter.prepare_images(regions),
                                np.arange(len(texts)), np.repeat(np.arange(len(ds)), 2), None, ())
     want = out.scores.float().numpy()
     np.testing.assert_allclose(np.column_stack([cap, foil]).ravel(), want, atol=1e-5)
@@ -139,29 +99,29 @@ def test_eval_valse_scores_equal_encode_pairs_and_use_the_match_threshold(
     assert set(run["definitions"]) == {"acc_r", "acc_r_valse"}
 
 
-def test_eval_cross_errors_are_one_line(sugarcrepe_dir: Path, sc_regions: Path, tiny_lxmert: Path, tiny_uniter: Path,
+def test_eval_cross_errors_are_one_line(sugarcrepe_dir: Path, sugarcrepe_regions: Path, tiny_lxmert: Path, tiny_uniter: Path,
                                         tiny_clip: Path, tmp_path: Path, one_error_line: Callable[..., str]) -> None:
     base = ["eval", "sugarcrepe", "--data-dir", str(sugarcrepe_dir), "--out", str(tmp_path), "--bootstrap", "20",
             "--device", "cpu", "--limit", "3"]
     lx = [*base, "--model", "lxmert", "--checkpoint", str(tiny_lxmert)]
     # Regions written for swap_obj and add_att only: a replace_obj image has none.
-    line = one_error_line(_cli([*lx, "--subsets", "replace_obj", "--regions", str(sc_regions)]),
+    line = one_error_line(_cli([*lx, "--subsets", "replace_obj", "--regions", str(sugarcrepe_regions)]),
                           "regions: no features for image '", ".jpg' in sc.h5")
     first = load_sugarcrepe(sugarcrepe_dir, subsets="replace_obj", limit=1).items[0].images[0].name
     assert f"'{first}'" in line
     one_error_line(_cli([*lx, "--subsets", "swap_obj"]), "regions: lxmert reads precomputed region features", "--regions")
-    one_error_line(_cli([*lx, "--subsets", "swap_obj", "--regions", str(sc_regions), "--image-dir", str(tmp_path)]),
+    one_error_line(_cli([*lx, "--subsets", "swap_obj", "--regions", str(sugarcrepe_regions), "--image-dir", str(tmp_path)]),
                    "image_dir: lxmert reads region features", "drop --image-dir")
-    one_error_line(_cli([*lx, "--subsets", "swap_obj", "--regions", str(sc_regions), "--tokenizer", "x"]),
+    one_error_line(_cli([*lx, "--subsets", "swap_obj", "--regions", str(sugarcrepe_regions), "--tokenizer", "x"]),
                    "tokenizer: lxmert does not take --tokenizer")
-    one_error_line(_cli([*base, "--model", "clip", "--checkpoint", str(tiny_clip), "--regions", str(sc_regions)]),
+    one_error_line(_cli([*base, "--model", "clip", "--checkpoint", str(tiny_clip), "--regions", str(sugarcrepe_regions)]),
                    "regions: clip reads pixels")
-    one_error_line(_cli([*base, "--model", "caption-length", "--regions", str(sc_regions)]),
+    one_error_line(_cli([*base, "--model", "caption-length", "--regions", str(sugarcrepe_regions)]),
                    "regions: caption-length scores captions only")
     res = _cli(["eval", "sugarcrepe", "--data-dir", str(sugarcrepe_dir), "--out", str(tmp_path), "--bootstrap", "20",
                 "--device", "cpu", "--model", "uniter", "--checkpoint", str(tiny_uniter / "uniter.pt"),
                 "--uniter-config", str(tiny_uniter / "uniter.json"), "--tokenizer", str(tiny_uniter / "tokenizer"),
-                "--regions", str(sc_regions), "--subsets", "add_att", "--limit", "3"])
+                "--regions", str(sugarcrepe_regions), "--subsets", "add_att", "--limit", "3"])
     assert res.exit_code == 0, res.output
     assert "add_att" in res.stdout
 

@@ -12,6 +12,8 @@ from typing import TypeVar
 
 import numpy as np
 
+from vlprobe.extract.regions.store import RegionBatch
+
 T = TypeVar("T")
 
 
@@ -33,6 +35,34 @@ def random_region_arrays(
     mask = np.arange(r)[None, :] < np.asarray(counts)[:, None]
     feats[~mask], boxes[~mask] = 0, 0
     return feats, boxes, mask
+
+
+def region_batch(features: np.ndarray, boxes: np.ndarray, mask: np.ndarray) -> RegionBatch:
+    """Region arrays as the ``RegionBatch`` a region store returns (image sizes unknown: 0)."""
+    zeros = np.zeros(len(features), dtype=np.int64)
+    return RegionBatch(features=features, boxes=boxes, mask=mask, image_w=zeros, image_h=zeros)
+
+
+def random_region_batch(n: int, r: int, counts: Sequence[int], seed: int = 0, dim: int = 2048) -> RegionBatch:
+    """:func:`random_region_arrays` as a ``RegionBatch`` (what ``prepare_images`` reads)."""
+    return region_batch(*random_region_arrays(n, r, counts, seed=seed, dim=dim))
+
+
+#: A quick SugarCrepe selection for runs on the real JSON files (6 items, 6 images).
+SC_SELECTION = {"subsets": "swap_obj,add_att", "limit": 3}
+
+
+def sugarcrepe_pictures(sugarcrepe_dir: Path, folder: Path, selection: dict[str, object] = SC_SELECTION) -> Path:
+    """A distinct synthetic picture under each selected SugarCrepe item's COCO file name (pixel models)."""
+    from PIL import Image
+
+    from vlprobe.data.sugarcrepe import load_sugarcrepe
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for n, name in enumerate(sorted({it.images[0].name for it in load_sugarcrepe(sugarcrepe_dir, **selection)})):
+        rng = np.random.default_rng(n)
+        Image.fromarray(rng.integers(0, 256, size=(40, 48, 3), dtype=np.uint8)).save(folder / name)
+    return folder
 
 
 def kill_when(

@@ -151,7 +151,7 @@ def test_cached_states_equal_the_adapter(cross_reference: Callable[[str], Path],
         with RegionStore(synthetic_regions) as store:
             reg = store.get([names[i] for i in pairs["image"][rows]])
         t_tab = adapter.prepare_texts([texts[t] for t in pairs["text"][rows]])
-        i_tab = adapter.prepare_images(reg.features, reg.boxes, reg.mask)
+        i_tab = adapter.prepare_images(reg)
         scores, lang, vision, lmask, vmask = adapter.full_forward(t_tab, i_tab, np.arange(3), np.arange(3))
         np.testing.assert_allclose(pairs["score"][rows], scores.numpy(), rtol=0, atol=1e-6)
         ref_lang = pool_states(torch.stack(lang, 1), lmask, torch.zeros(3, dtype=torch.long), ["cls", "mean"])

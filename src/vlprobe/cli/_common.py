@@ -19,6 +19,10 @@ UniterConfig = Annotated[Path | None, typer.Option(help="UNITER model config JSO
 Tokenizer = Annotated[
     str | None, typer.Option(help="UNITER tokenizer dir or hub id (default: tokenizer/ beside the checkpoint).")
 ]
+ModelOption = Annotated[
+    list[str] | None,
+    typer.Option(help="A load option the model declares, NAME=VALUE, repeatable (e.g. blip-itm: score_head=itc)."),
+]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
@@ -81,6 +85,20 @@ def _test_size(text: str) -> int | float:
         return float(text)
     except ValueError:
         raise InputError(f"test_size must be a number of items (100) or a fraction (0.25), got {text!r}") from None
+
+
+def _model_options(given: list[str] | None) -> dict[str, str]:
+    """``["score_head=itc"]`` -> ``{"score_head": "itc"}`` (``--model-option``, repeatable)."""
+    out: dict[str, str] = {}
+    for text in given or ():
+        name, sep, value = text.partition("=")
+        name = name.strip().replace("-", "_")
+        if not sep or not name or not value.strip():
+            raise InputError(f"model_option must look like NAME=VALUE (e.g. score_head=itc), got {text!r}")
+        if name in out:
+            raise InputError(f"model_option: {name!r} is given twice")
+        out[name] = value.strip()
+    return out
 
 
 def _dataset_options(**options: Any) -> dict[str, Any]:

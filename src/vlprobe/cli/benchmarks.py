@@ -14,8 +14,10 @@ from vlprobe.cli._common import (
     Bootstrap,
     BootstrapSeed,
     Device,
+    ModelOption,
     Tokenizer,
     UniterConfig,
+    _model_options,
     _print_rows,
 )
 from vlprobe.cli.app import app, guarded
@@ -55,6 +57,7 @@ def eval_cmd(
     regions: Annotated[Path | None, typer.Option(help="lxmert/uniter: region features (vlprobe HDF5) keyed by the benchmark's image names.")] = None,
     uniter_config: UniterConfig = None,
     tokenizer: Tokenizer = None,
+    model_option: ModelOption = None,
 ) -> None:
     """Score SugarCrepe or VALSE with a model (or re-read saved scores): tidy CSV, per-item scores, manifest."""
     from vlprobe.experiments.benchmark_eval import EvalConfig, run_eval
@@ -64,7 +67,7 @@ def eval_cmd(
         image_dir=image_dir, image_root=tuple(image_root or ()), subsets=subsets, limit=limit,
         all_items=all_items, items=items, name=name, batch_size=batch_size, device=device, dtype=dtype,
         bootstrap=bootstrap, seed=seed, threshold=threshold, acceptable_label=acceptable_label,
-        regions=regions, model_config=uniter_config, tokenizer=tokenizer,
+        regions=regions, model_config=uniter_config, tokenizer=tokenizer, model_options=_model_options(model_option),
     ))
     shown = {r["subset"] for r in rows}
     _print_rows(rows, tuple(shown), csv_path)

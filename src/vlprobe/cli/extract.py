@@ -15,11 +15,13 @@ from vlprobe.cli._common import (
     Dataset,
     Device,
     Limit,
+    ModelOption,
     Quiet,
     Subsets,
     Tokenizer,
     UniterConfig,
     _dataset_options,
+    _model_options,
 )
 from vlprobe.cli.app import app, guarded
 
@@ -49,6 +51,7 @@ def extract_cmd(
     ] = None,
     uniter_config: UniterConfig = None,
     tokenizer: Tokenizer = None,
+    model_option: ModelOption = None,
     pair_states: Annotated[
         bool | None,
         typer.Option(
@@ -72,6 +75,7 @@ def extract_cmd(
         variants=variants, layers=layers, poolings=tuple(pooling.split(",")), batch_size=batch_size,
         device=device, dtype=dtype, shard=shard, pair_plan=pairs, progress=not quiet,
         regions=regions, model_config=uniter_config, tokenizer=tokenizer, pair_states=pair_states,
+        model_options=_model_options(model_option),
         dataset_options=_dataset_options(image_dir=image_dir, image_root=list(image_root) if image_root else None,
                                          subsets=subsets, limit=limit, all_items=all_items),
     )

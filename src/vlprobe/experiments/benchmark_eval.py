@@ -1,10 +1,10 @@
 """``probe eval sugarcrepe|valse``: score a benchmark's pairs with a model, or re-read saved scores.
 
 Each item is one image with a correct text (``c0``: SugarCrepe positive, VALSE caption) and a
-wrong one (``c1``: negative, foil). A run scores both pairs with any registered model
-(:mod:`vlprobe.experiments.pair_scores`: CLIP, a cross-encoder reading region features from
-``regions``, a blind baseline) or takes the
-scores from a per-item score file (``scores``), then writes to ``OUT/<benchmark>/``:
+wrong one (``c1``: negative, foil). A run scores both pairs with any registered model through the
+pair-scoring engine ``probe extract`` uses (:mod:`vlprobe.extract.scoring`: a dual encoder such as
+CLIP, a cross-encoder reading pixels or region features from ``regions``, a blind baseline), or
+takes the scores from a per-item score file (``scores``), then writes to ``OUT/<benchmark>/``:
 
 * ``<model>.csv``: tidy rows, values in percent. SugarCrepe: ``accuracy`` per subset, for
   ``replace``/``swap``/``add`` (micro-averages) and ``all``. VALSE: ``acc_r`` and ``auroc`` per file,
@@ -26,7 +26,8 @@ scores from a per-item score file (``scores``), then writes to ``OUT/<benchmark>
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,8 @@ class EvalConfig:
     regions: Path | None = None
     model_config: Path | None = None
     tokenizer: str | None = None
+    #: Further load options the model declares (e.g. BLIP's ``score_head``).
+    model_options: Mapping[str, Any] = field(default_factory=dict)
 
 
 def read_item_ids(path: str | os.PathLike[str], *, param: str = "items") -> list[str]:
@@ -158,19 +161,24 @@ def _validate(config: EvalConfig) -> None:
         raise InputError("checkpoint and acceptable_label apply to a model, not to a saved score file")
     if config.model is None:
         given = [n for n in ("regions", "model_config", "tokenizer") if getattr(config, n) is not None]
+        given += ["model_options"] if config.model_options else []
         if given:
             raise InputError(f"{given[0]} applies to a model, not to a saved score file")
-    else:
-        from vlprobe.extract.models.base import CrossEncoder
+    else:  # before the data are read: options the model does not take
+        from vlprobe.extract.scoring import check_model_inputs
         from vlprobe.registry import MODELS
 
-        cls = MODELS.get(config.model)
-        pixels = [n for n, v in (("image_dir", config.image_dir), ("image_root", config.image_root)) if v]
-        if pixels and isinstance(cls, type) and issubclass(cls, CrossEncoder):
-            raise InputError(
-                f"{pixels[0]}: {config.model} reads region features (--regions), not pixels; "
-                f"drop --{pixels[0].replace('_', '-')}"
-            )
+        check_model_inputs(config.model, MODELS.get(config.model), **_model_inputs(config))
+
+
+def _model_inputs(config: EvalConfig) -> dict[str, Any]:
+    """What the model is given besides its checkpoint (checked against what it declares)."""
+    return {
+        "regions": config.regions,
+        "image_options": {"image_dir": config.image_dir, "image_root": config.image_root},
+        "load_options": {"acceptable_label": config.acceptable_label, "model_config": config.model_config,
+                         "tokenizer": config.tokenizer, **config.model_options},
+    }
 
 
 def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
@@ -191,7 +199,7 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
     info: dict[str, Any] = {}
     score_kind = ""
     if config.model is not None:
-        from vlprobe.experiments.pair_scores import load_pair_scorer
+        from vlprobe.extract.scoring import load_scorer
 
         dataset = _load(config)
         items = [it for it in dataset.items if wanted is None or it.id in wanted]
@@ -201,11 +209,11 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
         if not items:
             raise InputError(f"{config.benchmark}: no items to evaluate")
         check_run_slot(config.out, config.benchmark, model, cfg, name_field="name")  # before scoring
-        scorer = load_pair_scorer(
+        given = _model_inputs(config)
+        scorer = load_scorer(
             config.model, config.checkpoint, device=config.device, dtype=config.dtype,
-            batch_size=config.batch_size, regions=config.regions,
-            options={"acceptable_label": config.acceptable_label, "model_config": config.model_config,
-                     "tokenizer": config.tokenizer},
+            batch_size=config.batch_size, regions=given["regions"], image_options=given["image_options"],
+            options=given["load_options"],
         )
         images = [it.images[0] for it in items for _ in (0, 1)]
         texts = [it.texts[k].text for it in items for k in (0, 1)]
@@ -259,7 +267,7 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
     else:
         threshold = config.threshold
         if threshold is None and config.model is not None:
-            from vlprobe.experiments.pair_scores import MATCH_THRESHOLDS
+            from vlprobe.extract.scoring import MATCH_THRESHOLDS
 
             threshold = MATCH_THRESHOLDS.get(score_kind)
         rows = _valse_rows(pos, neg, sub, idx, base, config.seed, threshold, config.skip_foil_ties, logits)

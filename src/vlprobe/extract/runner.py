@@ -1,17 +1,21 @@
 """Extraction: dataset + adapter -> HDF5 cache, batched, resumable, shardable.
 
-:func:`extract` loads the dataset (and variants), loads the model through its adapter, opens
-or resumes the cache, runs every stream's missing rows in batches (inputs for the next batch
-are read in a background thread while the model runs), writes each batch as one flushed chunk,
-and finally computes the score matrix. ``shard="K/N"`` runs the K-th of N contiguous blocks of
-every stream's rows into its own file; :func:`vlprobe.extract.cache.merge.merge_shards` joins
-the N files and computes the scores.
+:func:`extract` checks the model's inputs against what it declares (its ``image_input``, load
+options: :func:`vlprobe.extract.scoring.check_model_inputs`), loads the dataset (and variants),
+loads the model through its adapter, opens or resumes the cache, and writes every batch the
+pair-scoring engine (:mod:`vlprobe.extract.scoring`) yields as one flushed chunk:
 
-Cross-encoders (:class:`~vlprobe.extract.models.base.CrossEncoder`: LXMERT, UNITER) run the pair plan
-instead: every text of the plan is tokenised once and every image's region features are read
-once from the ``regions`` file; each batch of pairs is one call of ``encode_pairs``, which gives
-the score of every pair and, with ``pair_states``, the pooled states of every pair stream, written
-together. Shards split the pair plan into contiguous blocks.
+* ``text`` and ``image`` streams (a dual encoder's, or a cross-encoder's unimodal ones): the rows
+  not done, in batches (:func:`~vlprobe.extract.scoring.encode_stream`); a dual encoder's score
+  matrix then comes from the stored pooled embeddings;
+* cross-encoders (LXMERT, UNITER, BLIP-ITM) run the pair plan: the pairs not done go through
+  :func:`~vlprobe.extract.scoring.score_pairs` (texts tokenised once, images' region features or
+  pixels read once, batches of pairs through ``encode_pairs``), which gives the score of every
+  pair and, with ``pair_states``, the pooled states of every ``pair`` stream, written together.
+
+``shard="K/N"`` runs the K-th of N contiguous blocks of every stream's rows (and of the pair
+plan) into its own file; :func:`vlprobe.extract.cache.merge.merge_shards` joins the N files and
+computes the scores.
 
 ``dataset_options`` are further keyword arguments of the dataset's loader (SugarCrepe
 ``image_dir``, VALSE ``image_root``, ``subsets``, ``limit``, ``all_items``), checked against its
@@ -26,8 +30,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,8 +49,17 @@ from vlprobe.extract.cache.schema import (
     parse_shard,
 )
 from vlprobe.extract.cache.writer import CacheWriter
-from vlprobe.extract.models.base import Adapter, CrossEncoder, StreamSpec
-from vlprobe.extract.models.pooling import parse_poolings, pool_states
+from vlprobe.extract.models.base import Adapter, CrossEncoder, DualEncoder, StreamSpec
+from vlprobe.extract.models.pooling import parse_poolings
+from vlprobe.extract.scoring import (
+    ImageSource,
+    check_model_inputs,
+    check_region_width,
+    encode_stream,
+    pooled_score_fn,
+    require_image_files,
+    score_pairs,
+)
 from vlprobe.layers import parse_stream_layers
 from vlprobe.provenance import git_revision, package_versions
 from vlprobe.registry import MODELS
@@ -57,7 +69,6 @@ __all__ = [
     "PAIR_PLANS",
     "ExtractConfig",
     "ExtractResult",
-    "check_load_options",
     "extract",
     "pair_rows",
     "tables_from_dataset",
@@ -91,6 +102,9 @@ class ExtractConfig:
     model_config: Path | None = None
     #: A tokenizer directory or hub id given apart from the checkpoint (UNITER).
     tokenizer: str | None = None
+    #: Further load options the model declares (``Adapter.load_options``, e.g. BLIP's
+    #: ``score_head``); checked by :func:`vlprobe.extract.scoring.check_model_inputs`.
+    model_options: Mapping[str, Any] = field(default_factory=dict)
     #: Cross-encoders: store the pair streams' states besides the scores. None = yes for the
     #: ``item`` plan, no for ``all`` (every image x every text x every layer is huge).
     pair_states: bool | None = None
@@ -189,63 +203,32 @@ def extract(config: ExtractConfig) -> ExtractResult:
             f"model: {config.model!r} has no hidden-state streams to extract (a blind text-only baseline "
             "is scored with `probe eval`)"
         )
-    options = check_load_options(
-        config.model, adapter_cls, {"model_config": config.model_config, "tokenizer": config.tokenizer}
+    options = check_model_inputs(
+        config.model, adapter_cls, regions=config.regions,
+        image_options={k: config.dataset_options.get(k) for k in ("image_dir", "image_root")},
+        load_options={"model_config": config.model_config, "tokenizer": config.tokenizer, **config.model_options},
     )
-    if adapter_cls.needs_regions:
-        pixels = [opt for opt in ("image_dir", "image_root") if config.dataset_options.get(opt)]
-        if pixels:
-            flag = pixels[0].replace("_", "-")
-            raise InputError(f"{pixels[0]}: {config.model} reads region features (--regions), not pixels; drop --{flag}")
     dataset = load_dataset(config.dataset, config.data_dir, config.tags, config.variants, config.dataset_options)
-    if not adapter_cls.needs_regions:
-        _check_pixels(config, dataset)
+    if adapter_cls.image_input == "pixels":
+        require_image_files(config.model, dataset.images(), config.dataset, loader_options(config.dataset))
     store = _open_regions(config, adapter_cls, dataset)
     try:
         adapter: Adapter = adapter_cls.load(config.checkpoint, device=config.device, dtype=config.dtype, **options)
+        if store is not None:
+            check_region_width(config.model, adapter, store)
         return _extract(config, adapter, dataset, store, poolings, k, n_shards, t0)
     finally:
         if store is not None:
             store.close()
 
 
-def check_load_options(model: str, adapter_cls: type, options: Mapping[str, Any]) -> dict[str, Any]:
-    """The extra load arguments (None values dropped) the adapter declares; refuse ones it does not read."""
-    out = {}
-    for name, value in options.items():
-        if value is None:
-            continue
-        if name not in getattr(adapter_cls, "load_options", ()):
-            flag = "uniter-config" if name == "model_config" else name.replace("_", "-")
-            raise InputError(f"{name}: {model} does not take --{flag} (it reads it from its checkpoint)")
-        out[name] = value
-    return out
-
-
-def _check_pixels(config: ExtractConfig, dataset: Dataset) -> None:
-    """A model that reads pixels needs every image's file (SugarCrepe/VALSE load without them)."""
-    lacking = next((img for img in dataset.images() if img.path is None), None)
-    if lacking is not None:
-        params = loader_options(config.dataset)
-        flags = " or ".join(
-            {"image_dir": "--image-dir DIR", "image_root": "--image-root SOURCE=DIR"}[k]
-            for k in ("image_dir", "image_root") if k in params
-        ) or "a data_dir with the images"
-        raise InputError(
-            f"{config.model} reads pixels, but {config.dataset} image {lacking.name!r} ({lacking.id}) has no file; "
-            f"pass {flags}"
-        )
-
-
 def _open_regions(config: ExtractConfig, adapter_cls: type[Adapter], dataset: Dataset) -> Any:
     """The region store of a model that reads regions, checked to cover every image of the dataset."""
-    if not adapter_cls.needs_regions:
-        if config.regions is not None:
-            raise InputError(f"regions: {config.model} reads pixels, not region features; drop --regions")
+    if adapter_cls.image_input != "regions":
         return None
-    from vlprobe.extract.regions.store import RegionStore, regions_required
+    from vlprobe.extract.regions.store import RegionStore
 
-    store = RegionStore(regions_required(config.model, config.regions))
+    store = RegionStore(config.regions)  # type: ignore[arg-type]  # checked by check_model_inputs
     try:
         store.require([img.name for img in dataset.images()], "the dataset's")
     except BaseException:
@@ -258,23 +241,17 @@ def _extract(
     config: ExtractConfig, adapter: Adapter, dataset: Dataset, store: Any,
     poolings: tuple[str, ...], k: int, n_shards: int, t0: float,
 ) -> ExtractResult:
-    adapter_cls = type(adapter)
-    if isinstance(adapter, CrossEncoder) and store.feature_dim != adapter.feature_dim:
-        raise InputError(
-            f"regions: {store.path.name} holds {store.feature_dim}-d features; {config.model} reads "
-            f"{adapter.feature_dim}-d region features"
-        )
+    dual = isinstance(adapter, DualEncoder)
     streams = adapter.streams
     layers = parse_stream_layers(config.layers, {s: spec.n_layers for s, spec in streams.items()})
     stored_poolings = tuple(dict.fromkeys((*poolings, "pooled")))
     tables = tables_from_dataset(dataset)
-    plan = "all" if adapter.dual_encoder else config.pair_plan
-    pair_states = False if adapter.dual_encoder else (
-        config.pair_states if config.pair_states is not None else plan == "item"
-    )
-    if not adapter.dual_encoder and not pair_states:
-        layers = {}
+    plan = "all" if dual else config.pair_plan
+    pair_states = False if dual else (config.pair_states if config.pair_states is not None else plan == "item")
+    if not pair_states:  # pair streams only with pair states; text and image streams are cheap
+        layers = {s: v for s, v in layers.items() if streams[s].modality != "pair"}
     fingerprints = adapter.input_fingerprints()
+    model_options = adapter.model_options()
     header = CacheHeader(
         model=config.model,
         checkpoint=config.checkpoint,
@@ -292,10 +269,11 @@ def _extract(
         config_fingerprint=fingerprints.get("config", ""),
         tokenizer_fingerprint=fingerprints.get("tokenizer", ""),
         dataset_selection=_dataset_selection(config.dataset_options),
+        model_options=json.dumps(model_options, sort_keys=True) if model_options else "",
     )
     layouts = []
     pairs: PairLayout | None = None
-    if not adapter.dual_encoder:
+    if not dual:
         image, text = pair_rows(tables, plan)
         start, stop = _block(len(image), k, n_shards)
         pairs = PairLayout(image, text, start, stop)
@@ -306,6 +284,7 @@ def _extract(
         start, stop = _block(len(image), k, n_shards)
         usable = tuple(p for p in stored_poolings if p in spec.poolings)
         layouts.append(StreamLayout(spec, layers[name], image, text, start, stop, usable))
+    info = adapter.describe()
     record = CacheRecord(
         vlprobe_version=__version__,
         versions=package_versions(),
@@ -313,28 +292,18 @@ def _extract(
         device=str(adapter.device),
         dataset_source=dataset.source,
         tags_fingerprint=dataset.extra_fingerprints.get("tags", ""),
-        model_info=adapter.describe(),
+        model_info=info,
         batch_size=config.batch_size,
         dataset_options={k: _plain(v) for k, v in config.dataset_options.items() if v is not None},
     )
     written: dict[str, int] = {}
     totals: dict[str, int] = {}
     with CacheWriter.open(
-        config.out, header, tables, layouts, record, with_scores=(n_shards == 1 or not adapter.dual_encoder),
-        pairs=pairs,
+        config.out, header, tables, layouts, record, with_scores=(n_shards == 1 or not dual), pairs=pairs,
     ) as writer:
-        if isinstance(adapter, CrossEncoder) and pairs is not None:
-            todo = writer.pair_todo()
-            total = pairs.stop - pairs.row_start
-            if len(todo) and len(todo) < total:
-                _say(config, f"pairs: resuming, {total - len(todo)} of {total} pairs already done")
-            _run_pairs(writer, adapter, layouts, todo, dataset, store, config)
-            writer.scores_from_pairs(adapter.score_kind)
-            for name in ["pairs", *(lay.spec.name for lay in layouts)]:
-                written[name], totals[name] = len(todo), total
-            writer.update_record(complete=True)
-            return ExtractResult(Path(config.out), written, totals, time.perf_counter() - t0, True)
         for lay in layouts:
+            if lay.spec.modality == "pair":
+                continue  # written with the pairs
             name = lay.spec.name
             todo = writer.todo(name)
             totals[name] = lay.stop - lay.row_start
@@ -342,8 +311,18 @@ def _extract(
             if len(todo) and len(todo) < totals[name]:
                 _say(config, f"{name}: resuming, {totals[name] - len(todo)} of {totals[name]} rows already done")
             _run_stream(writer, adapter, lay, todo, dataset, config)
-        if n_shards == 1 and adapter.dual_encoder:
-            writer.scores_from_pooled(adapter_cls.scores_from_pooled, adapter_cls.score_kind)
+        if isinstance(adapter, CrossEncoder) and pairs is not None:
+            todo = writer.pair_todo()
+            total = pairs.stop - pairs.row_start
+            if len(todo) and len(todo) < total:
+                _say(config, f"pairs: resuming, {total - len(todo)} of {total} pairs already done")
+            _run_pairs(writer, adapter, [lay for lay in layouts if lay.spec.modality == "pair"], todo, dataset,
+                       store, config)
+            writer.scores_from_pairs(adapter.score_kind)
+            for name in ["pairs", *(lay.spec.name for lay in layouts if lay.spec.modality == "pair")]:
+                written[name], totals[name] = len(todo), total
+        elif n_shards == 1:
+            writer.scores_from_pooled(pooled_score_fn(type(adapter), info), adapter.score_kind)
         writer.update_record(complete=True)
     return ExtractResult(Path(config.out), written, totals, time.perf_counter() - t0, True)
 
@@ -377,80 +356,42 @@ def _say(config: ExtractConfig, msg: str) -> None:
         print(msg, file=sys.stderr)
 
 
-def _batches(rows: np.ndarray, size: int) -> Iterator[np.ndarray]:
-    for i in range(0, len(rows), size):
-        yield rows[i : i + size]
-
-
 def _run_stream(
     writer: CacheWriter, adapter: Adapter, lay: StreamLayout, todo: np.ndarray,
     dataset: Dataset, config: ExtractConfig,
 ) -> None:
-    if not len(todo):
-        return
-    from tqdm import tqdm
-
+    """The rows not done of one ``text`` or ``image`` stream, batch by batch (the engine's loop)."""
     spec = lay.spec
     image_rows, text_rows = writer.row_inputs(spec.name)
-    images = dataset.images()
-    texts = dataset.texts()
+    if spec.modality == "text":
+        texts = dataset.texts()
 
-    def inputs(batch: np.ndarray) -> list[Any]:
-        if spec.modality == "text":
+        def load(batch: np.ndarray) -> list[Any]:
             return [texts[int(t)].text for t in text_rows[batch]]
-        if spec.modality == "image":
-            return [images[int(i)].load() for i in image_rows[batch]]
-        return [(images[int(i)].load(), texts[int(t)].text) for i, t in zip(image_rows[batch], text_rows[batch], strict=True)]
+    else:
+        source = ImageSource(adapter.image_input, dataset.images())
 
-    token_poolings = [p for p in lay.poolings if p != "pooled"]
-    bar = tqdm(
-        total=len(todo), desc=f"{spec.name}", unit="row", disable=not config.progress,
-        file=sys.stderr, leave=False,
-    )
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        batches = list(_batches(todo, config.batch_size))
-        pending = pool.submit(inputs, batches[0])
-        for i, batch in enumerate(batches):
-            data = pending.result()
-            if i + 1 < len(batches):
-                pending = pool.submit(inputs, batches[i + 1])
-            out = adapter.encode(spec.name, data, lay.layers)
-            pooled = pool_states(out.hidden, out.mask, out.cls_index, token_poolings)
-            states = {p: v.cpu().numpy() for p, v in pooled.items()}
-            pooled_np = out.pooled.float().cpu().numpy() if out.pooled is not None else None
-            writer.write(spec.name, batch, states, pooled_np)
-            bar.update(len(batch))
-    bar.close()
+        def load(batch: np.ndarray) -> list[Any]:
+            return source.read(image_rows[batch])
+
+    for got in encode_stream(adapter, spec.name, load, todo, lay.layers, lay.poolings,
+                             batch_size=config.batch_size, progress=config.progress):
+        writer.write(spec.name, todo[got.index], got.states, got.pooled)
 
 
 def _run_pairs(
     writer: CacheWriter, adapter: CrossEncoder, layouts: Sequence[StreamLayout], todo: np.ndarray,
     dataset: Dataset, store: Any, config: ExtractConfig,
 ) -> None:
-    """One pass over the pairs not done: scores and every pair stream, batch by batch."""
-    if not len(todo):
-        return
-    from tqdm import tqdm
-
+    """One pass over the pairs not done: scores and every pair stream, batch by batch (the engine)."""
     image_rows, text_rows = writer.pair_inputs()
-    need_img, need_txt = np.unique(image_rows[todo]), np.unique(text_rows[todo])
-    all_texts, all_images = dataset.texts(), dataset.images()
-    text_table = adapter.prepare_texts([all_texts[int(t)].text for t in need_txt])
-    regions = store.get([all_images[int(i)].name for i in need_img])
-    image_table = adapter.prepare_images(regions.features, regions.boxes, regions.mask)
-    del regions
     layers = {lay.spec.name: lay.layers for lay in layouts} or None
     kept = {lay.spec.name: set(lay.poolings) for lay in layouts}
     token_poolings = [p for p in ("cls", "mean", "max") if any(p in lay.poolings for lay in layouts)]
-    bar = tqdm(total=len(todo), desc="pairs", unit="pair", disable=not config.progress, file=sys.stderr, leave=False)
-    for batch in _batches(todo, config.batch_size):
-        t_idx = np.searchsorted(need_txt, text_rows[batch])
-        i_idx = np.searchsorted(need_img, image_rows[batch])
-        out = adapter.encode_pairs(text_table, image_table, t_idx, i_idx, layers, token_poolings)
-        states = {
-            s: {p: v.cpu().numpy() for p, v in d.items() if p in kept[s]} for s, d in out.states.items() if s in kept
-        }
-        pooled = {s: v.float().cpu().numpy() for s, v in out.pooled.items() if "pooled" in kept.get(s, ())}
-        writer.write_pairs(batch, out.scores.float().cpu().numpy(), states, pooled)
-        bar.update(len(batch))
-    bar.close()
+    source = ImageSource(adapter.image_input, dataset.images(), store)
+    texts = [t.text for t in dataset.texts()]
+    for got in score_pairs(adapter, texts, source, text_rows[todo], image_rows[todo], layers=layers,
+                           poolings=token_poolings, batch_size=config.batch_size, progress=config.progress):
+        states = {s: {p: v for p, v in d.items() if p in kept[s]} for s, d in got.states.items() if s in kept}
+        pooled = {s: v for s, v in got.pooled.items() if "pooled" in kept.get(s, ())}
+        writer.write_pairs(todo[got.index], got.scores, states, pooled)

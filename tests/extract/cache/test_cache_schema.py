@@ -76,6 +76,7 @@ GOLDEN_ROOT_ATTRS = {
     "model", "checkpoint_fingerprint", "dataset", "dataset_fingerprint",
     "variants_fingerprint", "pair_plan", "poolings", "dtype", "shard", "layers",
     "pair_states", "regions_fingerprint", "config_fingerprint", "tokenizer_fingerprint", "dataset_selection",
+    "model_options",
     # state
     "complete",
     # recorded only
@@ -112,7 +113,7 @@ def test_golden_attribute_names(reference_cache: Path) -> None:
 def test_golden_attribute_values(reference_cache: Path, tiny_clip: Path, synthetic_dir: Path) -> None:
     with h5py.File(reference_cache, "r") as f:
         a = {k: (_s(v) if isinstance(v, (bytes, str)) else v) for k, v in f.attrs.items()}
-        assert (a["schema"], a["schema_version"]) == ("vlprobe-cache", SCHEMA_VERSION) == ("vlprobe-cache", 2)
+        assert (a["schema"], a["schema_version"]) == ("vlprobe-cache", SCHEMA_VERSION) == ("vlprobe-cache", 3)
         assert a["model"] == "clip"
         assert a["checkpoint"] == str(tiny_clip)
         assert a["checkpoint_fingerprint"].startswith("sha256:") and len(a["checkpoint_fingerprint"]) == 7 + 64
@@ -445,7 +446,8 @@ def test_refuses_a_file_another_process_is_writing(
 # -- schema versions ------------------------------------------------------------------------------
 
 #: Header fields that version 1 files may lack (added before the version was bumped to 2).
-V1_OPTIONAL = ("pair_states", "regions_fingerprint", "config_fingerprint", "tokenizer_fingerprint", "dataset_selection")
+V1_OPTIONAL = ("pair_states", "regions_fingerprint", "config_fingerprint", "tokenizer_fingerprint", "dataset_selection",
+               "model_options")
 
 
 def _as_version_1(path: Path) -> Path:
@@ -462,12 +464,32 @@ def test_version_1_files_still_read(
 ) -> None:
     old = _as_version_1(copy_cache(reference_cache, tmp_path / "v1.h5"))
     with ActivationCache(reference_cache) as new, ActivationCache(old) as c:
-        assert (new.version, c.version) == (2, 1)
+        assert (new.version, c.version) == (3, 1)
         assert c.header == new.header  # the missing fields default to what a dual encoder wrote
         assert c.record == new.record and c.complete
         np.testing.assert_array_equal(c.states("text", "mean"), new.states("text", "mean"))
         info = c.info()
         assert (info["schema_version"], info["header"]["pair_states"], info["header"]["dataset_selection"]) == (1, False, "")
+
+
+def test_version_2_files_read_and_resume_without_model_options(
+    reference_cache: Path, make_config: Callable[..., ExtractConfig],
+    copy_cache: Callable[[Path, Path], Path], tmp_path: Path,
+) -> None:
+    old = copy_cache(reference_cache, tmp_path / "v2.h5")
+    with h5py.File(old, "r+") as f:  # what vlprobe wrote as version 2: no model_options
+        del f.attrs["model_options"]
+        f.attrs["schema_version"] = 2
+    with ActivationCache(old) as c, ActivationCache(reference_cache) as ref:
+        assert c.version == 2 and c.header == ref.header and c.header.model_options == ""
+    assert extract(make_config(old)).rows_written == {"text": 0, "image": 0}
+    with h5py.File(old, "r") as f:
+        assert int(f.attrs["schema_version"]) == 3 and _s(f.attrs["model_options"]) == ""
+    lacking = copy_cache(reference_cache, tmp_path / "lacking.h5")
+    with h5py.File(lacking, "r+") as f:
+        del f.attrs["model_options"]
+    with pytest.raises(InputError, match="the version 3 cache header lacks its 'model_options' attribute"):
+        ActivationCache(lacking)
 
 
 def test_resuming_a_version_1_file_relabels_it(
@@ -479,19 +501,19 @@ def test_resuming_a_version_1_file_relabels_it(
     assert result.rows_written == {"text": 0, "image": 0}
     with h5py.File(old, "r") as f:
         assert set(f.attrs) == GOLDEN_ROOT_ATTRS
-        assert (_s(f.attrs["schema"]), int(f.attrs["schema_version"])) == ("vlprobe-cache", 2)
+        assert (_s(f.attrs["schema"]), int(f.attrs["schema_version"])) == ("vlprobe-cache", 3)
     with ActivationCache(old) as c, ActivationCache(reference_cache) as ref:
-        assert c.version == 2 and c.header == ref.header
+        assert c.version == 3 and c.header == ref.header
 
 
 def test_newer_versions_and_incomplete_headers_are_refused(
     reference_cache: Path, make_config: Callable[..., ExtractConfig],
     copy_cache: Callable[[Path, Path], Path], tmp_path: Path,
 ) -> None:
-    newer = copy_cache(reference_cache, tmp_path / "v3.h5")
+    newer = copy_cache(reference_cache, tmp_path / "v4.h5")
     with h5py.File(newer, "r+") as f:
-        f.attrs["schema_version"] = 3
-    want = r"has schema_version 3; this vlprobe reads vlprobe-cache versions 1 to 2 .*upgrade vlprobe"
+        f.attrs["schema_version"] = 4
+    want = r"has schema_version 4; this vlprobe reads vlprobe-cache versions 1 to 3 .*upgrade vlprobe"
     with pytest.raises(InputError, match=want):
         ActivationCache(newer)
     before = newer.read_bytes()
@@ -501,7 +523,7 @@ def test_newer_versions_and_incomplete_headers_are_refused(
     lacking = copy_cache(reference_cache, tmp_path / "lacking.h5")
     with h5py.File(lacking, "r+") as f:
         del f.attrs["dataset_selection"]
-    with pytest.raises(InputError, match="the version 2 cache header lacks its 'dataset_selection' attribute"):
+    with pytest.raises(InputError, match="the version 3 cache header lacks its 'dataset_selection' attribute"):
         ActivationCache(lacking)
     regions = tmp_path / "regions.h5"
     with h5py.File(regions, "w") as f:

@@ -11,7 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
-from vlprobe.extract.models.base import StreamSpec
+from vlprobe.extract.models.base import DualEncoder, StreamSpec
 from vlprobe.extract.models.clip import CLIPAdapter
 from vlprobe.fixtures.clip import write_tiny_clip
 
@@ -51,7 +51,8 @@ def test_load_records_checkpoint(adapter: CLIPAdapter, clip_dir: Path) -> None:
     assert adapter.device == torch.device("cpu")
     assert adapter.dtype == torch.float32
     assert not adapter.model.training
-    assert adapter.name == "clip" and adapter.dual_encoder and adapter.score_kind == "cosine"
+    assert adapter.name == "clip" and isinstance(adapter, DualEncoder) and adapter.score_kind == "cosine"
+    assert adapter.image_input == "pixels"
     facts = adapter.describe()
     assert facts["model_class"] == "CLIPModel"
     assert facts["projection_dim"] == 16

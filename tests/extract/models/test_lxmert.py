@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from tests.extract.helpers import random_region_arrays
+from tests.extract.helpers import random_region_arrays, random_region_batch, region_batch
+from vlprobe.extract.models.base import CrossEncoder
 from vlprobe.extract.models.lxmert import MATCH_INDEX, LxmertAdapter
 from vlprobe.extract.models.pooling import pool_states
 from vlprobe.fixtures.lxmert import write_tiny_lxmert
@@ -61,13 +62,13 @@ def test_golden_streams(adapter: LxmertAdapter) -> None:
     assert lang.poolings == ("cls", "mean", "max", "pooled")
     assert vision.poolings == ("mean", "max")
     assert (lang.hidden_size, lang.pooled_size, vision.pooled_size) == (32, 32, None)
-    assert adapter.dual_encoder is False and adapter.needs_regions is True
+    assert isinstance(adapter, CrossEncoder) and adapter.image_input == "regions"
 
 
 def test_full_forward_has_the_documented_layers(adapter: LxmertAdapter) -> None:
     """transformers returns 14 + 10 states; the hooks add the embeddings in front."""
     texts = adapter.prepare_texts(CAPTIONS[:2])
-    images = adapter.prepare_images(*random_region_arrays(1, 5, [5]))
+    images = adapter.prepare_images(random_region_batch(1, 5, [5]))
     scores, lang, vision, _, _ = adapter.full_forward(texts, images, np.array([0, 1]), np.array([0, 0]))
     assert (len(lang), len(vision)) == (15, 11)
     with torch.inference_mode():
@@ -80,7 +81,7 @@ def test_full_forward_has_the_documented_layers(adapter: LxmertAdapter) -> None:
 def test_shared_pass_equals_full_forward(adapter: LxmertAdapter) -> None:
     """Language/relation layers once per caption/image, cross layers per pair == model(...)."""
     texts = adapter.prepare_texts(CAPTIONS)
-    images = adapter.prepare_images(*random_region_arrays(3, 7, [7, 4, 2]))
+    images = adapter.prepare_images(random_region_batch(3, 7, [7, 4, 2]))
     t_idx = np.array([0, 1, 2, 3, 0, 2, 1, 3, 3])
     i_idx = np.array([0, 0, 0, 0, 1, 1, 2, 2, 1])
     out = adapter.encode_pairs(texts, images, t_idx, i_idx, ALL, POOLINGS)
@@ -104,7 +105,7 @@ def test_shared_pass_equals_full_forward(adapter: LxmertAdapter) -> None:
 
 def test_layer_subsets_and_memo_reuse(adapter: LxmertAdapter) -> None:
     texts = adapter.prepare_texts(CAPTIONS)
-    images = adapter.prepare_images(*random_region_arrays(2, 5, [5, 3]))
+    images = adapter.prepare_images(random_region_batch(2, 5, [5, 3]))
     t_idx, i_idx = np.array([0, 1, 2, 3]), np.array([0, 1, 1, 0])
     full = adapter.encode_pairs(texts, images, t_idx, i_idx, ALL, POOLINGS)
     some = {"lang": [0, 9, 10, 14], "vision": [5, 6]}
@@ -116,7 +117,7 @@ def test_layer_subsets_and_memo_reuse(adapter: LxmertAdapter) -> None:
     torch.testing.assert_close(only_cross.states["vision"]["max"], full.states["vision"]["max"][:, [1]], rtol=0, atol=1e-6)
     # one pair at a time, through a memo that can hold almost nothing: same results
     small = LxmertAdapter(adapter.model, adapter.tokenizer, adapter.checkpoint, adapter.device, adapter.dtype, memo_capacity=1)
-    texts2, images2 = small.prepare_texts(CAPTIONS), small.prepare_images(*random_region_arrays(2, 5, [5, 3]))
+    texts2, images2 = small.prepare_texts(CAPTIONS), small.prepare_images(random_region_batch(2, 5, [5, 3]))
     for j in range(4):
         one = small.encode_pairs(texts2, images2, t_idx[j : j + 1], i_idx[j : j + 1], ALL, POOLINGS)
         torch.testing.assert_close(one.scores, full.scores[j : j + 1], rtol=0, atol=1e-6)
@@ -130,7 +131,7 @@ def test_layer_subsets_and_memo_reuse(adapter: LxmertAdapter) -> None:
 def test_layers_come_back_in_the_order_asked(adapter: LxmertAdapter) -> None:
     """encode_pairs is public: layers out of order or negative are honoured, not silently sorted."""
     texts = adapter.prepare_texts(CAPTIONS[:2])
-    images = adapter.prepare_images(*random_region_arrays(2, 5, [5, 3]))
+    images = adapter.prepare_images(random_region_batch(2, 5, [5, 3]))
     t_idx, i_idx = np.array([0, 1]), np.array([1, 0])
     full = adapter.encode_pairs(texts, images, t_idx, i_idx, ALL, POOLINGS)
     asked = {"lang": [14, 0, 9, -5], "vision": [-1, 2]}
@@ -147,7 +148,7 @@ def test_layers_come_back_in_the_order_asked(adapter: LxmertAdapter) -> None:
 def test_a_left_padding_tokenizer_gives_the_same_states(adapter: LxmertAdapter) -> None:
     """The text tables trim padding off the right: a tokenizer saved with padding_side="left"
     must not shift captions (token 0 would no longer be [CLS])."""
-    images = adapter.prepare_images(*random_region_arrays(1, 5, [5]))
+    images = adapter.prepare_images(random_region_batch(1, 5, [5]))
     t_idx, i_idx = np.array([0, 1, 2]), np.array([0, 0, 0])
     right = adapter.encode_pairs(adapter.prepare_texts(CAPTIONS[:3]), images, t_idx, i_idx, ALL, POOLINGS)
     side = adapter.tokenizer.padding_side
@@ -163,7 +164,7 @@ def test_a_left_padding_tokenizer_gives_the_same_states(adapter: LxmertAdapter) 
 
 def test_padding_invariance_of_captions(adapter: LxmertAdapter) -> None:
     """A caption's states do not change when it is batched with a longer caption."""
-    images = adapter.prepare_images(*random_region_arrays(1, 6, [6]))
+    images = adapter.prepare_images(random_region_batch(1, 6, [6]))
     alone = adapter.prepare_texts([CAPTIONS[1]])
     padded = adapter.prepare_texts([CAPTIONS[1], CAPTIONS[2]])
     assert padded.input_ids.shape[1] > int(padded.lengths[0])
@@ -188,8 +189,8 @@ def test_padding_invariance_ofrandom_region_arrays(adapter: LxmertAdapter) -> No
     feats_p = np.concatenate([feats, rng.random((1, pad, 2048), dtype=np.float32)], axis=1)  # junk behind the mask
     boxes_p = np.concatenate([boxes, np.full((1, pad, 4), 0.5, np.float32)], axis=1)
     mask_p = np.concatenate([mask, np.zeros((1, pad), bool)], axis=1)
-    a = adapter.encode_pairs(texts, adapter.prepare_images(feats, boxes, mask), np.array([0, 1]), np.array([0, 0]), ALL, POOLINGS)
-    b = adapter.encode_pairs(texts, adapter.prepare_images(feats_p, boxes_p, mask_p), np.array([0, 1]), np.array([0, 0]), ALL, POOLINGS)
+    a = adapter.encode_pairs(texts, adapter.prepare_images(region_batch(feats, boxes, mask)), np.array([0, 1]), np.array([0, 0]), ALL, POOLINGS)
+    b = adapter.encode_pairs(texts, adapter.prepare_images(region_batch(feats_p, boxes_p, mask_p)), np.array([0, 1]), np.array([0, 0]), ALL, POOLINGS)
     torch.testing.assert_close(b.scores, a.scores, rtol=0, atol=1e-6)
     for stream in ("lang", "vision"):
         for p, v in a.states[stream].items():
@@ -199,7 +200,7 @@ def test_padding_invariance_ofrandom_region_arrays(adapter: LxmertAdapter) -> No
 def test_score_is_softmax_of_cross_relationship_score_at_index_1(adapter: LxmertAdapter) -> None:
     assert MATCH_INDEX == 1
     texts = adapter.prepare_texts(CAPTIONS[:2])
-    images = adapter.prepare_images(*random_region_arrays(1, 4, [4]))
+    images = adapter.prepare_images(random_region_batch(1, 4, [4]))
     out = adapter.encode_pairs(texts, images, np.array([0, 1]), np.array([0, 0]), None, [])
     t = int(texts.lengths.max())
     with torch.inference_mode():
@@ -227,12 +228,12 @@ def test_score_is_softmax_of_cross_relationship_score_at_index_1(adapter: Lxmert
 def test_prepare_images_validates(adapter: LxmertAdapter) -> None:
     feats, boxes, mask = random_region_arrays(2, 3, [3, 3])
     with pytest.raises(ValueError, match=r"regions: LXMERT expects features of shape \(N, R, 2048\)"):
-        adapter.prepare_images(feats[..., :100], boxes, mask)
+        adapter.prepare_images(region_batch(feats[..., :100], boxes, mask))
     with pytest.raises(ValueError, match="boxes must have shape"):
-        adapter.prepare_images(feats, boxes[..., :2], mask)
+        adapter.prepare_images(region_batch(feats, boxes[..., :2], mask))
     mask[1] = False
     with pytest.raises(ValueError, match="at least one box"):
-        adapter.prepare_images(feats, boxes, mask)
+        adapter.prepare_images(region_batch(feats, boxes, mask))
 
 
 def test_load_refuses_other_models_and_offline_hub_ids(tiny_clip: Path, tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from vlprobe.extract.cache.schema import (
     parse_shard,
 )
 from vlprobe.extract.cache.writer import CacheWriter
+from vlprobe.extract.scoring import pooled_score_fn
 from vlprobe.io import atomic_path
 from vlprobe.registry import MODELS
 from vlprobe.validation import InputError
@@ -119,5 +120,5 @@ def _write_merged(caches: list[ActivationCache], target: Path) -> None:
                 w.scores_from_pairs(first.score_kind)
             else:  # a dual encoder (cross-encoders always keep /pairs)
                 scorer = MODELS.get(header.model)
-                w.scores_from_pooled(scorer.scores_from_pooled, scorer.score_kind)
+                w.scores_from_pooled(pooled_score_fn(scorer, first.record.model_info), scorer.score_kind)
             w.update_record(complete=True)

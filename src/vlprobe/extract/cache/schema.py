@@ -1,16 +1,18 @@
 """The HDF5 activation cache: one file per (checkpoint, dataset, pair plan).
 
-Schema (version 2)
+Schema (version 3)
 ------------------
-Root attributes (``/``): ``schema`` = ``"vlprobe-cache"`` and ``schema_version`` = 2 (the
+Root attributes (``/``): ``schema`` = ``"vlprobe-cache"`` and ``schema_version`` = 3 (the
 same two names as vlprobe's region files), then the attributes declared once in this module:
 :class:`CacheHeader` (the settings that identify a run; all but ``checkpoint`` are compared on
 resume and merge) and :class:`CacheRecord` (what a run records without comparing it), each
 field with its type and meaning. :data:`ROOT_ATTRS` lists them; the README's table is made from
 it (:func:`root_attrs_table`). Lists and mappings are stored as JSON text, the rest as plain
-HDF5 scalars. Version 1 files (``vlprobe_schema`` = 1, without the fields added later) still
-read, with those fields at their defaults; a resumed version 1 file is relabelled version 2
-(its datasets are the same); newer versions are refused.
+HDF5 scalars. Older files still read, with the header fields added since at their defaults:
+version 1 (``vlprobe_schema`` = 1, without ``pair_states``, ``regions_fingerprint``,
+``config_fingerprint``, ``tokenizer_fingerprint``, ``dataset_selection``) and version 2
+(without ``model_options``); a resumed older file is relabelled version 3 (its datasets are the
+same); newer versions are refused.
 
 Index tables (all rows of the dataset, also in shard files)::
 
@@ -53,7 +55,9 @@ Cross-encoders (one forward per pair) also keep the pair plan, ``/pairs`` (attrs
 
 Each batch writes its pairs' states (every pair stream) and scores, flushes, then marks them
 done; ``/scores/matrix`` is filled from ``/pairs`` when the run completes. With ``pair_states``
-the pair streams' rows are exactly the rows of ``/pairs``; without, ``/streams`` is absent.
+the pair streams' rows are exactly the rows of ``/pairs``; without, they are absent (a
+cross-encoder's ``text``/``image`` streams, such as BLIP's unimodal encoders, are stored either way,
+one row per text or image).
 
 Crash safety: state datasets are allocated in full when the file is created (no compression, so
 writes never move data or change metadata); each chunk of rows is written, flushed, and only then
@@ -102,15 +106,17 @@ SCHEMA = "vlprobe-cache"
 #: 2: the ``schema``/``schema_version`` names; pair_states, regions_fingerprint,
 #: config_fingerprint, tokenizer_fingerprint and dataset_selection required (version 1 files may
 #: lack them).
-SCHEMA_VERSION = 2
+#: 3: model_options (version 2 files lack it).
+SCHEMA_VERSION = 3
 #: The root attribute that named the version in version 1 files.
 LEGACY_VERSION_ATTR = "vlprobe_schema"
 STR_DTYPE = h5py.string_dtype(encoding="utf-8")
 
 
-def _attr(doc: str, *, compared: bool = True) -> dict[str, Any]:
-    """Field metadata of a root attribute: what it means, whether resume and merge compare it."""
-    return {"doc": doc, "compared": compared}
+def _attr(doc: str, *, compared: bool = True, since: int = 2) -> dict[str, Any]:
+    """Field metadata of a root attribute: what it means, whether resume and merge compare it, and
+    the first schema version whose header must have it (older files may lack it)."""
+    return {"doc": doc, "compared": compared, "since": since}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,7 +124,8 @@ class CacheHeader:
     """The settings that identify a cache; every field but ``checkpoint`` must match to resume.
 
     Each field's metadata holds its meaning (``doc``) and whether it is ``compared``; fields
-    with a default may be missing from version 1 files. Resume reports the first differing
+    with a default may be missing from files older than their ``since`` version (version 1 for
+    most, 2 for ``model_options``). Resume reports the first differing
     field in this order.
     """
 
@@ -148,6 +155,9 @@ class CacheHeader:
     dataset_selection: str = field(default="", metadata=_attr(
         'JSON of the loader options that choose items (subsets, limit, all_items), "" without any '
         "(image folders are covered by dataset_fingerprint)"))
+    model_options: str = field(default="", metadata=_attr(
+        'JSON of the load options that change what the model computes (BLIP-ITM\'s score_head), "" '
+        "without any", since=3))
 
     def to_attrs(self) -> dict[str, Any]:
         """The HDF5 root attributes of this header."""
@@ -155,7 +165,7 @@ class CacheHeader:
 
     @classmethod
     def from_attrs(cls, attrs: Mapping[str, Any], version: int = SCHEMA_VERSION, where: str = "cache") -> CacheHeader:
-        """The header of a file's root attributes; fields with defaults may be missing in version 1."""
+        """The header of a file's root attributes; fields may be missing in versions before their ``since``."""
         return cls(**_from_attrs(cls, attrs, version, where))
 
 
@@ -271,7 +281,7 @@ def _from_attrs(cls: type, attrs: Mapping[str, Any], version: int, where: str) -
                 raise InputError(f"{where}: root attribute {f.name!r} is unreadable ({attrs[f.name]!r})") from None
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise InputError(f"{where}: the cache header lacks its {f.name!r} attribute")
-        elif version >= 2 and cls is CacheHeader:
+        elif cls is CacheHeader and version >= f.metadata["since"]:
             raise InputError(f"{where}: the version {version} cache header lacks its {f.name!r} attribute")
     return out
 
@@ -286,7 +296,7 @@ def root_attrs_table() -> str:
 
 
 def cache_version(attrs: Mapping[str, Any], where: str) -> int:
-    """The schema version of a file's root attributes (1 or 2); InputError for anything else."""
+    """The schema version of a file's root attributes (1 to :data:`SCHEMA_VERSION`); InputError for anything else."""
     if "schema" not in attrs and LEGACY_VERSION_ATTR in attrs:
         version = int(attrs[LEGACY_VERSION_ATTR])
         if version != 1:

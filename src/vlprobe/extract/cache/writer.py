@@ -57,7 +57,8 @@ class CacheWriter:
         """Open ``path`` for this run: create it, or resume it if its header matches.
 
         ``record`` is what the run records (``created`` and ``complete`` are set here). A
-        version 1 file whose header matches is resumed and relabelled version 2 (same datasets).
+        file of an older version whose header matches is resumed and relabelled the current version
+        (same datasets).
 
         Raises
         ------
@@ -252,8 +253,8 @@ class CacheWriter:
 
 
 def _relabel(f: h5py.File, header: CacheHeader) -> None:
-    """A version 1 file as version 2: the version attributes and the header fields it lacked
-    (at their defaults); its datasets are already what version 2 holds."""
+    """An older file as the current version: the version attributes and the header fields it
+    lacked (at their defaults); its datasets are already what the current version holds."""
     f.attrs.update(schema_attrs(SCHEMA, SCHEMA_VERSION))
     if LEGACY_VERSION_ATTR in f.attrs:
         del f.attrs[LEGACY_VERSION_ATTR]

@@ -4,10 +4,25 @@ An adapter wraps one model family. It declares its *streams* (CLIP: ``text`` and
 LXMERT: ``lang`` and ``vision``) with their layers (0 = embedding output, then one per block)
 and a ``kind`` per layer, and turns a batch of inputs into token states. Pooling, batching,
 caching and sharding are shared code (:mod:`vlprobe.extract.models.pooling`,
-:mod:`vlprobe.extract.runner`).
+:mod:`vlprobe.extract.scoring`, :mod:`vlprobe.extract.runner`).
 
 A stream's rows are texts (``modality="text"``), images (``"image"``) or image-text pairs
 (``"pair"``, for cross-encoders whose states depend on both).
+
+Two kinds of adapter score pairs:
+
+* a :class:`DualEncoder` (CLIP, SigLIP) encodes texts and images apart; a pair's score comes from
+  the two pooled embeddings (:meth:`DualEncoder.scores_from_pooled`), with no pair forward;
+* a :class:`CrossEncoder` (LXMERT, UNITER, BLIP-ITM) needs a forward per pair: texts and images
+  are prepared once (:meth:`~CrossEncoder.prepare_texts`, :meth:`~CrossEncoder.prepare_images`)
+  and batches of pairs are index arrays into those tables (:meth:`~CrossEncoder.encode_pairs`).
+  Its ``pair`` streams come from that pass; a ``text`` or ``image`` stream it may also have
+  (BLIP's unimodal encoders) comes from :meth:`Adapter.encode`, once per text or image.
+
+Every adapter declares what it reads for an image, ``image_input``: ``"pixels"`` (RGB PIL
+images; every image needs a file), ``"regions"`` (precomputed region features from a
+``--regions`` file) or ``"none"``. The input checks of ``probe extract`` and ``probe eval`` read
+this declaration (:func:`vlprobe.extract.scoring.check_model_inputs`).
 """
 
 from __future__ import annotations
@@ -23,9 +38,15 @@ import torch
 from vlprobe.extract.models.hf import ResolvedCheckpoint
 from vlprobe.validation import InputError
 
+#: What an adapter reads for an image (its ``image_input``): RGB pixels, precomputed region
+#: features, or nothing (text-only scorers).
+IMAGE_INPUTS: tuple[str, ...] = ("pixels", "regions", "none")
+
 __all__ = [
+    "IMAGE_INPUTS",
     "Adapter",
     "CrossEncoder",
+    "DualEncoder",
     "PairOutput",
     "StreamBatch",
     "StreamSpec",
@@ -95,14 +116,19 @@ class Adapter(ABC):
     """Base class of model adapters (see the module docstring)."""
 
     name: ClassVar[str]
-    #: Dual encoders score a pair from the two pooled embeddings (no pair forward).
-    dual_encoder: ClassVar[bool] = True
-    #: What a score is ("cosine", "match_probability", ...), recorded in the cache.
-    score_kind: ClassVar[str] = ""
-    #: Whether the model reads precomputed region features (``--regions``).
-    needs_regions: ClassVar[bool] = False
-    #: Extra keyword arguments :meth:`load` accepts (``model_config``, ``tokenizer``).
+    #: What the model reads for an image: one of :data:`IMAGE_INPUTS`.
+    image_input: ClassVar[str]
+    #: What a score is ("cosine", "match_probability", ...), recorded in the cache; a model whose
+    #: load options change it (BLIP's score_head) sets it per instance.
+    score_kind: str = ""
+    #: Extra keyword arguments :meth:`load` accepts (``model_config``, ``tokenizer``, ...).
     load_options: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        kind = cls.__dict__.get("image_input")
+        if kind is not None and kind not in IMAGE_INPUTS:
+            raise TypeError(f"{cls.__name__}.image_input must be one of {', '.join(IMAGE_INPUTS)}, got {kind!r}")
 
     def __init__(self, checkpoint: ResolvedCheckpoint, device: torch.device, dtype: torch.dtype) -> None:
         self.checkpoint = checkpoint
@@ -121,7 +147,7 @@ class Adapter(ABC):
 
     @abstractmethod
     def encode(self, stream: str, inputs: Sequence[Any], layers: Sequence[int]) -> StreamBatch:
-        """Run one batch of one stream.
+        """Run one batch of one ``text`` or ``image`` stream.
 
         Parameters
         ----------
@@ -129,23 +155,8 @@ class Adapter(ABC):
         inputs : sequence
             Strings for text streams, RGB PIL images for image streams.
         layers : sequence of int
-            Layer numbers to return (0 = embeddings).
+            Layer numbers to return (0 = embeddings), in this order.
         """
-
-    @classmethod
-    def scores_from_pooled(cls, image_pooled: np.ndarray, text_pooled: np.ndarray) -> np.ndarray:
-        """Pair scores of a dual encoder from pooled embeddings (no model needed).
-
-        Parameters
-        ----------
-        image_pooled : ndarray, shape (I, D)
-        text_pooled : ndarray, shape (T, D)
-
-        Returns
-        -------
-        ndarray, shape (I, T)
-        """
-        raise NotImplementedError(f"{cls.name} is not a dual encoder")
 
     def describe(self) -> dict[str, Any]:
         """Facts about the loaded model recorded in the cache (JSON-serialisable)."""
@@ -154,6 +165,36 @@ class Adapter(ABC):
     def input_fingerprints(self) -> dict[str, str]:
         """Fingerprints of side inputs besides the checkpoint (``config``, ``tokenizer``), compared on resume."""
         return {}
+
+    def model_options(self) -> dict[str, Any]:
+        """Load options that change what the model computes (e.g. BLIP's ``score_head``), recorded
+        in the cache and compared on resume (JSON-serialisable); empty for most models."""
+        return {}
+
+
+class DualEncoder(Adapter):
+    """Base class of dual encoders: texts and images are encoded apart, and a pair's score comes
+    from the two pooled embeddings (``pooled`` of the ``text`` and ``image`` streams)."""
+
+    @classmethod
+    @abstractmethod
+    def scores_from_pooled(
+        cls, image_pooled: np.ndarray, text_pooled: np.ndarray, info: Mapping[str, Any] | None = None
+    ) -> np.ndarray:
+        """Pair scores from pooled embeddings (no model needed).
+
+        Parameters
+        ----------
+        image_pooled : ndarray, shape (I, D)
+        text_pooled : ndarray, shape (T, D)
+        info : mapping, optional
+            The loaded model's :meth:`Adapter.describe` (as a cache records it), for models whose
+            score has learned constants (SigLIP's scale and bias).
+
+        Returns
+        -------
+        ndarray of float32, shape (I, T)
+        """
 
 
 @dataclass
@@ -214,19 +255,20 @@ class TextTable:
 class CrossEncoder(Adapter):
     """Base class of cross-encoders: every (image, text) pair needs its own forward pass.
 
-    The runner tokenises every text once (:meth:`prepare_texts`), reads every image's region
-    features once (:meth:`prepare_images`), then calls :meth:`encode_pairs` with index arrays
-    into those tables, one batch of pairs at a time; all pair streams and the score come from
+    The pair-scoring engine (:mod:`vlprobe.extract.scoring`) tokenises every text once
+    (:meth:`prepare_texts`), prepares every image once (:meth:`prepare_images`: region features
+    or pixels, as ``image_input`` says), then calls :meth:`encode_pairs` with index arrays into
+    those tables, one batch of pairs at a time; every ``pair`` stream and the score come from
     that one pass.
     """
 
-    dual_encoder = False
-    needs_regions = True
-
     #: What :meth:`prepare_texts` builds (a :class:`TextTable` or a subclass).
     text_table: ClassVar[type[TextTable]] = TextTable
-    #: Set by subclasses: the tokenizer, the longest token sequence it may produce, and the
-    #: region-feature width the model reads.
+    #: How many prepared images the engine holds at once (a region table is small; a table of
+    #: vision-transformer outputs is not).
+    image_block: ClassVar[int] = 512
+    #: Set by subclasses: the tokenizer and the longest token sequence it may produce; models
+    #: that read regions also set the region-feature width they read (``feature_dim``).
     tokenizer: Any
     max_length: int
     feature_dim: int
@@ -241,16 +283,15 @@ class CrossEncoder(Adapter):
         return self.text_table(tok["input_ids"], mask, mask.sum(dim=1).numpy())
 
     @abstractmethod
-    def prepare_images(self, features: np.ndarray, boxes: np.ndarray, mask: np.ndarray) -> Any:
-        """Hold the region inputs of all images once; returns the adapter's image table.
+    def prepare_images(self, images: Any) -> Any:
+        """Hold the inputs of a block of images once; returns the adapter's image table.
 
         Parameters
         ----------
-        features : ndarray, shape (N, R, D)
-        boxes : ndarray, shape (N, R, 4)
-            Normalised x1, y1, x2, y2.
-        mask : ndarray of bool, shape (N, R)
-            True for real boxes.
+        images : RegionBatch or sequence of PIL images
+            ``image_input == "regions"``: a :class:`vlprobe.extract.regions.store.RegionBatch`
+            (features (N, R, D), normalised x1, y1, x2, y2 boxes (N, R, 4), mask (N, R));
+            ``"pixels"``: N RGB PIL images.
         """
 
     @abstractmethod
@@ -274,11 +315,17 @@ class CrossEncoder(Adapter):
         """
 
     def encode(self, stream: str, inputs: Sequence[Any], layers: Sequence[int]) -> StreamBatch:
-        raise NotImplementedError(f"{self.name} is a cross-encoder: its states come from encode_pairs")
+        """Cross-encoders without ``text``/``image`` streams have nothing to encode alone."""
+        raise InputError(f"stream: {self.name} has only pair streams ({', '.join(self.streams)}), got {stream!r}")
+
+    @property
+    def pair_streams(self) -> dict[str, StreamSpec]:
+        """The ``pair`` streams (what :meth:`encode_pairs` returns states of)."""
+        return {name: spec for name, spec in self.streams.items() if spec.modality == "pair"}
 
     def pair_layers(self, layers: Mapping[str, Sequence[int]] | None) -> dict[str, list[int]] | None:
-        """``encode_pairs``' ``layers`` checked: one entry per stream, negative numbers counted from
-        the last layer, order and repeats kept; None (or empty) for scores only.
+        """``encode_pairs``' ``layers`` checked: one entry per pair stream, negative numbers counted
+        from the last layer, order and repeats kept; None (or empty) for scores only.
 
         Raises
         ------
@@ -287,15 +334,16 @@ class CrossEncoder(Adapter):
         """
         if not layers:
             return None
-        unknown = sorted(set(layers) - set(self.streams))
-        missing = [s for s in self.streams if s not in layers]
+        streams = self.pair_streams
+        unknown = sorted(set(layers) - set(streams))
+        missing = [s for s in streams if s not in layers]
         if unknown or missing:
             raise InputError(
-                f"layers: expected one entry per stream ({', '.join(self.streams)}), "
+                f"layers: expected one entry per pair stream ({', '.join(streams)}), "
                 f"got {', '.join(map(repr, layers))}"
             )
         out: dict[str, list[int]] = {}
-        for name, spec in self.streams.items():
+        for name, spec in streams.items():
             n = spec.n_layers
             resolved = []
             for k in layers[name]:
@@ -308,17 +356,14 @@ class CrossEncoder(Adapter):
         return out
 
 
-def check_regions(
-    features: np.ndarray, boxes: np.ndarray, mask: np.ndarray, feature_dim: int, model: str
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def check_regions(regions: Any, feature_dim: int, model: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Region inputs of a cross-encoder checked and converted.
 
     Parameters
     ----------
-    features : ndarray, shape (N, R, feature_dim)
-    boxes : ndarray, shape (N, R, 4)
-    mask : ndarray, shape (N, R)
-        True (or 1) for real boxes; every image needs one.
+    regions : RegionBatch
+        Anything with ``features`` (N, R, feature_dim), ``boxes`` (N, R, 4) and ``mask`` (N, R;
+        True or 1 for real boxes, every image needs one), e.g. what ``RegionStore.get`` returns.
     feature_dim : int
         The width the model reads.
     model : str
@@ -330,6 +375,9 @@ def check_regions(
     boxes : ndarray of float32, shape (N, R, 4), C-contiguous
     mask : ndarray of bool, shape (N, R)
     """
+    features, boxes, mask = (getattr(regions, k, None) for k in ("features", "boxes", "mask"))
+    if features is None or boxes is None or mask is None:
+        raise TypeError(f"regions: {model} reads region features (features, boxes, mask), got {type(regions).__name__}")
     features = np.asarray(features)
     if features.ndim != 3 or features.shape[2] != feature_dim:
         raise InputError(f"regions: {model} expects features of shape (N, R, {feature_dim}), got {features.shape}")

@@ -42,9 +42,10 @@ class TextScorer:
 
     name: ClassVar[str] = ""
     score_kind: ClassVar[str] = ""
-    #: Pair scorers that need pixels say True; blind baselines never look at the image.
-    needs_images: ClassVar[bool] = False
-    dual_encoder: ClassVar[bool] = False
+    #: Blind baselines never look at the image (see ``Adapter.image_input``).
+    image_input: ClassVar[str] = "none"
+    #: Extra keyword arguments :meth:`load` accepts.
+    load_options: ClassVar[tuple[str, ...]] = ()
 
     checkpoint: ResolvedCheckpoint | None = None
 
@@ -172,6 +173,7 @@ class SequenceClassifierScorer(TextScorer):
 
     name = "blind-grammar"
     score_kind = "p_acceptable"
+    load_options = ("acceptable_label",)
 
     def __init__(self, model: Any, tokenizer: Any, checkpoint: ResolvedCheckpoint, device: Any, label_index: int) -> None:
         self.model, self.tokenizer, self.checkpoint, self.device = model, tokenizer, checkpoint, device

@@ -16,14 +16,14 @@ the same values times 100). Layer numbers equal the "Why is Winoground Hard?" co
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from vlprobe.devices import resolve_device, resolve_dtype
-from vlprobe.extract.models.base import Adapter, StreamBatch, StreamSpec, text_max_length
+from vlprobe.extract.models.base import DualEncoder, StreamBatch, StreamSpec, text_max_length
 from vlprobe.extract.models.hf import (
     ResolvedCheckpoint,
     load_hf_config,
@@ -37,11 +37,11 @@ __all__ = ["CLIPAdapter"]
 _ALLOW = ["*.json", "*.txt", "*.safetensors", "*.model"]
 
 
-class CLIPAdapter(Adapter):
+class CLIPAdapter(DualEncoder):
     """CLIP dual encoder (any HF CLIP checkpoint or local directory); streams text, image."""
 
     name = "clip"
-    dual_encoder = True
+    image_input = "pixels"
     score_kind = "cosine"
 
     def __init__(
@@ -130,7 +130,9 @@ class CLIPAdapter(Adapter):
         return StreamBatch(hidden, mask, cls_index, pooled)
 
     @classmethod
-    def scores_from_pooled(cls, image_pooled: np.ndarray, text_pooled: np.ndarray) -> np.ndarray:
+    def scores_from_pooled(
+        cls, image_pooled: np.ndarray, text_pooled: np.ndarray, info: Mapping[str, Any] | None = None
+    ) -> np.ndarray:
         img = np.asarray(image_pooled, dtype=np.float64)
         txt = np.asarray(text_pooled, dtype=np.float64)
         img = img / np.linalg.norm(img, axis=1, keepdims=True)

@@ -118,6 +118,7 @@ class LxmertAdapter(CrossEncoder):
     """LXMERT cross-encoder with region features; streams lang (0..14), vision (0..10)."""
 
     name = "lxmert"
+    image_input = "regions"
     score_kind = "match_probability"
     text_table = LxmertTexts
 
@@ -173,8 +174,9 @@ class LxmertAdapter(CrossEncoder):
 
     # -- tables built once --------------------------------------------------------------------------
 
-    def prepare_images(self, features: np.ndarray, boxes: np.ndarray, mask: np.ndarray) -> LxmertImages:
-        features, boxes, m = check_regions(features, boxes, mask, self.feature_dim, "LXMERT")
+    def prepare_images(self, images: Any) -> LxmertImages:
+        """The region features of a block of images (a ``RegionBatch``), held as tensors."""
+        features, boxes, m = check_regions(images, self.feature_dim, "LXMERT")
         return LxmertImages(torch.from_numpy(features), torch.from_numpy(boxes), torch.from_numpy(m))
 
     # -- the shared pass -------------------------------------------------------------------------------

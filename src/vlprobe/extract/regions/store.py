@@ -74,7 +74,6 @@ __all__ = [
     "RegionRecord",
     "RegionStore",
     "RegionWriter",
-    "regions_required",
     "write_regions",
 ]
 
@@ -668,17 +667,3 @@ def write_regions(
                 int(arrays["image_h"][i]), {name: v[i, :k] for name, v in ex.items()},
             ))
     return Path(path)
-
-
-# ---------------------------------------------------------------------------------------------
-# random features (tests, demos)
-
-
-def regions_required(model: str, regions: str | os.PathLike[str] | None) -> Path:
-    """The ``--regions`` file of a model that reads region features; one-line error without it."""
-    if regions is None:
-        raise InputError(
-            f"regions: {model} reads precomputed region features; give --regions FILE.h5 "
-            "(see `probe regions import`, or `probe fixtures regions` for random ones)"
-        )
-    return Path(regions)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.extract.helpers import random_region_arrays
+from tests.extract.helpers import random_region_arrays, random_region_batch, region_batch
 from vlprobe.extract.models.pooling import pool_states
 from vlprobe.extract.models.uniter.adapter import UniterAdapter
 from vlprobe.extract.regions.boxes import boxes_to_7d
@@ -57,7 +57,7 @@ def test_base_config_has_13_layers(tiny_uniter: Path, tmp_path: Path) -> None:
 
 def test_batched_pairs_equal_one_forward_per_pair(adapter: UniterAdapter) -> None:
     texts = adapter.prepare_texts(CAPTIONS)
-    images = adapter.prepare_images(*random_region_arrays(2, 6, [6, 3]))
+    images = adapter.prepare_images(random_region_batch(2, 6, [6, 3]))
     t_idx, i_idx = np.array([0, 1, 2, 0, 1, 2, 2]), np.array([0, 0, 0, 1, 1, 1, 0])
     layers = {"text": [0, 1, 2], "image": [0, 1, 2]}
     out = adapter.encode_pairs(texts, images, t_idx, i_idx, layers, POOLINGS)
@@ -83,7 +83,7 @@ def test_batched_pairs_equal_one_forward_per_pair(adapter: UniterAdapter) -> Non
 def test_pair_layers_are_checked(adapter: UniterAdapter) -> None:
     """Negative layers count from the last, order is kept; a missing stream is one ValueError."""
     texts = adapter.prepare_texts(CAPTIONS[:2])
-    images = adapter.prepare_images(*random_region_arrays(1, 4, [4]))
+    images = adapter.prepare_images(random_region_batch(1, 4, [4]))
     t_idx, i_idx = np.array([0, 1]), np.array([0, 0])
     full = adapter.encode_pairs(texts, images, t_idx, i_idx, {"text": [0, 1, 2], "image": [0, 1, 2]}, POOLINGS)
     out = adapter.encode_pairs(texts, images, t_idx, i_idx, {"text": [-1, 0], "image": [1]}, POOLINGS)
@@ -99,14 +99,14 @@ def test_padding_invariance(adapter: UniterAdapter) -> None:
     layers = {"text": [0, 1, 2], "image": [0, 2]}
     alone = adapter.prepare_texts([CAPTIONS[1]])
     padded = adapter.prepare_texts([CAPTIONS[1], CAPTIONS[2]])
-    images = adapter.prepare_images(feats, boxes, mask)
+    images = adapter.prepare_images(region_batch(feats, boxes, mask))
     a = adapter.encode_pairs(alone, images, np.array([0]), np.array([0]), layers, POOLINGS)
     b = adapter.encode_pairs(padded, images, np.array([0, 1]), np.array([0, 0]), layers, POOLINGS)
     rng = np.random.default_rng(4)
     feats_p = np.concatenate([feats, rng.random((1, 3, 2048), dtype=np.float32)], axis=1)
     boxes_p = np.concatenate([boxes, np.full((1, 3, 4), 0.25, np.float32)], axis=1)
     mask_p = np.concatenate([mask, np.zeros((1, 3), bool)], axis=1)
-    c = adapter.encode_pairs(alone, adapter.prepare_images(feats_p, boxes_p, mask_p), np.array([0]), np.array([0]), layers, POOLINGS)
+    c = adapter.encode_pairs(alone, adapter.prepare_images(region_batch(feats_p, boxes_p, mask_p)), np.array([0]), np.array([0]), layers, POOLINGS)
     for other in (b, c):
         torch.testing.assert_close(other.scores[:1], a.scores, rtol=0, atol=1e-6)
         for stream in ("text", "image"):
@@ -116,7 +116,7 @@ def test_padding_invariance(adapter: UniterAdapter) -> None:
 
 def test_pos7_of_the_boxes(adapter: UniterAdapter) -> None:
     feats, boxes, mask = random_region_arrays(1, 3, [2])
-    images = adapter.prepare_images(feats, boxes, mask)
+    images = adapter.prepare_images(region_batch(feats, boxes, mask))
     np.testing.assert_allclose(images.pos7[0, :2].numpy(), boxes_to_7d(boxes[0, :2]), rtol=0, atol=1e-7)
     assert float(images.pos7[0, 2].abs().sum()) == 0.0
 
@@ -155,7 +155,7 @@ def test_config_and_tokenizer_defaults_and_errors(tiny_uniter: Path, tmp_path: P
 def test_scores_only_and_early_layers_match_the_whole_pass(adapter: UniterAdapter) -> None:
     """Without the last layer's states, the last block runs at [CLS] only: same scores and states."""
     texts = adapter.prepare_texts(CAPTIONS)
-    images = adapter.prepare_images(*random_region_arrays(2, 5, [5, 2]))
+    images = adapter.prepare_images(random_region_batch(2, 5, [5, 2]))
     t_idx, i_idx = np.array([0, 1, 2, 2]), np.array([0, 1, 0, 1])
     whole = adapter.encode_pairs(texts, images, t_idx, i_idx, {"text": [0, 1, 2], "image": [0, 1, 2]}, POOLINGS)
     scores_only = adapter.encode_pairs(texts, images, t_idx, i_idx, None, POOLINGS)

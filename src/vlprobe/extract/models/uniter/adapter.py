@@ -87,6 +87,7 @@ class UniterAdapter(CrossEncoder):
     """UNITER cross-encoder (official .pt + config JSON) with region features; streams text, image."""
 
     name = "uniter"
+    image_input = "regions"
     score_kind = "match_probability"
     load_options = ("model_config", "tokenizer")
 
@@ -180,10 +181,11 @@ class UniterAdapter(CrossEncoder):
 
     # -- tables built once ------------------------------------------------------------------------------
 
-    def prepare_images(self, features: np.ndarray, boxes: np.ndarray, mask: np.ndarray) -> UniterImages:
+    def prepare_images(self, images: Any) -> UniterImages:
+        """The region features of a block of images (a ``RegionBatch``), boxes as pos7."""
         from vlprobe.extract.regions.boxes import boxes_to_7d
 
-        features, boxes, m = check_regions(features, boxes, mask, self.feature_dim, "UNITER")
+        features, boxes, m = check_regions(images, self.feature_dim, "UNITER")
         pos7 = np.where(m[..., None], boxes_to_7d(boxes), 0.0).astype(np.float32)
         return UniterImages(torch.from_numpy(features), torch.from_numpy(pos7), torch.from_numpy(m))
 
