@@ -53,6 +53,7 @@ __all__ = [
     "TextTable",
     "check_pair_indices",
     "check_regions",
+    "cosine_matrix",
     "text_max_length",
 ]
 
@@ -80,6 +81,14 @@ class StreamSpec:
     hidden_size: int
     cls_rule: str
     pooled_size: int | None
+
+    @classmethod
+    def blocks(
+        cls, name: str, modality: str, n_blocks: int, hidden_size: int, cls_rule: str, pooled_size: int | None,
+        kind: str = "self",
+    ) -> StreamSpec:
+        """The embedding output (layer 0) then ``n_blocks`` blocks of one ``kind``."""
+        return cls(name, modality, ("embed",) + (kind,) * int(n_blocks), int(hidden_size), cls_rule, pooled_size)
 
     @property
     def n_layers(self) -> int:
@@ -401,6 +410,15 @@ def check_pair_indices(text_idx: Any, image_idx: Any) -> tuple[np.ndarray, np.nd
             f"text_idx and image_idx must be 1-d of equal length, got shapes {text_idx.shape} and {image_idx.shape}"
         )
     return text_idx, image_idx
+
+
+def cosine_matrix(image_pooled: np.ndarray, text_pooled: np.ndarray) -> np.ndarray:
+    """Cosine similarities (I, T), float64, of image embeddings (I, D) and text embeddings (T, D)."""
+    img = np.asarray(image_pooled, dtype=np.float64)
+    txt = np.asarray(text_pooled, dtype=np.float64)
+    img = img / np.linalg.norm(img, axis=1, keepdims=True)
+    txt = txt / np.linalg.norm(txt, axis=1, keepdims=True)
+    return img @ txt.T
 
 
 def text_max_length(tokenizer: Any, max_positions: int) -> int:

@@ -22,14 +22,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from vlprobe.devices import resolve_device, resolve_dtype
-from vlprobe.extract.models.base import DualEncoder, StreamBatch, StreamSpec, text_max_length
-from vlprobe.extract.models.hf import (
-    ResolvedCheckpoint,
-    load_hf_config,
-    quiet_transformers,
-    resolve_checkpoint,
+from vlprobe.extract.models.base import (
+    DualEncoder,
+    StreamBatch,
+    StreamSpec,
+    cosine_matrix,
+    text_max_length,
 )
+from vlprobe.extract.models.hf import ResolvedCheckpoint, load_hf
 from vlprobe.validation import InputError
 
 __all__ = ["CLIPAdapter"]
@@ -49,35 +49,21 @@ class CLIPAdapter(DualEncoder):
         device: torch.device, dtype: torch.dtype,
     ) -> None:
         super().__init__(checkpoint, device, dtype)
-        self.model = model
-        self.tokenizer = tokenizer
-        self.processor = processor
-        tc, vc = model.config.text_config, model.config.vision_config
+        self.model, self.tokenizer, self.processor = model, tokenizer, processor
+        tc, vc, proj = model.config.text_config, model.config.vision_config, model.config.projection_dim
         self._streams = {
-            "text": StreamSpec(
-                "text", "text", ("embed",) + ("self",) * tc.num_hidden_layers, tc.hidden_size,
-                "eos", model.config.projection_dim,
-            ),
-            "image": StreamSpec(
-                "image", "image", ("embed",) + ("self",) * vc.num_hidden_layers, vc.hidden_size,
-                "patch0", model.config.projection_dim,
-            ),
+            "text": StreamSpec.blocks("text", "text", tc.num_hidden_layers, tc.hidden_size, "eos", proj),
+            "image": StreamSpec.blocks("image", "image", vc.num_hidden_layers, vc.hidden_size, "patch0", proj),
         }
         self.max_length = text_max_length(tokenizer, tc.max_position_embeddings)
         self.eos_token_id = int(tc.eos_token_id)
 
     @classmethod
     def load(cls, checkpoint: str, *, device: str = "cpu", dtype: str = "float32") -> CLIPAdapter:
-        from transformers import AutoImageProcessor, AutoTokenizer, CLIPModel
+        from transformers import CLIPModel
 
-        dev, torch_dtype = resolve_device(device), resolve_dtype(dtype)
-        ckpt = resolve_checkpoint(checkpoint, allow_patterns=_ALLOW)
-        with quiet_transformers():
-            load_hf_config(ckpt.path, checkpoint, "clip")
-            model = CLIPModel.from_pretrained(ckpt.path, dtype=torch_dtype).to(dev).eval()
-            tokenizer = AutoTokenizer.from_pretrained(ckpt.path)
-            processor = AutoImageProcessor.from_pretrained(ckpt.path)
-        return cls(model, tokenizer, processor, ckpt, dev, torch_dtype)
+        hf = load_hf(checkpoint, "clip", CLIPModel, device=device, dtype=dtype, allow_patterns=_ALLOW, image_processor=True)
+        return cls(hf.model, hf.tokenizer, hf.processor, hf.checkpoint, hf.device, hf.dtype)
 
     @property
     def streams(self) -> dict[str, StreamSpec]:
@@ -133,11 +119,7 @@ class CLIPAdapter(DualEncoder):
     def scores_from_pooled(
         cls, image_pooled: np.ndarray, text_pooled: np.ndarray, info: Mapping[str, Any] | None = None
     ) -> np.ndarray:
-        img = np.asarray(image_pooled, dtype=np.float64)
-        txt = np.asarray(text_pooled, dtype=np.float64)
-        img = img / np.linalg.norm(img, axis=1, keepdims=True)
-        txt = txt / np.linalg.norm(txt, axis=1, keepdims=True)
-        return (img @ txt.T).astype(np.float32)
+        return cosine_matrix(image_pooled, text_pooled).astype(np.float32)
 
     def describe(self) -> dict[str, Any]:
         cfg = self.model.config

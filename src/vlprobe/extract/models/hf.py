@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,9 +20,13 @@ from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError
 
 __all__ = [
+    "LoadedModel",
     "ResolvedCheckpoint",
     "fingerprint_dir",
+    "load_hf",
     "load_hf_config",
+    "load_hf_model",
+    "load_hf_tokenizer",
     "quiet_transformers",
     "resolve_checkpoint",
 ]
@@ -123,6 +127,102 @@ def load_hf_config(path: Any, checkpoint: str, model_type: str) -> Any:
     if config.model_type != model_type:
         raise InputError(f"checkpoint: {checkpoint!r} is a {config.model_type!r} model, expected {model_type!r}")
     return config
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """What :func:`load_hf` returns: the model (eval mode, on ``device``), its tokenizer, its image
+    processor (None unless asked for), the resolved checkpoint, device and dtype."""
+
+    model: Any
+    tokenizer: Any
+    processor: Any
+    checkpoint: ResolvedCheckpoint
+    device: Any
+    dtype: Any
+
+
+def load_hf(
+    checkpoint: str, model_type: str, model_cls: Any, *, device: str, dtype: str, allow_patterns: list[str],
+    needed: tuple[str, ...] = (), image_processor: bool = False, check: Callable[[Any], None] | None = None,
+) -> LoadedModel:
+    """Load a transformers model, its tokenizer and (optionally) image processor from a directory
+    or hub id, as every Hugging Face adapter does.
+
+    Parameters
+    ----------
+    checkpoint : str
+        Directory or hub id (offline: a hub id that is not cached fails fast).
+    model_type : str
+        The ``model_type`` its config must have (another is refused).
+    model_cls : type
+        The transformers class to load (``CLIPModel``, ...).
+    device, dtype : str
+        As the CLI takes them (``auto``/``cpu``/``cuda:N``; ``float32``/``float16``).
+    allow_patterns : list of str
+        Files fetched from the hub.
+    needed : tuple of str
+        Weight-name prefixes that must be in the checkpoint (see :func:`load_hf_model`).
+    image_processor : bool
+        Also load ``AutoImageProcessor`` (models that read pixels).
+    check : callable, optional
+        Called with the config before the weights load; raises InputError for a config the
+        adapter cannot use.
+    """
+    from vlprobe.devices import resolve_device, resolve_dtype
+
+    dev, torch_dtype = resolve_device(device), resolve_dtype(dtype)
+    ckpt = resolve_checkpoint(checkpoint, allow_patterns=allow_patterns)
+    with quiet_transformers():
+        config = load_hf_config(ckpt.path, checkpoint, model_type)
+        if check is not None:
+            check(config)
+        model = load_hf_model(model_cls, ckpt.path, checkpoint, torch_dtype, needed).to(dev)
+        tokenizer = load_hf_tokenizer(ckpt.path, checkpoint)
+        processor = None
+        if image_processor:
+            from transformers import AutoImageProcessor
+
+            processor = AutoImageProcessor.from_pretrained(ckpt.path)
+    return LoadedModel(model, tokenizer, processor, ckpt, dev, torch_dtype)
+
+
+def load_hf_model(model_cls: Any, path: Any, checkpoint: str, dtype: Any, needed: tuple[str, ...]) -> Any:
+    """``model_cls.from_pretrained(path)``, refused when weights under the ``needed`` prefixes are missing.
+
+    A checkpoint of the right ``model_type`` but another head (BLIP's captioner for its retrieval
+    model, LXMERT's base model for its pretraining model) would otherwise load with random heads.
+
+    Parameters
+    ----------
+    model_cls : type
+        A transformers model class.
+    path : path
+        The resolved checkpoint folder.
+    checkpoint : str
+        What the user passed (named in the error).
+    dtype : torch.dtype
+    needed : tuple of str
+        Weight-name prefixes the adapter reads.
+    """
+    model, info = model_cls.from_pretrained(path, dtype=dtype, output_loading_info=True)
+    missing = sorted(k for k in info["missing_keys"] if k.startswith(needed))
+    if missing:
+        raise InputError(
+            f"checkpoint: {checkpoint!r} lacks {len(missing)} weights {model_cls.__name__} needs "
+            f"(e.g. {missing[0]}); expected a {model_cls.__name__} checkpoint"
+        )
+    return model.eval()
+
+
+def load_hf_tokenizer(path: Any, checkpoint: str) -> Any:
+    """``AutoTokenizer.from_pretrained(path)``; a folder without a readable tokenizer is an input error."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"checkpoint: {checkpoint!r} has no readable tokenizer ({exc})") from None
 
 
 @contextlib.contextmanager

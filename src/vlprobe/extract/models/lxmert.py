@@ -43,7 +43,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from vlprobe.devices import resolve_device, resolve_dtype
 from vlprobe.extract.models.base import (
     CrossEncoder,
     PairOutput,
@@ -53,14 +52,8 @@ from vlprobe.extract.models.base import (
     check_regions,
     text_max_length,
 )
-from vlprobe.extract.models.hf import (
-    ResolvedCheckpoint,
-    load_hf_config,
-    quiet_transformers,
-    resolve_checkpoint,
-)
+from vlprobe.extract.models.hf import ResolvedCheckpoint, load_hf
 from vlprobe.extract.models.pooling import pool_states
-from vlprobe.validation import InputError
 
 __all__ = ["MATCH_INDEX", "LxmertAdapter", "LxmertImages", "LxmertTexts"]
 
@@ -147,26 +140,11 @@ class LxmertAdapter(CrossEncoder):
     @classmethod
     def load(cls, checkpoint: str, *, device: str = "cpu", dtype: str = "float32") -> LxmertAdapter:
         """Load ``LxmertForPreTraining`` and its tokenizer from a directory or a hub id."""
-        from transformers import AutoTokenizer, LxmertForPreTraining
+        from transformers import LxmertForPreTraining
 
-        dev, torch_dtype = resolve_device(device), resolve_dtype(dtype)
-        ckpt = resolve_checkpoint(checkpoint, allow_patterns=_ALLOW)
-        with quiet_transformers():
-            load_hf_config(ckpt.path, checkpoint, "lxmert")
-            model, info = LxmertForPreTraining.from_pretrained(
-                ckpt.path, dtype=torch_dtype, output_loading_info=True
-            )
-            missing = sorted(k for k in info["missing_keys"] if k.startswith(("lxmert.", "cls.seq_relationship")))
-            if missing:
-                raise InputError(
-                    f"checkpoint: {checkpoint!r} lacks {len(missing)} weights LXMERT's states and match "
-                    f"score need (e.g. {missing[0]}); expected an LxmertForPreTraining checkpoint"
-                )
-            try:
-                tokenizer = AutoTokenizer.from_pretrained(ckpt.path)
-            except (OSError, ValueError) as exc:
-                raise InputError(f"checkpoint: {checkpoint!r} has no readable tokenizer ({exc})") from None
-        return cls(model.to(dev).eval(), tokenizer, ckpt, dev, torch_dtype)
+        hf = load_hf(checkpoint, "lxmert", LxmertForPreTraining, device=device, dtype=dtype, allow_patterns=_ALLOW,
+                     needed=("lxmert.", "cls.seq_relationship"))
+        return cls(hf.model, hf.tokenizer, hf.checkpoint, hf.device, hf.dtype)
 
     @property
     def streams(self) -> dict[str, StreamSpec]:
