@@ -279,6 +279,22 @@ def tiny_uniter(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_siglip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Tiny random SiglipModel checkpoint (seed 0): text 3 layers, vision 2, width 32."""
+    from vlprobe.fixtures.siglip import write_tiny_siglip
+
+    return write_tiny_siglip(tmp_path_factory.mktemp("models") / "tiny-siglip", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_blip_itm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Tiny random BlipForImageTextRetrieval checkpoint (seed 0): text 3 layers, vision 2, width 32."""
+    from vlprobe.fixtures.blip import write_tiny_blip_itm
+
+    return write_tiny_blip_itm(tmp_path_factory.mktemp("models") / "tiny-blip-itm", seed=0)
+
+
+@pytest.fixture(scope="session")
 def sugarcrepe_regions(sugarcrepe_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Random regions (3 to 8 boxes) for the SugarCrepe items of ``tests.extract.helpers.SC_SELECTION``,
     written through the CLI from the JSON files alone (no image files)."""

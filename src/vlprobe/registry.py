@@ -124,6 +124,10 @@ MODELS.register(
     "clip", "vlprobe.extract.models.clip:CLIPAdapter",
     help="CLIP dual encoder (any HF CLIP checkpoint or local directory); streams text, image",
 )
+MODELS.register(
+    "siglip", "vlprobe.extract.models.siglip:SiglipAdapter",
+    help="SigLIP dual encoder, sigmoid match scores (any HF SigLIP checkpoint or local directory); streams text, image",
+)
 DATASETS.register(
     "winoground", "vlprobe.data.winoground:load_winoground",
     help="Winoground (facebook/winoground on the hub, or a local examples.jsonl + images/)",
@@ -179,6 +183,10 @@ MODELS.register(
 MODELS.register(
     "uniter", "vlprobe.extract.models.uniter.adapter:UniterAdapter",
     help="UNITER cross-encoder (official .pt + config JSON) with region features; streams text, image",
+)
+MODELS.register(
+    "blip-itm", "vlprobe.extract.models.blip:BlipItmAdapter",
+    help="BLIP image-text matching cross-encoder on pixels (ITM probability, or ITC cosine); streams text, image, pair",
 )
 
 # Probes and probing experiments.

@@ -94,3 +94,41 @@ def kill_when(
             proc.kill()
         _, stderr = proc.communicate(timeout=30)
     return seen, proc.returncode, stderr.decode(errors="replace")
+
+
+def winoground_percentages(matrix: np.ndarray) -> dict[str, float]:
+    """Text, image and group scores (percent) of a (2N images, 2N texts) Winoground score matrix
+    in canonical order, by a plain loop over the items (strict inequalities)."""
+    wins = {"text": 0, "image": 0, "group": 0}
+    n = matrix.shape[0] // 2
+    for i in range(n):
+        s = matrix[2 * i : 2 * i + 2, 2 * i : 2 * i + 2]  # s[image j, caption k]
+        text = s[0, 0] > s[0, 1] and s[1, 1] > s[1, 0]
+        image = s[0, 0] > s[1, 0] and s[1, 1] > s[0, 1]
+        wins["text"] += text
+        wins["image"] += image
+        wins["group"] += text and image
+    return {k: 100.0 * v / n for k, v in wins.items()}
+
+
+def recall_i2t_at_1(matrix: np.ndarray) -> float:
+    """Image-to-text recall@1 (percent) of a full (images, texts) matrix whose image r matches
+    text r; a tie with another text counts against the model."""
+    hits = [all(matrix[r, r] > matrix[r, t] for t in range(matrix.shape[1]) if t != r) for r in range(matrix.shape[0])]
+    return 100.0 * sum(hits) / len(hits)
+
+
+def assert_winoground_item_scores(path: Path, matrix: np.ndarray, rtol: float = 1e-4, atol: float = 1e-7) -> None:
+    """The per-item score file ``probe run winoground-scores`` writes holds, for every item i, the
+    four scores of ``matrix`` (image 2i + j, caption 2i + k)."""
+    import json
+
+    seen = 0
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            rec = json.loads(line)
+            i = int(rec["item"].rsplit("/", 1)[1])
+            j, k = int(rec["image"][-1]), int(rec["text"][-1])
+            np.testing.assert_allclose(rec["score"], matrix[2 * i + j, 2 * i + k], rtol=rtol, atol=atol, err_msg=line)
+            seen += 1
+    assert seen == matrix.shape[0] * 2

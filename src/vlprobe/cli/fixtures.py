@@ -35,7 +35,7 @@ def fixtures_dataset(
 @fixtures_app.command("model")
 @guarded
 def fixtures_model(
-    name: Annotated[str, typer.Argument(help="Model family (clip, lxmert, uniter, frcnn, blind-lm, blind-grammar).")],
+    name: Annotated[str, typer.Argument(help="Model family (clip, siglip, lxmert, uniter, blip-itm, frcnn, blind-lm, blind-grammar).")],
     out: Annotated[Path, typer.Option(help="Directory to write the checkpoint into.")],
     seed: Annotated[int, typer.Option(help="Random seed for the weights.")] = 0,
 ) -> None:

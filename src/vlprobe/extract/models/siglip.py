@@ -1,0 +1,117 @@
+"""SigLIP (Zhai et al. 2023) through ``transformers.SiglipModel``.
+
+Streams
+-------
+``text``   layers 0..L_text: 0 = token + position embeddings, then each block's output *before*
+           ``final_layer_norm``. Texts are padded to the model's 64 positions and run *without* an
+           attention mask, as SigLIP was trained (its pad token is its EOS, and the text head reads
+           the last position, padding included). ``cls`` = that last position; ``mean``/``max``
+           run over the caption's own tokens (EOS included, padding excluded). ``pooled`` =
+           ``head(final_layer_norm(h)[:, -1])``, the embedding SigLIP scores with.
+``image``  layers 0..L_vision: 0 = patch + position embeddings (there is no class token), then
+           each block, before ``post_layernorm``. No ``cls``: ``mean``/``max`` over all patches.
+           ``pooled`` = the attention-pooling head's output.
+
+Score: ``sigmoid(logit_scale.exp() * cos(image, text) + logit_bias)``, the model's probability
+that caption and image match (the learned scale and bias are recorded in the cache, so scores
+can be recomputed from the stored embeddings).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from vlprobe.extract.models.base import (
+    DualEncoder,
+    StreamBatch,
+    StreamSpec,
+    cosine_matrix,
+    text_max_length,
+)
+from vlprobe.extract.models.hf import ResolvedCheckpoint, load_hf
+from vlprobe.validation import InputError
+
+__all__ = ["SiglipAdapter"]
+
+_ALLOW = ["*.json", "*.txt", "*.safetensors", "*.model"]
+
+
+class SiglipAdapter(DualEncoder):
+    """SigLIP dual encoder (any HF SigLIP checkpoint or local directory); streams text, image."""
+
+    name = "siglip"
+    image_input = "pixels"
+    score_kind = "match_probability"
+
+    def __init__(
+        self, model: Any, tokenizer: Any, processor: Any, checkpoint: ResolvedCheckpoint,
+        device: torch.device, dtype: torch.dtype,
+    ) -> None:
+        super().__init__(checkpoint, device, dtype)
+        self.model, self.tokenizer, self.processor = model, tokenizer, processor
+        tc, vc = model.config.text_config, model.config.vision_config
+        self._streams = {  # the text head reads the last position; the image has no class token
+            "text": StreamSpec.blocks("text", "text", tc.num_hidden_layers, tc.hidden_size, "last", tc.projection_size),
+            "image": StreamSpec.blocks("image", "image", vc.num_hidden_layers, vc.hidden_size, "none", vc.hidden_size),
+        }
+        self.max_length = text_max_length(tokenizer, tc.max_position_embeddings)
+
+    @classmethod
+    def load(cls, checkpoint: str, *, device: str = "cpu", dtype: str = "float32") -> SiglipAdapter:
+        from transformers import SiglipModel
+
+        def check(config: Any) -> None:
+            if not config.vision_config.vision_use_head:
+                raise InputError(f"checkpoint: {checkpoint!r} has no attention-pooling head (vision_use_head), which SigLIP's scores need")
+
+        hf = load_hf(checkpoint, "siglip", SiglipModel, device=device, dtype=dtype, allow_patterns=_ALLOW,
+                     image_processor=True, check=check)
+        return cls(hf.model, hf.tokenizer, hf.processor, hf.checkpoint, hf.device, hf.dtype)
+
+    @property
+    def streams(self) -> dict[str, StreamSpec]:
+        return self._streams
+
+    @torch.inference_mode()
+    def encode(self, stream: str, inputs: Sequence[Any], layers: Sequence[int]) -> StreamBatch:
+        if stream == "text":
+            tok = self.tokenizer(
+                list(inputs), padding="max_length", truncation=True, max_length=self.max_length,
+                return_tensors="pt", padding_side="right",  # the head reads the last position
+            )
+            ids, mask = tok["input_ids"].to(self.device), tok["attention_mask"].to(self.device)
+            out = self.model.text_model(input_ids=ids, output_hidden_states=True)
+            cls_index = torch.full((ids.shape[0],), ids.shape[1] - 1, dtype=torch.long, device=ids.device)
+        elif stream == "image":
+            pixels = self.processor(images=list(inputs), return_tensors="pt")["pixel_values"]
+            out = self.model.vision_model(pixel_values=pixels.to(self.device, self.dtype), output_hidden_states=True)
+            mask = torch.ones(out.last_hidden_state.shape[:2], dtype=torch.long, device=self.device)
+            cls_index = None
+        else:
+            raise InputError(f"stream: SigLIP has streams text and image, got {stream!r}")
+        hidden = torch.stack([out.hidden_states[i] for i in layers], dim=1)
+        return StreamBatch(hidden, mask, cls_index, out.pooler_output)
+
+    @classmethod
+    def scores_from_pooled(
+        cls, image_pooled: np.ndarray, text_pooled: np.ndarray, info: Mapping[str, Any] | None = None
+    ) -> np.ndarray:
+        if not info or "logit_scale" not in info or "logit_bias" not in info:
+            raise ValueError("SigLIP scores need the model's logit_scale and logit_bias (its describe())")
+        logits = float(info["logit_scale"]) * cosine_matrix(image_pooled, text_pooled) + float(info["logit_bias"])
+        return (1.0 / (1.0 + np.exp(-logits))).astype(np.float32)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "model_class": type(self.model).__name__,
+            "text_max_length": self.max_length,
+            "text_padding": "max_length, no attention mask (as trained)",
+            "image_processor": type(self.processor).__name__,
+            "logit_scale": float(self.model.logit_scale.exp().item()),
+            "logit_bias": float(self.model.logit_bias.item()),
+            "score": "sigmoid(logit_scale * cos + logit_bias)",
+        }
