@@ -186,3 +186,16 @@ def test_git_revision_of_a_source_checkout(tmp_path: Path, monkeypatch: pytest.M
     _git_repo(tmp_path / "checkout", package)
     monkeypatch.setattr(provenance, "__file__", str(package / "provenance.py"))
     assert re.fullmatch(r"[0-9a-f]{40}", provenance.git_revision())
+
+
+def test_atomic_outputs_get_the_users_umask(tmp_path: Path) -> None:
+    # mkstemp's 0600 would leave every result unreadable to the user's group.
+    import os
+
+    old = os.umask(0o027)
+    try:
+        with atomic_write(tmp_path / "a.csv") as fh:
+            fh.write("x\n")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "a.csv").stat().st_mode & 0o777 == 0o640

@@ -17,10 +17,17 @@ __all__ = [
 ]
 
 
+def _umask() -> int:
+    current = os.umask(0o022)  # reading the umask means setting it; put it straight back
+    os.umask(current)
+    return current
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; move it onto ``path`` when the block succeeds.
 
+    The file gets the permissions a plain ``open`` would give it (``0666`` less the umask).
     On an exception the temporary file is removed and ``path`` is left as it was.
     """
     target = Path(path)
@@ -28,6 +35,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
     tmp_path = Path(tmp)
+    os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes 0600; an output gets the user's umask
     try:
         yield tmp_path
         os.replace(tmp_path, target)
