@@ -75,7 +75,8 @@ def test_eval_sugarcrepe_clip(sugarcrepe_dir: Path, coco: Path, tiny_clip: Path,
                      data_dir=sugarcrepe_dir, image_dir=coco, subsets=SC_SUBSETS, limit=3, batch_size=4,
                      bootstrap=200)
     csv_path, manifest_path, rows = run_eval(cfg)
-    assert csv_path == tmp_path / "sugarcrepe" / "clip.csv"
+    # The run is named by the model and the settings it changed (another bootstrap count).
+    assert csv_path == tmp_path / "sugarcrepe" / "clip@bootstrap=200.csv"
     ds = load_sugarcrepe(sugarcrepe_dir, subsets=SC_SUBSETS, limit=3, image_dir=coco)
     saved = read_item_scores(csv_path.with_suffix(".scores.jsonl"))
     ids, pos, neg = caption_foil_scores(saved)
@@ -92,8 +93,9 @@ def test_eval_sugarcrepe_clip(sugarcrepe_dir: Path, coco: Path, tiny_clip: Path,
     assert float(got[("swap", "accuracy")]["value"]) == pytest.approx(100 * hit[swap].mean())
     assert float(got[("all", "accuracy")]["value"]) == pytest.approx(100 * hit.mean())
     assert float(got[("all", "accuracy.ci95_low")]["value"]) <= 100 * hit.mean() <= float(got[("all", "accuracy.ci95_high")]["value"])
-    run = json.loads(manifest_path.read_text(encoding="utf-8"))["runs"]["clip"]
+    run = json.loads(manifest_path.read_text(encoding="utf-8"))["runs"]["clip@bootstrap=200"]
     assert run["score_kind"] == "cosine" and run["n_items"] == 9
+    assert run["settings_changed"] == {"bootstrap": 200} and run["model"] == "clip"
     assert run["inputs"]["checkpoint"]["fingerprint"].startswith("sha256:")
     assert run["inputs"]["dataset"]["fingerprint"] == ds.fingerprint
     assert run["seeds"] == [0] and run["bootstrap"]["resamples"] == 200
@@ -131,9 +133,9 @@ def test_eval_valse_clip_and_blind(valse_dir: Path, valse_roots: dict[str, Path]
     # A blind LM needs no images.
     _, lm_manifest, _ = run_eval(EvalConfig(benchmark="valse", out=tmp_path, model="blind-lm", checkpoint=str(tiny_gpt2),
                                                  data_dir=valse_dir, subsets="existence", limit=5, bootstrap=50))
-    run = json.loads(lm_manifest.read_text(encoding="utf-8"))["runs"]["blind-lm"]
+    run = json.loads(lm_manifest.read_text(encoding="utf-8"))["runs"]["blind-lm@bootstrap=50"]
     assert run["score_kind"] == "mean_token_logprob" and run["n_items"] == 5
-    assert set(json.loads(manifest_path.read_text(encoding="utf-8"))["runs"]) == {"clip", "blind-lm"}
+    assert set(json.loads(manifest_path.read_text(encoding="utf-8"))["runs"]) == {"clip@bootstrap=100", "blind-lm@bootstrap=50"}
 
 
 def test_eval_valse_from_a_score_file_with_logits(tmp_path: Path) -> None:
@@ -158,7 +160,7 @@ def test_eval_valse_from_a_score_file_with_logits(tmp_path: Path) -> None:
         assert got[(subset, "acc_r")]["value"] == pytest.approx(100 * np.mean(scores[0::2][sl] > scores[1::2][sl]))
         assert got[(subset, "acc_r")]["n"] == len(c)
     assert got[("existence", "acc_r_valse")]["n"] == 30
-    run = json.loads(manifest_path.read_text(encoding="utf-8"))["runs"]["lx"]
+    run = json.loads(manifest_path.read_text(encoding="utf-8"))["runs"]["lx@bootstrap=50,threshold=0.5"]
     assert "match logit" in run["definitions"]["acc_r_valse"] and "every item" in run["definitions"]["acc_r"]
     # The run's own per-item file keeps the logits: the metrics again from it alone.
     _, _, again = run_eval(EvalConfig(benchmark="valse", out=tmp_path / "again", scores=csv_path.with_suffix(".scores.jsonl"),
@@ -190,7 +192,7 @@ def test_cli_eval_and_errors(sugarcrepe_dir: Path, coco: Path, tiny_clip: Path, 
     assert res.exit_code == 0, res.output
     # The same name with other settings is refused before scoring (outputs.check_run_slot).
     one_error_line(runner.invoke(app, [*clip, "--subsets", "add_att", "--image-dir", str(coco)]),
-                   "clip.csv already holds", "subsets=")
+                   "clip@bootstrap=20.csv already holds", "subsets=")
     # Unknown subset, missing image, no images at all, both inputs: one line each, exit 2.
     clip = [str(tmp_path / "errors") if a == str(tmp_path) else a for a in clip]
     one_error_line(runner.invoke(app, [*clip, "--subsets", "swap_objs", "--image-dir", str(coco)]),

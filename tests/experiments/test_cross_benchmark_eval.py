@@ -80,7 +80,7 @@ def test_eval_valse_scores_equal_encode_pairs_and_use_the_match_threshold(
     want = out.scores.float().numpy()
     np.testing.assert_allclose(np.column_stack([cap, foil]).ravel(), want, atol=1e-5)
     # match_probability declares 0.5: VALSE's thresholded metrics appear, computed at 0.5.
-    run = json.loads(manifest_path.read_text(encoding="utf-8"))["runs"][model]
+    run = json.loads(manifest_path.read_text(encoding="utf-8"))["runs"][f"{model}@bootstrap=50"]
     assert run["match_threshold"] == 0.5 and run["score_kind"] == "match_probability"
     got = {(r["subset"], r["metric"]): r["value"] for r in rows}
     expect = valse_metrics(cap[:3], foil[:3], threshold=0.5)

@@ -9,19 +9,20 @@ when it lacks the asked one, say so, and record it.
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.experiments.helpers import only_run
 from vlprobe.experiments.recall import RecallConfig, run_recall
 from vlprobe.experiments.separability import SeparabilityConfig, run_separability
 from vlprobe.experiments.task_adaptation import TaskAdaptationConfig, run_task_adaptation
 from vlprobe.experiments.variant_probe import VariantProbeConfig, run_variant_probe
 from vlprobe.experiments.variant_similarity import VariantSimilarityConfig, run_variant_similarity
 from vlprobe.experiments.winoground_scores import WinogroundScoresConfig, run_winoground_scores
+from vlprobe.extract.cache.reader import ActivationCache
 from vlprobe.extract.runner import extract
 
 MODELS = ("lxmert", "uniter")
@@ -35,7 +36,7 @@ def _csv(path: Path) -> list[dict[str, str]]:
 
 
 def _run(manifest_path: Path, model: str) -> dict[str, Any]:
-    return json.loads(manifest_path.read_text(encoding="utf-8"))["runs"][model]
+    return only_run(manifest_path, model)
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -55,6 +56,13 @@ def test_separability_defaults(model: str, cross_reference: Callable[[str], Path
     written = {(r["stream"], r["pooling"]) for r in _csv(csv_path)}
     assert written == set(pooling.items())
     assert {(r["stream"], r["pooling"]) for r in rows} == written
+    # The layer kind column: the model's declared kind of each stream's layer.
+    with ActivationCache(cross_reference(model)) as cache:
+        declared = {s: cache.model_layer_kinds(s) for s in cache.streams}
+    for r in _csv(csv_path):
+        assert r["kind"] == declared[r["stream"]][int(r["layer"])], r
+    kinds = {r["kind"] for r in _csv(csv_path)}
+    assert kinds == ({"embed", "lang", "rel", "cross"} if model == "lxmert" else {"embed", "joint"})
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -89,6 +97,9 @@ def test_task_adaptation_sweeps_of_unequal_length_pair_by_relative_depth(
     assert "relative depth" in run["layer_pairing"]
     layers = sorted({int(r["layer"]) for r in _csv(csv_path)})
     assert layers == list(range(15))  # the layer column holds the longest sweep's layer
+    # kind: both streams' kinds at the position, one where they agree (lang 3 meets vision rel 2).
+    kind = {int(r["layer"]): r["kind"] for r in _csv(csv_path)}
+    assert kind[0] == "embed" and kind[14] == "cross" and kind[3] == "lang+rel"
 
 
 def test_task_adaptation_paper_cls_recipe_runs_with_vision_on_its_default(

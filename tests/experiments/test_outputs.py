@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,9 @@ from vlprobe.experiments.outputs import (
     build_manifest,
     check_run_slot,
     config_record,
+    result_stem,
+    run_settings,
+    setting_cell,
     write_results,
     write_tidy_csv,
 )
@@ -28,7 +32,7 @@ def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
 
 def test_tidy_columns() -> None:
     assert TIDY_COLUMNS == (
-        "experiment", "model", "stream", "layer", "pooling", "probe", "task", "seed", "split",
+        "experiment", "model", "stream", "layer", "kind", "pooling", "probe", "task", "seed", "split",
         "subset", "metric", "value", "n",
     )
 
@@ -45,7 +49,7 @@ def test_write_tidy_csv_header_rows_and_empty_cells(tmp_path: Path) -> None:
     assert header == list(TIDY_COLUMNS)
     assert len(got) == 3
     assert got[0] == {
-        "experiment": "e", "model": "m", "stream": "", "layer": "3", "pooling": "", "probe": "",
+        "experiment": "e", "model": "m", "stream": "", "layer": "3", "kind": "", "pooling": "", "probe": "",
         "task": "", "seed": "", "split": "", "subset": "", "metric": "acc", "value": "0.25", "n": "4",
     }
     assert got[1]["subset"] == "tag=a,b"  # quoted by the csv module, read back whole
@@ -223,3 +227,86 @@ def test_config_record_is_json_ready() -> None:
         streams: tuple[str, ...] | None = ("a", "b")
 
     assert config_record(Cfg(Path("x/c.h5"))) == {"cache": "x/c.h5", "streams": ["a", "b"]}
+
+
+# -- runs keyed by their settings ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    cache: Path
+    out: Path
+    layers: str = "all"
+    pooling: str = "cls"
+    C: float = 100.0
+    scale: str = "none"
+    stratify: tuple[str, ...] | None = None
+    seeds: int | None = None
+    seed: int = 0
+    model: str | None = None
+    jobs: int = 1
+    preset: str = "paper"
+
+
+def _resolve(config: SweepConfig) -> SweepConfig:
+    return replace(config, seeds=3 if config.seeds is None else config.seeds)
+
+
+def _sweep_settings(config: SweepConfig):
+    return run_settings(config, swept=("layers", "seeds"), rename={"seed": "bootstrap_seed"}, resolve=_resolve)
+
+
+def test_run_settings_columns_and_names(tmp_path: Path) -> None:
+    base = _resolve(SweepConfig(tmp_path / "c.h5", tmp_path))
+    s = _sweep_settings(base)
+    # Inputs, outputs and runtime fields are no settings; swept ones and tidy-column ones get no column.
+    assert list(s.values) == ["layers", "pooling", "C", "scale", "stratify", "seeds", "seed"]
+    assert s.columns == {"C": "C", "scale": "scale", "stratify": "stratify", "bootstrap_seed": "seed"}
+    assert s.changed == {} and s.key("clip") == "clip"
+    other = _sweep_settings(replace(base, C=1.0, stratify=("a", "b"), seeds=5, jobs=4, out=tmp_path / "x"))
+    assert other.key("clip") == "clip@C=1,stratify=a+b,seeds=5"
+    assert other.cells() == {"C": "1", "scale": "none", "stratify": "a+b", "bootstrap_seed": "0"}
+    assert setting_cell(1e-4) == "0.0001" and setting_cell(None) == "" and setting_cell(True) == "True"
+
+
+def test_one_folder_holds_a_sweep_of_one_model(tmp_path: Path) -> None:
+    rows = [{"experiment": "exp", "model": "clip", "layer": 1, "kind": "self", "metric": "a", "value": 1.0}]
+    paths = {}
+    for c in (100.0, 1.0, 0.01):
+        config = _resolve(SweepConfig(tmp_path / "c.h5", tmp_path, C=c))
+        settings = _sweep_settings(config)
+        run = check_run_slot(tmp_path, "exp", "clip", config_record(config), settings=settings)
+        csv_path, manifest_path = write_results(
+            tmp_path, "exp", "clip", rows, build_manifest("exp", 1, config_record(config), {}), settings=settings
+        )
+        assert csv_path.name == f"{result_stem(run)}.csv"
+        paths[c] = csv_path
+    assert [p.name for p in paths.values()] == ["clip.csv", "clip@C=1.csv", "clip@C=0.01.csv"]
+    runs = json.loads(manifest_path.read_text(encoding="utf-8"))["runs"]
+    assert sorted(runs) == ["clip", "clip@C=0.01", "clip@C=1"]
+    assert runs["clip@C=1"]["run"] == "clip@C=1"
+    assert runs["clip@C=1"]["settings_changed"] == {"C": 1.0}
+    assert runs["clip@C=1"]["settings"]["C"] == 1.0
+    header, got = read_csv(paths[1.0])
+    assert header == [*TIDY_COLUMNS, "C", "scale", "stratify", "bootstrap_seed"]
+    # The model column stays the model: a sweep needs no invented model names.
+    assert got[0]["model"] == "clip" and got[0]["C"] == "1" and got[0]["kind"] == "self"
+    # The same settings from another cache under the same name are refused, naming the field.
+    moved = _resolve(SweepConfig(tmp_path / "other.h5", tmp_path, C=1.0))
+    with pytest.raises(ValueError, match=r"clip@C=1\.csv already holds .*other settings or inputs \(cache="):
+        check_run_slot(tmp_path, "exp", "clip", config_record(moved), settings=_sweep_settings(moved))
+    # A preset that gives the same values names the same run (the preset only fills settings).
+    quick = _resolve(SweepConfig(tmp_path / "c.h5", tmp_path, C=1.0, preset="quick"))
+    assert check_run_slot(tmp_path, "exp", "clip", config_record(quick), settings=_sweep_settings(quick)) == "clip@C=1"
+
+
+def test_row_setting_columns_and_long_names(tmp_path: Path) -> None:
+    config = SweepConfig(tmp_path / "c.h5", tmp_path, layers="0,1,2,3,4,5,6,7,8,9,10,11,12," * 8)
+    settings = run_settings(config, row_columns=("agg", "lambda"))
+    rows = [{"metric": "text", "value": 1.0, "agg": "mean", "lambda": 0.5}]
+    csv_path, _ = write_results(tmp_path, "exp", "clip", rows, {"config": config_record(config)}, settings=settings)
+    assert len(csv_path.stem) <= 120 and csv_path.stem.startswith("clip@")
+    header, got = read_csv(csv_path)
+    assert header[-2:] == ["agg", "lambda"] and got[0]["agg"] == "mean" and got[0]["lambda"] == "0.5"
+    with pytest.raises(ValueError, match="unknown tidy column"):
+        write_tidy_csv(tmp_path / "x.csv", [{"metric": "a", "colour": 1}], settings)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from tests.experiments.helpers import only_run
 from vlprobe.cli import app
 from vlprobe.experiments.presets import PRESET_VALUES, apply_preset
 from vlprobe.experiments.separability import SeparabilityConfig
@@ -46,7 +46,7 @@ def test_quick_run_records_its_preset_and_talks_on_stderr(cache: Path, tmp_path:
     assert f"width {quick['width']}, {quick['epochs']} epochs" in result.stderr and "MiB for training" in result.stderr
     assert "variant-probe training" in result.stderr and "model-epoch" in result.stderr  # the tqdm bar
     assert "MLP probes" not in result.stdout and "model-epoch" not in result.stdout  # stdout: results only
-    run = json.loads((tmp_path / "variant-probe" / "manifest.json").read_text())["runs"]["planted"]
+    run = only_run(tmp_path / "variant-probe" / "manifest.json")
     assert run["preset"] == "quick" and run["config"]["preset"] == "quick"
     assert (run["config"]["seeds"], run["config"]["epochs"], run["config"]["width"]) == (
         quick["seeds"], quick["epochs"], quick["width"])
@@ -71,6 +71,7 @@ def test_quiet_silences_stderr_and_changes_nothing_else(experiment: str, extra: 
     assert said in loud.stderr
     assert quiet.stderr == ""
     assert loud.stdout.replace("loud", "quiet") == quiet.stdout
-    a = (tmp_path / "loud" / experiment / "planted.csv").read_text()
-    b = (tmp_path / "quiet" / experiment / "planted.csv").read_text()
-    assert a == b  # same process, same thread count: the same arithmetic
+    files = sorted(p.name for p in (tmp_path / "loud" / experiment).glob("*.csv"))
+    assert files and files == sorted(p.name for p in (tmp_path / "quiet" / experiment).glob("*.csv"))
+    for name in files:  # same process, same thread count: the same arithmetic
+        assert (tmp_path / "loud" / experiment / name).read_text() == (tmp_path / "quiet" / experiment / name).read_text()

@@ -108,7 +108,8 @@ def test_recall_matches_independent_computation(cache_path: Path, tmp_path: Path
             point = want[(line["subset"], line["metric"].split(".ci95_")[0])]
             bound = float(line["value"])
             assert bound <= point + 1e-9 if line["metric"].endswith("low") else bound >= point - 1e-9
-    assert header == list(TIDY_COLUMNS)
+    assert header == [*TIDY_COLUMNS, "bootstrap", "bootstrap_seed"]  # the setting columns
+    assert {(line["bootstrap"], line["bootstrap_seed"]) for line in all_lines} == {("1000", "0")}
     assert [(line["subset"], line["metric"]) for line in lines] == list(want)
     assert {line["subset"] for line in lines} == {"i2t", "t2i"}
     for line in lines:
@@ -135,7 +136,8 @@ def test_recall_custom_ks_and_model(cache_path: Path, tmp_path: Path) -> None:
     assert {r["model"] for r in rows} == {"tiny"}
     # k = number of candidates: everything is found.
     assert all(r["value"] == 100.0 for r in rows if r["metric"] == f"recall@{2 * N_ITEMS}")
-    assert (tmp_path / "recall" / "tiny.csv").is_file()
+    # Other ks name another run of the same model.
+    assert (tmp_path / "recall" / f"tiny@ks=3+1+{2 * N_ITEMS}.csv").is_file()
 
 
 @pytest.mark.parametrize("ks", [(), (0,), (1, -1)])
@@ -193,7 +195,7 @@ def test_ranks_of_a_known_matrix(tmp_path: Path) -> None:
     # 0.2 under 0.3.
     assert loop_ranks(m.T) == [1, 3, 2, 2]
     assert got[("i2t", "median_rank")] == 2.0 and got[("i2t", "mean_rank")] == 2.0
-    units = json.loads(manifest_path.read_text(encoding="utf-8"))["runs"]["m"]["units"]
+    units = json.loads(manifest_path.read_text(encoding="utf-8"))["runs"]["m@ks=1"]["units"]
     assert units["recall@1"] == "percent" and units["median_rank"].startswith("rank")
 
 
@@ -231,7 +233,7 @@ def test_cli_recall(cache_path: Path, tmp_path: Path) -> None:
     assert list(printed) == list(want)
     for key, value in want.items():
         assert printed[key] == pytest.approx(value, abs=0.005), key
-    _, lines = read_csv(out / "recall" / "clip.csv")
+    _, lines = read_csv(out / "recall" / "clip@ks=1+5.csv")
     assert [line["metric"] for line in point_rows(lines)] == ["recall@1", "recall@5", "median_rank", "mean_rank"] * 2
 
 

@@ -73,7 +73,7 @@ def test_pair_streams_are_conditioned_on_each_image(cross: Path, tmp_path: Path)
         assert sep[(stream, SIGNAL, "control", 0)] <= 20.0
     n_all = {r["n"] for r in rows if r["subset"] == "all" and r["metric"] == "separable"}
     assert n_all == {2 * PLANTED["n_items"]}  # one case per (item, image)
-    items = read(csv_path.with_name("cross.items.csv"))
+    items = read(csv_path.with_name(f"{csv_path.stem}.items.csv"))
     names = {r["subset"] for r in items}
     assert "winoground/3/i0" in names and "winoground/3/i1" in names
     assert {r["n"] for r in items} == {str(2 * (1 + PLANTED["n_variants"]))}
@@ -118,17 +118,18 @@ def test_identical_captions_have_no_hyperplane_and_no_margin(tmp_path: Path) -> 
     assert target[(1, "no_hyperplane")]["value"] == 0.0 and target[(1, "separable")]["value"] == 100.0
     margin = target[(1, "separable_margin")]
     assert margin["n"] == 6 and 0 < margin["value"] < 100  # a real gap, not the ~1e14 of a w made of round-off
-    items = read(csv_path.with_name("arrays.items.csv"))
+    assert csv_path.name == "arrays@seeds=2.csv"  # named by the model and the settings it changed
+    items = read(csv_path.with_name(f"{csv_path.stem}.items.csv"))
     layer0 = {r["value"] for r in items if r["layer"] == "0" and r["metric"] == "separable_margin"}
     assert layer0 == {"nan"}
-    units = json.loads(manifest_path.read_text())["runs"]["arrays"]["units"]
+    units = json.loads(manifest_path.read_text())["runs"]["arrays@seeds=2"]["units"]
     assert units["separable_margin"].startswith("2/||w||") and units["no_hyperplane"] == "percent"
 
 
 def test_per_case_rows_use_the_aggregate_units(dual: Path, tmp_path: Path) -> None:
     # One unit per metric name: the mean of the per-case values is the aggregate, for every metric.
     csv_path, _, rows = run_separability(SeparabilityConfig(cache=dual, out=tmp_path, seeds=2))
-    items = read(csv_path.with_name("planted.items.csv"))
+    items = read(csv_path.with_name(f"{csv_path.stem}.items.csv"))
     per_case: dict[tuple, list[float]] = {}
     for r in items:
         per_case.setdefault((r["layer"], r["task"], r["seed"], r["metric"]), []).append(float(r["value"]))
@@ -151,19 +152,24 @@ def test_outputs_summary_and_manifest(dual: Path, tmp_path: Path) -> None:
     csv_path, manifest_path, rows = run_separability(
         SeparabilityConfig(cache=dual, out=tmp_path, seeds=3, scale="standard", layers="1:3")
     )
-    assert csv_path == tmp_path / "separability" / "planted.csv"
+    assert csv_path == tmp_path / "separability" / "planted@layers=1_3,scale=standard.csv"
     with open(csv_path, encoding="utf-8") as fh:
-        assert next(csv.reader(fh)) == list(TIDY_COLUMNS)
+        # Tidy columns, then a column per setting that changes a number (pooling has its own).
+        assert next(csv.reader(fh)) == [*TIDY_COLUMNS, "scale", "C", "max_iter", "tol"]
+    lines = read(csv_path)
+    assert {(r["scale"], r["C"], r["max_iter"], r["tol"]) for r in lines} == {("standard", "100", "100000", "0.001")}
+    assert {r["kind"] for r in lines} == {"self"}  # the planted cache's layers 1, 2
     assert {r["layer"] for r in rows} == {1, 2}
     assert {r["split"] for r in rows} == {"train"} and {r["probe"] for r in rows} == {"linear-separability"}
-    summary = read(csv_path.with_name("planted.summary.csv"))
+    summary = read(csv_path.with_name(f"{csv_path.stem}.summary.csv"))
     assert list(summary[0]) == list(SUMMARY_COLUMNS)
     row = next(r for r in summary if r["layer"] == str(SIGNAL) and r["metric"] == "separable")
     assert row["target_seeds"] == "1" and row["control_seeds"] == "3"
     assert float(row["selectivity"]) == pytest.approx(float(row["target_mean"]) - float(row["control_mean"]))
     assert float(row["control_min"]) <= float(row["control_mean"]) <= float(row["control_max"])
-    run = json.loads(manifest_path.read_text())["runs"]["planted"]
+    run = json.loads(manifest_path.read_text())["runs"]["planted@layers=1:3,scale=standard"]
     assert run["config"]["scale"] == "standard" and run["config"]["C"] == 100.0
+    assert run["settings_changed"] == {"layers": "1:3", "scale": "standard"}
     assert run["seeds"] == [0, 1, 2]
     assert run["inputs"]["cache"]["sha256"] and run["git_revision"]
     assert run["streams"] == {"text": {"modality": "text", "layers": [1, 2], "pooling": "cls"}}
@@ -176,8 +182,9 @@ def test_cli_on_the_tiny_clip_cache_and_plot(reference_cache: Path, tmp_path: Pa
                                  "--layers", "0,-1", "--seeds", "1"])
     assert result.exit_code == 0, result.output
     assert "layer   0 separable (train)" in result.stdout
-    csv_path = tmp_path / "separability" / "clip.csv"
+    csv_path = tmp_path / "separability" / "clip@layers=0+-1,seeds=1.csv"
     rows = read(csv_path)
+    assert {(r["layer"], r["kind"]) for r in rows} == {("0", "embed"), ("3", "self")}
     assert {r["stream"] for r in rows} == {"text"} and {r["task"] for r in rows} == {"target", "control"}
     subsets = {r["subset"] for r in rows}
     assert {"all", "wwh=NoTag", "collapsed_tag=Object"} <= subsets  # per-tag subsets of the synthetic data
@@ -223,18 +230,26 @@ def test_bad_input_is_one_error_line(
     assert not (tmp_path / "separability").exists()
 
 
-def test_a_second_setting_on_the_same_cache_does_not_clobber_the_first(
+def test_a_sweep_over_one_model_shares_one_folder(
     reference_cache: Path, tmp_path: Path, one_error_line: Callable[..., str]
 ) -> None:
     runner = CliRunner()
-    base = ["run", "separability", "--cache", str(reference_cache), "--out", str(tmp_path), "--layers", "-1",
-            "--seeds", "1"]
+    folder = tmp_path / "separability"
+    base = ["run", "separability", "--cache", str(reference_cache), "--out", str(tmp_path), "--layers", "-1"]
     assert runner.invoke(app, [*base, "--pooling", "cls"]).exit_code == 0
-    first = (tmp_path / "separability" / "clip.csv").read_bytes()
-    one_error_line(runner.invoke(app, [*base, "--pooling", "mean"]), "clip.csv already holds", "pooling='cls'")
-    assert (tmp_path / "separability" / "clip.csv").read_bytes() == first
-    assert runner.invoke(app, [*base, "--pooling", "mean", "--model", "clip-mean"]).exit_code == 0
-    assert runner.invoke(app, [*base, "--pooling", "cls"]).exit_code == 0  # same settings: a rerun replaces
-    runs = json.loads((tmp_path / "separability" / "manifest.json").read_text())["runs"]
-    assert {k: v["config"]["pooling"] for k, v in runs.items()} == {"clip": "cls", "clip-mean": "mean"}
-    assert {r["pooling"] for r in read(tmp_path / "separability" / "clip-mean.csv")} == {"mean"}
+    first = (folder / "clip@layers=-1.csv").read_bytes()
+    # Other settings: another run of the same model beside the first, named by what changed.
+    assert runner.invoke(app, [*base, "--pooling", "mean"]).exit_code == 0
+    assert runner.invoke(app, [*base, "--C", "1"]).exit_code == 0
+    assert (folder / "clip@layers=-1.csv").read_bytes() == first
+    assert runner.invoke(app, [*base, "--pooling", "cls", "--jobs", "2"]).exit_code == 0  # same settings: replaces
+    runs = json.loads((folder / "manifest.json").read_text())["runs"]
+    assert sorted(runs) == ["clip@layers=-1", "clip@layers=-1,C=1", "clip@pooling=mean,layers=-1"]
+    assert {r["pooling"] for r in read(folder / "clip@pooling=mean,layers=-1.csv")} == {"mean"}
+    assert {(r["model"], r["C"]) for r in read(folder / "clip@layers=-1,C=1.csv")} == {("clip", "1")}
+    # The same name and settings from another cache are refused, naming the field; nothing replaced.
+    other = tmp_path / "other.h5"
+    other.write_bytes(reference_cache.read_bytes())
+    moved = ["run", "separability", "--cache", str(other), "--out", str(tmp_path), "--layers", "-1"]
+    one_error_line(runner.invoke(app, moved), "clip@layers=-1.csv already holds", "cache=")
+    assert (folder / "clip@layers=-1.csv").read_bytes() == first

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from tests.experiments.helpers import only_run
 from vlprobe.cli import app
 from vlprobe.experiments.summary import summarize
 from vlprobe.experiments.task_adaptation import (
@@ -58,7 +59,7 @@ def test_planted_rule_is_learnt_and_control_stays_at_chance(which: str, request:
         assert hit["selectivity"] >= 25.0
         for layer in ("0", "2"):  # noise layers: nothing to learn
             assert summary[(layer, mode, "test")]["target_mean"] <= 75.0
-    run = json.loads(manifest_path.read_text())["runs"][which if which == "cross" else "planted"]
+    run = only_run(manifest_path)
     assert (len(run["split"]["train"]), len(run["split"]["test"])) == (30, 10)
     assert not set(run["split"]["train"]) & set(run["split"]["test"])
     flipped = run["control_flipped_items"]
@@ -79,7 +80,7 @@ def test_per_stream_layer_spec_pairs_layers(cross: Path, tmp_path: Path) -> None
         cache=cross, out=tmp_path, seeds=1, mode="text", pooling="cls", layers="lang=0,1;vision=-1", **FAST,
     ))
     assert {r["layer"] for r in rows} == {0, 1}
-    run = json.loads(manifest_path.read_text())["runs"]["cross"]
+    run = only_run(manifest_path)
     assert run["layer_positions"] == [{"lang": 0, "vision": 2}, {"lang": 1, "vision": 2}]
 
 
@@ -91,7 +92,7 @@ def test_cli_runs_and_reports(dual: Path, tmp_path: Path) -> None:
     ])
     assert result.exit_code == 0, result.output
     assert "text-score" in result.stdout and "selectivity" in result.stdout
-    assert (tmp_path / "task-adaptation" / "planted.summary.csv").is_file()
+    assert len(list((tmp_path / "task-adaptation").glob("planted@*.summary.csv"))) == 1
 
 
 @pytest.mark.parametrize(
@@ -117,7 +118,7 @@ def test_examples_never_cross_the_split(dual: Path, tmp_path: Path) -> None:
     """Every example of a test item is scored on the test side only (n counts four per item)."""
     _, manifest_path, rows = run_task_adaptation(TaskAdaptationConfig(cache=dual, out=tmp_path, seeds=1, mode="text",
                                                                       test_size=7, **FAST))
-    run = json.loads(manifest_path.read_text())["runs"]["planted"]
+    run = only_run(manifest_path)
     assert len(run["split"]["test"]) == 7
     assert {r["n"] for r in rows if r["split"] == "test"} == {28}
     assert np.isclose(sum(run["split"]["strata"].values()), 40)
@@ -129,7 +130,7 @@ def test_split_file_replaces_the_seeded_split(dual: Path, tmp_path: Path, one_er
     _, manifest_path, rows = run_task_adaptation(TaskAdaptationConfig(
         cache=dual, out=tmp_path, seeds=1, mode="text", split_file=split, **{**FAST, "epochs": 2},
     ))
-    run = json.loads(manifest_path.read_text())["runs"]["planted"]
+    run = only_run(manifest_path)
     assert run["split"]["test"] == [f"winoground/{i}" for i in range(30, 36)]
     assert run["split"]["source"] == str(split) and run["inputs"]["split_file"]["sha256"]
     assert {r["n"] for r in rows if r["split"] == "test"} == {24}  # items 36..39 are left out

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from tests.experiments.helpers import only_run
 from vlprobe.cli import app
 from vlprobe.experiments.summary import summarize
 from vlprobe.experiments.variant_probe import (
@@ -50,7 +50,7 @@ def test_planted_rule_is_learnt_and_control_stays_at_chance(dual: Path, tmp_path
     assert hit["target_min"] >= 95.0, hit
     assert 25.0 <= hit["control_mean"] <= 75.0, hit
     assert summary[("0", "test")]["target_mean"] <= 75.0
-    run = json.loads(manifest_path.read_text())["runs"]["planted"]
+    run = only_run(manifest_path)
     assert run["n_examples"] == 24 * 4 * 2 and run["skipped_items"] == []
     assert (len(run["split"]["train"]), len(run["split"]["test"])) == (18, 6)
 
@@ -68,7 +68,7 @@ def test_cli_and_errors(dual: Path, tmp_path: Path, one_error_line: Callable[...
     ok = runner.invoke(app, ["run", "variant-probe", "--cache", str(dual), "--out", str(tmp_path), "--seeds", "1",
                              "--layers", "1", "--depth", "2", "--width", "8", "--epochs", "2", "--device", "cpu"])
     assert ok.exit_code == 0, ok.output
-    assert (tmp_path / "variant-probe" / "planted.csv").is_file()
+    assert (tmp_path / "variant-probe" / "planted@layers=1,seeds=1,depth=2,width=8,epochs=2.csv").is_file()
     no_var = planted_cache(tmp_path / "novar.h5", n_items=4, n_variants=0, n_layers=2, signal_layer=1)
     base = ["run", "variant-probe", "--out", str(tmp_path)]
     one_error_line(runner.invoke(app, [*base, "--cache", str(no_var)]), "no caption variants")

@@ -106,12 +106,18 @@ def test_run_on_a_cache_lambda_zero_equals_winoground_scores(reference_cache: Pa
     _, _, plain = run_winoground_scores(WinogroundScoresConfig(out=tmp_path, cache=reference_cache))
     want = {(r["subset"], r["metric"]): r["value"] for r in plain if r["metric"] in ("text", "image", "group")}
     for agg in ("mean", "max"):
-        got = {(r["subset"], r["metric"]): r["value"] for r in rows if r["probe"] == f"agg={agg};lambda=0"}
+        got = {(r["subset"], r["metric"]): r["value"] for r in rows if r["agg"] == agg and r["lambda"] == 0}
         assert got == want
-    settings = {r["probe"] for r in rows}
+    settings = {(r["agg"], r["lambda"]) for r in rows}
     assert len(settings) == 10  # 2 aggs x 5 lambdas
     with open(csv_path, newline="") as fh:
-        assert len(list(csv.DictReader(fh))) == len(rows)
+        reader = csv.DictReader(fh)
+        lines = list(reader)
+    assert len(lines) == len(rows)
+    # agg and lambda are setting columns of their own, beside include_original; probe stays empty.
+    assert list(reader.fieldnames or [])[-3:] == ["include_original", "agg", "lambda"]
+    assert {(line["agg"], float(line["lambda"])) for line in lines} == settings
+    assert {line["probe"] for line in lines} == {""} and {line["include_original"] for line in lines} == {"True"}
     manifest = json.loads(manifest_path.read_text())
     run = next(iter(manifest["runs"].values()))
     assert run["config"]["lambdas"] == [0.0, 0.25, 0.5, 0.75, 1.0]
@@ -123,7 +129,8 @@ def test_cli(reference_cache: Path, tmp_path: Path, one_error_line) -> None:
     r = runner.invoke(app, ["run", "variant-similarity", "--cache", str(reference_cache), "--out", str(tmp_path),
                             "--agg", "max", "--lambdas", "0,1"])
     assert r.exit_code == 0, r.output
-    assert "agg=max;lambda=1" in r.stdout and "wrote" in r.stdout
+    assert "agg=max lambda=1" in r.stdout and "wrote" in r.stdout
+    assert (tmp_path / "variant-similarity" / "clip@aggs=max,lambdas=0+1.csv").is_file()
     one_error_line(runner.invoke(app, ["run", "variant-similarity", "--cache", str(reference_cache), "--out",
                                        str(tmp_path), "--lambdas", "0,2"]), "lambdas must be a number in [0, 1] (each lambda), got 2.0")
     one_error_line(runner.invoke(app, ["run", "variant-similarity", "--cache", str(reference_cache), "--out",

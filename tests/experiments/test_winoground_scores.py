@@ -297,7 +297,7 @@ def test_run_from_scores_file_with_real_tags(tmp_path: Path, real_tags: Path) ->
 
     # The CSV holds exactly these rows.
     header, got = read_csv(csv_path)
-    assert header == list(TIDY_COLUMNS)
+    assert header == [*TIDY_COLUMNS, "bootstrap", "bootstrap_seed"]  # the setting columns
     assert len(got) == len(written)
     for row, line in zip(written, got, strict=True):
         assert line["subset"] == row["subset"] and line["metric"] == row["metric"]

@@ -82,7 +82,8 @@ def test_extract_and_eval_give_the_same_scores(
     assert res.exit_code == 0, res.output
     res = _cli(["eval", "sugarcrepe", *common, "--out", str(tmp_path / "eval"), "--bootstrap", "20", "--batch-size", "4"])
     assert res.exit_code == 0, res.output
-    ids, pos, neg = caption_foil_scores(read_item_scores(tmp_path / "eval" / "sugarcrepe" / f"{model}.scores.jsonl"))
+    # The run is named by the model and the settings it changed (the bootstrap count).
+    ids, pos, neg = caption_foil_scores(read_item_scores(tmp_path / "eval" / "sugarcrepe" / f"{model}@bootstrap=20.scores.jsonl"))
     with ActivationCache(cache) as c:
         matrix, done = c.scores()
         assert list(c.table("items")["id"]) == ids
@@ -92,7 +93,7 @@ def test_extract_and_eval_give_the_same_scores(
     assert n == 6 and done[rows, pos_cols].all() and done[rows, pos_cols + 1].all()
     np.testing.assert_allclose(pos, matrix[rows, pos_cols], rtol=0, atol=ATOL)
     np.testing.assert_allclose(neg, matrix[rows, pos_cols + 1], rtol=0, atol=ATOL)
-    run = json.loads((tmp_path / "eval" / "sugarcrepe" / "manifest.json").read_text(encoding="utf-8"))["runs"][model]
+    run = json.loads((tmp_path / "eval" / "sugarcrepe" / "manifest.json").read_text(encoding="utf-8"))["runs"][f"{model}@bootstrap=20"]
     assert run["score_kind"] == kind == {"clip": "cosine"}.get(model, "match_probability")
     if reads == "regions":
         with RegionStore(sugarcrepe_regions) as store:

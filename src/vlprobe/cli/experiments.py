@@ -239,7 +239,8 @@ def run_variant_similarity_cmd(
     ))
     for row in rows:
         if row["subset"] == "all":
-            typer.echo(f"{row['model']:<12} {row['probe']:<22} {row['metric']:<6} {row['value']:7.2f}  (n={row['n']})")
+            setting = f"agg={row['agg']} lambda={row['lambda']:g}"
+            typer.echo(f"{row['model']:<12} {setting:<22} {row['metric']:<6} {row['value']:7.2f}  (n={row['n']})")
     typer.echo(f"wrote {csv_path} and {csv_path.parent / 'manifest.json'}")
 
 

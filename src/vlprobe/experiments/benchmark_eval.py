@@ -25,7 +25,6 @@ takes the scores from a per-item score file (``scores``), then writes to ``OUT/<
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,8 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from vlprobe.data.loading import load_dataset
-from vlprobe.data.source_files import iter_json_lines
+from vlprobe.data.loading import load_dataset, read_item_ids, select_items
 from vlprobe.experiments.metrics import (
     SUGARCREPE_GROUPS,
     bootstrap_indices,
@@ -46,6 +44,7 @@ from vlprobe.experiments.outputs import (
     check_run_slot,
     config_record,
     result_stem,
+    run_settings,
     write_results,
 )
 from vlprobe.experiments.score_files import (
@@ -101,21 +100,6 @@ class EvalConfig:
     tokenizer: str | None = None
     #: Further load options the model declares (e.g. BLIP's ``score_head``).
     model_options: Mapping[str, Any] = field(default_factory=dict)
-
-
-def read_item_ids(path: str | os.PathLike[str], *, param: str = "items") -> list[str]:
-    """Item ids from a JSONL file of ``{"item": id}`` lines (what ``probe refine`` writes)."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"{param}: no such file {str(p)!r}")
-    ids: list[str] = []
-    for _, where, obj in iter_json_lines(p, param):
-        if not isinstance(obj, dict) or "item" not in obj:
-            raise InputError(f'{param}: {where} is not {{"item": "<id>"}}')
-        ids.append(str(obj["item"]))
-    if len(set(ids)) != len(ids):
-        raise InputError(f"{param}: {p.name} repeats item ids")
-    return ids
 
 
 def _subset_of(item_id: str, benchmark: str, known: tuple[str, ...], param: str) -> str:
@@ -193,6 +177,9 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
     _validate(config)
     cfg = config_record(config)
     model = config.name or config.model or Path(config.scores).name.split(".")[0]  # type: ignore[arg-type]
+    # The item selection (subsets, limit, all_items) is part of the input: another one is refused.
+    settings = run_settings(config, exclude=("batch_size", "subsets", "limit", "all_items"), rename={"seed": "bootstrap_seed"})
+    run = settings.key(model)
     known = _known_subsets(config.benchmark)
     wanted = set(read_item_ids(config.items)) if config.items is not None else None
     inputs: dict[str, Any] = {}
@@ -202,13 +189,12 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
         from vlprobe.extract.scoring import load_scorer
 
         dataset = _load(config)
-        items = [it for it in dataset.items if wanted is None or it.id in wanted]
-        if wanted is not None and len(items) != len(wanted):
-            missing = sorted(wanted - {it.id for it in items})
-            raise InputError(f"items: {len(missing)} listed item(s) are not in the loaded data, e.g. {missing[0]!r}")
+        if wanted is not None:
+            dataset = select_items(dataset, sorted(wanted))
+        items = list(dataset.items)
         if not items:
             raise InputError(f"{config.benchmark}: no items to evaluate")
-        check_run_slot(config.out, config.benchmark, model, cfg, name_field="name")  # before scoring
+        check_run_slot(config.out, config.benchmark, model, cfg, name_field="name", settings=settings)  # before scoring
         given = _model_inputs(config)
         scorer = load_scorer(
             config.model, config.checkpoint, device=config.device, dtype=config.dtype,
@@ -276,7 +262,7 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
         "items_per_subset": {s: int((sub == s).sum()) for s in dict.fromkeys(subsets)},
         "bootstrap": {"resamples": config.bootstrap, "seed": config.seed, "level": 0.95,
                       "kind": "percentile; items resampled within their subset; one index set for every metric"},
-        "item_scores": f"{result_stem(model)}.scores.jsonl",
+        "item_scores": f"{result_stem(run)}.scores.jsonl",
     }
     if config.benchmark == "valse":
         extra["match_threshold"] = threshold
@@ -285,7 +271,8 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
     if config.items is not None:
         inputs["items"] = {"path": str(config.items), "sha256": sha256_file(config.items)}
     manifest = build_manifest(config.benchmark, VERSION, cfg, inputs, seeds=[config.seed], extra=extra)
-    csv_path, manifest_path = write_results(config.out, config.benchmark, model, rows, manifest, name_field="name")
+    csv_path, manifest_path = write_results(config.out, config.benchmark, model, rows, manifest, name_field="name",
+                                            settings=settings)
     write_item_scores(
         csv_path.with_suffix(".scores.jsonl"),
         [i for i in ids for _ in (0, 1)], [f"{i}/i0" for i in ids for _ in (0, 1)],

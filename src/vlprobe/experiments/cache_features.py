@@ -8,6 +8,7 @@ the rows of a text, an image or a pair whatever the stream's modality.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -153,6 +154,9 @@ class StreamStates:
         The pooling read: the one asked for, or the stream's default when it lacks it.
     asked_pooling : str
         The pooling asked for.
+    kinds : list of str
+        The kind of each layer read (``embed``, ``self``, ``lang``, ``rel``, ``cross``,
+        ``joint``; the model's declaration); None for ``pooled``.
     """
 
     name: str
@@ -162,6 +166,11 @@ class StreamStates:
     states: np.ndarray
     pooling: str = ""
     asked_pooling: str = ""
+    kinds: list[str | None] = dataclasses.field(default_factory=list)
+
+    def kind(self, layer: int | None) -> str | None:
+        """The kind of a layer read (None for ``pooled``)."""
+        return self.kinds[self.layers.index(layer)] if self.kinds else None
 
     @property
     def fell_back(self) -> bool:
@@ -202,7 +211,9 @@ def read_stream(
     name = resolve_stream(cache, stream, modalities, param=param)
     used, chosen = stream_layers(cache, name, pooling, layers)
     modality, lookup = row_lookup(cache, name)
-    return StreamStates(name, modality, chosen, lookup, load_states(cache, name, used, chosen), used, pooling)
+    model_kinds = cache.model_layer_kinds(name)
+    kinds = [None if layer is None else str(model_kinds[layer]) for layer in chosen]
+    return StreamStates(name, modality, chosen, lookup, load_states(cache, name, used, chosen), used, pooling, kinds)
 
 
 def pooling_notes(reads: Sequence[StreamStates], experiment: str) -> list[str]:

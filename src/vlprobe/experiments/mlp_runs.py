@@ -23,12 +23,15 @@ import numpy as np
 from vlprobe.devices import resolve_device
 from vlprobe.experiments.cache_features import check_seeds, stratum_keys
 from vlprobe.experiments.outputs import (
+    RunSettings,
     build_manifest,
     check_run_slot,
     config_record,
     result_stem,
+    run_settings,
     write_results,
 )
+from vlprobe.experiments.presets import apply_preset
 from vlprobe.experiments.summary import summarize, write_summary_csv
 from vlprobe.experiments.units import units_of
 from vlprobe.probes.ensemble import (
@@ -280,20 +283,27 @@ class ItemPlan:
     split: ItemSplit
     families: list[str]
     model: str
+    settings: RunSettings
+    run: str
+
+#: Settings of the MLP experiments that the rows show (layer, stream, seed, subset columns).
+SWEPT = ("layers", "stream", "streams", "seeds", "mode")
 
 
 def plan_items(experiment: str, config: Any, index: Any, items: Sequence[int]) -> ItemPlan:
     """Split ``items`` (:func:`item_split` with the config's split fields) and claim the output slot.
 
-    ``config`` has ``test_size, split_seed, stratify, split_file, model, out``; the output slot is
-    checked (:func:`~vlprobe.experiments.outputs.check_run_slot`) before any training.
+    ``config`` has ``test_size, split_seed, stratify, split_file, model, out``; the output slot of
+    the run (named by the model and the settings it changed) is checked
+    (:func:`~vlprobe.experiments.outputs.check_run_slot`) before any training.
     """
     split, families, chosen = item_split(
         index, items, config.test_size, config.split_seed, config.stratify, config.split_file
     )
     model = config.model or index.model
-    check_run_slot(config.out, experiment, model, config_record(config))
-    return ItemPlan(chosen, split, families, model)
+    settings = run_settings(config, swept=SWEPT, resolve=lambda c: apply_preset(experiment, c))
+    run = check_run_slot(config.out, experiment, model, config_record(config), settings=settings)
+    return ItemPlan(chosen, split, families, model, settings, run)
 
 
 def train_and_write(
@@ -326,6 +336,6 @@ def train_and_write(
             "units": units_of(rows),
         },
     )
-    csv_path, manifest_path = write_results(config.out, experiment, plan.model, rows, manifest)
-    write_summary_csv(csv_path.with_name(f"{result_stem(plan.model)}.summary.csv"), summarize(rows))
+    csv_path, manifest_path = write_results(config.out, experiment, plan.model, rows, manifest, settings=plan.settings)
+    write_summary_csv(csv_path.with_name(f"{result_stem(plan.run)}.summary.csv"), summarize(rows))
     return csv_path, manifest_path, rows

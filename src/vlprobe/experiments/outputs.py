@@ -1,28 +1,35 @@
 """Tidy CSVs and manifests: what every experiment writes.
 
-``OUT/<experiment>/<model>.csv`` holds one row per measured value, with the columns of
-:data:`TIDY_COLUMNS` (empty where a column does not apply); side files of the same run share the
-stem (``<model>.summary.csv``, ``<model>.scores.jsonl``, ...; :func:`result_stem`).
-``OUT/<experiment>/manifest.json`` maps each model to its run's manifest: the full config, every
-seed, the vlprobe git revision, package versions and the fingerprints of every input. Both are
-written atomically.
+``OUT/<experiment>/<run>.csv`` holds one row per measured value, with the columns of
+:data:`TIDY_COLUMNS` (empty where a column does not apply) followed by the run's *setting
+columns*: one per setting that changes a number (``scale``, ``C``, ``depth``, ``lr``, ...; a
+sweep inside one run, such as variant-similarity's ``agg`` and ``lambda``, fills its columns per
+row), so runs with different settings can be stacked into one table and still be told apart.
+Side files of the same run share the stem (``<run>.summary.csv``, ``<run>.scores.jsonl``, ...;
+:func:`result_stem`). ``OUT/<experiment>/manifest.json`` maps each run to its manifest: the full
+config, the settings, every seed, the vlprobe git revision, package versions and the
+fingerprints of every input. Both are written atomically.
 
-One folder holds one run per model name. Running the same model again with the same settings
-replaces its run; a run whose settings differ from the recorded one (another pooling, stream,
-layer spec, seed count, cache, ...; the fields of :data:`RUN_NEUTRAL` aside) is refused before
-anything is computed, with the differing field named: give it another ``--out`` or another model
-name (``--model``; ``probe eval``: ``--name``), or delete the old run's files first.
+A run is named by its model and the settings it changed from the experiment's defaults
+(:meth:`RunSettings.key`): ``clip`` for a run on the defaults, ``clip@C=1,scale=standard`` for
+another, so one folder holds a whole sweep over one model. Running the same model again with
+the same settings replaces its run; a run under the same name whose other config fields differ
+(another cache or score file; the fields of :data:`RUN_NEUTRAL` aside) is refused before
+anything is computed, with the differing field named: give it another ``--out`` or another
+model name (``--model``; ``probe eval``: ``--name``), or delete the old run's files first.
 """
 
 from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
 import json
 import math
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,25 +39,149 @@ from vlprobe.provenance import git_revision, package_versions
 from vlprobe.validation import InputError
 
 __all__ = [
+    "NOT_SETTINGS",
     "RUN_NEUTRAL",
     "TIDY_COLUMNS",
+    "RunSettings",
     "build_manifest",
     "check_run_slot",
     "config_record",
     "format_cell",
     "result_stem",
+    "run_settings",
+    "setting_cell",
     "write_results",
     "write_tidy_csv",
 ]
 
 TIDY_COLUMNS: tuple[str, ...] = (
-    "experiment", "model", "stream", "layer", "pooling", "probe", "task", "seed", "split",
+    "experiment", "model", "stream", "layer", "kind", "pooling", "probe", "task", "seed", "split",
     "subset", "metric", "value", "n",
 )
 
 #: Config fields that do not change what a run measures: a rerun that differs only in these (or
 #: in the field naming the run, ``model`` by default) replaces the recorded run.
 RUN_NEUTRAL: frozenset[str] = frozenset({"out", "jobs", "device", "progress"})
+#: Config fields that are not settings of a run: its inputs (caches, score and data files,
+#: checkpoints), where its outputs go and under which name, and how it runs. Every other field
+#: of an experiment's config changes its numbers.
+NOT_SETTINGS: frozenset[str] = frozenset({
+    "cache", "scores", "scores_file", "data_dir", "image_dir", "image_root", "tags", "regions", "items",
+    "split_file", "checkpoint", "model_config", "tokenizer", "benchmark", "out", "model", "name", "jobs",
+    "device", "progress", "preset",
+})
+#: Longest run-name file stem; a longer one is shortened to the model and a hash of the settings.
+MAX_STEM = 120
+
+
+def setting_cell(value: Any) -> str:
+    """A setting as a CSV cell and in a run name: lists joined by ``+``, floats in shortest form."""
+    if isinstance(value, (list, tuple)):
+        return "+".join(setting_cell(v) for v in value)
+    if isinstance(value, bool) or value is None:
+        return "" if value is None else str(value)
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else format(value, ".12g")
+    return str(value)
+
+
+def _json_value(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=lambda v: os.fspath(v)))
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The settings of one run: what names it among the runs of one model, and its setting columns.
+
+    Attributes
+    ----------
+    values : dict
+        Every setting of the run (JSON values), in config order.
+    defaults : dict
+        The experiment's default of each setting (after its preset's values).
+    columns : dict
+        Setting column -> the setting it shows; the same value in every row.
+    row_columns : tuple of str
+        Setting columns each row fills itself (a sweep inside the run: variant-similarity's
+        ``agg`` and ``lambda``).
+    """
+
+    values: dict[str, Any]
+    defaults: dict[str, Any]
+    columns: dict[str, str]
+    row_columns: tuple[str, ...] = ()
+
+    @property
+    def changed(self) -> dict[str, Any]:
+        """The settings whose value is not the default."""
+        return {k: v for k, v in self.values.items() if v != self.defaults.get(k)}
+
+    def key(self, model: str) -> str:
+        """The run's name: ``model``, then ``@`` and ``setting=value`` for each changed setting."""
+        changed = self.changed
+        if not changed:
+            return model
+        # A comma inside a value (a layer spec "0,-1") is written as "+": commas separate settings.
+        return model + "@" + ",".join(f"{k}={setting_cell(v).replace(',', '+')}" for k, v in changed.items())
+
+    def cells(self) -> dict[str, str]:
+        """The run-constant setting columns' cells."""
+        return {col: setting_cell(self.values[name]) for col, name in self.columns.items()}
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return (*self.columns, *self.row_columns)
+
+
+def run_settings(
+    config: Any, *, swept: Sequence[str] = (), row_columns: Sequence[str] = (), exclude: Sequence[str] = (),
+    rename: Mapping[str, str] | None = None, resolve: Callable[[Any], Any] | None = None,
+    values: Mapping[str, Any] | None = None,
+) -> RunSettings:
+    """The settings of a run of an experiment config (a dataclass).
+
+    Parameters
+    ----------
+    config : dataclass instance
+        The run's resolved config; its fields outside :data:`NOT_SETTINGS` and ``exclude`` are
+        its settings.
+    swept : sequence of str
+        Settings the rows already show (``layers``, ``seeds``, ``ks``, ...): they name the run
+        but get no column. Settings named as a tidy column (``pooling``) get none either.
+    row_columns : sequence of str
+        Setting columns the rows fill themselves.
+    exclude : sequence of str
+        Further fields that do not change the numbers of this experiment (``probe eval``'s
+        ``batch_size``).
+    rename : mapping, optional
+        Column name of a setting whose field name is a tidy column (``seed`` ->
+        ``bootstrap_seed``).
+    resolve : callable, optional
+        Applied to the all-defaults config to get the defaults a run is compared with (the
+        experiment's preset filling unset fields).
+    values : mapping, optional
+        Resolved values that differ from the config's fields (parsed lists).
+    """
+    rename = dict(rename or {})
+    names = [f.name for f in dataclasses.fields(config) if f.name not in NOT_SETTINGS and f.name not in exclude]
+    got = {n: _json_value((values or {}).get(n, getattr(config, n))) for n in names}
+    initial = {}
+    for f in dataclasses.fields(config):
+        if f.name in names and f.default is not dataclasses.MISSING:
+            initial[f.name] = f.default
+        elif f.name in names and f.default_factory is not dataclasses.MISSING:
+            initial[f.name] = f.default_factory()
+    base = dataclasses.replace(config, **initial)
+    if resolve is not None:
+        base = resolve(base)
+    defaults = {n: _json_value(getattr(base, n)) for n in names}
+    columns = {}
+    for n in names:
+        col = rename.get(n, n)
+        if n in swept or col in TIDY_COLUMNS or col in row_columns:
+            continue
+        columns[col] = n
+    return RunSettings(got, defaults, columns, tuple(row_columns))
 
 
 def format_cell(value: Any) -> str:
@@ -63,9 +194,14 @@ def format_cell(value: Any) -> str:
     return str(value)
 
 
-def result_stem(model: str) -> str:
-    """The file stem of a model's outputs: the name with characters other than ``[A-Za-z0-9._-]`` as ``_``."""
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in model) or "model"
+def result_stem(run: str) -> str:
+    """The file stem of a run's outputs: its name with characters other than ``[A-Za-z0-9._-@=+,]``
+    as ``_``; a stem longer than :data:`MAX_STEM` keeps the part before ``@`` and a hash of the rest."""
+    stem = "".join(ch if ch.isalnum() or ch in "-_.@=+," else "_" for ch in run) or "model"
+    if len(stem) > MAX_STEM:
+        head = stem.split("@", 1)[0][: MAX_STEM - 14]
+        stem = f"{head}@{hashlib.sha256(run.encode('utf-8')).hexdigest()[:12]}"
+    return stem
 
 
 def config_record(config: Any) -> dict[str, Any]:
@@ -73,23 +209,29 @@ def config_record(config: Any) -> dict[str, Any]:
     return json.loads(json.dumps(dataclasses.asdict(config), default=lambda v: os.fspath(v)))
 
 
-def write_tidy_csv(path: str | os.PathLike[str], rows: Iterable[Mapping[str, Any]]) -> Path:
-    """Write rows (dicts keyed by :data:`TIDY_COLUMNS`) as CSV, atomically.
+def write_tidy_csv(
+    path: str | os.PathLike[str], rows: Iterable[Mapping[str, Any]], settings: RunSettings | None = None,
+) -> Path:
+    """Write rows (dicts keyed by :data:`TIDY_COLUMNS`) as CSV, atomically, with the run's setting columns.
 
     Raises
     ------
-    InputError
-        A row has a key that is not a tidy column.
+    ValueError
+        A row has a key that is neither a tidy column nor one of the setting columns.
     """
     target = Path(path)
+    columns = (*TIDY_COLUMNS, *(settings.column_names if settings else ()))
+    known = set(columns)
+    constant = settings.cells() if settings else {}
     with atomic_write(target) as fh:
         writer = csv.writer(fh, lineterminator="\n")
-        writer.writerow(TIDY_COLUMNS)
+        writer.writerow(columns)
         for row in rows:
-            extra = set(row) - set(TIDY_COLUMNS)
+            extra = set(row) - known
             if extra:
                 raise ValueError(f"rows: unknown tidy column(s) {sorted(extra)}")
-            writer.writerow([format_cell(row.get(c)) for c in TIDY_COLUMNS])
+            full = {**constant, **row}
+            writer.writerow([format_cell(full.get(c)) for c in columns])
     return target
 
 
@@ -146,47 +288,54 @@ def _recorded_runs(manifest_path: Path) -> dict[str, Any]:
 
 def check_run_slot(
     out_dir: str | os.PathLike[str], experiment: str, model: str, config: Mapping[str, Any] | None,
-    *, name_field: str = "model",
-) -> None:
-    """Refuse to replace a recorded run of ``model`` made with other settings (module docstring).
+    *, name_field: str = "model", settings: RunSettings | None = None,
+) -> str:
+    """The run's name (:meth:`RunSettings.key`); refuse to replace a recorded run of that name
+    made from other inputs (module docstring).
 
     Experiments call it as soon as the model name is known, so a refused run costs nothing;
-    :func:`write_results` calls it again. ``name_field`` is the config field that names the run
+    :func:`write_results` calls it again. ``name_field`` is the config field that names the model
     (``probe eval``: ``name``); it is not compared.
 
     Raises
     ------
     InputError
         ``OUT/<experiment>/`` holds a run under this file stem whose config differs from
-        ``config`` outside :data:`RUN_NEUTRAL`, or a run of another model name with this stem.
+        ``config`` outside :data:`RUN_NEUTRAL`, or a run of another name with this stem.
     """
     folder = Path(out_dir) / experiment
-    stem = result_stem(model)
-    for name, run in _recorded_runs(folder / "manifest.json").items():
+    run = settings.key(model) if settings is not None else model
+    stem = result_stem(run)
+    # The preset only fills settings, which the run name already holds.
+    skip = {*RUN_NEUTRAL, name_field, *(("preset",) if settings is not None else ())}
+    for name, recorded in _recorded_runs(folder / "manifest.json").items():
         if result_stem(name) != stem:
             continue
-        where = f"out: {folder / stem}.csv already holds the {experiment} run of {name!r}"
-        if name != model:
-            raise InputError(f"{where}, which shares its file name with {model!r}; choose another model name")
-        old = run.get("config") if isinstance(run, dict) else None
+        where = f"out: {folder / stem}.csv already holds the {experiment} run {name!r}"
+        if name != run:
+            raise InputError(f"{where}, which shares its file name with {run!r}; choose another model name")
+        old = recorded.get("config") if isinstance(recorded, dict) else None
         if config is None or not isinstance(old, dict):
             continue  # nothing recorded to compare against
         new = json.loads(json.dumps(dict(config), default=str))
-        differ = sorted(k for k in set(old) | set(new) if k not in RUN_NEUTRAL and k != name_field and old.get(k) != new.get(k))
+        differ = sorted(k for k in set(old) | set(new) if k not in skip and old.get(k) != new.get(k))
         if differ:
             k = differ[0]
             more = f" (and {len(differ) - 1} more field(s))" if len(differ) > 1 else ""
             raise InputError(
-                f"{where} made with other settings ({k}={old.get(k)!r} there, {new.get(k)!r} now{more}); "
+                f"{where} made with other settings or inputs ({k}={old.get(k)!r} there, {new.get(k)!r} now{more}); "
                 "use another --out or another model name to keep both, or delete that run's files first"
             )
+    return run
 
 
 def write_results(
     out_dir: str | os.PathLike[str], experiment: str, model: str,
     rows: Iterable[Mapping[str, Any]], manifest: Mapping[str, Any], *, name_field: str = "model",
+    settings: RunSettings | None = None,
 ) -> tuple[Path, Path]:
-    """Write ``OUT/<experiment>/<model>.csv`` and this model's entry of ``manifest.json``.
+    """Write ``OUT/<experiment>/<run>.csv`` (with the setting columns) and the run's entry of
+    ``manifest.json`` (with ``run``, ``settings`` and ``settings_changed``).
 
     Raises
     ------
@@ -194,10 +343,15 @@ def write_results(
         From :func:`check_run_slot`, before anything is written.
     """
     folder = Path(out_dir) / experiment
-    check_run_slot(out_dir, experiment, model, manifest.get("config"), name_field=name_field)
+    run = check_run_slot(out_dir, experiment, model, manifest.get("config"), name_field=name_field,
+                         settings=settings)
     manifest_path = folder / "manifest.json"
     runs = _recorded_runs(manifest_path)
-    csv_path = write_tidy_csv(folder / f"{result_stem(model)}.csv", rows)
-    runs[model] = dict(manifest)
+    csv_path = write_tidy_csv(folder / f"{result_stem(run)}.csv", rows, settings)
+    entry = dict(manifest)
+    if settings is not None:
+        entry.update(run=run, settings=settings.values, settings_changed=settings.changed,
+                     setting_columns={**settings.columns, **{c: c for c in settings.row_columns}})
+    runs[run] = entry
     write_json(manifest_path, {"experiment": experiment, "runs": runs})
     return csv_path, manifest_path

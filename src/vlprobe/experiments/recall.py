@@ -23,7 +23,13 @@ from typing import Any
 import numpy as np
 
 from vlprobe.experiments.metrics import bootstrap_indices, ci95_rows, recall_ranks
-from vlprobe.experiments.outputs import build_manifest, check_run_slot, config_record, write_results
+from vlprobe.experiments.outputs import (
+    build_manifest,
+    check_run_slot,
+    config_record,
+    run_settings,
+    write_results,
+)
 from vlprobe.experiments.score_files import read_score_matrix
 from vlprobe.experiments.units import units_of
 from vlprobe.io import atomic_write
@@ -92,7 +98,8 @@ def run_recall(config: RecallConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
         inputs = {"scores": {"path": str(config.scores), "sha256": sha256_file(config.scores)}}  # type: ignore[arg-type]
         model = config.model or Path(config.scores).stem  # type: ignore[arg-type]
     cfg = config_record(config)
-    check_run_slot(config.out, NAME, model, cfg)
+    settings = run_settings(config, swept=("ks",), rename={"seed": "bootstrap_seed"})
+    check_run_slot(config.out, NAME, model, cfg, settings=settings)
     positives = np.arange(m.shape[0])
     say(config.progress, f"{NAME}: ranks of a {m.shape[0]} x {m.shape[1]} caption x image matrix, k = "
                          f"{', '.join(str(int(k)) for k in config.ks)}, {config.bootstrap} bootstrap resamples; about "
@@ -119,9 +126,9 @@ def run_recall(config: RecallConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
         NAME, VERSION, cfg, inputs, seeds=[config.seed],
         extra={"units": units_of(rows), "model": model,
                "bootstrap": {"resamples": config.bootstrap, "seed": config.seed, "level": 0.95},
-               "item_scores": "<model>.scores.npy (caption x image, canonical order)"},
+               "item_scores": "<run>.scores.npy (caption x image, canonical order)"},
     )
-    csv_path, manifest_path = write_results(config.out, NAME, model, rows, manifest)
+    csv_path, manifest_path = write_results(config.out, NAME, model, rows, manifest, settings=settings)
     with atomic_write(csv_path.with_suffix(".scores.npy"), "wb") as fh:
         np.save(fh, m)
     return csv_path, manifest_path, rows

@@ -61,6 +61,7 @@ from vlprobe.experiments.outputs import (
     check_run_slot,
     config_record,
     result_stem,
+    run_settings,
     write_results,
     write_tidy_csv,
 )
@@ -192,7 +193,9 @@ def run_separability(config: SeparabilityConfig) -> tuple[Path, Path, list[dict[
         index = load_index(cache)
         require_variants(index, config.cache, "separability")
         model = config.model or index.model
-        check_run_slot(config.out, NAME, model, cfg)
+        settings = run_settings(config, swept=("streams", "layers", "seeds"),
+                                resolve=lambda c: apply_preset(NAME, c))
+        run = check_run_slot(config.out, NAME, model, cfg, settings=settings)
         rows: list[dict[str, Any]] = []
         item_rows: list[dict[str, Any]] = []
         n_cases: dict[str, int] = {}
@@ -221,9 +224,10 @@ def run_separability(config: SeparabilityConfig) -> tuple[Path, Path, list[dict[
                                         bar.update)
             base = {"experiment": NAME, "model": model, "stream": stream, "pooling": read.pooling,
                     "probe": PROBE, "split": "train"}
-            _rows(per_layer, read.layers, cases, seeds, read.modality, index.item_tags, base, rows, item_rows)
+            _rows(per_layer, read.layers, read.kinds, cases, seeds, read.modality, index.item_tags, base, rows,
+                  item_rows)
 
-    stem = result_stem(model)
+    stem = result_stem(run)
     manifest = build_manifest(
         NAME, VERSION, cfg, {"cache": index.provenance}, seeds=seeds,
         extra={
@@ -237,8 +241,8 @@ def run_separability(config: SeparabilityConfig) -> tuple[Path, Path, list[dict[
             "outputs": [f"{stem}.csv", f"{stem}.items.csv", f"{stem}.summary.csv"],
         },
     )
-    csv_path, manifest_path = write_results(config.out, NAME, model, rows, manifest)
-    write_tidy_csv(csv_path.with_name(f"{stem}.items.csv"), item_rows)
+    csv_path, manifest_path = write_results(config.out, NAME, model, rows, manifest, settings=settings)
+    write_tidy_csv(csv_path.with_name(f"{stem}.items.csv"), item_rows, settings)
     write_summary_csv(csv_path.with_name(f"{stem}.summary.csv"), summarize(rows))
     return csv_path, manifest_path, rows
 
@@ -296,7 +300,8 @@ def tag_subsets(tags: Sequence[dict[str, list[str]]]) -> dict[str, np.ndarray]:
 
 
 def _rows(
-    per_layer: np.ndarray, layers: list[int | None], cases: list[Case], seeds: list[int], modality: str,
+    per_layer: np.ndarray, layers: list[int | None], kinds: list[str | None], cases: list[Case], seeds: list[int],
+    modality: str,
     item_tags: list[dict[str, list[str]]], base: dict[str, Any], rows: list[dict[str, Any]],
     item_rows: list[dict[str, Any]],
 ) -> None:
@@ -308,7 +313,7 @@ def _rows(
     subsets.update(tag_subsets([item_tags[c.item] for c in cases]))
     runs = [("target", None)] + [("control", s) for s in seeds]
     for li, layer in enumerate(layers):
-        lrow = {**base, "layer": layer}
+        lrow = {**base, "layer": layer, "kind": kinds[li]}
         for t, (task, seed) in enumerate(runs):
             res = per_layer[li, :, t]
             for subset, mask in subsets.items():

@@ -23,7 +23,7 @@ from vlprobe.validation import InputError
 __all__ = ["KEY_COLUMNS", "SUMMARY_COLUMNS", "read_tidy_csv", "summarize", "write_summary_csv"]
 
 KEY_COLUMNS: tuple[str, ...] = (
-    "experiment", "model", "stream", "layer", "pooling", "probe", "split", "subset", "metric",
+    "experiment", "model", "stream", "layer", "kind", "pooling", "probe", "split", "subset", "metric",
 )
 SUMMARY_COLUMNS: tuple[str, ...] = (
     *KEY_COLUMNS,
@@ -98,12 +98,13 @@ def read_tidy_csv(path: str | os.PathLike[str]) -> list[dict[str, str]]:
         with open(p, encoding="utf-8", newline="") as fh:
             reader = csv.DictReader(fh)
             header = list(reader.fieldnames or [])
-            missing = [c for c in TIDY_COLUMNS if c not in header]
+            # ``kind`` came later: results written before it read with the column empty.
+            missing = [c for c in TIDY_COLUMNS if c not in header and c != "kind"]
             if missing:
                 raise InputError(
                     f"csv: {p.name} is not a vlprobe tidy results CSV (missing column(s) {', '.join(missing)})"
                 )
-            rows = [dict(r) for r in reader]
+            rows = [{"kind": "", **r} for r in reader]
     except UnicodeDecodeError:
         raise InputError(f"csv: {p.name} is not a text CSV file") from None
     except csv.Error as exc:

@@ -220,7 +220,8 @@ def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[
             f2 = E[p][:, o2[:, 0], o2[:, 1]]
             X_groups.append(np.concatenate([f1, f2], axis=-1).reshape(len(items) * 4, -1))
             label_groups.append(lab)
-            group_fields.append({"subset": f"{mode}-score", "layer": _layer_label(positions[p], per_stream)})
+            group_fields.append({"subset": f"{mode}-score", "layer": _layer_label(positions[p], per_stream),
+                                 "kind": _kind_label(positions[p], read)})
     X = np.stack(X_groups).astype(np.float32)
     labels = np.stack(label_groups)
     poolings = [read[s].pooling for s in streams]
@@ -251,6 +252,12 @@ def _spec_for(spec: str, stream: str, streams: list[str]) -> str:
             raise InputError(f"layers: {part.strip()!r} does not name a chosen stream (streams: {', '.join(streams)})")
         parts[name.strip()] = sub
     return parts.get(stream, "all")
+
+
+def _kind_label(position: dict[str, int | None], read: dict[str, Any]) -> str | None:
+    """The kinds of the streams' layers at one position, ``+``-joined where they differ (``lang+rel``)."""
+    kinds = list(dict.fromkeys(k for s, layer in position.items() if (k := read[s].kind(layer)) is not None))
+    return "+".join(kinds) if kinds else None
 
 
 def _layer_label(position: dict[str, int | None], per_stream: dict[str, list[int | None]]) -> int | None:

@@ -184,7 +184,7 @@ def run_variant_probe(config: VariantProbeConfig) -> tuple[Path, Path, list[dict
     label_groups = np.broadcast_to(labels, (X.shape[0], len(labels)))
     base = {"experiment": NAME, "model": plan.model, "stream": stream, "pooling": read.pooling,
             "probe": PROBE, "subset": "all"}
-    group_fields = [{"layer": layer} for layer in layers]
+    group_fields = [{"layer": layer, "kind": read.kind(layer)} for layer in layers]
     return train_and_write(NAME, VERSION, config, index, plan, X, label_groups, example_items, group_fields, base, {
         "stream": stream, "modality": modality, "layers": layers, "n_examples": len(labels),
         "pooling": read.pooling,

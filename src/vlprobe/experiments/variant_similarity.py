@@ -11,8 +11,9 @@ is the score of each pair's best variant. Works for any cache holding the pair s
 variants (dual encoders score every pair; cross-encoders with the ``item`` pair plan score each
 item's images against its captions and their variants).
 
-CSV: one row per (setting, subset, metric); the setting is in the ``probe`` column as
-``agg=<agg>;lambda=<λ>``; subsets as in ``winoground-scores`` (all, tags); values in percent.
+CSV: one row per (agg, λ, subset, metric), agg and λ in the ``agg`` and ``lambda`` setting
+columns (``include_original`` in its own); subsets as in ``winoground-scores`` (all, tags);
+values in percent.
 """
 
 from __future__ import annotations
@@ -26,7 +27,13 @@ from typing import Any
 import numpy as np
 
 from vlprobe.experiments.metrics import winoground_outcomes
-from vlprobe.experiments.outputs import build_manifest, check_run_slot, config_record, write_results
+from vlprobe.experiments.outputs import (
+    build_manifest,
+    check_run_slot,
+    config_record,
+    run_settings,
+    write_results,
+)
 from vlprobe.experiments.units import units_of
 from vlprobe.progress import format_bytes, say
 from vlprobe.validation import InputError, check_choice, check_probability
@@ -36,7 +43,9 @@ __all__ = [
 ]
 
 NAME = "variant-similarity"
-VERSION = 2  # 2: wwh=Easier/Harder from the 172 untagged ids; the paper code's split as *-WWH-code
+# 2: wwh=Easier/Harder from the 172 untagged ids; the paper code's split as *-WWH-code.
+# 3: agg and lambda in setting columns (were packed into the probe column).
+VERSION = 3
 AGGS = ("mean", "max")
 
 
@@ -174,7 +183,9 @@ def run_variant_similarity(config: VariantSimilarityConfig) -> tuple[Path, Path,
         model = config.model or cache.header.model
         provenance = cache.provenance()
     cfg = {**config_record(config), "lambdas": list(lambdas), "aggs": list(aggs)}
-    check_run_slot(config.out, NAME, model, cfg)
+    settings = run_settings(config, swept=("aggs", "lambdas"), row_columns=("agg", "lambda"),
+                            values={"aggs": list(aggs), "lambdas": list(lambdas)})
+    check_run_slot(config.out, NAME, model, cfg, settings=settings)
     vs = variant_scores(matrix, done, list(items["id"]), list(images["id"]), list(texts["id"]), texts["parent"])
     if not vs.n_variants.any():
         raise InputError(f"cache: {Path(config.cache).name} holds no caption variants (extract with --variants FILE)")
@@ -192,7 +203,7 @@ def run_variant_similarity(config: VariantSimilarityConfig) -> tuple[Path, Path,
                 n = int(mask.sum())
                 for metric in ("text", "image", "group"):
                     rows.append({
-                        "experiment": NAME, "model": model, "probe": f"agg={agg};lambda={lam:g}",
+                        "experiment": NAME, "model": model, "agg": agg, "lambda": lam,
                         "task": "target", "split": "all", "subset": subset, "metric": metric,
                         "value": float(100.0 * outcomes[metric][mask].mean()) if n else float("nan"), "n": n,
                     })
@@ -200,7 +211,6 @@ def run_variant_similarity(config: VariantSimilarityConfig) -> tuple[Path, Path,
         "units": units_of(rows), "model": model, "n_items": len(ids),
         "variants_per_caption": {"min": int(vs.n_variants.min()), "max": int(vs.n_variants.max()),
                                  "mean": float(vs.n_variants.mean())},
-        "setting_column": "probe = agg=<agg>;lambda=<lambda>",
     })
-    csv_path, manifest_path = write_results(config.out, NAME, model, rows, manifest)
+    csv_path, manifest_path = write_results(config.out, NAME, model, rows, manifest, settings=settings)
     return csv_path, manifest_path, rows

@@ -49,6 +49,7 @@ from vlprobe.experiments.outputs import (
     check_run_slot,
     config_record,
     result_stem,
+    run_settings,
     write_results,
 )
 from vlprobe.experiments.score_files import (
@@ -278,7 +279,8 @@ def run_winoground_scores(config: WinogroundScoresConfig) -> tuple[Path, Path, l
     if config.model is not None:
         model = config.model
     cfg = config_record(config)
-    check_run_slot(config.out, NAME, model, cfg)
+    settings = run_settings(config, rename={"seed": "bootstrap_seed"})
+    run = check_run_slot(config.out, NAME, model, cfg, settings=settings)
     outcomes = winoground_outcomes(s)
     undefined = {m: MATCHING_UNDEFINED for m in METRICS if m not in outcomes}
     masks = subset_masks(ids, tags)
@@ -306,9 +308,9 @@ def run_winoground_scores(config: WinogroundScoresConfig) -> tuple[Path, Path, l
                "undefined_metrics": undefined,
                "bootstrap": {"resamples": config.bootstrap, "seed": config.seed, "level": 0.95,
                              "kind": "percentile, items resampled with replacement, paired across metrics"},
-               "item_scores": f"{result_stem(model)}.scores.jsonl"},
+               "item_scores": f"{result_stem(run)}.scores.jsonl"},
     )
-    csv_path, manifest_path = write_results(config.out, NAME, model, rows, manifest)
+    csv_path, manifest_path = write_results(config.out, NAME, model, rows, manifest, settings=settings)
     _write_winoground_item_scores(csv_path.with_suffix(".scores.jsonl"), ids, s)
     return csv_path, manifest_path, rows
 
