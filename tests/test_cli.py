@@ -244,7 +244,7 @@ GOOD_VARIANT_LINE = json.dumps({"item": "winoground/0", "caption": 0, "variants"
         ("--data-dir", "MISSING", ("data_dir", "no such directory")),
         ("--out", "cache.txt", ("out", ".h5")),
         ("--variants", "BAD_LINE", ("line 2", "not valid JSON")),
-        ("--variants", "UNKNOWN_ITEM", ("'winoground/999' is not in dataset",)),
+        ("--variants", "UNKNOWN_ITEM", ("none of the 1 captions in v.jsonl", "check the selection")),
         ("--variants", "MISSING", ("variants", "no such file")),
         ("--checkpoint", "MISSING_DIR", ("checkpoint", "is not a directory")),
         ("--dataset", "winogrand", ("unknown dataset 'winogrand'", "did you mean 'winoground'")),

@@ -193,3 +193,23 @@ def test_paper_preset_runs_offline_with_what_is_available(wordnet_root: Path, nl
     assert "not repeated" in res.provenance["identity"]
     assert [p["strategy"] for p in res.provenance["plan"]] == [
         "original", "role-rewrite", "hyponym", "hypernym", "slang", "synonym"]
+
+
+def test_cli_augment_takes_the_dataset_selection(sugarcrepe_dir: Path, tmp_path: Path, one_error_line, nlp) -> None:
+    runner = CliRunner()
+    out = tmp_path / "v.jsonl"
+    base = ["augment", "--dataset", "sugarcrepe", "--data-dir", str(sugarcrepe_dir), "--strategies", "slang", "-q"]
+    r = runner.invoke(app, [*base, "--subsets", "swap_obj,add_att", "--limit", "3", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    items = sorted({vs.item for vs in read_variants(out)})
+    assert len(items) == 6 and {i.split("/")[1] for i in items} == {"swap_obj", "add_att"}
+    header = read_variants_header(out)
+    assert header is not None
+    assert header["selection"] == {"subsets": "swap_obj,add_att", "limit": 3} and header["n_items"] == 6
+    keep = tmp_path / "keep.jsonl"
+    keep.write_text(f'{{"item": "{items[0]}"}}\n{{"item": "{items[-1]}"}}\n', encoding="utf-8")
+    r = runner.invoke(app, [*base, "--subsets", "swap_obj,add_att", "--items", str(keep), "--out", str(tmp_path / "k.jsonl")])
+    assert r.exit_code == 0, r.output
+    assert sorted({vs.item for vs in read_variants(tmp_path / "k.jsonl")}) == [items[0], items[-1]]
+    one_error_line(runner.invoke(app, ["augment", "--dataset", "winoground", "--subsets", "a", "--strategies", "slang",
+                                       "--out", str(tmp_path / "w.jsonl")]), "does not take --subsets")

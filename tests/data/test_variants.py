@@ -165,9 +165,10 @@ def test_missing_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("line", "pattern"),
     [
-        ('{"item": "winoground/9", "caption": 0, "variants": []}',
-         r"^variants file bad\.jsonl line 2: 'item' 'winoground/9' is not in dataset 'winoground' \(ids look like 'winoground/0'\)"),
-        ('{"item": "0", "caption": 0, "variants": []}', r"^variants file bad\.jsonl line 2: 'item' '0' is not in dataset"),
+        ('{"item": "sugarcrepe/swap_obj/9", "caption": 0, "variants": []}',
+         r"^variants file bad\.jsonl line 2: 'item' 'sugarcrepe/swap_obj/9' is not an item of dataset 'winoground' "
+         r"\(its ids look like 'winoground/0'\); was the file made for another dataset\?"),
+        ('{"item": "0", "caption": 0, "variants": []}', r"^variants file bad\.jsonl line 2: 'item' '0' is not an item of dataset"),
         ('{"item": "winoground/1", "caption": 2, "variants": []}',
          r"^variants file bad\.jsonl line 2: 'caption' 2 is out of range: item 'winoground/1' has 2 captions"),
         ('{"item": "winoground/1", "caption": 0, "original": "something else", "variants": []}',
@@ -178,3 +179,38 @@ def test_attach_errors_name_file_and_line(dataset, tmp_path: Path, line: str, pa
     path = write_lines(tmp_path, GOOD, line)
     with pytest.raises(ValueError, match=pattern):
         attach_variants(dataset, path)
+
+
+def test_a_file_covering_more_items_than_the_selection_uses_the_matching_part(dataset, tmp_path: Path) -> None:
+    # Made for more of the dataset than was loaded (as with --subsets or --limit): the lines of the
+    # items not loaded are left out; the loaded ones get their variants.
+    path = write_lines(tmp_path, GOOD, '{"item": "winoground/999", "caption": 0, "variants": [{"text": "x", "strategy": "s"}]}')
+    out = attach_variants(dataset, path)
+    assert [t.id for t in out.items[0].texts if t.parent] == ["winoground/0/c0/v0"]
+    assert all(t.parent is None for it in out.items[1:] for t in it.texts)
+    # None of the file's items loaded: an error that points at the selection.
+    only_outside = write_lines(tmp_path, '{"item": "winoground/999", "caption": 0, "variants": []}')
+    with pytest.raises(ValueError, match=r"^variants: none of the 1 captions in bad\.jsonl belongs to the \d+ loaded "
+                                         r"winoground item\(s\).*check the selection \(--subsets, --limit, --items\)"):
+        attach_variants(dataset, only_outside)
+
+
+def test_sugarcrepe_selection_with_a_larger_variants_file(sugarcrepe_dir: Path, tmp_path: Path) -> None:
+    """``probe extract --subsets/--limit`` with a file made for more items (load_dataset is extract's path)."""
+    from vlprobe.data.loading import load_dataset
+    from vlprobe.data.variants import Variant, VariantSet, write_variants
+
+    big = load_dataset("sugarcrepe", sugarcrepe_dir, options={"subsets": "swap_obj,add_att", "limit": 3})
+    sets = [VariantSet(it.id, 0, (Variant(f"v of {it.id}", "s"),), original=it.captions[0].text) for it in big.items]
+    path = write_variants(tmp_path / "v.jsonl", sets)
+    small = load_dataset("sugarcrepe", sugarcrepe_dir, variants=path, options={"subsets": "add_att", "limit": 2})
+    assert [it.id for it in small.items] == [it.id for it in big.items if "/add_att/" in it.id][:2]
+    assert [t.text for it in small.items for t in it.texts if t.parent] == [f"v of {it.id}" for it in small.items]
+    # An item list selects too (the JSONL of {"item": id} that probe refine writes).
+    keep = tmp_path / "keep.jsonl"
+    keep.write_text(f'{{"item": "{big.items[1].id}"}}\n', encoding="utf-8")
+    one = load_dataset("sugarcrepe", sugarcrepe_dir, variants=path, items=keep, options={"subsets": "swap_obj"})
+    assert [it.id for it in one.items] == [big.items[1].id]
+    keep.write_text('{"item": "sugarcrepe/swap_obj/999999"}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"^items: 1 listed item\(s\) are not in the loaded sugarcrepe data"):
+        load_dataset("sugarcrepe", sugarcrepe_dir, items=keep, options={"subsets": "swap_obj"})

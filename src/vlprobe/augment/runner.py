@@ -33,6 +33,8 @@ class AugmentConfig:
     """One ``probe augment`` run over a dataset.
 
     ``options`` maps a strategy name to its keyword options (``{"synonym": {"spacy_model": ...}}``).
+    ``dataset_options`` are the dataset loader's selection options (``subsets``, ``limit``,
+    ``all_items``), ``items`` a JSONL of ``{"item": id}`` lines keeping only those items.
     """
 
     out: Path
@@ -45,6 +47,8 @@ class AugmentConfig:
     strict: bool = False
     options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     batch_size: int = 256
+    dataset_options: Mapping[str, Any] = field(default_factory=dict)
+    items: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -171,11 +175,14 @@ def augment(config: AugmentConfig, progress: Callable[[str], None] | None = None
     )
     # variants do not depend on tags: no tag-file lookup or download
     no_tags = {"tags": False} if "tags" in loader_options(config.dataset) else {}
-    ds = load_dataset(config.dataset, config.data_dir, options=no_tags)
+    ds = load_dataset(config.dataset, config.data_dir, options={**config.dataset_options, **no_tags}, items=config.items)
     captions = [(it.id, k, t.text) for it in ds.items for k, t in enumerate(it.captions)]
     sets = _variant_sets(strategies, captions, seed, config.batch_size, progress)
     prov = _provenance(strategies, skipped, seed, {
         "dataset": ds.name, "dataset_fingerprint": ds.fingerprint, "preset": config.preset,
+        "selection": {**{k: v for k, v in config.dataset_options.items() if v is not None},
+                      **({"items": str(config.items)} if config.items is not None else {})},
+        "n_items": len(ds.items),
     })
     path = write_variants(config.out, sets, provenance=prov)
     return AugmentResult(

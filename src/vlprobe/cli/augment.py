@@ -8,7 +8,16 @@ from typing import Annotated, Any
 
 import typer
 
-from vlprobe.cli._common import DataDir, Dataset, Quiet, _names
+from vlprobe.cli._common import (
+    AllItems,
+    DataDir,
+    Dataset,
+    Limit,
+    Quiet,
+    Subsets,
+    _dataset_options,
+    _names,
+)
 from vlprobe.cli.app import app, guarded
 from vlprobe.validation import InputError
 
@@ -64,6 +73,10 @@ def augment_cmd(
         list[str] | None, typer.Option(help="Strategy option STRATEGY.KEY=VALUE (repeatable), e.g. paraphrase.model=DIR.")
     ] = None,
     nl_augmenter: Annotated[Path | None, typer.Option(help="NL-Augmenter source checkout, for nlaugmenter:<module>.<Class>.")] = None,
+    subsets: Subsets = None,
+    limit: Limit = None,
+    all_items: AllItems = False,
+    items: Annotated[Path | None, typer.Option(help="Only these items (a JSONL of {item: id}, e.g. from probe refine).")] = None,
     quiet: Quiet = False,
 ) -> None:
     """Make caption variants: a variants file for a dataset, or printed variants of --text."""
@@ -101,6 +114,7 @@ def augment_cmd(
     result = augment(AugmentConfig(
         out=out, dataset=dataset, data_dir=data_dir, preset=preset, strategies=names,
         max_per_strategy=max_per_strategy, seed=seed, strict=strict, options=options,
+        dataset_options=_dataset_options(subsets=subsets, limit=limit, all_items=all_items), items=items,
     ), progress=progress)
     for name, why in result.skipped.items():
         typer.echo(f"skipped {name}: {why}", err=True)

@@ -3,22 +3,27 @@
 ``probe extract``, ``probe eval``, ``probe augment`` and the region fixtures all load datasets
 through :func:`load_dataset`: the loader is looked up in the dataset registry, the options
 (SugarCrepe ``image_dir``, VALSE ``image_root``, ``subsets``, ``limit``, ``all_items``,
-Winoground ``tags``) are checked against its signature, and a variants file is attached.
+Winoground ``tags``) are checked against its signature, an item list (``items``: a JSONL of
+``{"item": id}`` lines, as ``probe refine`` writes) keeps only those items, and a variants file
+is attached.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from vlprobe.data.items import Dataset
+from vlprobe.data.source_files import iter_json_lines
 from vlprobe.data.variants import attach_variants
 from vlprobe.registry import DATASETS
 from vlprobe.validation import InputError
 
-__all__ = ["check_dataset_options", "load_dataset", "loader_options"]
+__all__ = ["check_dataset_options", "load_dataset", "loader_options", "read_item_ids", "select_items"]
 
 
 def loader_options(name: str) -> tuple[str, ...]:
@@ -48,9 +53,44 @@ def check_dataset_options(name: str, options: Mapping[str, Any] | None) -> dict[
     return opts
 
 
+def read_item_ids(path: str | os.PathLike[str], *, param: str = "items") -> list[str]:
+    """Item ids from a JSONL file of ``{"item": id}`` lines (what ``probe refine`` writes)."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{param}: no such file {str(p)!r}")
+    ids: list[str] = []
+    for _, where, obj in iter_json_lines(p, param):
+        if not isinstance(obj, dict) or "item" not in obj:
+            raise InputError(f'{param}: {where} is not {{"item": "<id>"}}')
+        ids.append(str(obj["item"]))
+    if len(set(ids)) != len(ids):
+        raise InputError(f"{param}: {p.name} repeats item ids")
+    return ids
+
+
+def select_items(dataset: Dataset, ids: Sequence[str], *, param: str = "items") -> Dataset:
+    """The dataset with only the items ``ids`` names, in the dataset's order.
+
+    Raises
+    ------
+    InputError
+        An id is not in the dataset (naming it and how many are missing) or none is given.
+    """
+    wanted = set(ids)
+    if not wanted:
+        raise InputError(f"{param}: the item list is empty")
+    kept = tuple(it for it in dataset.items if it.id in wanted)
+    if len(kept) != len(wanted):
+        missing = sorted(wanted - {it.id for it in kept})
+        raise InputError(
+            f"{param}: {len(missing)} listed item(s) are not in the loaded {dataset.name} data, e.g. {missing[0]!r}"
+        )
+    return dataclasses.replace(dataset, items=kept)
+
+
 def load_dataset(
     name: str, data_dir: Path | None = None, tags: Path | None = None, variants: Path | None = None,
-    options: Mapping[str, Any] | None = None,
+    options: Mapping[str, Any] | None = None, items: Path | None = None,
 ) -> Dataset:
     """Load a registered dataset (with its loader's ``options``) and attach a variants file.
 
@@ -66,6 +106,8 @@ def load_dataset(
         A variants file to attach (:func:`vlprobe.data.variants.attach_variants`).
     options : mapping, optional
         Further keyword options of the loader; None values are dropped.
+    items : path, optional
+        Keep only the items listed in this JSONL of ``{"item": id}`` lines (:func:`read_item_ids`).
     """
     loader = DATASETS.get(name)
     kwargs = check_dataset_options(name, {**(options or {}), **({} if tags is None else {"tags": tags})})
@@ -73,6 +115,8 @@ def load_dataset(
     if data_dir is None and data_param is not None and data_param.default is inspect.Parameter.empty:
         raise InputError(f"data_dir: dataset {name!r} needs --data-dir (the folder of its files)")
     dataset = loader(data_dir=data_dir, **kwargs)
+    if items is not None:
+        dataset = select_items(dataset, read_item_ids(items))
     if variants is not None:
         dataset = attach_variants(dataset, variants)
     return dataset

@@ -176,18 +176,28 @@ def attach_variants(dataset: Dataset, path: str | os.PathLike[str]) -> Dataset:
 
     Variant j of caption k of item ``X`` gets the id ``X/c<k>/v<j>``; its ``parent`` is
     ``X/c<k>``. The variants file's sha256 is recorded under ``extra_fingerprints["variants"]``.
+
+    A file may cover more items than the dataset holds (made for all of SugarCrepe, used with
+    ``--subsets`` or ``--limit``): lines of items of the same dataset that were not loaded are
+    left out. A line of another dataset's item, or a file none of whose items were loaded, is
+    an error.
     """
     sets = _read_numbered(path)
     by_item = {it.id: it for it in dataset.items}
     extra: dict[str, dict[int, list[TextRef]]] = {}
+    namespace = f"{dataset.name}/"
+    outside = 0
     for lineno, vs in sets:
         where = _where(Path(path), lineno)
         item = by_item.get(vs.item)
+        if item is None and vs.item.startswith(namespace):
+            outside += 1
+            continue
         if item is None:
+            example = f" (its ids look like {dataset.items[0].id!r})" if dataset.items else ""
             raise InputError(
-                f"{where}: 'item' {vs.item!r} is not in dataset {dataset.name!r} "
-                f"(ids look like {dataset.items[0].id!r})" if dataset.items else
-                f"{where}: 'item' {vs.item!r}: dataset {dataset.name!r} is empty"
+                f"{where}: 'item' {vs.item!r} is not an item of dataset {dataset.name!r}{example}; "
+                "was the file made for another dataset?"
             )
         captions = item.captions
         if vs.caption >= len(captions):
@@ -205,6 +215,12 @@ def attach_variants(dataset: Dataset, path: str | os.PathLike[str]) -> Dataset:
             TextRef(f"{parent.id}/v{j}", v.text, parent=parent.id, strategy=v.strategy)
             for j, v in enumerate(vs.variants)
         ]
+    if sets and outside == len(sets):
+        raise InputError(
+            f"variants: none of the {len(sets)} captions in {Path(path).name} belongs to the {len(dataset.items)} "
+            f"loaded {dataset.name} item(s) (file items look like {sets[0][1].item!r}, loaded ones like "
+            f"{dataset.items[0].id if dataset.items else 'none'!r}); check the selection (--subsets, --limit, --items)"
+        )
     items = tuple(
         replace(it, texts=it.texts + tuple(
             t for _, refs in sorted(extra.get(it.id, {}).items()) for t in refs
