@@ -183,7 +183,7 @@ def bench(args: argparse.Namespace, cache: Path, work: Path) -> None:
             old, new = results["old"][0], results["new"][0]
             print(f"  old / new: wall {old['wall'] / new['wall']:.2f}x, CPU {old['cpu'] / new['cpu']:.2f}x, "
                   f"peak RSS {old['rss_mb'] / new['rss_mb']:.2f}x")
-            compare_tables(work / "out-old" / experiment / "clip.csv", work / "out-new" / experiment / "clip.csv")
+            compare_tables(_run_csv(work / "out-old" / experiment), _run_csv(work / "out-new" / experiment))
         if args.quick:
             res = run_one(SRC, experiment, cache, work / "out-quick", None, None, ["--quick"])
             print(f"  --quick preset: {res['wall']:7.1f} s wall, {res['cpu']:7.1f} s CPU, peak RSS {res['rss_mb']:6.0f} MB")
@@ -191,6 +191,14 @@ def bench(args: argparse.Namespace, cache: Path, work: Path) -> None:
             for folder in (work / f"out-{name}", work / f"out-{name}-1"):
                 _clear(folder / experiment)
         _clear(work / "out-quick" / experiment)
+
+
+def _run_csv(folder: Path) -> Path:
+    """The one run's tidy CSV in an experiment folder (its name carries the changed settings)."""
+    found = [p for p in folder.glob("clip*.csv") if not p.name.endswith((".summary.csv", ".items.csv"))]
+    if len(found) != 1:
+        raise SystemExit(f"expected one run's CSV in {folder}, found {[p.name for p in found]}")
+    return found[0]
 
 
 def _clear(folder: Path) -> None:
