@@ -46,10 +46,11 @@ __all__ = [
 ]
 
 #: Bytes one chunk of an ensemble may hold on the CPU (parameters, gradients, Adam state,
-#: activations). With torch and its BLAS taking about 320 MB themselves, 96 MiB keeps the default
-#: MLP experiments on a small cache under 500 MB of resident memory; more models per chunk make a
-#: CPU step a little cheaper per model, not by much.
-CPU_MEMORY_BUDGET = 96 << 20
+#: activations). torch, h5py and the experiment's imports take about 240 MB resident before any
+#: training; with 64 MiB chunks the default variant-probe on a small cache peaked at about 450 MiB
+#: (96 MiB chunks: 486 MiB). More models per chunk make a CPU step a little cheaper per model,
+#: not by much.
+CPU_MEMORY_BUDGET = 64 << 20
 #: Share of the free memory of a CUDA device one chunk may use.
 CUDA_MEMORY_SHARE = 0.5
 
