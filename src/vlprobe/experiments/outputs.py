@@ -67,7 +67,7 @@ RUN_NEUTRAL: frozenset[str] = frozenset({"out", "jobs", "device", "progress"})
 #: of an experiment's config changes its numbers.
 NOT_SETTINGS: frozenset[str] = frozenset({
     "cache", "scores", "scores_file", "data_dir", "image_dir", "image_root", "tags", "regions", "items",
-    "split_file", "checkpoint", "model_config", "tokenizer", "benchmark", "out", "model", "name", "jobs",
+    "split_file", "checkpoint", "model_config", "model_options", "tokenizer", "benchmark", "out", "model", "name", "jobs",
     "device", "progress", "preset",
 })
 #: Longest run-name file stem; a longer one is shortened to the model and a hash of the settings.

@@ -131,13 +131,13 @@ def test_cli_extract_then_winoground_scores_and_recall(
     out = tmp_path / "results"
     res = runner.invoke(app, ["run", "winoground-scores", "--cache", str(item), "--out", str(out), "--bootstrap", "10"])
     assert res.exit_code == 0, res.output
-    assert_winoground_item_scores(out / "winoground-scores" / "blip-itm.scores.jsonl", want, atol=1e-6)
-    wino = _csv_values(out / "winoground-scores" / "blip-itm.csv")
+    assert_winoground_item_scores(out / "winoground-scores" / "blip-itm@bootstrap=10.scores.jsonl", want, atol=1e-6)
+    wino = _csv_values(out / "winoground-scores" / "blip-itm@bootstrap=10.csv")
     for metric, value in winoground_percentages(want).items():
         assert wino[("all", metric)] == pytest.approx(value), metric
     res = runner.invoke(app, ["run", "recall", "--cache", str(full), "--out", str(out), "--bootstrap", "10"])
     assert res.exit_code == 0, res.output
-    assert _csv_values(out / "recall" / "blip-itm.csv")[("i2t", "recall@1")] == pytest.approx(recall_i2t_at_1(want))
+    assert _csv_values(out / "recall" / "blip-itm@bootstrap=10.csv")[("i2t", "recall@1")] == pytest.approx(recall_i2t_at_1(want))
 
     # resuming the cache with the other score head is refused, naming the field
     one_error_line(runner.invoke(app, [*base, "--out", str(item), *layers, "--model-option", "score_head=itc"]), "model_options")
@@ -162,7 +162,7 @@ def test_cli_eval_sugarcrepe(
         by_subset: dict[str, list[bool]] = {}
         for it, (pos, neg) in zip(items, pos_neg, strict=True):
             by_subset.setdefault(it.meta["subset"], []).append(bool(pos > neg))
-        got = _csv_values(out / "sugarcrepe" / "blip-itm.csv")
+        got = _csv_values(out / "sugarcrepe" / "blip-itm@bootstrap=10.csv")
         for subset, wins in by_subset.items():
             assert got[(subset, "accuracy")] == pytest.approx(100.0 * np.mean(wins)), subset
         manifest = json.loads((out / "sugarcrepe" / "manifest.json").read_text())

@@ -104,9 +104,9 @@ def test_cli_extract_then_winoground_scores_and_recall(
     for experiment in ("winoground-scores", "recall"):
         res = runner.invoke(app, ["run", experiment, "--cache", str(cache), "--out", str(out), "--bootstrap", "10"])
         assert res.exit_code == 0, res.output
-    assert_winoground_item_scores(out / "winoground-scores" / "siglip.scores.jsonl", want)
-    wino = _csv_values(out / "winoground-scores" / "siglip.csv")
+    assert_winoground_item_scores(out / "winoground-scores" / "siglip@bootstrap=10.scores.jsonl", want)
+    wino = _csv_values(out / "winoground-scores" / "siglip@bootstrap=10.csv")
     for metric, value in winoground_percentages(want).items():
         assert wino[("all", metric)] == pytest.approx(value), metric
-    recall = _csv_values(out / "recall" / "siglip.csv")
+    recall = _csv_values(out / "recall" / "siglip@bootstrap=10.csv")
     assert recall[("i2t", "recall@1")] == pytest.approx(recall_i2t_at_1(want))
