@@ -34,13 +34,18 @@ def adapter(tiny_blip_itm: Path) -> BlipItmAdapter:
     return BlipItmAdapter.load(str(tiny_blip_itm), device="cpu")
 
 
-def forward_scores(adapter: BlipItmAdapter, images: list, texts: list[str], *, itm: bool = True) -> np.ndarray:
+def forward_scores(
+    adapter: BlipItmAdapter, images: list, texts: list[str], *, itm: bool = True, first: int | None = None,
+) -> np.ndarray:
     """Each pair (images[p], texts[p]) through one plain ``BlipForImageTextRetrieval.forward``:
-    softmax(itm_score)[:, 1], or the ITC cosine (``use_itm_head=False``)."""
+    softmax(itm_score)[:, 1], or the ITC cosine (``use_itm_head=False``); ``first``: a token id put
+    in place of [CLS]."""
     out = []
     with torch.no_grad():
         for image, text in zip(images, texts, strict=True):
             tok = adapter.tokenizer([text], return_tensors="pt")
+            if first is not None:
+                tok["input_ids"][:, 0] = first
             pixels = adapter.processor(images=[image], return_tensors="pt")["pixel_values"]
             got = adapter.model(input_ids=tok["input_ids"], attention_mask=tok["attention_mask"], pixel_values=pixels,
                                 use_itm_head=itm).itm_score
@@ -74,6 +79,21 @@ def test_engine_scores_equal_the_retrieval_forward(head: str, tiny_blip_itm: Pat
     # batched pairs vs one forward per pair: a tolerance (BLAS kernels differ with the shapes)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
     assert all(x is None for x in logits) == (head == "itc")
+
+
+def test_first_token_enc_is_blips_retrieval_input(tiny_blip_itm: Path, synthetic_dir: Path) -> None:
+    scorer = BlipItmAdapter.load(str(tiny_blip_itm), first_token="enc")
+    enc = scorer.tokenizer.convert_tokens_to_ids("[ENC]")
+    assert scorer.enc_token_id == enc and scorer.model_options() == {"score_head": "itm", "first_token": "enc"}
+    ds = load_winoground(synthetic_dir)
+    images, texts = ds.images(), [t.text for t in ds.texts()]
+    idx = np.arange(4)
+    got = np.concatenate([b.scores for b in score_pairs(scorer, texts, ImageSource("pixels", images), idx, idx)])
+    pil = [images[i].load() for i in idx]
+    np.testing.assert_allclose(got, forward_scores(scorer, pil, texts[:4], first=enc), rtol=1e-4, atol=1e-6)
+    assert not np.allclose(got, forward_scores(scorer, pil, texts[:4]), rtol=1e-4, atol=1e-6)
+    with pytest.raises(InputError, match="first_token: unknown first token 'ENC'"):
+        BlipItmAdapter.load(str(tiny_blip_itm), first_token="ENC")
 
 
 def test_pair_layer_0_is_the_text_embedding_and_the_last_feeds_the_itm_head(adapter: BlipItmAdapter) -> None:
@@ -126,7 +146,7 @@ def test_cli_extract_then_winoground_scores_and_recall(
     np.testing.assert_allclose(matrix, want, rtol=1e-4, atol=1e-6)
     with ActivationCache(item) as c:
         assert set(c.header.layers) == {"text", "image", "pair"}
-        assert json.loads(c.header.model_options) == {"score_head": "itm"}
+        assert json.loads(c.header.model_options) == {"score_head": "itm", "first_token": "cls"}
 
     out = tmp_path / "results"
     res = runner.invoke(app, ["run", "winoground-scores", "--cache", str(item), "--out", str(out), "--bootstrap", "10"])

@@ -22,8 +22,10 @@ Scores (load option ``score_head``):
     image match (index 1 = match: BLIP trains the head with label 1 for true pairs);
 ``itc`` the cosine of the normalised ITC projections (``vision_proj``/``text_proj``).
 
-As in ``BlipForImageTextRetrieval.forward``, the ITM pass reads the caption as tokenised, [CLS]
-first (BLIP's own retrieval code puts its ``[ENC]`` token there instead).
+The image-grounded passes (``pair`` stream, ITM score) start the caption with [CLS], as
+``BlipForImageTextRetrieval.forward`` does (load option ``first_token="cls"``, the default);
+``first_token="enc"`` puts BLIP's ``[ENC]`` token there instead, as BLIP's own retrieval code does
+for its ITM head. The unimodal ``text`` stream and ITC always read [CLS].
 """
 
 from __future__ import annotations
@@ -48,13 +50,15 @@ from vlprobe.extract.models.hf import ResolvedCheckpoint, load_hf
 from vlprobe.extract.models.pooling import TOKEN_POOLINGS, pool_states
 from vlprobe.validation import InputError, check_choice
 
-__all__ = ["SCORE_HEADS", "BlipImages", "BlipItmAdapter"]
+__all__ = ["FIRST_TOKENS", "SCORE_HEADS", "BlipImages", "BlipItmAdapter"]
 
 _ALLOW = ["*.json", "*.txt", "*.safetensors"]
 #: ``score_head`` values and the score kind each gives.
 SCORE_HEADS: dict[str, str] = {"itm": "match_probability", "itc": "cosine"}
 #: Column of the ITM head's output that means "caption matches image".
 MATCH_INDEX = 1
+#: ``first_token`` values: the token the image-grounded passes read first.
+FIRST_TOKENS: tuple[str, ...] = ("cls", "enc")
 
 
 @dataclass
@@ -81,18 +85,25 @@ class BlipItmAdapter(CrossEncoder):
 
     name = "blip-itm"
     image_input = "pixels"
-    load_options = ("score_head",)
+    load_options = ("score_head", "first_token")
     #: A block of ViT outputs is (N, 577, 768) floats for BLIP base: keep blocks small.
     image_block = 64
 
     def __init__(
         self, model: Any, tokenizer: Any, processor: Any, checkpoint: ResolvedCheckpoint,
-        device: torch.device, dtype: torch.dtype, score_head: str = "itm",
+        device: torch.device, dtype: torch.dtype, score_head: str = "itm", first_token: str = "cls",
     ) -> None:
         super().__init__(checkpoint, device, dtype)
         self.model, self.tokenizer, self.processor = model, tokenizer, processor
         self.score_head = check_choice(score_head, "score_head", tuple(SCORE_HEADS), kind="score head")
         self.score_kind = SCORE_HEADS[score_head]
+        self.first_token = check_choice(first_token, "first_token", FIRST_TOKENS, kind="first token")
+        self.enc_token_id: int | None = None
+        if first_token == "enc":
+            enc = tokenizer.convert_tokens_to_ids("[ENC]")
+            if enc is None or enc == tokenizer.unk_token_id:
+                raise InputError("first_token: the checkpoint's tokenizer has no [ENC] token; use first_token=cls")
+            self.enc_token_id = int(enc)
         tc, vc = model.config.text_config, model.config.vision_config
         proj = int(model.config.image_text_hidden_size)
         self._streams = {
@@ -105,6 +116,7 @@ class BlipItmAdapter(CrossEncoder):
     @classmethod
     def load(
         cls, checkpoint: str, *, device: str = "cpu", dtype: str = "float32", score_head: str = "itm",
+        first_token: str = "cls",
     ) -> BlipItmAdapter:
         """Load ``BlipForImageTextRetrieval``, its tokenizer and image processor.
 
@@ -112,22 +124,25 @@ class BlipItmAdapter(CrossEncoder):
         ----------
         score_head : {"itm", "itc"}
             The score: the ITM head's match probability, or the ITC cosine.
+        first_token : {"cls", "enc"}
+            What the image-grounded passes read first (see the module docstring).
         """
         from transformers import BlipForImageTextRetrieval
 
         check_choice(score_head, "score_head", tuple(SCORE_HEADS), kind="score head")
+        check_choice(first_token, "first_token", FIRST_TOKENS, kind="first token")
         hf = load_hf(
             checkpoint, "blip", BlipForImageTextRetrieval, device=device, dtype=dtype, allow_patterns=_ALLOW,
             needed=("vision_model.", "text_encoder.", "itm_head.", "vision_proj.", "text_proj."), image_processor=True,
         )
-        return cls(hf.model, hf.tokenizer, hf.processor, hf.checkpoint, hf.device, hf.dtype, score_head)
+        return cls(hf.model, hf.tokenizer, hf.processor, hf.checkpoint, hf.device, hf.dtype, score_head, first_token)
 
     @property
     def streams(self) -> dict[str, StreamSpec]:
         return self._streams
 
     def model_options(self) -> dict[str, Any]:
-        return {"score_head": self.score_head}
+        return {"score_head": self.score_head, "first_token": self.first_token}
 
     # -- text and image streams ------------------------------------------------------------------
 
@@ -183,6 +198,9 @@ class BlipItmAdapter(CrossEncoder):
         logits = None
         if self.score_head == "itm" or layers:
             ids, mask = texts.take(text_idx, self.device)
+            if self.enc_token_id is not None:
+                ids = ids.clone()
+                ids[:, 0] = self.enc_token_id
             img = images.tokens[i_sel]
             out = self.model.text_encoder(
                 input_ids=ids, attention_mask=mask, encoder_hidden_states=img,
@@ -215,5 +233,5 @@ class BlipItmAdapter(CrossEncoder):
             "text_max_length": self.max_length,
             "tokenizer": type(self.tokenizer).__name__,
             "image_processor": type(self.processor).__name__,
-            "itm_first_token": "[CLS] (as BlipForImageTextRetrieval.forward)",
+            "first_token": self.first_token,
         }
