@@ -77,8 +77,9 @@ test: $(STAMP)  ## run the whole test suite offline
 test-fast: $(STAMP)  ## the suite without tests marked slow
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not slow"
 
-lint: $(STAMP)  ## ruff
+lint: $(STAMP)  ## ruff and mypy (settings in pyproject.toml; cache in .mypy_cache)
 	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/mypy
 
 bench: $(STAMP)  ## performance ratios (printed, not asserted)
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/bench_extract.py
@@ -91,4 +92,4 @@ bench: $(STAMP)  ## performance ratios (printed, not asserted)
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/augment.py
 
 clean:  ## remove the venv and outputs
-	rm -rf $(VENV) out .pytest_cache
+	rm -rf $(VENV) out .pytest_cache .mypy_cache

@@ -48,8 +48,8 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
 def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[Any]]:
     """Open a temporary file for writing and move it onto ``path`` when the block succeeds."""
     with atomic_path(path) as tmp:
-        kwargs = {"encoding": "utf-8", "newline": ""} if "b" not in mode else {}
-        with open(tmp, mode, **kwargs) as fh:
+        text = "b" not in mode
+        with open(tmp, mode, encoding="utf-8" if text else None, newline="" if text else None) as fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())

@@ -114,7 +114,7 @@ def parse_stream_layers(
 
 
 def _check_indices(values: list[int], n_layers: int, param: str, spec: object) -> list[int]:
-    resolved = set()
+    resolved: set[int] = set()
     for v in values:
         if not isinstance(v, numbers.Integral) or isinstance(v, bool):
             raise InputError(f"{param} must hold integers, got {v!r}")

@@ -53,7 +53,7 @@ class Strategy:
     Class attributes
     ----------------
     name : str
-        Registry name.
+        Registry name (an instance may refine it, e.g. ``nlaugmenter:<path>``).
     group : str
         One of :data:`GROUPS`.
     version : str
@@ -61,16 +61,17 @@ class Strategy:
     default_max_outputs : int
         Variants per caption when the caller does not say.
     resources : tuple of str
-        What it needs ("wordnet", "spacy", "model:<id>", ...), for listings.
+        What it needs ("wordnet", "spacy", "model:<id>", ...), for listings (an instance may
+        name its own models).
     may_alter_meaning : bool
         True when a variant may not be a paraphrase (rule rewrites, hypernyms/hyponyms, slang).
     """
 
-    name: ClassVar[str] = ""
+    name: str = ""
     group: ClassVar[str] = ""
     version: ClassVar[str] = "1"
     default_max_outputs: ClassVar[int] = 1
-    resources: ClassVar[tuple[str, ...]] = ()
+    resources: tuple[str, ...] = ()
     may_alter_meaning: ClassVar[bool] = False
     description: ClassVar[str] = ""
 
@@ -123,8 +124,7 @@ class Strategy:
             raise InputError(f"strategy {self.name!r} is unavailable: {a.reason}" + (f"; {a.hint}" if a.hint else ""))
 
     def _finish(self, text: str, proposals: Sequence[Proposal]) -> list[Proposal]:
-        out = normalise_outputs(text, proposals, self.max_outputs)
-        return out  # type: ignore[return-value]
+        return normalise_outputs(text, proposals, self.max_outputs)
 
 
 def normalise_outputs(source: str, outputs: Any, limit: int) -> list[Proposal]:

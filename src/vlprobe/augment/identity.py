@@ -19,7 +19,7 @@ class OriginalStrategy(Strategy):
     themselves (``variant-similarity``: ``include_original``).
     """
 
-    name: ClassVar[str] = "original"
+    name: str = "original"
     group: ClassVar[str] = "identity"
     default_max_outputs: ClassVar[int] = 1
 

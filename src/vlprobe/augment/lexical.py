@@ -40,7 +40,7 @@ _WORD = re.compile(r"^[A-Za-z][A-Za-z'-]*$")
 class SpacyStrategy(Strategy):
     """A strategy that reads spaCy docs; batches captions with ``nlp.pipe``."""
 
-    resources: ClassVar[tuple[str, ...]] = ("spacy",)
+    resources: tuple[str, ...] = ("spacy",)
     pipes: ClassVar[tuple[str, ...]] = ("tok2vec", "tagger", "attribute_ruler", "lemmatizer")
     batch_size: ClassVar[int] = 256
 
@@ -179,7 +179,7 @@ def _interleave(options: list[list[Any]], rng: np.random.Generator, limit: int,
         tiers: dict[bool, list[Any]] = {True: [], False: []}
         for c in options[k]:
             tiers[bool(c[2].get("attested", False))].append(c)
-        queue = []
+        queue: list[Any] = []
         for tier in (True, False):
             idx = rng.permutation(len(tiers[tier]))
             queue.extend(tiers[tier][j] for j in idx)
@@ -216,7 +216,7 @@ def sense_counts(folder: str) -> dict[str, int]:
 class _WordNetStrategy(_WordReplacement):
     """Candidates from a WordNet relation of the token's most frequent sense."""
 
-    resources: ClassVar[tuple[str, ...]] = ("wordnet", "spacy")
+    resources: tuple[str, ...] = ("wordnet", "spacy")
     relation: ClassVar[str] = ""
 
     @classmethod
@@ -301,7 +301,7 @@ class _WordNetStrategy(_WordReplacement):
 class SynonymStrategy(_WordNetStrategy):
     """Replace a noun, verb, adjective or adverb by a WordNet synonym (same synset)."""
 
-    name: ClassVar[str] = "synonym"
+    name: str = "synonym"
     relation: ClassVar[str] = "synonym"
     default_max_outputs: ClassVar[int] = 3
 
@@ -312,7 +312,7 @@ class SynonymStrategy(_WordNetStrategy):
 class HypernymStrategy(_WordNetStrategy):
     """Replace a noun by a direct WordNet hypernym ("dog" -> "canine")."""
 
-    name: ClassVar[str] = "hypernym"
+    name: str = "hypernym"
     relation: ClassVar[str] = "hypernym"
     default_max_outputs: ClassVar[int] = 2
     may_alter_meaning: ClassVar[bool] = True
@@ -325,7 +325,7 @@ class HypernymStrategy(_WordNetStrategy):
 class HyponymStrategy(_WordNetStrategy):
     """Replace a noun by a direct WordNet hyponym ("dogs" -> "puppies")."""
 
-    name: ClassVar[str] = "hyponym"
+    name: str = "hyponym"
     relation: ClassVar[str] = "hyponym"
     default_max_outputs: ClassVar[int] = 2
     may_alter_meaning: ClassVar[bool] = True
@@ -338,7 +338,7 @@ class HyponymStrategy(_WordNetStrategy):
 class SlangStrategy(_WordReplacement):
     """Replace a noun, adjective or adverb by an informal equivalent (vlprobe's slang list)."""
 
-    name: ClassVar[str] = "slang"
+    name: str = "slang"
     version: ClassVar[str] = SLANG_VERSION
     default_max_outputs: ClassVar[int] = 3
     pos_allowed: ClassVar[tuple[str, ...]] = ("NOUN", "ADJ", "ADV")

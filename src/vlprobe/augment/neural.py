@@ -113,15 +113,12 @@ class _Seq2SeqStrategy(Strategy):
     def __init__(self, max_outputs: int | None = None, **options: Any) -> None:
         super().__init__(max_outputs, **options)
         self.settings = {**self.defaults, **self.options}
+        self.resources = tuple(f"model:{self.settings[o]}" for o in self.model_options)
         self._models: dict[str, tuple[Any, Any, str]] = {}
 
     @classmethod
     def option_names(cls) -> tuple[str, ...]:
         return tuple(cls.defaults)
-
-    @property
-    def resources(self) -> tuple[str, ...]:  # type: ignore[override]
-        return tuple(f"model:{self.settings[o]}" for o in self.model_options)
 
     def available(self) -> Availability:
         for opt in self.model_options:
@@ -190,7 +187,7 @@ def _model_id(spec: str) -> dict[str, str]:
 class BackTranslationStrategy(_Seq2SeqStrategy):
     """Translate to a pivot language (greedy) and back (beam search)."""
 
-    name: ClassVar[str] = "back-translation"
+    name: str = "back-translation"
     default_max_outputs: ClassVar[int] = 1
     model_options: ClassVar[tuple[str, ...]] = ("forward", "backward")
     defaults: ClassVar[dict[str, Any]] = {
@@ -212,7 +209,7 @@ class BackTranslationStrategy(_Seq2SeqStrategy):
 class DiverseBackTranslationStrategy(BackTranslationStrategy):
     """Back-translation with many beams, then a faithful and diverse subset."""
 
-    name: ClassVar[str] = "diverse-back-translation"
+    name: str = "diverse-back-translation"
     default_max_outputs: ClassVar[int] = 3
     defaults: ClassVar[dict[str, Any]] = {
         **BackTranslationStrategy.defaults, "num_beams": 15, "fidelity_weight": 0.5,
@@ -252,7 +249,7 @@ def _diverse_pick(source: str, cands: list[str], k: int, weight: float) -> list[
 class ParaphraseStrategy(_Seq2SeqStrategy):
     """A seq2seq paraphraser decoded with vlprobe's diverse (group) beam search."""
 
-    name: ClassVar[str] = "paraphrase"
+    name: str = "paraphrase"
     default_max_outputs: ClassVar[int] = 5
     model_options: ClassVar[tuple[str, ...]] = ("model",)
     defaults: ClassVar[dict[str, Any]] = {

@@ -42,14 +42,14 @@ class NLAugmenterStrategy(Strategy):
 
     group: ClassVar[str] = "external"
     default_max_outputs: ClassVar[int] = 1
-    resources: ClassVar[tuple[str, ...]] = ("nl-augmenter",)
+    resources: tuple[str, ...] = ("nl-augmenter",)
 
     def __init__(self, path: str, max_outputs: int | None = None, *, source: str | None = None,
                  **kwargs: Any) -> None:
         if not isinstance(path, str) or not path or any(c.isspace() for c in path) or "." not in path:
             raise InputError(f"nl-augmenter operation must be a dotted path module.Class, got {path!r}")
         self.path = path
-        self.name = f"nlaugmenter:{path}"  # type: ignore[misc]
+        self.name = f"nlaugmenter:{path}"
         self.source = source
         self.kwargs = dict(kwargs)
         super().__init__(max_outputs)

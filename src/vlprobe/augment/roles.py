@@ -72,7 +72,7 @@ def _join(parts: list[str], end: str, capital: bool) -> str:
 class RoleRewriteStrategy(SpacyStrategy):
     """Active <-> passive and adjunct fronting on spaCy's dependency parse (may alter meaning)."""
 
-    name: ClassVar[str] = "role-rewrite"
+    name: str = "role-rewrite"
     group: ClassVar[str] = "rule-based"
     default_max_outputs: ClassVar[int] = 3
     may_alter_meaning: ClassVar[bool] = True
@@ -209,7 +209,8 @@ class RoleRewriteStrategy(SpacyStrategy):
     @staticmethod
     def _others(doc: Any, v: Any, skip: set[int], stop: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         """Spans of the verb's other dependents, left and right of it, in order."""
-        left, right = [], []
+        left: list[tuple[int, int]] = []
+        right: list[tuple[int, int]] = []
         for c in v.children:
             if c.i in skip or c.i >= stop or (c.dep_ == "punct" and c.i == stop):
                 continue

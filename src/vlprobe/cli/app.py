@@ -14,7 +14,7 @@ import functools
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -33,11 +33,13 @@ class OneLineErrors(TyperGroup):
     kind of bad input, whether click or the library finds it.
     """
 
-    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
-             standalone_mode: bool = True, **extra: Any) -> Any:
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True,
+             windows_expand_args: bool = True, **extra: Any) -> Any:
         try:
             rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
-                              standalone_mode=False, **extra)
+                              standalone_mode=False, windows_expand_args=windows_expand_args,
+                              **extra)
         except typer.Abort:
             typer.echo("error: aborted", err=True)
             rv = 130
@@ -47,7 +49,7 @@ class OneLineErrors(TyperGroup):
             else:
                 ctx = getattr(exc, "ctx", None)
                 hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-                msg = " ".join(exc.format_message().split())  # type: ignore[attr-defined]
+                msg = " ".join(exc.format_message().split())
                 typer.echo(f"error: {msg}{hint}", err=True)
             rv = getattr(exc, "exit_code", 2)
         except Exception as exc:  # raised outside a guarded command body

@@ -264,6 +264,8 @@ def _draw_pair(rng: np.random.Generator, swap: str) -> tuple[_Scene, _Scene]:
     c0, c1 = (str(c) for c in rng.choice(list(COLORS), size=2, replace=False))
     s0, s1 = (str(s) for s in rng.choice(SHAPES, size=2, replace=False))
     relation = str(RELATIONS[rng.integers(len(RELATIONS))])
+    z0: str | None
+    z1: str | None
     z0, z1 = ("big", "small") if rng.random() < 0.5 else ("small", "big")
     if swap != "adjective-size":
         z0 = z1 = None

@@ -90,10 +90,10 @@ def parse_image_roots(specs: list[str] | tuple[str, ...] | Mapping[str, Any] | N
     else:
         items = []
         for spec in specs:
-            source, sep, folder = str(spec).partition("=")
+            name, sep, text = str(spec).partition("=")
             if not sep:
-                source, folder = "*", str(spec)
-            items.append((source.strip(), Path(folder)))
+                name, text = "*", str(spec)
+            items.append((name.strip(), Path(text)))
     out: dict[str, Path] = {}
     for source, folder in items:
         if source != "*" and source not in VALSE_SOURCES:
@@ -175,7 +175,7 @@ def load_valse(
             item_id = f"valse/{stem}/{key}"
             img_path = None
             if roots:
-                img_path = roots.get(source, roots.get("*")) / rec["image_file"]  # type: ignore[operator]
+                img_path = (roots[source] if source in roots else roots["*"]) / rec["image_file"]
                 image_files[img_path] = rec["image_file"]
             items.append(Item(
                 item_id,

@@ -143,8 +143,7 @@ def _parse_line(obj: Any, where: str) -> VariantSet:
     item = obj.get("item")
     if not isinstance(item, str) or not item:
         raise InputError(f"{where}: 'item' must be a namespaced item id string, got {item!r}")
-    caption = obj.get("caption")
-    check_int(caption, f"{where}: 'caption'", low=0, meaning=" (a caption index)")
+    caption = check_int(obj.get("caption"), f"{where}: 'caption'", low=0, meaning=" (a caption index)")
     original = obj.get("original")
     if original is not None and not isinstance(original, str):
         raise InputError(f"{where}: 'original' must be a string, got {original!r}")

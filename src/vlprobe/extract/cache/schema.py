@@ -67,6 +67,7 @@ the done-mask. Opening an existing file with other settings is refused, naming t
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import json
 import re
@@ -215,7 +216,7 @@ class AttrField:
     compared: bool
     doc: str
     #: The Python type of the value (``tuple``, ``list``, ``dict`` are stored as JSON text).
-    python: type
+    python: builtins.type  # the field ``type`` above shadows the builtin in this class body
     #: ``CacheHeader`` or ``CacheRecord``.
     owner: str
 

@@ -264,7 +264,7 @@ def _region_rows(
     boxes = np.zeros((b, r, 4), dtype=np.float32)
     num_boxes = np.zeros(b, dtype=np.int32)
     sizes = np.zeros((2, b), dtype=np.int32)
-    extras = {name: np.zeros((b, r), dtype=dt) for name, dt in EXTRAS.items()}
+    extras: dict[str, np.ndarray] = {name: np.zeros((b, r), dtype=dt) for name, dt in EXTRAS.items()}
     for j, (det, img) in enumerate(zip(dets, pils, strict=True)):
         n = len(det.boxes)
         if (int(det.image_w), int(det.image_h)) != tuple(img.size):

@@ -358,7 +358,7 @@ def write_uniter_npz(folder: str | os.PathLike[str], records: Iterable[RegionRec
         if "soft_labels" in rec.extras:
             arrays["soft_labels"] = np.asarray(rec.extras["soft_labels"], dtype=np.float16)
         with atomic_write(root / f"{normalise_image_id(rec.image_id)}.npz", "wb") as fh:
-            np.savez_compressed(fh, **arrays)
+            np.savez_compressed(fh, allow_pickle=False, **arrays)
     return root
 
 

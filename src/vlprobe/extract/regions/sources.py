@@ -116,9 +116,11 @@ def dataset_images(
         key = normalise_image_id(ref.name)
         if key not in paths:
             paths[key] = ref.path
-        elif ref.path is not None and paths[key] is not None and Path(ref.path) != Path(paths[key]):  # type: ignore[arg-type]
+            continue
+        seen = paths[key]
+        if ref.path is not None and seen is not None and Path(ref.path) != Path(seen):
             raise InputError(
-                f"images: {name} has two different files under the image id {key!r} ({paths[key]} and {ref.path})"
+                f"images: {name} has two different files under the image id {key!r} ({seen} and {ref.path})"
             )
     hint = " or ".join(
         flag for opt, flag in (("image_dir", "pass --image-dir DIR"), ("image_root", "pass --image-root SOURCE=DIR"))

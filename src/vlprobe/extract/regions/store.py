@@ -661,9 +661,9 @@ def write_regions(
     store_dtype = dtype or ("float16" if feats.dtype == np.float16 else "float32")
     with RegionWriter(path, feature_dim=d, dtype=store_dtype, meta=meta) as w:
         for i in range(n):
-            k = int(nb[i])
+            kept = int(nb[i])
             w.add(RegionRecord(
-                ids[i], feats[i, :k], arrays["boxes"][i, :k], int(arrays["image_w"][i]),
-                int(arrays["image_h"][i]), {name: v[i, :k] for name, v in ex.items()},
+                ids[i], feats[i, :kept], arrays["boxes"][i, :kept], int(arrays["image_w"][i]),
+                int(arrays["image_h"][i]), {name: v[i, :kept] for name, v in ex.items()},
             ))
     return Path(path)

@@ -17,6 +17,8 @@ exactly as when it runs alone, so a padded batch gives each image its own single
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -30,6 +32,11 @@ Sizes = Tensor | None  # (B, 2) int64 valid (h, w) per image, None when nothing 
 
 class FrozenBatchNorm2d(nn.Module):
     """Batch norm with fixed statistics: ``(x - running_mean) / sqrt(running_var + eps) * weight + bias``."""
+
+    weight: Tensor
+    bias: Tensor
+    running_mean: Tensor
+    running_var: Tensor
 
     def __init__(self, num_features: int, eps: float = 1e-5) -> None:
         super().__init__()
@@ -180,6 +187,11 @@ def make_stage(
     return nn.Sequential(*blocks)
 
 
+def stage_blocks(stage: nn.Sequential) -> list[BottleneckBlock]:
+    """The blocks of a stage built by :func:`make_stage`, typed as what they are."""
+    return [cast(BottleneckBlock, block) for block in stage]
+
+
 class ResNetC4(nn.Module):
     """Stem and res2-res4 of a ResNet: stride-16 features of width ``4 * res2_out_channels``."""
 
@@ -193,14 +205,14 @@ class ResNetC4(nn.Module):
             in_ch, out_ch, bottleneck = out_ch, out_ch * 2, bottleneck * 2
         self.out_channels = in_ch
 
-    def stages(self) -> list[nn.Sequential]:
-        return [self.res2, self.res3, self.res4]
+    def stages(self) -> list[list[BottleneckBlock]]:
+        return [stage_blocks(getattr(self, f"res{k}")) for k in (2, 3, 4)]
 
     def out_sizes(self, sizes: Tensor) -> Tensor:
         """Valid ``(h, w)`` of the res4 map for input sizes ``(B, 2)``."""
         s = self.stem.out_sizes(sizes)
-        for stage in self.stages():
-            for block in stage:
+        for blocks in self.stages():
+            for block in blocks:
                 s = block.out_sizes(s)
         return s
 
@@ -209,8 +221,8 @@ class ResNetC4(nn.Module):
         s = sizes
         x = self.stem(x, s)
         s = None if s is None else self.stem.out_sizes(s)
-        for stage in self.stages():
-            for block in stage:
+        for blocks in self.stages():
+            for block in blocks:
                 x = block(x, s)
                 s = None if s is None else block.out_sizes(s)
         return x

@@ -180,6 +180,14 @@ class _Reader:
             raise self.bad(path, f"a list of {length or 'one or more'} numbers", v)
         return tuple(float(x) for x in v)
 
+    def triple(self, path: str) -> tuple[float, float, float]:
+        a, b, c = self.numbers(path, 3)
+        return a, b, c
+
+    def quad(self, path: str) -> tuple[float, float, float, float]:
+        a, b, c, d = self.numbers(path, 4)
+        return a, b, c, d
+
     def features(self, path: str) -> None:
         v = self.get(path)
         if [str(x).lower() for x in (v if isinstance(v, list) else [v])] != ["res4"]:
@@ -216,8 +224,8 @@ def config_from_dict(data: Mapping[str, Any], where: str = CONFIG_NAME) -> Detec
     if not nms_test or not all(isinstance(x, int | float) and not isinstance(x, bool) and 0 <= x <= 1 for x in nms_test):
         raise r.bad("roi_heads.nms_thresh_test", "a number or list of numbers in [0, 1]", nms_test)
     cfg = DetectorConfig(
-        pixel_mean=r.numbers("model.pixel_mean", 3),  # type: ignore[arg-type]
-        pixel_std=r.numbers("model.pixel_std", 3),  # type: ignore[arg-type]
+        pixel_mean=r.triple("model.pixel_mean"),
+        pixel_std=r.triple("model.pixel_std"),
         caffe_max_pool=r.flag("model.max_pool"),
         min_size=r.integer("input.min_size_test", 1),
         max_size=r.integer("input.max_size_test", 1),
@@ -239,12 +247,12 @@ def config_from_dict(data: Mapping[str, Any], where: str = CONFIG_NAME) -> Detec
         pre_nms_topk=r.integer("rpn.pre_nms_topk_test", 1),
         post_nms_topk=r.integer("rpn.post_nms_topk_test", 1),
         rpn_min_size=r.number("proposal_generator.min_size", 0.0),
-        rpn_bbox_weights=r.numbers("rpn.bbox_reg_weights", 4),  # type: ignore[arg-type]
+        rpn_bbox_weights=r.quad("rpn.bbox_reg_weights"),
         num_classes=r.integer("roi_heads.num_classes", 1),
         num_attrs=r.integer("roi_box_head.num_attrs", 0),
         attr_head=r.flag("roi_box_head.attr"),
         pooler_resolution=r.integer("roi_box_head.pooler_resolution", 1),
-        roi_bbox_weights=r.numbers("roi_box_head.bbox_reg_weights", 4),  # type: ignore[arg-type]
+        roi_bbox_weights=r.quad("roi_box_head.bbox_reg_weights"),
         res5_halve=r.flag("roi_box_head.res5halve"),
         nms_thresh_test=tuple(float(x) for x in nms_test),
         score_thresh_test=r.number("roi_heads.score_thresh_test", 0.0, 1.0),

@@ -33,7 +33,7 @@ from .backbone import ConvNorm, FrozenBatchNorm2d, ResNetC4
 from .checkpoint import WEIGHTS_NAME, load_weights, read_state_dict
 from .config import CONFIG_NAME, DetectorConfig, config_from_dict, default_config_dict, read_config
 from .errors import DetectorInputError
-from .preprocess import prepare_images
+from .preprocess import Prepared, prepare_images
 from .presets import DEFAULT_PRESET, SelectionPreset, get_preset
 from .roi_heads import Res5RoIHeads
 from .rpn import RPN
@@ -348,16 +348,20 @@ class RegionDetector:
             timer.calls += 1
         return out
 
-    def _select(self, batch, proposals, obj, attr, deltas, pooled, p: SelectionPreset) -> list[Detections]:
+    def _select(
+        self, batch: Prepared, proposals: Sequence[tuple[Tensor, Tensor]], obj: Tensor, attr: Tensor | None,
+        deltas: Tensor, pooled: Tensor, p: SelectionPreset,
+    ) -> list[Detections]:
         counts = [len(b) for b, _ in proposals]
         cpu = torch.device("cpu")
-        parts = [t.float().to(cpu).split(counts) if t is not None else [None] * len(counts) for t in (obj, attr, deltas, pooled)]
+        objs, deltas_, feats = (t.float().to(cpu).split(counts) for t in (obj, deltas, pooled))
+        attrs = [None] * len(counts) if attr is None else list(attr.float().to(cpu).split(counts))
         scales = batch.scales()
         out = []
         for i, (boxes, _) in enumerate(proposals):
             boxes = boxes.float().to(cpu)
             hw = tuple(batch.sizes[i].tolist())
-            o, a, d, f = (part[i] for part in parts)
+            o, a, d, f = objs[i], attrs[i], deltas_[i], feats[i]
             if p.rule == "butd":
                 sel = select_butd(i, boxes, o, a, p)
             else:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .backbone import make_stage
+from .backbone import make_stage, stage_blocks
 from .config import DetectorConfig
 from .ops import roi_pool
 
@@ -55,9 +55,11 @@ class Res5RoIHeads(nn.Module):
         out = cfg.feature_dim
         self.res5 = make_stage(3, 2, in_channels, out, cfg.num_groups * cfg.width_per_group * 8, cfg)
         if not cfg.res5_halve:
-            self.res5[0].conv1.stride = (1, 1)
-            self.res5[0].shortcut.stride = (1, 1)
-            for block in self.res5:
+            blocks = stage_blocks(self.res5)
+            blocks[0].conv1.stride = (1, 1)
+            if blocks[0].shortcut is not None:  # always there: res5 widens its input
+                blocks[0].shortcut.stride = (1, 1)
+            for block in blocks:
                 block.conv2.padding = (2, 2)
                 block.conv2.dilation = (2, 2)
         self.box_predictor = BoxPredictor(out, cfg.num_classes, cfg.attr_head, cfg.num_attrs)

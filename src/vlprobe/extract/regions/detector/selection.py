@@ -33,17 +33,19 @@ class Selection:
     attrs_conf: Tensor
 
 
-def _bounds(index: int, proposals: Tensor, preset: SelectionPreset) -> tuple[int, int, int]:
-    """(proposals, min_boxes, max_boxes); too few proposals is the image's error."""
+def _bounds(index: int, proposals: Tensor, preset: SelectionPreset) -> tuple[int, int, int, tuple[float, ...]]:
+    """(proposals, min_boxes, max_boxes, NMS thresholds); too few proposals is the image's error."""
+    if preset.min_boxes is None or preset.max_boxes is None or preset.nms_threshold is None:
+        raise ValueError(f"preset {preset.name!r} is not resolved: pass it through Detector.resolve first")
     n = proposals.shape[0]
-    lo, hi = int(preset.min_boxes), int(preset.max_boxes)  # type: ignore[arg-type]
+    lo, hi = int(preset.min_boxes), int(preset.max_boxes)
     if n < lo:
         raise TooFewBoxesError(
             index,
             f"only {n} candidate boxes (proposals) exist, but preset {preset.name!r} needs at least "
             f"{lo}; lower min_boxes",
         )
-    return n, lo, hi
+    return n, lo, hi, preset.nms_threshold
 
 
 def _attributes(attr_logits: Tensor | None, k: int, softmax_first: bool) -> tuple[Tensor, Tensor]:
@@ -59,9 +61,11 @@ def select_butd(
     index: int, proposals: Tensor, obj_logits: Tensor, attr_logits: Tensor | None, preset: SelectionPreset
 ) -> Selection:
     """BUTD selection: per-class NMS confidence, threshold, ``min_boxes``..``max_boxes``."""
-    _, lo, hi = _bounds(index, proposals, preset)
+    _, lo, hi, thresholds = _bounds(index, proposals, preset)
+    if preset.min_score is None:
+        raise ValueError(f"preset {preset.name!r}: the butd rule needs min_score")
     probs = obj_logits.float().softmax(-1)[:, :-1]
-    survive = classwise_nms_keep(proposals, probs, preset.nms_threshold[0])  # type: ignore[index]
+    survive = classwise_nms_keep(proposals, probs, thresholds[0])
     max_conf = torch.where(survive, probs, torch.zeros_like(probs)).max(-1).values
     above = torch.nonzero(max_conf >= preset.min_score).flatten()
     if lo <= len(above) <= hi:
@@ -85,14 +89,14 @@ def select_hf(
     preset: SelectionPreset,
 ) -> Selection:
     """The reference port's selection: best-class regressed boxes, class-agnostic NMS."""
-    n, lo, hi = _bounds(index, proposals, preset)
+    n, lo, hi, thresholds = _bounds(index, proposals, preset)
     scores = obj_logits.float().softmax(-1)[:, :-1]
     k = scores.shape[1]
     boxes = clip_boxes(decode_boxes(deltas.float(), proposals.float(), weights).view(n, k, 4), *image_hw)
     best, classes = scores.max(-1)
     best_boxes = boxes[torch.arange(n), classes]
     keep = torch.zeros(0, dtype=torch.int64)
-    for thr in preset.nms_threshold:  # type: ignore[union-attr]
+    for thr in thresholds:
         keep = nms(best_boxes, best, thr, max_keep=hi)
         if len(keep) >= lo:
             break
