@@ -622,11 +622,13 @@ class UniterModel(nn.Module):
         -------
         UniterOutput
         """
-        self._check_inputs(input_ids, attention_mask, img_feat, img_pos_feat, img_mask)
+        regions = self._check_inputs(input_ids, attention_mask, img_feat, img_pos_feat, img_mask)
         text = self.embed_text(input_ids)
-        image = None if img_feat is None else self.embed_image(img_feat, img_pos_feat)
+        if regions is None:
+            return self.forward_embeddings(text, attention_mask, output_hidden_states=output_hidden_states)
+        feat, pos, mask = regions
         return self.forward_embeddings(
-            text, attention_mask, image, img_mask, output_hidden_states=output_hidden_states
+            text, attention_mask, self.embed_image(feat, pos), mask, output_hidden_states=output_hidden_states
         )
 
     def forward_embeddings(
@@ -692,7 +694,8 @@ class UniterModel(nn.Module):
         img_feat: Tensor | None,
         img_pos_feat: Tensor | None,
         img_mask: Tensor | None,
-    ) -> None:
+    ) -> tuple[Tensor, Tensor, Tensor] | None:
+        """The region inputs (features, boxes, mask) when given, after checking every shape."""
         for name, value in (("input_ids", input_ids), ("attention_mask", attention_mask)):
             if not isinstance(value, Tensor):
                 raise InputError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
@@ -707,11 +710,10 @@ class UniterModel(nn.Module):
             )
         if tuple(attention_mask.shape) != (b, t):
             raise InputError(f"attention_mask must have shape {(b, t)}, got {tuple(attention_mask.shape)}")
-        given = [x is not None for x in (img_feat, img_pos_feat, img_mask)]
-        if any(given) and not all(given):
-            raise InputError("img_feat, img_pos_feat and img_mask must be given together (or all None)")
-        if img_feat is None:
-            return
+        if img_feat is None or img_pos_feat is None or img_mask is None:
+            if img_feat is not None or img_pos_feat is not None or img_mask is not None:
+                raise InputError("img_feat, img_pos_feat and img_mask must be given together (or all None)")
+            return None
         for name, value in (("img_feat", img_feat), ("img_pos_feat", img_pos_feat), ("img_mask", img_mask)):
             if not isinstance(value, Tensor):
                 raise InputError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
@@ -727,6 +729,7 @@ class UniterModel(nn.Module):
             )
         if tuple(img_mask.shape) != (b, r):
             raise InputError(f"img_mask must have shape {(b, r)}, got {tuple(img_mask.shape)}")
+        return img_feat, img_pos_feat, img_mask
 
 
 # -- official checkpoint files -------------------------------------------------------------------
