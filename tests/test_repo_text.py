@@ -89,3 +89,32 @@ def test_the_patterns(tmp_path: Path, text: str, flagged: bool) -> None:
     p.write_text(text, encoding="utf-8")
     hits = _hits(p, tmp_path)
     assert bool(hits) is flagged, hits
+
+
+#: A repository path in backticks; ``<name>`` parts are what a contributor creates.
+PATH = re.compile(r"`((?:src|tests|benchmarks|requirements|\.ci)/[^`\s]*|[\w-]+\.(?:toml|md)|Makefile)`")
+
+
+def _missing(named: str, root: Path) -> bool:
+    if "<" not in named:
+        return not (root / named).exists()
+    prefix = named.split("<", 1)[0]
+    folder = root / prefix if prefix.endswith("/") else (root / prefix).parent
+    return not folder.is_dir()
+
+
+def test_contributing_names_paths_that_exist() -> None:
+    """Every file CONTRIBUTING.md names exists (for a file to create, the folder it goes in)."""
+    named = PATH.findall((ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8"))
+    assert len(named) > 20
+    assert [n for n in named if _missing(n, ROOT)] == []
+
+
+@pytest.mark.parametrize(
+    ("named", "missing"),
+    [("src/vlprobe/registry.py", False), ("src/vlprobe/nothing.py", True),
+     ("src/vlprobe/extract/models/<module>.py", False), ("tests/extract/models/test_<module>.py", False),
+     ("src/vlprobe/nowhere/<module>.py", True)],
+)
+def test_the_path_check(named: str, missing: bool) -> None:
+    assert _missing(named, ROOT) is missing

@@ -228,7 +228,9 @@ def _open_regions(config: ExtractConfig, adapter_cls: type[Adapter], dataset: Da
         return None
     from vlprobe.extract.regions.store import RegionStore
 
-    store = RegionStore(config.regions)  # type: ignore[arg-type]  # checked by check_model_inputs
+    if config.regions is None:
+        raise ValueError(f"{config.model}: no region file, which check_model_inputs requires")
+    store = RegionStore(config.regions)
     try:
         store.require([img.name for img in dataset.images()], "the dataset's")
     except BaseException:
@@ -321,7 +323,7 @@ def _extract(
             writer.scores_from_pairs(adapter.score_kind)
             for name in ["pairs", *(lay.spec.name for lay in layouts if lay.spec.modality == "pair")]:
                 written[name], totals[name] = len(todo), total
-        elif n_shards == 1:
+        elif n_shards == 1 and isinstance(adapter, DualEncoder):
             writer.scores_from_pooled(pooled_score_fn(type(adapter), info), adapter.score_kind)
         writer.update_record(complete=True)
     return ExtractResult(Path(config.out), written, totals, time.perf_counter() - t0, True)

@@ -587,7 +587,9 @@ class PairScorer:
             if self.image_input == "regions":
                 from vlprobe.extract.regions.store import RegionStore
 
-                store = RegionStore(self.regions)  # type: ignore[arg-type]
+                if self.regions is None:
+                    raise ValueError(f"{self.model}: a region model's scorer has no region file")
+                store = RegionStore(self.regions)
                 store.require([im.name for im in distinct], "the")
                 check_region_width(self.model, self.impl, store)
             source = ImageSource(self.image_input, distinct, store)
@@ -622,19 +624,29 @@ def load_scorer(
     image_options : mapping, optional
         Image folders the dataset was loaded with; refused for models that read no pixels.
     """
+    from vlprobe.extract.models.blind import TextScorer
+
     check_positive_int(batch_size, "batch_size")
     cls = MODELS.get(model)
-    kind = model_kind(cls)
+    model_kind(cls)
+    if not (isinstance(cls, type) and issubclass(cls, Adapter | TextScorer)):  # model_kind refused the rest
+        raise TypeError(f"model {model!r} is registered as {cls!r}")
     load_opts = check_model_inputs(model, cls, regions=regions, image_options=image_options, load_options=options)
     store_fp = ""
     if cls.image_input == "regions":
         from vlprobe.extract.regions.store import RegionStore
 
-        with RegionStore(regions) as store:  # type: ignore[arg-type]
+        if regions is None:
+            raise ValueError(f"{model}: no region file, which check_model_inputs requires")
+        with RegionStore(regions) as store:
             store_fp = store.fingerprint
-    if kind != "text" and not checkpoint:
+    impl: Adapter | TextScorer
+    if issubclass(cls, TextScorer):
+        impl = cls.load(checkpoint, device=device, dtype=dtype, **load_opts)
+    elif not checkpoint:
         raise InputError(f"checkpoint: model {model!r} needs --checkpoint (a directory or hub id)")
-    impl = cls.load(checkpoint, device=device, dtype=dtype, **load_opts)
+    else:
+        impl = cls.load(checkpoint, device=device, dtype=dtype, **load_opts)
     ckpt = getattr(impl, "checkpoint", None)
     return PairScorer(
         model=model, score_kind=str(impl.score_kind), image_input=cls.image_input,

@@ -18,6 +18,7 @@ from vlprobe.extract.cache.schema import (
     parse_shard,
 )
 from vlprobe.extract.cache.writer import CacheWriter
+from vlprobe.extract.models.base import DualEncoder
 from vlprobe.extract.scoring import pooled_score_fn
 from vlprobe.io import atomic_path
 from vlprobe.registry import MODELS
@@ -120,5 +121,7 @@ def _write_merged(caches: list[ActivationCache], target: Path) -> None:
                 w.scores_from_pairs(first.score_kind)
             else:  # a dual encoder (cross-encoders always keep /pairs)
                 scorer = MODELS.get(header.model)
+                if not (isinstance(scorer, type) and issubclass(scorer, DualEncoder)):
+                    raise InputError(f"model: the shards' model {header.model!r} is no dual encoder, yet they have no /pairs")
                 w.scores_from_pooled(pooled_score_fn(scorer, first.record.model_info), scorer.score_kind)
             w.update_record(complete=True)

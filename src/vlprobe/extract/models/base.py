@@ -96,7 +96,7 @@ class StreamSpec:
 
     @property
     def poolings(self) -> tuple[str, ...]:
-        out = ("cls",) if self.cls_rule != "none" else ()
+        out: tuple[str, ...] = ("cls",) if self.cls_rule != "none" else ()
         out += ("mean", "max")
         return out + (("pooled",) if self.pooled_size else ())
 

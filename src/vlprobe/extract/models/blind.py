@@ -104,7 +104,7 @@ class CausalLMScorer(TextScorer):
     def __init__(self, model: Any, tokenizer: Any, checkpoint: ResolvedCheckpoint, device: Any) -> None:
         self.model, self.tokenizer, self.checkpoint, self.device = model, tokenizer, checkpoint, device
         cfg = model.config
-        self.max_length = int(getattr(cfg, "n_positions", None) or getattr(cfg, "max_position_embeddings", 1024))
+        self.max_length = int(getattr(cfg, "n_positions", None) or getattr(cfg, "max_position_embeddings", None) or 1024)
         context = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
         self.context_id: int | None = None if context is None else int(context)
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.context_id
@@ -116,13 +116,13 @@ class CausalLMScorer(TextScorer):
             raise InputError(f"model 'blind-lm' takes no options, got {sorted(options)}")
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-        from vlprobe.extract.models.hf import quiet_transformers
+        from vlprobe.extract.models.hf import from_pretrained_with_info, quiet_transformers
 
         ckpt, dev, torch_dtype = _load_hf(checkpoint, cls.name, device, dtype)
         with quiet_transformers():
             try:
                 AutoConfig.from_pretrained(ckpt.path)
-                model, loading = AutoModelForCausalLM.from_pretrained(ckpt.path, dtype=torch_dtype, output_loading_info=True)
+                model, loading = from_pretrained_with_info(AutoModelForCausalLM, ckpt.path, dtype=torch_dtype)
             except (OSError, ValueError, KeyError) as exc:
                 raise InputError(f"checkpoint: {checkpoint!r} is not a causal language model ({exc})") from None
             _refuse_new_weights(loading, checkpoint, "a causal language model")
@@ -214,16 +214,14 @@ class SequenceClassifierScorer(TextScorer):
             raise InputError(f"model 'blind-grammar' takes only acceptable_label, got {sorted(options)}")
         from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
-        from vlprobe.extract.models.hf import quiet_transformers
+        from vlprobe.extract.models.hf import from_pretrained_with_info, quiet_transformers
 
         ckpt, dev, torch_dtype = _load_hf(checkpoint, cls.name, device, dtype)
         with quiet_transformers():
             try:
                 config = AutoConfig.from_pretrained(ckpt.path)
                 index = cls.acceptable_index(config.id2label, acceptable_label)
-                model, loading = AutoModelForSequenceClassification.from_pretrained(
-                    ckpt.path, dtype=torch_dtype, output_loading_info=True,
-                )
+                model, loading = from_pretrained_with_info(AutoModelForSequenceClassification, ckpt.path, dtype=torch_dtype)
             except (OSError, KeyError) as exc:
                 raise InputError(f"checkpoint: {checkpoint!r} is not a sequence classifier ({exc})") from None
             _refuse_new_weights(loading, checkpoint, "a trained sequence classifier")

@@ -23,6 +23,7 @@ __all__ = [
     "LoadedModel",
     "ResolvedCheckpoint",
     "fingerprint_dir",
+    "from_pretrained_with_info",
     "load_hf",
     "load_hf_config",
     "load_hf_model",
@@ -187,6 +188,17 @@ def load_hf(
     return LoadedModel(model, tokenizer, processor, ckpt, dev, torch_dtype)
 
 
+def from_pretrained_with_info(model_cls: Any, path: Any, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+    """``model_cls.from_pretrained(path, output_loading_info=True, **kwargs)``: the model and its
+    loading info (``missing_keys``, ``unexpected_keys``, ...).
+
+    transformers annotates ``from_pretrained`` as returning the model alone, which it does only
+    without ``output_loading_info``; this is the one place that unpacks the pair.
+    """
+    model, info = model_cls.from_pretrained(path, output_loading_info=True, **kwargs)
+    return model, info
+
+
 def load_hf_model(model_cls: Any, path: Any, checkpoint: str, dtype: Any, needed: tuple[str, ...]) -> Any:
     """``model_cls.from_pretrained(path)``, refused when weights under the ``needed`` prefixes are missing.
 
@@ -205,7 +217,7 @@ def load_hf_model(model_cls: Any, path: Any, checkpoint: str, dtype: Any, needed
     needed : tuple of str
         Weight-name prefixes the adapter reads.
     """
-    model, info = model_cls.from_pretrained(path, dtype=dtype, output_loading_info=True)
+    model, info = from_pretrained_with_info(model_cls, path, dtype=dtype)
     missing = sorted(k for k in info["missing_keys"] if k.startswith(needed))
     if missing:
         raise InputError(
