@@ -214,3 +214,17 @@ def test_cli_eval_and_errors(sugarcrepe_dir: Path, coco: Path, tiny_clip: Path, 
                    encoding="utf-8")
     one_error_line(runner.invoke(app, ["eval", "sugarcrepe", "--scores", str(bad), "--out", str(tmp_path)]),
                    "is not a sugarcrepe item")
+
+
+def test_cli_eval_shows_progress_unless_quiet(sugarcrepe_dir: Path, coco: Path, tiny_clip: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    base = ["eval", "sugarcrepe", "--data-dir", str(sugarcrepe_dir), "--bootstrap", "20", "--subsets", "swap_obj",
+            "--limit", "3", "--model", "clip", "--checkpoint", str(tiny_clip), "--image-dir", str(coco), "--device", "cpu"]
+    loud = runner.invoke(app, [*base, "--out", str(tmp_path / "loud")])
+    assert loud.exit_code == 0, loud.output
+    # Said before it starts: what is scored and in which batches; then the encoding bars.
+    assert "sugarcrepe: clip scores 6 pairs of 3 items (6 distinct texts" in loud.stderr
+    assert "in batches of 32" in loud.stderr
+    quiet = runner.invoke(app, [*base, "--out", str(tmp_path / "quiet"), "--quiet"])
+    assert quiet.exit_code == 0 and quiet.stderr == ""
+    assert loud.stdout.replace("loud", "quiet") == quiet.stdout

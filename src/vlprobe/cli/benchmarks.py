@@ -15,6 +15,7 @@ from vlprobe.cli._common import (
     BootstrapSeed,
     Device,
     ModelOption,
+    Quiet,
     Tokenizer,
     UniterConfig,
     _model_options,
@@ -58,6 +59,7 @@ def eval_cmd(
     uniter_config: UniterConfig = None,
     tokenizer: Tokenizer = None,
     model_option: ModelOption = None,
+    quiet: Quiet = False,
 ) -> None:
     """Score SugarCrepe or VALSE with a model (or re-read saved scores): tidy CSV, per-item scores, manifest."""
     from vlprobe.experiments.benchmark_eval import EvalConfig, run_eval
@@ -68,6 +70,7 @@ def eval_cmd(
         all_items=all_items, items=items, name=name, batch_size=batch_size, device=device, dtype=dtype,
         bootstrap=bootstrap, seed=seed, threshold=threshold, acceptable_label=acceptable_label,
         regions=regions, model_config=uniter_config, tokenizer=tokenizer, model_options=_model_options(model_option),
+        progress=not quiet,
     ))
     shown = {r["subset"] for r in rows}
     _print_rows(rows, tuple(shown), csv_path)

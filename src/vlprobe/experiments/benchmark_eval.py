@@ -54,6 +54,7 @@ from vlprobe.experiments.score_files import (
     write_item_scores,
 )
 from vlprobe.experiments.units import units_of
+from vlprobe.progress import say
 from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError
 
@@ -100,6 +101,8 @@ class EvalConfig:
     tokenizer: str | None = None
     #: Further load options the model declares (e.g. BLIP's ``score_head``).
     model_options: Mapping[str, Any] = field(default_factory=dict)
+    #: Progress on stderr: what the model will encode, then a bar with an ETA (CLI: off with --quiet).
+    progress: bool = True
 
 
 def _subset_of(item_id: str, benchmark: str, known: tuple[str, ...], param: str) -> str:
@@ -203,7 +206,10 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
         )
         images = [it.images[0] for it in items for _ in (0, 1)]
         texts = [it.texts[k].text for it in items for k in (0, 1)]
-        values, pair_logits = scorer.score_with_logits(images, texts)
+        say(config.progress, f"{config.benchmark}: {config.model} scores {len(texts)} pairs of {len(items)} items "
+                             f"({len(set(texts))} distinct texts, {len({im.id for im in images})} images) in "
+                             f"batches of {config.batch_size}")
+        values, pair_logits = scorer.score_with_logits(images, texts, progress=config.progress)
         ids = [it.id for it in items]
         pos, neg = values[0::2], values[1::2]
         logits = None if pair_logits is None else (pair_logits[0::2], pair_logits[1::2])
