@@ -223,7 +223,7 @@ def test_cli_eval_shows_progress_unless_quiet(sugarcrepe_dir: Path, coco: Path, 
     loud = runner.invoke(app, [*base, "--out", str(tmp_path / "loud")])
     assert loud.exit_code == 0, loud.output
     # Said before it starts: what is scored and in which batches; then the encoding bars.
-    assert "sugarcrepe: clip scores 6 pairs of 3 items (6 distinct texts" in loud.stderr
+    assert "clip: scoring 6 pairs (6 distinct texts, 3 images)" in loud.stderr
     assert "in batches of 32" in loud.stderr
     quiet = runner.invoke(app, [*base, "--out", str(tmp_path / "quiet"), "--quiet"])
     assert quiet.exit_code == 0 and quiet.stderr == ""

@@ -54,7 +54,6 @@ from vlprobe.experiments.score_files import (
     write_item_scores,
 )
 from vlprobe.experiments.units import units_of
-from vlprobe.progress import say
 from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError
 
@@ -206,9 +205,6 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
         )
         images = [it.images[0] for it in items for _ in (0, 1)]
         texts = [it.texts[k].text for it in items for k in (0, 1)]
-        say(config.progress, f"{config.benchmark}: {config.model} scores {len(texts)} pairs of {len(items)} items "
-                             f"({len(set(texts))} distinct texts, {len({im.id for im in images})} images) in "
-                             f"batches of {config.batch_size}")
         values, pair_logits = scorer.score_with_logits(images, texts, progress=config.progress)
         ids = [it.id for it in items]
         pos, neg = values[0::2], values[1::2]

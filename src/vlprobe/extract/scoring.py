@@ -44,6 +44,7 @@ import numpy as np
 from vlprobe.data.items import ImageRef
 from vlprobe.extract.models.base import IMAGE_INPUTS, Adapter, CrossEncoder, DualEncoder
 from vlprobe.extract.models.pooling import TOKEN_POOLINGS, pool_states
+from vlprobe.progress import say
 from vlprobe.registry import MODELS
 from vlprobe.validation import InputError, check_choice, check_positive_int
 
@@ -566,6 +567,7 @@ class PairScorer:
                 logits[got.index] = got.logits
 
         if self.image_input == "none":
+            self._announce(progress, len(texts), len(uniq_texts), 0)
             for got in score_pairs(self.impl, uniq_texts, None, t_idx, np.zeros_like(t_idx),
                                    batch_size=self.batch_size, progress=progress):
                 collect(got)
@@ -593,6 +595,7 @@ class PairScorer:
                 store.require([im.name for im in distinct], "the")
                 check_region_width(self.model, self.impl, store)
             source = ImageSource(self.image_input, distinct, store)
+            self._announce(progress, len(texts), len(uniq_texts), len(distinct))
             for got in score_pairs(self.impl, uniq_texts, source, t_idx, i_idx, batch_size=self.batch_size,
                                    progress=progress):
                 collect(got)
@@ -600,6 +603,12 @@ class PairScorer:
             if store is not None:
                 store.close()
         return out, logits
+
+    def _announce(self, progress: bool, n_pairs: int, n_texts: int, n_images: int) -> None:
+        """With ``progress``, one line on stderr saying what will be scored, once the inputs are checked."""
+        images = f", {n_images} images" if self.image_input != "none" else ""
+        say(progress, f"{self.model}: scoring {n_pairs} pairs ({n_texts} distinct texts{images}) in batches of "
+                      f"{self.batch_size}")
 
 
 def load_scorer(
