@@ -7,8 +7,9 @@ STAMP := $(VENV)/.vlprobe-installed
 # torch first, pinned: 2.13.0 is the CPU wheel on our machines (elsewhere pip picks its build).
 TORCH_SPEC ?= torch==2.13.0
 DEMO ?= out/demo
+DEMO_TINY ?= out/demo-tiny
 
-.PHONY: help install demo test test-fast lint bench clean
+.PHONY: help install demo demo-tiny test test-fast lint bench clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 12
@@ -23,38 +24,50 @@ $(STAMP): pyproject.toml requirements/spacy-model.txt
 
 install: $(STAMP)  ## create .venv and install vlprobe with its test tools
 
-demo: $(STAMP)  ## synthetic Winoground + tiny random CLIP, detector, LXMERT, UNITER: extract, score, probe, augment
-	rm -rf $(DEMO)
-	HF_HUB_OFFLINE=1 $(PROBE) fixtures dataset --out $(DEMO)/data --items 40 --seed 0
-	HF_HUB_OFFLINE=1 $(PROBE) fixtures model clip --out $(DEMO)/tiny-clip --seed 0
-	HF_HUB_OFFLINE=1 $(PROBE) extract --model clip --checkpoint $(DEMO)/tiny-clip \
-	    --dataset winoground --data-dir $(DEMO)/data --variants $(DEMO)/data/variants.jsonl \
-	    --layers all --pooling cls,mean,max --device cpu --out $(DEMO)/clip.h5
-	HF_HUB_OFFLINE=1 $(PROBE) cache info $(DEMO)/clip.h5
-	HF_HUB_OFFLINE=1 $(PROBE) run winoground-scores --cache $(DEMO)/clip.h5 --out $(DEMO)/results
-	HF_HUB_OFFLINE=1 $(PROBE) run recall --cache $(DEMO)/clip.h5 --out $(DEMO)/results
-	HF_HUB_OFFLINE=1 $(PROBE) run separability --cache $(DEMO)/clip.h5 --out $(DEMO)/results --seeds 3
-	HF_HUB_OFFLINE=1 $(PROBE) plot $(DEMO)/results/separability/clip.csv --out $(DEMO)/results/separability/clip.png
-	HF_HUB_OFFLINE=1 $(PROBE) run variant-similarity --cache $(DEMO)/clip.h5 --out $(DEMO)/results
-	HF_HUB_OFFLINE=1 $(PROBE) fixtures model frcnn --out $(DEMO)/tiny-frcnn --seed 0
-	HF_HUB_OFFLINE=1 $(PROBE) regions extract --detector $(DEMO)/tiny-frcnn --dataset winoground --data-dir $(DEMO)/data \
-	    --out $(DEMO)/regions.h5 --preset lxmert-36 --batch-size 8 --device cpu
-	HF_HUB_OFFLINE=1 $(PROBE) regions info $(DEMO)/regions.h5 --labels $(DEMO)/tiny-frcnn --top 3 > $(DEMO)/regions-info.txt
-	head -n 12 $(DEMO)/regions-info.txt
-	HF_HUB_OFFLINE=1 $(PROBE) fixtures model lxmert --out $(DEMO)/tiny-lxmert --seed 0
-	HF_HUB_OFFLINE=1 $(PROBE) extract --model lxmert --checkpoint $(DEMO)/tiny-lxmert --regions $(DEMO)/regions.h5 \
-	    --dataset winoground --data-dir $(DEMO)/data --pairs item --device cpu --out $(DEMO)/lxmert.h5
-	HF_HUB_OFFLINE=1 $(PROBE) run winoground-scores --cache $(DEMO)/lxmert.h5 --out $(DEMO)/results
-	HF_HUB_OFFLINE=1 $(PROBE) fixtures model uniter --out $(DEMO)/tiny-uniter --seed 0
-	HF_HUB_OFFLINE=1 $(PROBE) extract --model uniter --checkpoint $(DEMO)/tiny-uniter/uniter.pt --regions $(DEMO)/regions.h5 \
-	    --dataset winoground --data-dir $(DEMO)/data --pairs all --device cpu --out $(DEMO)/uniter.h5
-	HF_HUB_OFFLINE=1 $(PROBE) run recall --cache $(DEMO)/uniter.h5 --out $(DEMO)/results
-	@if VLPROBE_CACHE=$(DEMO)/cache HF_HUB_OFFLINE=1 $(PROBE) setup wordnet; then \
-	    VLPROBE_CACHE=$(DEMO)/cache HF_HUB_OFFLINE=1 $(PROBE) augment --dataset winoground --data-dir $(DEMO)/data \
-	        --preset lexical --seed 0 --out $(DEMO)/lexical-variants.jsonl; \
-	else echo "augment step left out: no WordNet dict files (Debian: apt-get install wordnet-base wordnet-sense-index)"; fi
+demo: $(STAMP)  ## known-answer testbed: train (or reuse) small CLIP/LXMERT on synthetic scenes, every experiment, trained vs shuffle vs random
+	HF_HUB_OFFLINE=1 $(PROBE) fixtures testbed --out $(DEMO)
 	@echo
 	@echo "demo outputs in $(DEMO)/:"
+	@echo "  models/      trained CLIP (words in order), its shuffled-words control, LXMERT on oracle regions, their random initial"
+	@echo "               weights, and the training split (reused by the next make demo while the settings are the same)"
+	@echo "  data/        synthetic evaluation set (scenes no training item holds); regions.h5: its oracle region features"
+	@echo "  caches/      one activation cache per model; results/<experiment>/<model>.csv: tidy results + manifest.json"
+	@echo "  report/      comparison.png (target vs control per layer, the three CLIPs side by side), summary.txt,"
+	@echo "               known_answers.csv (model x metric, with seeds), known_answers.json (each known answer checked)"
+	@echo "  logs/        every probe command the demo ran, with its output"
+
+demo-tiny: $(STAMP)  ## synthetic Winoground + tiny random CLIP, detector, LXMERT, UNITER: extract, score, probe, augment
+	rm -rf $(DEMO_TINY)
+	HF_HUB_OFFLINE=1 $(PROBE) fixtures dataset --out $(DEMO_TINY)/data --items 40 --seed 0
+	HF_HUB_OFFLINE=1 $(PROBE) fixtures model clip --out $(DEMO_TINY)/tiny-clip --seed 0
+	HF_HUB_OFFLINE=1 $(PROBE) extract --model clip --checkpoint $(DEMO_TINY)/tiny-clip \
+	    --dataset winoground --data-dir $(DEMO_TINY)/data --variants $(DEMO_TINY)/data/variants.jsonl \
+	    --layers all --pooling cls,mean,max --device cpu --out $(DEMO_TINY)/clip.h5
+	HF_HUB_OFFLINE=1 $(PROBE) cache info $(DEMO_TINY)/clip.h5
+	HF_HUB_OFFLINE=1 $(PROBE) run winoground-scores --cache $(DEMO_TINY)/clip.h5 --out $(DEMO_TINY)/results
+	HF_HUB_OFFLINE=1 $(PROBE) run recall --cache $(DEMO_TINY)/clip.h5 --out $(DEMO_TINY)/results
+	HF_HUB_OFFLINE=1 $(PROBE) run separability --cache $(DEMO_TINY)/clip.h5 --out $(DEMO_TINY)/results --seeds 3
+	HF_HUB_OFFLINE=1 $(PROBE) plot $(DEMO_TINY)/results/separability/clip.csv --out $(DEMO_TINY)/results/separability/clip.png
+	HF_HUB_OFFLINE=1 $(PROBE) run variant-similarity --cache $(DEMO_TINY)/clip.h5 --out $(DEMO_TINY)/results
+	HF_HUB_OFFLINE=1 $(PROBE) fixtures model frcnn --out $(DEMO_TINY)/tiny-frcnn --seed 0
+	HF_HUB_OFFLINE=1 $(PROBE) regions extract --detector $(DEMO_TINY)/tiny-frcnn --dataset winoground --data-dir $(DEMO_TINY)/data \
+	    --out $(DEMO_TINY)/regions.h5 --preset lxmert-36 --batch-size 8 --device cpu
+	HF_HUB_OFFLINE=1 $(PROBE) regions info $(DEMO_TINY)/regions.h5 --labels $(DEMO_TINY)/tiny-frcnn --top 3 > $(DEMO_TINY)/regions-info.txt
+	head -n 12 $(DEMO_TINY)/regions-info.txt
+	HF_HUB_OFFLINE=1 $(PROBE) fixtures model lxmert --out $(DEMO_TINY)/tiny-lxmert --seed 0
+	HF_HUB_OFFLINE=1 $(PROBE) extract --model lxmert --checkpoint $(DEMO_TINY)/tiny-lxmert --regions $(DEMO_TINY)/regions.h5 \
+	    --dataset winoground --data-dir $(DEMO_TINY)/data --pairs item --device cpu --out $(DEMO_TINY)/lxmert.h5
+	HF_HUB_OFFLINE=1 $(PROBE) run winoground-scores --cache $(DEMO_TINY)/lxmert.h5 --out $(DEMO_TINY)/results
+	HF_HUB_OFFLINE=1 $(PROBE) fixtures model uniter --out $(DEMO_TINY)/tiny-uniter --seed 0
+	HF_HUB_OFFLINE=1 $(PROBE) extract --model uniter --checkpoint $(DEMO_TINY)/tiny-uniter/uniter.pt --regions $(DEMO_TINY)/regions.h5 \
+	    --dataset winoground --data-dir $(DEMO_TINY)/data --pairs all --device cpu --out $(DEMO_TINY)/uniter.h5
+	HF_HUB_OFFLINE=1 $(PROBE) run recall --cache $(DEMO_TINY)/uniter.h5 --out $(DEMO_TINY)/results
+	@if VLPROBE_CACHE=$(DEMO_TINY)/cache HF_HUB_OFFLINE=1 $(PROBE) setup wordnet; then \
+	    VLPROBE_CACHE=$(DEMO_TINY)/cache HF_HUB_OFFLINE=1 $(PROBE) augment --dataset winoground --data-dir $(DEMO_TINY)/data \
+	        --preset lexical --seed 0 --out $(DEMO_TINY)/lexical-variants.jsonl; \
+	else echo "augment step left out: no WordNet dict files (Debian: apt-get install wordnet-base wordnet-sense-index)"; fi
+	@echo
+	@echo "demo-tiny outputs in $(DEMO_TINY)/:"
 	@echo "  data/        synthetic Winoground-format dataset (examples.jsonl, images/, variants.jsonl, tags)"
 	@echo "  tiny-clip/   tiny random CLIP checkpoint (Hugging Face format)"
 	@echo "  clip.h5      activation cache: text and image states per layer (cls, mean, max), scores"
@@ -66,7 +79,7 @@ demo: $(STAMP)  ## synthetic Winoground + tiny random CLIP, detector, LXMERT, UN
 	@echo "  regions-info.txt  probe regions info: detector, preset, box counts, the top 3 detections per image by name"
 	@echo "  lxmert.h5    tiny LXMERT, item pair plan: lang/vision states per pair and match scores"
 	@echo "  uniter.h5    tiny UNITER (official .pt format), all pairs: scores only (recall in results/recall/)"
-	@if [ -f $(DEMO)/lexical-variants.jsonl ]; then \
+	@if [ -f $(DEMO_TINY)/lexical-variants.jsonl ]; then \
 	    echo "  lexical-variants.jsonl  WordNet synonym/hypernym/hyponym and slang variants of every caption"; \
 	else echo "  (no lexical-variants.jsonl: the augment step was left out, see above)"; fi
 	@echo "(random weights: the numbers exercise the pipeline, they mean nothing)"

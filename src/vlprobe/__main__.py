@@ -1,3 +1,4 @@
 from vlprobe.cli import main
 
-main()
+if __name__ == "__main__":  # worker processes (spawn) import this module too
+    main()

@@ -45,7 +45,8 @@ def test_tree_has_every_command() -> None:
     leaves = {" ".join(p) for p, c in TREE.items() if not isinstance(c, TyperGroup)}
     assert leaves == {
         "ls", "extract", "eval", "refine", "plot", "augment",
-        "fixtures dataset", "fixtures model", "fixtures regions", "cache info", "cache merge",
+        "fixtures dataset", "fixtures model", "fixtures regions", "fixtures train clip", "fixtures train lxmert",
+        "fixtures testbed", "cache info", "cache merge",
         "run winoground-scores", "run recall", "run separability", "run task-adaptation",
         "run variant-probe", "run variant-similarity", "regions extract", "regions merge", "regions import",
         "regions export", "regions info",

@@ -17,7 +17,10 @@ from vlprobe.data.synthetic import (
     SHAPES,
     SWAP_TYPES,
     WWH_TAGS,
+    grammar_words,
     make_synthetic_winoground,
+    read_scenes,
+    synthetic_provenance,
 )
 from vlprobe.data.variants import read_variants
 
@@ -72,7 +75,7 @@ def ds(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_files_exist_and_counts_match(ds: Path) -> None:
     assert {p.name for p in ds.iterdir()} == {
         "examples.jsonl", "images", "variants.jsonl", "new_tag_assignments.json",
-        "PROVENANCE.txt",
+        "scenes.jsonl", "PROVENANCE.txt",
     }
     rows = _rows(ds)
     assert [r["id"] for r in rows] == list(range(N))
@@ -80,7 +83,7 @@ def test_files_exist_and_counts_match(ds: Path) -> None:
     assert images == sorted(f"ex_{i}_img_{j}.png" for i in range(N) for j in (0, 1))
     prov = (ds / "PROVENANCE.txt").read_text()
     assert "synthetic" in prov and "vlprobe" in prov and f"n_items={N}" in prov
-    assert "seed=0" in prov
+    assert "seed=0" in prov and "split=eval" in prov
 
 
 def test_examples_have_exactly_winogrounds_fields(ds: Path) -> None:
@@ -152,11 +155,11 @@ def test_single_item(tmp_path: Path) -> None:
 def test_deterministic_and_seed_dependent(tmp_path: Path, ds: Path) -> None:
     again = make_synthetic_winoground(tmp_path / "a", n_items=N, seed=0)
     first = _hashes(ds)
-    assert len(first) == 2 * N + 4
+    assert len(first) == 2 * N + 5
     assert _hashes(again) == first
     other = _hashes(make_synthetic_winoground(tmp_path / "b", n_items=N, seed=1))
     assert other.keys() == first.keys()
-    for name in ("examples.jsonl", "variants.jsonl", "new_tag_assignments.json"):
+    for name in ("examples.jsonl", "variants.jsonl", "new_tag_assignments.json", "scenes.jsonl"):
         assert other[name] != first[name]
     assert sum(other[k] != first[k] for k in first if k.startswith("images/")) >= N
 
@@ -346,3 +349,66 @@ def test_regenerates_own_output(tmp_path: Path) -> None:
     assert _hashes(out) == _hashes(fresh)
     (tmp_path / "e").mkdir()
     assert make_synthetic_winoground(tmp_path / "e", n_items=1).is_dir()
+
+
+def test_scenes_record_every_images_layout(ds: Path) -> None:
+    scenes = read_scenes(ds)
+    rows = _rows(ds)
+    assert [(s["item"], s["caption"]) for s in scenes] == [(i, j) for i in range(N) for j in (0, 1)]
+    for scene in scenes:
+        row = rows[scene["item"]]
+        assert scene["image"] == row[f"image_{scene['caption']}"]
+        assert scene["text"] == row[f"caption_{scene['caption']}"]
+        (z_a, col_a, shape_a), rel, (z_b, col_b, shape_b) = _parse(scene["text"])
+        assert scene["relation"] == rel and (scene["width"], scene["height"]) == (64, 64)
+        subject, obj = scene["objects"]
+        assert (subject["role"], obj["role"]) == ("subject", "object")
+        assert (subject["size"], subject["color"], subject["shape"]) == (z_a, col_a, shape_a)
+        assert (obj["size"], obj["color"], obj["shape"]) == (z_b, col_b, shape_b)
+        arr = _pixels(ds, scene["image"])
+        assert tuple(arr[0, 0]) == tuple(scene["background"])  # shapes never reach a corner
+        for o in scene["objects"]:
+            ys, xs = np.nonzero(_mask(arr, o["color"]))
+            x1, y1, x2, y2 = o["box"]
+            # Every pixel of the shape's colour lies in its box (one pixel of rasterisation slack).
+            assert x1 - 1 <= xs.min() and xs.max() <= x2 + 1, (o, xs.min(), xs.max())
+            assert y1 - 1 <= ys.min() and ys.max() <= y2 + 1, (o, ys.min(), ys.max())
+            # ... and the box is tight: its extent is the drawn extent within two pixels.
+            assert abs((x2 - x1) - (xs.max() - xs.min())) <= 2 and abs((y2 - y1) - (ys.max() - ys.min())) <= 2
+            cx, cy = o["center"]
+            assert x1 < cx < x2 and y1 < cy < y2 and o["radius"] > 0
+
+
+def test_train_split_draws_another_stream(tmp_path: Path, ds: Path) -> None:
+    train = make_synthetic_winoground(tmp_path / "t", n_items=N, seed=0, split="train")
+    assert synthetic_provenance(train) == {"n_items": N, "seed": 0, "image_size": 64, "split": "train"}
+    assert synthetic_provenance(ds)["split"] == "eval"
+    assert [r["caption_0"] for r in _rows(train)] != [r["caption_0"] for r in _rows(ds)]
+    again = make_synthetic_winoground(tmp_path / "t2", n_items=N, seed=0, split="train")
+    assert _hashes(again) == _hashes(train)
+    with pytest.raises(ValueError, match="split"):
+        make_synthetic_winoground(tmp_path / "x", n_items=2, split="test")
+
+
+def test_datasets_without_scenes_or_provenance(tmp_path: Path) -> None:
+    out = make_synthetic_winoground(tmp_path / "old", n_items=2)
+    (out / "scenes.jsonl").unlink()  # as an older vlprobe wrote it
+    prov = out / "PROVENANCE.txt"
+    lines = prov.read_text().splitlines()
+    prov.write_text("\n".join([lines[0], lines[1].replace(" split=eval", ""), *lines[2:]]) + "\n")
+    assert synthetic_provenance(out)["split"] == "eval"
+    with pytest.raises(ValueError, match=r"scenes\.jsonl"):
+        read_scenes(out)
+    assert make_synthetic_winoground(out, n_items=2).is_dir()  # still ours: regenerated in place
+    assert (out / "scenes.jsonl").is_file()
+    assert synthetic_provenance(tmp_path) is None
+    with pytest.raises(ValueError, match="not a synthetic dataset"):
+        read_scenes(tmp_path)
+
+
+def test_grammar_words_cover_captions_and_variants(ds: Path) -> None:
+    words = set(grammar_words())
+    texts = [t for r in _rows(ds) for t in (r["caption_0"], r["caption_1"])]
+    texts += [v.text for s in read_variants(ds / "variants.jsonl") for v in s.variants]
+    for text in texts:
+        assert set(text.replace(",", " ").split()) <= words, text

@@ -1,4 +1,5 @@
-"""``probe fixtures dataset|model|regions``: synthetic data and tiny random models for tests and demos."""
+"""``probe fixtures dataset|model|regions|train``: synthetic data, tiny random models and the small
+models trained on synthetic scenes (the known-answer testbed), for tests and demos."""
 
 from __future__ import annotations
 
@@ -7,14 +8,37 @@ from typing import Annotated
 
 import typer
 
-from vlprobe.cli._common import AllItems, Dataset, Limit, RegionOut, Subsets, _dataset_options
+from vlprobe.cli._common import (
+    AllItems,
+    Dataset,
+    Device,
+    Limit,
+    Quiet,
+    RegionOut,
+    Subsets,
+    _dataset_options,
+)
 from vlprobe.cli.app import guarded
 from vlprobe.validation import InputError
 
 fixtures_app = typer.Typer(
-    name="fixtures", help="Write synthetic datasets and tiny random models for tests and demos.", no_args_is_help=True
+    name="fixtures", help="Write synthetic datasets, tiny random models and trained testbed models.",
+    no_args_is_help=True,
 )
+train_app = typer.Typer(
+    name="train", help="Train the small testbed models on a synthetic training split.", no_args_is_help=True
+)
+fixtures_app.add_typer(train_app)
 Seed = Annotated[int, typer.Option(help="Random seed.")]
+TrainData = Annotated[Path, typer.Option(help="Synthetic training split (`probe fixtures dataset --split train`).")]
+ModelOut = Annotated[
+    Path, typer.Option(help="Model folder (new, or a previous one of this kind: reused if trained the same way).")
+]
+TextOrder = Annotated[str, typer.Option(help="keep, or shuffle (words shuffled every step: bag-of-words control).")]
+Steps = Annotated[int, typer.Option(help="Optimiser steps.")]
+Untrained = Annotated[
+    bool, typer.Option("--untrained", help="Write the initial weights only: the random baseline of the same model.")
+]
 
 
 @fixtures_app.command("dataset")
@@ -24,12 +48,16 @@ def fixtures_dataset(
     items: Annotated[int, typer.Option(help="Number of items.")] = 40,
     seed: Seed = 0,
     image_size: Annotated[int, typer.Option(help="Image side in pixels.")] = 64,
+    split: Annotated[str, typer.Option(help="eval, or train (a seed stream no eval dataset uses).")] = "eval",
 ) -> None:
     """Write a deterministic synthetic dataset in Winoground's on-disk format."""
     from vlprobe.data.synthetic import make_synthetic_winoground
 
-    path = make_synthetic_winoground(out, n_items=items, seed=seed, image_size=image_size)
-    typer.echo(f"wrote {items} synthetic Winoground-format items to {path} (variants: {path / 'variants.jsonl'})")
+    path = make_synthetic_winoground(out, n_items=items, seed=seed, image_size=image_size, split=split)
+    typer.echo(
+        f"wrote {items} synthetic Winoground-format items ({split} split) to {path} "
+        f"(variants: {path / 'variants.jsonl'}, layouts: {path / 'scenes.jsonl'})"
+    )
 
 
 @fixtures_app.command("model")
@@ -54,7 +82,7 @@ def fixtures_regions(
     data_dir: Annotated[Path, typer.Option(help="Local dataset copy (e.g. from `probe fixtures dataset`).")],
     out: RegionOut,
     dataset: Dataset = "winoground",
-    boxes: Annotated[int, typer.Option(help="Boxes per image (the maximum with --min-boxes).")] = 36,
+    boxes: Annotated[int | None, typer.Option(help="Boxes per image (the maximum with --min-boxes); default 36.")] = None,
     dim: Annotated[int, typer.Option(help="Feature width.")] = 2048,
     seed: Seed = 0,
     min_boxes: Annotated[int | None, typer.Option(help="Vary the box count per image from this to --boxes.")] = None,
@@ -62,9 +90,35 @@ def fixtures_regions(
     subsets: Subsets = None,
     limit: Limit = None,
     all_items: AllItems = False,
+    oracle: Annotated[
+        bool, typer.Option("--oracle", help="Synthetic data: true shape boxes + background, features coding colour/shape/size.")
+    ] = False,
+    background_boxes: Annotated[int, typer.Option(help="With --oracle: background boxes per image.")] = 3,
+    noise: Annotated[float, typer.Option(help="With --oracle: feature noise (standard deviation).")] = 0.1,
 ) -> None:
-    """Write seeded random region features for every image of a dataset (SugarCrepe/VALSE: no image files needed)."""
+    """Write region features for every image of a dataset: seeded random ones (SugarCrepe/VALSE: no
+    image files needed), or with --oracle those of a perfect detector on a synthetic dataset."""
     from vlprobe.extract.regions.store import RegionStore
+
+    if oracle:
+        from vlprobe.fixtures.oracle_regions import oracle_regions
+
+        given = [name for name, v in (("--boxes", boxes), ("--min-boxes", min_boxes), ("--subsets", subsets),
+                                      ("--limit", limit)) if v is not None]
+        if given or all_items or dataset != "winoground":
+            wrong = given[0] if given else "--all-items" if all_items else f"--dataset {dataset}"
+            raise InputError(
+                f"oracle: {wrong} does not apply; --oracle writes one box per drawn shape plus "
+                "--background-boxes of a synthetic Winoground-format dataset"
+            )
+        path = oracle_regions(out, data_dir, background_boxes=background_boxes, noise=noise, seed=seed, dim=dim,
+                              dtype=dtype)
+        with RegionStore(path) as store:
+            n = len(store)
+        typer.echo(f"wrote oracle region features for {n} images to {path} (shapes + {background_boxes} "
+                   f"background boxes, dim {dim}, noise {noise}, seed {seed})")
+        return
+    boxes = 36 if boxes is None else boxes
     from vlprobe.fixtures.regions import random_regions_for_dataset
 
     path = random_regions_for_dataset(
@@ -74,3 +128,87 @@ def fixtures_regions(
     with RegionStore(path) as store:
         n = len(store)
     typer.echo(f"wrote random region features for {n} images to {path} ({boxes} boxes max, dim {dim}, seed {seed})")
+
+
+def _report_training(name: str, result: object) -> None:
+    rec = result.record  # type: ignore[attr-defined]
+    if result.reused:  # type: ignore[attr-defined]
+        typer.echo(f"{result.path} already holds this {name} (same settings and data): reused")  # type: ignore[attr-defined]
+        return
+    what = "untrained (initial weights)" if rec["untrained"] else f"{rec['steps']} steps, final loss {rec['final_loss']:.4f}"
+    typer.echo(
+        f"wrote {name} to {result.path}: {what}, text order {rec['text_order']}, seed {rec['seed']}, "  # type: ignore[attr-defined]
+        f"{rec['seconds']:.1f} s ({rec['cpu_seconds']:.1f} s CPU) on {rec['device']}"
+    )
+
+
+@train_app.command("clip")
+@guarded
+def fixtures_train_clip(
+    data_dir: TrainData,
+    out: ModelOut,
+    text_order: TextOrder = "keep",
+    steps: Steps = 400,
+    seed: Seed = 0,
+    device: Device = "auto",
+    untrained: Untrained = False,
+    quiet: Quiet = False,
+) -> None:
+    """Train a small CLIP (contrastive loss, swapped captions as hard negatives) on synthetic scenes."""
+    from vlprobe.fixtures.train_clip import ClipTrainConfig, train_clip
+
+    result = train_clip(ClipTrainConfig(
+        data_dir=data_dir, out=out, text_order=text_order, steps=steps, seed=seed, device=device,
+        untrained=untrained, progress=not quiet,
+    ))
+    _report_training("CLIP", result)
+
+
+@train_app.command("lxmert")
+@guarded
+def fixtures_train_lxmert(
+    data_dir: TrainData,
+    regions: Annotated[Path, typer.Option(help="Region features of the training images (--oracle ones).")],
+    out: ModelOut,
+    text_order: TextOrder = "keep",
+    steps: Steps = 400,
+    seed: Seed = 0,
+    device: Device = "auto",
+    untrained: Untrained = False,
+    quiet: Quiet = False,
+) -> None:
+    """Train a small LXMERT's image-text matching (swapped captions as hard negatives) on synthetic scenes."""
+    from vlprobe.fixtures.train_lxmert import LxmertTrainConfig, train_lxmert
+
+    result = train_lxmert(LxmertTrainConfig(
+        data_dir=data_dir, regions=regions, out=out, text_order=text_order, steps=steps, seed=seed, device=device,
+        untrained=untrained, progress=not quiet,
+    ))
+    _report_training("LXMERT", result)
+
+
+@fixtures_app.command("testbed")
+@guarded
+def fixtures_testbed(
+    out: Annotated[Path, typer.Option(help="Output folder (data, caches, results, report, logs).")],
+    models: Annotated[
+        Path | None, typer.Option(help="Trained models and training data, reused between runs (default OUT/models).")
+    ] = None,
+    train_items: Annotated[int, typer.Option(help="Items of the training split.")] = 1500,
+    eval_items: Annotated[int, typer.Option(help="Items of the evaluation dataset.")] = 100,
+    seed: Seed = 0,
+    clip_steps: Annotated[int, typer.Option(help="CLIP training steps.")] = 400,
+    lxmert_steps: Annotated[int, typer.Option(help="LXMERT training steps.")] = 400,
+    jobs: Annotated[int, typer.Option(help="Worker processes (one torch thread each).")] = 2,
+) -> None:
+    """Known-answer testbed: train (or reuse) the small models, run every experiment, report."""
+    from vlprobe.cli.testbed import KnownAnswerConfig, run_testbed
+
+    result = run_testbed(KnownAnswerConfig(
+        out=out, models_dir=models, train_items=train_items, eval_items=eval_items, seed=seed,
+        clip_steps=clip_steps, lxmert_steps=lxmert_steps, jobs=jobs,
+    ), echo=typer.echo)
+    report = result["report"]
+    typer.echo("")
+    typer.echo(report["summary"])
+    typer.echo(f"wrote {report['csv']}, {report['summary_path']} and {report['figure']}")

@@ -8,10 +8,20 @@
     images/ex_{id}_img_{j}.png RGB PNG, image_size x image_size; image j depicts caption j
     variants.jsonl             template paraphrases of every caption (vlprobe.data.variants format)
     new_tag_assignments.json   the "Why is Winoground Hard?" tag file format: {"0": [tags], ...}
-    PROVENANCE.txt             says the data is synthetic (made by vlprobe) and safe to share
+    scenes.jsonl               the layout of every image (see "Scenes"); datasets made before it
+                               existed lack it and still load
+    PROVENANCE.txt             says the data is synthetic (made by vlprobe) and safe to share;
+                               records n_items, seed, image_size and split
 
-Everything is drawn from one ``numpy.random.default_rng(seed)``: the same ``(n_items, seed,
-image_size)`` gives byte-identical files.
+Everything is drawn from one numpy generator: the same ``(n_items, seed, image_size, split)``
+gives byte-identical files.
+
+Splits
+------
+``split="eval"`` (the default) draws from ``numpy.random.default_rng(seed)``: the datasets that
+tests, benchmarks and the demo evaluate on. ``split="train"`` draws from a child stream of
+``SeedSequence(seed)`` (spawn key :data:`TRAIN_SPAWN_KEY`) that no evaluation dataset uses, for
+the models vlprobe trains on synthetic scenes; the files and the grammar are the same.
 
 Captions
 --------
@@ -55,6 +65,20 @@ same as the caption; ``strategy`` is ``template/<name>`` and ``params`` is ``{"t
 A": left/right and above/below exchanged), ``phrase`` ("A to the left of B", "A higher than B"),
 ``in-the-picture`` ("in the picture, A is left of B"), ``picture-of`` ("a picture of A left of B").
 
+Scenes
+------
+``scenes.jsonl`` has one line per image, in the order items x (image 0, image 1)::
+
+    {"image": "ex_3_img_1", "item": 3, "caption": 1, "text": "a red circle left of a blue square",
+     "relation": "left of", "width": 64, "height": 64, "background": [221, 219, 225],
+     "objects": [{"role": "subject", "color": "red", "shape": "circle", "size": null,
+                  "center": [17.6, 31.2], "radius": 8.9, "box": [8.7, 22.3, 26.5, 40.1]},
+                 {"role": "object", ...}]}
+
+Coordinates are pixels (x right, y down); ``box`` is ``[x1, y1, x2, y2]``, the bounds of the drawn
+shape (every pixel of its colour lies inside, within one pixel of rounding); ``size`` is the
+caption's size word or null.
+
 Tags
 ----
 About 40 % of the items have no tag; the others get one tag (most), two or three, drawn from the
@@ -78,15 +102,20 @@ from vlprobe.data.tags import WWH_TAGS
 from vlprobe.data.variants import Variant, VariantSet, write_variants
 from vlprobe.data.winoground import WINOGROUND_FIELDS
 from vlprobe.io import atomic_path, atomic_write
-from vlprobe.validation import InputError, check_int, check_positive_int, check_seed
+from vlprobe.validation import InputError, check_choice, check_int, check_positive_int, check_seed
 
 __all__ = [
     "COLORS",
     "RELATIONS",
     "SHAPES",
+    "SPLITS",
     "SWAP_TYPES",
+    "TRAIN_SPAWN_KEY",
     "WWH_TAGS",
+    "grammar_words",
     "make_synthetic_winoground",
+    "read_scenes",
+    "synthetic_provenance",
 ]
 
 #: Colour words and the exact RGB every pixel of a shape of that colour has.
@@ -119,8 +148,13 @@ _TEMPLATES = ("there-is", "copula", "converse", "phrase", "in-the-picture", "pic
 _PROVENANCE_MARK = "synthetic Winoground-format dataset made by vlprobe"
 _IMAGE_RE = re.compile(r"ex_\d+_img_[01]\.png")
 _TOP_FILES = frozenset({
-    "examples.jsonl", "variants.jsonl", "new_tag_assignments.json", "PROVENANCE.txt", "images",
+    "examples.jsonl", "variants.jsonl", "new_tag_assignments.json", "scenes.jsonl",
+    "PROVENANCE.txt", "images",
 })
+SPLITS: tuple[str, ...] = ("eval", "train")
+#: Spawn key of the training split's stream: ``SeedSequence(seed, spawn_key=TRAIN_SPAWN_KEY)``.
+#: ``default_rng(seed)`` (the evaluation split) has the empty spawn key, so the streams differ.
+TRAIN_SPAWN_KEY: tuple[int, ...] = (0x5452_4E,)
 
 
 @dataclass(frozen=True)
@@ -145,8 +179,19 @@ class _Scene:
         return f"{self.subject.text()} {self.relation} {self.obj.text()}"
 
 
+def grammar_words() -> tuple[str, ...]:
+    """Every word the captions and variants can use, sorted (a tokenizer must cover them)."""
+    words = {"a", "an", "big", "small", "there", "is", "in", "the", "picture", "of"}
+    words.update(COLORS, SHAPES)
+    for phrases in (RELATIONS, _CONVERSE.values(), _PHRASE.values()):
+        for phrase in phrases:
+            words.update(phrase.split())
+    return tuple(sorted(words))
+
+
 def make_synthetic_winoground(
-    out: str | os.PathLike[str], n_items: int = 40, seed: int = 0, image_size: int = 64
+    out: str | os.PathLike[str], n_items: int = 40, seed: int = 0, image_size: int = 64,
+    split: str = "eval",
 ) -> Path:
     """Write a deterministic synthetic dataset in Winoground's on-disk format.
 
@@ -161,6 +206,8 @@ def make_synthetic_winoground(
         Seed of the one ``numpy.random.default_rng`` everything is drawn from; >= 0.
     image_size : int
         Width and height of every image in pixels, 16 to 2048.
+    split : {"eval", "train"}
+        Which seed stream to draw from (module docstring, "Splits").
 
     Returns
     -------
@@ -170,10 +217,14 @@ def make_synthetic_winoground(
     n_items = check_positive_int(n_items, "n_items")
     seed = check_seed(seed)
     image_size = check_int(image_size, "image_size", low=16, high=2048)
+    split = check_choice(split, "split", SPLITS)
     root = Path(out)
     _check_out(root)
 
-    rng = np.random.default_rng(seed)
+    if split == "eval":
+        rng = np.random.default_rng(seed)
+    else:
+        rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=TRAIN_SPAWN_KEY))
     swaps = _draw_swaps(rng, n_items)
     scenes = [_draw_pair(rng, swap) for swap in swaps]
     secondary = [
@@ -193,16 +244,18 @@ def make_synthetic_winoground(
     root.mkdir(parents=True, exist_ok=True)
     # Provenance first: an interrupted run still leaves a directory this function may reuse.
     with atomic_write(root / "PROVENANCE.txt") as fh:
-        fh.write(_provenance(n_items, seed, image_size))
+        fh.write(_provenance(n_items, seed, image_size, split))
     images = root / "images"
     images.mkdir(exist_ok=True)
     for stale in images.iterdir():  # from an earlier, larger run
         stale.unlink()
+    layouts = []
     for i, pair in enumerate(scenes):
         for j in (0, 1):
-            img = _render(rng, pair[j], image_size)
+            img, layout = _render(rng, pair[j], image_size)
             with atomic_path(images / f"ex_{i}_img_{j}.png") as tmp:
                 img.save(tmp, format="PNG")
+            layouts.append({"image": f"ex_{i}_img_{j}", "item": i, "caption": j, **layout})
 
     with atomic_write(root / "examples.jsonl") as fh:
         for i, (swap, pair) in enumerate(zip(swaps, scenes, strict=True)):
@@ -222,7 +275,59 @@ def make_synthetic_winoground(
     write_variants(root / "variants.jsonl", variant_sets)
     with atomic_write(root / "new_tag_assignments.json") as fh:
         fh.write(json.dumps({str(i): t for i, t in enumerate(tags)}))  # one line, like WWH's file
+    with atomic_write(root / "scenes.jsonl") as fh:
+        for layout in layouts:
+            fh.write(json.dumps(layout) + "\n")
     return root
+
+
+def synthetic_provenance(root: str | os.PathLike[str]) -> dict[str, int | str] | None:
+    """What ``PROVENANCE.txt`` says about a synthetic dataset, or None if ``root`` holds none.
+
+    Returns
+    -------
+    dict or None
+        ``n_items``, ``seed``, ``image_size`` (int) and ``split`` (``"eval"`` for datasets
+        written before splits existed).
+    """
+    prov = Path(root) / "PROVENANCE.txt"
+    try:
+        lines = prov.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    if not lines or not lines[0].startswith(_PROVENANCE_MARK) or len(lines) < 2:
+        return None
+    fields = dict(part.partition("=")[::2] for part in lines[1].split())
+    try:
+        info: dict[str, int | str] = {k: int(fields[k]) for k in ("n_items", "seed", "image_size")}
+    except (KeyError, ValueError):
+        return None
+    info["split"] = fields.get("split", "eval")
+    return info
+
+
+def read_scenes(root: str | os.PathLike[str]) -> list[dict]:
+    """The layouts of a synthetic dataset's images (``scenes.jsonl``; module docstring).
+
+    Raises
+    ------
+    InputError
+        ``root`` is not a synthetic dataset, or was written before scenes were recorded.
+    """
+    root = Path(root)
+    if synthetic_provenance(root) is None:
+        raise InputError(
+            f"data_dir: {str(root)!r} is not a synthetic dataset made by vlprobe (no PROVENANCE.txt "
+            "of one); write one with `probe fixtures dataset --out DIR`"
+        )
+    path = root / "scenes.jsonl"
+    if not path.is_file():
+        raise InputError(
+            f"data_dir: {str(root)!r} has no scenes.jsonl (written by an older vlprobe); "
+            "regenerate it with `probe fixtures dataset`"
+        )
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
 
 
 def _check_out(root: Path) -> None:
@@ -316,8 +421,9 @@ def _paraphrases(rng: np.random.Generator, scene: _Scene) -> tuple[Variant, ...]
     return out
 
 
-def _render(rng: np.random.Generator, scene: _Scene, size: int) -> Image.Image:
-    """Draw ``scene``: subject and object on the sides its relation names."""
+def _render(rng: np.random.Generator, scene: _Scene, size: int) -> tuple[Image.Image, dict]:
+    """Draw ``scene``: subject and object on the sides its relation names; returns the image and
+    its layout (a line of ``scenes.jsonl`` without the image, item and caption fields)."""
     v = int(rng.integers(200, 246))
     tint = rng.integers(-6, 7, size=3)
     background = tuple(int(v + t) for t in tint)
@@ -327,13 +433,23 @@ def _render(rng: np.random.Generator, scene: _Scene, size: int) -> Image.Image:
     along = {"left of": (near, far), "right of": (far, near), "above": (near, far),
              "below": (far, near)}[scene.relation]
     horizontal = scene.relation in ("left of", "right of")
-    for phrase, pos in zip((scene.subject, scene.obj), along, strict=True):
+    objects = []
+    for role, phrase, pos in zip(("subject", "object"), (scene.subject, scene.obj), along, strict=True):
         main = pos + rng.uniform(-0.04, 0.04)
         across = 0.5 + rng.uniform(-0.1, 0.1)
         cx, cy = (main, across) if horizontal else (across, main)
         radius = _radius(rng, phrase.size) * size
         _draw_shape(draw, phrase.shape, cx * size, cy * size, radius, COLORS[phrase.color])
-    return img
+        objects.append({
+            "role": role, "color": phrase.color, "shape": phrase.shape, "size": phrase.size,
+            "center": [round(cx * size, 3), round(cy * size, 3)], "radius": round(radius, 3),
+            "box": [round(v, 3) for v in _shape_box(phrase.shape, cx * size, cy * size, radius)],
+        })
+    layout = {
+        "text": scene.caption(), "relation": scene.relation, "width": size, "height": size,
+        "background": list(background), "objects": objects,
+    }
+    return img, layout
 
 
 def _radius(rng: np.random.Generator, size: str | None) -> float:
@@ -358,6 +474,17 @@ def _draw_shape(
         draw.polygon(_polygon(shape, cx, cy, r), fill=color)
 
 
+def _shape_box(shape: str, cx: float, cy: float, r: float) -> tuple[float, float, float, float]:
+    """Bounds ``(x1, y1, x2, y2)`` of what :func:`_draw_shape` draws, in pixels."""
+    if shape == "circle":
+        return cx - r, cy - r, cx + r, cy + r
+    if shape == "square":
+        h = 0.85 * r
+        return cx - h, cy - h, cx + h, cy + h
+    xs, ys = zip(*_polygon(shape, cx, cy, r), strict=True)
+    return min(xs), min(ys), max(xs), max(ys)
+
+
 def _polygon(shape: str, cx: float, cy: float, r: float) -> Sequence[tuple[float, float]]:
     if shape == "triangle":
         return [(cx, cy - r), (cx + 0.95 * r, cy + 0.75 * r), (cx - 0.95 * r, cy + 0.75 * r)]
@@ -371,10 +498,10 @@ def _polygon(shape: str, cx: float, cy: float, r: float) -> Sequence[tuple[float
     raise InputError(f"shape must be one of {SHAPES}, got {shape!r}")
 
 
-def _provenance(n_items: int, seed: int, image_size: int) -> str:
+def _provenance(n_items: int, seed: int, image_size: int, split: str) -> str:
     return (
         f"{_PROVENANCE_MARK} {__version__} (vlprobe.data.synthetic.make_synthetic_winoground)\n"
-        f"n_items={n_items} seed={seed} image_size={image_size}\n"
+        f"n_items={n_items} seed={seed} image_size={image_size} split={split}\n"
         "Drawn shapes and template captions only: no Winoground text or images. Safe to share.\n"
         "Same vlprobe version and arguments give byte-identical files.\n"
     )

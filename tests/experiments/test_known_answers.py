@@ -1,0 +1,83 @@
+"""The known-answer testbed's plan, table builder and checks, on hand-written result files.
+
+The known answers themselves (the whole testbed run, slow) are in test_known_answer_floors.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vlprobe.cli.testbed import QUICK_SETTINGS, KnownAnswerConfig, plan_commands
+from vlprobe.experiments.known_answers import EXPECTATIONS, check_expectations, known_answer_table
+
+
+def test_plan_runs_every_experiment_on_every_model(tmp_path: Path) -> None:
+    plan = dict(plan_commands(KnownAnswerConfig(out=tmp_path)))
+    lanes = dict(plan["extract and probe"])
+    assert set(lanes) == {"clip-trained", "clip-shuffle", "clip-random", "lxmert-trained", "lxmert-random"}
+    for name, commands in lanes.items():
+        runs = [c[1] for c in commands if c[0] == "run"]
+        expected = {"winoground-scores", "separability", "task-adaptation", "variant-probe", "variant-similarity"}
+        assert set(runs) >= expected | ({"recall"} if name.startswith("clip") else set()), name
+        assert commands[0][0] == "extract" and "--variants" in commands[0]
+        for command in commands[1:]:
+            assert command[command.index("--model") + 1] == name
+    train = dict(plan["train"])
+    assert any("shuffle" in c for c in train["clip-shuffle"][0])
+    assert all("--untrained" in c for c in train["random weights"])
+    for experiment, settings in QUICK_SETTINGS.items():  # the small settings are passed explicitly
+        assert all(" ".join(settings) in " ".join(c) for cmds in lanes.values() for c in cmds if c[1:2] == [experiment])
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    from vlprobe.experiments.outputs import TIDY_COLUMNS
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(",".join(TIDY_COLUMNS) + "\n")
+        for r in rows:
+            fh.write(",".join(str(r.get(c, "")) for c in TIDY_COLUMNS) + "\n")
+
+
+def test_table_and_checks_from_result_files(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = [{"id": i, "caption_0": f"a red circle left of a blue square {i}", "caption_1": f"a blue square left of a red circle {i}"}
+            for i in range(2)]
+    (data / "examples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    results = tmp_path / "results"
+    base = {"experiment": "winoground-scores", "model": "clip-trained", "task": "target", "split": "all", "subset": "all"}
+    _write_csv(results / "winoground-scores" / "clip-trained.csv", [
+        {**base, "metric": "text", "value": 60.0}, {**base, "metric": "image", "value": 55.0},
+        {**base, "subset": "collapsed_tag=Both", "metric": "text", "value": 1.0},
+    ])
+    scores = [(0, 0, 0, 0.9), (0, 0, 1, 0.1), (0, 1, 0, 0.2), (0, 1, 1, 0.8),  # item 0: right
+              (1, 0, 0, 0.3), (1, 0, 1, 0.4), (1, 1, 0, 0.1), (1, 1, 1, 0.5)]  # item 1: text score wrong
+    (results / "winoground-scores" / "clip-trained.scores.jsonl").write_text("".join(
+        json.dumps({"item": f"winoground/{i}", "image": f"winoground/{i}/i{j}", "text": f"winoground/{i}/c{k}",
+                    "score": s}) + "\n" for i, j, k, s in scores))
+    sep = {"experiment": "separability", "model": "clip-trained", "stream": "text", "pooling": "cls", "split": "train",
+           "subset": "all", "metric": "separable_margin"}
+    _write_csv(results / "separability" / "clip-trained.csv", [
+        {**sep, "layer": 3, "task": "target", "value": 9.0}, {**sep, "layer": 4, "task": "target", "value": 4.0},
+        {**sep, "layer": 4, "task": "control", "seed": 0, "value": 1.0},
+        {**sep, "layer": 4, "task": "control", "seed": 1, "value": 3.0},
+    ])
+    table = known_answer_table(results, data, ["clip-trained", "clip-shuffle"], seeds={"train_seed": 0})
+    values = {(r["model"], r["metric"]): r["value"] for r in table}
+    assert values[("clip-trained", "winoground.text")] == 60.0
+    assert values[("clip-trained", "winoground.text.same_words")] == 50.0
+    assert values[("clip-trained", "match.auroc")] == pytest.approx(15 / 16)  # 0.3 loses to 0.4 only
+    assert values[("clip-trained", "separability.separable_margin.target")] == 4.0  # the last layer, not the best
+    assert values[("clip-trained", "separability.separable_margin.control")] == 2.0  # mean over seeds
+    assert values[("clip-trained", "separability.separable_margin.ratio")] == 2.0
+    assert not any(r["model"] == "clip-shuffle" for r in table)
+    assert json.loads(table[0]["seeds"]) == {"train_seed": 0}
+    checks = {c["claim"]: c for c in check_expectations(table)}
+    assert len(checks) == len(EXPECTATIONS)
+    margin = checks["separability (margin), trained CLIP: target above control at the last text layer"]
+    assert (margin["left_value"], margin["right_value"], margin["holds"]) == (4.0, 2.0, True)
+    assert checks[EXPECTATIONS[0].claim]["holds"] is None  # the shuffle control was not run
