@@ -44,6 +44,7 @@ from typing import Any
 
 from vlprobe.experiments.summary import read_tidy_csv, summarize
 from vlprobe.io import atomic_path, atomic_write
+from vlprobe.validation import InputError
 
 __all__ = [
     "CLIP_MODELS",
@@ -52,6 +53,7 @@ __all__ = [
     "Expectation",
     "check_expectations",
     "known_answer_table",
+    "run_file",
     "write_report",
 ]
 
@@ -123,8 +125,26 @@ EXPECTATIONS: tuple[Expectation, ...] = (
 )
 
 
-def _rows(path: Path) -> list[dict[str, str]]:
-    return read_tidy_csv(path) if path.is_file() else []
+def run_file(results: Path, experiment: str, model: str, suffix: str = ".csv") -> Path | None:
+    """The output of ``model``'s run of ``experiment`` in ``results``: ``<model><suffix>``, or the
+    one settings-keyed run ``<model>@<settings><suffix>``; None when there is none."""
+    import glob
+
+    folder = Path(results) / experiment
+    if (folder / f"{model}{suffix}").is_file():
+        return folder / f"{model}{suffix}"
+    others = (".summary.csv", ".items.csv", ".scores.jsonl")
+    found = [p for p in sorted(folder.glob(f"{glob.escape(model)}@*{suffix}"))
+             if not any(p.name.endswith(o) for o in others if o != suffix)]
+    if len(found) > 1:
+        raise InputError(f"results: {len(found)} runs of {model!r} in {str(folder)!r} ({found[0].name}, ...); "
+                         "the known-answer table reads one run per model and experiment")
+    return found[0] if found else None
+
+
+def _rows(results: Path, experiment: str, model: str) -> list[dict[str, str]]:
+    path = run_file(results, experiment, model)
+    return read_tidy_csv(path) if path is not None else []
 
 
 def _pair_scores(path: Path) -> dict[str, dict[tuple[int, int], float]]:
@@ -177,13 +197,13 @@ def _last_layer(summary: list[dict[str, Any]], metric: str, split: str, subset: 
 
 def _experiment_metrics(results: Path, model: str) -> dict[str, float]:
     out: dict[str, float] = {}
-    for row in _rows(results / "winoground-scores" / f"{model}.csv"):
+    for row in _rows(results, "winoground-scores", model):
         if row["subset"] == "all" and row["metric"] in ("text", "image", "group"):
             out[f"winoground.{row['metric']}"] = float(row["value"])
-    for row in _rows(results / "recall" / f"{model}.csv"):
-        if row["subset"] == "all" and row["metric"] in ("i2t.recall@1", "t2i.recall@1", "recall@1"):
-            out[f"recall.{row['metric'].replace('.recall', '')}"] = float(row["value"])
-    sep = summarize(_rows(results / "separability" / f"{model}.csv"))
+    for row in _rows(results, "recall", model):
+        if row["subset"] in ("i2t", "t2i") and row["metric"] == "recall@1":
+            out[f"recall.{row['subset']}@1"] = float(row["value"])
+    sep = summarize(_rows(results, "separability", model))
     for metric in ("separable_margin", "separable"):
         rec = _last_layer(sep, metric, "train")
         if rec is not None:
@@ -192,17 +212,18 @@ def _experiment_metrics(results: Path, model: str) -> dict[str, float]:
     if out.get("separability.separable_margin.control"):
         out["separability.separable_margin.ratio"] = (
             out["separability.separable_margin.target"] / out["separability.separable_margin.control"])
-    for rec in summarize(_rows(results / "task-adaptation" / f"{model}.csv")):
+    for rec in summarize(_rows(results, "task-adaptation", model)):
         if rec["metric"] == "accuracy" and rec["split"] == "test" and rec["subset"] in ("text-score", "image-score"):
             mode = rec["subset"].split("-")[0]
             out[f"task_adaptation.{mode}.target"] = rec["target_mean"]
             out[f"task_adaptation.{mode}.control"] = rec["control_mean"]
-    rec = _last_layer(summarize(_rows(results / "variant-probe" / f"{model}.csv")), "accuracy", "test")
+    rec = _last_layer(summarize(_rows(results, "variant-probe", model)), "accuracy", "test")
     if rec is not None:
         out["variant_probe.target"] = rec["target_mean"]
         out["variant_probe.control"] = rec["control_mean"]
-    for row in _rows(results / "variant-similarity" / f"{model}.csv"):
-        if row["subset"] == "all" and row["metric"] == "text" and row["probe"] == "agg=mean;lambda=0.5":
+    for row in _rows(results, "variant-similarity", model):
+        if (row["subset"] == "all" and row["metric"] == "text" and row.get("agg") == "mean"
+                and row.get("lambda") not in (None, "") and float(row["lambda"]) == 0.5):
             out["variant_similarity.text"] = float(row["value"])
     return out
 
@@ -244,8 +265,8 @@ def known_answer_table(
     table = []
     for model in models:
         metrics = _experiment_metrics(results, model)
-        scores = results / "winoground-scores" / f"{model}.scores.jsonl"
-        if scores.is_file():
+        scores = run_file(results, "winoground-scores", model, ".scores.jsonl")
+        if scores is not None:
             metrics.update(_score_metrics(scores, captions))
         for metric in sorted(metrics):
             table.append({"model": model, "metric": metric, "value": metrics[metric],
@@ -304,7 +325,7 @@ def _figure(results: Path, out_png: Path, models: Sequence[str]) -> Path | None:
 
     panels = [("separability", "separable_margin", "train", "separability: mean SVM margin\n(separable cases)"),
               ("variant-probe", "accuracy", "test", "variant probe: test accuracy (%)")]
-    present = [p for p in panels if any((results / p[0] / f"{m}.csv").is_file() for m in models)]
+    present = [p for p in panels if any(run_file(results, p[0], m) is not None for m in models)]
     if not present:
         return None
     fig, axes = plt.subplots(len(present), len(models), figsize=(4.2 * len(models), 3.2 * len(present)),
@@ -312,7 +333,7 @@ def _figure(results: Path, out_png: Path, models: Sequence[str]) -> Path | None:
     for r, (experiment, metric, split, label) in enumerate(present):
         for c, model in enumerate(models):
             ax = axes[r][c]
-            recs = [rec for rec in summarize(_rows(results / experiment / f"{model}.csv"))
+            recs = [rec for rec in summarize(_rows(results, experiment, model))
                     if rec["metric"] == metric and rec["split"] == split and rec["subset"] == "all"
                     and rec["stream"] in _LAST_LAYER_STREAMS and rec["layer"] not in ("", None)]
             recs.sort(key=lambda rec: int(rec["layer"]))
