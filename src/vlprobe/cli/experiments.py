@@ -1,4 +1,4 @@
-"""``probe run <experiment>`` and ``probe plot``: scores, recall and probing experiments over caches."""
+"""``probe run <experiment>``: scores, recall and probing experiments over caches."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from vlprobe.cli._common import (
     _print_summary,
     _test_size,
 )
-from vlprobe.cli.app import app, guarded
+from vlprobe.cli.app import guarded
 from vlprobe.validation import InputError
 
 run_app = typer.Typer(name="run", help="Run a registered experiment (see `probe ls experiments`).", no_args_is_help=True)
@@ -242,22 +242,3 @@ def run_variant_similarity_cmd(
             setting = f"agg={row['agg']} lambda={row['lambda']:g}"
             typer.echo(f"{row['model']:<12} {setting:<22} {row['metric']:<6} {row['value']:7.2f}  (n={row['n']})")
     typer.echo(f"wrote {csv_path} and {csv_path.parent / 'manifest.json'}")
-
-
-# -- figures -----------------------------------------------------------------------------------------
-
-
-@app.command("plot")
-@guarded
-def plot_cmd(
-    csv: Annotated[Path, typer.Argument(help="A tidy results CSV (OUT/<experiment>/<model>.csv).")],
-    out: Annotated[Path, typer.Option(help="Figure to write (.png; a .pdf is written beside it).")],
-    metric: Annotated[str | None, typer.Option(help="Metric to draw (default: separable or accuracy).")] = None,
-    split: Annotated[str | None, typer.Option(help="Split to draw (default: test if present).")] = None,
-    title: Annotated[str | None, typer.Option(help="Figure title.")] = None,
-) -> None:
-    """Draw target vs control per layer with the min-max band over seeds (PNG and PDF)."""
-    from vlprobe.experiments.plots import plot_results
-
-    paths = plot_results(csv, out, metric=metric, split=split, title=title)
-    typer.echo("wrote " + " and ".join(str(p) for p in paths))

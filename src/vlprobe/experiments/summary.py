@@ -2,8 +2,12 @@
 
 One summary row per (experiment, model, stream, layer, pooling, probe, split, subset, metric):
 mean, min and max of the target values over seeds, the same for the control, and the
-Hewitt–Liang selectivity ``target_mean - control_mean``. Aggregation is kept apart from the
-experiments: it works on rows in memory or read back from a tidy CSV.
+Hewitt–Liang selectivity ``target_mean - control_mean``. Where the tidy rows carry them, the
+item-bootstrap intervals (``<metric>.ci95_low`` / ``.ci95_high`` of ``task`` target, control
+and selectivity) and the permutation test's ``<metric>.p_value`` (``task`` selectivity) become
+the columns ``target_ci95_low`` ... ``selectivity_ci95_high`` and ``p_value`` (NaN without).
+Aggregation is kept apart from the experiments: it works on rows in memory or read back from a
+tidy CSV.
 """
 
 from __future__ import annotations
@@ -30,7 +34,15 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "target_mean", "target_min", "target_max", "target_seeds",
     "control_mean", "control_min", "control_max", "control_seeds",
     "selectivity",
+    "target_ci95_low", "target_ci95_high", "control_ci95_low", "control_ci95_high",
+    "selectivity_ci95_low", "selectivity_ci95_high", "p_value",
 )
+#: Summary columns filled from derived tidy rows: (task, metric suffix) -> column.
+DERIVED: dict[tuple[str, str], str] = {
+    **{(task, f".ci95_{bound}"): f"{task}_ci95_{bound}"
+       for task in ("target", "control", "selectivity") for bound in ("low", "high")},
+    ("selectivity", ".p_value"): "p_value",
+}
 
 
 def _key(value: Any) -> str:
@@ -50,13 +62,22 @@ def summarize(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         Keyed by :data:`SUMMARY_COLUMNS`; NaN where a task has no finite value.
     """
     groups: dict[tuple[str, ...], dict[str, list[float]]] = {}
+    derived: dict[tuple[str, ...], dict[str, float]] = {}
     for row in rows:
         task = _key(row.get("task"))
+        metric = _key(row.get("metric"))
+        raw = row.get("value")
+        value = float("nan") if raw is None or raw == "" else float(raw)
+        found = next(((suffix, col) for (t, suffix), col in DERIVED.items()
+                      if t == task and metric.endswith(suffix)), None)
+        if found is not None:
+            suffix, column = found
+            base = {**row, "metric": metric[: -len(suffix)]}
+            derived.setdefault(tuple(_key(base.get(c)) for c in KEY_COLUMNS), {})[column] = value
+            continue
         if task not in ("target", "control"):
             continue
         key = tuple(_key(row.get(c)) for c in KEY_COLUMNS)
-        raw = row.get("value")
-        value = float("nan") if raw is None or raw == "" else float(raw)
         groups.setdefault(key, {"target": [], "control": []})[task].append(value)
     out = []
     for key, by_task in groups.items():
@@ -68,6 +89,9 @@ def summarize(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             rec[f"{task}_max"] = max(finite) if finite else float("nan")
             rec[f"{task}_seeds"] = len(values)
         rec["selectivity"] = selectivity(rec["target_mean"], rec["control_mean"])
+        extra = derived.get(key, {})
+        for column in DERIVED.values():
+            rec[column] = extra.get(column, float("nan"))
         out.append(rec)
     return out
 

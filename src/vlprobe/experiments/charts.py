@@ -1,0 +1,86 @@
+"""Which chart draws which experiment's results (``probe plot``, ``probe report``).
+
+Three kinds:
+
+* ``layers`` — layer curves: per panel (stream, pooling, subset) the target and the control
+  over layers, each the mean over seeds with its min–max band over seeds, 95% item-bootstrap
+  intervals as error bars where the run has them, a chance line where the task has one, and the
+  model's layer kinds (embed / self / lang / rel / cross / joint) shaded behind;
+* ``bars`` — a score per category with its 95% interval: categories are the metrics
+  (Winoground text / image / group; recall@k) or the subsets (SugarCrepe, VALSE); one panel per
+  subset or per metric;
+* ``lambda`` — variant similarity: a score against λ, one line per aggregation, one panel per
+  metric.
+
+Percent metrics are drawn on a fixed 0–100 axis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from vlprobe.validation import InputError
+
+__all__ = ["CHARTS", "Chart", "chart_for"]
+
+
+@dataclass(frozen=True)
+class Chart:
+    """How an experiment's tidy rows are drawn.
+
+    Attributes
+    ----------
+    kind : {"layers", "bars", "lambda"}
+    metrics : tuple of str
+        The metrics drawn by default (the first one the CSV holds, for ``layers``; every one it
+        holds, in this order, for ``bars`` and ``lambda``).
+    subsets : tuple of str or None
+        Subsets drawn by default (None: every subset the CSV holds that is not a tag subset,
+        i.e. has no ``=``).
+    categories : {"metric", "subset"}
+        ``bars``: what the bars of a panel stand for (the other one makes the panels).
+    chance : dict of str to float
+        Chance level of a metric, in its unit (a dotted line).
+    split : str or None
+        The split drawn by default (None: the first the CSV holds).
+    """
+
+    kind: str
+    metrics: tuple[str, ...]
+    subsets: tuple[str, ...] | None = ("all",)
+    categories: str = "metric"
+    chance: dict[str, float] = field(default_factory=dict)
+    split: str | None = None
+
+
+#: Chance of Winoground's scores under random scores: text and image 1/4, group 1/6.
+WINOGROUND_CHANCE = {"text": 25.0, "image": 25.0, "group": 100.0 / 6.0}
+
+CHARTS: dict[str, Chart] = {
+    "separability": Chart("layers", ("separable", "separable_margin", "train_accuracy"), split="train"),
+    "task-adaptation": Chart("layers", ("accuracy",), subsets=None, chance={"accuracy": 50.0}, split="test"),
+    "variant-probe": Chart("layers", ("accuracy",), chance={"accuracy": 50.0}, split="test"),
+    "winoground-scores": Chart("bars", ("text", "image", "group"), chance=WINOGROUND_CHANCE),
+    "recall": Chart("bars", ("recall@1", "recall@2", "recall@5", "recall@10"), subsets=None),
+    "sugarcrepe": Chart("bars", ("accuracy",), subsets=None, categories="subset", chance={"accuracy": 50.0}),
+    "valse": Chart("bars", ("acc_r", "auroc", "acc", "acc_r_valse"), subsets=None, categories="subset",
+                   chance={"acc_r": 50.0, "auroc": 50.0, "acc": 50.0, "acc_r_valse": 50.0}),
+    "variant-similarity": Chart("lambda", ("text", "image", "group"), chance=WINOGROUND_CHANCE),
+}
+
+
+def chart_for(experiment: str, what: str) -> Chart:
+    """The chart of ``experiment``; ``what`` names the file in the error.
+
+    Raises
+    ------
+    InputError
+        The experiment has no chart.
+    """
+    try:
+        return CHARTS[experiment]
+    except KeyError:
+        raise InputError(
+            f"csv: {what} holds {experiment} results, which have no chart "
+            f"(charts exist for {', '.join(sorted(CHARTS))})"
+        ) from None
