@@ -29,3 +29,58 @@ def plot_cmd(
 
     paths = plot_results(csvs, out, metric=metric, split=split, subset=subset, title=title)
     typer.echo("wrote " + " and ".join(str(p) for p in paths))
+
+
+@app.command("compare")
+@guarded
+def compare_cmd(
+    a: Annotated[Path, typer.Argument(help="Run A: its tidy CSV (per-item side file beside it), .items.csv or .scores.jsonl.")],
+    b: Annotated[Path, typer.Argument(help="Run B, on the same items.")],
+    out: Annotated[Path, typer.Option(help="Results folder (writes OUT/compare/<name>.csv and manifest.json).")],
+    name: Annotated[str | None, typer.Option(help="Name of the comparison in the outputs (default: <a>-vs-<b>).")] = None,
+    bootstrap: Annotated[int, typer.Option(help="Resamples of the paired bootstrap.")] = 1000,
+    bootstrap_seed: Annotated[int, typer.Option(help="Seed of the bootstrap resamples.")] = 0,
+) -> None:
+    """Paired tests of two runs on the same items: McNemar for 0/1 outcomes, paired bootstrap otherwise."""
+    from vlprobe.experiments.compare import CompareConfig, run_compare
+
+    csv_path, manifest_path, rows = run_compare(
+        CompareConfig(a=a, b=b, out=out, name=name, bootstrap=bootstrap, bootstrap_seed=bootstrap_seed)
+    )
+    shown = 0
+    for row in rows:
+        if row["metric"].endswith(".p_value") and shown < 20:
+            where = " ".join(str(row[k]) for k in ("stream", "layer", "pooling", "task", "seed") if row.get(k) not in (None, ""))
+            typer.echo(f"{row['metric'][:-8]:<18} {where:<28} {row['test']:<16} p = {row['value']:.4g}  (n={row['n']})")
+            shown += 1
+    more = sum(r["metric"].endswith(".p_value") for r in rows) - shown
+    if more > 0:
+        typer.echo(f"... and {more} more comparisons")
+    typer.echo(f"wrote {csv_path} and {manifest_path}")
+
+
+@app.command("report")
+@guarded
+def report_cmd(
+    results_dir: Annotated[Path, typer.Argument(help="A results folder (OUT, holding OUT/<experiment>/manifest.json).")],
+    out: Annotated[Path, typer.Option(help="Page to write (report.html, or .md for Markdown).")],
+    fmt: Annotated[str | None, typer.Option("--format", help="html or md (default: from the file name).")] = None,
+) -> None:
+    """One self-contained page of a results folder: every figure and table, settings and provenance."""
+    from vlprobe.experiments.report import write_report
+
+    path = write_report(results_dir, out, fmt)
+    typer.echo(f"wrote {path}")
+
+
+@app.command("collect")
+@guarded
+def collect_cmd(
+    results_dirs: Annotated[list[Path], typer.Argument(help="Results folders (or experiment folders) to gather.")],
+    out: Annotated[Path, typer.Option(help="CSV to write: every run's rows with its settings columns.")],
+) -> None:
+    """Gather the runs of results folders into one CSV with the settings as columns."""
+    from vlprobe.experiments.collect import write_collected
+
+    path, runs, rows = write_collected(results_dirs, out)
+    typer.echo(f"wrote {path} ({runs} runs, {rows} rows)")

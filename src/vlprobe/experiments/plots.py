@@ -215,7 +215,8 @@ def _float(value: str | None) -> float:
 
 def _layer_kinds(result: RunResult, stream: str) -> dict[str, str]:
     """Layer (as written in the CSV) -> kind, for one stream of a run ({} when unknown)."""
-    column = {r["layer"]: r["layer_kind"] for r in result.rows if r["stream"] == stream and r.get("layer_kind")}
+    column = {r["layer"]: r.get("kind") or r.get("layer_kind", "") for r in result.rows
+              if r["stream"] == stream and (r.get("kind") or r.get("layer_kind"))}
     if column:
         return column
     cache = (result.manifest.get("inputs") or {}).get("cache") or {}

@@ -20,27 +20,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vlprobe.experiments.outputs import TIDY_COLUMNS, result_stem
+from vlprobe.experiments.outputs import NOT_SETTINGS, TIDY_COLUMNS, result_stem
 from vlprobe.experiments.summary import SUMMARY_COLUMNS, read_tidy_csv
 from vlprobe.validation import InputError
 
 __all__ = [
-    "NOT_SETTINGS",
     "RunResult",
     "classify_csv",
     "find_runs",
     "read_result",
     "run_settings",
 ]
-
-#: Config fields that are not settings of a run: its inputs, where its outputs go and under
-#: which name, and how it runs. Every other config field changes the numbers.
-NOT_SETTINGS: frozenset[str] = frozenset({
-    "cache", "scores", "scores_file", "data_dir", "image_dir", "image_root", "tags", "regions", "items",
-    "split_file", "checkpoint", "model_config", "tokenizer", "out", "model", "name", "jobs", "device",
-    "progress", "quiet", "batch_size", "benchmark",
-})
-
 
 @dataclass(frozen=True)
 class RunResult:
@@ -82,7 +72,9 @@ class RunResult:
 
 
 def run_settings(manifest: Mapping[str, Any]) -> dict[str, Any]:
-    """The config fields of a run's manifest that change its numbers (not :data:`NOT_SETTINGS`)."""
+    """The settings a run's manifest records (else its config fields outside :data:`NOT_SETTINGS`)."""
+    if isinstance(manifest.get("settings"), dict):
+        return dict(manifest["settings"])
     config = manifest.get("config")
     if not isinstance(config, dict):
         return {}
