@@ -5,8 +5,9 @@ one CSV: the tidy columns, the columns a run's CSV adds (e.g. ``test``), then ``
 ``results_dir`` (the folder the run came from) and one column per setting (the config fields that
 change the numbers, :func:`~vlprobe.experiments.results.run_settings`; a setting already written
 as a column of the run keeps that column; lists are joined with ``,``). A run without a setting
-leaves its cell empty. A run reached through two of the folders is collected once. Runs of one experiment made with different versions of it measure
-different things and are refused, naming the experiment and the two versions.
+leaves its cell empty; a run reached through two of the folders is collected once. Runs of one
+experiment made with different versions of it measure different things and are refused, naming
+the experiment and the two versions.
 """
 
 from __future__ import annotations
