@@ -44,7 +44,7 @@ def _flags(cmd: Any) -> set[str]:
 def test_tree_has_every_command() -> None:
     leaves = {" ".join(p) for p, c in TREE.items() if not isinstance(c, TyperGroup)}
     assert leaves == {
-        "ls", "extract", "eval", "refine", "plot", "augment",
+        "ls", "extract", "eval", "refine", "plot", "compare", "report", "collect", "augment",
         "fixtures dataset", "fixtures model", "fixtures regions", "fixtures train clip", "fixtures train lxmert",
         "fixtures testbed", "cache info", "cache merge",
         "run winoground-scores", "run recall", "run separability", "run task-adaptation",

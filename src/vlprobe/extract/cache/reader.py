@@ -182,14 +182,15 @@ class ActivationCache:
 
     def provenance(self) -> dict[str, Any]:
         """What a manifest records about this cache as an input: path, hash, every header field
-        (model, checkpoint and input fingerprints, pair plan, layers, the device, ...), the score
-        kind and each stream's layer kinds (every layer of the model, layer 0 first)."""
+        (model, checkpoint and input fingerprints, pair plan, layers, ...), the score kind, the
+        device the states were computed on and each stream's layer kinds (every layer of the
+        model, layer 0 first)."""
         from vlprobe.provenance import sha256_file
 
         return {
             "path": str(self.path), "sha256": sha256_file(self.path),
             **{k: _plain(v) for k, v in dataclasses.asdict(self.header).items()},
-            "score_kind": self.score_kind,
+            "score_kind": self.score_kind, "device": self.record.device,
             "layer_kinds": {s: self.model_layer_kinds(s) for s in self.streams},
         }
 
