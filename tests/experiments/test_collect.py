@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from vlprobe.cli import app
 from vlprobe.experiments.collect import collect_rows
 from vlprobe.experiments.outputs import TIDY_COLUMNS
+from vlprobe.experiments.results import find_runs
 from vlprobe.experiments.summary import read_tidy_csv
 from vlprobe.validation import InputError
 
@@ -22,10 +23,10 @@ def test_every_run_with_its_settings_columns(every_experiment: Path) -> None:
     columns, rows = collect_rows([every_experiment])
     assert columns[: len(TIDY_COLUMNS)] == list(TIDY_COLUMNS)
     assert {"experiment_version", "results_dir", "C", "scale", "bootstrap", "epochs"} <= set(columns)
-    csvs = [p for d in every_experiment.iterdir() for p in d.glob("*.csv") if p.name.count(".") == 1]
+    csvs = [r.csv for r in find_runs([every_experiment])]  # run names may hold dots (lr=0.01)
     assert len(rows) == sum(len(read_tidy_csv(p)) for p in csvs)
     sep = [r for r in rows if r["experiment"] == "separability"]
-    assert {r["C"] for r in sep} == {"100.0"} and {r["experiment_version"] for r in sep} == {"2"}
+    assert {r["C"] for r in sep} == {"100"} and {r["experiment_version"] for r in sep} == {"2"}
     assert {r["C"] for r in rows if r["experiment"] == "recall"} == {""}  # recall has no C
     assert {r["results_dir"] for r in rows} == {str(every_experiment)}
 

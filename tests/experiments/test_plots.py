@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from vlprobe.cli import app
 from vlprobe.experiments.outputs import write_results, write_tidy_csv
 from vlprobe.experiments.plots import MAX_PANELS, make_figure, plot_results, series_labels
-from vlprobe.experiments.results import read_result
+from vlprobe.experiments.results import find_runs, read_result
 from vlprobe.experiments.summary import read_tidy_csv, summarize
 
 
@@ -185,7 +185,7 @@ def test_overlay_colours_runs_and_names_runs_of_one_name_by_their_settings(tmp_p
 def test_every_experiment_draws_with_its_chart(every_experiment: Path, tmp_path: Path) -> None:
     kinds = {}
     for folder in sorted(every_experiment.iterdir()):
-        (csv_path,) = [p for p in folder.glob("*.csv") if p.name.count(".") == 1]
+        (csv_path,) = [r.csv for r in find_runs([folder])]  # run names may hold dots (lr=0.01)
         fig = make_figure([read_result(csv_path)])
         axes = [a for a in fig.axes if a.get_visible()]
         kinds[folder.name] = (len(axes), axes[0].get_xlabel())
