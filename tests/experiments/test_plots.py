@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from vlprobe.cli import app
-from vlprobe.experiments.outputs import write_results, write_tidy_csv
+from vlprobe.experiments.outputs import TIDY_COLUMNS, write_results, write_tidy_csv
 from vlprobe.experiments.plots import MAX_PANELS, make_figure, plot_results, series_labels
 from vlprobe.experiments.results import find_runs, read_result
 from vlprobe.experiments.summary import read_tidy_csv, summarize
@@ -213,7 +213,8 @@ def test_bars_have_intervals_and_chance_and_overlay_models(every_experiment: Pat
     src = every_experiment / "winoground-scores"
     (csv_path,) = [p for p in src.glob("*.csv")]
     rows = read_tidy_csv(csv_path)
-    copy = write_run(tmp_path / "r", [{**r, "value": float(r["value"]) / 2} for r in rows], name="other",
+    copy = write_run(tmp_path / "r", [{**{k: r[k] for k in TIDY_COLUMNS}, "value": float(r["value"]) / 2} for r in rows],
+                     name="other",
                      experiment="winoground-scores")
     fig = make_figure([read_result(csv_path), read_result(copy)])
     (ax,) = [a for a in fig.axes if a.get_visible()]
