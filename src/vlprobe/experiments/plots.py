@@ -271,7 +271,7 @@ def _shade_kinds(ax: Any, xs: Mapping[str, float], kinds: Mapping[str, str]) -> 
         if not kind:
             continue
         ax.axvspan(lo - 0.5, hi + 0.5, color=KIND_COLORS.get(kind, "#f0f0f0"), alpha=0.9, zorder=0, lw=0)
-        ax.text((lo + hi) / 2, 1.01, kind, transform=trans, ha="center", va="bottom", fontsize=7, color="#555555")
+        ax.text((lo + hi) / 2, 1.01, kind, transform=trans, ha="center", va="bottom", fontsize=7, color="0.33")
         shown.append(kind)
     return shown
 
@@ -330,7 +330,7 @@ def _draw_layers(results: Sequence[RunResult], labels: Sequence[str], chart: Cha
                     ax.errorbar(x, mean, yerr=err, fmt="none", ecolor=color, elinewidth=0.9, capsize=2.5, zorder=3,
                                 clip_on=False)
         if metric in chart.chance:
-            ax.axhline(chart.chance[metric], color="#444444", ls=":", lw=1.1, zorder=1)
+            ax.axhline(chart.chance[metric], color="0.27", ls=":", lw=1.1, zorder=1)
         ax.set_xticks(ticks, tick_labels if len(ticks) <= 16 else None)
         if len(ticks) > 16:
             from matplotlib.ticker import MaxNLocator
@@ -360,13 +360,13 @@ def _draw_layers(results: Sequence[RunResult], labels: Sequence[str], chart: Cha
                         Line2D([], [], color=color, ls="--", marker="s", ms=3.5)]
             names += [f"{label}: target", f"{label}: control"]
     if has_band:
-        handles.append(Patch(color="#888888", alpha=0.3))
+        handles.append(Patch(color="0.53", alpha=0.3))
         names.append("min–max over seeds")
     if has_ci:
-        handles.append(Line2D([], [], color="#444444", marker="|", ls="none", ms=8))
+        handles.append(Line2D([], [], color="0.27", marker="|", ls="none", ms=8))
         names.append("95% CI over items")
     if metric in chart.chance:
-        handles.append(Line2D([], [], color="#444444", ls=":"))
+        handles.append(Line2D([], [], color="0.27", ls=":"))
         names.append(f"chance ({chart.chance[metric]:g})")
     for kind in kinds_seen:
         handles.append(Patch(color=KIND_COLORS.get(kind, "#f0f0f0")))
@@ -443,13 +443,13 @@ def _draw_bars(results: Sequence[RunResult], labels: Sequence[str], chart: Chart
                                     ha="center", va="bottom", fontsize=6.5)
             if ci_x:
                 has_ci = True
-                ax.errorbar(ci_x, ci_y, yerr=errs, fmt="none", elinewidth=0.9, capsize=2.5, ecolor="#333333", zorder=3)
+                ax.errorbar(ci_x, ci_y, yerr=errs, fmt="none", elinewidth=0.9, capsize=2.5, ecolor="0.2", zorder=3)
             for x in missing:
-                ax.text(x, 1, "n/a", ha="center", va="bottom", fontsize=6.5, color="#777777", rotation=90)
+                ax.text(x, 1, "n/a", ha="center", va="bottom", fontsize=6.5, color="0.47", rotation=90)
         for c, cat in enumerate(categories):
             metric = cat if chart.categories == "metric" else pk
             if metric in chart.chance:
-                ax.hlines(chart.chance[metric], c - 0.45, c + 0.45, colors="#444444", linestyles=":", lw=1.1, zorder=3)
+                ax.hlines(chart.chance[metric], c - 0.45, c + 0.45, colors="0.27", linestyles=":", lw=1.1, zorder=3)
                 chance_drawn = True
         ax.set_xticks(range(len(categories)), categories, rotation=35 if many else 0, ha="right" if many else "center",
                       fontsize=8)
@@ -466,10 +466,10 @@ def _draw_bars(results: Sequence[RunResult], labels: Sequence[str], chart: Chart
     handles: list[Any] = [Patch(color=SERIES_COLORS[i % len(SERIES_COLORS)]) for i in range(n)]
     names = list(labels)
     if has_ci:
-        handles.append(Line2D([], [], color="#333333", marker="|", ls="none", ms=8))
+        handles.append(Line2D([], [], color="0.2", marker="|", ls="none", ms=8))
         names.append("95% CI over items")
     if chance_drawn:
-        handles.append(Line2D([], [], color="#444444", ls=":"))
+        handles.append(Line2D([], [], color="0.27", ls=":"))
         names.append("chance")
     return fig, handles, names
 
@@ -528,7 +528,7 @@ def _draw_lambda(results: Sequence[RunResult], labels: Sequence[str], chart: Cha
                     has_ci = True
                     ax.fill_between(lams, lo, hi, color=color, alpha=0.12, lw=0, zorder=2)
         if metric in chart.chance:
-            ax.axhline(chart.chance[metric], color="#444444", ls=":", lw=1.1)
+            ax.axhline(chart.chance[metric], color="0.27", ls=":", lw=1.1)
         lam_ticks = sorted({lam for rs in rows for r in rs if (st := _setting(r)) for lam in (st[1],)})
         ax.set_xticks(lam_ticks, [f"{t:g}" for t in lam_ticks])
         ax.set_xlim(-0.05, 1.05)
@@ -543,13 +543,13 @@ def _draw_lambda(results: Sequence[RunResult], labels: Sequence[str], chart: Cha
         handles.append(Patch(color=SERIES_COLORS[i % len(SERIES_COLORS)]))
         names.append(label)
     for agg in aggs_seen:
-        handles.append(Line2D([], [], color="#333333", ls=styles.get(agg, "-.")))
+        handles.append(Line2D([], [], color="0.2", ls=styles.get(agg, "-.")))
         names.append(f"agg = {agg}")
     if has_ci:
-        handles.append(Patch(color="#888888", alpha=0.3))
+        handles.append(Patch(color="0.53", alpha=0.3))
         names.append("95% CI over items")
     if any(m in chart.chance for m in metrics):
-        handles.append(Line2D([], [], color="#444444", ls=":"))
+        handles.append(Line2D([], [], color="0.27", ls=":"))
         names.append("chance")
     return fig, handles, names
 

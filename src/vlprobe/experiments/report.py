@@ -43,7 +43,7 @@ MAX_ROWS = 200
 _DERIVED = (".ci95_low", ".ci95_high", ".p_value")
 _STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2em auto; max-width: 1200px;
-       color: #222; padding: 0 1em; }
+       color: rgb(34, 34, 34); padding: 0 1em; }
 h1 { border-bottom: 2px solid #1f77b4; padding-bottom: .2em; }
 h2 { margin-top: 2em; border-bottom: 1px solid #ccc; }
 h3 { margin-top: 1.5em; color: #1f4e79; }
@@ -53,7 +53,7 @@ th { background: #f0f4f8; }
 td.t, th.t { text-align: left; }
 tr:nth-child(even) td { background: #fafafa; }
 img { max-width: 100%; border: 1px solid #eee; }
-.note { color: #666; font-size: 13px; }
+.note { color: rgb(102, 102, 102); font-size: 13px; }
 nav ul { columns: 2; }
 details { margin: .5em 0 1em; }
 """
