@@ -213,7 +213,15 @@ def test_cache_merge(one_error_line: Callable[..., str],
     assert result.stdout.strip() == f"merged 3 shards into {out}"
     assert_caches_equal(out, reference_cache)
 
-    one_error_line(run(runner, "cache", "merge", *shard_files, "--out", out), "already exists")
+    # the same merge again replaces its own output; a file it did not write is never replaced
+    again = run(runner, "cache", "merge", *shard_files, "--out", out)
+    assert again.exit_code == 0, again.output
+    assert_caches_equal(out, reference_cache)
+    other = tmp_path / "notes.h5"
+    other.write_text("my notes\n")
+    one_error_line(run(runner, "cache", "merge", *shard_files, "--out", other), "not an earlier merge")
+    assert other.read_text() == "my notes\n"
+    one_error_line(run(runner, "cache", "merge", *shard_files, "--out", reference_cache), "not an earlier merge")
     missing = run(runner, "cache", "merge", shard_files[0], shard_files[2], "--out", tmp_path / "m2.h5")
     one_error_line(missing, "missing shard(s) 1/3")
 

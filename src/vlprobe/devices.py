@@ -9,7 +9,7 @@ import torch
 
 from vlprobe.validation import InputError
 
-__all__ = ["DTYPES", "resolve_device", "resolve_dtype"]
+__all__ = ["DTYPES", "device_name", "resolve_device", "resolve_dtype"]
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float16": torch.float16}
 
@@ -28,6 +28,17 @@ def resolve_device(device: str) -> torch.device:
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise InputError(f"device {device!r} asked for, but torch sees no CUDA device here")
     return dev
+
+
+def device_name(device: torch.device | str | None) -> str:
+    """The device work ran on, as outputs record it: ``cpu`` or ``cuda:N`` (never ``auto``, and a
+    CUDA device always with its index: plain ``cuda`` means the current one)."""
+    if device is None:
+        return "cpu"
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        return f"cuda:{torch.cuda.current_device()}"
+    return str(dev)
 
 
 def resolve_dtype(dtype: str) -> torch.dtype:

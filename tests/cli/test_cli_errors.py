@@ -63,7 +63,9 @@ def test_permission_error_is_one_line_with_the_path(
 
 
 @pytest.mark.parametrize(("exc", "want"), [
-    (OSError(errno.ENOSPC, "No space left on device"), "error: cannot write: No space left on device"),
+    (OSError(errno.ENOSPC, "No space left on device"), "error: no space left on device (free some space, then rerun the same command)"),
+    (OSError(errno.ENOSPC, "No space left on device", "/d/x.csv"), "error: no space left on device: /d/x.csv (free some space, then rerun the same command)"),
+    (OSError("Can't write data (file write failed: time = x, filename = '/d/.c.h5.vlprobe-tmp', file descriptor = 5, errno = 28, error message = 'No space left on device', buf = 0x1, total write size = 8, bytes this sub-write = 8, bytes actually written = 18446744073709551615, offset = 0)"), "error: no space left on device: /d/c.h5 (free some space, then rerun the same command)"),
     (OSError(errno.EROFS, "Read-only file system", "/mnt/ro/x.h5"), "error: cannot write /mnt/ro/x.h5: Read-only file system"),
     (FileNotFoundError(errno.ENOENT, "No such file or directory", "/no/such"), "error: cannot open /no/such: No such file or directory"),
     (FileNotFoundError("cache: no such file '/x.h5'"), "error: cache: no such file '/x.h5'"),

@@ -16,6 +16,7 @@ from vlprobe.data.variants import (
     write_variants,
 )
 from vlprobe.data.winoground import load_winoground
+from vlprobe.io import OUTPUTS_LIST
 from vlprobe.provenance import sha256_file
 
 
@@ -53,7 +54,8 @@ def test_round_trip(tmp_path: Path) -> None:
     assert "params" not in first["variants"][1]  # empty params are left out
     assert list(json.loads(lines[1])) == ["item", "caption", "original", "variants"]
     assert "“quotes”" in lines[1]  # written as UTF-8, not escaped
-    assert [p.name for p in tmp_path.joinpath("sub").iterdir()] == ["v.jsonl"]
+    # beside it only the folder's list of the files vlprobe wrote (no temporary file)
+    assert sorted(p.name for p in tmp_path.joinpath("sub").iterdir()) == [OUTPUTS_LIST, "v.jsonl"]
 
 
 def test_synthetic_file_round_trips(synth: Path, tmp_path: Path) -> None:

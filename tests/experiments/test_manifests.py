@@ -48,3 +48,23 @@ def test_manifest_holds_config_seeds_versions_revision_and_fingerprints(
     assert {"numpy", "torch"} <= set(m["versions"])
     cache = m["inputs"]["cache"]
     assert len(cache["sha256"]) == 64
+    # the device the run computed on, never what was asked for ("auto"); no GPU in the test runs
+    assert m["device"] == "cpu"
+
+
+@pytest.mark.parametrize("experiment", ["task-adaptation", "variant-probe"])
+def test_manifest_records_the_device_used_not_auto(experiment: str, reference_cache: Path, tmp_path: Path) -> None:
+    import torch
+
+    make, run, extra = RUNS[experiment]
+    _, manifest_path, _ = run(make(cache=reference_cache, out=tmp_path, **extra, device="auto"))
+    ((_, m),) = json.loads(manifest_path.read_text(encoding="utf-8"))["runs"].items()
+    assert m["config"]["device"] == "auto"  # what was asked for stays in the config
+    assert m["device"] == ("cuda:0" if torch.cuda.is_available() else "cpu")
+
+
+def test_a_cache_records_the_device_used(reference_cache: Path) -> None:
+    from vlprobe.extract.cache.reader import ActivationCache
+
+    with ActivationCache(reference_cache) as c:
+        assert c.record.device == "cpu"

@@ -22,6 +22,8 @@ from vlprobe.experiments.outputs import (
     write_results,
     write_tidy_csv,
 )
+from vlprobe.io import OUTPUTS_LIST
+from vlprobe.validation import InputError
 
 
 def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
@@ -91,7 +93,9 @@ def test_write_tidy_csv_failure_keeps_the_old_file(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown tidy column"):
         write_tidy_csv(target, [{"metric": "acc", "value": 2.0}, {"bogus": 1}])
     assert target.read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.csv"]
+    # no temporary file left; the folder's list of vlprobe's outputs still vouches for the old file
+    assert sorted(p.name for p in tmp_path.iterdir()) == [OUTPUTS_LIST, "out.csv"]
+    write_tidy_csv(target, [{"metric": "acc", "value": 3.0}])  # its own output: replaced
 
 
 def test_build_manifest(tmp_path: Path) -> None:
@@ -146,7 +150,7 @@ def test_write_results_second_model_adds_to_manifest(tmp_path: Path) -> None:
     write_results(tmp_path, "exp", "clip", [{"metric": "a", "value": 1}], _manifest("clip"))
     write_results(tmp_path, "exp", "lxmert", [{"metric": "a", "value": 2}], _manifest("lxmert"))
     folder = tmp_path / "exp"
-    assert sorted(p.name for p in folder.iterdir()) == ["clip.csv", "lxmert.csv", "manifest.json"]
+    assert sorted(p.name for p in folder.iterdir()) == [OUTPUTS_LIST, "clip.csv", "lxmert.csv", "manifest.json"]
     runs = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))["runs"]
     assert sorted(runs) == ["clip", "lxmert"]
     assert runs["clip"]["inputs"] == {"cache": {"path": "clip.h5"}}
@@ -213,7 +217,7 @@ def test_model_names_sharing_a_file_name_are_refused(tmp_path: Path) -> None:
 def test_an_unreadable_manifest_is_not_silently_replaced(tmp_path: Path) -> None:
     (tmp_path / "exp").mkdir()
     (tmp_path / "exp" / "manifest.json").write_text("{not json", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"^out: .*manifest\.json is not a vlprobe manifest"):
+    with pytest.raises(ValueError, match=r"^out: .*manifest\.json. exists and was not written by vlprobe"):
         write_results(tmp_path, "exp", "clip", [], _manifest("clip"))
     assert (tmp_path / "exp" / "manifest.json").read_text(encoding="utf-8") == "{not json"
 
@@ -310,3 +314,23 @@ def test_row_setting_columns_and_long_names(tmp_path: Path) -> None:
     assert header[-2:] == ["agg", "lambda"] and got[0]["agg"] == "mean" and got[0]["lambda"] == "0.5"
     with pytest.raises(ValueError, match="unknown tidy column"):
         write_tidy_csv(tmp_path / "x.csv", [{"metric": "a", "colour": 1}], settings)
+
+
+def test_the_run_guard_compares_inputs_by_content_not_by_path_spelling(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same cache under another spelling of its path is the same run; another cache copied
+    over the recorded path is not."""
+    from vlprobe.experiments.outputs import check_run_slot
+    from vlprobe.provenance import sha256_file
+
+    monkeypatch.chdir(tmp_path)
+    cache = tmp_path / "c.h5"
+    cache.write_bytes(b"cache one")
+    config = {"cache": "c.h5", "seeds": 2}
+    manifest = {**_manifest("clip"), "config": config, "inputs": {"cache": {"path": "c.h5", "sha256": sha256_file(cache)}}}
+    write_results(tmp_path / "res", "exp", "clip", [{"metric": "acc", "value": 1.0}], manifest)
+    check_run_slot(tmp_path / "res", "exp", "clip", {**config, "cache": str(cache)})  # absolute spelling: same run
+    cache.write_bytes(b"another cache, copied over the same path")
+    with pytest.raises(InputError, match=r"made from another cache file \('c\.h5' had sha256 "):
+        check_run_slot(tmp_path / "res", "exp", "clip", config)

@@ -109,7 +109,7 @@ def test_resume_after_sigkill(
         "--out", str(out), "--batch-size", "1", "--device", "cpu", "--quiet",
     ]
     # The writer keeps HDF5's default file locking; only this test's reads bypass it (locking=False).
-    seen, returncode, stderr = kill_when(cmd, out, _done_counts, lambda counts: counts[0] >= 8, timeout=60)
+    seen, returncode, stderr = kill_when(cmd, out, _done_counts, lambda counts: counts[0] >= 8, timeout=600)
     assert seen is not None, f"the run ended before it could be killed (rc {returncode}): {stderr[-500:]}"
     assert returncode == -signal.SIGKILL
 

@@ -71,11 +71,11 @@ def _load(spec: str, device: str) -> tuple[Any, Any, str]:
         from huggingface_hub import snapshot_download
 
         path = snapshot_download(spec, local_files_only=True)
-    from vlprobe.devices import resolve_device
-    from vlprobe.extract.models.hf import quiet_transformers
+    from vlprobe.devices import device_name, resolve_device
+    from vlprobe.extract.models.hf import quiet_transformers, reading_weights
 
-    device = str(resolve_device(device))
-    with quiet_transformers():
+    device = device_name(resolve_device(device))
+    with quiet_transformers(), reading_weights(spec):
         tok = AutoTokenizer.from_pretrained(path)
         model = AutoModelForSeq2SeqLM.from_pretrained(path).to(device).eval()
     return tok, model, device
@@ -164,6 +164,9 @@ class _Seq2SeqStrategy(Strategy):
         out = super().provenance()
         out["models"] = {o: _model_id(str(self.settings[o])) for o in self.model_options}
         out["settings"] = {k: v for k, v in self.settings.items() if k not in self.model_options}
+        used = sorted({m[2] for m in self._models.values()})
+        if used:  # the device the models ran on (settings say what was asked for: "auto")
+            out["device"] = ", ".join(used)
         return out
 
 

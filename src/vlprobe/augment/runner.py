@@ -20,7 +20,8 @@ from vlprobe import __version__
 from vlprobe.augment.base import Proposal, Strategy, caption_rng
 from vlprobe.augment.plan import build_strategy, resolve_plan
 from vlprobe.data.loading import load_dataset, loader_options
-from vlprobe.data.variants import Variant, VariantSet, write_variants
+from vlprobe.data.variants import VARIANTS_KIND, Variant, VariantSet, write_variants
+from vlprobe.io import check_output
 from vlprobe.validation import InputError, check_positive_int, check_seed
 
 __all__ = ["AugmentConfig", "AugmentResult", "augment", "augment_texts", "prepare_strategies"]
@@ -170,6 +171,7 @@ def augment(config: AugmentConfig, progress: Callable[[str], None] | None = None
     """Make variants of every caption of a dataset and write the variants file."""
     seed = check_seed(config.seed)
     check_positive_int(config.batch_size, "batch_size")
+    check_output(config.out, VARIANTS_KIND)  # before any work: writable, and not another file
     strategies, skipped = prepare_strategies(
         config.preset, config.strategies, config.max_per_strategy, config.options, config.strict,
     )

@@ -168,10 +168,15 @@ def setup_wordnet(
     target = root / "corpora" / "wordnet"
     if not force and _complete(target) and (target / "SOURCE").read_text(encoding="utf-8").strip() == src.name:
         return root
+    if target.exists() and (not target.is_dir() or (any(target.iterdir()) and not (target / "SOURCE").is_file())):
+        raise InputError(
+            f"root: {str(target)!r} exists and was not built by vlprobe (no SOURCE file); refusing to "
+            "replace it: use it as it is (NLTK_DATA) or choose another --root"
+        )
     staging = root / "corpora" / ".wordnet.partial"
     if staging.exists():
         shutil.rmtree(staging)
-    staging.mkdir(parents=True, mode=0o755)
+    staging.mkdir(parents=True)
     for name in (*_REQUIRED, *_OPTIONAL):
         f = src.path / name
         if not f.is_file():
@@ -180,17 +185,13 @@ def setup_wordnet(
         if src.crlf:
             data = data.replace(b"\r\n", b"\n")
         dst = staging / name
-        dst.write_bytes(data)  # a fresh file: one link, owned by us, never a symlink
-        dst.chmod(0o644)
+        dst.write_bytes(data)  # a fresh file (the user's umask): one link, owned by us, never a symlink
     if not (staging / "lexnames").is_file():
         (staging / "lexnames").write_text(LEXNAMES, encoding="utf-8")
-        (staging / "lexnames").chmod(0o644)
     for notice in (Path("/usr/share/doc/wordnet-base/copyright"),):
         if src.name.startswith("debian") and notice.is_file() and not (staging / "LICENSE").exists():
             shutil.copyfile(notice, staging / "LICENSE")
-            (staging / "LICENSE").chmod(0o644)
     (staging / "SOURCE").write_text(src.name + "\n", encoding="utf-8")
-    (staging / "SOURCE").chmod(0o644)
     if target.exists():
         shutil.rmtree(target)
     os.replace(staging, target)

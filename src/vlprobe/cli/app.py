@@ -21,6 +21,7 @@ import typer
 from typer.core import TyperGroup
 
 from vlprobe import __version__
+from vlprobe.io import is_disk_full, no_space_error
 from vlprobe.validation import InputError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -83,11 +84,16 @@ _WRITING = frozenset({errno.EEXIST, errno.ENOSPC, errno.EROFS, errno.EDQUOT, err
 
 def is_file_system_error(exc: BaseException) -> bool:
     """Whether ``exc`` is the file system refusing (missing file, permission, space, read-only)."""
-    return isinstance(exc, _FS_ERRORS) or (isinstance(exc, OSError) and exc.errno in _FS_ERRNOS)
+    return isinstance(exc, _FS_ERRORS) or (isinstance(exc, OSError) and exc.errno in _FS_ERRNOS) or is_disk_full(exc)
 
 
 def error_line(exc: BaseException) -> str:
     """The one line shown for an input or file-system error (an OSError names its path)."""
+    if is_disk_full(exc):
+        full = no_space_error(exc)  # type: ignore[arg-type]
+        where = f": {os.fsdecode(full.filename)}" if full.filename else ""
+        what = "disk quota exceeded" if full.errno == errno.EDQUOT else "no space left on device"
+        return f"{what}{where} (free some space, then rerun the same command)"
     if isinstance(exc, OSError) and exc.strerror:
         if exc.filename is not None:
             path = os.fsdecode(exc.filename)

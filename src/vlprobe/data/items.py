@@ -10,12 +10,14 @@ matrix and cache uses (Winoground: item i gives images 2i, 2i+1 and captions
 
 from __future__ import annotations
 
+import io
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 
 from vlprobe.validation import InputError
 
@@ -44,8 +46,29 @@ class ImageRef:
         """Open the image as RGB (decoded eagerly, file closed)."""
         if self.path is None:
             raise InputError(f"image {self.id!r} has no file path; pixels are not available")
-        with Image.open(self.path) as img:
+        try:
+            data = self.path.read_bytes()
+        except OSError as exc:
+            raise InputError(f"images: cannot read {str(self.path)!r} ({exc.strerror or exc})") from None
+        return decode_rgb(data, self.path)
+
+
+def decode_rgb(data: bytes, path: str | os.PathLike[str]) -> Image.Image:
+    """The image file ``path`` (its bytes ``data``) decoded eagerly as RGB.
+
+    Raises
+    ------
+    InputError
+        The file is empty, truncated or not an image (the message names it).
+    """
+    if not data:
+        raise InputError(f"images: {str(path)!r} is an empty file (0 bytes), not an image")
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            img.load()
             return img.convert("RGB")
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+        raise InputError(f"images: {str(path)!r} is not a readable image ({exc})") from None
 
 
 @dataclass(frozen=True)

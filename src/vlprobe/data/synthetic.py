@@ -272,7 +272,7 @@ def make_synthetic_winoground(
                 "collapsed_tag": collapsed,
             }
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-    write_variants(root / "variants.jsonl", variant_sets)
+    write_variants(root / "variants.jsonl", variant_sets, kind=None)  # the folder is guarded as a whole
     with atomic_write(root / "new_tag_assignments.json") as fh:
         fh.write(json.dumps({str(i): t for i, t in enumerate(tags)}))  # one line, like WWH's file
     with atomic_write(root / "scenes.jsonl") as fh:

@@ -37,7 +37,8 @@ from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError, check_int
 
 __all__ = [
-    "Variant", "VariantSet", "attach_variants", "read_variants", "read_variants_header", "write_variants",
+    "VARIANTS_KIND", "Variant", "VariantSet", "attach_variants", "read_variants", "read_variants_header",
+    "write_variants",
 ]
 
 
@@ -73,12 +74,22 @@ class VariantSet:
         return out
 
 
+#: What variants files are listed as among the files vlprobe wrote (:mod:`vlprobe.io`).
+VARIANTS_KIND = "variants"
+
+
 def write_variants(
     path: str | os.PathLike[str], sets: Iterable[VariantSet], provenance: Mapping[str, Any] | None = None,
+    *, kind: str | None = VARIANTS_KIND,
 ) -> Path:
-    """Write variant sets as JSONL, atomically; ``provenance`` becomes the header line."""
+    """Write variant sets as JSONL, atomically; ``provenance`` becomes the header line.
+
+    ``kind``: what the file is listed as among the files vlprobe wrote (:mod:`vlprobe.io`; an
+    existing file is replaced only when listed so); None for a file inside a folder its writer
+    guards as a whole (the synthetic dataset).
+    """
     target = Path(path)
-    with atomic_write(target) as fh:
+    with atomic_write(target, kind=kind) as fh:
         if provenance is not None:
             fh.write(json.dumps({"vlprobe_variants": 1, "provenance": dict(provenance)},
                                 ensure_ascii=False, sort_keys=True) + "\n")

@@ -55,7 +55,7 @@ from vlprobe.experiments.score_files import (
 )
 from vlprobe.experiments.units import units_of
 from vlprobe.provenance import sha256_file
-from vlprobe.validation import InputError
+from vlprobe.validation import InputError, check_float
 
 __all__ = ["BENCHMARKS", "EvalConfig", "read_item_ids", "run_eval"]
 
@@ -138,6 +138,8 @@ def _validate(config: EvalConfig) -> None:
         raise InputError("give exactly one of model (score the pairs now) or scores (a saved per-item score file)")
     if config.benchmark == "sugarcrepe" and (config.threshold is not None or config.all_items):
         raise InputError("threshold and all_items apply to valse only")
+    if config.threshold is not None:
+        check_float(config.threshold, "threshold", meaning=" (the match score a caption must exceed)")
     if config.scores is not None and config.data_dir is None:
         given = [name for name, value in (("limit", config.limit), ("all_items", config.all_items),
                                           ("image_dir", config.image_dir), ("image_root", config.image_root)) if value]
@@ -187,6 +189,7 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
     inputs: dict[str, Any] = {}
     info: dict[str, Any] = {}
     score_kind = ""
+    device = "cpu"  # re-read scores: the metrics are computed here, on the CPU
     if config.model is not None:
         from vlprobe.extract.scoring import load_scorer
 
@@ -220,6 +223,9 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
             if fp:
                 inputs[f"model_{key}"] = {"spec": None if specs.get(key) is None else str(specs[key]), "fingerprint": fp}
         info = scorer.info
+        from vlprobe.devices import device_name
+
+        device = device_name(getattr(scorer.impl, "device", None))  # a model-free scorer: the CPU
     else:
         saved = read_item_scores(config.scores, param="scores")  # type: ignore[arg-type]
         order = None
@@ -272,7 +278,7 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
         extra["definitions"] = {m: d for m, d in ACC_R_DEFINITIONS.items() if m != "acc_r_valse" or logits is not None}
     if config.items is not None:
         inputs["items"] = {"path": str(config.items), "sha256": sha256_file(config.items)}
-    manifest = build_manifest(config.benchmark, VERSION, cfg, inputs, seeds=[config.seed], extra=extra)
+    manifest = build_manifest(config.benchmark, VERSION, cfg, inputs, seeds=[config.seed], extra=extra, device=device)
     csv_path, manifest_path = write_results(config.out, config.benchmark, model, rows, manifest, name_field="name",
                                             settings=settings)
     write_item_scores(

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from vlprobe.devices import resolve_device
+from vlprobe.devices import device_name, resolve_device
 from vlprobe.experiments.cache_features import check_seeds, stratum_keys
 from vlprobe.experiments.outputs import (
     RunSettings,
@@ -330,6 +330,7 @@ def train_and_write(
     manifest = build_manifest(
         experiment, version, config_record(config),
         {"cache": index.provenance, **split_file_input(config.split_file)}, seeds=seeds,
+        device=device_name(resolve_device(MLPSettings.from_config(config).device)),
         extra={
             "model": plan.model, "preset": config.preset, **extra,
             **split_record(index.item_ids, plan.items, plan.split, plan.families, config.split_file, flips),

@@ -34,12 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from vlprobe import __version__
-from vlprobe.io import atomic_write, write_json
-from vlprobe.provenance import git_revision, package_versions
+from vlprobe.io import atomic_write, check_output, write_json
+from vlprobe.provenance import git_revision, package_versions, sha256_file
 from vlprobe.validation import InputError
 
 __all__ = [
     "NOT_SETTINGS",
+    "RESULTS_KIND",
     "RUN_NEUTRAL",
     "TIDY_COLUMNS",
     "RunSettings",
@@ -58,6 +59,10 @@ TIDY_COLUMNS: tuple[str, ...] = (
     "experiment", "model", "stream", "layer", "kind", "pooling", "probe", "task", "seed", "split",
     "subset", "metric", "value", "n",
 )
+
+#: What experiment outputs are listed as among the files vlprobe wrote (:mod:`vlprobe.io`): a
+#: results file is replaced only by another results file of vlprobe's.
+RESULTS_KIND = "results"
 
 #: Config fields that do not change what a run measures: a rerun that differs only in these (or
 #: in the field naming the run, ``model`` by default) replaces the recorded run.
@@ -223,7 +228,7 @@ def write_tidy_csv(
     columns = (*TIDY_COLUMNS, *(settings.column_names if settings else ()))
     known = set(columns)
     constant = settings.cells() if settings else {}
-    with atomic_write(target) as fh:
+    with atomic_write(target, kind=RESULTS_KIND) as fh:
         writer = csv.writer(fh, lineterminator="\n")
         writer.writerow(columns)
         for row in rows:
@@ -242,6 +247,7 @@ def build_manifest(
     inputs: Mapping[str, Mapping[str, Any]],
     seeds: Iterable[int] = (),
     extra: Mapping[str, Any] | None = None,
+    device: str = "cpu",
 ) -> dict[str, Any]:
     """The manifest of one experiment run.
 
@@ -257,6 +263,9 @@ def build_manifest(
         Per input (cache path, score file, ...): its fingerprints and provenance.
     seeds : iterable of int
         Every seed used.
+    device : str
+        The device the run computed on (``cpu``, ``cuda:0``; :func:`vlprobe.devices.device_name`),
+        beside the config's ``device``, which says what was asked for (``auto``).
     """
     return {
         "experiment": experiment,
@@ -268,6 +277,7 @@ def build_manifest(
         "git_revision": git_revision(),
         "versions": package_versions(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "device": device,
         **(dict(extra) if extra else {}),
     }
 
@@ -308,6 +318,10 @@ def check_run_slot(
     stem = result_stem(run)
     # The preset only fills settings, which the run name already holds.
     skip = {*RUN_NEUTRAL, name_field, *(("preset",) if settings is not None else ())}
+    if Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise InputError(f"out: {str(out_dir)!r} is a file; give a results folder")
+    for path in (folder / f"{stem}.csv", folder / "manifest.json"):
+        check_output(path, RESULTS_KIND)  # writable, and not a file vlprobe did not write
     for name, recorded in _recorded_runs(folder / "manifest.json").items():
         if result_stem(name) != stem:
             continue
@@ -318,7 +332,22 @@ def check_run_slot(
         if config is None or not isinstance(old, dict):
             continue  # nothing recorded to compare against
         new = json.loads(json.dumps(dict(config), default=str))
-        differ = sorted(k for k in set(old) | set(new) if k not in skip and old.get(k) != new.get(k))
+        hashes = _input_hashes(recorded)
+        differ = sorted(
+            k for k in set(old) | set(new)
+            if k not in skip and old.get(k) != new.get(k) and not _same_input(old.get(k), new.get(k), hashes)
+        )
+        if not differ:
+            for k in sorted(set(old) & set(new) - skip):
+                was, now = hashes.get(old[k]) if isinstance(old[k], str) else None, None
+                if was is not None and isinstance(new[k], str) and os.path.isfile(new[k]):
+                    now = sha256_file(new[k])
+                if was is not None and now is not None and now != was:
+                    raise InputError(
+                        f"{where} made from another {k} file ({new[k]!r} had sha256 {was[:12]}... then, "
+                        f"{now[:12]}... now); use another --out or another name to keep both, "
+                        "or delete that run's files first"
+                    )
         if differ:
             k = differ[0]
             more = f" (and {len(differ) - 1} more field(s))" if len(differ) > 1 else ""
@@ -327,6 +356,26 @@ def check_run_slot(
                 "use another --out or another model name to keep both, or delete that run's files first"
             )
     return run
+
+
+def _input_hashes(run: Mapping[str, Any]) -> dict[str, str]:
+    """Path (as given) -> sha256 of each input file a recorded run names in its ``inputs``."""
+    inputs = run.get("inputs")
+    if not isinstance(inputs, dict):
+        return {}
+    return {
+        v["path"]: v["sha256"] for v in inputs.values()
+        if isinstance(v, dict) and isinstance(v.get("path"), str) and isinstance(v.get("sha256"), str)
+    }
+
+
+def _same_input(old: Any, new: Any, hashes: Mapping[str, str]) -> bool:
+    """Whether two spellings of an input path name the same content (the sha256 recorded for
+    ``old`` is that of the file at ``new`` now): a run is compared by what it read, not by how
+    its paths were written."""
+    if not (isinstance(old, str) and isinstance(new, str)) or old not in hashes or not os.path.isfile(new):
+        return False
+    return sha256_file(new) == hashes[old]
 
 
 def write_results(
@@ -353,5 +402,5 @@ def write_results(
         entry.update(run=run, settings=settings.values, settings_changed=settings.changed,
                      setting_columns={**settings.columns, **{c: c for c in settings.row_columns}})
     runs[run] = entry
-    write_json(manifest_path, {"experiment": experiment, "runs": runs})
+    write_json(manifest_path, {"experiment": experiment, "runs": runs}, kind=RESULTS_KIND)
     return csv_path, manifest_path

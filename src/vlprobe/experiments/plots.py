@@ -31,6 +31,7 @@ from vlprobe.experiments.charts import Chart, chart_for
 from vlprobe.experiments.results import RunResult, read_result
 from vlprobe.experiments.summary import summarize
 from vlprobe.experiments.units import PERCENT, metric_unit
+from vlprobe.io import atomic_write, check_output
 from vlprobe.validation import InputError
 
 __all__ = [
@@ -53,6 +54,8 @@ TASK_COLORS = {"target": "#1f77b4", "control": "#d62728"}
 SERIES_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f")
 _DERIVED = (".ci95_low", ".ci95_high", ".p_value")
 _MARK = f"vlprobe {__version__}"
+#: What figures are listed as among the files vlprobe wrote (:mod:`vlprobe.io`).
+PLOT_KIND = "plot"
 
 
 def _wrap(text: str, width: int) -> str:
@@ -627,12 +630,6 @@ def written_by_vlprobe(path: Path) -> bool:
         return False
 
 
-def refuse_foreign(path: Path, param: str = "out") -> None:
-    """Raise when ``path`` exists and vlprobe did not write it."""
-    if path.exists() and (not path.is_file() or not written_by_vlprobe(path)):
-        raise InputError(f"{param}: {path} exists and was not written by vlprobe; refusing to replace it")
-
-
 def plot_results(
     csvs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     out: str | os.PathLike[str],
@@ -664,15 +661,14 @@ def plot_results(
     paths = [csvs] if isinstance(csvs, str | os.PathLike) else list(csvs)
     targets = (out_png, out_png.with_suffix(".pdf"))
     for path in targets:
-        refuse_foreign(path)
+        check_output(path, PLOT_KIND, recognise=written_by_vlprobe)
     results = [read_result(p) for p in paths]
     fig = make_figure(results, metric=metric, split=split, subset=subset, title=title)
-    from vlprobe.io import atomic_write
 
     written = []
     for path in targets:
         data = figure_bytes(fig, path.suffix[1:], dpi=150)
-        with atomic_write(path, "wb") as fh:
+        with atomic_write(path, "wb", kind=PLOT_KIND, recognise=written_by_vlprobe) as fh:
             fh.write(data)
         written.append(path)
     return written

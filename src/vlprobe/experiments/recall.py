@@ -24,6 +24,7 @@ import numpy as np
 
 from vlprobe.experiments.metrics import bootstrap_indices, ci95_rows, recall_ranks
 from vlprobe.experiments.outputs import (
+    RESULTS_KIND,
     build_manifest,
     check_run_slot,
     config_record,
@@ -129,6 +130,6 @@ def run_recall(config: RecallConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
                "item_scores": "<run>.scores.npy (caption x image, canonical order)"},
     )
     csv_path, manifest_path = write_results(config.out, NAME, model, rows, manifest, settings=settings)
-    with atomic_write(csv_path.with_suffix(".scores.npy"), "wb") as fh:
+    with atomic_write(csv_path.with_suffix(".scores.npy"), "wb", kind=RESULTS_KIND) as fh:
         np.save(fh, m)
     return csv_path, manifest_path, rows

@@ -31,9 +31,12 @@ import numpy as np
 
 from vlprobe.experiments.outputs import build_manifest, config_record
 from vlprobe.experiments.score_files import caption_foil_scores, read_item_scores
-from vlprobe.io import atomic_write, write_json
+from vlprobe.io import atomic_write, check_output, write_json
 from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError, check_int, check_positive_int, check_seed
+
+#: What refine's outputs are listed as among the files vlprobe wrote (:mod:`vlprobe.io`).
+REFINED_KIND = "refined items"
 
 __all__ = ["TRANSFORMS", "RefineConfig", "RefineResult", "adversarial_refine", "run_refine"]
 
@@ -178,6 +181,9 @@ def run_refine(config: RefineConfig) -> tuple[Path, Path, RefineResult]:
         suffix ``.manifest.json`` (``keep.jsonl`` -> ``keep.manifest.json``).
     result : RefineResult
     """
+    out = Path(config.out)
+    for path in (out, out.with_suffix(".manifest.json")):
+        check_output(path, REFINED_KIND)  # before any work
     ids_a, gap_a, right_a = _gaps(Path(config.scores_a), config.transform_a, "scores_a")
     ids_b, gap_b, right_b = _gaps(Path(config.scores_b), config.transform_b, "scores_b")
     if set(ids_a) != set(ids_b):
@@ -192,7 +198,7 @@ def run_refine(config: RefineConfig) -> tuple[Path, Path, RefineResult]:
     gap_b, right_b = gap_b[perm], right_b[perm]
     result = adversarial_refine(gap_a, gap_b, grid=config.grid, axis_bins=config.axis_bins, seed=config.seed)
     out = Path(config.out)
-    with atomic_write(out) as fh:
+    with atomic_write(out, kind=REFINED_KIND) as fh:
         for i in result.kept.tolist():
             fh.write(json.dumps({"item": ids_a[i]}) + "\n")
     kept = result.kept
@@ -216,5 +222,5 @@ def run_refine(config: RefineConfig) -> tuple[Path, Path, RefineResult]:
         },
     )
     manifest_path = out.with_suffix(".manifest.json")
-    write_json(manifest_path, manifest)
+    write_json(manifest_path, manifest, kind=REFINED_KIND)
     return out, manifest_path, result

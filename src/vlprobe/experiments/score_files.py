@@ -26,6 +26,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import zipfile
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from vlprobe.data.source_files import iter_json_lines
+from vlprobe.experiments.outputs import RESULTS_KIND
 from vlprobe.io import atomic_write, text_lines
 from vlprobe.validation import InputError
 
@@ -91,7 +94,7 @@ def write_item_scores(
     if pairs is not None and pairs.shape != (len(values), 2):
         raise InputError(f"logits must have shape ({len(values)}, 2), got {pairs.shape}")
     target = Path(path)
-    with atomic_write(target) as fh:
+    with atomic_write(target, kind=RESULTS_KIND) as fh:
         for p, (it, im, tx, sc) in enumerate(zip(items, images, texts, values.tolist(), strict=True)):
             record: dict[str, object] = {"item": it, "image": im, "text": tx, "score": sc}
             if pairs is not None:
@@ -290,7 +293,9 @@ def read_score_matrix(
                     )
         else:
             raise InputError(f"{param}: {p.name} is not a .npy or .npz matrix")
-    except (OSError, EOFError) as exc:
+    except InputError:
+        raise
+    except (OSError, EOFError, ValueError, zipfile.BadZipFile, zlib.error) as exc:  # truncated: BadZipFile, ValueError
         raise InputError(f"{param}: cannot read {p.name} as a numpy array ({exc})") from None
     if m.dtype.kind not in "fiu":
         raise InputError(f"{param}: {p.name} has dtype {m.dtype}, expected numbers")

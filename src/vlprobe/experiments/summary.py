@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from vlprobe.experiments.outputs import TIDY_COLUMNS, format_cell
+from vlprobe.experiments.outputs import RESULTS_KIND, TIDY_COLUMNS, format_cell
 from vlprobe.io import atomic_write
 from vlprobe.probes.splits import selectivity
 from vlprobe.validation import InputError
@@ -99,7 +99,7 @@ def summarize(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 def write_summary_csv(path: str | os.PathLike[str], summary: Iterable[Mapping[str, Any]]) -> Path:
     """Write summary rows (from :func:`summarize`) as CSV, atomically."""
     target = Path(path)
-    with atomic_write(target) as fh:
+    with atomic_write(target, kind=RESULTS_KIND) as fh:
         writer = csv.writer(fh, lineterminator="\n")
         writer.writerow(SUMMARY_COLUMNS)
         for rec in summary:

@@ -40,6 +40,7 @@ import numpy as np
 from vlprobe import __version__
 from vlprobe.data.items import Dataset
 from vlprobe.data.loading import load_dataset, loader_options
+from vlprobe.devices import device_name
 from vlprobe.extract.cache.schema import (
     CacheHeader,
     CacheRecord,
@@ -195,6 +196,7 @@ def extract(config: ExtractConfig) -> ExtractResult:
     """
     t0 = time.perf_counter()
     _validate(config)
+    CacheWriter.check_out(config.out)  # before the model loads
     poolings = parse_poolings(config.poolings, param="pooling")
     k, n_shards = parse_shard(config.shard)
     adapter_cls = MODELS.get(config.model)
@@ -291,7 +293,7 @@ def _extract(
         vlprobe_version=__version__,
         versions=package_versions(),
         git_revision=git_revision(),
-        device=str(adapter.device),
+        device=device_name(adapter.device),
         dataset_source=dataset.source,
         tags_fingerprint=dataset.extra_fingerprints.get("tags", ""),
         model_info=info,
@@ -301,7 +303,7 @@ def _extract(
     written: dict[str, int] = {}
     totals: dict[str, int] = {}
     with CacheWriter.open(
-        config.out, header, tables, layouts, record, with_scores=(n_shards == 1 or not dual), pairs=pairs,
+        config.out, header, tables, layouts, record, with_scores=(n_shards == 1 or not dual), pairs=pairs, score_kind=adapter.score_kind,
     ) as writer:
         for lay in layouts:
             if lay.spec.modality == "pair":

@@ -393,14 +393,15 @@ def test_checkpoint_path_is_not_compared(
     assert result.rows_written == {"text": 0, "image": 0}
 
 
-@pytest.mark.parametrize("kind", ["text", "hdf5"])
+@pytest.mark.parametrize("kind", ["text", "empty", "hdf5"])
 def test_refuses_a_foreign_file_at_out(
     kind: str, make_config: Callable[..., ExtractConfig], tmp_path: Path
 ) -> None:
+    """Nothing that is not a vlprobe cache is opened for writing: its bytes stay as they were."""
     out = tmp_path / "precious.h5"
-    if kind == "text":
-        out.write_text("my notes, not a cache\n")
-        match = "not a readable HDF5 file"
+    if kind in ("text", "empty"):
+        out.write_text("my notes, not a cache\n" if kind == "text" else "")
+        match = r"not a vlprobe cache; refusing to touch it \(not an HDF5 file\)"
     else:
         with h5py.File(out, "w") as f:
             f["data"] = np.arange(10.0)

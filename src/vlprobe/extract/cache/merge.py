@@ -12,15 +12,17 @@ import numpy as np
 from vlprobe.extract.cache.reader import ActivationCache
 from vlprobe.extract.cache.schema import (
     COMPARED_FIELDS,
+    CacheHeader,
     CacheTables,
     PairLayout,
     StreamLayout,
+    header_diff,
     parse_shard,
 )
 from vlprobe.extract.cache.writer import CacheWriter
 from vlprobe.extract.models.base import DualEncoder
 from vlprobe.extract.scoring import pooled_score_fn
-from vlprobe.io import atomic_path
+from vlprobe.io import atomic_path, check_writable
 from vlprobe.registry import MODELS
 from vlprobe.validation import InputError
 
@@ -42,8 +44,9 @@ def merge_shards(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike
     if not paths:
         raise InputError("shards: give the shard files to merge")
     target = Path(out)
-    if target.exists():
-        raise InputError(f"out: {str(target)!r} already exists; choose a new file name")
+    check_writable(target)
+    if os.path.lexists(target) and any(os.path.lexists(p) and os.path.samefile(target, p) for p in paths):
+        raise InputError(f"out: {str(target)!r} is one of the shard files; choose a new file name")
     caches = [ActivationCache(p) for p in paths]
     try:
         first = caches[0].header
@@ -72,11 +75,26 @@ def merge_shards(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike
         if missing:
             raise InputError(f"shards: missing shard(s) {', '.join(f'{m}/{n}' for m in missing)}")
         caches.sort(key=lambda c: parse_shard(c.header.shard)[0])
+        if os.path.lexists(target) and not _earlier_merge(target, dataclasses.replace(first, shard="0/1")):
+            raise InputError(
+                f"out: {str(target)!r} already exists and is not an earlier merge of these shards; "
+                "choose a new file name"
+            )
         _write_merged(caches, target)
     finally:
         for c in caches:
             c.close()
     return target
+
+
+def _earlier_merge(path: Path, header: CacheHeader) -> bool:
+    """Whether ``path`` is a cache that ``probe cache merge`` made from shards of this run (the
+    same command with the same settings may replace its own output)."""
+    try:
+        with ActivationCache(path) as c:
+            return bool(c.record.merged_from) and header_diff(c.header, header) is None
+    except (InputError, OSError):
+        return False
 
 
 def _write_merged(caches: list[ActivationCache], target: Path) -> None:
@@ -96,13 +114,16 @@ def _write_merged(caches: list[ActivationCache], target: Path) -> None:
         image = np.concatenate([c.rows(s)["image"] for c in caches])
         text = np.concatenate([c.rows(s)["text"] for c in caches])
         layouts.append(StreamLayout(spec, first.layers(s), image, text, 0, None, tuple(first.poolings(s))))
-    record = dataclasses.replace(first.record, merged_from=[c.path.name for c in caches])
+    devices = ", ".join(dict.fromkeys(c.record.device for c in caches))  # where each shard ran
+    record = dataclasses.replace(first.record, merged_from=[c.path.name for c in caches], device=devices)
     pairs, parts = None, [c.pairs() for c in caches] if first.has_pairs else []
     if parts:
         pairs = PairLayout(np.concatenate([p["image"] for p in parts]), np.concatenate([p["text"] for p in parts]))
     with atomic_path(target) as tmp:
         tmp.unlink()
-        with CacheWriter.open(tmp, header, tables, layouts, record, with_scores=True, pairs=pairs) as w:
+        with CacheWriter.open(
+            tmp, header, tables, layouts, record, with_scores=True, pairs=pairs, score_kind=first.score_kind,
+        ) as w:
             for lay in layouts:
                 s, offset = lay.spec.name, 0
                 token = [p for p in lay.poolings if p != "pooled"]

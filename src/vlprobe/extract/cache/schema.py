@@ -59,10 +59,13 @@ the pair streams' rows are exactly the rows of ``/pairs``; without, they are abs
 cross-encoder's ``text``/``image`` streams, such as BLIP's unimodal encoders, are stored either way,
 one row per text or image).
 
-Crash safety: state datasets are allocated in full when the file is created (no compression, so
-writes never move data or change metadata); each chunk of rows is written, flushed, and only then
-marked done and flushed again. A killed run loses at most the chunk in flight and resumes from
-the done-mask. Opening an existing file with other settings is refused, naming the field.
+Crash safety: every dataset (states, done masks, scores) is allocated and filled in full when the
+file is created under a temporary name and renamed into place (no compression, so writes never
+move data, change metadata or need new space: a disk too small fails at the start); each chunk of
+rows is written, flushed, and only then marked done and flushed again. A run killed at any write
+loses at most the chunk in flight and resumes from the done-mask; a second run on the same file is
+refused while the first holds its lock. Opening an existing file with other settings is refused,
+naming the field.
 """
 
 from __future__ import annotations

@@ -1,12 +1,20 @@
-"""Create or resume a cache file and write rows into it (the schema is in :mod:`.schema`)."""
+"""Create or resume a cache file and write rows into it (the schema is in :mod:`.schema`).
+
+A writer holds the cache's write lock (:func:`vlprobe.io.output_lock`) from :meth:`CacheWriter.open`
+to :meth:`CacheWriter.close`: a second run on the same file is refused in one line. Every dataset
+and attribute is allocated when the file is created (a temporary file renamed into place), so
+the file never grows afterwards: a disk that fills up during a run cannot leave a half-written
+cache, and one too small for the cache fails at the start, before any row is computed.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +31,22 @@ from vlprobe.extract.cache.schema import (
     CacheTables,
     PairLayout,
     StreamLayout,
+    attr_str,
     cache_version,
     header_diff,
     open_h5,
 )
-from vlprobe.io import schema_attrs
+from vlprobe.io import (
+    check_writable,
+    discard_h5,
+    ensure_folder,
+    is_disk_full,
+    no_space_error,
+    output_lock,
+    schema_attrs,
+    stop_h5_writes,
+    temp_name,
+)
 from vlprobe.validation import InputError
 
 __all__ = ["CacheWriter"]
@@ -38,9 +57,10 @@ _CHUNK_BYTES = 1 << 20
 class CacheWriter:
     """Create or resume a cache file and write rows into it."""
 
-    def __init__(self, f: h5py.File, path: Path) -> None:
+    def __init__(self, f: h5py.File, path: Path, lock: contextlib.ExitStack | None = None) -> None:
         self.f = f
         self.path = path
+        self._lock = lock
 
     @classmethod
     def open(
@@ -53,56 +73,80 @@ class CacheWriter:
         *,
         with_scores: bool,
         pairs: PairLayout | None = None,
+        score_kind: str = "",
     ) -> CacheWriter:
         """Open ``path`` for this run: create it, or resume it if its header matches.
 
         ``record`` is what the run records (``created`` and ``complete`` are set here). A
         file of an older version whose header matches is resumed and relabelled the current version
         (same datasets).
+        ``score_kind`` is what a score is (``/scores`` attribute ``kind``).
 
         Raises
         ------
         InputError
             The file exists with other settings (the message names the first differing field),
-            is not a vlprobe cache, or has a schema version this vlprobe does not read.
+            is not a vlprobe cache, has a schema version this vlprobe does not read, or another
+            process is writing it.
+        OSError
+            The disk has no room for the cache (it names ``path``; nothing is left behind).
         """
         p = Path(path)
-        if p.exists():
-            f = open_h5(p, "r+")
-            try:
-                if "schema" not in f.attrs and LEGACY_VERSION_ATTR not in f.attrs:
-                    raise InputError(f"out: {str(p)!r} exists and is not a vlprobe cache; refusing to touch it")
-                where = f"cache {str(p)!r}"
-                version = cache_version(f.attrs, where)
-                old = CacheHeader.from_attrs(f.attrs, version, where)
-                diff = header_diff(old, header)
-                if diff:
-                    raise InputError(f"{where} was made with other settings ({diff}); use another --out or delete the file")
-                if version < SCHEMA_VERSION:
-                    _relabel(f, old)
-            except BaseException:
-                f.close()
-                raise
-            return cls(f, p)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(f".{p.name}.creating")
-        f = h5py.File(tmp, "w")
+        ensure_folder(p.parent)
+        lock = contextlib.ExitStack()
+        lock.enter_context(output_lock(p, wait=False))
         try:
-            cls._create(f, header, tables, layouts, record, with_scores, pairs)
+            if os.path.lexists(p):
+                f = _resume(p, header)
+            else:
+                f = cls._create_file(p, header, tables, layouts, record, with_scores, pairs, score_kind)
+        except BaseException:
+            lock.close()
+            raise
+        return cls(f, p, lock)
+
+    @staticmethod
+    def check_out(path: str | os.PathLike[str]) -> None:
+        """Before any work: refuse an ``--out`` that cannot be written or is not a vlprobe cache
+        (its settings are compared when the run opens it)."""
+        p = Path(path)
+        check_writable(p)
+        with output_lock(p, wait=False):  # another run writing it: refused now, in one line
+            if os.path.lexists(p):
+                _look(p)
+
+    @classmethod
+    def _create_file(
+        cls, p: Path, header: CacheHeader, tables: CacheTables, layouts: Sequence[StreamLayout],
+        record: CacheRecord, with_scores: bool, pairs: PairLayout | None, score_kind: str,
+    ) -> h5py.File:
+        """Create the whole file under a temporary name, then rename it into place."""
+        tmp = temp_name(p)
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()  # a killed run's
+        try:
+            f = h5py.File(tmp, "w")
+        except BaseException as exc:
+            tmp.unlink(missing_ok=True)
+            if is_disk_full(exc):
+                raise no_space_error(exc, p) from exc
+            raise
+        try:
+            cls._create(f, header, tables, layouts, record, with_scores, pairs, score_kind)
             f.flush()
             f.close()
             os.replace(tmp, p)
-        finally:
-            if f.id.valid:
-                f.close()
-            if tmp.exists():
-                tmp.unlink()
-        return cls(open_h5(p, "r+"), p)
+        except BaseException as exc:
+            discard_h5(f, tmp)
+            if is_disk_full(exc):
+                raise no_space_error(exc, p) from exc
+            raise
+        return open_h5(p, "r+")
 
     @staticmethod
     def _create(
         f: h5py.File, header: CacheHeader, tables: CacheTables, layouts: Sequence[StreamLayout],
-        record: CacheRecord, with_scores: bool, pairs: PairLayout | None = None,
+        record: CacheRecord, with_scores: bool, pairs: PairLayout | None = None, score_kind: str = "",
     ) -> None:
         f.attrs.update(schema_attrs(SCHEMA, SCHEMA_VERSION))
         f.attrs.update(header.to_attrs())
@@ -115,9 +159,10 @@ class CacheWriter:
             n_img, n_txt = len(tables.image_id), len(tables.text_id)
             g = f.create_group("scores")
             chunks = (min(n_img, 256), min(n_txt, 256)) if n_img and n_txt else None
-            g.create_dataset("matrix", shape=(n_img, n_txt), dtype="f4", fillvalue=np.nan, chunks=chunks)
-            g.create_dataset("done", shape=(n_img, n_txt), dtype=bool, fillvalue=False, chunks=chunks)
+            _allocate(g, "matrix", (n_img, n_txt), np.dtype(np.float32), chunks=chunks)
+            _allocate(g, "done", (n_img, n_txt), np.dtype(bool), chunks=chunks)
             g.attrs["orientation"] = "image x text"
+            g.attrs["kind"] = score_kind
         if pairs is not None:
             _create_pairs(f, pairs)
 
@@ -144,13 +189,14 @@ class CacheWriter:
         """
         g = self.f[f"streams/{stream}"]
         sel = _selection(rows)
-        for name, arr in states.items():
-            g[name][sel] = arr.astype(g[name].dtype, copy=False)
-        if pooled is not None and "pooled" in g:
-            g["pooled"][sel] = pooled.astype(g["pooled"].dtype, copy=False)
-        self.f.flush()
-        g["done"][sel] = True
-        self.f.flush()
+        with self._writing():
+            for name, arr in states.items():
+                g[name][sel] = arr.astype(g[name].dtype, copy=False)
+            if pooled is not None and "pooled" in g:
+                g["pooled"][sel] = pooled.astype(g["pooled"].dtype, copy=False)
+            self.f.flush()
+            g["done"][sel] = True
+            self.f.flush()
 
     def pair_todo(self) -> np.ndarray:
         """Local pair numbers not yet done, ascending."""
@@ -176,26 +222,27 @@ class CacheWriter:
         pooled : dict of stream to ndarray (B, D)
         """
         sel = _selection(rows)
-        streams = [s for s in states if f"streams/{s}" in self.f]
-        for s in streams:
-            g = self.f[f"streams/{s}"]
-            for name, arr in states[s].items():
-                if name in g:
-                    g[name][sel] = arr.astype(g[name].dtype, copy=False)
-            if s in pooled and "pooled" in g:
-                g["pooled"][sel] = pooled[s].astype(g["pooled"].dtype, copy=False)
-        p = self.f["pairs"]
-        p["score"][sel] = np.asarray(scores, dtype=np.float32)
-        self.f.flush()
-        for s in streams:
-            self.f[f"streams/{s}/done"][sel] = True
-        p["done"][sel] = True
-        self.f.flush()
+        with self._writing():
+            streams = [s for s in states if f"streams/{s}" in self.f]
+            for s in streams:
+                g = self.f[f"streams/{s}"]
+                for name, arr in states[s].items():
+                    if name in g:
+                        g[name][sel] = arr.astype(g[name].dtype, copy=False)
+                if s in pooled and "pooled" in g:
+                    g["pooled"][sel] = pooled[s].astype(g["pooled"].dtype, copy=False)
+            p = self.f["pairs"]
+            p["score"][sel] = np.asarray(scores, dtype=np.float32)
+            self.f.flush()
+            for s in streams:
+                self.f[f"streams/{s}/done"][sel] = True
+            p["done"][sel] = True
+            self.f.flush()
 
     def scores_from_pairs(self, kind: str) -> None:
         """Fill ``/scores`` from this file's ``/pairs`` (the pairs not done stay NaN); ``kind`` is
         what a score is (``/scores`` attribute ``kind``)."""
-        self.f["scores"].attrs["kind"] = kind
+        self._set_score_kind(kind)
         p = self.f["pairs"]
         image, text, score, done = p["image"][()], p["text"][()], p["score"][()], p["done"][()]
         g = self.f["scores"]
@@ -208,10 +255,18 @@ class CacheWriter:
     def write_scores(self, matrix: np.ndarray, done: np.ndarray) -> None:
         """Set the score matrix (NaN where ``done`` is False) and flush."""
         g = self.f["scores"]
-        g["matrix"][...] = np.where(done, matrix, np.nan).astype(np.float32)
-        self.f.flush()
-        g["done"][...] = done
-        self.f.flush()
+        with self._writing():
+            g["matrix"][...] = np.where(done, matrix, np.nan).astype(np.float32)
+            self.f.flush()
+            g["done"][...] = done
+            self.f.flush()
+
+    def _set_score_kind(self, kind: str) -> None:
+        """Set at creation; written again only for a file made before the kind was known then."""
+        g = self.f["scores"]
+        if attr_str(g.attrs.get("kind", "")) != kind:
+            with self._writing():
+                g.attrs["kind"] = kind
 
     def scores_from_pooled(self, score: Callable[[np.ndarray, np.ndarray], np.ndarray], kind: str) -> None:
         """Fill the score matrix of a dual encoder from the stored pooled embeddings.
@@ -229,7 +284,7 @@ class CacheWriter:
         img = f[f"streams/{by_modality['image']}/pooled"][()].astype(np.float32)
         txt = f[f"streams/{by_modality['text']}/pooled"][()].astype(np.float32)
         matrix = score(img, txt)
-        f["scores"].attrs["kind"] = kind
+        self._set_score_kind(kind)
         self.write_scores(matrix, np.ones(matrix.shape, dtype=bool))
 
     def update_record(self, **values: Any) -> None:
@@ -238,18 +293,74 @@ class CacheWriter:
         if unknown:
             raise TypeError(f"update_record: {', '.join(unknown)} are not CacheRecord fields")
         attrs = dataclasses.replace(CacheRecord(), **values).to_attrs()
-        self.f.attrs.update({k: attrs[k] for k in values})
-        self.f.flush()
+        with self._writing():
+            for k in values:
+                if k in self.f.attrs and np.asarray(self.f.attrs[k]).dtype == np.asarray(attrs[k]).dtype:
+                    self.f.attrs.modify(k, attrs[k])  # in place: the file does not grow
+                else:
+                    self.f.attrs[k] = attrs[k]
+            self.f.flush()
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A full disk as an OSError naming the cache (the CLI's one line)."""
+        try:
+            yield
+        except (OSError, RuntimeError, ValueError) as exc:
+            if is_disk_full(exc):
+                stop_h5_writes(self.f)  # the file stays as the last flush left it: resumable
+                raise no_space_error(exc, self.path) from exc
+            raise
 
     def close(self) -> None:
-        if self.f.id.valid:
-            self.f.close()
+        """Close the file, then release the write lock."""
+        try:
+            if self.f.id.valid:
+                self.f.close()
+        finally:
+            if self._lock is not None:
+                self._lock.close()
+                self._lock = None
 
     def __enter__(self) -> CacheWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _resume(p: Path, header: CacheHeader) -> h5py.File:
+    """``p`` opened for writing, after a read-only look shows a vlprobe cache of this run's settings
+    (nothing that is not one is opened for writing, so nothing else is ever changed)."""
+    version, old = _look(p)
+    where = f"cache {str(p)!r}"
+    diff = header_diff(old, header)
+    if diff:
+        raise InputError(f"{where} was made with other settings ({diff}); use another --out or delete the file")
+    f = open_h5(p, "r+")
+    if version < SCHEMA_VERSION:
+        try:
+            _relabel(f, old)
+        except BaseException:
+            f.close()
+            raise
+    return f
+
+
+def _look(p: Path) -> tuple[int, CacheHeader]:
+    """The schema version and header of the existing file ``p``, read without opening it for
+    writing; InputError unless it is a vlprobe cache."""
+    refuse = f"out: {str(p)!r} exists and is not a vlprobe cache; refusing to touch it"
+    if p.is_symlink() or not p.is_file():
+        raise InputError(f"out: {str(p)!r} exists and is not a regular file; refusing to touch it")
+    if not h5py.is_hdf5(p):
+        raise InputError(f"{refuse} (not an HDF5 file)")
+    where = f"cache {str(p)!r}"
+    with open_h5(p, "r") as f:
+        if "schema" not in f.attrs and LEGACY_VERSION_ATTR not in f.attrs:
+            raise InputError(refuse)
+        version = cache_version(f.attrs, where)
+        return version, CacheHeader.from_attrs(f.attrs, version, where)
 
 
 def _relabel(f: h5py.File, header: CacheHeader) -> None:
@@ -297,7 +408,7 @@ def _create_pairs(f: h5py.File, pairs: PairLayout) -> None:
     g.create_dataset("image", data=np.asarray(pairs.image[local], dtype=np.int32))
     g.create_dataset("text", data=np.asarray(pairs.text[local], dtype=np.int32))
     _allocate(g, "score", (n,), np.dtype(np.float32))
-    g.create_dataset("done", shape=(n,), dtype=bool, fillvalue=False)
+    _allocate(g, "done", (n,), np.dtype(bool), chunks=None)
 
 
 def _create_stream(f: h5py.File, lay: StreamLayout, dtype: str) -> None:
@@ -316,7 +427,7 @@ def _create_stream(f: h5py.File, lay: StreamLayout, dtype: str) -> None:
     g.create_dataset("layers", data=np.asarray(lay.layers, dtype=np.int16))
     g.create_dataset("image", data=np.asarray(lay.image[local], dtype=np.int32))
     g.create_dataset("text", data=np.asarray(lay.text[local], dtype=np.int32))
-    g.create_dataset("done", shape=(n,), dtype=bool, fillvalue=False)
+    _allocate(g, "done", (n,), np.dtype(bool), chunks=None)
     np_dtype = np.dtype(dtype)
     shape_l = (n, len(lay.layers), spec.hidden_size)
     for pooling in lay.poolings:
@@ -327,16 +438,25 @@ def _create_stream(f: h5py.File, lay: StreamLayout, dtype: str) -> None:
             _allocate(g, pooling, shape_l, np_dtype)
 
 
-def _allocate(g: h5py.Group, name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
-    """A chunked dataset allocated in full now, filled with NaN (see "Crash safety")."""
-    row_bytes = int(np.prod(shape[1:])) * dtype.itemsize
-    chunk_rows = max(1, min(shape[0], _CHUNK_BYTES // max(row_bytes, 1)))
-    chunks = (chunk_rows, *shape[1:]) if shape[0] else None
+def _allocate(
+    g: h5py.Group, name: str, shape: tuple[int, ...], dtype: np.dtype,
+    chunks: tuple[int, ...] | str | None = "rows",
+) -> None:
+    """A dataset allocated and filled in full now (NaN, or False for a done mask), so that writing
+    it later never needs new space in the file (see "Crash safety").
+
+    ``chunks``: ``"rows"`` (chunks of whole rows of about 1 MiB), a chunk shape, or None (contiguous).
+    """
+    if chunks == "rows":
+        row_bytes = int(np.prod(shape[1:])) * dtype.itemsize
+        chunk_rows = max(1, min(shape[0], _CHUNK_BYTES // max(row_bytes, 1)))
+        chunks = (chunk_rows, *shape[1:]) if shape[0] else None
     dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
-    if chunks:
-        dcpl.set_chunk(chunks)
+    if chunks and all(shape):
+        dcpl.set_chunk(tuple(chunks))
     dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
-    dcpl.set_fill_value(np.array(np.nan, dtype=dtype))
+    dcpl.set_fill_time(h5py.h5d.FILL_TIME_ALLOC)
+    dcpl.set_fill_value(np.array(False if dtype == np.dtype(bool) else np.nan, dtype=dtype))
     space = h5py.h5s.create_simple(shape)
     tid = h5py.h5t.py_create(dtype)
     h5py.h5d.create(g.id, name.encode(), tid, space, dcpl=dcpl)

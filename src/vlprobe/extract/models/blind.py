@@ -116,10 +116,10 @@ class CausalLMScorer(TextScorer):
             raise InputError(f"model 'blind-lm' takes no options, got {sorted(options)}")
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-        from vlprobe.extract.models.hf import from_pretrained_with_info, quiet_transformers
+        from vlprobe.extract.models.hf import from_pretrained_with_info, quiet_transformers, reading_weights
 
         ckpt, dev, torch_dtype = _load_hf(checkpoint, cls.name, device, dtype)
-        with quiet_transformers():
+        with quiet_transformers(), reading_weights(str(checkpoint)):
             try:
                 AutoConfig.from_pretrained(ckpt.path)
                 model, loading = from_pretrained_with_info(AutoModelForCausalLM, ckpt.path, dtype=torch_dtype)
@@ -214,10 +214,10 @@ class SequenceClassifierScorer(TextScorer):
             raise InputError(f"model 'blind-grammar' takes only acceptable_label, got {sorted(options)}")
         from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
-        from vlprobe.extract.models.hf import from_pretrained_with_info, quiet_transformers
+        from vlprobe.extract.models.hf import from_pretrained_with_info, quiet_transformers, reading_weights
 
         ckpt, dev, torch_dtype = _load_hf(checkpoint, cls.name, device, dtype)
-        with quiet_transformers():
+        with quiet_transformers(), reading_weights(str(checkpoint)):
             try:
                 config = AutoConfig.from_pretrained(ckpt.path)
                 index = cls.acceptable_index(config.id2label, acceptable_label)

@@ -29,6 +29,7 @@ __all__ = [
     "load_hf_model",
     "load_hf_tokenizer",
     "quiet_transformers",
+    "reading_weights",
     "resolve_checkpoint",
 ]
 
@@ -174,7 +175,7 @@ def load_hf(
 
     dev, torch_dtype = resolve_device(device), resolve_dtype(dtype)
     ckpt = resolve_checkpoint(checkpoint, allow_patterns=allow_patterns)
-    with quiet_transformers():
+    with quiet_transformers(), reading_weights(checkpoint):
         config = load_hf_config(ckpt.path, checkpoint, model_type)
         if check is not None:
             check(config)
@@ -235,6 +236,30 @@ def load_hf_tokenizer(path: Any, checkpoint: str) -> Any:
         return AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as exc:
         raise InputError(f"checkpoint: {checkpoint!r} has no readable tokenizer ({exc})") from None
+
+
+@contextlib.contextmanager
+def reading_weights(checkpoint: str) -> Iterator[None]:
+    """Weight files that cannot be read (a truncated or empty ``model.safetensors``; a
+    ``pytorch_model.bin`` whose pickle holds more than tensors, which torch refuses to load) as
+    one :class:`InputError` naming ``checkpoint``."""
+    import pickle
+
+    from safetensors import SafetensorError
+
+    try:
+        yield
+    except SafetensorError as exc:
+        raise InputError(f"checkpoint: {checkpoint!r}: model.safetensors is damaged or truncated ({exc})") from None
+    except pickle.UnpicklingError as exc:
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+        why = next((ln for ln in lines if "GLOBAL" in ln or "global" in ln), lines[-1] if lines else "")
+        raise InputError(
+            f"checkpoint: {checkpoint!r}: refusing to load pytorch_model.bin: it holds objects other than "
+            f"tensors, which could run code ({why.rstrip('.')}); convert it to model.safetensors where it is trusted"
+        ) from None
+    except EOFError:
+        raise InputError(f"checkpoint: {checkpoint!r}: a weight file ends early (truncated)") from None
 
 
 @contextlib.contextmanager

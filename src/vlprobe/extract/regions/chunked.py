@@ -198,6 +198,7 @@ class ChunkedRegionWriter:
         p = Path(path)
         if p.exists():
             return cls._resume(p, header, image_ids)
+        p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_name(f".{p.name}.creating")
         f = h5py.File(tmp, "w")
         try:

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from vlprobe import __version__
+from vlprobe.devices import device_name
 from vlprobe.extract.regions.boxes import normalise_boxes
 from vlprobe.extract.regions.chunked import EXTRAS, ChunkedRegionWriter, RegionRows, RegionRunHeader
 from vlprobe.extract.regions.sources import ImageList, dataset_images, folder_images, read_image
@@ -172,7 +173,7 @@ def extract_regions(config: RegionExtractConfig, *, detector: Any = None) -> Reg
         "run": {
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "vlprobe_version": __version__,
             "versions": package_versions(), "git_revision": git_revision(),
-            "device": str(getattr(detector, "device", config.device)), "batch_size": config.batch_size,
+            "device": device_name(getattr(detector, "device", None)), "batch_size": config.batch_size,
         },
     }
     names, paths = images.names[start:stop], images.paths[start:stop]

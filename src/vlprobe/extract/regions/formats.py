@@ -31,6 +31,8 @@ import contextlib
 import csv
 import os
 import sys
+import zipfile
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,8 +49,14 @@ from vlprobe.extract.regions.boxes import (
     normalise_image_id,
     pixel_boxes,
 )
-from vlprobe.extract.regions.store import RegionRecord, RegionStore, RegionWriter
-from vlprobe.io import atomic_write
+from vlprobe.extract.regions.store import (
+    REGIONS_KIND,
+    RegionRecord,
+    RegionStore,
+    RegionWriter,
+    is_region_file,
+)
+from vlprobe.io import atomic_dir, atomic_write, check_output
 from vlprobe.provenance import fingerprint_files, sha256_file
 from vlprobe.validation import InputError, check_positive_int
 
@@ -71,6 +79,9 @@ __all__ = [
     "write_lxmert_tsv",
     "write_uniter_npz",
 ]
+
+#: What exported region files are listed as among the files vlprobe wrote (:mod:`vlprobe.io`).
+EXPORT_KIND = "region export"
 
 BUTD_FIELDS = ("image_id", "image_w", "image_h", "num_boxes", "boxes", "features")
 LXMERT_FIELDS = (
@@ -173,7 +184,7 @@ def _butd_tsv(path: Path, *, tolerance: float = BOX_TOLERANCE) -> Iterator[tuple
 
 def write_butd_tsv(path: str | os.PathLike[str], records: Iterable[RegionRecord]) -> Path:
     """Write records as a bottom-up-attention TSV (pixel boxes, float32), atomically."""
-    with atomic_write(path) as fh:
+    with atomic_write(path, kind=EXPORT_KIND) as fh:
         for rec in records:
             boxes = _pixel(rec, "butd-tsv")
             fh.write("\t".join([
@@ -204,7 +215,7 @@ def _lxmert_tsv(path: Path, *, tolerance: float = BOX_TOLERANCE) -> Iterator[tup
 
 def write_lxmert_tsv(path: str | os.PathLike[str], records: Iterable[RegionRecord]) -> Path:
     """Write records as an LXMERT TSV, atomically; missing object/attribute fields are zeros."""
-    with atomic_write(path) as fh:
+    with atomic_write(path, kind=EXPORT_KIND) as fh:
         for rec in records:
             boxes = _pixel(rec, "lxmert-tsv")
             n = rec.num_boxes
@@ -294,7 +305,7 @@ def _npz_record(path: Path, box_rule: str, sizes: dict[str, tuple[int, int]], ne
     try:
         with np.load(path, allow_pickle=False) as z:
             data = {k: z[k] for k in z.files}
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:  # truncated: BadZipFile
         raise InputError(f"regions: {where}: not a readable npz file ({exc})") from None
     for key in ("features", "norm_bb"):
         if key not in data:
@@ -346,9 +357,15 @@ def _image_sizes(folder: Path) -> dict[str, tuple[int, int]]:
 
 
 def write_uniter_npz(folder: str | os.PathLike[str], records: Iterable[RegionRecord]) -> Path:
-    """Write one ``<image id>.npz`` per record (float16 ``features``, ``norm_bb`` 6-d, ``conf``)."""
-    root = Path(folder)
-    root.mkdir(parents=True, exist_ok=True)
+    """Write one ``<image id>.npz`` per record (float16 ``features``, ``norm_bb`` 6-d, ``conf``)
+    into ``folder``, as a whole: ``folder`` appears complete or not at all. It may be new, empty,
+    or an earlier export of vlprobe's (replaced); anything else is refused."""
+    with atomic_dir(folder, kind=EXPORT_KIND) as staging:
+        _write_uniter_npz(staging, records)
+    return Path(folder)
+
+
+def _write_uniter_npz(root: Path, records: Iterable[RegionRecord]) -> None:
     for rec in records:
         arrays = {
             "features": np.asarray(rec.features, dtype=np.float16),
@@ -357,9 +374,8 @@ def write_uniter_npz(folder: str | os.PathLike[str], records: Iterable[RegionRec
         }
         if "soft_labels" in rec.extras:
             arrays["soft_labels"] = np.asarray(rec.extras["soft_labels"], dtype=np.float16)
-        with atomic_write(root / f"{normalise_image_id(rec.image_id)}.npz", "wb") as fh:
+        with open(root / f"{normalise_image_id(rec.image_id)}.npz", "wb") as fh:
             np.savez_compressed(fh, allow_pickle=False, **arrays)
-    return root
 
 
 # ---------------------------------------------------------------------------------------------
@@ -434,8 +450,13 @@ def import_regions(
     src = Path(source)
     if not src.exists():
         raise FileNotFoundError(f"regions: no such {'directory' if fmt == 'uniter-npz' else 'file'} {str(src)!r}")
+    if fmt == "uniter-npz" and not src.is_dir():
+        raise InputError(f"regions: --format uniter-npz reads a folder of .npz files; {str(src)!r} is a file")
+    if fmt != "uniter-npz" and src.is_dir():
+        raise InputError(f"regions: --format {fmt} reads one file; {str(src)!r} is a folder")
     if Path(out).resolve() == src.resolve():
         raise InputError("out: must differ from the source file")
+    check_output(out, REGIONS_KIND, recognise=is_region_file)  # before any work
     kwargs: dict[str, Any] = {"tolerance": tolerance}
     if fmt == "uniter-npz":
         kwargs.update(box_rule=box_rule, image_dir=image_dir)
@@ -558,6 +579,8 @@ def export_regions(path: str | os.PathLike[str], fmt: str, out: str | os.PathLik
     }
     if fmt not in writers:
         raise InputError(f"format: expected one of {', '.join(writers)}, got {fmt!r}")
+    if fmt != "uniter-npz":
+        check_output(out, EXPORT_KIND)  # before any work (a folder is checked as it is staged)
     count = 0
 
     def counted(records: Iterable[RegionRecord]) -> Iterator[RegionRecord]:

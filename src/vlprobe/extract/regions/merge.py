@@ -14,7 +14,7 @@ import numpy as np
 from vlprobe.extract.regions.chunked import EXTRAS, ChunkedRegionWriter, RegionRows, RegionRunHeader
 from vlprobe.extract.regions.sources import ImageList
 from vlprobe.extract.regions.store import RegionStore
-from vlprobe.io import atomic_path
+from vlprobe.io import atomic_path, check_writable
 from vlprobe.validation import InputError
 
 __all__ = ["MERGE_CHUNK_BYTES", "merge_region_shards"]
@@ -32,7 +32,7 @@ def merge_region_shards(paths: Sequence[str | os.PathLike[str]], out: str | os.P
     Raises
     ------
     InputError
-        No shards, ``out`` exists, a shard is missing, repeated, incomplete, not made by
+        No shards, ``out`` exists and is not an earlier merge of these shards, a shard is missing, repeated, incomplete, not made by
         ``probe regions extract``, or made with other settings (the message names the field).
     """
     from vlprobe.extract.cache.schema import parse_shard
@@ -40,8 +40,9 @@ def merge_region_shards(paths: Sequence[str | os.PathLike[str]], out: str | os.P
     if not paths:
         raise InputError("shards: give the shard files to merge")
     target = Path(out)
-    if target.exists():
-        raise InputError(f"out: {str(target)!r} already exists; choose a new file name")
+    check_writable(target)
+    if os.path.lexists(target) and any(os.path.lexists(p) and os.path.samefile(target, p) for p in paths):
+        raise InputError(f"out: {str(target)!r} is one of the shard files; choose a new file name")
     shards: list[tuple[int, Path, RegionRunHeader, dict]] = []
     for p in map(Path, paths):
         with RegionStore(p) as store:  # refuses files that are not complete
@@ -74,6 +75,10 @@ def merge_region_shards(paths: Sequence[str | os.PathLike[str]], out: str | os.P
     if len(ids) != head.n_images or ImageList(tuple(ids), (None,) * len(ids)).fingerprint != head.images_fingerprint:
         raise InputError("shards: their images do not make up the run's image list (shard files of different runs?)")
     merged = dataclasses.replace(head, shard="0/1")
+    if os.path.lexists(target) and not _earlier_merge(target, merged):
+        raise InputError(
+            f"out: {str(target)!r} already exists and is not an earlier merge of these shards; choose a new file name"
+        )
     meta = {k: v for k, v in meta0.items() if k not in ("shard", "row_start", "row_stop")}
     meta.update(row_start=0, row_stop=len(ids), merged_from=[p.name for _, p, _, _ in shards],
                 merged=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
@@ -87,6 +92,17 @@ def merge_region_shards(paths: Sequence[str | os.PathLike[str]], out: str | os.P
                     offset = _copy_rows(f, w, offset)
             w.mark_complete()
     return target
+
+
+def _earlier_merge(path: Path, header: RegionRunHeader) -> bool:
+    """Whether ``path`` is a region file this merge made before (the same command with the same
+    settings may replace its own output)."""
+    try:
+        with RegionStore(path) as store:
+            meta = store.meta
+        return bool(meta.get("merged_from")) and not RegionRunHeader.from_meta(meta).diff(header)
+    except (InputError, OSError, ValueError):
+        return False
 
 
 def _copy_rows(f: h5py.File, w: ChunkedRegionWriter, offset: int) -> int:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import io
 import json
 import os
 from collections.abc import Mapping
@@ -142,19 +141,12 @@ def read_image(path: Path) -> tuple[Any, str]:
     InputError
         The file is missing, empty, truncated or not an image (the message names it).
     """
-    from PIL import Image, UnidentifiedImageError
+    from vlprobe.data.items import decode_rgb
 
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise InputError(f"images: cannot read {str(path)!r} ({exc.strerror or exc})") from None
-    if not data:
-        raise InputError(f"images: {str(path)!r} is an empty file (0 bytes), not an image")
-    try:
-        with Image.open(io.BytesIO(data)) as img:
-            img.load()
-            rgb = img.convert("RGB")
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
-        raise InputError(f"images: {str(path)!r} is not a readable image ({exc})") from None
+    rgb = decode_rgb(data, path)
     return rgb, hashlib.sha256(data).hexdigest()
 

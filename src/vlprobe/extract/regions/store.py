@@ -63,23 +63,35 @@ import numpy as np
 
 from vlprobe import __version__
 from vlprobe.extract.regions.boxes import BOX_TOLERANCE, check_normalised_boxes, normalise_image_id
-from vlprobe.io import atomic_path, schema_attrs, schema_version_of
+from vlprobe.io import (
+    atomic_path,
+    discard_h5,
+    is_disk_full,
+    no_space_error,
+    schema_attrs,
+    schema_version_of,
+    stop_h5_writes,
+)
 from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError
 
 __all__ = [
+    "REGIONS_KIND",
     "SCHEMA",
     "SCHEMA_VERSION",
     "RegionBatch",
     "RegionRecord",
     "RegionStore",
     "RegionWriter",
+    "is_region_file",
     "write_regions",
 ]
 
 SCHEMA = "vlprobe-regions"
 #: Version 2 added ``done`` and ``complete``; version 1 files (always complete) are still read.
 SCHEMA_VERSION = 2
+#: What region files are listed as among the files vlprobe wrote (:mod:`vlprobe.io`).
+REGIONS_KIND = "regions"
 _STR = h5py.string_dtype(encoding="utf-8")
 _FEATURE_DTYPES = {"float32": np.float32, "float16": np.float16}
 
@@ -441,9 +453,16 @@ class RegionWriter:
         self._n = 0
         self._r = 0
         self._extras: dict[str, tuple[tuple[int, ...], np.dtype]] | None = None
-        self._ctx = atomic_path(self.path)
+        # Dataset handles are kept open: a handle dropped after each write closes and flushes its
+        # chunks then, and an error of that flush (a full disk) is only printed, never raised.
+        self._dsets: dict[str, h5py.Dataset] = {}
+        self._ctx = atomic_path(self.path, kind=REGIONS_KIND, recognise=is_region_file)
         self._tmp = self._ctx.__enter__()
-        self._file: h5py.File | None = h5py.File(self._tmp, "w")
+        try:
+            self._file: h5py.File | None = h5py.File(self._tmp, "w")
+        except BaseException as exc:
+            self._ctx.__exit__(type(exc), exc, exc.__traceback__)
+            raise
 
     @property
     def count(self) -> int:
@@ -491,16 +510,23 @@ class RegionWriter:
             raise InputError(f"regions: {who}: image size must be positive (or 0x0: unknown), got {w}x{h}")
         extras = {k: np.asarray(v) for k, v in record.extras.items()}
         self._check_extras(extras, n, who)
-        self._grow(self._n + 1, max(self._r, n))
         i = self._n
-        f["image_id"][i] = image_id
-        f["features"][i, :n] = feats.astype(stored)
-        f["boxes"][i, :n] = boxes
-        f["num_boxes"][i] = n
-        f["image_w"][i] = w
-        f["image_h"][i] = h
-        for k, v in extras.items():
-            f["extra"][k][i, :n] = v
+        try:
+            self._grow(self._n + 1, max(self._r, n))
+            ds = self._ds
+            ds("image_id")[i] = image_id
+            ds("features")[i, :n] = feats.astype(stored)
+            ds("boxes")[i, :n] = boxes
+            ds("num_boxes")[i] = n
+            ds("image_w")[i] = w
+            ds("image_h")[i] = h
+            for k, v in extras.items():
+                ds(f"extra/{k}")[i, :n] = v
+        except (OSError, RuntimeError, ValueError) as exc:
+            if is_disk_full(exc):
+                stop_h5_writes(f)  # before the datasets above close and flush into the full disk
+                raise no_space_error(exc, self.path) from exc
+            raise
         self._seen[image_id] = i
         self._n += 1
 
@@ -525,6 +551,12 @@ class RegionWriter:
             raise InputError(f"regions: the writer for {str(self.path)!r} is closed")
         return self._file
 
+    def _ds(self, name: str) -> h5py.Dataset:
+        ds = self._dsets.get(name)
+        if ds is None:
+            ds = self._dsets[name] = self._f[name]
+        return ds
+
     def _grow(self, n: int, r: int) -> None:
         f = self._f
         if "features" not in f:
@@ -545,7 +577,7 @@ class RegionWriter:
                     k, (0, cap_r, *tail), dtype=dt, maxshape=(None, None, *tail),
                     chunks=(1, box_chunk, *tail), fillvalue=0,
                 )
-        cur_n, cur_r = f["features"].shape[:2]
+        cur_n, cur_r = self._ds("features").shape[:2]
         if n <= cur_n and r <= cur_r:
             return
         self._resize(max(cur_n, n if n <= cur_n else max(n, 2 * cur_n, 16)), max(cur_r, r))
@@ -553,11 +585,12 @@ class RegionWriter:
     def _resize(self, n: int, r: int) -> None:
         """Every dataset to ``n`` images and ``r`` boxes."""
         f = self._f
-        f["features"].resize((n, r, f["features"].shape[2]))
-        f["boxes"].resize((n, r, 4))
+        self._ds("features").resize((n, r, self._ds("features").shape[2]))
+        self._ds("boxes").resize((n, r, 4))
         for name in ("image_id", "num_boxes", "image_w", "image_h"):
-            f[name].resize((n,))
-        for ds in f["extra"].values() if "extra" in f else ():
+            self._ds(name).resize((n,))
+        for k in f["extra"] if "extra" in f else ():
+            ds = self._ds(f"extra/{k}")
             ds.resize((n, r, *ds.shape[2:]))
 
     def close(self) -> Path:
@@ -566,12 +599,20 @@ class RegionWriter:
         if self._n == 0:
             self.abort()
             raise InputError(f"regions: no images to write to {str(self.path)!r}")
-        self._resize(self._n, int(self.num_boxes_max))
-        f.create_dataset("done", data=np.ones(self._n, dtype=bool))
-        f.attrs.update(schema_attrs(SCHEMA, SCHEMA_VERSION))
-        f.attrs["complete"] = True
-        f.attrs["meta"] = json.dumps(self.meta, sort_keys=True, default=str)
-        f.close()
+        try:
+            self._resize(self._n, int(self.num_boxes_max))
+            f.create_dataset("done", data=np.ones(self._n, dtype=bool))
+            f.attrs.update(schema_attrs(SCHEMA, SCHEMA_VERSION))
+            f.attrs["complete"] = True
+            f.attrs["meta"] = json.dumps(self.meta, sort_keys=True, default=str)
+            f.flush()
+            f.close()
+            self._dsets.clear()
+        except BaseException as exc:
+            self.abort()
+            if is_disk_full(exc):
+                raise no_space_error(exc, self.path) from exc
+            raise
         self._file = None
         self._ctx.__exit__(None, None, None)
         return self.path
@@ -583,7 +624,8 @@ class RegionWriter:
     def abort(self) -> None:
         """Discard everything written (no file appears)."""
         if self._file is not None:
-            self._file.close()
+            discard_h5(self._file, self._tmp)
+            self._dsets.clear()
             self._file = None
             err = RuntimeError("aborted")
             try:
@@ -597,8 +639,10 @@ class RegionWriter:
     def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
         if et is None:
             self.close()
-        else:
-            self.abort()
+            return
+        self.abort()
+        if e is not None and is_disk_full(e):
+            raise no_space_error(e, self.path) from e
 
 
 def write_regions(
@@ -667,3 +711,14 @@ def write_regions(
                 int(arrays["image_h"][i]), {name: v[i, :kept] for name, v in ex.items()},
             ))
     return Path(path)
+
+
+def is_region_file(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a vlprobe region file (by its ``schema`` attribute; nothing else is read)."""
+    try:
+        if not h5py.is_hdf5(path):
+            return False
+        with h5py.File(path, "r", locking=False) as f:
+            return _attr_str(f.attrs.get("schema", "")) == SCHEMA
+    except OSError:
+        return False

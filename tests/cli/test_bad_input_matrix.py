@@ -1,0 +1,489 @@
+"""Every command against bad input: one row per (command, case).
+
+Each row runs the real CLI and asserts exit code 2, exactly one stderr line starting ``error:``
+that names the offending thing, no traceback, and, for a writing command, that nothing in the
+row's folder was created, changed or removed (inputs stay untouched too).
+
+Writing commands meet four output cases each: ``--out`` under a regular file, ``--out`` in a
+read-only folder, ``--out`` on an existing file vlprobe did not write (byte-identical afterwards),
+and ``--out`` on a folder where a file is expected (or the reverse). Beside them, the damaged
+inputs the commands read: images, checkpoints, region files, score files, option values.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import pickle
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from vlprobe.cli import app
+from vlprobe.experiments.score_files import write_item_scores
+from vlprobe.fixtures.frcnn import write_tiny_frcnn
+from vlprobe.fixtures.uniter import write_tiny_uniter
+
+Args = Callable[["Kit", Path], list[Any]]
+
+
+@dataclass(frozen=True)
+class Kit:
+    """Valid inputs every row starts from (built once, never changed by a row)."""
+
+    root: Path
+    syn: Path
+    clip: Path
+    cache: Path
+    shards: tuple[Path, ...]
+    regions: Path
+    region_shards: tuple[Path, ...]
+    detector: Path
+    uniter: Path
+    scores_a: Path
+    scores_b: Path
+    results_csv: Path
+    wordnet: Path | None
+    readonly: Path | None  # a folder nothing can be written into (None: this machine cannot make one)
+
+
+def _run(*args: Any) -> Any:
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def _sugarcrepe_scores(path: Path, seed: int) -> Path:
+    ids = [f"sugarcrepe/replace_att/{i}" for i in range(40)]
+    rng = np.random.default_rng(seed)
+    return write_item_scores(
+        path, [i for i in ids for _ in (0, 1)], [f"{i}/i0" for i in ids for _ in (0, 1)],
+        [f"{i}/c{k}" for i in ids for k in (0, 1)], rng.normal(size=2 * len(ids)),
+    )
+
+
+@contextlib.contextmanager
+def _readonly_folder(base: Path) -> Iterator[Path | None]:
+    """A folder the OS refuses to write into: chmod for a normal user; for root (whom chmod does
+    not stop) a read-only tmpfs; None when neither is possible."""
+    folder = base / "readonly"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        try:
+            yield folder
+        finally:
+            folder.chmod(0o755)
+        return
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)],
+                          capture_output=True, check=False)
+    if done.returncode != 0:
+        yield None
+        return
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], capture_output=True, check=False)
+
+
+@pytest.fixture(scope="module")
+def kit(
+    tmp_path_factory: pytest.TempPathFactory, synthetic_dir: Path, tiny_clip: Path,
+    reference_cache: Path, shard_files: list[Path],
+) -> Iterator[Kit]:
+    root = tmp_path_factory.mktemp("matrix-kit")
+    regions = root / "regions.h5"
+    assert _run("fixtures", "regions", "--data-dir", synthetic_dir, "--out", regions, "--boxes", 3,
+                "--dim", 8).exit_code == 0
+    detector = write_tiny_frcnn(root / "detector", 0)
+    region_shards = []
+    for k in range(2):
+        out = root / f"regions-{k}-of-2.h5"
+        res = _run("regions", "extract", "--detector", detector, "--dataset", "winoground", "--data-dir",
+                   synthetic_dir, "--out", out, "--shard", f"{k}/2", "--quiet")
+        assert res.exit_code == 0, res.output
+        region_shards.append(out)
+    results = root / "results"
+    assert _run("run", "winoground-scores", "--cache", reference_cache, "--out", results).exit_code == 0
+    wordnet = next((p for p in (Path("/usr/share/wordnet"),) if (p / "data.noun").is_file()), None)
+    with _readonly_folder(root) as readonly:
+        yield Kit(
+            root=root, syn=synthetic_dir, clip=tiny_clip, cache=reference_cache, shards=tuple(shard_files),
+            regions=regions, region_shards=tuple(region_shards), detector=detector,
+            uniter=write_tiny_uniter(root / "uniter", 0),
+            scores_a=_sugarcrepe_scores(root / "a.scores.jsonl", 0),
+            scores_b=_sugarcrepe_scores(root / "b.scores.jsonl", 1),
+            results_csv=results / "winoground-scores" / "clip.csv", wordnet=wordnet, readonly=readonly,
+        )
+
+
+# -- the writing commands: how each is called with a given --out ------------------------------
+
+
+@dataclass(frozen=True)
+class Writer:
+    command: str
+    args: Callable[[Kit, Path], list[Any]]  # (kit, out) -> argv
+    out_name: str  # a fitting --out name
+    folder_out: bool = False  # --out names a folder
+
+
+def _extract(k: Kit, out: Path) -> list[Any]:
+    return ["extract", "--model", "clip", "--checkpoint", k.clip, "--dataset", "winoground",
+            "--data-dir", k.syn, "--out", out, "--device", "cpu", "--quiet"]
+
+
+def _mlp(name: str) -> Callable[[Kit, Path], list[Any]]:
+    return lambda k, out: ["run", name, "--cache", k.cache, "--out", out, "--epochs", 1, "--seeds", 1,
+                           "--width", 8, "--test-size", 2, "--device", "cpu"]
+
+
+WRITERS: dict[str, Writer] = {w.command: w for w in [
+    Writer("extract", _extract, "c.h5"),
+    Writer("regions import", lambda k, out: ["regions", "import", k.regions, "--format", "h5", "--out", out], "r.h5"),
+    Writer("regions export", lambda k, out: ["regions", "export", k.regions, "--format", "butd-tsv", "--out", out], "r.tsv"),
+    Writer("regions export uniter-npz", lambda k, out: ["regions", "export", k.regions, "--format", "uniter-npz",
+                                                         "--out", out], "npz", folder_out=True),
+    Writer("regions extract", lambda k, out: ["regions", "extract", "--detector", k.detector, "--dataset", "winoground",
+                                              "--data-dir", k.syn, "--out", out, "--quiet"], "r.h5"),
+    Writer("regions merge", lambda k, out: ["regions", "merge", *k.region_shards, "--out", out], "r.h5"),
+    Writer("cache merge", lambda k, out: ["cache", "merge", *k.shards, "--out", out], "m.h5"),
+    Writer("augment", lambda k, out: ["augment", "--dataset", "winoground", "--data-dir", k.syn, "--strategies",
+                                      "original", "--out", out, "--quiet"], "v.jsonl"),
+    *[Writer(f"run {e}", lambda k, out, e=e: ["run", e, "--cache", k.cache, "--out", out], "res", folder_out=True)
+      for e in ("winoground-scores", "recall", "separability", "variant-similarity")],
+    Writer("run task-adaptation", _mlp("task-adaptation"), "res", folder_out=True),
+    Writer("run variant-probe", _mlp("variant-probe"), "res", folder_out=True),
+    Writer("eval", lambda k, out: ["eval", "sugarcrepe", "--scores", k.scores_a, "--out", out, "--bootstrap", 10],
+           "res", folder_out=True),
+    Writer("refine", lambda k, out: ["refine", "--scores-a", k.scores_a, "--scores-b", k.scores_b, "--transform-a",
+                                     "sigmoid", "--transform-b", "sigmoid", "--out", out], "keep.jsonl"),
+    Writer("plot", lambda k, out: ["plot", k.results_csv, "--out", out], "p.png"),
+    Writer("setup wordnet", lambda k, out: ["setup", "wordnet", "--root", out, *(["--from", k.wordnet] if k.wordnet else [])],
+           "nltk", folder_out=True),
+    Writer("fixtures dataset", lambda k, out: ["fixtures", "dataset", "--out", out, "--items", 2], "d", folder_out=True),
+    Writer("fixtures model", lambda k, out: ["fixtures", "model", "clip", "--out", out], "m", folder_out=True),
+    Writer("fixtures regions", lambda k, out: ["fixtures", "regions", "--data-dir", k.syn, "--out", out, "--boxes", 3,
+                                               "--dim", 8], "r.h5"),
+]}
+
+
+def _foreign_target(w: Writer, out: Path) -> Path:
+    """Where an unrelated file is put for ``w``: the output file itself, or (for a results
+    folder) the file the run would write into it."""
+    if w.command.startswith("run "):
+        return out / w.command.split()[1] / "clip.csv"
+    if w.command == "eval":
+        return out / "sugarcrepe" / "a.csv"
+    if w.command == "setup wordnet":
+        return out / "corpora" / "wordnet" / "data.noun"
+    if w.folder_out:
+        return out / "notes.txt"
+    return out
+
+
+# -- the rows -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    command: str
+    case: str
+    build: Callable[[Kit, Path], tuple[list[Any], tuple[str, ...]]]  # (kit, work) -> (argv, needles)
+    writes: bool = True
+
+
+def _out_under_file(w: Writer) -> Row:
+    def build(k: Kit, work: Path) -> tuple[list[Any], tuple[str, ...]]:
+        (work / "plain-file").write_text("a file, not a folder\n")
+        return w.args(k, work / "plain-file" / w.out_name), ("plain-file",)
+    return Row(w.command, "out under a regular file", build)
+
+
+def _out_readonly(w: Writer) -> Row:
+    def build(k: Kit, work: Path) -> tuple[list[Any], tuple[str, ...]]:
+        if k.readonly is None:
+            pytest.skip("this machine cannot make a read-only folder (root without mount)")
+        return w.args(k, k.readonly / w.out_name), (str(k.readonly),)
+    return Row(w.command, "out in a read-only folder", build)
+
+
+def _out_foreign(w: Writer) -> Row:
+    def build(k: Kit, work: Path) -> tuple[list[Any], tuple[str, ...]]:
+        out = work / w.out_name
+        target = _foreign_target(w, out)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(b"my own notes, not vlprobe's\n")
+        return w.args(k, out), (str(out),)
+    return Row(w.command, "out is a file vlprobe did not write", build)
+
+
+def _out_wrong_kind(w: Writer) -> Row:
+    def build(k: Kit, work: Path) -> tuple[list[Any], tuple[str, ...]]:
+        out = work / w.out_name
+        if w.folder_out:
+            out.write_text("a file where a folder belongs\n")
+        else:
+            out.mkdir()
+            (out / "keep.txt").write_text("mine\n")
+        return w.args(k, out), (w.out_name,)
+    return Row(w.command, "out is a folder (file expected) or a file (folder expected)", build)
+
+
+def _zero_byte_image(k: Kit, work: Path) -> tuple[list[Any], tuple[str, ...]]:
+    data = _copy_dataset(k, work)
+    (data / "images" / "ex_3_img_1.png").write_bytes(b"")
+    return _extract_on(k, data, work / "c.h5"), ("ex_3_img_1.png", "empty")
+
+
+def _truncated_image(k: Kit, work: Path) -> tuple[list[Any], tuple[str, ...]]:
+    data = _copy_dataset(k, work)
+    img = data / "images" / "ex_3_img_1.png"
+    img.write_bytes(img.read_bytes()[:200])
+    return _extract_on(k, data, work / "c.h5"), ("ex_3_img_1.png",)
+
+
+def _corrupt_image(k: Kit, work: Path) -> tuple[list[Any], tuple[str, ...]]:
+    data = _copy_dataset(k, work)
+    (data / "images" / "ex_3_img_1.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"garbage" * 50)
+    return _extract_on(k, data, work / "c.h5"), ("ex_3_img_1.png",)
+
+
+def _extract_on(k: Kit, data: Path, out: Path) -> list[Any]:
+    """Extraction of a damaged copy of the dataset, two texts or images a batch (the damaged image
+    comes after complete batches)."""
+    return ["extract", "--model", "clip", "--checkpoint", k.clip, "--dataset", "winoground", "--data-dir", data,
+            "--out", out, "--device", "cpu", "--quiet", "--batch-size", 2]
+
+
+def _copy_dataset(k: Kit, work: Path) -> Path:
+    data = work / "data"
+    shutil.copytree(k.syn, data)
+    return data
+
+
+def _checkpoint_copy(k: Kit, work: Path) -> Path:
+    ckpt = work / "ckpt"
+    shutil.copytree(k.clip, ckpt)
+    return ckpt
+
+
+def _truncated_safetensors(k: Kit, work: Path) -> tuple[list[Any], tuple[str, ...]]:
+    ckpt = _checkpoint_copy(k, work)
+    w = ckpt / "model.safetensors"
+    w.write_bytes(w.read_bytes()[: w.stat().st_size // 2])
+    return ["extract", "--model", "clip", "--checkpoint", ckpt, "--dataset", "winoground", "--data-dir", k.syn,
+            "--out", work / "c.h5", "--quiet"], ("model.safetensors", str(ckpt))
+
+
+class _RunsCode:
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.system, ("echo this pickle runs code",))
+
+
+def _malicious_pickle(k: Kit, work: Path) -> tuple[list[Any], tuple[str, ...]]:
+    ckpt = _checkpoint_copy(k, work)
+    (ckpt / "model.safetensors").unlink()
+    with open(ckpt / "pytorch_model.bin", "wb") as fh:
+        pickle.dump({"weight": _RunsCode()}, fh, protocol=2)
+    return ["extract", "--model", "clip", "--checkpoint", ckpt, "--dataset", "winoground", "--data-dir", k.syn,
+            "--out", work / "c.h5", "--quiet"], ("pytorch_model.bin", "refusing")
+
+
+def _truncated_uniter_pt(k: Kit, work: Path) -> tuple[list[Any], tuple[str, ...]]:
+    ckpt = work / "uniter"
+    shutil.copytree(k.uniter, ckpt)
+    pt = ckpt / "uniter.pt"
+    pt.write_bytes(pt.read_bytes()[:1000])
+    return ["extract", "--model", "uniter", "--checkpoint", pt, "--uniter-config", ckpt / "uniter.json",
+            "--tokenizer", ckpt / "tokenizer", "--dataset", "winoground", "--data-dir", k.syn,
+            "--regions", k.regions, "--out", work / "c.h5", "--quiet"], (str(pt),)
+
+
+def _truncated_npz_regions(k: Kit, work: Path) -> tuple[list[Any], tuple[str, ...]]:
+    folder = work / "npz"
+    assert _run("regions", "export", k.regions, "--format", "uniter-npz", "--out", folder).exit_code == 0
+    one = sorted(folder.glob("*.npz"))[1]
+    one.write_bytes(one.read_bytes()[:100])
+    return ["regions", "import", folder, "--format", "uniter-npz", "--out", work / "r.h5"], (one.name,)
+
+
+def _truncated_npz_matrix(k: Kit, work: Path) -> tuple[list[Any], tuple[str, ...]]:
+    m = work / "m.npz"
+    np.savez(m, scores=np.random.default_rng(0).normal(size=(24, 24)))
+    m.write_bytes(m.read_bytes()[:300])
+    return ["run", "recall", "--scores", m, "--out", work / "res"], ("m.npz",)
+
+
+def _tsv_is_a_folder(k: Kit, work: Path) -> tuple[list[Any], tuple[str, ...]]:
+    (work / "tsvs").mkdir()
+    return ["regions", "import", work / "tsvs", "--format", "butd-tsv", "--out", work / "r.h5"], ("tsvs", "folder")
+
+
+def _threshold(value: str) -> Callable[[Kit, Path], tuple[list[Any], tuple[str, ...]]]:
+    def build(k: Kit, work: Path) -> tuple[list[Any], tuple[str, ...]]:
+        scores = work / "valse.scores.jsonl"
+        ids = [f"valse/existence/{i}" for i in range(4)]
+        write_item_scores(scores, [i for i in ids for _ in (0, 1)], [f"{i}/i0" for i in ids for _ in (0, 1)],
+                          [f"{i}/c{j}" for i in ids for j in (0, 1)], np.linspace(0.1, 0.9, 8))
+        return ["eval", "valse", "--scores", scores, "--out", work / "res", "--threshold", value], ("threshold", value)
+    return build
+
+
+def _extract_zero_byte_out(k: Kit, work: Path) -> tuple[list[Any], tuple[str, ...]]:
+    (work / "c.h5").write_bytes(b"")
+    return _extract(k, work / "c.h5"), ("c.h5", "not a vlprobe cache")
+
+
+def _missing(what: str, argv: Callable[[Kit, Path], list[Any]]) -> Callable[[Kit, Path], tuple[list[Any], tuple[str, ...]]]:
+    return lambda k, work: (argv(k, work), (what,))
+
+
+SPECIFIC: list[Row] = [
+    # rows already written are kept (test_extract_keeps_the_rows_before_a_bad_image)
+    Row("extract", "0-byte image", _zero_byte_image, writes=False),
+    Row("extract", "truncated image", _truncated_image, writes=False),
+    Row("extract", "corrupt image", _corrupt_image, writes=False),
+    Row("extract", "truncated model.safetensors", _truncated_safetensors),
+    Row("extract", "malicious pickle in pytorch_model.bin", _malicious_pickle),
+    Row("extract", "truncated UNITER .pt", _truncated_uniter_pt),
+    Row("extract", "0-byte file at --out", _extract_zero_byte_out),
+    Row("extract", "missing checkpoint folder", _missing("no-such-ckpt", lambda k, w: [
+        "extract", "--model", "clip", "--checkpoint", w / "no-such-ckpt", "--dataset", "winoground",
+        "--data-dir", k.syn, "--out", w / "c.h5"])),
+    Row("regions import", "truncated UNITER .npz", _truncated_npz_regions),
+    Row("regions import", "butd-tsv given a folder", _tsv_is_a_folder),
+    Row("regions import", "missing source", _missing("none.tsv", lambda k, w: [
+        "regions", "import", w / "none.tsv", "--format", "butd-tsv", "--out", w / "r.h5"])),
+    Row("regions export", "source is not a region file", _missing("notes.h5", lambda k, w: [
+        "regions", "export", _text_file(w / "notes.h5"), "--format", "butd-tsv", "--out", w / "r.tsv"])),
+    Row("run recall", "truncated .npz score matrix", _truncated_npz_matrix),
+    Row("eval", "valse --threshold nan", _threshold("nan")),
+    Row("eval", "valse --threshold inf", _threshold("inf")),
+    *[Row(f"run {e}", "missing cache", _missing("none.h5", lambda k, w, e=e: ["run", e, "--cache", w / "none.h5",
+                                                                         "--out", w / "res"]))
+      for e in ("winoground-scores", "recall", "separability", "variant-similarity", "task-adaptation", "variant-probe")],
+    *[Row(f"run {e}", "cache is not a cache", _missing("notes.h5", lambda k, w, e=e: [
+        "run", e, "--cache", _text_file(w / "notes.h5"), "--out", w / "res"]))
+      for e in ("winoground-scores", "recall", "separability", "variant-similarity", "task-adaptation", "variant-probe")],
+    Row("cache merge", "a shard is missing", _missing("missing shard", lambda k, w: [
+        "cache", "merge", *k.shards[:2], "--out", w / "m.h5"])),
+    Row("regions merge", "a shard is missing", _missing("missing", lambda k, w: [
+        "regions", "merge", k.region_shards[0], "--out", w / "r.h5"])),
+    Row("refine", "missing score file", _missing("none.jsonl", lambda k, w: [
+        "refine", "--scores-a", w / "none.jsonl", "--scores-b", k.scores_b, "--out", w / "keep.jsonl"])),
+    Row("plot", "csv is not a tidy CSV", _missing("notes.csv", lambda k, w: [
+        "plot", _text_file(w / "notes.csv"), "--out", w / "p.png"])),
+    Row("augment", "unknown strategy", _missing("no-such-strategy", lambda k, w: [
+        "augment", "--dataset", "winoground", "--data-dir", k.syn, "--strategies", "no-such-strategy",
+        "--out", w / "v.jsonl"])),
+    Row("setup wordnet", "source folder without WordNet", _missing("empty-dict", lambda k, w: [
+        "setup", "wordnet", "--root", w / "nltk", "--from", _folder(w / "empty-dict")])),
+    Row("fixtures model", "unknown model", _missing("'blip'", lambda k, w: [
+        "fixtures", "model", "blip", "--out", w / "m"])),
+]
+
+
+def _text_file(path: Path) -> Path:
+    path.write_text("my notes\n")
+    return path
+
+
+def _folder(path: Path) -> Path:
+    path.mkdir()
+    return path
+
+
+ROWS: list[Row] = [
+    *[make(w) for w in WRITERS.values() for make in (_out_under_file, _out_readonly, _out_foreign, _out_wrong_kind)],
+    *SPECIFIC,
+]
+
+
+def _snapshot(root: Path) -> dict[str, tuple[str, int]]:
+    """Every file below ``root``: relative path -> (sha256, mode)."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and not p.is_symlink():
+            out[str(p.relative_to(root))] = (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mode)
+    return out
+
+
+def _kit_state(k: Kit) -> dict[str, tuple[int, int]]:
+    out = {}
+    for base in (k.root, k.syn, k.clip, k.cache.parent, k.shards[0].parent):
+        for p in base.rglob("*"):
+            if p.is_file():
+                st = p.stat()
+                out[str(p)] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def test_the_matrix_covers_every_writing_command() -> None:
+    """Every command that writes has its four output rows; the count is printed for the record."""
+    cases = {(r.command, r.case) for r in ROWS}
+    assert len(cases) == len(ROWS)
+    for w in WRITERS:
+        assert sum(r.command == w for r in ROWS if r.case.startswith("out ")) >= 4, w
+    commands = {r.command.split()[0] if r.command.startswith("fixtures") else r.command for r in ROWS}
+    print(f"bad-input matrix: {len(ROWS)} rows, {len({r.command for r in ROWS})} commands, "
+          f"{len({r.case for r in ROWS})} cases ({len(commands)} command groups)")
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[f"{r.command} | {r.case}" for r in ROWS])
+def test_bad_input(row: Row, kit: Kit, tmp_path: Path, one_error_line: Callable[..., str]) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    argv, needles = row.build(kit, work)
+    before, kit_before = _snapshot(work), _kit_state(kit)
+    result = _run(*argv)
+    one_error_line(result, *needles)
+    if row.writes:
+        assert _snapshot(work) == before, "a refused command changed, left or removed files"
+    assert _kit_state(kit) == kit_before, "a refused command changed one of its inputs"
+
+
+# -- the other side of the rule: a command may replace (or resume) its own earlier output -------
+
+
+@pytest.mark.parametrize("command", list(WRITERS))
+def test_the_same_command_replaces_its_own_output(command: str, kit: Kit, tmp_path: Path) -> None:
+    w = WRITERS[command]
+    out = tmp_path / w.out_name
+    for attempt in ("first", "again"):
+        result = _run(*w.args(kit, out))
+        assert result.exit_code == 0, (attempt, result.output)
+    assert out.exists()
+    assert not [p for p in tmp_path.rglob("*vlprobe-tmp*")], "a temporary file was left behind"
+
+
+def test_extract_keeps_the_rows_before_a_bad_image(kit: Kit, tmp_path: Path, one_error_line: Callable[..., str]) -> None:
+    """The image read ahead on the prefetch thread fails as one line naming the file, at the batch
+    that needs it: the batches before it stay written. The dataset's fingerprint covers its image
+    bytes, so after the file is mended the cache counts as made from other inputs (one line)."""
+    from vlprobe.extract.cache.reader import ActivationCache
+
+    data = _copy_dataset(kit, tmp_path)
+    bad = data / "images" / "ex_3_img_1.png"
+    good = bad.read_bytes()
+    bad.write_bytes(good[:200])
+    out = tmp_path / "c.h5"
+    one_error_line(_run(*_extract_on(kit, data, out)), str(bad))
+    with ActivationCache(out) as c:
+        image_done = c.done("image")
+        assert not c.complete
+        assert image_done[:6].all() and not image_done[7]  # images 0-5 in three batches of 2; 7 is the bad one
+        assert c.done("text").all()  # the text stream ran first
+    before = out.read_bytes()
+    one_error_line(_run(*_extract_on(kit, data, out)), str(bad))  # the same run stops at the same image
+    with ActivationCache(out) as c:
+        np.testing.assert_array_equal(c.done("image"), image_done)
+    bad.write_bytes(good)
+    one_error_line(_run(*_extract_on(kit, data, out)), "dataset_fingerprint")
+    assert out.read_bytes() == before
