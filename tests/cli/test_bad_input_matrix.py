@@ -177,10 +177,11 @@ WRITERS: dict[str, Writer] = {w.command: w for w in [
 def _foreign_target(w: Writer, out: Path) -> Path:
     """Where an unrelated file is put for ``w``: the output file itself, or (for a results
     folder) the file the run would write into it."""
+    # a results folder: its manifest (the CSV's name depends on the run's settings)
     if w.command.startswith("run "):
-        return out / w.command.split()[1] / "clip.csv"
+        return out / w.command.split()[1] / "manifest.json"
     if w.command == "eval":
-        return out / "sugarcrepe" / "a.csv"
+        return out / "sugarcrepe" / "manifest.json"
     if w.command == "setup wordnet":
         return out / "corpora" / "wordnet" / "data.noun"
     if w.folder_out:
