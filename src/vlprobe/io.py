@@ -48,6 +48,7 @@ __all__ = [
     "check_output",
     "check_replaceable",
     "check_writable",
+    "claim_folder",
     "discard_h5",
     "ensure_folder",
     "is_disk_full",
@@ -491,6 +492,46 @@ def atomic_dir(
             raise
         finally:
             _remove(tmp)
+
+
+def claim_folder(
+    path: str | os.PathLike[str], *, kind: str, param: str = "out",
+    recognise: Callable[[Path], bool] | None = None,
+) -> Path:
+    """Make ``path`` an output folder of ``kind`` that a long-running writer fills (and may clear
+    parts of) in place; return it.
+
+    ``path`` may be absent, an empty folder, or a folder this ``kind`` of writer made (listed in
+    the parent's outputs list, or ``recognise(path)``); anything else is refused before anything
+    is created. The folder is listed as ``kind``'s before it is returned.
+
+    Raises
+    ------
+    InputError
+        ``path`` is a file, a folder vlprobe did not make, or cannot be created.
+    """
+    target = Path(path)
+    flag = f"--{param.replace('_', '-')}"
+    if os.path.lexists(target):
+        if target.is_symlink() or not target.is_dir():
+            raise InputError(f"{param}: {str(target)!r} exists and is not a folder; give a folder name")
+        entry = _read_list(_list_path(target)).get(target.name)
+        ours = (isinstance(entry, dict) and entry.get("kind") == kind and entry.get("folder")) or (
+            recognise is not None and recognise(target))
+        if not ours and any(target.iterdir()):
+            raise InputError(
+                f"{param}: {str(target)!r} is a folder vlprobe did not write and is not empty; "
+                f"refusing to write into it (move it away or choose another {flag})"
+            )
+        if ours:
+            check_writable(target / ".probe", param)
+            return target
+    else:
+        check_writable(target / ".probe", param)
+    with output_lock(target, param=param):
+        _list_entry(target, {"kind": kind, "folder": True})
+        ensure_folder(target, param)
+    return target
 
 
 def stop_h5_writes(f: Any) -> None:

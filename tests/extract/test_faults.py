@@ -71,6 +71,10 @@ def _child(argv: list[str], at: int, action: str, report: str, flags: str) -> No
                 time.sleep(0.01)
 
     _instrument(hook)
+    # Ctrl-C as a shell's foreground process gets it: Python's handler, SIGINT not blocked (a
+    # forked child inherits the forking thread's mask and handlers, which pytest's plugins may change).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     result = CliRunner().invoke(app, argv)
     Path(report).write_text(json.dumps({"exit": result.exit_code, "stderr": result.stderr, "labels": labels}))
     os._exit(0)
@@ -173,7 +177,8 @@ def test_ctrl_c_is_one_line_130_and_resumes_identical(
     out = tmp_path / "c.h5"
     code, report = _run_child(small["argv"](out), at, "interrupt", tmp_path)
     assert code == 0 and report is not None
-    assert report["exit"] == 130
+    assert report["exit"] == 130, (at, labels[at - 1], len(report["labels"]), report["labels"][at - 2 : at + 1],
+                                   report["stderr"])
     assert report["stderr"].splitlines() == [
         "error: interrupted; finished chunks are kept, rerun the same command to resume"
     ]

@@ -55,7 +55,8 @@ class KnownAnswerConfig:
     ----------
     out : Path
         Output root: ``data/`` (evaluation set), ``regions.h5``, ``caches/``, ``results/``,
-        ``report/``, ``logs/``. ``results/`` and ``report/`` are replaced by every run.
+        ``report/``, ``logs/``. ``results/`` and ``report/`` are replaced by every run. It must be
+        new, empty or an earlier testbed's: a folder vlprobe did not make is refused.
     models_dir : Path, optional
         Trained models, training split and its regions, kept between runs (default ``out/models``).
     train_items, eval_items : int
@@ -192,6 +193,15 @@ def _run_lane(name: str, commands: Sequence[Sequence[str]], log: str) -> tuple[s
     return name, time.perf_counter() - wall, time.process_time() - cpu, "\n".join(lines)
 
 
+#: What a testbed's output folder is listed as among the files vlprobe wrote (:mod:`vlprobe.io`).
+TESTBED_KIND = "testbed"
+
+
+def _earlier_testbed(out: Path) -> bool:
+    """A testbed folder made before folders were listed: it holds the testbed's report."""
+    return (out / "report" / "known_answers.json").is_file() and (out / "logs").is_dir()
+
+
 def _clear(path: Path) -> None:
     """Remove a results folder this run replaces (a folder of the testbed's own making)."""
     import shutil
@@ -214,7 +224,10 @@ def run_testbed(config: KnownAnswerConfig, *, echo: Any = print) -> dict[str, An
     for name in ("train_items", "eval_items", "clip_steps", "lxmert_steps", "jobs"):
         check_positive_int(getattr(config, name), name)
     check_seed(config.seed)
-    out = Path(config.out)
+    from vlprobe.io import claim_folder
+
+    # OUT's results, report and caches are cleared below: only a folder of the testbed's own.
+    out = claim_folder(config.out, kind=TESTBED_KIND, recognise=_earlier_testbed)
     logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     for sub in ("results", "report", "caches"):

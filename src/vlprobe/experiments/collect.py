@@ -76,6 +76,20 @@ def collect_rows(folders: Sequence[str | os.PathLike[str]]) -> tuple[list[str], 
     return [*fixed, *settings], out
 
 
+#: What collected tables are listed as among the files vlprobe wrote (:mod:`vlprobe.io`).
+COLLECT_KIND = "collect"
+
+
+def _is_collected(path: Path) -> bool:
+    """Whether an existing file is a table vlprobe collected (tidy columns and ``results_dir``)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            header = fh.readline().strip().split(",")
+    except OSError:
+        return False
+    return header[: len(TIDY_COLUMNS)] == list(TIDY_COLUMNS) and "results_dir" in header
+
+
 def write_collected(folders: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]) -> tuple[Path, int, int]:
     """Write the collected table; return its path, the number of runs and of rows.
 
@@ -84,16 +98,12 @@ def write_collected(folders: Sequence[str | os.PathLike[str]], out: str | os.Pat
     InputError
         As :func:`collect_rows`; ``out`` exists and is not a table vlprobe collected.
     """
-    from vlprobe.io import atomic_write
+    from vlprobe.io import atomic_write, check_output
 
     target = Path(out)
-    if target.exists():
-        with open(target, encoding="utf-8", errors="replace") as fh:
-            header = fh.readline().strip().split(",")
-        if header[: len(TIDY_COLUMNS)] != list(TIDY_COLUMNS) or "results_dir" not in header:
-            raise InputError(f"out: {target} exists and was not written by vlprobe collect; refusing to replace it")
+    check_output(target, COLLECT_KIND, recognise=_is_collected)
     columns, rows = collect_rows(folders)
-    with atomic_write(target) as fh:
+    with atomic_write(target, kind=COLLECT_KIND, recognise=_is_collected) as fh:
         writer = csv.DictWriter(fh, fieldnames=columns, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)

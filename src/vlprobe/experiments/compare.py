@@ -32,7 +32,13 @@ from typing import Any
 
 import numpy as np
 
-from vlprobe.experiments.outputs import RunSettings, build_manifest, config_record, write_results
+from vlprobe.experiments.outputs import (
+    RunSettings,
+    build_manifest,
+    check_run_slot,
+    config_record,
+    write_results,
+)
 from vlprobe.experiments.stats import MCNEMAR_EXACT_BELOW, mcnemar_test, paired_bootstrap_test
 from vlprobe.experiments.summary import read_tidy_csv
 from vlprobe.validation import InputError, check_positive_int, check_seed
@@ -228,6 +234,8 @@ def run_compare(config: CompareConfig) -> tuple[Path, Path, list[dict[str, Any]]
                 f"{len(only_b)} only in {b.source.name}, e.g. {example!r}); compare runs on the same items"
             )
     name = config.name or f"{a.name}-vs-{b.name}"
+    settings = RunSettings({}, {}, {}, COLUMNS)
+    check_run_slot(config.out, NAME, name, config_record(config), name_field="name", settings=settings)
     base = {"experiment": NAME, "model": name}
     rows: list[dict[str, Any]] = []
     for key in shared:
@@ -255,5 +263,5 @@ def run_compare(config: CompareConfig) -> tuple[Path, Path, list[dict[str, Any]]
         },
     )
     csv_path, manifest_path = write_results(config.out, NAME, name, rows, manifest, name_field="name",
-                                            settings=RunSettings({}, {}, {}, COLUMNS))
+                                            settings=settings)
     return csv_path, manifest_path, rows

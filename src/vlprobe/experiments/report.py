@@ -338,6 +338,20 @@ def build_report(results_dir: str | os.PathLike[str], fmt: str = "html") -> str:
     return _html(blocks, f"vlprobe results: {root.name}") if fmt == "html" else _md(blocks)
 
 
+#: What reports are listed as among the files vlprobe wrote (:mod:`vlprobe.io`).
+REPORT_KIND = "report"
+_REPORT_MARK = "<!-- vlprobe-report -->"
+
+
+def _is_report(path: Path) -> bool:
+    """Whether an existing file is a page of vlprobe's report (its first lines carry the mark)."""
+    try:
+        with open(path, "rb") as fh:
+            return _REPORT_MARK.encode() in fh.read(4096)
+    except OSError:
+        return False
+
+
 def write_report(results_dir: str | os.PathLike[str], out: str | os.PathLike[str], fmt: str | None = None) -> Path:
     """Write the report; the format defaults to the file name's (``.md``: Markdown, else HTML).
 
@@ -346,17 +360,14 @@ def write_report(results_dir: str | os.PathLike[str], out: str | os.PathLike[str
     InputError
         ``out`` exists and vlprobe did not write it (the report's first line carries its mark).
     """
-    from vlprobe.io import atomic_write
+    from vlprobe.io import atomic_write, check_output
 
     target = Path(out)
     chosen = fmt or ("md" if target.suffix.lower() in (".md", ".markdown") else "html")
     check_choice(chosen, "format", FORMATS)
-    if target.exists():
-        head = target.read_bytes()[:4096] if target.is_file() else b""
-        if b"vlprobe-report" not in head:
-            raise InputError(f"out: {target} exists and was not written by vlprobe; refusing to replace it")
+    check_output(target, REPORT_KIND, recognise=_is_report)
     text = build_report(results_dir, chosen)
-    mark = "<!-- vlprobe-report -->\n" if chosen == "html" else "<!-- vlprobe-report -->\n\n"
-    with atomic_write(target) as fh:
+    mark = f"{_REPORT_MARK}\n" if chosen == "html" else f"{_REPORT_MARK}\n\n"
+    with atomic_write(target, kind=REPORT_KIND, recognise=_is_report) as fh:
         fh.write(text.replace("<!DOCTYPE html>\n", "<!DOCTYPE html>\n" + mark, 1) if chosen == "html" else mark + text)
     return target

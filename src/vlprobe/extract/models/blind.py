@@ -116,7 +116,11 @@ class CausalLMScorer(TextScorer):
             raise InputError(f"model 'blind-lm' takes no options, got {sorted(options)}")
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-        from vlprobe.extract.models.hf import from_pretrained_with_info, quiet_transformers, reading_weights
+        from vlprobe.extract.models.hf import (
+            from_pretrained_with_info,
+            quiet_transformers,
+            reading_weights,
+        )
 
         ckpt, dev, torch_dtype = _load_hf(checkpoint, cls.name, device, dtype)
         with quiet_transformers(), reading_weights(str(checkpoint)):
@@ -214,7 +218,11 @@ class SequenceClassifierScorer(TextScorer):
             raise InputError(f"model 'blind-grammar' takes only acceptable_label, got {sorted(options)}")
         from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
-        from vlprobe.extract.models.hf import from_pretrained_with_info, quiet_transformers, reading_weights
+        from vlprobe.extract.models.hf import (
+            from_pretrained_with_info,
+            quiet_transformers,
+            reading_weights,
+        )
 
         ckpt, dev, torch_dtype = _load_hf(checkpoint, cls.name, device, dtype)
         with quiet_transformers(), reading_weights(str(checkpoint)):
