@@ -90,7 +90,7 @@ def is_file_system_error(exc: BaseException) -> bool:
 def error_line(exc: BaseException) -> str:
     """The one line shown for an input or file-system error (an OSError names its path)."""
     if is_disk_full(exc):
-        full = no_space_error(exc)  # type: ignore[arg-type]
+        full = no_space_error(exc)
         where = f": {os.fsdecode(full.filename)}" if full.filename else ""
         what = "disk quota exceeded" if full.errno == errno.EDQUOT else "no space left on device"
         return f"{what}{where} (free some space, then rerun the same command)"
