@@ -38,11 +38,11 @@ demo: $(STAMP)  ## known-answer testbed: train (or reuse) small CLIP/LXMERT on s
 
 demo-tiny: $(STAMP)  ## synthetic Winoground + tiny random CLIP, detector, LXMERT, UNITER: extract, score, probe, augment
 	rm -rf $(DEMO_TINY)
-	HF_HUB_OFFLINE=1 $(PROBE) fixtures dataset --out $(DEMO_TINY)/data --items 40 --seed 0
+	HF_HUB_OFFLINE=1 $(PROBE) fixtures dataset --out $(DEMO_TINY)/data --n-items 40 --seed 0
 	HF_HUB_OFFLINE=1 $(PROBE) fixtures model clip --out $(DEMO_TINY)/tiny-clip --seed 0
 	HF_HUB_OFFLINE=1 $(PROBE) extract --model clip --checkpoint $(DEMO_TINY)/tiny-clip \
 	    --dataset winoground --data-dir $(DEMO_TINY)/data --variants $(DEMO_TINY)/data/variants.jsonl \
-	    --layers all --pooling cls,mean,max --device cpu --out $(DEMO_TINY)/clip.h5
+	    --layers all --poolings cls,mean,max --device cpu --out $(DEMO_TINY)/clip.h5
 	HF_HUB_OFFLINE=1 $(PROBE) cache info $(DEMO_TINY)/clip.h5
 	HF_HUB_OFFLINE=1 $(PROBE) run winoground-scores --cache $(DEMO_TINY)/clip.h5 --out $(DEMO_TINY)/results
 	HF_HUB_OFFLINE=1 $(PROBE) run recall --cache $(DEMO_TINY)/clip.h5 --out $(DEMO_TINY)/results
@@ -56,11 +56,11 @@ demo-tiny: $(STAMP)  ## synthetic Winoground + tiny random CLIP, detector, LXMER
 	head -n 12 $(DEMO_TINY)/regions-info.txt
 	HF_HUB_OFFLINE=1 $(PROBE) fixtures model lxmert --out $(DEMO_TINY)/tiny-lxmert --seed 0
 	HF_HUB_OFFLINE=1 $(PROBE) extract --model lxmert --checkpoint $(DEMO_TINY)/tiny-lxmert --regions $(DEMO_TINY)/regions.h5 \
-	    --dataset winoground --data-dir $(DEMO_TINY)/data --pairs item --device cpu --out $(DEMO_TINY)/lxmert.h5
+	    --dataset winoground --data-dir $(DEMO_TINY)/data --pair-plan item --device cpu --out $(DEMO_TINY)/lxmert.h5
 	HF_HUB_OFFLINE=1 $(PROBE) run winoground-scores --cache $(DEMO_TINY)/lxmert.h5 --out $(DEMO_TINY)/results
 	HF_HUB_OFFLINE=1 $(PROBE) fixtures model uniter --out $(DEMO_TINY)/tiny-uniter --seed 0
 	HF_HUB_OFFLINE=1 $(PROBE) extract --model uniter --checkpoint $(DEMO_TINY)/tiny-uniter/uniter.pt --regions $(DEMO_TINY)/regions.h5 \
-	    --dataset winoground --data-dir $(DEMO_TINY)/data --pairs all --device cpu --out $(DEMO_TINY)/uniter.h5
+	    --dataset winoground --data-dir $(DEMO_TINY)/data --pair-plan all --device cpu --out $(DEMO_TINY)/uniter.h5
 	HF_HUB_OFFLINE=1 $(PROBE) run recall --cache $(DEMO_TINY)/uniter.h5 --out $(DEMO_TINY)/results
 	@if VLPROBE_CACHE=$(DEMO_TINY)/cache HF_HUB_OFFLINE=1 $(PROBE) setup wordnet; then \
 	    VLPROBE_CACHE=$(DEMO_TINY)/cache HF_HUB_OFFLINE=1 $(PROBE) augment --dataset winoground --data-dir $(DEMO_TINY)/data \

@@ -57,7 +57,7 @@ def build_inputs(work: Path) -> Path:
     FIXTURE_WRITERS["clip"](work / "tiny-clip", 0)
     _probe(SRC, ["extract", "--model", "clip", "--checkpoint", str(work / "tiny-clip"), "--dataset", "winoground",
                  "--data-dir", str(data), "--variants", str(data / "variants.jsonl"), "--layers", "all",
-                 "--pooling", "cls,mean,max", "--device", "cpu", "--out", str(cache), "--quiet"])
+                 "--poolings", "cls,mean,max", "--device", "cpu", "--out", str(cache), "--quiet"])
     return cache
 
 

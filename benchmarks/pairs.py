@@ -1,4 +1,4 @@
-"""Cross-encoder pair scoring (``--pairs all`` style): vlprobe's batched/shared pass vs one full
+"""Cross-encoder pair scoring (``--pair-plan all`` style): vlprobe's batched/shared pass vs one full
 forward per pair, on base-size LXMERT and UNITER architectures (random init), CPU.
 
 For every image x every caption (default 8 x 16 = 128 pairs, 36 boxes of 2048-d features):

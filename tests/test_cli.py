@@ -83,7 +83,7 @@ def test_fixtures_dataset(runner: CliRunner, tmp_path: Path) -> None:
     from vlprobe.data.winoground import load_winoground
 
     out = tmp_path / "data"
-    result = run(runner, "fixtures", "dataset", "--out", out, "--items", "3", "--seed", "5", "--image-size", "32")
+    result = run(runner, "fixtures", "dataset", "--out", out, "--n-items", "3", "--seed", "5", "--image-size", "32")
     assert result.exit_code == 0, result.output
     assert "wrote 3" in result.stdout
     dataset = load_winoground(out)
@@ -133,7 +133,7 @@ def test_extract_writes_a_complete_cache(
 
 def test_extract_progress_goes_to_stderr(runner: CliRunner, extract_args: list[str], tmp_path: Path) -> None:
     args = [a for a in extract_args if a != "--quiet"]
-    result = run(runner, *with_option(args, "--layers", "-1"), "--pooling", "mean", "--out", tmp_path / "p.h5")
+    result = run(runner, *with_option(args, "--layers", "-1"), "--poolings", "mean", "--out", tmp_path / "p.h5")
     assert result.exit_code == 0, result.output
     assert len(result.stdout.splitlines()) == 1 and result.stdout.startswith("wrote ")  # bars: stderr
     assert "Traceback" not in result.output
@@ -141,7 +141,7 @@ def test_extract_progress_goes_to_stderr(runner: CliRunner, extract_args: list[s
 
 def test_extract_layers_and_pooling_options(runner: CliRunner, extract_args: list[str], tmp_path: Path) -> None:
     out = tmp_path / "opts.h5"
-    result = run(runner, *extract_args, "--layers", "text=0,-1;image=all", "--pooling", "cls", "--out", out)
+    result = run(runner, *extract_args, "--layers", "text=0,-1;image=all", "--poolings", "cls", "--out", out)
     assert result.exit_code == 0, result.output
     with ActivationCache(out) as c:
         assert c.layers("text") == [0, 3] and c.layers("image") == [0, 1, 2]
@@ -242,13 +242,13 @@ GOOD_VARIANT_LINE = json.dumps({"item": "winoground/0", "caption": 0, "variants"
     [
         ("--model", "clp", ("unknown model 'clp'", "did you mean 'clip'")),
         ("--layers", "0,99", ("layers", "layer 99 is out of range")),
-        ("--pooling", "cls,foo", ("pooling", "'foo'")),
+        ("--poolings", "cls,foo", ("poolings", "'foo'")),
         ("--shard", "3/3", ("shard", "'3/3'")),
         ("--shard", "a/b", ("shard", "K/N")),
         ("--dtype", "float64", ("dtype", "'float64'")),
         ("--device", "cuda" if not torch.cuda.is_available() else "mps", ("device",)),
         ("--batch-size", "0", ("batch_size",)),
-        ("--pairs", "some", ("pair_plan",)),
+        ("--pair-plan", "some", ("pair_plan",)),
         ("--data-dir", "MISSING", ("data_dir", "no such directory")),
         ("--out", "cache.txt", ("out", ".h5")),
         ("--variants", "BAD_LINE", ("line 2", "not valid JSON")),

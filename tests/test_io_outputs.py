@@ -151,7 +151,7 @@ def test_command_outputs_honour_the_umask(
             ["run", "recall", "--cache", reference_cache, "--out", tmp_path / "res"],
             ["augment", "--dataset", "winoground", "--data-dir", synthetic_dir, "--strategies", "original",
              "--out", tmp_path / "v" / "v.jsonl", "--quiet"],
-            ["fixtures", "dataset", "--out", tmp_path / "data", "--items", 2],
+            ["fixtures", "dataset", "--out", tmp_path / "data", "--n-items", 2],
             ["fixtures", "model", "clip", "--out", tmp_path / "clip"],
             ["cache", "merge", reference_cache, "--out", tmp_path / "m.h5"],
         ):

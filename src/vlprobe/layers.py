@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 
 from vlprobe.validation import InputError
 
-__all__ = ["parse_layers", "parse_stream_layers"]
+__all__ = ["check_spec", "parse_layers", "parse_stream_layers", "stream_part"]
 
 
 def parse_layers(spec: str | Sequence[int], n_layers: int, *, param: str = "layers") -> list[int]:
@@ -93,24 +93,54 @@ def parse_stream_layers(
     """
     if "=" not in spec:
         return {name: parse_layers(spec, n, param=param) for name, n in streams.items()}
+    given = _stream_parts(spec, streams, param)
+    return {
+        name: parse_layers(given.get(name, "all"), n, param=f"{param}[{name}]")
+        for name, n in streams.items()
+    }
+
+
+def stream_part(spec: str, stream: str, streams: Sequence[str], *, param: str = "layers") -> str:
+    """The part of a possibly per-stream spec that applies to ``stream``.
+
+    A plain spec applies to every stream; in ``a=all;b=-1`` each named stream must be one of
+    ``streams`` (the streams a run reads) and a stream not named gets ``all``.
+    """
+    if "=" not in spec:
+        return spec
+    given = _stream_parts(spec, streams, param)
+    return given.get(stream, "all")
+
+
+def check_spec(spec: str, *, param: str = "layers") -> None:
+    """Check the grammar of a spec (plain or per stream) before any model or cache is known."""
+    if not isinstance(spec, str):
+        raise InputError(f"{param} must be a layer spec string, got {spec!r}")
+    parts = _stream_parts(spec, None, param) if "=" in spec else {"": spec}
+    for name, sub in parts.items():
+        # Against a deep enough stream every well-formed spec selects a layer.
+        parse_layers(sub, _ANY_DEPTH, param=f"{param}[{name}]" if name else param)
+
+
+#: A stream depth no model reaches, for checking a spec's grammar alone.
+_ANY_DEPTH = 1 << 20
+
+
+def _stream_parts(spec: str, streams: Sequence[str] | Mapping[str, int] | None, param: str) -> dict[str, str]:
+    """``a=all;b=-1`` -> {"a": "all", "b": "-1"}; names checked against ``streams`` when given."""
     given: dict[str, str] = {}
     for part in spec.split(";"):
         if not part.strip():
             continue
         name, sep, sub = part.partition("=")
         name = name.strip()
-        if not sep or name not in streams:
-            raise InputError(
-                f"{param}: {part.strip()!r} does not name a stream of this model "
-                f"(streams: {', '.join(streams)})"
-            )
+        if not sep or not name or (streams is not None and name not in streams):
+            known = f" (streams: {', '.join(streams)})" if streams is not None else ""
+            raise InputError(f"{param}: {part.strip()!r} does not name a stream{known}")
         if name in given:
             raise InputError(f"{param}: stream {name!r} is given twice in {spec!r}")
         given[name] = sub
-    return {
-        name: parse_layers(given.get(name, "all"), n, param=f"{param}[{name}]")
-        for name, n in streams.items()
-    }
+    return given
 
 
 def _check_indices(values: list[int], n_layers: int, param: str, spec: object) -> list[int]:

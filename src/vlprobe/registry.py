@@ -2,9 +2,10 @@
 
 Models, datasets, augmentation strategies, probes and experiments each have a
 :class:`Registry` instance. Entries are registered with a decorator or as a lazy
-``"module:attr"`` string, so listing names never imports torch or transformers.
-Unknown names are answered with the known names and a "did you mean"
-(:func:`vlprobe.validation.unknown_name_message`).
+``"module:attr"`` string, so listing names never imports torch or transformers. An experiment
+entry names its :class:`~vlprobe.experiments.declare.Experiment` declaration; its one-line help
+is what ``probe ls experiments`` and ``probe run --help`` show. Unknown names are answered with
+the known names and a "did you mean" (:func:`vlprobe.validation.unknown_name_message`).
 """
 
 from __future__ import annotations
@@ -133,11 +134,11 @@ DATASETS.register(
     help="Winoground (facebook/winoground on the hub, or a local examples.jsonl + images/)",
 )
 EXPERIMENTS.register(
-    "winoground-scores", "vlprobe.experiments.winoground_scores:run_winoground_scores",
-    help="Winoground text/image/group scores per tag (from a cache or a model_scores JSONL)",
+    "winoground-scores", "vlprobe.experiments.winoground_scores:EXPERIMENT",
+    help="Winoground text/image/group scores per tag (from a cache or a score file)",
 )
 EXPERIMENTS.register(
-    "recall", "vlprobe.experiments.recall:run_recall",
+    "recall", "vlprobe.experiments.recall:EXPERIMENT",
     help="Recall@k (I2T, T2I) over the full image x caption score matrix",
 )
 
@@ -163,15 +164,15 @@ MODELS.register(
     help="Blind baseline: minus the caption length in characters (no checkpoint)",
 )
 EXPERIMENTS.register(
-    "sugarcrepe", "vlprobe.experiments.benchmark_eval:run_eval",
+    "sugarcrepe", "vlprobe.experiments.benchmark_eval:SUGARCREPE",
     help="SugarCrepe accuracy per subset and Replace/Swap/Add (`probe eval sugarcrepe`)",
 )
 EXPERIMENTS.register(
-    "valse", "vlprobe.experiments.benchmark_eval:run_eval",
+    "valse", "vlprobe.experiments.benchmark_eval:VALSE",
     help="VALSE acc_r, AUROC, caption/foil rates and precisions (`probe eval valse`)",
 )
 EXPERIMENTS.register(
-    "refine", "vlprobe.experiments.refine:run_refine",
+    "refine", "vlprobe.experiments.refine:EXPERIMENT",
     help="SugarCrepe's adversarial refinement of two blind scorers' gaps (`probe refine`)",
 )
 
@@ -199,15 +200,15 @@ PROBES.register(
     help="Binary MLP probe (torch): BCE on logits, Adam, predictions from logits > 0",
 )
 EXPERIMENTS.register(
-    "separability", "vlprobe.experiments.separability:run_separability",
+    "separability", "vlprobe.experiments.separability:EXPERIMENT",
     help="Per-item linear separability of caption-0 vs caption-1 variants per layer, vs a shuffled control",
 )
 EXPERIMENTS.register(
-    "task-adaptation", "vlprobe.experiments.task_adaptation:run_task_adaptation",
+    "task-adaptation", "vlprobe.experiments.task_adaptation:EXPERIMENT",
     help="MLP on fused pair embeddings (text-/image-score), item split, flipped-item control, seeds",
 )
 EXPERIMENTS.register(
-    "variant-probe", "vlprobe.experiments.variant_probe:run_variant_probe",
+    "variant-probe", "vlprobe.experiments.variant_probe:EXPERIMENT",
     help="MLP picks which of two options paraphrases a reference caption, per layer, with control",
 )
 
@@ -226,6 +227,6 @@ for _name, _target, _help in (
 ):
     STRATEGIES.register(_name, _target, help=_help)
 EXPERIMENTS.register(
-    "variant-similarity", "vlprobe.experiments.variant_similarity:run_variant_similarity",
+    "variant-similarity", "vlprobe.experiments.variant_similarity:EXPERIMENT",
     help="Winoground scores with S'(I,T) = (1-l)S(I,T) + l*agg S(I,T_i) over caption variants (paper 5.2)",
 )

@@ -101,7 +101,7 @@ def kit(
 ) -> Iterator[Kit]:
     root = tmp_path_factory.mktemp("matrix-kit")
     regions = root / "regions.h5"
-    assert _run("fixtures", "regions", "--data-dir", synthetic_dir, "--out", regions, "--boxes", 3,
+    assert _run("fixtures", "regions", "--data-dir", synthetic_dir, "--out", regions, "--n-boxes", 3,
                 "--dim", 8).exit_code == 0
     detector = write_tiny_frcnn(root / "detector", 0)
     region_shards = []
@@ -114,7 +114,7 @@ def kit(
     results = root / "results"
     assert _run("run", "winoground-scores", "--cache", reference_cache, "--out", results).exit_code == 0
     train, train_regions = root / "train", root / "train-regions.h5"
-    assert _run("fixtures", "dataset", "--split", "train", "--items", 32, "--out", train).exit_code == 0
+    assert _run("fixtures", "dataset", "--split", "train", "--n-items", 32, "--out", train).exit_code == 0
     assert _run("fixtures", "regions", "--oracle", "--data-dir", train, "--out", train_regions).exit_code == 0
     wordnet = next((p for p in (Path("/usr/share/wordnet"),) if (p / "data.noun").is_file()), None)
     with _readonly_folder(root) as readonly:
@@ -189,9 +189,9 @@ WRITERS: dict[str, Writer] = {w.command: w for w in [
            folder_out=True, replay=False),
     Writer("setup wordnet", lambda k, out: ["setup", "wordnet", "--root", out, *(["--from", k.wordnet] if k.wordnet else [])],
            "nltk", folder_out=True),
-    Writer("fixtures dataset", lambda k, out: ["fixtures", "dataset", "--out", out, "--items", 2], "d", folder_out=True),
+    Writer("fixtures dataset", lambda k, out: ["fixtures", "dataset", "--out", out, "--n-items", 2], "d", folder_out=True),
     Writer("fixtures model", lambda k, out: ["fixtures", "model", "clip", "--out", out], "m", folder_out=True),
-    Writer("fixtures regions", lambda k, out: ["fixtures", "regions", "--data-dir", k.syn, "--out", out, "--boxes", 3,
+    Writer("fixtures regions", lambda k, out: ["fixtures", "regions", "--data-dir", k.syn, "--out", out, "--n-boxes", 3,
                                                "--dim", 8], "r.h5"),
 ]}
 
@@ -326,7 +326,7 @@ def _truncated_uniter_pt(k: Kit, work: Path) -> tuple[list[Any], tuple[str, ...]
     shutil.copytree(k.uniter, ckpt)
     pt = ckpt / "uniter.pt"
     pt.write_bytes(pt.read_bytes()[:1000])
-    return ["extract", "--model", "uniter", "--checkpoint", pt, "--uniter-config", ckpt / "uniter.json",
+    return ["extract", "--model", "uniter", "--checkpoint", pt, "--model-config", ckpt / "uniter.json",
             "--tokenizer", ckpt / "tokenizer", "--dataset", "winoground", "--data-dir", k.syn,
             "--regions", k.regions, "--out", work / "c.h5", "--quiet"], (str(pt),)
 

@@ -27,7 +27,7 @@ def _dataset_raises(monkeypatch: pytest.MonkeyPatch, exc: BaseException) -> None
 
 
 def test_input_error_is_one_line(one_error_line: Any, tmp_path: Path) -> None:
-    one_error_line(_run("fixtures", "dataset", "--out", str(tmp_path / "d"), "--items", "0"),
+    one_error_line(_run("fixtures", "dataset", "--out", str(tmp_path / "d"), "--n-items", "0"),
                    "n_items must be a positive integer, got 0")
 
 

@@ -1,10 +1,11 @@
-"""The ``probe`` command tree: every command's --help renders, README's command list is real,
-and the fast paths (``--help``, ``ls``) do not import torch."""
+"""The ``probe`` command tree: every command's --help renders, README's command list and examples
+are real, and the fast paths (``--help``, ``ls``, ``run --help``) import no torch and no numpy."""
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -37,21 +38,35 @@ def _tree() -> dict[tuple[str, ...], Any]:
 TREE = _tree()
 
 
-def _flags(cmd: Any) -> set[str]:
-    return {o for p in cmd.params for o in (*p.opts, *p.secondary_opts) if o.startswith("-")}
+def _flags(cmd: Any, *, hidden: bool = False) -> set[str]:
+    """The command's flags (hidden ones, the old spellings, only with ``hidden``)."""
+    return {o for p in cmd.params if hidden or not getattr(p, "hidden", False)
+            for o in (*p.opts, *p.secondary_opts) if o.startswith("-")}
 
 
 def test_tree_has_every_command() -> None:
+    from vlprobe.registry import EXPERIMENTS
+
     leaves = {" ".join(p) for p, c in TREE.items() if not isinstance(c, TyperGroup)}
     assert leaves == {
-        "ls", "extract", "eval", "refine", "plot", "compare", "report", "collect", "augment",
+        "ls", "extract", "refine", "plot", "compare", "report", "collect", "augment",
         "fixtures dataset", "fixtures model", "fixtures regions", "fixtures train clip", "fixtures train lxmert",
         "fixtures testbed", "cache info", "cache merge",
-        "run winoground-scores", "run recall", "run separability", "run task-adaptation",
-        "run variant-probe", "run variant-similarity", "regions extract", "regions merge", "regions import",
-        "regions export", "regions info",
-        "data info", "setup wordnet",
+        *(f"run {name}" for name in EXPERIMENTS.names()), "eval sugarcrepe", "eval valse",
+        "regions extract", "regions merge", "regions import", "regions export", "regions info", "data info", "setup wordnet",
     }
+
+
+def test_every_listed_experiment_runs() -> None:
+    """`probe ls experiments` and `probe run` list the same names; the aliases are the same commands."""
+    from vlprobe.registry import EXPERIMENTS
+
+    listed = CliRunner().invoke(app, ["ls", "experiments"]).stdout.split()
+    assert set(EXPERIMENTS.names()) <= set(listed)
+    assert {p[1] for p in TREE if len(p) == 2 and p[0] == "run"} == set(EXPERIMENTS.names())
+    for alias, name in ((("eval", "sugarcrepe"), "sugarcrepe"), (("eval", "valse"), "valse"), (("refine",), "refine")):
+        assert TREE[alias].experiment == name
+        assert _flags(TREE[alias], hidden=True) == _flags(TREE[("run", name)], hidden=True)
 
 
 @pytest.mark.parametrize("path", sorted(TREE), ids=lambda p: " ".join(p) or "probe")
@@ -63,48 +78,106 @@ def test_help_renders(path: tuple[str, ...]) -> None:
         assert flag in result.stdout, f"{flag} missing from `probe {' '.join(path)} --help`"
 
 
+def _probe_lines(block: str) -> list[str]:
+    """The ``probe ...`` lines of a code block, continuation lines joined, comments dropped."""
+    joined = re.sub(r"\\\n\s*", " ", block)
+    return [line.split("  #", 1)[0].strip() for line in joined.splitlines() if line.startswith("probe ")]
+
+
 def _readme_commands() -> list[str]:
-    """The lines of README's "Commands" block, continuation lines joined."""
+    """The lines of README's "Commands" block."""
     text = README.read_text(encoding="utf-8")
     section = text.split("## Commands", 1)[1].split("\n## ", 1)[0]
-    block = section.split("```", 2)[1]
-    return [line for line in re.sub(r"\\\n\s*", " ", block).splitlines() if line.startswith("probe ")]
+    return _probe_lines(section.split("```", 2)[1])
+
+
+def _readme_examples() -> list[str]:
+    """Every other ``probe ...`` line of README's code blocks: examples meant to be run."""
+    text = README.read_text(encoding="utf-8")
+    commands = text.split("## Commands", 1)[1].split("```", 2)[1]
+    blocks = text.split("```")[1::2]
+    return [line for block in blocks if block != commands for line in _probe_lines(block)]
+
+
+def _command_of(words: list[str], line: str) -> tuple[list[tuple[str, ...]], list[str]]:
+    """The command paths a line names (``eval sugarcrepe|valse``: both) and its other words."""
+    paths: list[tuple[str, ...]] = [()]
+    while isinstance(TREE[paths[0]], TyperGroup):
+        assert words, f"README names no command of `probe {' '.join(paths[0])}`: {line}"
+        paths = [(*paths[0], word) for word in words[0].split("|")]
+        for path in paths:
+            assert path in TREE, f"README names no command `probe {' '.join(path)}`: {line}"
+        words = words[1:]
+    return paths, words
 
 
 def test_readme_commands_exist() -> None:
-    lines = _readme_commands()
     documented = set()
-    for line in lines:
-        words, path = line.split()[1:], ()
-        while isinstance(TREE[path], TyperGroup):
-            assert words and (*path, words[0]) in TREE, f"README names no command of `probe {' '.join(path)}`: {line}"
-            path, words = (*path, words[0]), words[1:]
-        documented.add(path)
-        flags = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", line.split("#", 1)[0]))
-        unknown = flags - _flags(TREE[path])
-        assert not unknown, f"README: `probe {' '.join(path)}` has no {sorted(unknown)}: {line}"
+    for line in _readme_commands():
+        paths, _ = _command_of(line.split()[1:], line)
+        documented.update(paths)
+        flags = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", line))
+        for path in paths:
+            unknown = flags - _flags(TREE[path])
+            assert not unknown, f"README: `probe {' '.join(path)}` has no {sorted(unknown)} (or only an old spelling): {line}"
     undocumented = {p for p, c in TREE.items() if not isinstance(c, TyperGroup)} - documented
     assert not undocumented, f"README's Commands list lacks {sorted(' '.join(p) for p in undocumented)}"
 
 
-@pytest.mark.parametrize("args", [("--help",), ("ls", "models"), ("ls", "strategies"), ("run", "--help")])
-def test_fast_paths_do_not_import_torch(args: tuple[str, ...]) -> None:
+def _example_words(line: str) -> list[str]:
+    """The words of an example: optional parts ``[--x V]`` taken, ``a|b`` alternatives the first."""
+    return [w.strip("[]").split("|")[0] if "|" in w and not w.startswith("-") else w.strip("[]")
+            for w in shlex.split(line)[1:] if w.strip("[]")]
+
+
+def test_readme_examples_parse() -> None:
+    """Every example line parses as its command would (options exist, values convert, required
+    options given), with no old spelling; lines with a ``...`` placeholder only name real flags."""
+    examples = _readme_examples()
+    assert len(examples) > 20, examples
+    for line in examples:
+        paths, args = _command_of(_example_words(line), line)
+        path = paths[0]
+        cmd = TREE[path]
+        flags = {w.split("=", 1)[0] for w in args if w.startswith("--")}
+        old = flags & (_flags(cmd, hidden=True) - _flags(cmd))
+        assert not old, f"README uses the old spelling {sorted(old)}: {line}"
+        if "..." in args:
+            unknown = flags - _flags(cmd)
+            assert not unknown, f"README: `probe {' '.join(path)}` has no {sorted(unknown)}: {line}"
+            continue
+        ctx = cmd.make_context(" ".join(("probe", *path)), list(args))
+        assert ctx.params, line
+
+
+@pytest.mark.parametrize(("args", "banned"), [
+    *((a, ("torch", "transformers", "h5py", "numpy", "sklearn"))
+      for a in (("--help",), ("ls", "models"), ("ls", "experiments"), ("run", "--help"), ("eval", "--help"))),
+    (("ls", "strategies"), ("torch", "transformers", "h5py")),  # availability checks import numpy
+])
+def test_fast_paths_import_no_torch_and_no_experiment(args: tuple[str, ...], banned: tuple[str, ...]) -> None:
+    """Listing commands reads the registry's help lines; no declaration (and no numpy) is imported."""
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "vlprobe", *args],
         env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
-    assert not {m for m in imported if m.split(".")[0] in ("torch", "transformers", "h5py")}, args
+    heavy = {m for m in imported if m.split(".")[0] in banned}
+    assert not heavy, (args, sorted(heavy)[:5])
+    # The declaration machinery (light: it imports vlprobe.validation only) is fine; an experiment is not.
+    assert not {m for m in imported if m.startswith("vlprobe.experiments.")} - {"vlprobe.experiments.declare"}, args
 
 
-@pytest.mark.parametrize(("path", "args", "param", "value"), [
-    (("run", "recall"), ["--scores-file", "m.npy", "--out", "o"], "scores", Path("m.npy")),
-    (("run", "winoground-scores"), ["--scores-file", "m.jsonl", "--out", "o"], "scores_file", Path("m.jsonl")),
-    (("eval",), ["sugarcrepe", "--scores-file", "s.jsonl", "--out", "o"], "scores", Path("s.jsonl")),
-    (("run", "separability"), ["--cache", "c.h5", "--out", "o", "--streams", "text,lang"], "stream", "text,lang"),
-])
-def test_aliases_reach_the_same_parameter(path: tuple[str, ...], args: list[str], param: str, value: Any) -> None:
-    """Alias spellings kept for consistency across commands (--scores-file, --streams)."""
-    ctx = TREE[path].make_context(" ".join(path), args)
-    assert ctx.params[param] == value
+def test_make_demo_commands_parse() -> None:
+    """`make demo` uses today's spellings and every command it runs parses."""
+    makefile = (README.parent / "Makefile").read_text(encoding="utf-8")
+    lines = re.sub(r"\\\n\s*", " ", makefile).splitlines()
+    demo = [line.split("$(PROBE) ", 1)[1].split(";")[0].split(" > ")[0] for line in lines if "$(PROBE) " in line]
+    assert len(demo) > 10, demo
+    for line in demo:
+        paths, args = _command_of(_example_words("probe " + line), line)
+        cmd = TREE[paths[0]]
+        flags = {w for w in args if w.startswith("--")}
+        assert not flags & (_flags(cmd, hidden=True) - _flags(cmd)), f"make demo uses an old spelling: {line}"
+        assert cmd.make_context(" ".join(("probe", *paths[0])), list(args)).params, line

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from vlprobe.cli import app
 from vlprobe.data.sugarcrepe import load_sugarcrepe
 from vlprobe.data.valse import load_valse
+from vlprobe.devices import resolve_device
 from vlprobe.experiments.benchmark_eval import EvalConfig, run_eval
 from vlprobe.experiments.metrics import pair_correct, valse_metrics
 from vlprobe.experiments.score_files import caption_foil_scores, read_item_scores, write_item_scores
@@ -96,6 +97,7 @@ def test_eval_sugarcrepe_clip(sugarcrepe_dir: Path, coco: Path, tiny_clip: Path,
     run = json.loads(manifest_path.read_text(encoding="utf-8"))["runs"]["clip@bootstrap=200"]
     assert run["score_kind"] == "cosine" and run["n_items"] == 9
     assert run["settings_changed"] == {"bootstrap": 200} and run["model"] == "clip"
+    assert (run["config"]["device"], run["device"]) == ("auto", str(resolve_device("auto")))  # asked for, used
     assert run["inputs"]["checkpoint"]["fingerprint"].startswith("sha256:")
     assert run["inputs"]["dataset"]["fingerprint"] == ds.fingerprint
     assert run["seeds"] == [0] and run["bootstrap"]["resamples"] == 200
@@ -160,7 +162,7 @@ def test_eval_valse_from_a_score_file_with_logits(tmp_path: Path) -> None:
         assert got[(subset, "acc_r")]["value"] == pytest.approx(100 * np.mean(scores[0::2][sl] > scores[1::2][sl]))
         assert got[(subset, "acc_r")]["n"] == len(c)
     assert got[("existence", "acc_r_valse")]["n"] == 30
-    run = json.loads(manifest_path.read_text(encoding="utf-8"))["runs"]["lx@bootstrap=50,threshold=0.5"]
+    run = json.loads(manifest_path.read_text(encoding="utf-8"))["runs"]["lx@threshold=0.5,bootstrap=50"]  # changed settings in --help order
     assert "match logit" in run["definitions"]["acc_r_valse"] and "every item" in run["definitions"]["acc_r"]
     # The run's own per-item file keeps the logits: the metrics again from it alone.
     _, _, again = run_eval(EvalConfig(benchmark="valse", out=tmp_path / "again", scores=csv_path.with_suffix(".scores.jsonl"),
@@ -203,7 +205,7 @@ def test_cli_eval_and_errors(sugarcrepe_dir: Path, coco: Path, tiny_clip: Path, 
     one_error_line(runner.invoke(app, [*base, "--model", "caption-length", "--scores", str(tmp_path / "x.jsonl")]),
                    "exactly one of model")
     one_error_line(runner.invoke(app, ["eval", "winoground", "--model", "clip", "--out", str(tmp_path)]),
-                   "benchmark must be one of sugarcrepe, valse")
+                   "No such command 'winoground'")
     one_error_line(runner.invoke(app, [*base, "--model", "clip-large", "--checkpoint", "x"]), "unknown model 'clip-large'")
     one_error_line(runner.invoke(app, ["eval", "sugarcrepe", "--scores", str(tmp_path / "x.jsonl"), "--limit", "3",
                                        "--out", str(tmp_path)]), "limit needs data_dir")

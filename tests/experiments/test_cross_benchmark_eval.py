@@ -120,7 +120,7 @@ def test_eval_cross_errors_are_one_line(sugarcrepe_dir: Path, sugarcrepe_regions
                    "regions: caption-length scores captions only")
     res = _cli(["eval", "sugarcrepe", "--data-dir", str(sugarcrepe_dir), "--out", str(tmp_path), "--bootstrap", "20",
                 "--device", "cpu", "--model", "uniter", "--checkpoint", str(tiny_uniter / "uniter.pt"),
-                "--uniter-config", str(tiny_uniter / "uniter.json"), "--tokenizer", str(tiny_uniter / "tokenizer"),
+                "--model-config", str(tiny_uniter / "uniter.json"), "--tokenizer", str(tiny_uniter / "tokenizer"),
                 "--regions", str(sugarcrepe_regions), "--subsets", "add_att", "--limit", "3"])
     assert res.exit_code == 0, res.output
     assert "add_att" in res.stdout
@@ -142,7 +142,7 @@ def test_extract_sugarcrepe_with_clip_matches_eval(sugarcrepe_dir: Path, tiny_cl
     _draw([it.images[0].name for it in load_sugarcrepe(sugarcrepe_dir, **SC)], coco)
     out = tmp_path / "clip.h5"
     args = ["extract", "--model", "clip", "--checkpoint", str(tiny_clip), "--dataset", "sugarcrepe", "--data-dir",
-            str(sugarcrepe_dir), "--out", str(out), "--device", "cpu", "-q", "--layers", "-1", "--pooling", "cls"]
+            str(sugarcrepe_dir), "--out", str(out), "--device", "cpu", "-q", "--layers", "-1", "--poolings", "cls"]
     sel = ["--subsets", SC["subsets"], "--limit", str(SC["limit"])]
     res = _cli([*args, *sel, "--image-dir", str(coco)])
     assert res.exit_code == 0, res.output

@@ -132,13 +132,14 @@ def test_variant_probe_defaults(model: str, cross_reference: Callable[[str], Pat
         cache=cross_reference(model), out=tmp_path, **SHORT))
     run = _run(manifest_path, model)
     stream = {"lxmert": "lang", "uniter": "text"}[model]
-    assert run["stream"] == stream and run["pooling"] == "cls" and run["pooling_fallback"] == {}
+    assert list(run["streams"]) == [stream] and run["streams"][stream]["pooling"] == "cls"
+    assert run["pooling_fallback"] == {}
     assert {r["stream"] for r in _csv(csv_path)} == {stream}
 
 
 def test_variant_probe_on_a_stream_without_cls(cross_reference: Callable[[str], Path], tmp_path: Path) -> None:
     csv_path, manifest_path, _ = run_variant_probe(VariantProbeConfig(
-        cache=cross_reference("lxmert"), out=tmp_path, stream="vision", layers="-1", **SHORT))
+        cache=cross_reference("lxmert"), out=tmp_path, streams=("vision",), layers="-1", **SHORT))
     run = _run(manifest_path, "lxmert")
     assert run["pooling_fallback"] == {"vision": {"asked": "cls", "used": "mean"}}
     assert {(r["stream"], r["pooling"], r["layer"]) for r in _csv(csv_path)} == {("vision", "mean", "10")}
@@ -175,5 +176,5 @@ def test_recall_defaults(model: str, all_pairs: Callable[[str], Path], cross_ref
     assert {r["subset"] for r in rows} == {"i2t", "t2i"}
     assert {f"recall@{k}" for k in (1, 2, 5, 10)} <= {r["metric"] for r in rows}
     # An item-plan cache has no full matrix: one input error naming the fix.
-    with pytest.raises(ValueError, match="extract with --pairs all"):
+    with pytest.raises(ValueError, match="extract with --pair-plan all"):
         run_recall(RecallConfig(cache=cross_reference(model), out=tmp_path / "item"))

@@ -24,7 +24,7 @@ def test_plan_runs_every_experiment_on_every_model(tmp_path: Path) -> None:
         assert set(runs) >= expected | ({"recall"} if name.startswith("clip") else set()), name
         assert commands[0][0] == "extract" and "--variants" in commands[0]
         for command in commands[1:]:
-            assert command[command.index("--model") + 1] == name
+            assert command[command.index("--name") + 1] == name
     train = dict(plan["train"])
     assert any("shuffle" in c for c in train["clip-shuffle"][0])
     assert all("--untrained" in c for c in train["random weights"])

@@ -15,11 +15,12 @@ from vlprobe.experiments.task_adaptation import TaskAdaptationConfig, run_task_a
 from vlprobe.experiments.variant_probe import VariantProbeConfig, run_variant_probe
 from vlprobe.experiments.variant_similarity import VariantSimilarityConfig, run_variant_similarity
 from vlprobe.experiments.winoground_scores import WinogroundScoresConfig, run_winoground_scores
+from vlprobe.registry import EXPERIMENTS
 
 MLP = {"seeds": 2, "depth": 2, "width": 8, "epochs": 2, "batch_size": 64, "layers": "-1"}
 RUNS: dict[str, tuple[Callable[..., Any], Callable[..., Any], dict[str, Any]]] = {
-    "winoground-scores": (WinogroundScoresConfig, run_winoground_scores, {"bootstrap": 20, "seed": 3}),
-    "recall": (RecallConfig, run_recall, {"bootstrap": 20, "seed": 3}),
+    "winoground-scores": (WinogroundScoresConfig, run_winoground_scores, {"bootstrap": 20, "bootstrap_seed": 3}),
+    "recall": (RecallConfig, run_recall, {"bootstrap": 20, "bootstrap_seed": 3}),
     "variant-similarity": (VariantSimilarityConfig, run_variant_similarity, {}),
     "separability": (SeparabilityConfig, run_separability, {"seeds": 1, "layers": "-1"}),
     "task-adaptation": (TaskAdaptationConfig, run_task_adaptation, {**MLP, "pooling": "cls"}),
@@ -40,11 +41,14 @@ def test_manifest_holds_config_seeds_versions_revision_and_fingerprints(
     for key, value in extra.items():
         assert m["config"][key] == value, key
     assert isinstance(m["seeds"], list)
-    if "seed" in extra:
-        assert m["seeds"] == [extra["seed"]]
+    if "bootstrap_seed" in extra:
+        assert m["seeds"] == [extra["bootstrap_seed"]]
     if "seeds" in extra:
         assert m["seeds"] == list(range(extra["seeds"]))
-    assert m["git_revision"] and m["vlprobe_version"] and m["experiment_version"] >= 1
+    assert m["git_revision"] and m["vlprobe_version"]
+    assert m["experiment_version"] == EXPERIMENTS.get(experiment).version  # the declaration's
+    if "device" in m["config"]:  # the device asked for and the one used
+        assert m["config"]["device"] == "auto" and m["device"] in ("cpu", "cuda:0", "mps")
     assert {"numpy", "torch"} <= set(m["versions"])
     cache = m["inputs"]["cache"]
     assert len(cache["sha256"]) == 64

@@ -6,18 +6,19 @@ import csv
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from vlprobe import __version__
+from vlprobe.experiments.declare import Experiment, Options, names, option
 from vlprobe.experiments.outputs import (
     TIDY_COLUMNS,
     build_manifest,
     check_run_slot,
     config_record,
     result_stem,
-    run_settings,
     setting_cell,
     write_results,
     write_tidy_csv,
@@ -236,38 +237,38 @@ def test_config_record_is_json_ready() -> None:
 # -- runs keyed by their settings ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class SweepConfig:
-    cache: Path
-    out: Path
-    layers: str = "all"
-    pooling: str = "cls"
-    C: float = 100.0
-    scale: str = "none"
-    stratify: tuple[str, ...] | None = None
-    seeds: int | None = None
-    seed: int = 0
-    model: str | None = None
-    jobs: int = 1
-    preset: str = "paper"
+@dataclass(frozen=True, kw_only=True)
+class SweepConfig(Options):
+    """An experiment config whose fields' roles decide which of them are settings."""
+
+    cache: Path = option(role="input", help="A cache.")
+    out: Path = option(role="output", help="Results folder.")
+    layers: str = option("all", help="Layers (swept: the rows show them).")
+    pooling: str = option("cls", help="Pooling (a tidy column of its own).")
+    C: float = option(100.0, help="SVM C.")
+    scale: str = option("none", help="Scaling.")
+    stratify: tuple[str, ...] | None = option(None, parse=names, help="Tag families.")
+    seeds: int = option(3, help="Seeds (swept).")
+    bootstrap_seed: int = option(0, help="Bootstrap seed.")
+    name: str | None = option(None, role="output", help="Results label.")
+    jobs: int = option(1, role="runtime", help="Workers.")
 
 
-def _resolve(config: SweepConfig) -> SweepConfig:
-    return replace(config, seeds=3 if config.seeds is None else config.seeds)
+SWEEP = Experiment("exp", 1, SweepConfig, lambda c: None, swept=("layers", "seeds"), presets={"quick": {"seeds": 1}})
 
 
-def _sweep_settings(config: SweepConfig):
-    return run_settings(config, swept=("layers", "seeds"), rename={"seed": "bootstrap_seed"}, resolve=_resolve)
+def _sweep(tmp_path: Path, **changes: Any) -> SweepConfig:
+    return SweepConfig(cache=changes.pop("cache", tmp_path / "c.h5"), out=changes.pop("out", tmp_path), **changes)
 
 
 def test_run_settings_columns_and_names(tmp_path: Path) -> None:
-    base = _resolve(SweepConfig(tmp_path / "c.h5", tmp_path))
-    s = _sweep_settings(base)
+    base = _sweep(tmp_path)
+    s = SWEEP.run_settings(base)
     # Inputs, outputs and runtime fields are no settings; swept ones and tidy-column ones get no column.
-    assert list(s.values) == ["layers", "pooling", "C", "scale", "stratify", "seeds", "seed"]
-    assert s.columns == {"C": "C", "scale": "scale", "stratify": "stratify", "bootstrap_seed": "seed"}
+    assert list(s.values) == ["layers", "pooling", "C", "scale", "stratify", "seeds", "bootstrap_seed"]
+    assert s.columns == {"C": "C", "scale": "scale", "stratify": "stratify", "bootstrap_seed": "bootstrap_seed"}
     assert s.changed == {} and s.key("clip") == "clip"
-    other = _sweep_settings(replace(base, C=1.0, stratify=("a", "b"), seeds=5, jobs=4, out=tmp_path / "x"))
+    other = SWEEP.run_settings(base.replace(C=1.0, stratify=("a", "b"), seeds=5, jobs=4, out=tmp_path / "x"))
     assert other.key("clip") == "clip@C=1,stratify=a+b,seeds=5"
     assert other.cells() == {"C": "1", "scale": "none", "stratify": "a+b", "bootstrap_seed": "0"}
     assert setting_cell(1e-4) == "0.0001" and setting_cell(None) == "" and setting_cell(True) == "True"
@@ -277,12 +278,9 @@ def test_one_folder_holds_a_sweep_of_one_model(tmp_path: Path) -> None:
     rows = [{"experiment": "exp", "model": "clip", "layer": 1, "kind": "self", "metric": "a", "value": 1.0}]
     paths = {}
     for c in (100.0, 1.0, 0.01):
-        config = _resolve(SweepConfig(tmp_path / "c.h5", tmp_path, C=c))
-        settings = _sweep_settings(config)
-        run = check_run_slot(tmp_path, "exp", "clip", config_record(config), settings=settings)
-        csv_path, manifest_path = write_results(
-            tmp_path, "exp", "clip", rows, build_manifest("exp", 1, config_record(config), {}), settings=settings
-        )
+        config = _sweep(tmp_path, C=c)
+        run = SWEEP.claim(config, "clip")
+        csv_path, manifest_path = SWEEP.write(config, "clip", rows, SWEEP.manifest(config, {}))
         assert csv_path.name == f"{result_stem(run)}.csv"
         paths[c] = csv_path
     assert [p.name for p in paths.values()] == ["clip.csv", "clip@C=1.csv", "clip@C=0.01.csv"]
@@ -296,17 +294,19 @@ def test_one_folder_holds_a_sweep_of_one_model(tmp_path: Path) -> None:
     # The model column stays the model: a sweep needs no invented model names.
     assert got[0]["model"] == "clip" and got[0]["C"] == "1" and got[0]["kind"] == "self"
     # The same settings from another cache under the same name are refused, naming the field.
-    moved = _resolve(SweepConfig(tmp_path / "other.h5", tmp_path, C=1.0))
+    moved = _sweep(tmp_path, cache=tmp_path / "other.h5", C=1.0)
     with pytest.raises(ValueError, match=r"clip@C=1\.csv already holds .*other settings or inputs \(cache="):
-        check_run_slot(tmp_path, "exp", "clip", config_record(moved), settings=_sweep_settings(moved))
-    # A preset that gives the same values names the same run (the preset only fills settings).
-    quick = _resolve(SweepConfig(tmp_path / "c.h5", tmp_path, C=1.0, preset="quick"))
-    assert check_run_slot(tmp_path, "exp", "clip", config_record(quick), settings=_sweep_settings(quick)) == "clip@C=1"
+        SWEEP.claim(moved, "clip")
+    # Runtime and output options do not count: the same run.
+    assert SWEEP.claim(_sweep(tmp_path, C=1.0, jobs=4, name="ignored"), "clip") == "clip@C=1"
+    # A preset sets settings: its run is named by the values it set, as the same values given one by one.
+    quick = SWEEP.make_config({"cache": tmp_path / "c.h5", "out": tmp_path, "C": 1.0}, preset="quick")
+    assert SWEEP.claim(quick, "clip") == SWEEP.claim(_sweep(tmp_path, C=1.0, seeds=1), "clip") == "clip@C=1,seeds=1"
 
 
 def test_row_setting_columns_and_long_names(tmp_path: Path) -> None:
-    config = SweepConfig(tmp_path / "c.h5", tmp_path, layers="0,1,2,3,4,5,6,7,8,9,10,11,12," * 8)
-    settings = run_settings(config, row_columns=("agg", "lambda"))
+    config = _sweep(tmp_path, layers="0,1,2,3,4,5,6,7,8,9,10,11,12," * 8)
+    settings = replace(SWEEP, row_columns=("agg", "lambda")).run_settings(config)
     rows = [{"metric": "text", "value": 1.0, "agg": "mean", "lambda": 0.5}]
     csv_path, _ = write_results(tmp_path, "exp", "clip", rows, {"config": config_record(config)}, settings=settings)
     assert len(csv_path.stem) <= 120 and csv_path.stem.startswith("clip@")

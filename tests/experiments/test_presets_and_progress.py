@@ -9,10 +9,10 @@ from typer.testing import CliRunner
 
 from tests.experiments.helpers import only_run
 from vlprobe.cli import app
-from vlprobe.experiments.presets import PRESET_VALUES, apply_preset
-from vlprobe.experiments.separability import SeparabilityConfig
-from vlprobe.experiments.task_adaptation import TaskAdaptationConfig
-from vlprobe.experiments.variant_probe import VariantProbeConfig
+from vlprobe.experiments.presets import PRESET_VALUES
+from vlprobe.experiments.separability import EXPERIMENT as SEP
+from vlprobe.experiments.task_adaptation import EXPERIMENT as TA
+from vlprobe.experiments.variant_probe import EXPERIMENT as VP
 from vlprobe.fixtures.caches import planted_cache
 
 
@@ -22,18 +22,35 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
                          signal_layer=1, hidden=4)
 
 
-def test_a_preset_fills_what_the_run_leaves_unset() -> None:
-    paper = apply_preset("task-adaptation", TaskAdaptationConfig(cache=Path("c"), out=Path("o")))
+def test_a_preset_sets_its_values_and_explicit_options_win() -> None:
+    base = {"cache": Path("c"), "out": Path("o")}
+    paper = TA.make_config(base)
     assert (paper.seeds, paper.epochs, paper.width) == (11, 200, 1024)  # the paper's settings by default
-    quick = apply_preset("variant-probe", VariantProbeConfig(cache=Path("c"), out=Path("o"), preset="quick"))
+    assert TA.preset_of(paper) == "paper"
+    quick = VP.make_config(base, preset="quick")
     assert (quick.seeds, quick.epochs, quick.width) == tuple(PRESET_VALUES["variant-probe"]["quick"][k]
                                                              for k in ("seeds", "epochs", "width"))
     assert quick.epochs < paper.epochs and quick.width < paper.width and quick.seeds < paper.seeds
-    mixed = apply_preset("variant-probe", VariantProbeConfig(cache=Path("c"), out=Path("o"), preset="quick", seeds=5))
+    assert VP.preset_of(quick) == "quick"
+    mixed = VP.make_config({**base, "seeds": 5}, preset="quick")
     assert mixed.seeds == 5  # an explicit setting wins
-    assert apply_preset("separability", SeparabilityConfig(cache=Path("c"), out=Path("o"), preset="quick")).seeds == 1
+    assert VP.preset_of(mixed) is None  # it matches neither preset
+    assert SEP.make_config(base, preset="quick").seeds == 1
     with pytest.raises(ValueError, match="preset: unknown preset 'fast'"):
-        apply_preset("separability", SeparabilityConfig(cache=Path("c"), out=Path("o"), preset="fast"))
+        SEP.make_config(base, preset="fast")
+
+
+def test_the_paper_preset_is_the_library_default() -> None:
+    for exp in (TA, VP, SEP):
+        default = exp.make_config({"cache": Path("c"), "out": Path("o")})
+        assert {k: getattr(default, k) for k in PRESET_VALUES[exp.name]["paper"]} == PRESET_VALUES[exp.name]["paper"]
+
+
+def test_two_presets_at_once_are_refused(cache: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["run", "separability", "--cache", str(cache), "--out", str(tmp_path),
+                                      "--quick", "--preset", "paper"])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == "error: preset: give one preset, got paper, quick"
 
 
 def test_quick_run_records_its_preset_and_talks_on_stderr(cache: Path, tmp_path: Path) -> None:
@@ -47,7 +64,7 @@ def test_quick_run_records_its_preset_and_talks_on_stderr(cache: Path, tmp_path:
     assert "variant-probe training" in result.stderr and "model-epoch" in result.stderr  # the tqdm bar
     assert "MLP probes" not in result.stdout and "model-epoch" not in result.stdout  # stdout: results only
     run = only_run(tmp_path / "variant-probe" / "manifest.json")
-    assert run["preset"] == "quick" and run["config"]["preset"] == "quick"
+    assert run["preset"] == "quick"
     assert (run["config"]["seeds"], run["config"]["epochs"], run["config"]["width"]) == (
         quick["seeds"], quick["epochs"], quick["width"])
     assert run["seeds"] == list(range(quick["seeds"]))

@@ -125,7 +125,7 @@ def test_recall_matches_independent_computation(cache_path: Path, tmp_path: Path
 
 
 def test_recall_custom_ks_and_model(cache_path: Path, tmp_path: Path) -> None:
-    _, _, rows = run_recall(RecallConfig(cache=cache_path, out=tmp_path, ks=(3, 1, 2 * N_ITEMS), model="tiny"))
+    _, _, rows = run_recall(RecallConfig(cache=cache_path, out=tmp_path, ks=(3, 1, 2 * N_ITEMS), name="tiny"))
     rows = point_rows(rows)
     assert [(r["subset"], r["metric"]) for r in rows] == [
         ("i2t", "recall@3"), ("i2t", "recall@1"), ("i2t", f"recall@{2 * N_ITEMS}"),

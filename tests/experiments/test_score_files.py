@@ -128,7 +128,7 @@ def test_winoground_three_formats_agree(tmp_path: Path) -> None:
         assert ids == list(range(30))
         np.testing.assert_allclose(got, s)
         _, _, rows = run_winoground_scores(WinogroundScoresConfig(out=tmp_path / name.replace(".", "-"),
-                                                                  scores_file=tmp_path / name, model="m"))
+                                                                  scores=tmp_path / name, name="m"))
         results[name] = {(r["subset"], r["metric"]): r["value"] for r in rows}
     # assert_equal: NaN equals NaN (the matching score is undefined for these signed scores)
     np.testing.assert_equal(results["official.jsonl"], results["matrix.npy"])
@@ -137,7 +137,7 @@ def test_winoground_three_formats_agree(tmp_path: Path) -> None:
     saved = tmp_path / "official-jsonl" / "winoground-scores" / "m.scores.jsonl"
     ids, again = winoground_from_item_scores(read_item_scores(saved))
     np.testing.assert_allclose(again, s)
-    _, _, rows = run_winoground_scores(WinogroundScoresConfig(out=tmp_path / "again", scores_file=saved, model="m"))
+    _, _, rows = run_winoground_scores(WinogroundScoresConfig(out=tmp_path / "again", scores=saved, name="m"))
     np.testing.assert_equal({(r["subset"], r["metric"]): r["value"] for r in rows}, results["official.jsonl"])
     outcomes = winoground_outcomes(s)
     assert results["matrix.npy"][("all", "group")] == pytest.approx(100 * outcomes["group"].mean())

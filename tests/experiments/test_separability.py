@@ -210,13 +210,13 @@ def bad_caches(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     ("which", "extra", "needles"),
     [
         ("no_variants", [], ["no caption variants", "--variants"]),
-        ("dual", ["--stream", "nope"], ["stream 'nope' is not in"]),
-        ("dual", ["--stream", "image"], ["holds image rows"]),
-        ("dual", ["--pooling", "median"], ["pooling must be one of cls, mean, max, pooled"]),
+        ("dual", ["--streams", "nope"], ["stream 'nope' is not in"]),
+        ("dual", ["--streams", "image"], ["holds image rows"]),
+        ("dual", ["--pooling", "median"], ["pooling: unknown pooling 'median'"]),
         ("sparse", ["--layers", "1"], ["layer(s) [1]", "not stored", "stored: [0, 2]"]),
         ("dual", ["--layers", "9"], ["layer 9 is out of range"]),
-        ("dual", ["--seeds", "0"], ["seeds must be a positive integer"]),
-        ("dual", ["--scale", "minmax"], ["scale must be one of none, standard"]),
+        ("dual", ["--seeds", "0"], ["seeds must be"]),
+        ("dual", ["--scale", "minmax"], ["scale: unknown scale 'minmax'", "known: none, standard"]),
         ("dual", ["--jobs", "0"], ["jobs must be"]),
     ],
 )

@@ -72,7 +72,7 @@ def test_cli_and_errors(dual: Path, tmp_path: Path, one_error_line: Callable[...
     no_var = planted_cache(tmp_path / "novar.h5", n_items=4, n_variants=0, n_layers=2, signal_layer=1)
     base = ["run", "variant-probe", "--out", str(tmp_path)]
     one_error_line(runner.invoke(app, [*base, "--cache", str(no_var)]), "no caption variants")
-    one_error_line(runner.invoke(app, [*base, "--cache", str(dual), "--seeds", "-2"]), "seeds must be a positive")
+    one_error_line(runner.invoke(app, [*base, "--cache", str(dual), "--seeds", "-2"]), "seeds must be")
     one_error_line(runner.invoke(app, [*base, "--cache", str(dual), "--draws", "0"]), "draws must be")
-    one_error_line(runner.invoke(app, [*base, "--cache", str(dual), "--stream", "image"]), "holds image rows")
+    one_error_line(runner.invoke(app, [*base, "--cache", str(dual), "--streams", "image"]), "holds image rows")
     one_error_line(runner.invoke(app, [*base, "--cache", str(tmp_path / "missing.h5")]), "no such file")

@@ -114,10 +114,10 @@ def test_run_on_a_cache_lambda_zero_equals_winoground_scores(reference_cache: Pa
         reader = csv.DictReader(fh)
         lines = list(reader)
     assert len(lines) == len(rows)
-    # agg and lambda are setting columns of their own, beside include_original; probe stays empty.
-    assert list(reader.fieldnames or [])[-3:] == ["include_original", "agg", "lambda"]
+    # agg and lambda are setting columns of their own, beside variants_only; probe stays empty.
+    assert list(reader.fieldnames or [])[-3:] == ["variants_only", "agg", "lambda"]
     assert {(line["agg"], float(line["lambda"])) for line in lines} == settings
-    assert {line["probe"] for line in lines} == {""} and {line["include_original"] for line in lines} == {"True"}
+    assert {line["probe"] for line in lines} == {""} and {line["variants_only"] for line in lines} == {"False"}
     manifest = json.loads(manifest_path.read_text())
     run = next(iter(manifest["runs"].values()))
     assert run["config"]["lambdas"] == [0.0, 0.25, 0.5, 0.75, 1.0]
@@ -127,13 +127,13 @@ def test_run_on_a_cache_lambda_zero_equals_winoground_scores(reference_cache: Pa
 def test_cli(reference_cache: Path, tmp_path: Path, one_error_line) -> None:
     runner = CliRunner()
     r = runner.invoke(app, ["run", "variant-similarity", "--cache", str(reference_cache), "--out", str(tmp_path),
-                            "--agg", "max", "--lambdas", "0,1"])
+                            "--aggs", "max", "--lambdas", "0,1"])
     assert r.exit_code == 0, r.output
     assert "agg=max lambda=1" in r.stdout and "wrote" in r.stdout
     assert (tmp_path / "variant-similarity" / "clip@aggs=max,lambdas=0+1.csv").is_file()
     one_error_line(runner.invoke(app, ["run", "variant-similarity", "--cache", str(reference_cache), "--out",
                                        str(tmp_path), "--lambdas", "0,2"]), "lambdas must be a number in [0, 1] (each lambda), got 2.0")
     one_error_line(runner.invoke(app, ["run", "variant-similarity", "--cache", str(reference_cache), "--out",
-                                       str(tmp_path), "--agg", "median"]), "aggs must be some of")
+                                       str(tmp_path), "--aggs", "median"]), "aggs: unknown aggs 'median'")
     one_error_line(runner.invoke(app, ["run", "variant-similarity", "--cache", str(reference_cache), "--out",
-                                       str(tmp_path), "--lambdas", "a"]), "lambdas must be numbers")
+                                       str(tmp_path), "--lambdas", "a"]), "lambdas must be comma-separated numbers")

@@ -195,7 +195,7 @@ def test_read_model_scores_errors(tmp_path: Path, lines: list[str], match: str) 
 
 
 def test_read_model_scores_missing_file(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="scores_file"):
+    with pytest.raises(FileNotFoundError, match="scores"):
         read_model_scores(tmp_path / "absent.jsonl")
 
 
@@ -271,7 +271,7 @@ def test_run_from_scores_file_with_real_tags(tmp_path: Path, real_tags: Path) ->
                                order=np.random.default_rng(4).permutation(1600))
     out = tmp_path / "out"
     csv_path, manifest_path, written = run_winoground_scores(
-        WinogroundScoresConfig(out=out, scores_file=scores_file, tags=real_tags)
+        WinogroundScoresConfig(out=out, scores=scores_file, tags=real_tags)
     )
     rows = point_rows(written)
     assert csv_path == out / "winoground-scores" / "designed.csv"
@@ -312,10 +312,10 @@ def test_run_from_scores_file_with_real_tags(tmp_path: Path, real_tags: Path) ->
     assert run["experiment"] == "winoground-scores"
     assert run["n_items"] == 400
     assert run["model"] == "designed"
-    assert run["config"]["scores_file"] == str(scores_file)
+    assert run["config"]["scores"] == str(scores_file)
     assert run["config"]["tags"] == str(real_tags)
     assert run["config"]["cache"] is None
-    assert run["inputs"]["scores_file"] == {"path": str(scores_file), "sha256": sha256_file(scores_file)}
+    assert run["inputs"]["scores"] == {"path": str(scores_file), "sha256": sha256_file(scores_file)}
     assert run["inputs"]["tags"] == {"tags": sha256_file(real_tags)}
     assert {"git_revision", "versions", "seeds"} <= set(run)
 
@@ -325,7 +325,7 @@ def test_run_from_scores_file_without_tags(tmp_path: Path) -> None:
     ids = list(range(100, 130))
     scores_file = write_scores(tmp_path / "plain.jsonl", ids, s)
     _, _, rows = run_winoground_scores(
-        WinogroundScoresConfig(out=tmp_path / "o", scores_file=scores_file, model="my-model")
+        WinogroundScoresConfig(out=tmp_path / "o", scores=scores_file, name="my-model")
     )
     rows = point_rows(rows)
     assert {r["subset"] for r in rows} == {"all"}
@@ -340,7 +340,7 @@ def test_matching_is_nan_and_explained_when_a_score_is_negative(tmp_path: Path) 
     s, _ = designed_scores(8, seed=6)
     s[3, 0, 1] = -1.0
     scores_file = write_scores(tmp_path / "neg.jsonl", list(range(8)), s)
-    csv_path, manifest_path, rows = run_winoground_scores(WinogroundScoresConfig(out=tmp_path / "o", scores_file=scores_file))
+    csv_path, manifest_path, rows = run_winoground_scores(WinogroundScoresConfig(out=tmp_path / "o", scores=scores_file))
     assert {r["metric"] for r in point_rows(rows)} == set(METRICS)
     matching = [r for r in rows if r["metric"].startswith("matching")]
     assert len(matching) == 3 and all(np.isnan(r["value"]) for r in matching)  # value and interval
@@ -356,7 +356,7 @@ def test_matching_with_zero_scores_equals_the_definition(tmp_path: Path) -> None
     rng = np.random.default_rng(12)
     s = rng.integers(0, 2, size=(200, 2, 2)).astype(float)
     scores_file = write_scores(tmp_path / "binary.jsonl", list(range(200)), s)
-    _, manifest_path, rows = run_winoground_scores(WinogroundScoresConfig(out=tmp_path / "o", scores_file=scores_file))
+    _, manifest_path, rows = run_winoground_scores(WinogroundScoresConfig(out=tmp_path / "o", scores=scores_file))
     hits = sum(1 for n in range(200) if s[n, 0, 0] * s[n, 1, 1] > s[n, 0, 1] * s[n, 1, 0])
     got = next(r for r in rows if r["metric"] == "matching" and r["subset"] == "all")
     assert got["value"] == pytest.approx(100.0 * hits / 200, abs=1e-12)
@@ -367,19 +367,16 @@ def test_run_ids_missing_from_tag_file(tmp_path: Path, real_tags: Path) -> None:
     s, _ = designed_scores(2, seed=7)
     scores_file = write_scores(tmp_path / "far.jsonl", [399, 400], s)
     with pytest.raises(ValueError, match=r"tags: ids \[400\]"):
-        run_winoground_scores(WinogroundScoresConfig(out=tmp_path / "o", scores_file=scores_file, tags=real_tags))
+        run_winoground_scores(WinogroundScoresConfig(out=tmp_path / "o", scores=scores_file, tags=real_tags))
     assert not (tmp_path / "o").exists()
 
 
 def test_run_needs_exactly_one_input(tmp_path: Path, cache_setup: dict[str, Path]) -> None:
     s, _ = designed_scores(2, seed=8)
     scores_file = write_scores(tmp_path / "x.jsonl", [0, 1], s)
-    for cfg in (
-        WinogroundScoresConfig(out=tmp_path / "o"),
-        WinogroundScoresConfig(out=tmp_path / "o", cache=cache_setup["cache"], scores_file=scores_file),
-    ):
+    for inputs in ({}, {"cache": cache_setup["cache"], "scores": scores_file}):
         with pytest.raises(ValueError, match="exactly one of cache"):
-            run_winoground_scores(cfg)
+            run_winoground_scores(WinogroundScoresConfig(out=tmp_path / "o", **inputs))
     assert not (tmp_path / "o").exists()
 
 
@@ -479,7 +476,7 @@ def test_run_from_cache(cache_setup: dict[str, Path], tmp_path: Path) -> None:
 
 def test_run_from_cache_model_override(cache_setup: dict[str, Path], tmp_path: Path) -> None:
     csv_path, _, rows = run_winoground_scores(
-        WinogroundScoresConfig(out=tmp_path, cache=cache_setup["cache"], model="tiny")
+        WinogroundScoresConfig(out=tmp_path, cache=cache_setup["cache"], name="tiny")
     )
     assert csv_path.name == "tiny.csv"
     assert {r["model"] for r in rows} == {"tiny"}
@@ -523,7 +520,7 @@ def test_cli_from_scores_file(tmp_path: Path, real_tags: Path) -> None:
     scores_file = write_scores(tmp_path / "cli-model.jsonl", list(range(400)), s)
     out = tmp_path / "out"
     result = CliRunner().invoke(app, [
-        "run", "winoground-scores", "--scores-file", str(scores_file), "--tags", str(real_tags),
+        "run", "winoground-scores", "--scores", str(scores_file), "--tags", str(real_tags),
         "--out", str(out),
     ])
     assert result.exit_code == 0, result.output
@@ -543,7 +540,7 @@ def test_cli_both_inputs(one_error_line: Callable[..., str], cache_setup: dict[s
     scores_file = write_scores(tmp_path / "x.jsonl", [0, 1], s)
     result = CliRunner().invoke(app, [
         "run", "winoground-scores", "--cache", str(cache_setup["cache"]),
-        "--scores-file", str(scores_file), "--out", str(tmp_path / "o"),
+        "--scores", str(scores_file), "--out", str(tmp_path / "o"),
     ])
     one_error_line(result, "exactly one of cache")
 
@@ -564,13 +561,13 @@ def test_cli_bad_scores_file(one_error_line: Callable[..., str], tmp_path: Path)
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"label": "0_c0_i0", "score": 1}\n{"label": "oops", "score": 1}\n', encoding="utf-8")
     result = CliRunner().invoke(app, [
-        "run", "winoground-scores", "--scores-file", str(bad), "--out", str(tmp_path / "o"),
+        "run", "winoground-scores", "--scores", str(bad), "--out", str(tmp_path / "o"),
     ])
     one_error_line(result, "line 2")
 
 
 def test_cache_mode_refuses_data_dir(tmp_path: Path, reference_cache: Path) -> None:
-    with pytest.raises(ValueError, match="data_dir applies to scores_file only"):
+    with pytest.raises(ValueError, match="data_dir applies to scores only"):
         run_winoground_scores(WinogroundScoresConfig(out=tmp_path / "o", cache=reference_cache, data_dir=tmp_path))
     assert not (tmp_path / "o").exists()
 

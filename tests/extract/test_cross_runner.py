@@ -377,11 +377,11 @@ def test_cli_errors_are_one_line(
     one_error_line(_cli(base), "regions:", "--regions FILE.h5")
     one_error_line(_cli([*base, "--regions", str(tmp_path / "none.h5")]), "regions: no such file")
     one_error_line(_cli([*base, "--regions", str(synthetic_regions), "--tokenizer", "x"]), "tokenizer: lxmert does not take --tokenizer")
-    one_error_line(_cli([*base, "--regions", str(synthetic_regions), "--pairs", "some"]), "pair_plan")
+    one_error_line(_cli([*base, "--regions", str(synthetic_regions), "--pair-plan", "some"]), "pair_plan")
     clip = ["extract", "--model", "clip", "--checkpoint", str(tiny_clip), "--data-dir", str(synthetic_dir),
             "--out", str(tmp_path / "clip.h5"), "--device", "cpu", "-q"]
     one_error_line(_cli([*clip, "--regions", str(synthetic_regions)]), "regions: clip reads pixels")
-    one_error_line(_cli([*clip, "--uniter-config", "u.json"]), "model_config: clip does not take --uniter-config")
+    one_error_line(_cli([*clip, "--model-config", "u.json"]), "model_config: clip does not take --model-config")
     assert not list(tmp_path.glob("*.h5"))
 
 
@@ -391,8 +391,8 @@ def test_cli_extract_lxmert_all_with_states(
     cfg = cross_config("lxmert", tmp_path / "c.h5")
     out = tmp_path / "all.h5"
     result = _cli(["extract", "--model", "lxmert", "--checkpoint", cfg.checkpoint, "--data-dir", str(synthetic_dir),
-                   "--regions", str(synthetic_regions), "--pairs", "all", "--pair-states", "--layers", "lang=0,-1;vision=-1",
-                   "--pooling", "cls", "--out", str(out), "--device", "cpu", "-q"])
+                   "--regions", str(synthetic_regions), "--pair-plan", "all", "--pair-states", "--layers", "lang=0,-1;vision=-1",
+                   "--poolings", "cls", "--out", str(out), "--device", "cpu", "-q"])
     assert result.exit_code == 0, result.output
     assert "pairs 576/576" in result.stdout
     info = _cli(["cache", "info", str(out)])

@@ -103,7 +103,7 @@ def small(tmp_path_factory: pytest.TempPathFactory, tiny_clip: Path) -> dict[str
 
     def argv(out: Path) -> list[Any]:
         return ["extract", "--model", "clip", "--checkpoint", tiny_clip, "--dataset", "winoground",
-                "--data-dir", data, "--variants", data / "variants.jsonl", "--pooling", "cls,mean",
+                "--data-dir", data, "--variants", data / "variants.jsonl", "--poolings", "cls,mean",
                 "--batch-size", 3, "--device", "cpu", "--quiet", "--out", out]
 
     ref = root / "reference.h5"
@@ -245,7 +245,7 @@ def _fill(disk: Path, leave_kib: int) -> Path:
 DISK_FULL_RUNS: dict[str, Callable[[dict[str, Any], Path, Path], list[Any]]] = {
     "extract": lambda s, k, disk: s["argv"](disk / "c.h5"),
     "score pass": lambda s, k, disk: ["extract", "--model", "clip", "--checkpoint", k / "clip", "--dataset",
-                                      "winoground", "--data-dir", k / "data", "--pairs", "all", "--layers", "-1",
+                                      "winoground", "--data-dir", k / "data", "--pair-plan", "all", "--layers", "-1",
                                       "--quiet", "--out", disk / "scores.h5"],
     "separability": lambda s, k, disk: ["run", "separability", "--cache", s["reference"], "--out", disk / "res",
                                         "--seeds", 1, "--layers", -1],
@@ -271,7 +271,7 @@ def test_a_full_disk_is_one_line_leaves_nothing_half_written_and_resumes(
     (kit / "data").symlink_to(data)
     if command == "regions import":
         assert CliRunner().invoke(app, ["fixtures", "regions", "--data-dir", str(data), "--out",
-                                        str(kit / "regions.h5"), "--boxes", "4", "--dim", "64"]).exit_code == 0
+                                        str(kit / "regions.h5"), "--n-boxes", "4", "--dim", "64"]).exit_code == 0
     with _small_disk(tmp_path, "2m") as disk:
         filler = _fill(disk, leave_kib)
         argv = [str(a) for a in DISK_FULL_RUNS[command](small, kit, disk)]

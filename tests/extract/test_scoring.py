@@ -263,7 +263,7 @@ def test_every_registered_model_declares_its_image_input() -> None:
     ("caption-length", {"regions": "r.h5"}, "regions: caption-length scores captions only"),
     ("blind-lm", {"image_options": {"image_dir": "x"}}, "image_dir: blind-lm scores captions only, not pixels; drop --image-dir"),
     ("lxmert", {"regions": "r.h5", "load_options": {"tokenizer": "t"}}, "tokenizer: lxmert does not take --tokenizer"),
-    ("clip", {"load_options": {"model_config": "c.json"}}, "model_config: clip does not take --uniter-config"),
+    ("clip", {"load_options": {"model_config": "c.json"}}, "model_config: clip does not take --model-config"),
     ("clip", {"load_options": {"score_head": "itc"}}, "score_head: clip does not take --model-option score_head=..."),
 ])
 def test_check_model_inputs_messages(model: str, kwargs: dict[str, Any], needle: str) -> None:
@@ -295,5 +295,5 @@ def test_cli_model_option_is_checked(tiny_clip: Path, synthetic_dir: Path, tmp_p
     base = ["extract", "--model", "clip", "--checkpoint", str(tiny_clip), "--data-dir", str(synthetic_dir), "-q",
             "--out", str(tmp_path / "x.h5")]
     one_error_line(_cli([*base, "--model-option", "score_head=itc"]), "score_head: clip does not take")
-    one_error_line(_cli([*base, "--model-option", "score_head"]), "model_option must look like NAME=VALUE")
+    one_error_line(_cli([*base, "--model-option", "score_head"]), "model_options must look like NAME=VALUE")
     assert not (tmp_path / "x.h5").exists()

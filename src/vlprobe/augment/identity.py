@@ -16,7 +16,7 @@ class OriginalStrategy(Strategy):
 
     ``probe augment`` does not write it into the variants file (the caption is already there as
     the variants' parent); experiments that aggregate over variants include the original
-    themselves (``variant-similarity``: ``include_original``).
+    themselves (``variant-similarity`` includes the caption unless ``variants_only``).
     """
 
     name: str = "original"

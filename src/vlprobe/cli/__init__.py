@@ -3,21 +3,23 @@
 Bad input ends with one line on stderr (``error: ...``) and exit code 2, never a traceback.
 :mod:`.app` holds the typer app and its error handling; the commands live in one module per
 group (``ls``, ``extract``, ``fixtures``, ``regions``, ``experiments``, ``benchmarks``,
-``augment``, ``results``), each registering itself on the app when imported here. Command modules import the
-library lazily, inside the commands, so that ``probe --help`` and ``probe ls`` stay fast (no torch).
+``augment``, ``results``), each registering itself on the app when imported here. ``probe run NAME`` and its
+aliases (``probe eval``, ``probe refine``) are generated from the experiments' declarations
+(:mod:`.declared`). Command modules import the library lazily, inside the commands, so that
+``probe --help`` and ``probe ls`` stay fast (no torch, no numpy).
 """
 
 from __future__ import annotations
 
 import sys
 
-# Registration: top-level commands in import order (ls, extract, eval, refine, plot, augment), then
-# the command groups in the order `probe --help` lists them.
+# Registration: top-level commands in import order (ls, extract, augment, plot, compare, report,
+# collect, refine), then the command groups in the order `probe --help` lists them.
 from vlprobe.cli import augment, benchmarks, experiments, extract, fixtures, ls, regions, results  # noqa: F401
 from vlprobe.cli.app import OneLineErrors, app, guarded
 
-for _group in (fixtures.fixtures_app, extract.cache_app, experiments.run_app, regions.regions_app,
-               benchmarks.data_app, augment.setup_app):
+for _group in (fixtures.fixtures_app, extract.cache_app, experiments.run_app, benchmarks.eval_app,
+               regions.regions_app, benchmarks.data_app, augment.setup_app):
     app.add_typer(_group)
 del _group
 

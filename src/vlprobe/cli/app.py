@@ -14,25 +14,32 @@ import functools
 import os
 import sys
 import traceback
-from collections.abc import Callable, Sequence
-from typing import Annotated, Any, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Annotated, Any, ClassVar, TypeVar
 
 import typer
-from typer.core import TyperGroup
 
 from vlprobe import __version__
+from vlprobe.cli.declared import DeclaredGroup
 from vlprobe.io import is_disk_full, no_space_error
 from vlprobe.validation import InputError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class OneLineErrors(TyperGroup):
+class OneLineErrors(DeclaredGroup):
     """A command group whose usage errors (unknown option, bad value) are one ``error:`` line.
 
     Typer/click would print a usage box; vlprobe promises one line and exit code 2 for every
-    kind of bad input, whether click or the library finds it.
+    kind of bad input, whether click or the library finds it. It also holds ``probe refine``,
+    the top-level name of ``probe run refine`` (built from its declaration).
     """
+
+    declared: ClassVar[Mapping[str, str] | None] = {"refine": "refine"}
+
+    @staticmethod
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        return guarded(fn)
 
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
              complete_var: str | None = None, standalone_mode: bool = True,

@@ -13,7 +13,7 @@ from vlprobe.cli._common import (
     DataDir,
     Dataset,
     Limit,
-    Quiet,
+    Progress,
     Subsets,
     _dataset_options,
     _names,
@@ -77,12 +77,12 @@ def augment_cmd(
     limit: Limit = None,
     all_items: AllItems = False,
     items: Annotated[Path | None, typer.Option(help="Only these items (a JSONL of {item: id}, e.g. from probe refine).")] = None,
-    quiet: Quiet = False,
+    progress: Progress = True,
 ) -> None:
     """Make caption variants: a variants file for a dataset, or printed variants of --text."""
     from vlprobe.augment.runner import AugmentConfig, augment, augment_texts
 
-    names = _names(strategies) or ()
+    names = _names(strategies)
     options = _parse_options(option)
     if nl_augmenter is not None:
         specs = [s for s in names if s.startswith("nlaugmenter:")]
@@ -107,15 +107,15 @@ def augment_cmd(
     if out is None:
         raise InputError("out: give --out FILE (or --text TEXT to print variants)")
 
-    def progress(msg: str) -> None:
-        if not quiet:
+    def report(msg: str) -> None:
+        if progress:
             typer.echo(msg, err=True)
 
     result = augment(AugmentConfig(
         out=out, dataset=dataset, data_dir=data_dir, preset=preset, strategies=names,
         max_per_strategy=max_per_strategy, seed=seed, strict=strict, options=options,
         dataset_options=_dataset_options(subsets=subsets, limit=limit, all_items=all_items), items=items,
-    ), progress=progress)
+    ), progress=report)
     for name, why in result.skipped.items():
         typer.echo(f"skipped {name}: {why}", err=True)
     typer.echo(

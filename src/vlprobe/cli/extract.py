@@ -15,14 +15,16 @@ from vlprobe.cli._common import (
     Dataset,
     Device,
     Limit,
+    ModelConfig,
     ModelOption,
-    Quiet,
+    Progress,
     Subsets,
     Tokenizer,
-    UniterConfig,
     _dataset_options,
     _model_options,
+    _names,
 )
+from vlprobe.cli.aliases import Renamed, renamed
 from vlprobe.cli.app import app, guarded
 
 cache_app = typer.Typer(name="cache", help="Inspect and merge activation caches.", no_args_is_help=True)
@@ -30,6 +32,7 @@ cache_app = typer.Typer(name="cache", help="Inspect and merge activation caches.
 
 @app.command("extract")
 @guarded
+@renamed(Renamed("--pooling", "poolings"), Renamed("--pairs", "pair_plan"), Renamed("--uniter-config", "model_config"))
 def extract_cmd(
     model: Annotated[str, typer.Option(help="Registered model adapter (see `probe ls models`).")],
     checkpoint: Annotated[str, typer.Option(help="Local checkpoint directory or hub id.")],
@@ -39,24 +42,24 @@ def extract_cmd(
     tags: Annotated[Path | None, typer.Option(help="'Why is Winoground Hard?' tag file.")] = None,
     variants: Annotated[Path | None, typer.Option(help="Caption variants file (JSONL).")] = None,
     layers: Annotated[str, typer.Option(help="Layers: all | 0,4,-1 | 2:6 | text=all;image=-1")] = "all",
-    pooling: Annotated[str, typer.Option(help="Poolings: any of cls,mean,max,pooled.")] = "cls,mean,max",
+    poolings: Annotated[str, typer.Option(metavar="A,B", help="Poolings: any of cls,mean,max,pooled.")] = "cls,mean,max",
     batch_size: Annotated[int, typer.Option(help="Rows per forward pass.")] = 32,
     device: Device = "auto",
     dtype: Annotated[str, typer.Option(help="float32 or float16 (weights and stored states).")] = "float32",
     shard: Annotated[str, typer.Option(help="Run block K of N (K/N); join with `probe cache merge`.")] = "0/1",
-    pairs: Annotated[str, typer.Option(help="Pair plan for cross-encoders: item or all.")] = "item",
-    quiet: Quiet = False,
+    pair_plan: Annotated[str, typer.Option(help="Pair plan for cross-encoders: item or all.")] = "item",
+    progress: Progress = True,
     regions: Annotated[
         Path | None, typer.Option(help="Region features (vlprobe HDF5) for lxmert/uniter; see `probe regions`.")
     ] = None,
-    uniter_config: UniterConfig = None,
+    model_config: ModelConfig = None,
     tokenizer: Tokenizer = None,
-    model_option: ModelOption = None,
+    model_options: ModelOption = None,
     pair_states: Annotated[
         bool | None,
         typer.Option(
             "--pair-states/--no-pair-states",
-            help="Cross-encoders: store pair states besides scores (default: yes for --pairs item, no for all).",
+            help="Cross-encoders: store pair states besides scores (default: yes for --pair-plan item, no for all).",
         ),
     ] = None,
     image_dir: Annotated[Path | None, typer.Option(help="SugarCrepe: the COCO val2017 image folder (pixel models).")] = None,
@@ -72,10 +75,10 @@ def extract_cmd(
 
     config = ExtractConfig(
         model=model, checkpoint=checkpoint, out=out, dataset=dataset, data_dir=data_dir, tags=tags,
-        variants=variants, layers=layers, poolings=tuple(pooling.split(",")), batch_size=batch_size,
-        device=device, dtype=dtype, shard=shard, pair_plan=pairs, progress=not quiet,
-        regions=regions, model_config=uniter_config, tokenizer=tokenizer, pair_states=pair_states,
-        model_options=_model_options(model_option),
+        variants=variants, layers=layers, poolings=_names(poolings), batch_size=batch_size,
+        device=device, dtype=dtype, shard=shard, pair_plan=pair_plan, progress=progress,
+        regions=regions, model_config=model_config, tokenizer=tokenizer, pair_states=pair_states,
+        model_options=_model_options(model_options),
         dataset_options=_dataset_options(image_dir=image_dir, image_root=list(image_root) if image_root else None,
                                          subsets=subsets, limit=limit, all_items=all_items),
     )

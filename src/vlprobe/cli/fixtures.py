@@ -13,11 +13,12 @@ from vlprobe.cli._common import (
     Dataset,
     Device,
     Limit,
-    Quiet,
+    Progress,
     RegionOut,
     Subsets,
     _dataset_options,
 )
+from vlprobe.cli.aliases import Renamed, renamed
 from vlprobe.cli.app import guarded
 from vlprobe.validation import InputError
 
@@ -43,9 +44,10 @@ Untrained = Annotated[
 
 @fixtures_app.command("dataset")
 @guarded
+@renamed(Renamed("--items", "n_items"))
 def fixtures_dataset(
     out: Annotated[Path, typer.Option(help="Directory to write (new, or a previous synthetic dataset).")],
-    items: Annotated[int, typer.Option(help="Number of items.")] = 40,
+    n_items: Annotated[int, typer.Option(help="Number of items.")] = 40,
     seed: Seed = 0,
     image_size: Annotated[int, typer.Option(help="Image side in pixels.")] = 64,
     split: Annotated[str, typer.Option(help="eval, or train (a seed stream no eval dataset uses).")] = "eval",
@@ -53,9 +55,9 @@ def fixtures_dataset(
     """Write a deterministic synthetic dataset in Winoground's on-disk format."""
     from vlprobe.data.synthetic import make_synthetic_winoground
 
-    path = make_synthetic_winoground(out, n_items=items, seed=seed, image_size=image_size, split=split)
+    path = make_synthetic_winoground(out, n_items=n_items, seed=seed, image_size=image_size, split=split)
     typer.echo(
-        f"wrote {items} synthetic Winoground-format items ({split} split) to {path} "
+        f"wrote {n_items} synthetic Winoground-format items ({split} split) to {path} "
         f"(variants: {path / 'variants.jsonl'}, layouts: {path / 'scenes.jsonl'})"
     )
 
@@ -78,14 +80,15 @@ def fixtures_model(
 
 @fixtures_app.command("regions")
 @guarded
+@renamed(Renamed("--boxes", "n_boxes"))
 def fixtures_regions(
     data_dir: Annotated[Path, typer.Option(help="Local dataset copy (e.g. from `probe fixtures dataset`).")],
     out: RegionOut,
     dataset: Dataset = "winoground",
-    boxes: Annotated[int | None, typer.Option(help="Boxes per image (the maximum with --min-boxes); default 36.")] = None,
+    n_boxes: Annotated[int | None, typer.Option(help="Boxes per image (the maximum with --min-boxes); default 36.")] = None,
     dim: Annotated[int, typer.Option(help="Feature width.")] = 2048,
     seed: Seed = 0,
-    min_boxes: Annotated[int | None, typer.Option(help="Vary the box count per image from this to --boxes.")] = None,
+    min_boxes: Annotated[int | None, typer.Option(help="Vary the box count per image from this to --n-boxes.")] = None,
     dtype: Annotated[str, typer.Option(help="float32 | float16")] = "float32",
     subsets: Subsets = None,
     limit: Limit = None,
@@ -103,7 +106,7 @@ def fixtures_regions(
     if oracle:
         from vlprobe.fixtures.oracle_regions import oracle_regions
 
-        given = [name for name, v in (("--boxes", boxes), ("--min-boxes", min_boxes), ("--subsets", subsets),
+        given = [name for name, v in (("--n-boxes", n_boxes), ("--min-boxes", min_boxes), ("--subsets", subsets),
                                       ("--limit", limit)) if v is not None]
         if given or all_items or dataset != "winoground":
             wrong = given[0] if given else "--all-items" if all_items else f"--dataset {dataset}"
@@ -118,16 +121,16 @@ def fixtures_regions(
         typer.echo(f"wrote oracle region features for {n} images to {path} (shapes + {background_boxes} "
                    f"background boxes, dim {dim}, noise {noise}, seed {seed})")
         return
-    boxes = 36 if boxes is None else boxes
+    n_boxes = 36 if n_boxes is None else n_boxes
     from vlprobe.fixtures.regions import random_regions_for_dataset
 
     path = random_regions_for_dataset(
-        out, data_dir, dataset=dataset, n_boxes=boxes, dim=dim, seed=seed, min_boxes=min_boxes, dtype=dtype,
+        out, data_dir, dataset=dataset, n_boxes=n_boxes, dim=dim, seed=seed, min_boxes=min_boxes, dtype=dtype,
         options=_dataset_options(subsets=subsets, limit=limit, all_items=all_items),
     )
     with RegionStore(path) as store:
         n = len(store)
-    typer.echo(f"wrote random region features for {n} images to {path} ({boxes} boxes max, dim {dim}, seed {seed})")
+    typer.echo(f"wrote random region features for {n} images to {path} ({n_boxes} boxes max, dim {dim}, seed {seed})")
 
 
 def _report_training(name: str, result: object) -> None:
@@ -152,14 +155,14 @@ def fixtures_train_clip(
     seed: Seed = 0,
     device: Device = "auto",
     untrained: Untrained = False,
-    quiet: Quiet = False,
+    progress: Progress = True,
 ) -> None:
     """Train a small CLIP (contrastive loss, swapped captions as hard negatives) on synthetic scenes."""
     from vlprobe.fixtures.train_clip import ClipTrainConfig, train_clip
 
     result = train_clip(ClipTrainConfig(
         data_dir=data_dir, out=out, text_order=text_order, steps=steps, seed=seed, device=device,
-        untrained=untrained, progress=not quiet,
+        untrained=untrained, progress=progress,
     ))
     _report_training("CLIP", result)
 
@@ -175,23 +178,24 @@ def fixtures_train_lxmert(
     seed: Seed = 0,
     device: Device = "auto",
     untrained: Untrained = False,
-    quiet: Quiet = False,
+    progress: Progress = True,
 ) -> None:
     """Train a small LXMERT's image-text matching (swapped captions as hard negatives) on synthetic scenes."""
     from vlprobe.fixtures.train_lxmert import LxmertTrainConfig, train_lxmert
 
     result = train_lxmert(LxmertTrainConfig(
         data_dir=data_dir, regions=regions, out=out, text_order=text_order, steps=steps, seed=seed, device=device,
-        untrained=untrained, progress=not quiet,
+        untrained=untrained, progress=progress,
     ))
     _report_training("LXMERT", result)
 
 
 @fixtures_app.command("testbed")
 @guarded
+@renamed(Renamed("--models", "models_dir"))
 def fixtures_testbed(
     out: Annotated[Path, typer.Option(help="Output folder (data, caches, results, report, logs).")],
-    models: Annotated[
+    models_dir: Annotated[
         Path | None, typer.Option(help="Trained models and training data, reused between runs (default OUT/models).")
     ] = None,
     train_items: Annotated[int, typer.Option(help="Items of the training split.")] = 1500,
@@ -205,7 +209,7 @@ def fixtures_testbed(
     from vlprobe.cli.testbed import KnownAnswerConfig, run_testbed
 
     result = run_testbed(KnownAnswerConfig(
-        out=out, models_dir=models, train_items=train_items, eval_items=eval_items, seed=seed,
+        out=out, models_dir=models_dir, train_items=train_items, eval_items=eval_items, seed=seed,
         clip_steps=clip_steps, lxmert_steps=lxmert_steps, jobs=jobs,
     ), echo=typer.echo)
     report = result["report"]

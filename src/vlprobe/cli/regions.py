@@ -13,7 +13,7 @@ from vlprobe.cli._common import (
     AsJson,
     Device,
     Limit,
-    Quiet,
+    Progress,
     RegionFile,
     RegionOut,
     Subsets,
@@ -43,7 +43,7 @@ def regions_extract(
     device: Device = "auto",
     dtype: Annotated[str, typer.Option(help="float32 or float16 (detector and stored features).")] = "float32",
     shard: Annotated[str, typer.Option(help="Run block K of N (K/N); join with `probe regions merge`.")] = "0/1",
-    quiet: Quiet = False,
+    progress: Progress = True,
     image_dir: Annotated[Path | None, typer.Option(help="SugarCrepe: the COCO val2017 image folder.")] = None,
     image_root: Annotated[
         list[str] | None, typer.Option(help="VALSE: SOURCE=DIR per image source, repeatable; a bare DIR for all.")
@@ -60,7 +60,7 @@ def regions_extract(
         dataset_options=_dataset_options(image_dir=image_dir, image_root=list(image_root) if image_root else None,
                                          subsets=subsets, limit=limit, all_items=all_items),
         preset=preset, boxes=boxes, min_score=min_score, batch_size=batch_size, device=device, dtype=dtype,
-        shard=shard, progress=not quiet,
+        shard=shard, progress=progress,
     )
     r = extract_regions(config)
     rate = f", {r.images_written / r.seconds:.2f} images/s" if r.images_written and r.seconds > 0 else ""

@@ -100,7 +100,7 @@ def plan_commands(config: KnownAnswerConfig) -> list[tuple[str, list[tuple[str, 
     train_regions, eval_regions = models / "train-regions.h5", out / "regions.h5"
     caches, results = out / "caches", out / "results"
     q = ["--quiet"]
-    make_train = [["fixtures", "dataset", "--split", "train", "--items", _s(config.train_items), "--seed", seed,
+    make_train = [["fixtures", "dataset", "--split", "train", "--n-items", _s(config.train_items), "--seed", seed,
                    "--out", _s(train)],
                   ["fixtures", "regions", "--oracle", "--data-dir", _s(train), "--out", _s(train_regions),
                    "--seed", seed, "--dtype", "float16"]]
@@ -108,7 +108,7 @@ def plan_commands(config: KnownAnswerConfig) -> list[tuple[str, list[tuple[str, 
         make_train = []
     data = [
         *([("training split", make_train)] if make_train else []),
-        ("evaluation set", [["fixtures", "dataset", "--items", _s(config.eval_items), "--seed", seed, "--out", _s(evald)],
+        ("evaluation set", [["fixtures", "dataset", "--n-items", _s(config.eval_items), "--seed", seed, "--out", _s(evald)],
                             ["fixtures", "regions", "--oracle", "--data-dir", _s(evald), "--out", _s(eval_regions),
                              "--seed", seed]]),
     ]
@@ -126,14 +126,14 @@ def plan_commands(config: KnownAnswerConfig) -> list[tuple[str, list[tuple[str, 
     lanes = []
     for name in ("clip-trained", "clip-shuffle", "clip-random", "lxmert-trained", "lxmert-random"):
         cache = _s(caches / f"{name}.h5")
-        run = ["--cache", cache, "--out", _s(results), "--model", name]
+        run = ["--cache", cache, "--out", _s(results), "--name", name]
         if name.startswith("clip"):
-            extract = ["extract", "--model", "clip", "--checkpoint", _s(models / name), "--pooling", "cls,mean,max,pooled"]
+            extract = ["extract", "--model", "clip", "--checkpoint", _s(models / name), "--poolings", "cls,mean,max,pooled"]
             per_model = [["run", "recall", *run]]
             stream: list[str] = []
         else:
             extract = ["extract", "--model", "lxmert", "--checkpoint", _s(models / name), "--regions", _s(eval_regions),
-                       "--pairs", "item", "--pooling", "cls,mean,max,pooled"]
+                       "--pair-plan", "item", "--poolings", "cls,mean,max,pooled"]
             per_model = []
             stream = ["--streams", "lang"]
         commands = [
@@ -143,7 +143,7 @@ def plan_commands(config: KnownAnswerConfig) -> list[tuple[str, list[tuple[str, 
             *per_model,
             ["run", "separability", *run, *stream, *QUICK_SETTINGS["separability"]],
             ["run", "task-adaptation", *run, *stream, "--device", "cpu", *QUICK_SETTINGS["task-adaptation"]],
-            ["run", "variant-probe", *run, *(["--stream", "lang"] if stream else []), "--device", "cpu",
+            ["run", "variant-probe", *run, *stream, "--device", "cpu",
              *QUICK_SETTINGS["variant-probe"]],
             ["run", "variant-similarity", *run],
         ]

@@ -25,28 +25,28 @@ takes the scores from a per-item score file (``scores``), then writes to ``OUT/<
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from vlprobe.data.loading import load_dataset, read_item_ids, select_items
+from vlprobe.experiments.declare import Experiment, check_key_values, key_values, option
 from vlprobe.experiments.metrics import (
     SUGARCREPE_GROUPS,
     bootstrap_indices,
     ci95_rows,
     valse_metrics_batched,
 )
-from vlprobe.experiments.outputs import (
-    build_manifest,
-    check_run_slot,
-    config_record,
-    result_stem,
-    run_settings,
-    write_results,
+from vlprobe.experiments.option_groups import (
+    BootstrapOptions,
+    ProgressOption,
+    ResultsOptions,
+    check_device,
 )
+from vlprobe.experiments.outputs import result_stem
+from vlprobe.experiments.reports import metric_lines
 from vlprobe.experiments.score_files import (
     caption_foil_logits,
     caption_foil_scores,
@@ -55,12 +55,11 @@ from vlprobe.experiments.score_files import (
 )
 from vlprobe.experiments.units import units_of
 from vlprobe.provenance import sha256_file
-from vlprobe.validation import InputError, check_float
+from vlprobe.validation import InputError, check_float, check_positive_int
 
-__all__ = ["BENCHMARKS", "EvalConfig", "read_item_ids", "run_eval"]
+__all__ = ["BENCHMARKS", "EXPERIMENTS", "EvalConfig", "run_eval"]
 
 BENCHMARKS = ("sugarcrepe", "valse")
-VERSION = 2  # 2: VALSE acc_r_valse (VALSE's own acc_r) from a matching head's logits; logits in the score file
 #: What each VALSE pairwise metric compares (recorded in the manifest).
 ACC_R_DEFINITIONS = {
     "acc_r": "mean(score(caption) > score(foil)) on the declared score, over every item",
@@ -69,39 +68,69 @@ ACC_R_DEFINITIONS = {
 }
 
 
-@dataclass(frozen=True)
-class EvalConfig:
-    """One evaluation run (the CLI builds this, then calls :func:`run_eval`)."""
+@dataclass(frozen=True, kw_only=True)
+class EvalConfig(BootstrapOptions, ProgressOption, ResultsOptions):
+    """One evaluation run (``probe eval sugarcrepe|valse`` builds this, then calls :func:`run_eval`).
 
-    benchmark: str
-    out: Path
-    model: str | None = None
-    checkpoint: str | None = None
-    scores: Path | None = None
-    data_dir: Path | None = None
-    image_dir: Path | None = None
-    image_root: tuple[str, ...] = ()
-    subsets: str | None = None
-    limit: int | None = None
-    all_items: bool = False
-    items: Path | None = None
-    name: str | None = None
-    batch_size: int = 32
-    device: str = "cpu"
-    dtype: str = "float32"
-    bootstrap: int = 1000
-    seed: int = 0
-    threshold: float | None = None
-    skip_foil_ties: bool = True
-    acceptable_label: str | None = None
-    #: Cross-encoders (LXMERT, UNITER): region features, UNITER's config JSON and tokenizer.
-    regions: Path | None = None
-    model_config: Path | None = None
-    tokenizer: str | None = None
-    #: Further load options the model declares (e.g. BLIP's ``score_head``).
-    model_options: Mapping[str, Any] = field(default_factory=dict)
-    #: Progress on stderr: what the model will encode, then a bar with an ETA (CLI: off with --quiet).
-    progress: bool = True
+    Give ``model`` (score the pairs now) or ``scores`` (a saved per-item score file).
+    """
+
+    benchmark: str = option(choices=BENCHMARKS, help="sugarcrepe or valse.", role="input")
+    model: str | None = option(
+        None, role="input", help="Registered model (see `probe ls models`): clip, lxmert, uniter, blind-lm, ...",
+    )
+    checkpoint: str | None = option(None, role="input", help="Checkpoint directory or hub id.")
+    scores: Path | None = option(
+        None, role="input", aliases=("--scores-file",),
+        help="A saved per-item score file instead of a model: recompute the metrics.",
+    )
+    data_dir: Path | None = option(None, role="input", help="Folder of the benchmark's JSON files.")
+    image_dir: Path | None = option(None, role="input", help="SugarCrepe: the COCO val2017 image folder.")
+    image_root: tuple[str, ...] = option(
+        (), repeat=True, role="input", metavar="[SOURCE=]DIR",
+        help="VALSE: SOURCE=DIR per image source (visual7w, coco2017, coco2014, swig, visdial), repeatable; "
+             "a bare DIR for all.",
+    )
+    # The item selection is part of the input: a rerun with another one under the same name is refused.
+    subsets: str | None = option(
+        None, role="input", metavar="A,B", help="Comma-separated subsets (file stems); default all.",
+    )
+    limit: int | None = option(None, check=check_positive_int, role="input", help="First N items per subset (quick runs).")
+    all_items: bool = option(False, role="input", help="VALSE: keep invalid items too.")
+    items: Path | None = option(
+        None, role="input", help="Only these items (a JSONL of {item: id}, e.g. from probe refine).",
+    )
+    name: str | None = ResultsOptions.redeclare(
+        "name", aliases=(), help="Results label: names the run and its files (default: the model or score file).",
+    )
+    threshold: float | None = option(None, help="VALSE: match threshold of the score (default: from the score kind).")
+    keep_foil_ties: bool = option(
+        False, help="VALSE: keep items whose foil score equals the threshold in the thresholded metrics "
+                    "(VALSE's code leaves them out).",
+    )
+    acceptable_label: str | None = option(
+        None, help="blind-grammar: the label (name or index) meaning acceptable.",
+    )
+    batch_size: int = option(32, check=check_positive_int, role="runtime", help="Pairs or texts per forward pass.")
+    device: str = option(
+        "auto", check=check_device, role="runtime", help="cpu, cuda, cuda:N, mps or auto (the manifest records the one used).",
+    )
+    dtype: str = option("float32", choices=("float32", "float16"), help="Weights' dtype.")
+    #: Cross-encoders (LXMERT, UNITER): region features, the model's config file and tokenizer.
+    regions: Path | None = option(
+        None, role="input", help="lxmert/uniter: region features (vlprobe HDF5) keyed by the benchmark's image names.",
+    )
+    model_config: Path | None = option(
+        None, role="input", aliases=("--uniter-config",), help="UNITER: the model config JSON (uniter-base.json).",
+    )
+    tokenizer: str | None = option(
+        None, role="input", help="UNITER: tokenizer dir or hub id (default: tokenizer/ beside the checkpoint).",
+    )
+    model_options: tuple[str, ...] = option(
+        (), repeat=True, role="input", metavar="NAME=VALUE", check=check_key_values,
+        help="A load option the model declares, NAME=VALUE, repeatable (e.g. blip-itm: score_head=itc).",
+    )
+
 
 
 def _subset_of(item_id: str, benchmark: str, known: tuple[str, ...], param: str) -> str:
@@ -132,8 +161,6 @@ def _load(config: EvalConfig) -> Any:
 
 
 def _validate(config: EvalConfig) -> None:
-    if config.benchmark not in BENCHMARKS:
-        raise InputError(f"benchmark must be one of {', '.join(BENCHMARKS)}, got {config.benchmark!r}")
     if (config.model is None) == (config.scores is None):
         raise InputError("give exactly one of model (score the pairs now) or scores (a saved per-item score file)")
     if config.benchmark == "sugarcrepe" and (config.threshold is not None or config.all_items):
@@ -165,7 +192,7 @@ def _model_inputs(config: EvalConfig) -> dict[str, Any]:
         "regions": config.regions,
         "image_options": {"image_dir": config.image_dir, "image_root": config.image_root},
         "load_options": {"acceptable_label": config.acceptable_label, "model_config": config.model_config,
-                         "tokenizer": config.tokenizer, **config.model_options},
+                         "tokenizer": config.tokenizer, **key_values(config.model_options, "model_options")},
     }
 
 
@@ -179,11 +206,9 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
         The tidy rows written.
     """
     _validate(config)
-    cfg = config_record(config)
+    experiment = EXPERIMENTS[config.benchmark]
     model = config.name or config.model or Path(config.scores).name.split(".")[0]  # type: ignore[arg-type]
-    # The item selection (subsets, limit, all_items) is part of the input: another one is refused.
-    settings = run_settings(config, exclude=("batch_size", "subsets", "limit", "all_items"), rename={"seed": "bootstrap_seed"})
-    run = settings.key(model)
+    run = experiment.run_settings(config).key(model)
     known = _known_subsets(config.benchmark)
     wanted = set(read_item_ids(config.items)) if config.items is not None else None
     inputs: dict[str, Any] = {}
@@ -199,7 +224,7 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
         items = list(dataset.items)
         if not items:
             raise InputError(f"{config.benchmark}: no items to evaluate")
-        check_run_slot(config.out, config.benchmark, model, cfg, name_field="name", settings=settings)  # before scoring
+        experiment.claim(config, model)  # before scoring
         given = _model_inputs(config)
         scorer = load_scorer(
             config.model, config.checkpoint, device=config.device, dtype=config.dtype,
@@ -223,9 +248,7 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
             if fp:
                 inputs[f"model_{key}"] = {"spec": None if specs.get(key) is None else str(specs[key]), "fingerprint": fp}
         info = scorer.info
-        from vlprobe.devices import device_name
-
-        device = device_name(getattr(scorer.impl, "device", None))  # a model-free scorer: the CPU
+        device = scorer.device  # a model-free scorer: the CPU
     else:
         saved = read_item_scores(config.scores, param="scores")  # type: ignore[arg-type]
         order = None
@@ -253,10 +276,10 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
     for i in ids:
         _subset_of(i, config.benchmark, known, "items")
     sub = np.asarray(subsets)
-    idx = bootstrap_indices(len(ids), config.bootstrap, config.seed, strata=sub)
+    idx = bootstrap_indices(len(ids), config.bootstrap, config.bootstrap_seed, strata=sub)
     base = {"experiment": config.benchmark, "model": model, "task": "target", "split": "test"}
     if config.benchmark == "sugarcrepe":
-        rows = _sugarcrepe_rows(pos, neg, sub, idx, base, config.seed)
+        rows = _sugarcrepe_rows(pos, neg, sub, idx, base, config.bootstrap_seed)
         threshold = None
     else:
         threshold = config.threshold
@@ -264,23 +287,22 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
             from vlprobe.extract.scoring import MATCH_THRESHOLDS
 
             threshold = MATCH_THRESHOLDS.get(score_kind)
-        rows = _valse_rows(pos, neg, sub, idx, base, config.seed, threshold, config.skip_foil_ties, logits)
+        rows = _valse_rows(pos, neg, sub, idx, base, config.bootstrap_seed, threshold, not config.keep_foil_ties, logits)
     extra = {
         "units": units_of(rows), "model": model, "n_items": len(ids), "score_kind": score_kind, "model_info": info,
         "items_per_subset": {s: int((sub == s).sum()) for s in dict.fromkeys(subsets)},
-        "bootstrap": {"resamples": config.bootstrap, "seed": config.seed, "level": 0.95,
+        "bootstrap": {"resamples": config.bootstrap, "seed": config.bootstrap_seed, "level": 0.95,
                       "kind": "percentile; items resampled within their subset; one index set for every metric"},
         "item_scores": f"{result_stem(run)}.scores.jsonl",
     }
     if config.benchmark == "valse":
         extra["match_threshold"] = threshold
-        extra["skip_foil_ties"] = config.skip_foil_ties
+        extra["skip_foil_ties"] = not config.keep_foil_ties
         extra["definitions"] = {m: d for m, d in ACC_R_DEFINITIONS.items() if m != "acc_r_valse" or logits is not None}
     if config.items is not None:
         inputs["items"] = {"path": str(config.items), "sha256": sha256_file(config.items)}
-    manifest = build_manifest(config.benchmark, VERSION, cfg, inputs, seeds=[config.seed], extra=extra, device=device)
-    csv_path, manifest_path = write_results(config.out, config.benchmark, model, rows, manifest, name_field="name",
-                                            settings=settings)
+    manifest = experiment.manifest(config, inputs, seeds=[config.bootstrap_seed], extra=extra, device=device)
+    csv_path, manifest_path = experiment.write(config, model, rows, manifest)
     write_item_scores(
         csv_path.with_suffix(".scores.jsonl"),
         [i for i in ids for _ in (0, 1)], [f"{i}/i0" for i in ids for _ in (0, 1)],
@@ -347,3 +369,20 @@ def _logits_at(logits: tuple[np.ndarray, np.ndarray] | None, at: np.ndarray) -> 
     if logits is None:
         return {"caption_logits": None, "foil_logits": None}
     return {"caption_logits": logits[0][at], "foil_logits": logits[1][at]}
+
+
+def report(config: EvalConfig, result: tuple[Path, Path, list[dict[str, Any]]]) -> list[str]:
+    """Every metric per subset with its interval, then the files written."""
+    csv_path, _, rows = result
+    return [*metric_lines(rows, None, csv_path), f"per-item scores: {csv_path.with_suffix('.scores.jsonl')}"]
+
+
+#: The two benchmarks share one config; each experiment fixes its benchmark and leaves out the
+#: other's options. Version 2: VALSE acc_r_valse (VALSE's own acc_r) from a matching head's
+#: logits; logits in the score file.
+EXPERIMENTS = {
+    "sugarcrepe": Experiment("sugarcrepe", 2, EvalConfig, run_eval, report, fixed={"benchmark": "sugarcrepe"},
+                             omit=("image_root", "all_items", "threshold", "keep_foil_ties")),
+    "valse": Experiment("valse", 2, EvalConfig, run_eval, report, fixed={"benchmark": "valse"}, omit=("image_dir",)),
+}
+SUGARCREPE, VALSE = EXPERIMENTS["sugarcrepe"], EXPERIMENTS["valse"]

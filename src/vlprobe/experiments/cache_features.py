@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from vlprobe.extract.cache.reader import ActivationCache
-from vlprobe.layers import parse_layers
+from vlprobe.layers import parse_layers, stream_part
 from vlprobe.validation import InputError, check_positive_int
 
 __all__ = [
@@ -255,8 +255,10 @@ def resolve_layers(cache: ActivationCache, stream: str, pooling: str, spec: str)
     """Model layer numbers to read (``[None]`` for ``pooled``, which has no layer axis).
 
     ``all`` means every stored layer; other specs (``0,4,-1``, ``2:6``) count the model's layers
-    and each chosen layer must be stored.
+    and each chosen layer must be stored. A per-stream spec (``lang=all;vision=-1``) may name any
+    stream of the cache; ``stream`` reads its part (``all`` when not named).
     """
+    spec = stream_part(spec, stream, list(cache.streams))
     if pooling not in POOLINGS:
         raise InputError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
     if pooling not in cache.poolings(stream):

@@ -235,7 +235,7 @@ def run_compare(config: CompareConfig) -> tuple[Path, Path, list[dict[str, Any]]
             )
     name = config.name or f"{a.name}-vs-{b.name}"
     settings = RunSettings({}, {}, {}, COLUMNS)
-    check_run_slot(config.out, NAME, name, config_record(config), name_field="name", settings=settings)
+    check_run_slot(config.out, NAME, name, config_record(config), settings=settings)
     base = {"experiment": NAME, "model": name}
     rows: list[dict[str, Any]] = []
     for key in shared:
@@ -262,6 +262,5 @@ def run_compare(config: CompareConfig) -> tuple[Path, Path, list[dict[str, Any]]
             "difference": "a minus b",
         },
     )
-    csv_path, manifest_path = write_results(config.out, NAME, name, rows, manifest, name_field="name",
-                                            settings=settings)
+    csv_path, manifest_path = write_results(config.out, NAME, name, rows, manifest, settings=settings)
     return csv_path, manifest_path, rows

@@ -1,12 +1,14 @@
 """Target and control MLP probes over seeds and feature groups, trained as one batched model.
 
-Shared by the task-adaptation (§3.2) and variant-probe (§5.3) experiments. :func:`plan_items`
-splits the usable items and claims the output slot; :func:`train_and_write` trains and writes.
-Given G feature groups
-(layers, modes) of the same examples, an item-level split and seeds, it trains for every group and
-seed one probe on the target labels and one on the control labels (the labels of ``n // 2``
-items of each split side flipped, drawn per seed by :func:`~vlprobe.probes.splits.control_flips`)
-with :func:`~vlprobe.probes.ensemble.fit_mlp_ensemble`, and scores each on train and test.
+Shared by the task-adaptation (§3.2) and variant-probe (§5.3) experiments, whose configs carry
+the MLP settings (:class:`~vlprobe.experiments.option_groups.MLPOptions`) and the item split
+(:class:`~vlprobe.experiments.option_groups.SplitOptions`). :func:`plan_items` splits the usable
+items and claims the output slot; :func:`train_and_write` trains and writes. Given G feature
+groups (layers, modes) of the same examples, an item-level split and seeds, it trains for every
+group and seed one probe on the target labels and one on the control labels (the labels of
+``n // 2`` items of each split side flipped, drawn per seed by
+:func:`~vlprobe.probes.splits.control_flips`) with :func:`~vlprobe.probes.ensemble.fit_mlp_ensemble`,
+and scores each on train and test.
 """
 
 from __future__ import annotations
@@ -21,21 +23,13 @@ from typing import Any
 import numpy as np
 
 from vlprobe.devices import device_name, resolve_device
-from vlprobe.experiments.cache_features import check_seeds, stratum_keys
-from vlprobe.experiments.outputs import (
-    RunSettings,
-    build_manifest,
-    check_run_slot,
-    config_record,
-    result_stem,
-    run_settings,
-    write_results,
-)
-from vlprobe.experiments.presets import apply_preset
+from vlprobe.experiments.cache_features import stratum_keys
+from vlprobe.experiments.declare import Experiment
+from vlprobe.experiments.option_groups import MLPOptions
+from vlprobe.experiments.outputs import result_stem
 from vlprobe.experiments.summary import summarize, write_summary_csv
 from vlprobe.experiments.units import units_of
 from vlprobe.probes.ensemble import (
-    check_training,
     ensemble_memory,
     iter_mlp_ensemble,
     mlp_dims,
@@ -47,8 +41,8 @@ from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError
 
 __all__ = [
+    "FeatureBlock",
     "ItemPlan",
-    "MLPSettings",
     "ProbeScore",
     "item_split",
     "plan_items",
@@ -59,31 +53,6 @@ __all__ = [
     "train_and_write",
     "train_target_control",
 ]
-
-
-@dataclass(frozen=True)
-class MLPSettings:
-    """Hyperparameters of the MLP probes (see :class:`~vlprobe.probes.MLPProbe`)."""
-
-    depth: int
-    width: int
-    lr: float
-    epochs: int
-    batch_size: int
-    device: str = "cpu"
-    memory_budget: int | None = None
-
-    @classmethod
-    def from_config(cls, config: Any) -> MLPSettings:
-        """The settings of an experiment config (fields depth, width, lr, epochs, batch_size, device), checked."""
-        settings = cls(config.depth, config.width, config.lr, config.epochs, config.batch_size, config.device)
-        settings.check()
-        return settings
-
-    def check(self) -> None:
-        """InputError naming the first bad hyperparameter."""
-        mlp_dims(1, self.depth, self.width)
-        check_training(self.lr, self.epochs, self.batch_size)
 
 
 @dataclass(frozen=True)
@@ -104,10 +73,11 @@ def train_target_control(
     example_items: np.ndarray,
     split: ItemSplit,
     seeds: Sequence[int],
-    settings: MLPSettings,
+    settings: MLPOptions,
     *,
     progress: bool = False,
     desc: str = "mlp",
+    memory_budget: int | None = None,
 ) -> tuple[list[ProbeScore], dict[int, list[int]]]:
     """Train and score target and control probes for every group and seed.
 
@@ -124,11 +94,14 @@ def train_target_control(
         Item (index into the split's item numbering) of each example.
     split : ItemSplit
     seeds : sequence of int
-    settings : MLPSettings
+    settings : MLPOptions
+        The MLP hyperparameters (an experiment config that carries them).
     progress : bool
         Say on stderr what will be trained (probes, chunks, memory) and show a bar with an ETA.
     desc : str
         Name on the progress line (the experiment).
+    memory_budget : int, optional
+        Bytes of training memory per chunk (default: :func:`~vlprobe.probes.ensemble.models_per_chunk`'s).
 
     Returns
     -------
@@ -136,7 +109,6 @@ def train_target_control(
     flips : dict
         Seed -> the items its control flipped.
     """
-    settings.check()
     G = X.shape[0]
     train = np.flatnonzero(np.isin(example_items, split.train))
     test = np.flatnonzero(np.isin(example_items, split.test))
@@ -150,7 +122,7 @@ def train_target_control(
     dims = mlp_dims(X.shape[2], settings.depth, settings.width)
     rows = min(settings.batch_size, len(train))
     device = resolve_device(settings.device)
-    chunk = min(models_per_chunk(dims, rows, device, settings.memory_budget), len(runs))
+    chunk = min(models_per_chunk(dims, rows, device, memory_budget), len(runs))
     say(progress, f"{desc}: training {len(runs)} MLP probes ({G} feature group(s) x target/control x {len(seeds)} "
                   f"seed(s)) on {len(train)} rows x {X.shape[2]} features: depth {settings.depth}, width "
                   f"{settings.width}, {settings.epochs} epochs, batch {settings.batch_size}; {chunk} at a time "
@@ -160,7 +132,7 @@ def train_target_control(
         for sl, ens in iter_mlp_ensemble(
             X[:, train], y[:, train], [s for _, _, s in runs], groups=[g for g, _, _ in runs],
             depth=settings.depth, width=settings.width, lr=settings.lr, epochs=settings.epochs,
-            batch_size=settings.batch_size, device=settings.device, memory_budget=settings.memory_budget,
+            batch_size=settings.batch_size, device=settings.device, memory_budget=memory_budget,
             progress=bar.update,
         ):
             for side, idx in sides:
@@ -283,60 +255,83 @@ class ItemPlan:
     split: ItemSplit
     families: list[str]
     model: str
-    settings: RunSettings
+    #: The run's name: the label and the settings it changed.
     run: str
 
+
 #: Settings of the MLP experiments that the rows show (layer, stream, seed, subset columns).
-SWEPT = ("layers", "stream", "streams", "seeds", "mode")
+SWEPT = ("layers", "streams", "seeds")
 
 
-def plan_items(experiment: str, config: Any, index: Any, items: Sequence[int]) -> ItemPlan:
+def plan_items(experiment: Experiment, config: Any, index: Any, items: Sequence[int]) -> ItemPlan:
     """Split ``items`` (:func:`item_split` with the config's split fields) and claim the output slot.
 
-    ``config`` has ``test_size, split_seed, stratify, split_file, model, out``; the output slot of
-    the run (named by the model and the settings it changed) is checked
-    (:func:`~vlprobe.experiments.outputs.check_run_slot`) before any training.
+    ``config`` has the split options, ``name`` and ``out``; the output slot of the run (named by
+    its label and the settings it changed) is checked
+    (:meth:`~vlprobe.experiments.declare.Experiment.claim`) before any training.
     """
     split, families, chosen = item_split(
         index, items, config.test_size, config.split_seed, config.stratify, config.split_file
     )
-    model = config.model or index.model
-    settings = run_settings(config, swept=SWEPT, resolve=lambda c: apply_preset(experiment, c))
-    run = check_run_slot(config.out, experiment, model, config_record(config), settings=settings)
-    return ItemPlan(chosen, split, families, model, settings, run)
+    model = config.name or index.model
+    run = experiment.claim(config, model)
+    return ItemPlan(chosen, split, families, model, run)
+
+
+@dataclass(frozen=True)
+class FeatureBlock:
+    """Feature groups of the examples that share an input width, trained as one batched model.
+
+    Attributes
+    ----------
+    X : ndarray, shape (G, N, D)
+        Features of the N examples under each of G groups.
+    labels : ndarray of {0, 1}, shape (G, N)
+    group_fields : sequence of dict
+        Tidy columns of each group (``layer``, ``subset``).
+    base : dict
+        Tidy columns of every row of the block (experiment, model, stream, pooling, probe).
+    """
+
+    X: np.ndarray
+    labels: np.ndarray
+    group_fields: Sequence[dict[str, Any]]
+    base: dict[str, Any]
 
 
 def train_and_write(
-    experiment: str, version: int, config: Any, index: Any, plan: ItemPlan, X: np.ndarray, labels: np.ndarray,
-    example_items: np.ndarray, group_fields: Sequence[dict[str, Any]], base: dict[str, Any], extra: dict[str, Any],
+    experiment: Experiment, config: Any, index: Any, plan: ItemPlan, example_items: np.ndarray,
+    blocks: Sequence[FeatureBlock], extra: dict[str, Any],
 ) -> tuple[Path, Path, list[dict[str, Any]]]:
-    """Train target and control probes, then write the tidy CSV, its summary and the manifest.
+    """Train target and control probes on every block, then write the tidy CSV, its summary and
+    the manifest.
 
     Parameters
     ----------
-    X, labels, example_items
-        As in :func:`train_target_control` (item numbers index ``plan.items``).
-    group_fields : sequence of dict
-        Tidy columns of each feature group (``layer``, ``subset``).
-    base : dict
-        Tidy columns shared by every row (experiment, model, stream, pooling, probe).
+    example_items : ndarray of int, shape (N,)
+        Item of each example, numbered as ``plan.items``.
+    blocks : sequence of FeatureBlock
+        One per input width (streams of different widths are trained apart).
     extra : dict
-        Experiment-specific manifest entries (the split, flips, seeds, config and inputs are added).
+        Experiment-specific manifest entries (the split, flips, seeds, device, config and inputs
+        are added).
     """
-    seeds = check_seeds(config.seeds)
-    scores, flips = train_target_control(X, labels, example_items, plan.split, seeds, MLPSettings.from_config(config),
-                                         progress=config.progress, desc=experiment)
-    rows = score_rows(scores, group_fields, base)
-    manifest = build_manifest(
-        experiment, version, config_record(config),
-        {"cache": index.provenance, **split_file_input(config.split_file)}, seeds=seeds,
-        device=device_name(resolve_device(MLPSettings.from_config(config).device)),
+    seeds = list(range(config.seeds))
+    rows: list[dict[str, Any]] = []
+    flips: dict[int, list[int]] = {}
+    for block in blocks:
+        scores, flips = train_target_control(block.X, block.labels, example_items, plan.split, seeds, config,
+                                             progress=config.progress, desc=experiment.name)
+        rows += score_rows(scores, block.group_fields, block.base)
+    manifest = experiment.manifest(
+        config, {"cache": index.provenance, **split_file_input(config.split_file)}, seeds=seeds,
+        device=device_name(resolve_device(config.device)),
         extra={
-            "model": plan.model, "preset": config.preset, **extra,
+            "model": plan.model, **extra,
             **split_record(index.item_ids, plan.items, plan.split, plan.families, config.split_file, flips),
             "units": units_of(rows),
         },
     )
-    csv_path, manifest_path = write_results(config.out, experiment, plan.model, rows, manifest, settings=plan.settings)
+    csv_path, manifest_path = experiment.write(config, plan.model, rows, manifest)
     write_summary_csv(csv_path.with_name(f"{result_stem(plan.run)}.summary.csv"), summarize(rows))
     return csv_path, manifest_path, rows

@@ -10,13 +10,16 @@ Side files of the same run share the stem (``<run>.summary.csv``, ``<run>.scores
 config, the settings, every seed, the vlprobe git revision, package versions and the
 fingerprints of every input. Both are written atomically.
 
-A run is named by its model and the settings it changed from the experiment's defaults
-(:meth:`RunSettings.key`): ``clip`` for a run on the defaults, ``clip@C=1,scale=standard`` for
-another, so one folder holds a whole sweep over one model. Running the same model again with
-the same settings replaces its run; a run under the same name whose other config fields differ
-(another cache or score file; the fields of :data:`RUN_NEUTRAL` aside) is refused before
-anything is computed, with the differing field named: give it another ``--out`` or another
-model name (``--model``; ``probe eval``: ``--name``), or delete the old run's files first.
+A run is named by its results label and the settings it changed from the experiment's
+defaults (:meth:`RunSettings.key`): ``clip`` for a run on the defaults,
+``clip@C=1,scale=standard`` for another, so one folder holds a whole sweep over one model. Which
+config fields are settings is declared with each option (its role,
+:mod:`vlprobe.experiments.declare`): inputs (caches, score and data files, checkpoints, the items
+chosen), outputs (the folder and the label) and runtime options (device, workers, progress) are
+not. Running the same model again with the same settings replaces its run; a run under the same
+name whose inputs differ (another cache or score file; runtime and output options aside) is
+refused before anything is computed, with the differing field named: give it another ``--out``
+or another results label (``--name``), or delete the old run's files first.
 """
 
 from __future__ import annotations
@@ -39,7 +42,6 @@ from vlprobe.provenance import git_revision, package_versions, sha256_file
 from vlprobe.validation import InputError
 
 __all__ = [
-    "NOT_SETTINGS",
     "RESULTS_KIND",
     "RUN_NEUTRAL",
     "TIDY_COLUMNS",
@@ -49,7 +51,6 @@ __all__ = [
     "config_record",
     "format_cell",
     "result_stem",
-    "run_settings",
     "setting_cell",
     "write_results",
     "write_tidy_csv",
@@ -64,17 +65,10 @@ TIDY_COLUMNS: tuple[str, ...] = (
 #: results file is replaced only by another results file of vlprobe's.
 RESULTS_KIND = "results"
 
-#: Config fields that do not change what a run measures: a rerun that differs only in these (or
-#: in the field naming the run, ``model`` by default) replaces the recorded run.
-RUN_NEUTRAL: frozenset[str] = frozenset({"out", "jobs", "device", "progress"})
-#: Config fields that are not settings of a run: its inputs (caches, score and data files,
-#: checkpoints), where its outputs go and under which name, and how it runs. Every other field
-#: of an experiment's config changes its numbers.
-NOT_SETTINGS: frozenset[str] = frozenset({
-    "cache", "scores", "scores_file", "data_dir", "image_dir", "image_root", "tags", "regions", "items",
-    "split_file", "checkpoint", "model_config", "model_options", "tokenizer", "benchmark", "out", "model", "name", "jobs",
-    "device", "progress", "preset",
-})
+#: Config fields that do not change what a run measures, for callers that do not say: a rerun
+#: that differs only in these replaces the recorded run. Declared experiments pass their own
+#: (:meth:`~vlprobe.experiments.declare.Experiment.ignored_on_rerun`).
+RUN_NEUTRAL: frozenset[str] = frozenset({"out", "name", "jobs", "device", "progress"})
 #: Longest run-name file stem; a longer one is shortened to the model and a hash of the settings.
 MAX_STEM = 120
 
@@ -103,7 +97,7 @@ class RunSettings:
     values : dict
         Every setting of the run (JSON values), in config order.
     defaults : dict
-        The experiment's default of each setting (after its preset's values).
+        The experiment's declared default of each setting.
     columns : dict
         Setting column -> the setting it shows; the same value in every row.
     row_columns : tuple of str
@@ -137,56 +131,27 @@ class RunSettings:
     def column_names(self) -> tuple[str, ...]:
         return (*self.columns, *self.row_columns)
 
+    @classmethod
+    def build(
+        cls, values: Mapping[str, Any], defaults: Mapping[str, Any], *, swept: Sequence[str] = (),
+        row_columns: Sequence[str] = (),
+    ) -> RunSettings:
+        """The settings of a run from its setting values and their defaults.
 
-def run_settings(
-    config: Any, *, swept: Sequence[str] = (), row_columns: Sequence[str] = (), exclude: Sequence[str] = (),
-    rename: Mapping[str, str] | None = None, resolve: Callable[[Any], Any] | None = None,
-    values: Mapping[str, Any] | None = None,
-) -> RunSettings:
-    """The settings of a run of an experiment config (a dataclass).
-
-    Parameters
-    ----------
-    config : dataclass instance
-        The run's resolved config; its fields outside :data:`NOT_SETTINGS` and ``exclude`` are
-        its settings.
-    swept : sequence of str
-        Settings the rows already show (``layers``, ``seeds``, ``ks``, ...): they name the run
-        but get no column. Settings named as a tidy column (``pooling``) get none either.
-    row_columns : sequence of str
-        Setting columns the rows fill themselves.
-    exclude : sequence of str
-        Further fields that do not change the numbers of this experiment (``probe eval``'s
-        ``batch_size``).
-    rename : mapping, optional
-        Column name of a setting whose field name is a tidy column (``seed`` ->
-        ``bootstrap_seed``).
-    resolve : callable, optional
-        Applied to the all-defaults config to get the defaults a run is compared with (the
-        experiment's preset filling unset fields).
-    values : mapping, optional
-        Resolved values that differ from the config's fields (parsed lists).
-    """
-    rename = dict(rename or {})
-    names = [f.name for f in dataclasses.fields(config) if f.name not in NOT_SETTINGS and f.name not in exclude]
-    got = {n: _json_value((values or {}).get(n, getattr(config, n))) for n in names}
-    initial = {}
-    for f in dataclasses.fields(config):
-        if f.name in names and f.default is not dataclasses.MISSING:
-            initial[f.name] = f.default
-        elif f.name in names and f.default_factory is not dataclasses.MISSING:
-            initial[f.name] = f.default_factory()
-    base = dataclasses.replace(config, **initial)
-    if resolve is not None:
-        base = resolve(base)
-    defaults = {n: _json_value(getattr(base, n)) for n in names}
-    columns = {}
-    for n in names:
-        col = rename.get(n, n)
-        if n in swept or col in TIDY_COLUMNS or col in row_columns:
-            continue
-        columns[col] = n
-    return RunSettings(got, defaults, columns, tuple(row_columns))
+        Parameters
+        ----------
+        values, defaults : mapping
+            Each setting's value in the run and its declared default (made JSON values here).
+        swept : sequence of str
+            Settings the rows already show (``layers``, ``seeds``, ``ks``, ...): they name the
+            run but get no column. Settings named as a tidy column (``pooling``) get none either.
+        row_columns : sequence of str
+            Setting columns the rows fill themselves.
+        """
+        got = {k: _json_value(v) for k, v in values.items()}
+        base = {k: _json_value(defaults.get(k)) for k in values}
+        columns = {n: n for n in got if n not in swept and n not in TIDY_COLUMNS and n not in row_columns}
+        return cls(got, base, columns, tuple(row_columns))
 
 
 def format_cell(value: Any) -> str:
@@ -298,26 +263,34 @@ def _recorded_runs(manifest_path: Path) -> dict[str, Any]:
 
 def check_run_slot(
     out_dir: str | os.PathLike[str], experiment: str, model: str, config: Mapping[str, Any] | None,
-    *, name_field: str = "model", settings: RunSettings | None = None,
+    *, ignore: Iterable[str] = RUN_NEUTRAL, upgrade: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    settings: RunSettings | None = None,
 ) -> str:
     """The run's name (:meth:`RunSettings.key`); refuse to replace a recorded run of that name
     made from other inputs (module docstring).
 
-    Experiments call it as soon as the model name is known, so a refused run costs nothing;
-    :func:`write_results` calls it again. ``name_field`` is the config field that names the model
-    (``probe eval``: ``name``); it is not compared.
+    Experiments call it as soon as the results label is known, so a refused run costs nothing;
+    :func:`write_results` calls it again.
+
+    Parameters
+    ----------
+    ignore : iterable of str
+        Config fields not compared (runtime and output options, the label's own field).
+    upgrade : callable, optional
+        Maps a config recorded by an older release to today's field names before comparing.
+    settings : RunSettings, optional
+        The run's settings; the run is named by the label and the ones it changed.
 
     Raises
     ------
     InputError
         ``OUT/<experiment>/`` holds a run under this file stem whose config differs from
-        ``config`` outside :data:`RUN_NEUTRAL`, or a run of another name with this stem.
+        ``config`` outside ``ignore``, or a run of another name with this stem.
     """
     folder = Path(out_dir) / experiment
     run = settings.key(model) if settings is not None else model
     stem = result_stem(run)
-    # The preset only fills settings, which the run name already holds.
-    skip = {*RUN_NEUTRAL, name_field, *(("preset",) if settings is not None else ())}
+    skip = set(ignore)
     if Path(out_dir).exists() and not Path(out_dir).is_dir():
         raise InputError(f"out: {str(out_dir)!r} is a file; give a results folder")
     for path in (folder / f"{stem}.csv", folder / "manifest.json"):
@@ -327,10 +300,12 @@ def check_run_slot(
             continue
         where = f"out: {folder / stem}.csv already holds the {experiment} run {name!r}"
         if name != run:
-            raise InputError(f"{where}, which shares its file name with {run!r}; choose another model name")
+            raise InputError(f"{where}, which shares its file name with {run!r}; choose another --name")
         old = recorded.get("config") if isinstance(recorded, dict) else None
         if config is None or not isinstance(old, dict):
             continue  # nothing recorded to compare against
+        if upgrade is not None:
+            old = upgrade(old)
         new = json.loads(json.dumps(dict(config), default=str))
         hashes = _input_hashes(recorded)
         differ = sorted(
@@ -353,7 +328,7 @@ def check_run_slot(
             more = f" (and {len(differ) - 1} more field(s))" if len(differ) > 1 else ""
             raise InputError(
                 f"{where} made with other settings or inputs ({k}={old.get(k)!r} there, {new.get(k)!r} now{more}); "
-                "use another --out or another model name to keep both, or delete that run's files first"
+                "use another --out or another --name to keep both, or delete that run's files first"
             )
     return run
 
@@ -380,8 +355,8 @@ def _same_input(old: Any, new: Any, hashes: Mapping[str, str]) -> bool:
 
 def write_results(
     out_dir: str | os.PathLike[str], experiment: str, model: str,
-    rows: Iterable[Mapping[str, Any]], manifest: Mapping[str, Any], *, name_field: str = "model",
-    settings: RunSettings | None = None,
+    rows: Iterable[Mapping[str, Any]], manifest: Mapping[str, Any], *, ignore: Iterable[str] = RUN_NEUTRAL,
+    upgrade: Callable[[dict[str, Any]], dict[str, Any]] | None = None, settings: RunSettings | None = None,
 ) -> tuple[Path, Path]:
     """Write ``OUT/<experiment>/<run>.csv`` (with the setting columns) and the run's entry of
     ``manifest.json`` (with ``run``, ``settings`` and ``settings_changed``).
@@ -392,7 +367,7 @@ def write_results(
         From :func:`check_run_slot`, before anything is written.
     """
     folder = Path(out_dir) / experiment
-    run = check_run_slot(out_dir, experiment, model, manifest.get("config"), name_field=name_field,
+    run = check_run_slot(out_dir, experiment, model, manifest.get("config"), ignore=ignore, upgrade=upgrade,
                          settings=settings)
     manifest_path = folder / "manifest.json"
     runs = _recorded_runs(manifest_path)

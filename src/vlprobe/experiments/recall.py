@@ -8,29 +8,26 @@ query's positive is the number of candidates scoring at least as high (1 = best)
 default), and ``median_rank`` and ``mean_rank`` of the positive, as ranks (1 to the number of
 candidates; the paper's code prints the median rank).
 
-The matrix comes from a cache (``--pairs all``, or any dual encoder) or from a caption x image
-``.npy``/``.npz`` file in canonical order (caption r matches image r). Every run writes the matrix
+The matrix comes from a cache (``--pair-plan all``, or any dual encoder) or from a caption x image
+``.npy``/``.npz`` score file in canonical order (caption r matches image r). Every run writes the matrix
 it used as ``<model>.scores.npy`` (caption x image) beside its CSV, and 95% bootstrap intervals
 (queries resampled, seeded) as metrics ``<metric>.ci95_low`` / ``<metric>.ci95_high``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from vlprobe.experiments.declare import Experiment, ints, option
 from vlprobe.experiments.metrics import bootstrap_indices, ci95_rows, recall_ranks
-from vlprobe.experiments.outputs import (
-    RESULTS_KIND,
-    build_manifest,
-    check_run_slot,
-    config_record,
-    run_settings,
-    write_results,
-)
+from vlprobe.experiments.option_groups import BootstrapOptions, ProgressOption, ResultsOptions
+from vlprobe.experiments.outputs import RESULTS_KIND
+from vlprobe.experiments.reports import metric_lines
 from vlprobe.experiments.score_files import read_score_matrix
 from vlprobe.experiments.units import units_of
 from vlprobe.io import atomic_write
@@ -38,24 +35,33 @@ from vlprobe.progress import format_bytes, say
 from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError, check_positive_int
 
-__all__ = ["RecallConfig", "run_recall"]
-
-NAME = "recall"
-VERSION = 2  # 2: median_rank and mean_rank per direction
+__all__ = ["EXPERIMENT", "RecallConfig", "run_recall"]
 
 
-@dataclass(frozen=True)
-class RecallConfig:
-    """One cache or one caption x image matrix in, one CSV out."""
+def _check_ks(ks: tuple[int, ...], param: str) -> tuple[int, ...]:
+    if not ks:
+        raise InputError(f"{param} must name at least one k, got {ks!r}")
+    for k in ks:
+        check_positive_int(k, param, f" (each k; got {param}={ks!r})")
+    return ks
 
-    out: Path
-    cache: Path | None = None
-    scores: Path | None = None
-    ks: tuple[int, ...] = (1, 2, 5, 10)
-    model: str | None = None
-    bootstrap: int = 1000
-    seed: int = 0
-    progress: bool = True
+
+@dataclass(frozen=True, kw_only=True)
+class RecallConfig(BootstrapOptions, ProgressOption, ResultsOptions):
+    """One cache or one caption x image score matrix in, one CSV out; give ``cache`` or ``scores``."""
+
+    cache: Path | None = option(
+        None, role="input", help="A vlprobe cache with the full score matrix (a dual encoder, or --pair-plan all).",
+    )
+    scores: Path | None = option(
+        None, role="input", aliases=("--scores-file",),
+        help="A caption x image score matrix (.npy/.npz, canonical order) instead of a cache.",
+    )
+    ks: tuple[int, ...] = option((1, 2, 5, 10), parse=ints, check=_check_ks, metavar="K,K", help="k values.")
+
+    def check(self) -> None:
+        if (self.cache is None) == (self.scores is None):
+            raise InputError("give exactly one of cache (a vlprobe cache) or scores (a caption x image .npy/.npz matrix)")
 
 
 def _from_cache(path: Path) -> tuple[np.ndarray, str, dict[str, Any]]:
@@ -77,59 +83,60 @@ def _from_cache(path: Path) -> tuple[np.ndarray, str, dict[str, Any]]:
     if not sub_done.all():
         raise InputError(
             f"cache: {Path(path).name} scores only {int(sub_done.sum())} of {sub_done.size} "
-            "image-caption pairs; recall needs the full matrix (extract with --pairs all)"
+            "image-caption pairs; recall needs the full matrix (extract with --pair-plan all)"
         )
     return np.ascontiguousarray(sub.T), h.model, provenance
 
 
 def run_recall(config: RecallConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
     """Compute I2T and T2I recall@k and write the CSV, the matrix used and the manifest."""
-    if not config.ks:
-        raise InputError(f"ks must name at least one k, got {config.ks!r}")
-    for k in config.ks:
-        check_positive_int(k, "ks", f" (each k; got ks={config.ks!r})")
-    if (config.cache is None) == (config.scores is None):
-        raise InputError("give exactly one of cache (a vlprobe cache) or scores (a caption x image .npy/.npz matrix)")
     if config.cache is not None:
-        m, cache_model, provenance = _from_cache(Path(config.cache))
+        m, cache_model, provenance = _from_cache(config.cache)
         inputs = {"cache": provenance}
-        model = config.model or cache_model
-    else:
-        m = read_score_matrix(config.scores)  # type: ignore[arg-type]
-        inputs = {"scores": {"path": str(config.scores), "sha256": sha256_file(config.scores)}}  # type: ignore[arg-type]
-        model = config.model or Path(config.scores).stem  # type: ignore[arg-type]
-    cfg = config_record(config)
-    settings = run_settings(config, swept=("ks",), rename={"seed": "bootstrap_seed"})
-    check_run_slot(config.out, NAME, model, cfg, settings=settings)
+        model = config.name or cache_model
+    elif config.scores is not None:  # RecallConfig.check: exactly one of the two
+        m = read_score_matrix(config.scores)
+        inputs = {"scores": {"path": str(config.scores), "sha256": sha256_file(config.scores)}}
+        model = config.name or config.scores.stem
+    EXPERIMENT.claim(config, model)
     positives = np.arange(m.shape[0])
-    say(config.progress, f"{NAME}: ranks of a {m.shape[0]} x {m.shape[1]} caption x image matrix, k = "
+    say(config.progress, f"{EXPERIMENT.name}: ranks of a {m.shape[0]} x {m.shape[1]} caption x image matrix, k = "
                          f"{', '.join(str(int(k)) for k in config.ks)}, {config.bootstrap} bootstrap resamples; about "
                          f"{format_bytes(8 * config.bootstrap * len(positives) + 2 * m.nbytes)}")
-    idx = bootstrap_indices(len(positives), config.bootstrap, config.seed)
+    idx = bootstrap_indices(len(positives), config.bootstrap, config.bootstrap_seed)
     rows: list[dict[str, Any]] = []
     intervals: list[dict[str, Any]] = []
     # m is caption x image: T2I ranks images per caption (rows); I2T ranks captions per image.
     for direction, scores in (("i2t", m.T), ("t2i", m)):
         ranks = recall_ranks(scores, positives)
-        base = {"experiment": NAME, "model": model, "task": "target", "split": "all",
+        base = {"experiment": EXPERIMENT.name, "model": model, "task": "target", "split": "all",
                 "subset": direction, "n": len(positives)}
         for k in config.ks:
             hit = ranks <= int(k)
             rows.append({**base, "metric": f"recall@{int(k)}", "value": 100.0 * float(hit.mean())})
-            intervals += ci95_rows(base, f"recall@{int(k)}", 100.0 * hit[idx].mean(axis=1), config.seed)
+            intervals += ci95_rows(base, f"recall@{int(k)}", 100.0 * hit[idx].mean(axis=1), config.bootstrap_seed)
         resampled = ranks[idx].astype(np.float64)
         for metric, point, boot in (("median_rank", np.median(ranks), np.median(resampled, axis=1)),
                                     ("mean_rank", ranks.mean(), resampled.mean(axis=1))):
             rows.append({**base, "metric": metric, "value": float(point)})
-            intervals += ci95_rows(base, metric, boot, config.seed)
+            intervals += ci95_rows(base, metric, boot, config.bootstrap_seed)
     rows += intervals
-    manifest = build_manifest(
-        NAME, VERSION, cfg, inputs, seeds=[config.seed],
+    manifest = EXPERIMENT.manifest(
+        config, inputs, seeds=[config.bootstrap_seed],
         extra={"units": units_of(rows), "model": model,
-               "bootstrap": {"resamples": config.bootstrap, "seed": config.seed, "level": 0.95},
+               "bootstrap": {"resamples": config.bootstrap, "seed": config.bootstrap_seed, "level": 0.95},
                "item_scores": "<run>.scores.npy (caption x image, canonical order)"},
     )
-    csv_path, manifest_path = write_results(config.out, NAME, model, rows, manifest, settings=settings)
+    csv_path, manifest_path = EXPERIMENT.write(config, model, rows, manifest)
     with atomic_write(csv_path.with_suffix(".scores.npy"), "wb", kind=RESULTS_KIND) as fh:
         np.save(fh, m)
     return csv_path, manifest_path, rows
+
+
+def report(config: RecallConfig, result: tuple[Path, Path, list[dict[str, Any]]]) -> Sequence[str]:
+    """Recall@k per direction with intervals, then the files written."""
+    csv_path, _, rows = result
+    return metric_lines(rows, ("i2t", "t2i"), csv_path)
+
+
+EXPERIMENT = Experiment("recall", 2, RecallConfig, run_recall, report, swept=("ks",))  # 2: median_rank and mean_rank per direction

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vlprobe.experiments.outputs import build_manifest, config_record
+from vlprobe.experiments.declare import Experiment, Options, option
 from vlprobe.experiments.score_files import caption_foil_scores, read_item_scores
 from vlprobe.io import atomic_write, check_output, write_json
 from vlprobe.provenance import sha256_file
@@ -38,9 +38,7 @@ from vlprobe.validation import InputError, check_int, check_positive_int, check_
 #: What refine's outputs are listed as among the files vlprobe wrote (:mod:`vlprobe.io`).
 REFINED_KIND = "refined items"
 
-__all__ = ["TRANSFORMS", "RefineConfig", "RefineResult", "adversarial_refine", "run_refine"]
-
-VERSION = 1
+__all__ = ["EXPERIMENT", "TRANSFORMS", "RefineConfig", "RefineResult", "adversarial_refine", "run_refine"]
 
 
 def _rank(x: np.ndarray) -> np.ndarray:
@@ -79,6 +77,13 @@ def _balance(a: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> list[np.
             np.sort(rng.choice(b, k, replace=False)) if len(b) > k else b]
 
 
+def check_grid(grid: int, param: str = "grid") -> int:
+    """An even number of grid cells per axis, >= 2."""
+    if check_int(grid, param, low=2, meaning=" (even)") % 2:
+        raise InputError(f"{param} must be an even integer >= 2, got {grid!r}")
+    return grid
+
+
 def adversarial_refine(
     gap_a: np.ndarray, gap_b: np.ndarray, *, grid: int = 100, axis_bins: int = 10, seed: int = 0,
 ) -> RefineResult:
@@ -106,8 +111,7 @@ def adversarial_refine(
     for name, g in (("gap_a", a), ("gap_b", b)):
         if not np.isfinite(g).all() or (np.abs(g) > 1).any():
             raise InputError(f"{name} must lie in [-1, 1] (scores in [0, 1]), got values from {g.min()} to {g.max()}")
-    if check_int(grid, "grid", low=2, meaning=" (even)") % 2:
-        raise InputError(f"grid must be an even integer >= 2, got {grid!r}")
+    check_grid(grid)
     check_positive_int(axis_bins, "axis_bins")
     rng = np.random.default_rng(check_seed(seed))
     kept: list[np.ndarray] = []
@@ -142,18 +146,21 @@ def adversarial_refine(
     return RefineResult(out.astype(np.int64), steps)
 
 
-@dataclass(frozen=True)
-class RefineConfig:
+_TRANSFORM_HELP = "Map {}'s scores into [0, 1] (exp: log-probabilities, sigmoid: logits, rank: empirical CDF)."
+
+
+@dataclass(frozen=True, kw_only=True)
+class RefineConfig(Options):
     """``probe refine`` inputs and output."""
 
-    scores_a: Path
-    scores_b: Path
-    out: Path
-    grid: int = 100
-    axis_bins: int = 10
-    seed: int = 0
-    transform_a: str = "none"
-    transform_b: str = "none"
+    scores_a: Path = option(role="input", help="Per-item score file of blind scorer A.")
+    scores_b: Path = option(role="input", help="Per-item score file of blind scorer B.")
+    out: Path = option(role="output", help="JSONL of kept item ids to write (+ <stem>.manifest.json).")
+    grid: int = option(100, check=check_grid, help="Cells per axis of the 2-D gap grid (even).")
+    axis_bins: int = option(10, check=check_positive_int, help="Bins per sign for items with one zero gap.")
+    seed: int = option(0, check=check_seed, help="Seed of the balancing subsamples.")
+    transform_a: str = option("none", choices=tuple(TRANSFORMS), help=_TRANSFORM_HELP.format("A"))
+    transform_b: str = option("none", choices=tuple(TRANSFORMS), help=_TRANSFORM_HELP.format("B"))
 
 
 def _gaps(path: Path, transform: str, param: str) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -207,8 +214,8 @@ def run_refine(config: RefineConfig) -> tuple[Path, Path, RefineResult]:
         return float(100.0 * x.mean()) if len(x) else float("nan")
 
     subsets = np.array([x.split("/")[1] if x.count("/") >= 2 else "" for x in ids_a])
-    manifest = build_manifest(
-        "refine", VERSION, config_record(config),
+    manifest = EXPERIMENT.manifest(
+        config,
         {"scores_a": {"path": str(config.scores_a), "sha256": sha256_file(config.scores_a)},
          "scores_b": {"path": str(config.scores_b), "sha256": sha256_file(config.scores_b)}},
         seeds=[config.seed],
@@ -224,3 +231,17 @@ def run_refine(config: RefineConfig) -> tuple[Path, Path, RefineResult]:
     manifest_path = out.with_suffix(".manifest.json")
     write_json(manifest_path, manifest, kind=REFINED_KIND)
     return out, manifest_path, result
+
+
+def report(config: RefineConfig, result: tuple[Path, Path, RefineResult]) -> list[str]:
+    """Items kept, each scorer's accuracy before and after, then the files written."""
+    path, manifest_path, _ = result
+    m = json.loads(manifest_path.read_text(encoding="utf-8"))
+    acc = m["accuracy_percent"]
+    lines = [f"kept {m['items_kept']} of {m['items_before']} items"]
+    for key in ("scores_a", "scores_b"):
+        lines.append(f"{key}: accuracy {acc[key]['before']:.2f}% before, {acc[key]['after']:.2f}% on the kept items")
+    return [*lines, f"wrote {path} and {manifest_path}"]
+
+
+EXPERIMENT = Experiment("refine", 1, RefineConfig, run_refine, report)

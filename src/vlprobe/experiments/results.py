@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vlprobe.experiments.outputs import NOT_SETTINGS, TIDY_COLUMNS, result_stem
+from vlprobe.experiments.outputs import TIDY_COLUMNS, result_stem
 from vlprobe.experiments.summary import SUMMARY_COLUMNS, read_tidy_csv
 from vlprobe.validation import InputError
 
@@ -28,6 +28,7 @@ __all__ = [
     "RunResult",
     "classify_csv",
     "find_runs",
+    "not_settings",
     "read_result",
     "run_settings",
 ]
@@ -72,13 +73,33 @@ class RunResult:
 
 
 def run_settings(manifest: Mapping[str, Any]) -> dict[str, Any]:
-    """The settings a run's manifest records (else its config fields outside :data:`NOT_SETTINGS`)."""
+    """The settings a run's manifest records; for a manifest written before runs recorded them,
+    its config without the fields the experiment declares as inputs, outputs or runtime options
+    (:func:`not_settings`)."""
     if isinstance(manifest.get("settings"), dict):
         return dict(manifest["settings"])
     config = manifest.get("config")
     if not isinstance(config, dict):
         return {}
-    return {k: v for k, v in sorted(config.items()) if k not in NOT_SETTINGS}
+    skip = not_settings(str(manifest.get("experiment", "")))
+    return {k: v for k, v in sorted(config.items()) if k not in skip}
+
+
+def not_settings(experiment: str) -> frozenset[str]:
+    """The config fields a registered experiment declares as inputs, outputs or runtime options
+    (for an unknown experiment: those of any registered one). A field it does not declare (one
+    an older release recorded) counts as a setting."""
+    from vlprobe.experiments.declare import Experiment
+    from vlprobe.registry import EXPERIMENTS
+
+    known = EXPERIMENTS.names()
+    found: set[str] = set()
+    for name in [experiment] if experiment in known else known:
+        exp = EXPERIMENTS.get(name)
+        if isinstance(exp, Experiment):
+            found.update(o.name for o in exp.options() if o.spec.role != "setting")
+            found.update(exp.fixed)
+    return frozenset(found)
 
 
 def classify_csv(path: str | os.PathLike[str]) -> str:

@@ -45,9 +45,9 @@ import numpy as np
 from joblib import Parallel, delayed
 
 from vlprobe.experiments.cache_features import (
+    SCALINGS,
     CacheIndex,
     cache_path,
-    check_seeds,
     load_index,
     pooling_notes,
     read_stream,
@@ -56,16 +56,17 @@ from vlprobe.experiments.cache_features import (
     scale_states,
     stream_layers,
 )
-from vlprobe.experiments.outputs import (
-    build_manifest,
-    check_run_slot,
-    config_record,
-    result_stem,
-    run_settings,
-    write_results,
-    write_tidy_csv,
+from vlprobe.experiments.declare import Experiment, option
+from vlprobe.experiments.option_groups import (
+    CacheInput,
+    ProgressOption,
+    ResultsOptions,
+    SeedsOption,
+    StateOptions,
 )
-from vlprobe.experiments.presets import apply_preset
+from vlprobe.experiments.outputs import result_stem, write_tidy_csv
+from vlprobe.experiments.presets import PRESET_VALUES
+from vlprobe.experiments.reports import summary_lines
 from vlprobe.experiments.summary import summarize, write_summary_csv
 from vlprobe.experiments.units import units_of
 from vlprobe.probes.linear import LinearSeparabilityProbe
@@ -73,19 +74,19 @@ from vlprobe.probes.separability_cases import FIELDS, Case, fit_cases
 from vlprobe.progress import format_bytes, progress_bar, say
 from vlprobe.validation import InputError, check_positive_float, check_positive_int
 
-__all__ = ["Case", "SeparabilityConfig", "fit_cases", "run_separability", "separability_cases"]
+__all__ = ["EXPERIMENT", "Case", "SeparabilityConfig", "fit_cases", "run_separability", "separability_cases"]
 
-NAME = "separability"
-# 2: libsvm's SVC (was liblinear); no_hyperplane; separable_margin over separable cases only
-#    (was margin over every finite fit); per-case percentages in percent (were fractions)
-VERSION = 2
 PROBE = "linear-separability"
 #: Tag families reported as subsets (when every item has them).
 TAG_FAMILIES = ("collapsed_tag", "wwh")
 
 
-@dataclass(frozen=True)
-class SeparabilityConfig:
+def _check_jobs(jobs: int, param: str) -> int:
+    return jobs if jobs == -1 else check_positive_int(jobs, param, " or -1 (all cores)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SeparabilityConfig(CacheInput, StateOptions, SeedsOption, ProgressOption, ResultsOptions):
     """One run: a cache in, ``OUT/separability/`` out.
 
     Attributes
@@ -97,7 +98,8 @@ class SeparabilityConfig:
     pooling : str
         ``cls``, ``mean``, ``max`` or ``pooled``.
     layers : str
-        Layer spec (``all``, ``0,4,-1``, ``2:6``); ``all`` = every stored layer.
+        Layer spec (``all``, ``0,4,-1``, ``2:6``, per stream ``lang=all;vision=-1``); ``all`` =
+        every stored layer.
     scale : str
         ``none`` or ``standard``.
     seeds : int
@@ -105,28 +107,17 @@ class SeparabilityConfig:
     C, max_iter, tol : SVM settings (see :class:`LinearSeparabilityProbe`).
     jobs : int
         Parallel workers (joblib; -1 = all cores).
-    model : str, optional
-        Model name in the outputs (default: the cache's).
-    progress : bool
-        Say on stderr how many SVMs each stream fits and show a bar with an ETA.
-    preset : str
-        ``paper`` (3 control seeds) or ``quick`` (1); fills ``seeds`` when it is None.
+    name : str, optional
+        Results label (default: the cache's model).
     """
 
-    cache: Path
-    out: Path
-    streams: tuple[str, ...] | None = None
-    pooling: str = "cls"
-    layers: str = "all"
-    scale: str = "none"
-    seeds: int | None = None
-    C: float = 100.0
-    max_iter: int = 100_000
-    tol: float = 1e-3
-    jobs: int = 1
-    model: str | None = None
-    progress: bool = True
-    preset: str = "paper"
+    cache: Path = CacheInput.redeclare("cache", help="A vlprobe cache with caption variants (`probe extract --variants`).")
+    scale: str = option("none", choices=SCALINGS, help="Feature scaling, per layer over the stream's rows.")
+    seeds: int = SeedsOption.redeclare("seeds", 3, help="Number of control shuffles (seeds 0..N-1).")
+    C: float = option(100.0, check=check_positive_float, help="SVM C.")
+    max_iter: int = option(100_000, check=check_positive_int, help="SVM iterations.")
+    tol: float = option(1e-3, check=check_positive_float, help="SVM stopping tolerance (libsvm).")
+    jobs: int = option(1, check=_check_jobs, role="runtime", help="Parallel workers (-1: all cores).")
 
 
 def separability_cases(index: CacheIndex, modality: str, lookup: dict[tuple[int, int], int]) -> tuple[list[Case], list[str]]:
@@ -160,16 +151,6 @@ def separability_cases(index: CacheIndex, modality: str, lookup: dict[tuple[int,
     return cases, skipped
 
 
-def _check_config(config: SeparabilityConfig) -> list[int]:
-    seeds = check_seeds(config.seeds)
-    if config.jobs != -1:
-        check_positive_int(config.jobs, "jobs", " or -1 (all cores)")
-    check_positive_float(config.C, "C")
-    check_positive_int(config.max_iter, "max_iter")
-    check_positive_float(config.tol, "tol")
-    return seeds
-
-
 def run_separability(config: SeparabilityConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
     """Run the experiment and write its outputs (module docstring).
 
@@ -181,21 +162,16 @@ def run_separability(config: SeparabilityConfig) -> tuple[Path, Path, list[dict[
     """
     from vlprobe.extract.cache.reader import ActivationCache
 
-    config = apply_preset(NAME, config)
-    seeds = _check_config(config)
+    seeds = list(range(config.seeds))
     scale_mode = config.scale
-    scale_states(np.zeros((1, 1, 1), np.float32), scale_mode)  # validates the name early
-    params = {"C": float(config.C), "max_iter": int(config.max_iter), "tol": float(config.tol),
+    params = {"C": config.C, "max_iter": config.max_iter, "tol": config.tol,
               "zero_tol": LinearSeparabilityProbe().zero_tol}
-    cfg = config_record(config)
     with ActivationCache(cache_path(config.cache)) as cache:
         streams = _default_streams(cache, config.streams)
         index = load_index(cache)
         require_variants(index, config.cache, "separability")
-        model = config.model or index.model
-        settings = run_settings(config, swept=("streams", "layers", "seeds"),
-                                resolve=lambda c: apply_preset(NAME, c))
-        run = check_run_slot(config.out, NAME, model, cfg, settings=settings)
+        model = config.name or index.model
+        run = EXPERIMENT.claim(config, model)
         rows: list[dict[str, Any]] = []
         item_rows: list[dict[str, Any]] = []
         n_cases: dict[str, int] = {}
@@ -204,8 +180,8 @@ def run_separability(config: SeparabilityConfig) -> tuple[Path, Path, list[dict[
         for stream in streams:  # every stream's layers checked before the first is fitted
             stream_layers(cache, stream, config.pooling, config.layers)
         for stream in streams:
-            read = read_stream(cache, stream, ("text", "pair"), config.pooling, config.layers)
-            for note in pooling_notes([read], NAME):
+            read = read_stream(cache, stream, ("text", "pair"), config.pooling, config.layers, param="streams")
+            for note in pooling_notes([read], EXPERIMENT.name):
                 say(config.progress, note)
             read_layers[stream] = {"modality": read.modality, "layers": read.layers, "pooling": read.pooling}
             if read.fell_back:
@@ -215,23 +191,23 @@ def run_separability(config: SeparabilityConfig) -> tuple[Path, Path, list[dict[
                 raise InputError(f"cache: {Path(config.cache).name} has no item with two captions to separate")
             n_cases[stream] = len(cases)
             n_fits = len(cases) * len(read.layers) * (1 + len(seeds))
-            say(config.progress, f"{NAME}: stream {stream} ({read.modality}, {read.pooling}): fitting {n_fits} linear "
+            say(config.progress, f"{EXPERIMENT.name}: stream {stream} ({read.modality}, {read.pooling}): fitting {n_fits} linear "
                                  f"SVMs ({len(cases)} cases x {len(read.layers)} layers x (target + {len(seeds)} "
                                  f"controls)) with {_n_workers(config.jobs)} worker(s); states "
                                  f"{format_bytes(read.states.nbytes)}")
-            with progress_bar(config.progress, n_fits, f"{NAME} {stream}", "fit") as bar:
+            with progress_bar(config.progress, n_fits, f"{EXPERIMENT.name} {stream}", "fit") as bar:
                 per_layer = _fit_layers(scale_states(read.states, scale_mode), cases, seeds, params, config.jobs,
                                         bar.update)
-            base = {"experiment": NAME, "model": model, "stream": stream, "pooling": read.pooling,
+            base = {"experiment": EXPERIMENT.name, "model": model, "stream": stream, "pooling": read.pooling,
                     "probe": PROBE, "split": "train"}
             _rows(per_layer, read.layers, read.kinds, cases, seeds, read.modality, index.item_tags, base, rows,
                   item_rows)
 
     stem = result_stem(run)
-    manifest = build_manifest(
-        NAME, VERSION, cfg, {"cache": index.provenance}, seeds=seeds,
+    manifest = EXPERIMENT.manifest(
+        config, {"cache": index.provenance}, seeds=seeds,
         extra={
-            "model": model, "preset": config.preset, "streams": read_layers, "pooling_fallback": fallbacks,
+            "model": model, "streams": read_layers, "pooling_fallback": fallbacks,
             "probe": {"name": PROBE, "solver": "libsvm SVC(kernel='linear')", **params},
             "n_cases": n_cases, "skipped_items": skipped,
             "control": "labels of each case permuted by numpy default_rng([seed, item, image + 1])",
@@ -241,15 +217,15 @@ def run_separability(config: SeparabilityConfig) -> tuple[Path, Path, list[dict[
             "outputs": [f"{stem}.csv", f"{stem}.items.csv", f"{stem}.summary.csv"],
         },
     )
-    csv_path, manifest_path = write_results(config.out, NAME, model, rows, manifest, settings=settings)
-    write_tidy_csv(csv_path.with_name(f"{stem}.items.csv"), item_rows, settings)
+    csv_path, manifest_path = EXPERIMENT.write(config, model, rows, manifest)
+    write_tidy_csv(csv_path.with_name(f"{stem}.items.csv"), item_rows, EXPERIMENT.run_settings(config))
     write_summary_csv(csv_path.with_name(f"{stem}.summary.csv"), summarize(rows))
     return csv_path, manifest_path, rows
 
 
 def _default_streams(cache: Any, streams: tuple[str, ...] | None) -> list[str]:
     if streams:
-        return [resolve_stream(cache, s, ("text", "pair")) for s in streams]
+        return [resolve_stream(cache, s, ("text", "pair"), param="streams") for s in streams]
     if "text" in cache.streams:
         return [resolve_stream(cache, "text", ("text", "pair"))]
     found = [s for s in cache.streams if cache.modality(s) in ("text", "pair")]
@@ -355,3 +331,15 @@ def _n_workers(jobs: int) -> int:
     import os
 
     return (os.cpu_count() or 1) if jobs == -1 else jobs
+
+
+def report(config: SeparabilityConfig, result: tuple[Path, Path, list[dict[str, Any]]]) -> list[str]:
+    """% separable, target vs control, per stream and layer; then the files written."""
+    csv_path, _, rows = result
+    return summary_lines(rows, "separable", "train", csv_path, side=(f"{csv_path.stem}.items.csv",))
+
+
+# Version 2: libsvm's SVC (was liblinear); no_hyperplane; separable_margin over separable cases only
+# (was margin over every finite fit); per-case percentages in percent (were fractions).
+EXPERIMENT = Experiment("separability", 2, SeparabilityConfig, run_separability, report,
+                        presets=PRESET_VALUES["separability"], swept=("streams", "layers", "seeds"))

@@ -46,22 +46,25 @@ from typing import Any
 
 import numpy as np
 
-from vlprobe.experiments.cache_features import (
-    cache_path,
-    check_seeds,
-    load_index,
-    pooling_notes,
-    read_stream,
+from vlprobe.experiments.cache_features import cache_path, load_index, pooling_notes, read_stream
+from vlprobe.experiments.declare import Experiment, option
+from vlprobe.experiments.mlp_runs import SWEPT, FeatureBlock, plan_items, train_and_write
+from vlprobe.experiments.option_groups import (
+    CacheInput,
+    MLPOptions,
+    ProgressOption,
+    ResultsOptions,
+    SeedsOption,
+    SplitOptions,
+    StateOptions,
 )
-from vlprobe.experiments.mlp_runs import MLPSettings, plan_items, train_and_write
-from vlprobe.experiments.presets import apply_preset
+from vlprobe.experiments.presets import PRESET_VALUES
+from vlprobe.experiments.reports import summary_lines
 from vlprobe.progress import say
 from vlprobe.validation import InputError
 
-__all__ = ["MODE_EXAMPLES", "TaskAdaptationConfig", "run_task_adaptation"]
+__all__ = ["EXPERIMENT", "MODE_EXAMPLES", "TaskAdaptationConfig", "run_task_adaptation"]
 
-NAME = "task-adaptation"
-VERSION = 1
 PROBE = "mlp"
 
 #: Per mode, the four examples of an item: ((image, caption) of option 1, of option 2, label).
@@ -72,8 +75,9 @@ MODE_EXAMPLES: dict[str, tuple[tuple[tuple[int, int], tuple[int, int], int], ...
 MODES = ("text", "image", "both")
 
 
-@dataclass(frozen=True)
-class TaskAdaptationConfig:
+@dataclass(frozen=True, kw_only=True)
+class TaskAdaptationConfig(CacheInput, StateOptions, SeedsOption, SplitOptions, MLPOptions, ProgressOption,
+                           ResultsOptions):
     """One run: a cache in, ``OUT/task-adaptation/`` out.
 
     Attributes
@@ -87,43 +91,27 @@ class TaskAdaptationConfig:
         See the module docstring.
     seeds : int
         Seeds 0..seeds-1 (initialisation, order, control flips).
-    test_size : int or float
-        Test items (count or fraction).
-    split_seed : int
-    stratify : tuple of str, optional
-        Tag families to stratify on (default: collapsed_tag and num_main_preds when present).
-    split_file : Path, optional
-        JSON ``{"train": [ids], "test": [ids]}`` (e.g. the paper's 300/100 lists) instead of a
-        seeded split.
-    depth, width, lr, epochs, batch_size, device : MLP settings.
-        ``seeds``, ``width`` and ``epochs`` left as None come from ``preset``.
+    test_size, split_seed, stratify, split_file
+        The item split (:class:`~vlprobe.experiments.option_groups.SplitOptions`); ``split_file``
+        may hold the paper's 300/100 lists.
+    depth, width, lr, epochs, batch_size, device
+        The MLP settings (:class:`~vlprobe.experiments.option_groups.MLPOptions`); the
+        ``quick`` preset (:mod:`vlprobe.experiments.presets`) has fewer seeds and epochs and a
+        narrower MLP.
     progress : bool
         Say on stderr how many probes will train and show a bar with an ETA.
-    preset : str
-        ``paper`` (11 seeds, width 1024, 200 epochs) or ``quick`` (3 seeds, width 128, 30 epochs:
-        a CPU smoke run); see :mod:`vlprobe.experiments.presets`.
     """
 
-    cache: Path
-    out: Path
-    mode: str = "both"
-    streams: tuple[str, ...] | None = None
-    pooling: str = "pooled"
-    layers: str = "all"
-    seeds: int | None = None
-    test_size: int | float = 0.25
-    split_seed: int = 0
-    stratify: tuple[str, ...] | None = None
-    split_file: Path | None = None
-    depth: int = 4
-    width: int | None = None
-    lr: float = 1e-4
-    epochs: int | None = None
-    batch_size: int = 200
-    device: str = "cpu"
-    model: str | None = None
-    progress: bool = True
-    preset: str = "paper"
+    cache: Path = CacheInput.redeclare("cache", help="A vlprobe cache of Winoground.")
+    mode: str = option("both", choices=MODES, help="Examples: text-score, image-score or both.")
+    streams: tuple[str, ...] | None = StateOptions.redeclare(
+        "streams", help="Streams whose pair embeddings are concatenated, comma-separated (default: every stream; "
+                   "with pooled, those that have a pooled output).",
+    )
+    pooling: str = StateOptions.redeclare("pooling", "pooled")
+    layers: str = StateOptions.redeclare(
+        "layers", help="Layers: all | 0,4,-1 | 2:6 | per stream lang=all;vision=-1 (ignored for pooled).",
+    )
 
 
 def _stream_layers(per_stream: dict[str, list[int | None]]) -> list[dict[str, int | None]]:
@@ -154,11 +142,6 @@ def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[
     """
     from vlprobe.extract.cache.reader import ActivationCache
 
-    config = apply_preset(NAME, config)
-    check_seeds(config.seeds)
-    if config.mode not in MODES:
-        raise InputError(f"mode must be one of {', '.join(MODES)}, got {config.mode!r}")
-    MLPSettings.from_config(config)  # checks the MLP settings before the cache is read
     modes = ("text", "image") if config.mode == "both" else (config.mode,)
     with ActivationCache(cache_path(config.cache)) as cache:
         streams = list(config.streams) if config.streams else _default_streams(cache, config.pooling)
@@ -167,17 +150,16 @@ def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[
         index = load_index(cache)
         cache_streams = list(cache.streams)
         read = {
-            s: read_stream(cache, s, ("text", "image", "pair"), config.pooling,
-                           _spec_for(config.layers, s, streams), param="streams")
+            s: read_stream(cache, s, ("text", "image", "pair"), config.pooling, config.layers, param="streams")
             for s in streams
         }
     per_stream = {s: read[s].layers for s in streams}
     positions = _stream_layers(per_stream)
-    for note in pooling_notes(list(read.values()), NAME):
+    for note in pooling_notes(list(read.values()), EXPERIMENT.name):
         say(config.progress, note)
     left_out = [s for s in cache_streams if s not in streams] if not config.streams else []
     if left_out:
-        say(config.progress, f"{NAME}: streams {', '.join(streams)} (the ones with a {config.pooling!r} output); "
+        say(config.progress, f"{EXPERIMENT.name}: streams {', '.join(streams)} (the ones with a {config.pooling!r} output); "
                              f"{', '.join(left_out)} left out (name them in --streams to add their default pooling)")
 
     items = [i for i in range(len(index.item_ids)) if len(index.families[i]) >= 2 and len(index.item_images[i]) >= 2]
@@ -186,7 +168,7 @@ def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[
             f"cache: task adaptation needs items with 2 images and 2 captions (Winoground); "
             f"{Path(config.cache).name} has {len(items)}"
         )
-    plan = plan_items(NAME, config, index, items)
+    plan = plan_items(EXPERIMENT, config, index, items)
     items = plan.items
 
     # Pair embeddings E[p, n, j, k] of item items[n], image j, caption k at layer position p.
@@ -225,9 +207,10 @@ def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[
     X = np.stack(X_groups).astype(np.float32)
     labels = np.stack(label_groups)
     poolings = [read[s].pooling for s in streams]
-    base = {"experiment": NAME, "model": plan.model, "stream": "+".join(streams),
+    base = {"experiment": EXPERIMENT.name, "model": plan.model, "stream": "+".join(streams),
             "pooling": poolings[0] if len(set(poolings)) == 1 else "+".join(poolings), "probe": PROBE}
-    return train_and_write(NAME, VERSION, config, index, plan, X, labels, example_items, group_fields, base, {
+    block = FeatureBlock(X, labels, group_fields, base)
+    return train_and_write(EXPERIMENT, config, index, plan, example_items, [block], {
         "streams": streams, "modes": list(modes),
         "pooling": {s: read[s].pooling for s in streams},
         "pooling_fallback": {s: {"asked": r.asked_pooling, "used": r.pooling, "layers": r.layers}
@@ -237,21 +220,6 @@ def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[
         "layer_positions": [{s: pos[s] for s in streams} for pos in positions],
         "labels": "1 when option 1 is the mismatched pair; prediction = logit > 0",
     })
-
-
-def _spec_for(spec: str, stream: str, streams: list[str]) -> str:
-    """The part of a per-stream spec (``a=all;b=-1``) for ``stream``; a plain spec for all."""
-    if "=" not in spec:
-        return spec
-    parts = {}
-    for part in spec.split(";"):
-        if not part.strip():
-            continue
-        name, _, sub = part.partition("=")
-        if name.strip() not in streams:
-            raise InputError(f"layers: {part.strip()!r} does not name a chosen stream (streams: {', '.join(streams)})")
-        parts[name.strip()] = sub
-    return parts.get(stream, "all")
 
 
 def _kind_label(position: dict[str, int | None], read: dict[str, Any]) -> str | None:
@@ -264,3 +232,13 @@ def _layer_label(position: dict[str, int | None], per_stream: dict[str, list[int
     """The layer of the stream with the longest sweep (the first such; else of the first stream)."""
     longest = max(per_stream, key=lambda s: len(per_stream[s]))
     return position[longest]
+
+
+def report(config: TaskAdaptationConfig, result: tuple[Path, Path, list[dict[str, Any]]]) -> list[str]:
+    """Test accuracy, target vs control, per mode and layer; then the files written."""
+    csv_path, _, rows = result
+    return summary_lines(rows, "accuracy", "test", csv_path)
+
+
+EXPERIMENT = Experiment("task-adaptation", 1, TaskAdaptationConfig, run_task_adaptation, report,
+                        presets=PRESET_VALUES["task-adaptation"], swept=(*SWEPT, "mode"))

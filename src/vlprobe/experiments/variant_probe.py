@@ -10,7 +10,8 @@ re-sampling on every access). Items where a caption has no variant cannot give a
 left out (the paper's code hangs on them); the manifest lists them.
 
 On a stream of (image, text) pairs the three texts are read conditioned on one image of the item,
-drawn with the example.
+drawn with the example. Several streams (``streams``) are probed on the same examples, each on its
+own (the ``stream`` column tells them apart).
 
 Per layer and seed an MLP (default: three linear layers, width 1024, Adam lr 5e-5, batch 128,
 200 epochs; the paper used 7,500 epochs over re-sampled variants) is trained on the train items of
@@ -31,31 +32,41 @@ import numpy as np
 
 from vlprobe.experiments.cache_features import (
     cache_path,
-    check_seeds,
     load_index,
     pooling_notes,
     read_stream,
     require_variants,
+    resolve_stream,
 )
-from vlprobe.experiments.mlp_runs import MLPSettings, plan_items, train_and_write
-from vlprobe.experiments.presets import apply_preset
+from vlprobe.experiments.declare import Experiment, option
+from vlprobe.experiments.mlp_runs import SWEPT, FeatureBlock, plan_items, train_and_write
+from vlprobe.experiments.option_groups import (
+    CacheInput,
+    MLPOptions,
+    ProgressOption,
+    ResultsOptions,
+    SeedsOption,
+    SplitOptions,
+    StateOptions,
+)
+from vlprobe.experiments.presets import PRESET_VALUES
+from vlprobe.experiments.reports import summary_lines
 from vlprobe.progress import say
 from vlprobe.validation import InputError, check_positive_int
 
-__all__ = ["VariantProbeConfig", "run_variant_probe", "variant_examples"]
+__all__ = ["EXPERIMENT", "VariantProbeConfig", "run_variant_probe", "variant_examples"]
 
-NAME = "variant-probe"
-VERSION = 1
 PROBE = "mlp"
 
 
-@dataclass(frozen=True)
-class VariantProbeConfig:
+@dataclass(frozen=True, kw_only=True)
+class VariantProbeConfig(CacheInput, StateOptions, SeedsOption, SplitOptions, MLPOptions, ProgressOption,
+                         ResultsOptions):
     """One run: a cache (with variants) in, ``OUT/variant-probe/`` out.
 
     Attributes
     ----------
-    stream : str, optional
+    streams : tuple of str, optional
         Default: ``text`` if present, else the first text or pair stream.
     pooling, layers : str
         A stream without ``pooling`` is read with its default one (``cls``, else ``mean``), said
@@ -63,36 +74,21 @@ class VariantProbeConfig:
     seeds : int
     draws : int
         Examples per item and (caption, order) combination (4 combinations).
-    test_size, split_seed, stratify, split_file : as in task adaptation.
-    depth, width, lr, epochs, batch_size, device : MLP settings.
-        ``seeds``, ``width`` and ``epochs`` left as None come from ``preset``.
+    test_size, split_seed, stratify, split_file : the item split, as in task adaptation.
+    depth, width, lr, epochs, batch_size, device : MLP settings (three layers, lr 5e-5, batch 128).
     progress : bool
         Say on stderr how many probes will train and show a bar with an ETA.
-    preset : str
-        ``paper`` (11 seeds, width 1024, 200 epochs) or ``quick`` (3 seeds, width 128, 30 epochs:
-        a CPU smoke run); see :mod:`vlprobe.experiments.presets`.
     """
 
-    cache: Path
-    out: Path
-    stream: str | None = None
-    pooling: str = "cls"
-    layers: str = "all"
-    seeds: int | None = None
-    draws: int = 4
-    test_size: int | float = 0.25
-    split_seed: int = 0
-    stratify: tuple[str, ...] | None = None
-    split_file: Path | None = None
-    depth: int = 3
-    width: int | None = None
-    lr: float = 5e-5
-    epochs: int | None = None
-    batch_size: int = 128
-    device: str = "cpu"
-    model: str | None = None
-    progress: bool = True
-    preset: str = "paper"
+    cache: Path = CacheInput.redeclare("cache", help="A vlprobe cache with caption variants (`probe extract --variants`).")
+    streams: tuple[str, ...] | None = StateOptions.redeclare(
+        "streams", help="Streams of texts or pairs, each probed apart, comma-separated (default: text, else the first such).",
+    )
+    draws: int = option(4, check=check_positive_int, help="Examples per item and (caption, order).")
+    split_seed: int = SplitOptions.redeclare("split_seed", help="Seed of the item split and of the examples.")
+    depth: int = MLPOptions.redeclare("depth", 3)
+    lr: float = MLPOptions.redeclare("lr", 5e-5)
+    batch_size: int = MLPOptions.redeclare("batch_size", 128)
 
 
 def variant_examples(
@@ -149,16 +145,13 @@ def run_variant_probe(config: VariantProbeConfig) -> tuple[Path, Path, list[dict
     """
     from vlprobe.extract.cache.reader import ActivationCache
 
-    config = apply_preset(NAME, config)
-    check_seeds(config.seeds)
-    check_positive_int(config.draws, "draws")
-    MLPSettings.from_config(config)  # checks the MLP settings before the cache is read
     with ActivationCache(cache_path(config.cache)) as cache:
         index = load_index(cache)
         require_variants(index, config.cache, "the variant probe")
-        read = read_stream(cache, config.stream, ("text", "pair"), config.pooling, config.layers)
-    stream, modality, lookup, layers = read.name, read.modality, read.lookup, read.layers
-    for note in pooling_notes([read], NAME):
+        names = ([resolve_stream(cache, s, ("text", "pair"), param="streams") for s in config.streams]
+                 if config.streams else [resolve_stream(cache, None, ("text", "pair"))])
+        reads = [read_stream(cache, s, ("text", "pair"), config.pooling, config.layers, param="streams") for s in names]
+    for note in pooling_notes(reads, EXPERIMENT.name):
         say(config.progress, note)
     items = [i for i, f in enumerate(index.families) if len(f) >= 2 and len(f[0]) >= 2 and len(f[1]) >= 2]
     usable = set(items)
@@ -168,27 +161,39 @@ def run_variant_probe(config: VariantProbeConfig) -> tuple[Path, Path, list[dict
             f"cache: the variant probe needs at least 2 items whose two captions both have a variant; "
             f"{Path(config.cache).name} has {len(items)}"
         )
-    plan = plan_items(NAME, config, index, items)
+    plan = plan_items(EXPERIMENT, config, index, items)
     texts, image, labels, example_items = variant_examples(
         index.families, index.item_images, plan.items, config.draws, config.split_seed
     )
-    try:
-        rows = np.array([
-            [lookup[(-1 if modality == "text" else int(img), int(t))] for t in triple]
-            for img, triple in zip(image, texts, strict=True)
-        ])  # (N, 3) rows of the stream
-    except KeyError as exc:
-        raise InputError(f"stream {stream!r} has no row for (image, text) {exc.args[0]} (pair plan?)") from None
-    X = read.states[rows].transpose(2, 0, 1, 3)  # (L, N, 3, H)
-    X = np.ascontiguousarray(X.reshape(X.shape[0], X.shape[1], -1))
-    label_groups = np.broadcast_to(labels, (X.shape[0], len(labels)))
-    base = {"experiment": NAME, "model": plan.model, "stream": stream, "pooling": read.pooling,
-            "probe": PROBE, "subset": "all"}
-    group_fields = [{"layer": layer, "kind": read.kind(layer)} for layer in layers]
-    return train_and_write(NAME, VERSION, config, index, plan, X, label_groups, example_items, group_fields, base, {
-        "stream": stream, "modality": modality, "layers": layers, "n_examples": len(labels),
-        "pooling": read.pooling,
-        "pooling_fallback": {stream: {"asked": read.asked_pooling, "used": read.pooling}} if read.fell_back else {},
+    blocks = []
+    for read in reads:
+        try:
+            rows = np.array([
+                [read.lookup[(-1 if read.modality == "text" else int(img), int(t))] for t in triple]
+                for img, triple in zip(image, texts, strict=True)
+            ])  # (N, 3) rows of the stream
+        except KeyError as exc:
+            raise InputError(f"stream {read.name!r} has no row for (image, text) {exc.args[0]} (pair plan?)") from None
+        X = read.states[rows].transpose(2, 0, 1, 3)  # (L, N, 3, H)
+        X = np.ascontiguousarray(X.reshape(X.shape[0], X.shape[1], -1))
+        base = {"experiment": EXPERIMENT.name, "model": plan.model, "stream": read.name, "pooling": read.pooling,
+                "probe": PROBE, "subset": "all"}
+        blocks.append(FeatureBlock(X, np.broadcast_to(labels, (X.shape[0], len(labels))),
+                                   [{"layer": layer, "kind": read.kind(layer)} for layer in read.layers], base))
+    streams = {r.name: {"modality": r.modality, "layers": r.layers, "pooling": r.pooling} for r in reads}
+    return train_and_write(EXPERIMENT, config, index, plan, example_items, blocks, {
+        "streams": streams, "n_examples": len(labels),
+        "pooling_fallback": {r.name: {"asked": r.asked_pooling, "used": r.pooling} for r in reads if r.fell_back},
         "skipped_items": skipped,
         "labels": "0 when option 1 is the paraphrase of the reference, 1 when option 2 is; prediction = logit > 0",
     })
+
+
+def report(config: VariantProbeConfig, result: tuple[Path, Path, list[dict[str, Any]]]) -> list[str]:
+    """Test accuracy, target vs control, per stream and layer; then the files written."""
+    csv_path, _, rows = result
+    return summary_lines(rows, "accuracy", "test", csv_path)
+
+
+EXPERIMENT = Experiment("variant-probe", 1, VariantProbeConfig, run_variant_probe, report,
+                        presets=PRESET_VALUES["variant-probe"], swept=SWEPT)

@@ -5,14 +5,14 @@ For caption C of a Winoground item and image I::
     S'(I, C) = (1 - λ) S(I, C) + λ · agg_{v ∈ V(C)} S(I, v)
 
 with V(C) the caption's variants (texts whose parent is C in the cache) plus C itself
-(``include_original``, as the paper's code does), agg ∈ {mean, max}, over a λ grid; then the
+(unless ``variants_only``; the paper's code includes C), agg ∈ {mean, max}, over a λ grid; then the
 Winoground text / image / group scores of S'. λ = 0 is the plain Winoground score; λ = 1 with max
 is the score of each pair's best variant. Works for any cache holding the pair scores of the
 variants (dual encoders score every pair; cross-encoders with the ``item`` pair plan score each
 item's images against its captions and their variants).
 
 CSV: one row per (agg, λ, subset, metric), agg and λ in the ``agg`` and ``lambda`` setting
-columns (``include_original`` in its own); subsets as in ``winoground-scores`` (all, tags);
+columns (``variants_only`` in its own); subsets as in ``winoground-scores`` (all, tags);
 values in percent.
 """
 
@@ -26,40 +26,50 @@ from typing import Any
 
 import numpy as np
 
+from vlprobe.experiments.declare import Alias, Experiment, floats, names, option
 from vlprobe.experiments.metrics import winoground_outcomes
-from vlprobe.experiments.outputs import (
-    build_manifest,
-    check_run_slot,
-    config_record,
-    run_settings,
-    write_results,
-)
+from vlprobe.experiments.option_groups import CacheInput, ProgressOption, ResultsOptions
+from vlprobe.experiments.reports import wrote_line
 from vlprobe.experiments.units import units_of
 from vlprobe.progress import format_bytes, say
 from vlprobe.validation import InputError, check_choice, check_probability
 
 __all__ = [
-    "VariantScores", "VariantSimilarityConfig", "blend", "parse_lambdas", "run_variant_similarity", "variant_scores",
+    "EXPERIMENT", "VariantScores", "VariantSimilarityConfig", "blend", "run_variant_similarity",
+    "variant_scores",
 ]
 
-NAME = "variant-similarity"
-# 2: wwh=Easier/Harder from the 172 untagged ids; the paper code's split as *-WWH-code.
-# 3: agg and lambda in setting columns (were packed into the probe column).
-VERSION = 3
 AGGS = ("mean", "max")
 
 
-@dataclass(frozen=True)
-class VariantSimilarityConfig:
+def _check_lambdas(values: tuple[float, ...], param: str) -> tuple[float, ...]:
+    if not values:
+        raise InputError(f"{param}: give at least one value")
+    return tuple(check_probability(lam, param, meaning=" (each lambda)") for lam in values)
+
+
+def _check_aggs(values: tuple[str, ...], param: str) -> tuple[str, ...]:
+    if not values:
+        raise InputError(f"{param}: give at least one of {', '.join(AGGS)}")
+    return values
+
+
+@dataclass(frozen=True, kw_only=True)
+class VariantSimilarityConfig(CacheInput, ProgressOption, ResultsOptions):
     """One cache in, one CSV out."""
 
-    cache: Path
-    out: Path
-    aggs: tuple[str, ...] = AGGS
-    lambdas: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
-    include_original: bool = True
-    model: str | None = None
-    progress: bool = True
+    cache: Path = CacheInput.redeclare("cache", help="A vlprobe Winoground cache extracted with --variants.")
+    aggs: tuple[str, ...] = option(
+        AGGS, parse=names, choices=AGGS, check=_check_aggs, metavar="A,B", aliases=("--agg",),
+        help="Aggregations over a caption's variants.",
+    )
+    lambdas: tuple[float, ...] = option(
+        (0.0, 0.25, 0.5, 0.75, 1.0), parse=floats, check=_check_lambdas, metavar="L,L", help="Blend weights in [0, 1].",
+    )
+    variants_only: bool = option(
+        False, aliases=(Alias("--no-original", True),),
+        help="Aggregate over the caption's variants only (the paper's code includes the caption).",
+    )
 
 
 @dataclass(frozen=True)
@@ -152,65 +162,59 @@ def blend(vs: VariantScores, agg: str, lam: float, include_original: bool = True
     return (1.0 - float(lam)) * vs.original + float(lam) * a
 
 
-def parse_lambdas(values: Any) -> tuple[float, ...]:
-    """``"0,.5,1"`` or a sequence of numbers -> a tuple of floats, each checked to lie in [0, 1]."""
-    if isinstance(values, str):
-        values = [v for v in values.split(",") if v.strip()]
-    try:
-        out = tuple(float(v) for v in values)
-    except (TypeError, ValueError):
-        raise InputError(f"lambdas must be numbers in [0, 1], got {values!r}") from None
-    if not out:
-        raise InputError("lambdas: give at least one value")
-    return tuple(check_probability(lam, "lambdas", meaning=" (each lambda)") for lam in out)
-
-
 def run_variant_similarity(config: VariantSimilarityConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
     """Compute the λ x agg grid and write the CSV and manifest."""
     from vlprobe.experiments.winoground_scores import _winoground_id, subset_masks
     from vlprobe.extract.cache.reader import ActivationCache
 
-    aggs = tuple(config.aggs)
-    bad = [a for a in aggs if a not in AGGS]
-    if not aggs or bad:
-        raise InputError(f"aggs must be some of {', '.join(AGGS)}, got {list(aggs)!r}")
-    lambdas = parse_lambdas(config.lambdas)
+    aggs, lambdas = config.aggs, config.lambdas
     with ActivationCache(config.cache) as cache:
         if cache.header.dataset != "winoground":
             raise InputError(f"cache: {Path(config.cache).name} holds dataset {cache.header.dataset!r}, not winoground")
         matrix, done = cache.scores()
         items, images, texts = cache.table("items"), cache.table("images"), cache.table("texts")
-        model = config.model or cache.header.model
+        model = config.name or cache.header.model
         provenance = cache.provenance()
-    cfg = {**config_record(config), "lambdas": list(lambdas), "aggs": list(aggs)}
-    settings = run_settings(config, swept=("aggs", "lambdas"), row_columns=("agg", "lambda"),
-                            values={"aggs": list(aggs), "lambdas": list(lambdas)})
-    check_run_slot(config.out, NAME, model, cfg, settings=settings)
+    EXPERIMENT.claim(config, model)
     vs = variant_scores(matrix, done, list(items["id"]), list(images["id"]), list(texts["id"]), texts["parent"])
     if not vs.n_variants.any():
         raise InputError(f"cache: {Path(config.cache).name} holds no caption variants (extract with --variants FILE)")
     tags = [json.loads(str(t)) for t in items["tags"]]
     ids = [_winoground_id(str(i)) for i in items["id"]]
     masks = subset_masks(ids, tags)
-    say(config.progress, f"{NAME}: {len(aggs)} aggregation(s) x {len(lambdas)} lambda(s) over {len(ids)} items "
+    say(config.progress, f"{EXPERIMENT.name}: {len(aggs)} aggregation(s) x {len(lambdas)} lambda(s) over {len(ids)} items "
                          f"(up to {vs.variants.shape[-1]} variants per caption); about "
                          f"{format_bytes(2 * vs.variants.nbytes)}")
     rows: list[dict[str, Any]] = []
     for agg in aggs:
         for lam in lambdas:
-            outcomes = winoground_outcomes(blend(vs, agg, lam, config.include_original))
+            outcomes = winoground_outcomes(blend(vs, agg, lam, not config.variants_only))
             for subset, mask in masks.items():
                 n = int(mask.sum())
                 for metric in ("text", "image", "group"):
                     rows.append({
-                        "experiment": NAME, "model": model, "agg": agg, "lambda": lam,
+                        "experiment": EXPERIMENT.name, "model": model, "agg": agg, "lambda": lam,
                         "task": "target", "split": "all", "subset": subset, "metric": metric,
                         "value": float(100.0 * outcomes[metric][mask].mean()) if n else float("nan"), "n": n,
                     })
-    manifest = build_manifest(NAME, VERSION, cfg, {"cache": provenance}, extra={
+    manifest = EXPERIMENT.manifest(config, {"cache": provenance}, extra={
         "units": units_of(rows), "model": model, "n_items": len(ids),
         "variants_per_caption": {"min": int(vs.n_variants.min()), "max": int(vs.n_variants.max()),
                                  "mean": float(vs.n_variants.mean())},
     })
-    csv_path, manifest_path = write_results(config.out, NAME, model, rows, manifest, settings=settings)
+    csv_path, manifest_path = EXPERIMENT.write(config, model, rows, manifest)
     return csv_path, manifest_path, rows
+
+
+def report(config: VariantSimilarityConfig, result: tuple[Path, Path, list[dict[str, Any]]]) -> list[str]:
+    """Text, image and group scores over every item per setting, then the files written."""
+    csv_path, _, rows = result
+    lines = [f"{r['model']:<12} {'agg=' + r['agg'] + ' lambda=' + format(r['lambda'], 'g'):<22} {r['metric']:<6} "
+             f"{r['value']:7.2f}  (n={r['n']})" for r in rows if r["subset"] == "all"]
+    return [*lines, wrote_line(csv_path)]
+
+
+# Version 2: wwh=Easier/Harder from the 172 untagged ids; the paper code's split as *-WWH-code.
+# 3: agg and lambda in setting columns (were packed into the probe column).
+EXPERIMENT = Experiment("variant-similarity", 3, VariantSimilarityConfig, run_variant_similarity, report,
+                        swept=("aggs", "lambdas"), row_columns=("agg", "lambda"))

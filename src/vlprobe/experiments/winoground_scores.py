@@ -38,20 +38,16 @@ import numpy as np
 
 from vlprobe.data.source_files import iter_json_lines
 from vlprobe.data.tags import WWH_CODE_NONE_EXCLUDED, WWH_TAGS
+from vlprobe.experiments.declare import Experiment, option
 from vlprobe.experiments.metrics import (
     MATCHING_UNDEFINED,
     bootstrap_indices,
     ci95_rows,
     winoground_outcomes,
 )
-from vlprobe.experiments.outputs import (
-    build_manifest,
-    check_run_slot,
-    config_record,
-    result_stem,
-    run_settings,
-    write_results,
-)
+from vlprobe.experiments.option_groups import BootstrapOptions, ProgressOption, ResultsOptions
+from vlprobe.experiments.outputs import result_stem
+from vlprobe.experiments.reports import metric_lines
 from vlprobe.experiments.score_files import (
     is_item_scores_file,
     read_item_scores,
@@ -66,6 +62,7 @@ from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError
 
 __all__ = [
+    "EXPERIMENT",
     "WinogroundScoresConfig",
     "item_scores_from_cache",
     "read_model_scores",
@@ -74,43 +71,46 @@ __all__ = [
     "subset_masks",
 ]
 
-NAME = "winoground-scores"
-# 2: matching defined for non-negative scores, NaN rows (not left out) when undefined;
-#    wwh=Easier/Harder from the 172 untagged ids, the paper code's split as *-WWH-code
-VERSION = 2
 METRICS = ("text", "image", "group", "matching")
 _LABEL = re.compile(r"^(\d+)_c([01])_i([01])$")
 
 
-@dataclass(frozen=True)
-class WinogroundScoresConfig:
-    """Inputs and output of one run; give ``cache`` or ``scores_file``.
+@dataclass(frozen=True, kw_only=True)
+class WinogroundScoresConfig(BootstrapOptions, ProgressOption, ResultsOptions):
+    """Inputs and output of one run; give ``cache`` or ``scores``.
 
-    ``tags`` (a tag file) gives the "Why is Winoground Hard?" tags: for a scores file, or in place
-    of the ones a cache carries. ``data_dir`` (a Winoground copy) gives all tags of a scores file.
+    ``tags`` (a tag file) gives the "Why is Winoground Hard?" tags: for a score file, or in place
+    of the ones a cache carries. ``data_dir`` (a Winoground copy) gives all tags of a score file.
     """
 
-    out: Path
-    cache: Path | None = None
-    scores_file: Path | None = None
-    model: str | None = None
-    data_dir: Path | None = None
-    tags: Path | None = None
-    bootstrap: int = 1000
-    seed: int = 0
-    progress: bool = True
+    cache: Path | None = option(None, role="input", help="A vlprobe cache of Winoground.")
+    scores: Path | None = option(
+        None, role="input", aliases=("--scores-file",),
+        help="A score file instead of a cache: official model_scores JSONL ({label: <id>_c<k>_i<j>, score}), "
+             "a vlprobe per-item score file, or a 2N x 2N caption x image .npy/.npz matrix.",
+    )
+    data_dir: Path | None = option(None, role="input", help="Winoground copy, for the tags of a score file.")
+    tags: Path | None = option(
+        None, role="input", help="'Why is Winoground Hard?' tag file (overrides a cache's).",
+    )
+
+    def check(self) -> None:
+        if (self.cache is None) == (self.scores is None):
+            raise InputError("give exactly one of cache (a vlprobe cache) or scores (a score file)")
+        if self.cache is not None and self.data_dir is not None:
+            raise InputError("data_dir applies to scores only: a cache carries its dataset's tags")
 
 
 def read_winoground_scores(path: str | os.PathLike[str]) -> tuple[list[int], np.ndarray]:
     """Winoground (N, 2, 2) scores from any supported score file (see the module docstring)."""
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"scores_file: no such file {str(p)!r}")
+        raise FileNotFoundError(f"scores: no such file {str(p)!r}")
     if p.suffix.lower() in (".npy", ".npz"):
-        s = winoground_from_matrix(read_score_matrix(p, param="scores_file"), param="scores_file")
+        s = winoground_from_matrix(read_score_matrix(p, param="scores"), param="scores")
         return list(range(len(s))), s
     if is_item_scores_file(p):
-        return winoground_from_item_scores(read_item_scores(p, param="scores_file"), param="scores_file")
+        return winoground_from_item_scores(read_item_scores(p, param="scores"), param="scores")
     return read_model_scores(p)
 
 
@@ -165,29 +165,29 @@ def read_model_scores(path: str | os.PathLike[str]) -> tuple[list[int], np.ndarr
     """
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"scores_file: no such file {str(p)!r}")
+        raise FileNotFoundError(f"scores: no such file {str(p)!r}")
     found: dict[int, dict[tuple[int, int], float]] = {}
-    for _, where, obj in iter_json_lines(p, "scores_file"):
+    for _, where, obj in iter_json_lines(p, "scores"):
         try:
             label, score = obj["label"], obj["score"]
         except (KeyError, TypeError):
-            raise InputError(f'scores_file: {where} is not {{"label": "<id>_c<k>_i<j>", "score": x}}') from None
+            raise InputError(f'scores: {where} is not {{"label": "<id>_c<k>_i<j>", "score": x}}') from None
         if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
-            raise InputError(f"scores_file: {where} has score {score!r}, expected a finite number")
+            raise InputError(f"scores: {where} has score {score!r}, expected a finite number")
         m = _LABEL.match(str(label))
         if not m:
-            raise InputError(f"scores_file: {where} has label {label!r}, expected <id>_c<k>_i<j>")
+            raise InputError(f"scores: {where} has label {label!r}, expected <id>_c<k>_i<j>")
         wid, k, j = (int(g) for g in m.groups())
         pair = found.setdefault(wid, {})
         if (k, j) in pair:
-            raise InputError(f"scores_file: {where} repeats label {label!r}")
+            raise InputError(f"scores: {where} repeats label {label!r}")
         pair[(k, j)] = float(score)
     if not found:
-        raise InputError(f"scores_file: {p.name} holds no scores")
+        raise InputError(f"scores: {p.name} holds no scores")
     ids = sorted(found)
     for wid in ids:
         if len(found[wid]) != 4:
-            raise InputError(f"scores_file: {p.name} has {len(found[wid])} of 4 scores for id {wid}")
+            raise InputError(f"scores: {p.name} has {len(found[wid])} of 4 scores for id {wid}")
     s = np.array([[[found[w][(k, j)] for j in (0, 1)] for k in (0, 1)] for w in ids])
     return ids, s
 
@@ -236,7 +236,7 @@ def _tags_for(ids: list[int], config: WinogroundScoresConfig) -> tuple[list[dict
         by_id = {it.meta["winoground_id"]: it for it in ds.items}
         missing = [w for w in ids if w not in by_id]
         if missing:
-            raise InputError(f"scores_file: ids {missing[:5]} are not in the dataset at {config.data_dir}")
+            raise InputError(f"scores: ids {missing[:5]} are not in the dataset at {config.data_dir}")
         tags = [{k: list(v) for k, v in by_id[w].tags.items()} for w in ids]
         return tags, {"dataset_fingerprint": ds.fingerprint, **ds.extra_fingerprints}
     if config.tags is not None:
@@ -259,32 +259,26 @@ def run_winoground_scores(config: WinogroundScoresConfig) -> tuple[Path, Path, l
     rows : list of dict
         The tidy rows written.
     """
-    if (config.cache is None) == (config.scores_file is None):
-        raise InputError("give exactly one of cache (a vlprobe cache) or scores_file (model_scores JSONL)")
     if config.cache is not None:
-        if config.data_dir is not None:
-            raise InputError("data_dir applies to scores_file only: a cache carries its dataset's tags")
         model, ids, s, tags, prov = item_scores_from_cache(config.cache)
         if config.tags is not None:  # replace the "Why is Winoground Hard?" tags the cache carries
             wwh, tag_prov = _tags_for(ids, replace(config, data_dir=None))
             tags = [{**t, **w} for t, w in zip(tags, wwh, strict=True)]
             prov = {**prov, "tags_override": tag_prov}
         inputs = {"cache": prov}
-    else:
-        ids, s = read_winoground_scores(config.scores_file)  # type: ignore[arg-type]
-        model = config.model or Path(config.scores_file).stem  # type: ignore[arg-type]
+    elif config.scores is not None:  # WinogroundScoresConfig.check: exactly one of the two
+        ids, s = read_winoground_scores(config.scores)
+        model = config.scores.stem
         tags, tag_prov = _tags_for(ids, config)
-        inputs = {"scores_file": {"path": str(config.scores_file), "sha256": sha256_file(config.scores_file)},  # type: ignore[arg-type]
+        inputs = {"scores": {"path": str(config.scores), "sha256": sha256_file(config.scores)},
                   **({"tags": tag_prov} if tag_prov else {})}
-    if config.model is not None:
-        model = config.model
-    cfg = config_record(config)
-    settings = run_settings(config, rename={"seed": "bootstrap_seed"})
-    run = check_run_slot(config.out, NAME, model, cfg, settings=settings)
+    if config.name is not None:
+        model = config.name
+    run = EXPERIMENT.claim(config, model)
     outcomes = winoground_outcomes(s)
     undefined = {m: MATCHING_UNDEFINED for m in METRICS if m not in outcomes}
     masks = subset_masks(ids, tags)
-    say(config.progress, f"{NAME}: text, image and group scores of {len(ids)} items in {len(masks)} subsets, "
+    say(config.progress, f"{EXPERIMENT.name}: text, image and group scores of {len(ids)} items in {len(masks)} subsets, "
                          f"{config.bootstrap} bootstrap resamples; about {format_bytes(8 * config.bootstrap * len(ids))}")
     rows: list[dict[str, Any]] = []
     for subset, mask in masks.items():
@@ -293,24 +287,25 @@ def run_winoground_scores(config: WinogroundScoresConfig) -> tuple[Path, Path, l
             hit = outcomes.get(metric)
             value = float(100.0 * hit[mask].mean()) if n and hit is not None else float("nan")
             rows.append({
-                "experiment": NAME, "model": model, "task": "target", "split": "all",
+                "experiment": EXPERIMENT.name, "model": model, "task": "target", "split": "all",
                 "subset": subset, "metric": metric, "value": value, "n": n,
             })
-    idx = bootstrap_indices(len(ids), config.bootstrap, config.seed)
-    base = {"experiment": NAME, "model": model, "task": "target", "split": "all", "subset": "all", "n": len(ids)}
+    idx = bootstrap_indices(len(ids), config.bootstrap, config.bootstrap_seed)
+    base = {"experiment": EXPERIMENT.name, "model": model, "task": "target", "split": "all", "subset": "all",
+            "n": len(ids)}
     for metric in METRICS:
         hit = outcomes.get(metric)
         boot = 100.0 * hit[idx].mean(axis=1) if hit is not None else np.full(len(idx), np.nan)
-        rows += ci95_rows(base, metric, boot, config.seed)
-    manifest = build_manifest(
-        NAME, VERSION, cfg, inputs, seeds=[config.seed],
+        rows += ci95_rows(base, metric, boot, config.bootstrap_seed)
+    manifest = EXPERIMENT.manifest(
+        config, inputs, seeds=[config.bootstrap_seed],
         extra={"units": units_of(rows), "n_items": len(ids), "model": model,
                "undefined_metrics": undefined,
-               "bootstrap": {"resamples": config.bootstrap, "seed": config.seed, "level": 0.95,
+               "bootstrap": {"resamples": config.bootstrap, "seed": config.bootstrap_seed, "level": 0.95,
                              "kind": "percentile, items resampled with replacement, paired across metrics"},
                "item_scores": f"{result_stem(run)}.scores.jsonl"},
     )
-    csv_path, manifest_path = write_results(config.out, NAME, model, rows, manifest, settings=settings)
+    csv_path, manifest_path = EXPERIMENT.write(config, model, rows, manifest)
     _write_winoground_item_scores(csv_path.with_suffix(".scores.jsonl"), ids, s)
     return csv_path, manifest_path, rows
 
@@ -326,3 +321,14 @@ def _write_winoground_item_scores(path: Path, ids: list[int], s: np.ndarray) -> 
                 values.append(float(s[n, k, j]))
     write_item_scores(path, items, images, texts, values)
 
+
+
+def report(config: WinogroundScoresConfig, result: tuple[Path, Path, list[dict[str, Any]]]) -> list[str]:
+    """The overall scores with intervals, then the files written."""
+    csv_path, _, rows = result
+    return metric_lines(rows, ("all",), csv_path)
+
+
+# Version 2: matching defined for non-negative scores, NaN rows (not left out) when undefined;
+# wwh=Easier/Harder from the 172 untagged ids, the paper code's split as *-WWH-code.
+EXPERIMENT = Experiment("winoground-scores", 2, WinogroundScoresConfig, run_winoground_scores, report)

@@ -92,7 +92,7 @@ class ExtractConfig:
     layers: str = "all"
     poolings: tuple[str, ...] = ("cls", "mean", "max")
     batch_size: int = 32
-    device: str = "cpu"
+    device: str = "auto"
     dtype: str = "float32"
     shard: str = "0/1"
     pair_plan: str = "item"
@@ -197,7 +197,7 @@ def extract(config: ExtractConfig) -> ExtractResult:
     t0 = time.perf_counter()
     _validate(config)
     CacheWriter.check_out(config.out)  # before the model loads
-    poolings = parse_poolings(config.poolings, param="pooling")
+    poolings = parse_poolings(config.poolings, param="poolings")
     k, n_shards = parse_shard(config.shard)
     adapter_cls = MODELS.get(config.model)
     if not (isinstance(adapter_cls, type) and issubclass(adapter_cls, Adapter)):

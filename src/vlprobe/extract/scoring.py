@@ -105,7 +105,7 @@ def _image_input(cls: Any) -> str:
 
 
 #: Load options with a flag of their own; any other goes through ``--model-option NAME=VALUE``.
-_LOAD_FLAGS = {"model_config": "--uniter-config", "tokenizer": "--tokenizer", "acceptable_label": "--acceptable-label"}
+_LOAD_FLAGS = {"model_config": "--model-config", "tokenizer": "--tokenizer", "acceptable_label": "--acceptable-label"}
 
 
 def _flag(option: str) -> str:
@@ -524,6 +524,13 @@ class PairScorer:
     regions_fingerprint: str = ""
     input_fingerprints: dict[str, str] = field(default_factory=dict)
     model_options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def device(self) -> str:
+        """The device the model runs on, as outputs record it (``cpu`` for a model without weights)."""
+        from vlprobe.devices import device_name
+
+        return device_name(getattr(self.impl, "device", None))
 
     def score(self, images: Sequence[ImageRef], texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
         """Scores of the pairs (images[p], texts[p]), float64 of shape (P,); see :meth:`score_with_logits`."""

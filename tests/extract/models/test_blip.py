@@ -137,7 +137,7 @@ def test_cli_extract_then_winoground_scores_and_recall(
     layers = ["--layers", "text=all;image=all;pair=0,-1"]
     res = runner.invoke(app, [*base, "--out", str(item), *layers])
     assert res.exit_code == 0, res.output
-    res = runner.invoke(app, [*base, "--out", str(full), "--pairs", "all", "--layers", "text=-1;image=-1"])
+    res = runner.invoke(app, [*base, "--out", str(full), "--pair-plan", "all", "--layers", "text=-1;image=-1"])
     assert res.exit_code == 0, res.output
     want = forward_matrix(adapter, synthetic_dir)
     with ActivationCache(full) as c:

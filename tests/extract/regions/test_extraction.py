@@ -529,7 +529,7 @@ def test_cross_encoders_read_the_result(
     checkpoint = tiny_lxmert if model == "lxmert" else tiny_uniter / "uniter.pt"
     out = tmp_path / f"{model}.h5"
     r = cli("extract", "--model", model, "--checkpoint", checkpoint, "--regions", reference, "--dataset", "winoground",
-            "--data-dir", data_dir, "--pairs", "item", "--device", "cpu", "--out", out, "--quiet")
+            "--data-dir", data_dir, "--pair-plan", "item", "--device", "cpu", "--out", out, "--quiet")
     assert r.exit_code == 0, r.output
     with RegionStore(reference) as store:
         fingerprint = store.fingerprint

@@ -133,7 +133,7 @@ def test_config_and_tokenizer_defaults_and_errors(tiny_uniter: Path, tmp_path: P
     lone = tmp_path / "lone"
     lone.mkdir()
     shutil.copy(tiny_uniter / "uniter.pt", lone / "uniter-base.pt")
-    with pytest.raises(ValueError, match=r"uniter_config: UNITER needs its config JSON.*--uniter-config"):
+    with pytest.raises(ValueError, match=r"model_config: UNITER needs its config JSON.*--model-config"):
         UniterAdapter.load(str(lone / "uniter-base.pt"))
     shutil.copy(tiny_uniter / "uniter.json", lone / "uniter-base.json")  # found by its stem
     with pytest.raises(ValueError, match=r"tokenizer: 'bert-base-cased' is not in the local hub cache.*--tokenizer DIR"):
@@ -142,7 +142,7 @@ def test_config_and_tokenizer_defaults_and_errors(tiny_uniter: Path, tmp_path: P
     assert a.input_fingerprints()["config"].startswith("sha256:")
     with pytest.raises(ValueError, match="is not a file"):
         UniterAdapter.load(str(tiny_uniter))
-    with pytest.raises(ValueError, match=r"uniter_config: 'nope.json' is not a file"):
+    with pytest.raises(ValueError, match=r"model_config: 'nope.json' is not a file"):
         UniterAdapter.load(str(tiny_uniter / "uniter.pt"), model_config="nope.json")
     from transformers import BertTokenizer
 

@@ -1,6 +1,6 @@
 """UNITER (Chen et al. 2020) as a vlprobe cross-encoder, on :class:`vlprobe.extract.models.uniter.model.UniterModel`.
 
-Inputs: ``--checkpoint uniter-base.pt`` (the official state dict), ``--uniter-config
+Inputs: ``--checkpoint uniter-base.pt`` (the official state dict), ``--model-config
 uniter-base.json`` (default: a JSON of the same stem beside the checkpoint, e.g.
 ``uniter-base.json``, or ``uniter.json``), ``--tokenizer ID_OR_DIR`` (default: a ``tokenizer/``
 folder beside the checkpoint if present, else ``bert-base-cased``, UNITER's tokenizer: cased,
@@ -143,7 +143,7 @@ class UniterAdapter(CrossEncoder):
         try:
             config = UniterConfig.from_json(config_path)
         except ValueError as exc:
-            raise InputError(f"uniter_config: {str(exc).removeprefix('config: ')}") from None
+            raise InputError(f"model_config: {str(exc).removeprefix('config: ')}") from None
         tok_spec, tok_default = _tokenizer_spec(ckpt_path, tokenizer)
         try:
             tok = resolve_checkpoint(tok_spec, param="tokenizer", allow_patterns=_TOKENIZER_ALLOW)
@@ -304,14 +304,14 @@ def _config_path(checkpoint: Path, given: str | os.PathLike[str] | None) -> Path
     if given is not None:
         p = Path(given).expanduser()
         if not p.is_file():
-            raise InputError(f"uniter_config: {str(given)!r} is not a file (expected the UNITER config JSON)")
+            raise InputError(f"model_config: {str(given)!r} is not a file (expected the UNITER config JSON)")
         return p
     for candidate in (checkpoint.with_suffix(".json"), checkpoint.parent / "uniter.json"):
         if candidate.is_file():
             return candidate
     raise InputError(
-        f"uniter_config: UNITER needs its config JSON; none beside {checkpoint.name} "
-        f"({checkpoint.with_suffix('.json').name} or uniter.json): pass --uniter-config uniter-base.json"
+        f"model_config: UNITER needs its config JSON; none beside {checkpoint.name} "
+        f"({checkpoint.with_suffix('.json').name} or uniter.json): pass --model-config uniter-base.json"
     )
 
 

@@ -1,0 +1,231 @@
+"""Commands generated from experiment declarations (``probe run NAME`` and its aliases).
+
+Each experiment's options are declared once, on its config dataclass
+(:mod:`vlprobe.experiments.declare`); :func:`command_function` turns the declaration into a
+function whose signature typer reads (one ``Annotated`` parameter per option: the field's flag,
+type, default, help, choices and group), so the command line, the library and the manifest
+cannot drift apart.
+
+A :class:`DeclaredCommand` is listed by name and the registry's one-line help, and builds itself
+from the declaration only when it runs or shows its own help, so ``probe --help``, ``probe run
+--help`` and ``probe ls`` import no experiment (and no numpy, torch or h5py).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal
+
+import typer
+from typer.core import TyperCommand, TyperGroup
+
+__all__ = ["DeclaredCommand", "DeclaredGroup", "build_command", "command_function", "declared_group"]
+
+#: Wraps a command function (the app's error handling); declared here as a type only, so that
+#: this module needs nothing of the app that uses it.
+Wrap = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def _unwrapped(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return fn
+
+
+class DeclaredCommand(TyperCommand):
+    """A command made from a registered experiment's declaration when first used.
+
+    Parameters
+    ----------
+    name : str
+        The command's name (``separability``; ``refine`` at the top level).
+    experiment : str
+        The registered experiment.
+    wrap : callable
+        Applied to the generated command function (the app's error handling).
+    """
+
+    def __init__(self, name: str, experiment: str, wrap: Wrap = _unwrapped, **kwargs: Any) -> None:
+        from vlprobe.registry import EXPERIMENTS
+
+        self.experiment = experiment
+        self._wrap = wrap
+        self._built: Any = None
+        super().__init__(name, help=EXPERIMENTS.describe(experiment), **kwargs)
+
+    def _build(self) -> Any:
+        if self._built is None:
+            self._built = build_command(self.name or self.experiment, self.experiment, self._wrap)
+        return self._built
+
+    # click reads these when the command runs or shows its help; listing a group reads only the help.
+    @property
+    def params(self) -> list[Any]:
+        return self._build().params
+
+    @params.setter
+    def params(self, value: list[Any]) -> None:
+        if value:
+            raise TypeError("a declared command's options come from its declaration")
+
+    @property
+    def callback(self) -> Callable[..., Any] | None:
+        return self._build().callback
+
+    @callback.setter
+    def callback(self, value: Callable[..., Any] | None) -> None:
+        if value is not None:
+            raise TypeError("a declared command's callback comes from its declaration")
+
+
+class DeclaredGroup(TyperGroup):
+    """A typer command group that also holds :class:`DeclaredCommand` entries.
+
+    ``declared`` maps command names to experiment names; None means every registered
+    experiment under its own name (``probe run``). :meth:`wrap` is applied to each generated
+    command function.
+    """
+
+    declared: ClassVar[Mapping[str, str] | None] = {}
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        for command, experiment in self.declared_commands().items():
+            self.add_command(DeclaredCommand(command, experiment, self.wrap, rich_markup_mode=self.rich_markup_mode))
+        # Commands before groups, as ``--help`` lists them.
+        self.commands = dict(sorted(self.commands.items(), key=lambda kv: isinstance(kv[1], TyperGroup)))
+
+    @staticmethod
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        """The app's error handling around a generated command (none here)."""
+        return fn
+
+    @classmethod
+    def declared_commands(cls) -> dict[str, str]:
+        if cls.declared is None:
+            from vlprobe.registry import EXPERIMENTS
+
+            return {name: name for name in EXPERIMENTS.names()}
+        return dict(cls.declared)
+
+
+def declared_group(commands: Mapping[str, str] | None, wrap: Wrap = _unwrapped) -> type[DeclaredGroup]:
+    """A :class:`DeclaredGroup` class holding ``commands`` (None: every experiment), each wrapped in ``wrap``."""
+    return type("DeclaredGroup", (DeclaredGroup,), {"declared": commands, "wrap": staticmethod(wrap)})
+
+
+def build_command(name: str, experiment: str, wrap: Wrap = _unwrapped) -> Any:
+    """The click command of a registered experiment (typer builds it from :func:`command_function`)."""
+    from vlprobe.experiments.declare import Experiment
+    from vlprobe.registry import EXPERIMENTS
+
+    exp = EXPERIMENTS.get(experiment)
+    if not isinstance(exp, Experiment) or exp.name != experiment:
+        raise TypeError(f"registry entry {experiment!r} is not the Experiment declared under that name: {exp!r}")
+    app = typer.Typer(pretty_exceptions_enable=False, add_completion=False)
+    app.command(name, help=EXPERIMENTS.describe(experiment))(command_function(exp, wrap))
+    return typer.main.get_command(app)
+
+
+def command_function(exp: Any, wrap: Wrap = _unwrapped) -> Callable[..., None]:
+    """A typer command function for an :class:`~vlprobe.experiments.declare.Experiment`.
+
+    Its keyword parameters are the declared options; it builds the config (the preset first,
+    then the options given), runs the experiment and prints the report. ``wrap`` goes around it
+    (the app's error handling).
+    """
+    from vlprobe.cli.aliases import (
+        CONTEXT_PARAM,
+        Renamed,
+        context_parameter,
+        given_params,
+        with_renamed,
+    )
+
+    options = exp.options()
+    params = [context_parameter()] + [
+        inspect.Parameter(
+            o.name, inspect.Parameter.KEYWORD_ONLY, annotation=_annotation(o, exp.name),
+            default=inspect.Parameter.empty if o.required else o.cli_default(),
+        )
+        for o in options
+    ]
+    names = tuple(exp.presets)
+    if names:
+        help_text = "Preset option values: " + "; ".join(
+            f"{p}: " + ", ".join(f"{k}={v}" for k, v in exp.presets[p].items()) for p in names
+        ) + ". Options given explicitly win."
+        params.append(inspect.Parameter(
+            "preset", inspect.Parameter.KEYWORD_ONLY, default=None,
+            annotation=Annotated[Literal[names] | None, typer.Option("--preset", help=help_text)],
+        ))
+        params += [
+            inspect.Parameter(
+                p, inspect.Parameter.KEYWORD_ONLY, default=False,
+                annotation=Annotated[bool, typer.Option(f"--{p}", help=f"Same as --preset {p}.")],
+            )
+            for p in names
+        ]
+
+    def command(**values: Any) -> None:
+        ctx = values.pop(CONTEXT_PARAM)
+        preset = _chosen_preset(values.pop("preset", None), [p for p in names if values.pop(p, False)])
+        given = given_params(ctx) & set(values)
+        config = exp.make_config({o.name: o.from_cli(values[o.name]) for o in options}, preset=preset, given=given)
+        result = exp.run(config)
+        if exp.report is not None:
+            for line in exp.report(config, result):
+                typer.echo(line)
+
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__annotations__ = {}
+    command.__name__ = exp.name.replace("-", "_")
+    command.vlprobe_experiment = exp  # type: ignore[attr-defined]
+    renamed = [Renamed(a.flag, o.name, a.value) for o in options for a in o.spec.aliases]
+    wrapped = wrap(with_renamed(command, renamed))
+    wrapped.vlprobe_experiment = exp  # type: ignore[attr-defined]
+    return wrapped
+
+
+def _chosen_preset(preset: str | None, flags: list[str]) -> str | None:
+    """The preset of ``--preset NAME`` or of its shorthand ``--NAME``; two different ones are refused."""
+    from vlprobe.validation import InputError
+
+    chosen = {*flags, *([preset] if preset is not None else [])}
+    if len(chosen) > 1:
+        raise InputError(f"preset: give one preset, got {', '.join(sorted(chosen))}")
+    return next(iter(chosen), None)
+
+
+def _annotation(opt: Any, experiment: str) -> Any:
+    """``Annotated[type, typer.Option(...)]`` of one declared option."""
+    spec, base = opt.spec, opt.base
+    flag = opt.flag
+    decls = [flag]
+    kind: Any
+    if base is bool:
+        kind = bool
+        if opt.default is True:
+            off = spec.off or (f"--no-{flag[2:]}",)
+            decls = [f"{flag}/{off[0]}", *(f" /{o}" for o in off[1:])]
+    elif spec.repeat:
+        kind = list[str] | None
+    elif spec.parse is not None:
+        kind = str
+    elif base in (int, float, str, Path):
+        kind = base
+    else:
+        raise TypeError(f"option {opt.name}: declare a parser for type {opt.hint!r}")
+    if (opt.optional or opt.default is None) and base is not bool and not spec.repeat:
+        kind = kind | None
+    help_text = spec.help.replace("{experiment}", experiment)
+    metavar = spec.metavar
+    if spec.choices is not None:
+        if base is str and spec.parse is None:  # one value: the choices are the metavar
+            metavar = metavar or "|".join(map(str, spec.choices))
+        else:
+            help_text += f" Any of: {', '.join(map(str, spec.choices))}."
+    # Help is rich markup: "[ids]" would be read as a style tag and vanish.
+    help_text = help_text.replace("[", "\\[")
+    info = typer.Option(*decls, help=help_text, metavar=metavar, rich_help_panel=opt.panel or None)
+    return Annotated[kind, info]
