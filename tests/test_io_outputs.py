@@ -21,6 +21,7 @@ from vlprobe.io import (
     atomic_dir,
     atomic_write,
     check_replaceable,
+    claim_folder,
     is_disk_full,
     no_space_error,
     output_lock,
@@ -211,3 +212,29 @@ def test_a_full_disk_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> Non
     assert info.value.errno == errno.ENOSPC and info.value.filename == str(target)
     assert target.read_text() == "old\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == [OUTPUTS_LIST, "a.csv"]
+
+
+def test_claim_folder_takes_new_empty_or_its_own_folders_only(tmp_path: Path) -> None:
+    new = claim_folder(tmp_path / "a" / "tb", kind="testbed")
+    assert new.is_dir() and json.loads((tmp_path / "a" / OUTPUTS_LIST).read_text())["files"]["tb"] == {
+        "kind": "testbed", "folder": True}
+    (new / "results").mkdir()
+    assert claim_folder(new, kind="testbed") == new  # its own, not empty: taken again
+    with pytest.raises(InputError, match="folder vlprobe did not write and is not empty"):
+        claim_folder(new, kind="other")  # another writer's folder
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert claim_folder(empty, kind="testbed") == empty
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine\n")
+    with pytest.raises(InputError, match="refusing to write into it"):
+        claim_folder(mine, kind="testbed")
+    assert claim_folder(mine, kind="testbed", recognise=lambda p: (p / "notes.txt").is_file()) == mine
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(InputError, match="is not a folder"):
+        claim_folder(tmp_path / "file", kind="testbed")
+    with pytest.raises(InputError, match="is a file, not a folder"):
+        claim_folder(tmp_path / "file" / "tb", kind="testbed")
+    assert (mine / "notes.txt").read_text() == "mine\n" and (tmp_path / "file").read_text() == "x"
+

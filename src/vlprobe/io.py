@@ -73,6 +73,7 @@ _DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 # HDF5 reports a failed write inside its own message: "... errno = 28, error message = 'No space ...'"
 _HDF5_ERRNO = re.compile(r"errno = (\d+)")
 _HDF5_FILE = re.compile(r"filename = '([^']*)'")
+_RUST_ERRNO = re.compile(r"os error (\d+)")
 # errno values of file systems without flock (some network mounts): the write goes ahead unlocked.
 _NO_LOCKING = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL})
 
@@ -138,9 +139,12 @@ def _remove(path: Path) -> None:
 
 def is_disk_full(exc: BaseException) -> bool:
     """Whether ``exc`` is a full disk or an exceeded quota, also as h5py raises it (an OSError,
-    RuntimeError or ValueError whose HDF5 message says ``errno = 28``)."""
+    RuntimeError or ValueError whose HDF5 message says ``errno = 28``) and as safetensors does
+    (``os error 28``)."""
     if isinstance(exc, OSError) and exc.errno in _DISK_FULL:
         return True
+    if type(exc).__name__ == "SafetensorError":  # safetensors' writer reports Rust's io::Error
+        return any(int(m) in _DISK_FULL for m in _RUST_ERRNO.findall(str(exc)))
     if type(exc) not in (OSError, RuntimeError, ValueError):
         return False
     return any(int(m) in _DISK_FULL for m in _HDF5_ERRNO.findall(str(exc)))

@@ -16,12 +16,14 @@ import difflib
 import math
 import numbers
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 __all__ = [
     "SEED_RANGE",
     "InputError",
     "check_choice",
+    "check_file",
     "check_float",
     "check_int",
     "check_positive_float",
@@ -155,3 +157,21 @@ def check_probability(value: Any, name: str, *, open_interval: bool = False, mea
     """``value`` as a float in [0, 1] (``open_interval``: in (0, 1), e.g. a split fraction)."""
     return check_float(value, name, low=0.0, high=1.0, low_open=open_interval, high_open=open_interval,
                        meaning=meaning)
+
+
+def check_file(path: Any, name: str, *, missing: type[Exception] = FileNotFoundError) -> Path:
+    """``path`` as a Path, checked to be an existing file (not a folder) before anything opens it.
+
+    Raises
+    ------
+    FileNotFoundError
+        (or ``missing``) Nothing is at ``path``.
+    InputError
+        ``path`` is a folder.
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{name}: {str(p)!r} is a folder; give a file")
+    if not p.is_file():
+        raise missing(f"{name}: no such file {str(p)!r}")
+    return p

@@ -61,8 +61,8 @@ def _run(*args: Any) -> Any:
     return CliRunner().invoke(app, [str(a) for a in args])
 
 
-def _sugarcrepe_scores(path: Path, seed: int) -> Path:
-    ids = [f"sugarcrepe/replace_att/{i}" for i in range(40)]
+def _sugarcrepe_scores(path: Path, seed: int, first: int = 0) -> Path:
+    ids = [f"sugarcrepe/replace_att/{i}" for i in range(first, first + 40)]
     rng = np.random.default_rng(seed)
     return write_item_scores(
         path, [i for i in ids for _ in (0, 1)], [f"{i}/i0" for i in ids for _ in (0, 1)],
@@ -412,6 +412,46 @@ SPECIFIC: list[Row] = [
         "setup", "wordnet", "--root", w / "nltk", "--from", _folder(w / "empty-dict")])),
     Row("fixtures model", "unknown model", _missing("'blip'", lambda k, w: [
         "fixtures", "model", "blip", "--out", w / "m"])),
+    # commands that only read
+    Row("cache info", "not a cache", _missing("notes.h5", lambda k, w: ["cache", "info", _text_file(w / "notes.h5")])),
+    Row("cache info", "a folder given for the cache", _missing("is a folder", lambda k, w: [
+        "cache", "info", _folder(w / "c.h5")])),
+    Row("regions info", "a cache given for a region file", _missing("not a vlprobe region file", lambda k, w: [
+        "regions", "info", k.cache])),
+    Row("data info", "folder without the benchmark's files", _missing("expected files", lambda k, w: [
+        "data", "info", "sugarcrepe", "--data-dir", _folder(w / "sc")])),
+    Row("ls", "unknown kind", _missing("nothing", lambda k, w: ["ls", "nothing"])),
+    # the results commands' own inputs
+    Row("compare", "b is not a result file", _missing("notes.csv", lambda k, w: [
+        "compare", k.scores_a, _text_file(w / "notes.csv"), "--out", w / "res"])),
+    Row("compare", "a folder given for a run", _missing("is a folder", lambda k, w: [
+        "compare", k.scores_a, _folder(w / "b.scores.jsonl"), "--out", w / "res"])),
+    Row("compare", "runs on different items", _missing("different items", lambda k, w: [
+        "compare", k.scores_a, _sugarcrepe_scores(w / "other.scores.jsonl", 2, first=20), "--out", w / "res"])),
+    Row("report", "folder without results", _missing("holds no vlprobe results", lambda k, w: [
+        "report", _folder(w / "empty"), "--out", w / "r.html"])),
+    Row("report", "unknown --format", _missing("'pdf'", lambda k, w: [
+        "report", k.results_csv.parent.parent, "--out", w / "r.html", "--format", "pdf"])),
+    Row("collect", "folder without results", _missing("holds no vlprobe results", lambda k, w: [
+        "collect", _folder(w / "empty"), "--out", w / "all.csv"])),
+    Row("plot", "unknown subset", _missing("'nope'", lambda k, w: [
+        "plot", k.results_csv, "--out", w / "p.png", "--subset", "nope"])),
+    Row("plot", "a folder given for the CSV", _missing("is a folder", lambda k, w: [
+        "plot", _folder(w / "x.csv"), "--out", w / "p.png"])),
+    Row("run winoground-scores", "a folder given for the cache", _missing("is a folder", lambda k, w: [
+        "run", "winoground-scores", "--cache", _folder(w / "c.h5"), "--out", w / "res"])),
+    # the testbed's commands
+    Row("fixtures train clip", "evaluation split as training data", _missing("evaluation split", lambda k, w: [
+        "fixtures", "train", "clip", "--data-dir", k.syn, "--out", w / "m", "--steps", 1, "--device", "cpu"])),
+    Row("fixtures train lxmert", "regions of other images", _missing("no features for image", lambda k, w: [
+        "fixtures", "train", "lxmert", "--data-dir", k.train, "--regions", k.regions, "--out", w / "m", "--steps", 1,
+        "--device", "cpu"])),
+    Row("fixtures testbed", "--jobs 0", _missing("jobs", lambda k, w: [
+        "fixtures", "testbed", "--out", w / "tb", "--jobs", 0])),
+    Row("fixtures regions --oracle", "not a synthetic dataset", _missing("not a synthetic dataset", lambda k, w: [
+        "fixtures", "regions", "--oracle", "--data-dir", _folder(w / "d"), "--out", w / "r.h5"])),
+    Row("fixtures regions --oracle", "--noise nan", _missing("noise", lambda k, w: [
+        "fixtures", "regions", "--oracle", "--data-dir", k.syn, "--out", w / "r.h5", "--noise", "nan"])),
 ]
 
 

@@ -142,12 +142,11 @@ def _kill_points(labels: list[str]) -> list[int]:
     return sorted({1, *renames, *(r + 1 for r in renames), *early, *final})
 
 
-def test_every_write_of_the_final_phase_is_a_kill_point_that_resumes_identical(
-    small: dict[str, Any], tmp_path: Path, assert_caches_equal: Callable[..., None],
-) -> None:
+def _kill_and_resume(points: list[int], small: dict[str, Any], tmp_path: Path,
+                     assert_caches_equal: Callable[..., None]) -> list[tuple[int, str]]:
+    """SIGKILL the run before each write call of ``points``, resume it, check the cache; returns
+    the points with their labels."""
     labels = small["labels"]
-    points = _kill_points(labels)
-    assert any(lab.startswith("rename") for lab in labels) and labels[-1] != labels[0]
     resumed = []
     for at in points:
         folder = tmp_path / f"kill-{at}"
@@ -160,9 +159,45 @@ def test_every_write_of_the_final_phase_is_a_kill_point_that_resumes_identical(
         _assert_identical(out, small["reference"], assert_caches_equal)
         assert _stray(folder, {"c.h5"}) == [], (at, labels[at - 1])  # no temporary or lock file left
         resumed.append((at, labels[at - 1]))
+    return resumed
+
+
+def test_every_write_of_the_final_phase_is_a_kill_point_that_resumes_identical(
+    small: dict[str, Any], tmp_path: Path, assert_caches_equal: Callable[..., None],
+) -> None:
+    labels = small["labels"]
+    assert any(lab.startswith("rename") for lab in labels) and labels[-1] != labels[0]
+    resumed = _kill_and_resume(_kill_points(labels), small, tmp_path, assert_caches_equal)
     final = _final_phase(labels)
     print(f"SIGKILL: {len(resumed)} kill points ({len(final)} in the final phase, every rename, "
           f"{len(labels)} writes in all), all resumed identical: {resumed}")
+
+
+def _every_kind_of_write(labels: list[str]) -> list[int]:
+    """Write calls (1-based) from the rename that puts the cache in place to the end at which the
+    pair (previous call, this call) occurs for the first time: every kind of write at every
+    position of a chunk's cycle (states, flush, done mask, flush) of each stream, the crossing
+    from one stream to the next, and the whole final phase."""
+    start = next(i for i, lab in enumerate(labels) if lab.startswith("rename"))
+    seen: set[tuple[str, str]] = set()
+    points = []
+    for i in range(start, len(labels)):
+        pair = (labels[i - 1], labels[i])
+        if pair not in seen:
+            seen.add(pair)
+            points.append(i + 1)
+    return points
+
+
+@pytest.mark.slow
+def test_a_kill_before_every_kind_of_write_call_resumes_identical(
+    small: dict[str, Any], tmp_path: Path, assert_caches_equal: Callable[..., None],
+) -> None:
+    labels = small["labels"]
+    points = sorted(set(_every_kind_of_write(labels)) - set(_kill_points(labels)))  # the rest the test above does
+    resumed = _kill_and_resume(points, small, tmp_path, assert_caches_equal)
+    print(f"SIGKILL: {len(resumed)} more kill points (every kind of write call after the rename), all resumed "
+          f"identical: {resumed}")
 
 
 # -- Ctrl-C -----------------------------------------------------------------------------------
@@ -253,25 +288,54 @@ DISK_FULL_RUNS: dict[str, Callable[[dict[str, Any], Path, Path], list[Any]]] = {
                                           "--out", disk / "r.h5"],
     "augment": lambda s, k, disk: ["augment", "--dataset", "winoground", "--data-dir", k / "data", "--strategies",
                                    "original", "--out", disk / "v.jsonl", "--quiet"],
+    "plot": lambda s, k, disk: ["plot", k / "res" / "winoground-scores" / "clip.csv", "--out", disk / "p.png"],
+    "report": lambda s, k, disk: ["report", k / "res", "--out", disk / "report.html"],
+    "collect": lambda s, k, disk: ["collect", k / "res", "--out", disk / "all.csv"],
+    "compare": lambda s, k, disk: ["compare", k / "a.scores.jsonl", k / "b.scores.jsonl", "--out", disk / "cmp",
+                                   "--bootstrap", 20],
+    "eval": lambda s, k, disk: ["eval", "sugarcrepe", "--scores", k / "a.scores.jsonl", "--out", disk / "res",
+                                "--bootstrap", 20],
+    "refine": lambda s, k, disk: ["refine", "--scores-a", k / "a.scores.jsonl", "--scores-b", k / "b.scores.jsonl",
+                                  "--transform-a", "sigmoid", "--transform-b", "sigmoid", "--out", disk / "keep.jsonl"],
+    "cache merge": lambda s, k, disk: ["cache", "merge", *sorted(k.glob("shard-*.h5")), "--out", disk / "m.h5"],
+    "regions export": lambda s, k, disk: ["regions", "export", k / "regions.h5", "--format", "butd-tsv",
+                                          "--out", disk / "r.tsv"],
+    "fixtures model": lambda s, k, disk: ["fixtures", "model", "clip", "--out", disk / "m"],
 }
 
 
 # free space left on the disk: none, and for the larger outputs some (the write fails part-way)
-DISK_FULL_CASES = [(c, 0) for c in DISK_FULL_RUNS] + [(c, 24) for c in ("extract", "score pass", "regions import")]
+DISK_FULL_CASES = [(c, 0) for c in DISK_FULL_RUNS] + [
+    (c, 24) for c in ("extract", "score pass", "regions import", "cache merge", "fixtures model")]
 
 
 @pytest.mark.parametrize(("command", "leave_kib"), DISK_FULL_CASES)
 def test_a_full_disk_is_one_line_leaves_nothing_half_written_and_resumes(
     command: str, leave_kib: int, small: dict[str, Any], tiny_clip: Path, tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     kit = tmp_path / "kit"
     kit.mkdir()
     (kit / "clip").symlink_to(tiny_clip)
     data = small["data"]
     (kit / "data").symlink_to(data)
-    if command == "regions import":
+    if command == "cache merge":
+        for shard in request.getfixturevalue("shard_files"):
+            (kit / shard.name).symlink_to(shard)
+    if command in ("regions import", "regions export"):
         assert CliRunner().invoke(app, ["fixtures", "regions", "--data-dir", str(data), "--out",
                                         str(kit / "regions.h5"), "--n-boxes", "4", "--dim", "64"]).exit_code == 0
+    if command in ("plot", "report", "collect"):
+        assert CliRunner().invoke(app, ["run", "winoground-scores", "--cache", str(small["reference"]), "--out",
+                                        str(kit / "res")]).exit_code == 0
+    if command in ("compare", "eval", "refine"):
+        from vlprobe.experiments.score_files import write_item_scores
+
+        ids = [f"sugarcrepe/replace_att/{i}" for i in range(30)]
+        for side, seed in (("a", 0), ("b", 1)):
+            write_item_scores(kit / f"{side}.scores.jsonl", [i for i in ids for _ in (0, 1)],
+                              [f"{i}/i0" for i in ids for _ in (0, 1)], [f"{i}/c{j}" for i in ids for j in (0, 1)],
+                              np.random.default_rng(seed).normal(size=2 * len(ids)))
     with _small_disk(tmp_path, "2m") as disk:
         filler = _fill(disk, leave_kib)
         argv = [str(a) for a in DISK_FULL_RUNS[command](small, kit, disk)]

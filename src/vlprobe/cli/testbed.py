@@ -198,8 +198,9 @@ TESTBED_KIND = "testbed"
 
 
 def _earlier_testbed(out: Path) -> bool:
-    """A testbed folder made before folders were listed: it holds the testbed's report."""
-    return (out / "report" / "known_answers.json").is_file() and (out / "logs").is_dir()
+    """A testbed folder made before folders were listed: it holds the log of the testbed's first
+    stage (``logs/data.0.log``), written before anything else."""
+    return (out / "logs" / "data.0.log").is_file()
 
 
 def _clear(path: Path) -> None:

@@ -21,7 +21,7 @@ from vlprobe.data.items import Dataset
 from vlprobe.data.source_files import iter_json_lines
 from vlprobe.data.variants import attach_variants
 from vlprobe.registry import DATASETS
-from vlprobe.validation import InputError
+from vlprobe.validation import InputError, check_file
 
 __all__ = ["check_dataset_options", "load_dataset", "loader_options", "read_item_ids", "select_items"]
 
@@ -55,9 +55,7 @@ def check_dataset_options(name: str, options: Mapping[str, Any] | None) -> dict[
 
 def read_item_ids(path: str | os.PathLike[str], *, param: str = "items") -> list[str]:
     """Item ids from a JSONL file of ``{"item": id}`` lines (what ``probe refine`` writes)."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"{param}: no such file {str(p)!r}")
+    p = check_file(path, param)
     ids: list[str] = []
     for _, where, obj in iter_json_lines(p, param):
         if not isinstance(obj, dict) or "item" not in obj:

@@ -23,7 +23,7 @@ from pathlib import Path
 from vlprobe.data.source_files import read_json_object
 from vlprobe.io import atomic_write
 from vlprobe.provenance import sha256_file
-from vlprobe.validation import InputError
+from vlprobe.validation import InputError, check_file
 
 __all__ = [
     "WWH_TAGS",
@@ -79,9 +79,7 @@ def offline() -> bool:
 
 def load_tag_file(path: str | os.PathLike[str]) -> TagTable:
     """Read and validate a tag file (see the module docstring for the format)."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"tags: no such file {str(p)!r}")
+    p = check_file(path, "tags")
     raw = read_json_object(p, "tags", "id -> list of tags")
     out: dict[int, tuple[str, ...]] = {}
     for key, value in raw.items():

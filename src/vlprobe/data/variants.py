@@ -34,7 +34,7 @@ from typing import Any
 from vlprobe.data.items import Dataset, TextRef
 from vlprobe.io import atomic_write, text_lines
 from vlprobe.provenance import sha256_file
-from vlprobe.validation import InputError, check_int
+from vlprobe.validation import InputError, check_file, check_int
 
 __all__ = [
     "VARIANTS_KIND", "Variant", "VariantSet", "attach_variants", "read_variants", "read_variants_header",
@@ -105,9 +105,7 @@ def read_variants(path: str | os.PathLike[str]) -> list[VariantSet]:
 
 def read_variants_header(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The provenance block of a variants file's header line, or None without one."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"variants: no such file {str(p)!r}")
+    p = check_file(path, "variants")
     first = next((line for _, line in text_lines(p, "variants")), "")
     try:
         obj = json.loads(first) if first.strip() else None
@@ -124,9 +122,7 @@ def _where(path: Path, lineno: int) -> str:
 
 def _read_numbered(path: str | os.PathLike[str]) -> list[tuple[int, VariantSet]]:
     """Like :func:`read_variants`, with the line number of each set (for later errors)."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"variants: no such file {str(p)!r}")
+    p = check_file(path, "variants")
     out: list[tuple[int, VariantSet]] = []
     seen: set[tuple[str, int]] = set()
     for lineno, line in text_lines(p, "variants"):

@@ -19,7 +19,7 @@ import numpy as np
 
 from vlprobe.extract.cache.reader import ActivationCache
 from vlprobe.layers import parse_layers, stream_part
-from vlprobe.validation import InputError, check_positive_int
+from vlprobe.validation import InputError, check_file, check_positive_int
 
 __all__ = [
     "DEFAULT_POOLING_ORDER",
@@ -337,7 +337,5 @@ def stratum_keys(index: CacheIndex, items: Sequence[int], families: Sequence[str
 
 def cache_path(path: Path | str) -> Path:
     """``path`` as a Path, checked to exist (a clear error before h5py's)."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"cache: no such file {str(p)!r}")
+    p = check_file(path, "cache")
     return p

@@ -41,7 +41,7 @@ from vlprobe.experiments.outputs import (
 )
 from vlprobe.experiments.stats import MCNEMAR_EXACT_BELOW, mcnemar_test, paired_bootstrap_test
 from vlprobe.experiments.summary import read_tidy_csv
-from vlprobe.validation import InputError, check_positive_int, check_seed
+from vlprobe.validation import InputError, check_file, check_positive_int, check_seed
 
 __all__ = ["COLUMNS", "CompareConfig", "ItemResults", "read_item_results", "run_compare"]
 
@@ -144,9 +144,7 @@ def read_item_results(path: str | os.PathLike[str], *, param: str = "a") -> Item
     from vlprobe.experiments.results import classify_csv
     from vlprobe.experiments.score_files import is_item_scores_file
 
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"{param}: no such file {str(p)!r}")
+    p = check_file(path, param)
     if p.name.endswith(".jsonl"):
         if not is_item_scores_file(p):
             raise InputError(f"{param}: {p.name} is not a vlprobe per-item score file")

@@ -38,7 +38,7 @@ from vlprobe.probes.ensemble import (
 from vlprobe.probes.splits import ItemSplit, control_flips, flip_labels, stratified_item_split
 from vlprobe.progress import format_bytes, progress_bar, say
 from vlprobe.provenance import sha256_file
-from vlprobe.validation import InputError
+from vlprobe.validation import InputError, check_file
 
 __all__ = [
     "FeatureBlock",
@@ -183,9 +183,7 @@ def read_split_file(path: str | os.PathLike[str], item_ids: Sequence[str]) -> tu
     Entries are item ids (``winoground/17``) or Winoground ids (``17``), e.g. the paper's own
     300/100 lists. Returns the (train, test) item rows.
     """
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"split_file: no such file {str(p)!r}")
+    p = check_file(path, "split_file")
     try:
         obj = json.loads(p.read_text(encoding="utf-8"))
         sides = [list(obj["train"]), list(obj["test"])]

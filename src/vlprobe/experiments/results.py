@@ -22,7 +22,7 @@ from typing import Any
 
 from vlprobe.experiments.outputs import TIDY_COLUMNS, result_stem
 from vlprobe.experiments.summary import SUMMARY_COLUMNS, read_tidy_csv
-from vlprobe.validation import InputError
+from vlprobe.validation import InputError, check_file
 
 __all__ = [
     "RunResult",
@@ -139,9 +139,7 @@ def read_result(path: str | os.PathLike[str], *, param: str = "csv") -> RunResul
     FileNotFoundError
         No such file.
     """
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"{param}: no such file {str(p)!r}")
+    p = check_file(path, param)
     kind = classify_csv(p)
     if kind in ("items", "summary"):
         stem = p.name.removesuffix(".items.csv").removesuffix(".summary.csv")

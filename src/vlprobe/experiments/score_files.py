@@ -37,7 +37,7 @@ import numpy as np
 from vlprobe.data.source_files import iter_json_lines
 from vlprobe.experiments.outputs import RESULTS_KIND
 from vlprobe.io import atomic_write, text_lines
-from vlprobe.validation import InputError
+from vlprobe.validation import InputError, check_file
 
 __all__ = [
     "ItemScores",
@@ -123,9 +123,7 @@ def read_item_scores(path: str | os.PathLike[str], *, param: str = "scores") -> 
     InputError
         A line is not a record with item, image, text and a finite score; a pair repeats.
     """
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"{param}: no such file {str(p)!r}")
+    p = check_file(path, param)
     cols: dict[str, list[object]] = {k: [] for k in _KEYS}
     logits: list[list[float]] = []
     seen: dict[tuple[str, str], int] = {}
@@ -273,9 +271,7 @@ def read_score_matrix(
     ndarray, shape (captions, images)
         Floating point (float32 kept as float32).
     """
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"{param}: no such file {str(p)!r}")
+    p = check_file(path, param)
     suffix = p.suffix.lower()
     try:
         if suffix == ".npy":

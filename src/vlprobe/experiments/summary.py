@@ -22,7 +22,7 @@ from typing import Any
 from vlprobe.experiments.outputs import RESULTS_KIND, TIDY_COLUMNS, format_cell
 from vlprobe.io import atomic_write
 from vlprobe.probes.splits import selectivity
-from vlprobe.validation import InputError
+from vlprobe.validation import InputError, check_file
 
 __all__ = ["KEY_COLUMNS", "SUMMARY_COLUMNS", "read_tidy_csv", "summarize", "write_summary_csv"]
 
@@ -115,9 +115,7 @@ def read_tidy_csv(path: str | os.PathLike[str]) -> list[dict[str, str]]:
     InputError
         The file is not a tidy CSV (wrong or missing columns) or holds no rows.
     """
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"csv: no such file {str(p)!r}")
+    p = check_file(path, "csv")
     try:
         with open(p, encoding="utf-8", newline="") as fh:
             reader = csv.DictReader(fh)

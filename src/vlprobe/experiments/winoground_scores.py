@@ -59,7 +59,7 @@ from vlprobe.experiments.score_files import (
 from vlprobe.experiments.units import units_of
 from vlprobe.progress import format_bytes, say
 from vlprobe.provenance import sha256_file
-from vlprobe.validation import InputError
+from vlprobe.validation import InputError, check_file
 
 __all__ = [
     "EXPERIMENT",
@@ -103,9 +103,7 @@ class WinogroundScoresConfig(BootstrapOptions, ProgressOption, ResultsOptions):
 
 def read_winoground_scores(path: str | os.PathLike[str]) -> tuple[list[int], np.ndarray]:
     """Winoground (N, 2, 2) scores from any supported score file (see the module docstring)."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"scores: no such file {str(p)!r}")
+    p = check_file(path, "scores")
     if p.suffix.lower() in (".npy", ".npz"):
         s = winoground_from_matrix(read_score_matrix(p, param="scores"), param="scores")
         return list(range(len(s))), s
@@ -163,9 +161,7 @@ def read_model_scores(path: str | os.PathLike[str]) -> tuple[list[int], np.ndarr
         Winoground ids, ascending.
     s : ndarray, shape (N, 2, 2)
     """
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"scores: no such file {str(p)!r}")
+    p = check_file(path, "scores")
     found: dict[int, dict[tuple[int, int], float]] = {}
     for _, where, obj in iter_json_lines(p, "scores"):
         try:

@@ -559,3 +559,39 @@ def test_header_round_trip_and_comparison_names_the_field() -> None:
     r = CacheRecord(batch_size=8, versions={"numpy": "2"}, merged_from=["a.h5"])
     assert CacheRecord.from_attrs(r.to_attrs()) == r and "merged_from" not in CacheRecord().to_attrs()
 
+
+
+def test_a_disk_too_small_for_the_new_cache_is_refused_before_hdf5_writes(
+    make_config: Callable[..., ExtractConfig], reference_cache: Path, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A new cache is allocated in full when it is created, so its planned size (allocations
+    counted, the rest built in memory) covers the data of the finished file; a disk with less
+    room is refused before any file is made."""
+    import shutil
+
+    import vlprobe.extract.cache.writer as writer
+
+    planned: list[int] = []
+    real = writer._planned_bytes
+    monkeypatch.setattr(writer, "_planned_bytes", lambda create: planned.append(real(create)) or planned[-1])
+    out = tmp_path / "c.h5"
+    extract(make_config(out))
+    data = _stored_bytes(out)
+    assert data <= planned[0] <= out.stat().st_size
+
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(writer.shutil, "disk_usage", lambda p: usage._replace(free=planned[0]))
+    again = tmp_path / "d.h5"
+    with pytest.raises(OSError, match="No space left") as err:
+        extract(make_config(again))
+    assert err.value.filename == str(again)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.h5"]
+
+
+def _stored_bytes(path: Path) -> int:
+    """Bytes the datasets of an HDF5 file hold on disk."""
+    sizes: list[int] = []
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda _, obj: sizes.append(obj.id.get_storage_size()) if isinstance(obj, h5py.Dataset) else None)
+    return sum(sizes)

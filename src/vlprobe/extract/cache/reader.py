@@ -20,7 +20,7 @@ from vlprobe.extract.cache.schema import (
     open_h5,
 )
 from vlprobe.extract.models.base import StreamSpec
-from vlprobe.validation import InputError
+from vlprobe.validation import InputError, check_file
 
 __all__ = ["ActivationCache"]
 
@@ -36,8 +36,7 @@ class ActivationCache:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        if not self.path.is_file():
-            raise FileNotFoundError(f"cache: no such file {str(self.path)!r}")
+        check_file(self.path, "cache")
         self.f = open_h5(self.path, "r")
         try:
             where = f"cache: {str(self.path)!r}"

@@ -4,15 +4,20 @@ A writer holds the cache's write lock (:func:`vlprobe.io.output_lock`) from :met
 to :meth:`CacheWriter.close`: a second run on the same file is refused in one line. Every dataset
 and attribute is allocated when the file is created (a temporary file renamed into place), so
 the file never grows afterwards: a disk that fills up during a run cannot leave a half-written
-cache, and one too small for the cache fails at the start, before any row is computed.
+cache, and one too small for the cache fails at the start, before any row is computed (the free
+space is compared with the file's planned size before HDF5 writes anything).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
+import errno
+import io
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -52,6 +57,10 @@ from vlprobe.validation import InputError
 __all__ = ["CacheWriter"]
 
 _CHUNK_BYTES = 1 << 20
+# Room kept free beyond a new cache's planned size (HDF5's own metadata, B-trees of the chunks).
+_SPACE_MARGIN = 1 << 20
+# While set, _allocate adds the bytes it would allocate here instead of allocating them.
+_SIZING: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("_SIZING", default=None)
 
 
 class CacheWriter:
@@ -124,6 +133,11 @@ class CacheWriter:
         tmp = temp_name(p)
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()  # a killed run's
+        # A disk too small is refused before HDF5 writes anything: HDF5 closing a file whose
+        # creation failed part-way can crash the process.
+        need = _planned_bytes(lambda f: cls._create(f, header, tables, layouts, record, with_scores, pairs, score_kind))
+        if shutil.disk_usage(p.parent).free < need + need // 50 + _SPACE_MARGIN:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fspath(p))
         try:
             f = h5py.File(tmp, "w")
         except BaseException as exc:
@@ -438,6 +452,21 @@ def _create_stream(f: h5py.File, lay: StreamLayout, dtype: str) -> None:
             _allocate(g, pooling, shape_l, np_dtype)
 
 
+def _planned_bytes(create: Callable[[h5py.File], None]) -> int:
+    """About how many bytes ``create(f)`` makes a new file take: its allocations counted, not
+    made, everything else built in memory."""
+    counted = [0]
+    token = _SIZING.set(counted)
+    try:
+        with h5py.File(io.BytesIO(), "w") as f:
+            create(f)
+            f.flush()
+            meta = f.id.get_filesize()
+    finally:
+        _SIZING.reset(token)
+    return counted[0] + int(meta)
+
+
 def _allocate(
     g: h5py.Group, name: str, shape: tuple[int, ...], dtype: np.dtype,
     chunks: tuple[int, ...] | str | None = "rows",
@@ -451,6 +480,12 @@ def _allocate(
         row_bytes = int(np.prod(shape[1:])) * dtype.itemsize
         chunk_rows = max(1, min(shape[0], _CHUNK_BYTES // max(row_bytes, 1)))
         chunks = (chunk_rows, *shape[1:]) if shape[0] else None
+    sizing = _SIZING.get()
+    if sizing is not None:  # whole chunks are allocated, the last ones too
+        cells = (int(np.prod([-(-n // c) * c for n, c in zip(shape, chunks, strict=True)]))
+                 if chunks and all(shape) else int(np.prod(shape)))
+        sizing[0] += cells * dtype.itemsize
+        return
     dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
     if chunks and all(shape):
         dcpl.set_chunk(tuple(chunks))

@@ -58,7 +58,7 @@ from vlprobe.extract.regions.store import (
 )
 from vlprobe.io import atomic_dir, atomic_write, check_output
 from vlprobe.provenance import fingerprint_files, sha256_file
-from vlprobe.validation import InputError, check_positive_int
+from vlprobe.validation import InputError, check_file, check_positive_int
 
 __all__ = [
     "ATTRIBUTE_THRESHOLD",
@@ -116,8 +116,7 @@ def _big_fields() -> Iterator[None]:
 
 def _tsv_rows(path: Path, fields: tuple[str, ...]) -> Iterator[tuple[str, dict[str, str]]]:
     """(location, row) for each non-empty line; one row in memory at a time."""
-    if not path.is_file():
-        raise FileNotFoundError(f"regions: no such file {str(path)!r}")
+    check_file(path, "regions")
     with _big_fields(), open(path, newline="", encoding="utf-8") as fh:
         reader = csv.reader(fh, delimiter="\t")
         try:

@@ -73,7 +73,7 @@ from vlprobe.io import (
     stop_h5_writes,
 )
 from vlprobe.provenance import sha256_file
-from vlprobe.validation import InputError
+from vlprobe.validation import InputError, check_file
 
 __all__ = [
     "REGIONS_KIND",
@@ -161,8 +161,7 @@ class RegionStore:
         self.path = Path(path)
         self._file: h5py.File | None = None
         self._fingerprint: str | None = None
-        if not self.path.is_file():
-            raise InputError(f"regions: no such file {str(self.path)!r}")
+        check_file(self.path, "regions", missing=InputError)
         try:
             f = h5py.File(self.path, "r")
         except OSError as exc:
