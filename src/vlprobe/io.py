@@ -532,6 +532,7 @@ def claim_folder(
             return target
     else:
         check_writable(target / ".probe", param)
+    ensure_folder(target.parent, param)
     with output_lock(target, param=param):
         _list_entry(target, {"kind": kind, "folder": True})
         ensure_folder(target, param)

@@ -16,6 +16,7 @@ import dataclasses
 import errno
 import io
 import json
+import math
 import os
 import shutil
 import time
@@ -482,8 +483,10 @@ def _allocate(
         chunks = (chunk_rows, *shape[1:]) if shape[0] else None
     sizing = _SIZING.get()
     if sizing is not None:  # whole chunks are allocated, the last ones too
-        cells = (int(np.prod([-(-n // c) * c for n, c in zip(shape, chunks, strict=True)]))
-                 if chunks and all(shape) else int(np.prod(shape)))
+        if chunks and all(shape) and not isinstance(chunks, str):
+            cells = math.prod(-(-n // c) * c for n, c in zip(shape, chunks, strict=True))
+        else:
+            cells = math.prod(shape)
         sizing[0] += cells * dtype.itemsize
         return
     dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
