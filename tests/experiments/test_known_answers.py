@@ -81,3 +81,16 @@ def test_table_and_checks_from_result_files(tmp_path: Path) -> None:
     margin = checks["separability (margin), trained CLIP: target above control at the last text layer"]
     assert (margin["left_value"], margin["right_value"], margin["holds"]) == (4.0, 2.0, True)
     assert checks[EXPECTATIONS[0].claim]["holds"] is None  # the shuffle control was not run
+
+
+def test_comparison_figure_draws_target_and_control(tmp_path: Path) -> None:
+    from vlprobe.experiments.known_answers import _figure
+
+    results = tmp_path / "results"
+    sep = {"experiment": "separability", "model": "clip-trained", "stream": "text", "pooling": "cls", "split": "train",
+           "subset": "all", "metric": "separable_margin"}
+    _write_csv(results / "separability" / "clip-trained.csv", [
+        {**sep, "layer": 3, "task": "target", "value": 9.0}, {**sep, "layer": 3, "task": "control", "seed": 0, "value": 1.0},
+    ])
+    png = _figure(results, tmp_path / "comparison.png", ["clip-trained"])
+    assert png is not None and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -207,7 +207,8 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
     """
     _validate(config)
     experiment = EXPERIMENTS[config.benchmark]
-    model = config.name or config.model or Path(config.scores).name.split(".")[0]  # type: ignore[arg-type]
+    scores = config.scores
+    model = config.name or config.model or (scores.name.split(".")[0] if scores is not None else "")
     run = experiment.run_settings(config).key(model)
     known = _known_subsets(config.benchmark)
     wanted = set(read_item_ids(config.items)) if config.items is not None else None
@@ -249,8 +250,8 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
                 inputs[f"model_{key}"] = {"spec": None if specs.get(key) is None else str(specs[key]), "fingerprint": fp}
         info = scorer.info
         device = scorer.device  # a model-free scorer: the CPU
-    else:
-        saved = read_item_scores(config.scores, param="scores")  # type: ignore[arg-type]
+    elif scores is not None:  # _validate: exactly one of model and scores
+        saved = read_item_scores(scores, param="scores")
         order = None
         if config.data_dir is not None:
             dataset = _load(config)
@@ -270,7 +271,7 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
             keep = [i for i, s in enumerate(subsets) if s in chosen]
             ids, pos, neg, subsets = [ids[i] for i in keep], pos[keep], neg[keep], [subsets[i] for i in keep]
         logits = caption_foil_logits(saved, ids)
-        inputs["scores"] = {"path": str(config.scores), "sha256": sha256_file(config.scores)}  # type: ignore[arg-type]
+        inputs["scores"] = {"path": str(scores), "sha256": sha256_file(scores)}
         if not ids:
             raise InputError(f"scores: no {config.benchmark} items left to evaluate")
     for i in ids:

@@ -276,7 +276,7 @@ def resolve_layers(cache: ActivationCache, stream: str, pooling: str, spec: str)
     missing = [layer for layer in chosen if layer not in stored]
     if missing:
         raise InputError(f"layers: layer(s) {missing} of stream {stream!r} are not stored in {cache.path.name} (stored: {stored})")
-    return chosen
+    return list[int | None](chosen)
 
 
 def load_states(cache: ActivationCache, stream: str, pooling: str, layers: Sequence[int | None]) -> np.ndarray:
@@ -284,10 +284,13 @@ def load_states(cache: ActivationCache, stream: str, pooling: str, layers: Seque
     if pooling == "pooled":
         return np.asarray(cache.states(stream, "pooled"), dtype=np.float32)[:, None, :]
     stored = cache.layers(stream)
-    if [int(x) for x in layers] == stored:  # type: ignore[arg-type]
+    numbers = [x for x in layers if x is not None]
+    if len(numbers) != len(layers):
+        raise ValueError(f"load_states: layer None is the pooled output only, got layers {list(layers)}")
+    if numbers == stored:
         return np.ascontiguousarray(cache.states(stream, pooling), dtype=np.float32)
     # A subset: one read per layer, so a few layers of a large cache never load all of it.
-    return np.stack([np.asarray(cache.states(stream, pooling, int(x)), dtype=np.float32) for x in layers], axis=1)  # type: ignore[arg-type]
+    return np.stack([np.asarray(cache.states(stream, pooling, x), dtype=np.float32) for x in numbers], axis=1)
 
 
 def scale_states(states: np.ndarray, mode: str) -> np.ndarray:

@@ -125,9 +125,9 @@ def _from_scores(path: Path, param: str) -> ItemResults:
         for metric in ("text", "image", "group"):
             values[(*base, metric)] = {f"winoground/{w}": 100.0 * float(v) for w, v in zip(ids, outcomes[metric], strict=True)}
         return ItemResults(name, "winoground-scores", path, values)
-    ids, pos, neg = caption_foil_scores(scores, param=param)
-    values[(*base, "accuracy")] = {i: 100.0 * float(p > n) for i, p, n in zip(ids, pos, neg, strict=True)}
-    values[(*base, "score_gap")] = {i: float(p - n) for i, p, n in zip(ids, pos, neg, strict=True)}
+    item_ids, pos, neg = caption_foil_scores(scores, param=param)
+    values[(*base, "accuracy")] = {i: 100.0 * float(p > n) for i, p, n in zip(item_ids, pos, neg, strict=True)}
+    values[(*base, "score_gap")] = {i: float(p - n) for i, p, n in zip(item_ids, pos, neg, strict=True)}
     return ItemResults(name, "eval", path, values)
 
 
@@ -184,7 +184,7 @@ def _compare_key(key: tuple[str, ...], a: Mapping[str, float], b: Mapping[str, f
     both = np.isfinite(x) & np.isfinite(y)
     out: list[dict[str, Any]] = []
 
-    def add(suffix: str, value: float, test: str, n: int) -> None:
+    def add(suffix: str, value: float | np.floating[Any], test: str, n: int) -> None:
         out.append({**row, "metric": f"{metric}.{suffix}", "value": float(value), "n": n, "test": test})
 
     if top_a is not None and top_a == top_b:

@@ -301,10 +301,16 @@ class DeclaredOption:
         return value
 
 
-@functools.cache
 def declared_options(cls: type) -> tuple[DeclaredOption, ...]:
-    """The options of a config class in command-line order: inputs, own settings, groups,
-    runtime, output."""
+    """The options of a config class in command-line order: inputs, the states read, own
+    settings, groups, runtime, output."""
+    return _declared_options(cls)
+
+
+# Behind a plain function: mypy reads a frozen dataclass's class object as unhashable (its
+# instances' __hash__), and a ``type`` argument here is hashable to it.
+@functools.cache
+def _declared_options(cls: type) -> tuple[DeclaredOption, ...]:
     hints = typing.get_type_hints(cls)
     found = []
     for position, f in enumerate(dataclasses.fields(cls)):

@@ -321,7 +321,7 @@ def _figure(results: Path, out_png: Path, models: Sequence[str]) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from vlprobe.experiments.plots import COLORS
+    from vlprobe.experiments.plots import TASK_COLORS
 
     panels = [("separability", "separable_margin", "train", "separability: mean SVM margin\n(separable cases)"),
               ("variant-probe", "accuracy", "test", "variant probe: test accuracy (%)")]
@@ -339,9 +339,9 @@ def _figure(results: Path, out_png: Path, models: Sequence[str]) -> Path | None:
             recs.sort(key=lambda rec: int(rec["layer"]))
             xs = [int(rec["layer"]) for rec in recs]
             for task in ("target", "control"):
-                ax.plot(xs, [rec[f"{task}_mean"] for rec in recs], marker="o", ms=3, color=COLORS[task], label=task)
+                ax.plot(xs, [rec[f"{task}_mean"] for rec in recs], marker="o", ms=3, color=TASK_COLORS[task], label=task)
                 ax.fill_between(xs, [rec[f"{task}_min"] for rec in recs], [rec[f"{task}_max"] for rec in recs],
-                                color=COLORS[task], alpha=0.2, linewidth=0)
+                                color=TASK_COLORS[task], alpha=0.2, linewidth=0)
             if metric == "separable_margin" and any(
                     rec[f"{task}_{k}"] > 0 for rec in recs for task in ("target", "control") for k in ("min", "max")):
                 ax.set_yscale("log")  # NaN-only or non-positive margins cannot be drawn on a log axis

@@ -421,7 +421,8 @@ def _draw_bars(results: Sequence[RunResult], labels: Sequence[str], chart: Chart
     for ax, pk in zip(axes, panel_keys, strict=True):
         for i, (vals, label) in enumerate(zip(values, labels, strict=True)):
             xs, heights, missing = [], [], []
-            ci_x, ci_y, errs = [], [], [[], []]
+            ci_x, ci_y = [], []
+            errs: list[list[float]] = [[], []]
             for c, cat in enumerate(categories):
                 key = (pk, cat) if chart.categories == "metric" else (cat, pk)
                 v, lo, hi = vals.get(key, (float("nan"),) * 3)

@@ -94,7 +94,7 @@ class VariantScores:
 
 def variant_scores(
     matrix: np.ndarray, done: np.ndarray, item_ids: Sequence[str], image_ids: Sequence[str],
-    text_ids: Sequence[str], text_parent: Sequence[int],
+    text_ids: Sequence[str], text_parent: Sequence[int] | np.ndarray,
 ) -> VariantScores:
     """Gather originals' and variants' scores per Winoground item from a cache's tables.
 

@@ -29,7 +29,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -188,7 +188,7 @@ def read_model_scores(path: str | os.PathLike[str]) -> tuple[list[int], np.ndarr
     return ids, s
 
 
-def subset_masks(ids: list[int], tags: list[Mapping[str, Iterable[str]]]) -> dict[str, np.ndarray]:
+def subset_masks(ids: Sequence[int], tags: Sequence[Mapping[str, Iterable[str]]]) -> dict[str, np.ndarray]:
     """Boolean item masks per subset (see the module docstring), ``all`` first."""
     n = len(ids)
     out: dict[str, np.ndarray] = {"all": np.ones(n, dtype=bool)}
