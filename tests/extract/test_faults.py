@@ -301,12 +301,20 @@ DISK_FULL_RUNS: dict[str, Callable[[dict[str, Any], Path, Path], list[Any]]] = {
     "regions export": lambda s, k, disk: ["regions", "export", k / "regions.h5", "--format", "butd-tsv",
                                           "--out", disk / "r.tsv"],
     "fixtures model": lambda s, k, disk: ["fixtures", "model", "clip", "--out", disk / "m"],
+    "fixtures dataset": lambda s, k, disk: ["fixtures", "dataset", "--n-items", 4, "--out", disk / "d"],
+    "fixtures regions": lambda s, k, disk: ["fixtures", "regions", "--data-dir", k / "data", "--n-boxes", 4, "--dim", 64,
+                                            "--out", disk / "r.h5"],
+    "regions extract": lambda s, k, disk: ["regions", "extract", "--detector", k / "detector", "--dataset", "winoground",
+                                           "--data-dir", k / "data", "--out", disk / "r.h5", "--quiet"],
+    "run task-adaptation": lambda s, k, disk: ["run", "task-adaptation", "--cache", s["reference"], "--out", disk / "res",
+                                               "--epochs", 1, "--seeds", 1, "--width", 8, "--test-size", 1,
+                                               "--device", "cpu"],
 }
 
 
 # free space left on the disk: none, and for the larger outputs some (the write fails part-way)
 DISK_FULL_CASES = [(c, 0) for c in DISK_FULL_RUNS] + [
-    (c, 24) for c in ("extract", "score pass", "regions import", "cache merge", "fixtures model")]
+    (c, 24) for c in ("extract", "score pass", "regions import", "cache merge", "fixtures model", "regions extract")]
 
 
 @pytest.mark.parametrize(("command", "leave_kib"), DISK_FULL_CASES)
@@ -319,6 +327,10 @@ def test_a_full_disk_is_one_line_leaves_nothing_half_written_and_resumes(
     (kit / "clip").symlink_to(tiny_clip)
     data = small["data"]
     (kit / "data").symlink_to(data)
+    if command == "regions extract":
+        from vlprobe.fixtures.frcnn import write_tiny_frcnn
+
+        write_tiny_frcnn(kit / "detector", 0)
     if command == "cache merge":
         for shard in request.getfixturevalue("shard_files"):
             (kit / shard.name).symlink_to(shard)
