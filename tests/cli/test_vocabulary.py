@@ -438,3 +438,23 @@ def test_the_readme_lists_every_old_spelling() -> None:
             flag = new_flags[r.param]
             found.add((r.old, flag if r.takes_value or r.value is not False else f"--no-{flag[2:]}"))
     assert documented == found
+
+
+# -- library defaults equal the command line's --------------------------------------------------------
+
+
+def test_library_entry_points_default_to_the_command_lines_device() -> None:
+    """Every command's --device defaults to auto (rule 4); so do the library calls behind them."""
+    from vlprobe.extract.scoring import load_scorer
+    from vlprobe.probes import MLPProbe
+    from vlprobe.probes.ensemble import fit_mlp_ensemble, iter_mlp_ensemble
+    from vlprobe.registry import MODELS
+
+    def default(fn: Callable[..., Any]) -> Any:
+        return inspect.signature(fn).parameters["device"].default
+
+    for name in MODELS.names():
+        assert default(MODELS.get(name).load) == "auto", name
+    assert MLPProbe().get_params()["device"] == "auto"
+    for fn in (load_scorer, fit_mlp_ensemble, iter_mlp_ensemble):
+        assert default(fn) == "auto", fn.__name__

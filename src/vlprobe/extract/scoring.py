@@ -619,7 +619,7 @@ class PairScorer:
 
 
 def load_scorer(
-    model: str, checkpoint: str | None, *, device: str = "cpu", dtype: str = "float32", batch_size: int = 32,
+    model: str, checkpoint: str | None, *, device: str = "auto", dtype: str = "float32", batch_size: int = 32,
     options: Mapping[str, Any] | None = None, regions: str | os.PathLike[str] | None = None,
     image_options: Mapping[str, Any] | None = None,
 ) -> PairScorer:

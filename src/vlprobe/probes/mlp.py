@@ -44,8 +44,9 @@ class MLPProbe(BinaryProbe):
     batch_size : int, default=200
     random_state : int, RandomState or None, default=0
         Seeds the initial weights (torch generator) and the per-epoch order (numpy generator).
-    device : str, default="cpu"
-        ``cpu``, ``cuda``, ``cuda:N`` or ``auto``.
+    device : str, default="auto"
+        ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (CUDA when available), as ``--device`` on the
+        command line.
 
     Attributes
     ----------
@@ -79,7 +80,7 @@ class MLPProbe(BinaryProbe):
         epochs: int = 200,
         batch_size: int = 200,
         random_state: Any = 0,
-        device: str = "cpu",
+        device: str = "auto",
     ) -> None:
         self.depth = depth
         self.width = width

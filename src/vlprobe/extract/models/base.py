@@ -146,7 +146,7 @@ class Adapter(ABC):
 
     @classmethod
     @abstractmethod
-    def load(cls, checkpoint: str, *, device: str = "cpu", dtype: str = "float32") -> Adapter:
+    def load(cls, checkpoint: str, *, device: str = "auto", dtype: str = "float32") -> Adapter:
         """Load from a local directory or a hub id (offline: fails fast when not cached)."""
 
     @property

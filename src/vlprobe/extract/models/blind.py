@@ -50,7 +50,7 @@ class TextScorer:
     checkpoint: ResolvedCheckpoint | None = None
 
     @classmethod
-    def load(cls, checkpoint: str | None, *, device: str = "cpu", dtype: str = "float32", **options: Any) -> TextScorer:
+    def load(cls, checkpoint: str | None, *, device: str = "auto", dtype: str = "float32", **options: Any) -> TextScorer:
         raise NotImplementedError
 
     def score_texts(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
@@ -111,7 +111,7 @@ class CausalLMScorer(TextScorer):
         self.pad_id = 0 if pad is None else int(pad)
 
     @classmethod
-    def load(cls, checkpoint: str | None, *, device: str = "cpu", dtype: str = "float32", **options: Any) -> CausalLMScorer:
+    def load(cls, checkpoint: str | None, *, device: str = "auto", dtype: str = "float32", **options: Any) -> CausalLMScorer:
         if options:
             raise InputError(f"model 'blind-lm' takes no options, got {sorted(options)}")
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -211,7 +211,7 @@ class SequenceClassifierScorer(TextScorer):
 
     @classmethod
     def load(
-        cls, checkpoint: str | None, *, device: str = "cpu", dtype: str = "float32",
+        cls, checkpoint: str | None, *, device: str = "auto", dtype: str = "float32",
         acceptable_label: str | int | None = None, **options: Any,
     ) -> SequenceClassifierScorer:
         if options:
@@ -266,7 +266,7 @@ class CaptionLengthScorer(TextScorer):
     score_kind = "minus_characters"
 
     @classmethod
-    def load(cls, checkpoint: str | None = None, *, device: str = "cpu", dtype: str = "float32", **options: Any) -> CaptionLengthScorer:
+    def load(cls, checkpoint: str | None = None, *, device: str = "auto", dtype: str = "float32", **options: Any) -> CaptionLengthScorer:
         if checkpoint:
             raise InputError(f"checkpoint: model 'caption-length' takes no checkpoint, got {checkpoint!r}")
         if options:

@@ -115,7 +115,7 @@ class BlipItmAdapter(CrossEncoder):
 
     @classmethod
     def load(
-        cls, checkpoint: str, *, device: str = "cpu", dtype: str = "float32", score_head: str = "itm",
+        cls, checkpoint: str, *, device: str = "auto", dtype: str = "float32", score_head: str = "itm",
         first_token: str = "cls",
     ) -> BlipItmAdapter:
         """Load ``BlipForImageTextRetrieval``, its tokenizer and image processor.

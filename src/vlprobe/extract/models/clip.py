@@ -59,7 +59,7 @@ class CLIPAdapter(DualEncoder):
         self.eos_token_id = int(tc.eos_token_id)
 
     @classmethod
-    def load(cls, checkpoint: str, *, device: str = "cpu", dtype: str = "float32") -> CLIPAdapter:
+    def load(cls, checkpoint: str, *, device: str = "auto", dtype: str = "float32") -> CLIPAdapter:
         from transformers import CLIPModel
 
         hf = load_hf(checkpoint, "clip", CLIPModel, device=device, dtype=dtype, allow_patterns=_ALLOW, image_processor=True)

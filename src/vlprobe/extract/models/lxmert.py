@@ -138,7 +138,7 @@ class LxmertAdapter(CrossEncoder):
         self.memo_capacity = int(memo_capacity)
 
     @classmethod
-    def load(cls, checkpoint: str, *, device: str = "cpu", dtype: str = "float32") -> LxmertAdapter:
+    def load(cls, checkpoint: str, *, device: str = "auto", dtype: str = "float32") -> LxmertAdapter:
         """Load ``LxmertForPreTraining`` and its tokenizer from a directory or a hub id."""
         from transformers import LxmertForPreTraining
 

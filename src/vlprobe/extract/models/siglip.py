@@ -61,7 +61,7 @@ class SiglipAdapter(DualEncoder):
         self.max_length = text_max_length(tokenizer, tc.max_position_embeddings)
 
     @classmethod
-    def load(cls, checkpoint: str, *, device: str = "cpu", dtype: str = "float32") -> SiglipAdapter:
+    def load(cls, checkpoint: str, *, device: str = "auto", dtype: str = "float32") -> SiglipAdapter:
         from transformers import SiglipModel
 
         def check(config: Any) -> None:

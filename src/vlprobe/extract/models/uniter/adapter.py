@@ -113,7 +113,7 @@ class UniterAdapter(CrossEncoder):
 
     @classmethod
     def load(
-        cls, checkpoint: str, *, device: str = "cpu", dtype: str = "float32",
+        cls, checkpoint: str, *, device: str = "auto", dtype: str = "float32",
         model_config: str | os.PathLike[str] | None = None, tokenizer: str | None = None,
     ) -> UniterAdapter:
         """Load an official UNITER checkpoint, its config JSON and a BERT cased tokenizer.
