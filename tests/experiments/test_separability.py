@@ -65,7 +65,7 @@ def test_pair_streams_are_conditioned_on_each_image(cross: Path, tmp_path: Path)
     assert {r["stream"] for r in rows} == {"lang", "vision"}  # every pair stream by default
     tags = {"collapsed_tag=Object", "collapsed_tag=Relation", "collapsed_tag=Both"}
     assert {r["subset"] for r in rows} == {"all", "image=0", "image=1", *tags}
-    n_tag = {r["subset"]: r["n"] for r in rows if r["subset"] in tags}
+    n_tag = {r["subset"]: r["n"] for r in rows if r["subset"] in tags and r["metric"] == "separable"}
     assert sum(n_tag.values()) == 2 * PLANTED["n_items"]  # each case has one collapsed tag
     sep = by(rows, metric="separable", subset="all")
     for stream in ("lang", "vision"):
@@ -135,8 +135,8 @@ def test_per_case_rows_use_the_aggregate_units(dual: Path, tmp_path: Path) -> No
         per_case.setdefault((r["layer"], r["task"], r["seed"], r["metric"]), []).append(float(r["value"]))
     checked = 0
     for r in rows:
-        if r["subset"] != "all":
-            continue
+        if r["subset"] != "all" or r["task"] == "selectivity" or "." in r["metric"]:
+            continue  # intervals and tests are checked in test_intervals_selectivity_and_the_permutation_test
         values = np.array(per_case[(str(r["layer"]), r["task"], "" if r["seed"] is None else str(r["seed"]), r["metric"])])
         values = values[np.isfinite(values)]
         assert len(values) == r["n"], r
@@ -155,7 +155,8 @@ def test_outputs_summary_and_manifest(dual: Path, tmp_path: Path) -> None:
     assert csv_path == tmp_path / "separability" / "planted@layers=1_3,scale=standard.csv"
     with open(csv_path, encoding="utf-8") as fh:
         # Tidy columns, then a column per setting that changes a number (pooling has its own).
-        assert next(csv.reader(fh)) == [*TIDY_COLUMNS, "scale", "C", "max_iter", "tol"]
+        assert next(csv.reader(fh)) == [*TIDY_COLUMNS, "scale", "C", "max_iter", "tol", "permutations", "bootstrap",
+                                           "bootstrap_seed"]
     lines = read(csv_path)
     assert {(r["scale"], r["C"], r["max_iter"], r["tol"]) for r in lines} == {("standard", "100", "100000", "0.001")}
     assert {r["kind"] for r in lines} == {"self"}  # the planted cache's layers 1, 2
@@ -185,7 +186,7 @@ def test_cli_on_the_tiny_clip_cache_and_plot(reference_cache: Path, tmp_path: Pa
     csv_path = tmp_path / "separability" / "clip@layers=0+-1,seeds=1.csv"
     rows = read(csv_path)
     assert {(r["layer"], r["kind"]) for r in rows} == {("0", "embed"), ("3", "self")}
-    assert {r["stream"] for r in rows} == {"text"} and {r["task"] for r in rows} == {"target", "control"}
+    assert {r["stream"] for r in rows} == {"text"} and {r["task"] for r in rows} == {"target", "control", "selectivity"}
     subsets = {r["subset"] for r in rows}
     assert {"all", "wwh=NoTag", "collapsed_tag=Object"} <= subsets  # per-tag subsets of the synthetic data
     plot = runner.invoke(app, ["plot", str(csv_path), "--out", str(tmp_path / "fig.png")])
@@ -254,3 +255,33 @@ def test_a_sweep_over_one_model_shares_one_folder(
     moved = ["run", "separability", "--cache", str(other), "--out", str(tmp_path), "--layers", "-1"]
     assert runner.invoke(app, moved).exit_code == 0
     assert (folder / "clip@layers=-1.csv").read_bytes() == first
+
+
+def test_intervals_selectivity_and_the_permutation_test(dual: Path, tmp_path: Path) -> None:
+    config = SeparabilityConfig(cache=dual, out=tmp_path, seeds=2, bootstrap=200, bootstrap_seed=5, permutations=500)
+    csv_path, manifest_path, rows = run_separability(config)
+    got = {(r["layer"], r["task"], r["metric"]): r for r in rows if r["subset"] == "all" and r["stream"] == "text"}
+    target = got[(SIGNAL, "target", "separable")]["value"]
+    control = np.mean([r["value"] for r in rows if r["subset"] == "all" and r["layer"] == SIGNAL
+                       and r["task"] == "control" and r["metric"] == "separable"])
+    sel = got[(SIGNAL, "selectivity", "separable")]
+    assert sel["value"] == pytest.approx(target - control)
+    low, high = (got[(SIGNAL, "selectivity", f"separable.ci95_{b}")]["value"] for b in ("low", "high"))
+    assert 0 < low <= sel["value"] <= high  # the planted layer: the target beats its control on resampled cases
+    assert got[(SIGNAL, "selectivity", "separable.p_value")]["value"] < 0.05
+    for task in ("target", "control"):
+        lo, hi = (got[(SIGNAL, task, f"separable.ci95_{b}")]["value"] for b in ("low", "high"))
+        assert 0 <= lo <= hi <= 100 and got[(SIGNAL, task, "separable.ci95_low")]["seed"] == 5
+    assert ("0", "selectivity", "separable_margin.p_value") in {(str(k[0]), k[1], k[2]) for k in got}
+    manifest = next(iter(json.loads(manifest_path.read_text())["runs"].values()))
+    assert manifest["permutation_test"]["permutations"] == 500 and manifest["permutation_test"]["seed"] == 5
+    assert manifest["bootstrap"]["resamples"] == 200
+    again = run_separability(SeparabilityConfig(cache=dual, out=tmp_path / "again", seeds=2, bootstrap=200,
+                                                bootstrap_seed=5, permutations=500))[2]
+    # The same seeds through the same code path: the same resamples and sign flips (NaN = no separable case).
+    np.testing.assert_array_equal([r["value"] for r in again if "." in r["metric"]],
+                                  [r["value"] for r in rows if "." in r["metric"]])
+    summary = read(csv_path.with_name(csv_path.stem + ".summary.csv"))
+    rec = next(r for r in summary if r["layer"] == str(SIGNAL) and r["metric"] == "separable" and r["subset"] == "all"
+               and r["stream"] == "text")
+    assert float(rec["selectivity_ci95_low"]) == pytest.approx(low) and float(rec["p_value"]) < 0.05

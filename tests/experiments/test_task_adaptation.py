@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -65,7 +66,7 @@ def test_planted_rule_is_learnt_and_control_stays_at_chance(which: str, request:
     flipped = run["control_flipped_items"]
     assert sorted(flipped) == ["0", "1", "2"] and all(len(v) == 15 + 5 for v in flipped.values())
     assert run["seeds"] == [0, 1, 2]
-    n = {(r["split"]) : r["n"] for r in rows}
+    n = {(r["split"]) : r["n"] for r in rows if r["metric"] == "accuracy" and r["task"] != "selectivity"}
     assert n == {"train": 120, "test": 40}  # four examples per item
 
 
@@ -120,7 +121,8 @@ def test_examples_never_cross_the_split(dual: Path, tmp_path: Path) -> None:
                                                                       test_size=7, **FAST))
     run = only_run(manifest_path)
     assert len(run["split"]["test"]) == 7
-    assert {r["n"] for r in rows if r["split"] == "test"} == {28}
+    assert {r["n"] for r in rows if r["split"] == "test" and r["metric"] == "accuracy" and r["task"] != "selectivity"} == {28}
+    assert {r["n"] for r in rows if r["split"] == "test" and r["task"] == "selectivity"} == {7}  # items
     assert np.isclose(sum(run["split"]["strata"].values()), 40)
 
 
@@ -133,7 +135,8 @@ def test_split_file_replaces_the_seeded_split(dual: Path, tmp_path: Path, one_er
     run = only_run(manifest_path)
     assert run["split"]["test"] == [f"winoground/{i}" for i in range(30, 36)]
     assert run["split"]["source"] == str(split) and run["inputs"]["split_file"]["sha256"]
-    assert {r["n"] for r in rows if r["split"] == "test"} == {24}  # items 36..39 are left out
+    examples = {r["n"] for r in rows if r["split"] == "test" and r["metric"] == "accuracy" and r["task"] != "selectivity"}
+    assert examples == {24}  # items 36..39 are left out
     base = ["run", "task-adaptation", "--cache", str(dual), "--out", str(tmp_path)]
     split.write_text(json.dumps({"train": [0, 1], "test": [1]}))
     one_error_line(CliRunner().invoke(app, [*base, "--split-file", str(split)]), "on both sides")
@@ -141,3 +144,24 @@ def test_split_file_replaces_the_seeded_split(dual: Path, tmp_path: Path, one_er
     one_error_line(CliRunner().invoke(app, [*base, "--split-file", str(split)]), "99", "not in the cache")
     split.write_text("[1, 2]")
     one_error_line(CliRunner().invoke(app, [*base, "--split-file", str(split)]), "is not JSON of the form")
+
+
+def test_item_intervals_selectivity_and_permutation_test(dual: Path, tmp_path: Path) -> None:
+    csv_path, manifest_path, rows = run_task_adaptation(TaskAdaptationConfig(
+        cache=dual, out=tmp_path, seeds=2, pooling="cls", bootstrap=200, bootstrap_seed=3, permutations=400, **FAST))
+    got = {(r["layer"], r["subset"], r["task"], r["metric"]): r for r in rows if r["split"] == "test"}
+    for mode in ("text-score", "image-score"):
+        sel = got[(SIGNAL, mode, "selectivity", "accuracy")]
+        low = got[(SIGNAL, mode, "selectivity", "accuracy.ci95_low")]["value"]
+        high = got[(SIGNAL, mode, "selectivity", "accuracy.ci95_high")]["value"]
+        assert 0 < low <= sel["value"] <= high  # the planted layer: target above control on resampled items
+        assert got[(SIGNAL, mode, "selectivity", "accuracy.p_value")]["value"] < 0.05
+        assert got[(SIGNAL, mode, "target", "accuracy.ci95_low")]["seed"] == 3
+    with open(csv_path.with_name(csv_path.stem + ".items.csv"), newline="", encoding="utf-8") as fh:
+        items = list(csv.DictReader(fh))
+    manifest = next(iter(json.loads(manifest_path.read_text())["runs"].values()))
+    test_ids = set(manifest["split"]["test"])
+    assert manifest["permutation_test"]["permutations"] == 400 and manifest["bootstrap"]["seed"] == 3
+    ids = {r["subset"].split(":", 1)[1] for r in items if r["split"] == "test"}
+    assert ids == test_ids  # one row per test item, mode and probe
+    assert {r["subset"].split(":", 1)[0] for r in items} == {"text-score", "image-score"}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from vlprobe.experiments.units import MARGIN, PERCENT, RANK, base_metric, metric_unit
+from vlprobe.experiments.units import MARGIN, P_VALUE, PERCENT, RANK, base_metric, metric_unit
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
@@ -49,7 +49,12 @@ def test_every_metric_of_every_csv_has_one_declared_unit(every_experiment: Path)
                     v = float(raw) if raw not in ("", "nan") else math.nan
                     if math.isnan(v):
                         continue
-                    if unit == PERCENT:
+                    if row.get("task") == "selectivity" and unit != P_VALUE:
+                        # Target minus control in the metric's unit: a difference, negative too.
+                        assert (-100 - 1e-9 <= v <= 100 + 1e-9) if unit == PERCENT else math.isfinite(v), (path.name, row)
+                    elif unit == P_VALUE:
+                        assert 0 < v <= 1, (path.name, row)
+                    elif unit == PERCENT:
                         assert -1e-9 <= v <= 100 + 1e-9, (path.name, row)
                     elif unit == RANK:
                         assert v >= 1, (path.name, row)
@@ -63,16 +68,28 @@ def test_per_case_values_average_to_the_aggregate(every_experiment: Path) -> Non
     # A per-case file in the aggregate's unit: the mean over a subset's cases is the subset's value
     # (percentages are 0..100 per case, not fractions).
     for items_path in every_experiment.glob("*/*.items.csv"):
-        tidy = {(r["stream"], r["layer"], r["task"], r["seed"], r["metric"]): r
-                for r in read_csv(items_path.with_name(items_path.name.replace(".items", ""))) if r["subset"] == "all"}
         per_case: dict[tuple[str, ...], list[float]] = {}
         for r in read_csv(items_path):
-            per_case.setdefault((r["stream"], r["layer"], r["task"], r["seed"], r["metric"]), []).append(float(r["value"]))
+            # A case of a group with its own subset (task-adaptation's mode) is named "<subset>:<item>".
+            group = r["subset"].split(":", 1)[0] if ":" in r["subset"] else "all"
+            # A sweep inside one run (variant-similarity's agg and lambda) keys its rows too.
+            per_case.setdefault((group, r["stream"], r["layer"], r["probe"], r["task"], r["seed"], r["split"],
+                                 r["metric"], r.get("agg", ""), r.get("lambda", "")), []).append(float(r["value"]))
+        groups = {k[0] for k in per_case}
+        tidy = {(r["subset"], r["stream"], r["layer"], r["probe"], r["task"], r["seed"], r["split"], r["metric"],
+                 r.get("agg", ""), r.get("lambda", "")): r
+                for r in read_csv(items_path.with_name(items_path.name.replace(".items", "")))
+                if r["subset"] in groups and r["task"] in ("target", "control") and base_metric(r["metric"]) == r["metric"]
+                and not r["metric"].endswith(".p_value")}
         assert set(per_case) == set(tidy), items_path.name
         for key, values in per_case.items():
             finite = [v for v in values if not math.isnan(v)]
             want = float(tidy[key]["value"])
-            assert len(finite) == int(tidy[key]["n"]), key
+            n = int(tidy[key]["n"])
+            if items_path.parent.name in ("task-adaptation", "variant-probe"):
+                assert not finite or n % len(finite) == 0, key  # n counts examples: the same number per item
+            else:
+                assert len(finite) == n, key
             if finite:
                 assert want == pytest.approx(sum(finite) / len(finite), rel=1e-12), key
             else:

@@ -104,18 +104,33 @@ def test_run_on_a_cache_lambda_zero_equals_winoground_scores(reference_cache: Pa
 
     csv_path, manifest_path, rows = run_variant_similarity(VariantSimilarityConfig(cache=reference_cache, out=tmp_path))
     _, _, plain = run_winoground_scores(WinogroundScoresConfig(out=tmp_path, cache=reference_cache))
-    want = {(r["subset"], r["metric"]): r["value"] for r in plain if r["metric"] in ("text", "image", "group")}
+    want = {(r["subset"], r["metric"]): r["value"] for r in plain if r["metric"].split(".")[0] in ("text", "image", "group")}
     for agg in ("mean", "max"):
         got = {(r["subset"], r["metric"]): r["value"] for r in rows if r["agg"] == agg and r["lambda"] == 0}
-        assert got == want
+        # Points and the intervals of subset all: the same items and bootstrap seed give the same resamples.
+        assert {k: v for k, v in got.items() if "." not in k[1] or k[0] == "all"} == want
+        assert ("collapsed_tag=Object", "text.ci95_low") in got  # per-tag intervals too
+    by_key = {(r["agg"], r["lambda"], r["subset"], r["metric"]): r["value"] for r in rows}
+    for r in rows:
+        if r["metric"].endswith(".ci95_low"):
+            key = (r["agg"], r["lambda"], r["subset"])
+            point, high = by_key[(*key, r["metric"][:-9])], by_key[(*key, r["metric"][:-3] + "high")]
+            assert r["value"] <= point <= high and r["seed"] == 0
+    with open(csv_path.with_name(csv_path.stem + ".items.csv"), newline="") as fh:
+        items = list(csv.DictReader(fh))
+    assert len(items) == 10 * 3 * len({r["subset"] for r in items})  # settings x metrics x items
+    assert {r["value"] for r in items} <= {"0.0", "100.0"}
+    assert {(r["agg"], float(r["lambda"])) for r in items} == {(r["agg"], r["lambda"]) for r in rows}
     settings = {(r["agg"], r["lambda"]) for r in rows}
     assert len(settings) == 10  # 2 aggs x 5 lambdas
     with open(csv_path, newline="") as fh:
         reader = csv.DictReader(fh)
         lines = list(reader)
     assert len(lines) == len(rows)
-    # agg and lambda are setting columns of their own, beside variants_only; probe stays empty.
-    assert list(reader.fieldnames or [])[-3:] == ["variants_only", "agg", "lambda"]
+    # agg and lambda are setting columns of their own, beside variants_only and the bootstrap's;
+    # probe stays empty.
+    assert list(reader.fieldnames or [])[-2:] == ["agg", "lambda"]
+    assert {"variants_only", "bootstrap", "bootstrap_seed"} <= set(reader.fieldnames or [])
     assert {(line["agg"], float(line["lambda"])) for line in lines} == settings
     assert {line["probe"] for line in lines} == {""} and {line["variants_only"] for line in lines} == {"False"}
     manifest = json.loads(manifest_path.read_text())

@@ -8,7 +8,12 @@ groups (layers, modes) of the same examples, an item-level split and seeds, it t
 group and seed one probe on the target labels and one on the control labels (the labels of
 ``n // 2`` items of each split side flipped, drawn per seed by
 :func:`~vlprobe.probes.splits.control_flips`) with :func:`~vlprobe.probes.ensemble.fit_mlp_ensemble`,
-and scores each on train and test.
+and scores each on train and test: overall, and per item (accuracy over the item's examples).
+From the per-item accuracies, per group and side: 95% item-bootstrap intervals of the target and
+of the control (each averaged over seeds per item; the min–max over seeds stays in the per-seed
+rows), the selectivity (target minus control, ``task`` selectivity) with its paired interval,
+and ``accuracy.p_value`` of the paired sign-flip permutation test; the per-item rows go to
+``<run>.items.csv``.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +30,10 @@ import numpy as np
 from vlprobe.devices import device_name, resolve_device
 from vlprobe.experiments.cache_features import stratum_keys
 from vlprobe.experiments.declare import Experiment
+from vlprobe.experiments.metrics import bootstrap_indices
 from vlprobe.experiments.option_groups import MLPOptions
-from vlprobe.experiments.outputs import result_stem
+from vlprobe.experiments.outputs import result_stem, write_tidy_csv
+from vlprobe.experiments.stats import PERMUTATION_TEST, target_control_rows
 from vlprobe.experiments.summary import summarize, write_summary_csv
 from vlprobe.experiments.units import units_of
 from vlprobe.probes.ensemble import (
@@ -52,12 +59,17 @@ __all__ = [
     "split_record",
     "train_and_write",
     "train_target_control",
+    "uncertainty_rows",
 ]
 
 
 @dataclass(frozen=True)
 class ProbeScore:
-    """Accuracy (%) of one trained probe on one split side."""
+    """Accuracy (%) of one trained probe on one split side, overall and per item.
+
+    ``items`` are the item numbers of the side (ascending), ``item_accuracy`` the accuracy (%)
+    over each item's examples.
+    """
 
     group: int
     task: str
@@ -65,6 +77,8 @@ class ProbeScore:
     split: str
     accuracy: float
     n: int
+    items: np.ndarray = field(default_factory=lambda: np.zeros(0, int), repr=False, compare=False)
+    item_accuracy: np.ndarray = field(default_factory=lambda: np.zeros(0), repr=False, compare=False)
 
 
 def train_target_control(
@@ -138,10 +152,61 @@ def train_target_control(
             for side, idx in sides:
                 hits[side][sl] = ens.predict(X[:, idx]) == y[sl][:, idx]
     scores = []
-    for side, _ in sides:
+    for side, idx in sides:
+        items, inverse = np.unique(example_items[idx], return_inverse=True)
+        per_item = np.bincount(inverse, minlength=len(items))
         for m, (g, task, s) in enumerate(runs):
-            scores.append(ProbeScore(g, task, s, side, float(100 * hits[side][m].mean()), hits[side].shape[1]))
+            item_acc = 100.0 * np.bincount(inverse, weights=hits[side][m], minlength=len(items)) / per_item
+            scores.append(ProbeScore(g, task, s, side, float(100 * hits[side][m].mean()), hits[side].shape[1],
+                                     items, item_acc))
     return scores, {s: f.tolist() for s, f in flips.items()}
+
+
+def uncertainty_rows(
+    scores: Sequence[ProbeScore], group_fields: Sequence[dict[str, Any]], base: dict[str, Any],
+    item_ids: Sequence[str], bootstrap: int, bootstrap_seed: int, permutations: int,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], set[str]]:
+    """Item-bootstrap intervals, selectivity and the permutation test of the accuracy, per group and side.
+
+    The target's and the control's per-item accuracies are first averaged over seeds; the items
+    of a side are resampled alike for every group (paired). Also the per-item rows
+    (``subset`` = item id, after the group's subset and ``:`` where the group has one, e.g.
+    ``text-score:winoground/3``) and the permutation test's methods.
+
+    Parameters
+    ----------
+    item_ids : sequence of str
+        The id of each item number of the scores.
+    """
+    rows: list[dict[str, Any]] = []
+    item_rows: list[dict[str, Any]] = []
+    methods: set[str] = set()
+    sides = list(dict.fromkeys(sc.split for sc in scores))
+    for side in sides:
+        mine = [sc for sc in scores if sc.split == side]
+        if not mine:
+            continue
+        items = mine[0].items
+        idx = bootstrap_indices(len(items), bootstrap, bootstrap_seed)
+        for g in sorted({sc.group for sc in mine}):
+            by_task = {t: np.stack([sc.item_accuracy for sc in mine if sc.group == g and sc.task == t])
+                       for t in ("target", "control")}
+            row = {**base, **group_fields[g], "split": side}
+            row.setdefault("subset", "all")
+            out, method = target_control_rows(row, "accuracy", by_task["target"], by_task["control"], idx, bootstrap_seed,
+                                              n_permutations=permutations, permutation_seed=bootstrap_seed)
+            rows += out
+            if method:
+                methods.add(method)
+            # A group's own subset (task-adaptation's mode) prefixes the item: "text-score:winoground/3".
+            prefix = "" if row["subset"] in ("", "all") else f"{row['subset']}:"
+            for sc in mine:
+                if sc.group != g:
+                    continue
+                item_rows += [{**base, **group_fields[g], "task": sc.task, "seed": sc.seed, "split": side,
+                               "subset": prefix + item_ids[i], "metric": "accuracy", "value": float(v), "n": 1}
+                              for i, v in zip(sc.items, sc.item_accuracy, strict=True)]
+    return rows, item_rows, methods
 
 
 def score_rows(scores: Sequence[ProbeScore], group_fields: Sequence[dict[str, Any]], base: dict[str, Any]) -> list[dict[str, Any]]:
@@ -316,20 +381,38 @@ def train_and_write(
     """
     seeds = list(range(config.seeds))
     rows: list[dict[str, Any]] = []
+    item_rows: list[dict[str, Any]] = []
+    methods: set[str] = set()
     flips: dict[int, list[int]] = {}
+    item_ids = [index.item_ids[r] for r in plan.items]
     for block in blocks:
         scores, flips = train_target_control(block.X, block.labels, example_items, plan.split, seeds, config,
                                              progress=config.progress, desc=experiment.name)
         rows += score_rows(scores, block.group_fields, block.base)
+        derived, block_items, block_methods = uncertainty_rows(
+            scores, block.group_fields, block.base, item_ids, config.bootstrap, config.bootstrap_seed,
+            config.permutations,
+        )
+        rows += derived
+        item_rows += block_items
+        methods |= block_methods
+    stem = result_stem(plan.run)
     manifest = experiment.manifest(
         config, {"cache": index.provenance, **split_file_input(config.split_file)}, seeds=seeds,
         device=device_name(resolve_device(config.device)),
         extra={
             "model": plan.model, **extra,
             **split_record(index.item_ids, plan.items, plan.split, plan.families, config.split_file, flips),
-            "units": units_of(rows),
+            "units": units_of(rows, item_rows),
+            "bootstrap": {"resamples": config.bootstrap, "seed": config.bootstrap_seed, "level": 0.95,
+                          "over": "the items of each split side (per item: accuracy over its examples; "
+                                  "control per item = mean over control seeds)"},
+            "permutation_test": {"test": PERMUTATION_TEST, "permutations": config.permutations,
+                                 "seed": config.bootstrap_seed, "method": sorted(methods)},
+            "outputs": [f"{stem}.csv", f"{stem}.items.csv", f"{stem}.summary.csv"],
         },
     )
     csv_path, manifest_path = experiment.write(config, plan.model, rows, manifest)
-    write_summary_csv(csv_path.with_name(f"{result_stem(plan.run)}.summary.csv"), summarize(rows))
+    write_tidy_csv(csv_path.with_name(f"{stem}.items.csv"), item_rows, experiment.run_settings(config))
+    write_summary_csv(csv_path.with_name(f"{stem}.summary.csv"), summarize(rows))
     return csv_path, manifest_path, rows

@@ -25,6 +25,7 @@ __all__ = [
     "BootstrapOptions",
     "CacheInput",
     "MLPOptions",
+    "PermutationOption",
     "ProgressOption",
     "ResultsOptions",
     "SeedsOption",
@@ -143,6 +144,19 @@ class BootstrapOptions(Options):
 
     bootstrap: int = option(1000, check=check_positive_int, help="Bootstrap resamples for the 95% intervals.")
     bootstrap_seed: int = option(0, check=check_seed, help="Seed of the bootstrap resamples.", aliases=("--seed",))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PermutationOption(Options):
+    """The paired sign-flip permutation test of target vs control (seeded by ``bootstrap_seed``)."""
+
+    panel = "Bootstrap"
+    rank = 50
+
+    permutations: int = option(
+        10_000, check=check_positive_int,
+        help="Sign flips of the target-vs-control permutation test (all 2^items when fewer; seeded by --bootstrap-seed).",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,6 +22,12 @@ Outputs in ``OUT/separability/``:
   their number, NaN when there is none), ``train_accuracy`` (%, mean) and ``converged`` (% of
   fits that converged within ``max_iter``); ``split`` is ``train`` (separability is a property of
   the training points);
+  with, per layer and subset, for ``separable`` and ``separable_margin``: 95% bootstrap intervals
+  over cases (``<metric>.ci95_low`` / ``.ci95_high``; task target, and control = the mean over
+  control seeds per case), the selectivity (``task`` selectivity: target minus control) with its
+  paired interval (the same resampled cases), and ``<metric>.p_value`` of the paired sign-flip
+  permutation test of target vs control over cases (seed ``bootstrap_seed``; exact when
+  ``2**cases <= permutations``); the number of permutations and the method are in the manifest;
 * ``<model>.items.csv`` (tidy): the same metrics per case, in the same units (``subset`` = item
   id, ``/i<j>`` for an image condition; ``separable`` is 0 or 100, ``separable_margin`` NaN for a
   case that is not separable), so the mean over cases gives the aggregate;
@@ -57,8 +63,11 @@ from vlprobe.experiments.cache_features import (
     stream_layers,
 )
 from vlprobe.experiments.declare import Experiment, option
+from vlprobe.experiments.metrics import bootstrap_indices
 from vlprobe.experiments.option_groups import (
+    BootstrapOptions,
     CacheInput,
+    PermutationOption,
     ProgressOption,
     ResultsOptions,
     SeedsOption,
@@ -67,6 +76,7 @@ from vlprobe.experiments.option_groups import (
 from vlprobe.experiments.outputs import result_stem, write_tidy_csv
 from vlprobe.experiments.presets import PRESET_VALUES
 from vlprobe.experiments.reports import summary_lines
+from vlprobe.experiments.stats import PERMUTATION_TEST, target_control_rows
 from vlprobe.experiments.summary import summarize, write_summary_csv
 from vlprobe.experiments.units import units_of
 from vlprobe.probes.linear import LinearSeparabilityProbe
@@ -86,7 +96,8 @@ def _check_jobs(jobs: int, param: str) -> int:
 
 
 @dataclass(frozen=True, kw_only=True)
-class SeparabilityConfig(CacheInput, StateOptions, SeedsOption, ProgressOption, ResultsOptions):
+class SeparabilityConfig(CacheInput, StateOptions, SeedsOption, BootstrapOptions, PermutationOption, ProgressOption,
+                         ResultsOptions):
     """One run: a cache in, ``OUT/separability/`` out.
 
     Attributes
@@ -105,6 +116,12 @@ class SeparabilityConfig(CacheInput, StateOptions, SeedsOption, ProgressOption, 
     seeds : int
         Number of control permutations (seeds 0..seeds-1).
     C, max_iter, tol : SVM settings (see :class:`LinearSeparabilityProbe`).
+    bootstrap : int
+        Resamples of the case bootstrap (intervals of target, control and selectivity).
+    bootstrap_seed : int
+        Seed of the bootstrap and of the permutation test.
+    permutations : int
+        Random sign vectors of the permutation test (all ``2**cases`` when that is fewer).
     jobs : int
         Parallel workers (joblib; -1 = all cores).
     name : str, optional
@@ -175,6 +192,7 @@ def run_separability(config: SeparabilityConfig) -> tuple[Path, Path, list[dict[
         rows: list[dict[str, Any]] = []
         item_rows: list[dict[str, Any]] = []
         n_cases: dict[str, int] = {}
+        methods: set[str] = set()
         read_layers: dict[str, dict[str, Any]] = {}
         fallbacks: dict[str, dict[str, str]] = {}
         for stream in streams:  # every stream's layers checked before the first is fitted
@@ -202,6 +220,8 @@ def run_separability(config: SeparabilityConfig) -> tuple[Path, Path, list[dict[
                     "probe": PROBE, "split": "train"}
             _rows(per_layer, read.layers, read.kinds, cases, seeds, read.modality, index.item_tags, base, rows,
                   item_rows)
+            methods |= _uncertainty_rows(per_layer, read.layers, read.kinds, cases, read.modality, index.item_tags,
+                                         base, config, rows)
 
     stem = result_stem(run)
     manifest = EXPERIMENT.manifest(
@@ -214,6 +234,11 @@ def run_separability(config: SeparabilityConfig) -> tuple[Path, Path, list[dict[
             "units": units_of(rows, item_rows),
             "separable_margin": "mean 2/||w|| over the separable cases only (n = their number)",
             "no_hyperplane": "fits whose decision values span less than zero_tol over the points (w ~ 0)",
+            "bootstrap": {"resamples": config.bootstrap, "seed": config.bootstrap_seed, "level": 0.95,
+                          "over": "cases of the subset; control per case = mean over control seeds",
+                          "metrics": list(UNCERTAIN)},
+            "permutation_test": {"test": PERMUTATION_TEST, "permutations": config.permutations,
+                                 "seed": config.bootstrap_seed, "method": sorted(methods)},
             "outputs": [f"{stem}.csv", f"{stem}.items.csv", f"{stem}.summary.csv"],
         },
     )
@@ -282,11 +307,7 @@ def _rows(
     item_rows: list[dict[str, Any]],
 ) -> None:
     """Append the tidy per-layer rows and per-case rows of one stream."""
-    subsets: dict[str, np.ndarray] = {"all": np.ones(len(cases), bool)}
-    if modality == "pair":
-        for j in sorted({c.image for c in cases}):
-            subsets[f"image={j}"] = np.array([c.image == j for c in cases])
-    subsets.update(tag_subsets([item_tags[c.item] for c in cases]))
+    subsets = _subset_masks(cases, modality, item_tags)
     runs = [("target", None)] + [("control", s) for s in seeds]
     for li, layer in enumerate(layers):
         lrow = {**base, "layer": layer, "kind": kinds[li]}
@@ -299,6 +320,47 @@ def _rows(
                 for metric, column in values.items():
                     item_rows.append({**lrow, "task": task, "seed": seed, "subset": case.name,
                                       "metric": metric, "value": float(column[c]), "n": len(case.rows)})
+
+
+#: Metrics given bootstrap intervals, selectivity and the permutation test.
+UNCERTAIN = ("separable", "separable_margin")
+
+
+def _subset_masks(cases: list[Case], modality: str, item_tags: list[dict[str, list[str]]]) -> dict[str, np.ndarray]:
+    subsets: dict[str, np.ndarray] = {"all": np.ones(len(cases), bool)}
+    if modality == "pair":
+        for j in sorted({c.image for c in cases}):
+            subsets[f"image={j}"] = np.array([c.image == j for c in cases])
+    subsets.update(tag_subsets([item_tags[c.item] for c in cases]))
+    return subsets
+
+
+def _uncertainty_rows(
+    per_layer: np.ndarray, layers: list[int | None], kinds: list[str | None], cases: list[Case], modality: str,
+    item_tags: list[dict[str, list[str]]], base: dict[str, Any], config: SeparabilityConfig,
+    rows: list[dict[str, Any]],
+) -> set[str]:
+    """Append intervals, selectivity and permutation-test rows (module docstring); return the test methods."""
+    methods: set[str] = set()
+    for subset, mask in _subset_masks(cases, modality, item_tags).items():
+        n = int(mask.sum())
+        if not n:
+            continue
+        idx = bootstrap_indices(n, config.bootstrap, config.bootstrap_seed)  # shared by every layer: paired
+        for li, layer in enumerate(layers):
+            values = [_case_values(per_layer[li, mask, t]) for t in range(per_layer.shape[2])]
+            for metric in UNCERTAIN:
+                target = values[0][metric][None, :]
+                control = np.stack([v[metric] for v in values[1:]])
+                out, method = target_control_rows(
+                    {**base, "layer": layer, "kind": kinds[li], "subset": subset}, metric, target, control, idx,
+                    config.bootstrap_seed,
+                    n_permutations=config.permutations, permutation_seed=config.bootstrap_seed,
+                )
+                rows.extend(out)
+                if method:
+                    methods.add(method)
+    return methods
 
 
 def _case_values(res: np.ndarray) -> dict[str, np.ndarray]:

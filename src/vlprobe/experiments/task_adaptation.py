@@ -50,8 +50,10 @@ from vlprobe.experiments.cache_features import cache_path, load_index, pooling_n
 from vlprobe.experiments.declare import Experiment, option
 from vlprobe.experiments.mlp_runs import SWEPT, FeatureBlock, plan_items, train_and_write
 from vlprobe.experiments.option_groups import (
+    BootstrapOptions,
     CacheInput,
     MLPOptions,
+    PermutationOption,
     ProgressOption,
     ResultsOptions,
     SeedsOption,
@@ -76,8 +78,8 @@ MODES = ("text", "image", "both")
 
 
 @dataclass(frozen=True, kw_only=True)
-class TaskAdaptationConfig(CacheInput, StateOptions, SeedsOption, SplitOptions, MLPOptions, ProgressOption,
-                           ResultsOptions):
+class TaskAdaptationConfig(CacheInput, StateOptions, SeedsOption, SplitOptions, MLPOptions, BootstrapOptions,
+                           PermutationOption, ProgressOption, ResultsOptions):
     """One run: a cache in, ``OUT/task-adaptation/`` out.
 
     Attributes
@@ -100,6 +102,9 @@ class TaskAdaptationConfig(CacheInput, StateOptions, SeedsOption, SplitOptions, 
         narrower MLP.
     progress : bool
         Say on stderr how many probes will train and show a bar with an ETA.
+    bootstrap, bootstrap_seed, permutations : int
+        Item-bootstrap resamples and their seed (95% intervals of target, control, selectivity)
+        and the sign flips of the target-vs-control permutation test (seeded by bootstrap_seed).
     """
 
     cache: Path = CacheInput.redeclare("cache", help="A vlprobe cache of Winoground.")

@@ -4,7 +4,9 @@ A metric name means one quantity in one unit wherever it appears: the tidy CSV, 
 CSV (``<model>.items.csv``), the summary CSV and the manifest's ``units``. Percentages are
 percentages everywhere, per case too (a separable case is 100, not 1), so the mean of the
 per-case values of a ``percent`` metric is the aggregate. Interval rows
-(``<metric>.ci95_low`` / ``.ci95_high``) carry their metric's unit.
+(``<metric>.ci95_low`` / ``.ci95_high``) carry their metric's unit; so do selectivity rows
+(``task`` selectivity: target minus control, in the metric's unit, hence possibly negative).
+Permutation-test rows ``<metric>.p_value`` are probabilities (:data:`P_VALUE`).
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["MARGIN", "PERCENT", "RANK", "base_metric", "metric_unit", "units_of"]
+__all__ = ["MARGIN", "PERCENT", "P_VALUE", "RANK", "base_metric", "metric_unit", "units_of"]
 
 PERCENT = "percent"
 RANK = "rank (1 = best; ties count against the model)"
 MARGIN = "2/||w|| in the (scaled) state space"
+P_VALUE = "probability (two-sided p-value)"
 
 _UNITS: dict[str, str] = {
     # Winoground scores (winoground-scores, variant-similarity)
@@ -36,6 +39,7 @@ _UNITS: dict[str, str] = {
 }
 _RECALL = re.compile(r"^recall@\d+$")
 _INTERVAL = re.compile(r"\.ci95_(low|high)$")
+_P_VALUE = re.compile(r"\.p_value$")
 
 
 def base_metric(metric: str) -> str:
@@ -51,6 +55,9 @@ def metric_unit(metric: str) -> str:
     KeyError
         The name is not declared here: a new metric must be given its unit first.
     """
+    if _P_VALUE.search(metric):
+        metric_unit(_P_VALUE.sub("", metric))  # the tested metric must be declared too
+        return P_VALUE
     name = base_metric(metric)
     if _RECALL.match(name):
         return PERCENT

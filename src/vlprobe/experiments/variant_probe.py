@@ -41,8 +41,10 @@ from vlprobe.experiments.cache_features import (
 from vlprobe.experiments.declare import Experiment, option
 from vlprobe.experiments.mlp_runs import SWEPT, FeatureBlock, plan_items, train_and_write
 from vlprobe.experiments.option_groups import (
+    BootstrapOptions,
     CacheInput,
     MLPOptions,
+    PermutationOption,
     ProgressOption,
     ResultsOptions,
     SeedsOption,
@@ -60,8 +62,8 @@ PROBE = "mlp"
 
 
 @dataclass(frozen=True, kw_only=True)
-class VariantProbeConfig(CacheInput, StateOptions, SeedsOption, SplitOptions, MLPOptions, ProgressOption,
-                         ResultsOptions):
+class VariantProbeConfig(CacheInput, StateOptions, SeedsOption, SplitOptions, MLPOptions, BootstrapOptions,
+                         PermutationOption, ProgressOption, ResultsOptions):
     """One run: a cache (with variants) in, ``OUT/variant-probe/`` out.
 
     Attributes
@@ -78,6 +80,9 @@ class VariantProbeConfig(CacheInput, StateOptions, SeedsOption, SplitOptions, ML
     depth, width, lr, epochs, batch_size, device : MLP settings (three layers, lr 5e-5, batch 128).
     progress : bool
         Say on stderr how many probes will train and show a bar with an ETA.
+    bootstrap, bootstrap_seed, permutations : int
+        Item-bootstrap resamples and their seed (95% intervals of target, control, selectivity)
+        and the sign flips of the target-vs-control permutation test (seeded by bootstrap_seed).
     """
 
     cache: Path = CacheInput.redeclare("cache", help="A vlprobe cache with caption variants (`probe extract --variants`).")

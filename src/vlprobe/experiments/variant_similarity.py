@@ -13,7 +13,10 @@ item's images against its captions and their variants).
 
 CSV: one row per (agg, λ, subset, metric), agg and λ in the ``agg`` and ``lambda`` setting
 columns (``variants_only`` in its own); subsets as in ``winoground-scores`` (all, tags);
-values in percent.
+values in percent; with 95% bootstrap intervals over items (``<metric>.ci95_low`` /
+``.ci95_high``), the same resampled items for every setting and metric (paired: two settings
+or two models on the same items are resampled alike). ``<run>.items.csv`` holds each item's
+outcome (0 or 100) per setting and metric (``subset`` = item id), for ``probe compare``.
 """
 
 from __future__ import annotations
@@ -27,8 +30,14 @@ from typing import Any
 import numpy as np
 
 from vlprobe.experiments.declare import Alias, Experiment, floats, names, option
-from vlprobe.experiments.metrics import winoground_outcomes
-from vlprobe.experiments.option_groups import CacheInput, ProgressOption, ResultsOptions
+from vlprobe.experiments.metrics import bootstrap_indices, ci95_rows, winoground_outcomes
+from vlprobe.experiments.option_groups import (
+    BootstrapOptions,
+    CacheInput,
+    ProgressOption,
+    ResultsOptions,
+)
+from vlprobe.experiments.outputs import result_stem, write_tidy_csv
 from vlprobe.experiments.reports import wrote_line
 from vlprobe.experiments.units import units_of
 from vlprobe.progress import format_bytes, say
@@ -55,7 +64,7 @@ def _check_aggs(values: tuple[str, ...], param: str) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class VariantSimilarityConfig(CacheInput, ProgressOption, ResultsOptions):
+class VariantSimilarityConfig(CacheInput, BootstrapOptions, ProgressOption, ResultsOptions):
     """One cache in, one CSV out."""
 
     cache: Path = CacheInput.redeclare("cache", help="A vlprobe Winoground cache extracted with --variants.")
@@ -175,7 +184,7 @@ def run_variant_similarity(config: VariantSimilarityConfig) -> tuple[Path, Path,
         items, images, texts = cache.table("items"), cache.table("images"), cache.table("texts")
         model = config.name or cache.header.model
         provenance = cache.provenance()
-    EXPERIMENT.claim(config, model)
+    stem = result_stem(EXPERIMENT.claim(config, model))
     vs = variant_scores(matrix, done, list(items["id"]), list(images["id"]), list(texts["id"]), texts["parent"])
     if not vs.n_variants.any():
         raise InputError(f"cache: {Path(config.cache).name} holds no caption variants (extract with --variants FILE)")
@@ -185,32 +194,44 @@ def run_variant_similarity(config: VariantSimilarityConfig) -> tuple[Path, Path,
     say(config.progress, f"{EXPERIMENT.name}: {len(aggs)} aggregation(s) x {len(lambdas)} lambda(s) over {len(ids)} items "
                          f"(up to {vs.variants.shape[-1]} variants per caption); about "
                          f"{format_bytes(2 * vs.variants.nbytes)}")
+    # One set of resampled items per subset, shared by every setting and metric: paired intervals.
+    idx = {s: bootstrap_indices(int(m.sum()), config.bootstrap, config.bootstrap_seed) for s, m in masks.items() if m.any()}
     rows: list[dict[str, Any]] = []
+    item_rows: list[dict[str, Any]] = []
     for agg in aggs:
         for lam in lambdas:
             outcomes = winoground_outcomes(blend(vs, agg, lam, not config.variants_only))
             for subset, mask in masks.items():
                 n = int(mask.sum())
                 for metric in ("text", "image", "group"):
-                    rows.append({
-                        "experiment": EXPERIMENT.name, "model": model, "agg": agg, "lambda": lam,
-                        "task": "target", "split": "all", "subset": subset, "metric": metric,
-                        "value": float(100.0 * outcomes[metric][mask].mean()) if n else float("nan"), "n": n,
-                    })
+                    row = {"experiment": EXPERIMENT.name, "model": model, "agg": agg, "lambda": lam, "task": "target",
+                           "split": "all", "subset": subset, "n": n}
+                    hit = 100.0 * outcomes[metric][mask]
+                    rows.append({**row, "metric": metric, "value": float(hit.mean()) if n else float("nan")})
+                    if n:
+                        rows += ci95_rows(row, metric, hit[idx[subset]].mean(axis=1), config.bootstrap_seed)
+            for metric in ("text", "image", "group"):
+                item_rows += [{"experiment": EXPERIMENT.name, "model": model, "agg": agg, "lambda": lam, "task": "target",
+                               "split": "all", "subset": item_id, "metric": metric, "value": 100.0 * float(v), "n": 1}
+                              for item_id, v in zip(vs.ids, outcomes[metric], strict=True)]
     manifest = EXPERIMENT.manifest(config, {"cache": provenance}, extra={
         "units": units_of(rows), "model": model, "n_items": len(ids),
         "variants_per_caption": {"min": int(vs.n_variants.min()), "max": int(vs.n_variants.max()),
                                  "mean": float(vs.n_variants.mean())},
+        "bootstrap": {"resamples": config.bootstrap, "seed": config.bootstrap_seed, "level": 0.95,
+                      "over": "items of the subset, the same resamples for every setting and metric"},
+        "outputs": [f"{stem}.csv", f"{stem}.items.csv"],
     })
     csv_path, manifest_path = EXPERIMENT.write(config, model, rows, manifest)
+    write_tidy_csv(csv_path.with_name(f"{stem}.items.csv"), item_rows, EXPERIMENT.run_settings(config))
     return csv_path, manifest_path, rows
 
 
 def report(config: VariantSimilarityConfig, result: tuple[Path, Path, list[dict[str, Any]]]) -> list[str]:
-    """Text, image and group scores over every item per setting, then the files written."""
+    """Text, image and group scores over every item per setting (the interval rows aside), then the files written."""
     csv_path, _, rows = result
     lines = [f"{r['model']:<12} {'agg=' + r['agg'] + ' lambda=' + format(r['lambda'], 'g'):<22} {r['metric']:<6} "
-             f"{r['value']:7.2f}  (n={r['n']})" for r in rows if r["subset"] == "all"]
+             f"{r['value']:7.2f}  (n={r['n']})" for r in rows if r["subset"] == "all" and "." not in r["metric"]]
     return [*lines, wrote_line(csv_path)]
 
 
