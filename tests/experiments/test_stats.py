@@ -138,3 +138,68 @@ def test_target_control_rows_selectivity_and_its_test() -> None:
         assert by[(task, "separable.ci95_low")]["seed"] == 7
     p = by[("selectivity", "separable.p_value")]
     assert p["seed"] == 3 and 1 / 1000 <= p["value"] < 0.01 and p["n"] == n
+
+
+# -- calibration on seeded simulations ---------------------------------------------------------------
+# Each check below is a seeded simulation, so its result is fixed; the bounds say how far from the
+# nominal rate the estimate may lie by chance (about 3 binomial standard errors of the number of
+# replications), so a change of seed would pass too.
+
+
+def _planted_accuracies(rng: np.random.Generator, n: int, p: float, seeds: int) -> np.ndarray:
+    """(seeds, n) per-item accuracies (%) over 4 examples, items sharing a difficulty across tasks."""
+    return rng.binomial(4, p, size=(seeds, n)) / 4 * 100
+
+
+def test_intervals_cover_a_planted_effect_at_their_nominal_rate() -> None:
+    from vlprobe.experiments.mlp_runs import ProbeScore, uncertainty_rows
+
+    rng = np.random.default_rng(2026)
+    reps, n, p_target, p_control = 400, 40, 0.75, 0.55
+    truth = {"target": 100 * p_target, "control": 100 * p_control, "selectivity": 100 * (p_target - p_control)}
+    covered = dict.fromkeys(truth, 0)
+    for rep in range(reps):
+        hard = rng.uniform(-0.15, 0.15, size=n)  # item difficulty, mean 0: the item means stay the truth
+        t = _planted_accuracies(rng, n, p_target + hard, 3)
+        c = _planted_accuracies(rng, n, p_control + hard, 3)
+        # Through the MLP experiments' own path: scores per seed and task, per-item accuracies.
+        items = np.arange(n)
+        scores = [ProbeScore(0, task, s, "test", float(v[s].mean()), 4 * n, items, v[s])
+                  for task, v in (("target", t), ("control", c)) for s in range(3)]
+        rows, _, _ = uncertainty_rows(scores, [{"layer": 0}], {"experiment": "x"}, [f"i{k}" for k in items],
+                                      bootstrap=500, bootstrap_seed=rep, permutations=100)
+        got = {(r["task"], r["metric"]): r["value"] for r in rows}
+        for task, value in truth.items():
+            covered[task] += got[(task, "accuracy.ci95_low")] <= value <= got[(task, "accuracy.ci95_high")]
+    # 95% nominal; 3 standard errors of 400 replications: 0.033, and percentile intervals on 40
+    # items run about 0.01 short of nominal (0.94-0.95 in 2000 replications).
+    for task, hits in covered.items():
+        assert 0.95 - 0.01 - 0.033 <= hits / reps <= 0.95 + 0.033, (task, hits / reps)
+
+
+@pytest.mark.parametrize(("n", "permutations", "method"), [(12, 4096, "exact"), (25, 2000, "monte-carlo")])
+def test_sign_flip_p_values_are_uniform_under_the_null(n: int, permutations: int, method: str) -> None:
+    rng = np.random.default_rng(11)
+    reps = 1000
+    d = rng.standard_t(3, size=(reps, n))  # symmetric about 0, heavy tails: the null of the test
+    p, got = sign_flip_test(d, n_permutations=permutations, seed=4)
+    assert got == method
+    for alpha in (0.01, 0.05, 0.1, 0.25, 0.5):
+        se = math.sqrt(alpha * (1 - alpha) / reps)
+        assert abs(np.mean(p <= alpha) - alpha) <= 3 * se + 1 / 2**n, alpha  # + the exact test's atom
+    ks = np.max(np.abs(np.sort(p) - np.arange(1, reps + 1) / reps))
+    assert ks < 1.63 / math.sqrt(reps)  # Kolmogorov-Smirnov, 1% level
+
+
+def test_sign_flip_is_not_anti_conservative_on_binary_outcomes_under_the_null() -> None:
+    # Separability's shape: one target fit against the mean of three control seeds, 0/100 per
+    # case, target and control drawn alike: many ties, so p-values are discrete and the test may
+    # only be conservative.
+    rng = np.random.default_rng(5)
+    reps, n = 600, 40
+    p_case = rng.uniform(0.3, 0.9, size=(reps, n))
+    t = (rng.random((reps, n)) < p_case) * 100.0
+    c = (rng.random((3, reps, n)) < p_case).mean(axis=0) * 100.0
+    p, _ = sign_flip_test(t - c, n_permutations=1000, seed=2)
+    for alpha in (0.05, 0.1, 0.25):
+        assert np.mean(p <= alpha) <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / reps), alpha
