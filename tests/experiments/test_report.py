@@ -93,6 +93,9 @@ def test_the_page_holds_every_experiment_its_figures_tables_and_provenance(every
     h4 = [t for h, t in page.headings if h == "h4"]
     assert h4.count("Provenance") == len(experiments) and h4.count("Settings") == len(experiments)
     assert "Per layer (subset all)" in h4 and "Scores (95% intervals over items)" in h4
+    # Task-adaptation's modes are its groups: named in the heading and in a subset column.
+    assert "Per layer (text-score, image-score)" in h4 and "image-score" in page.cells
+    assert {"control_ci95_low", "selectivity_ci95_high", "p_value"} <= set(page.cells)  # header cells
     assert any(t.startswith("Per tag") for t in h4)  # the session dataset carries tags
     manifest = json.loads((every_experiment / "separability" / "manifest.json").read_text())
     (entry,) = manifest["runs"].values()

@@ -107,11 +107,18 @@ def _is_tag(subset: str) -> bool:
 
 def _layer_tables(run: RunResult) -> list[_Block]:
     summary = summarize(run.rows)
-    cols = ("stream", "layer", "pooling", "split", "metric", "target_mean", "target_min", "target_max",
-            "target_ci95_low", "target_ci95_high", "control_mean", "control_min", "control_max", "selectivity",
-            "selectivity_ci95_low", "selectivity_ci95_high", "p_value")
+    cols: tuple[str, ...] = (
+        "stream", "layer", "pooling", "split", "metric", "target_mean", "target_min", "target_max",
+        "target_ci95_low", "target_ci95_high", "control_mean", "control_min", "control_max", "control_ci95_low",
+        "control_ci95_high", "selectivity", "selectivity_ci95_low", "selectivity_ci95_high", "p_value",
+    )
     main = [r for r in summary if r["subset"] == "all"] or [r for r in summary if not _is_tag(r["subset"])]
-    out = [_Block("h", 4, "Per layer (subset all)")]
+    groups = list(dict.fromkeys(r["subset"] for r in main))
+    if groups == ["all"]:
+        out = [_Block("h", 4, "Per layer (subset all)")]
+    else:  # the run's own groups (task-adaptation's modes): one column tells them apart
+        cols = ("subset", *cols)
+        out = [_Block("h", 4, f"Per layer ({', '.join(groups)})")]
     out += _table(cols, [[r.get(c) for c in cols] for r in main])
     chart = CHARTS.get(run.experiment)
     metric = next((m for m in (chart.metrics if chart else ()) if any(r["metric"] == m for r in summary)), None)

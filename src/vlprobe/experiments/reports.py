@@ -5,6 +5,7 @@ Each function returns lines; the command line prints them (the library stays fre
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -45,17 +46,24 @@ def metric_lines(rows: Iterable[Mapping[str, Any]], subsets: Iterable[str] | Non
 
 def summary_lines(rows: Iterable[Mapping[str, Any]], metric: str, split: str, csv_path: Path,
                   side: Iterable[str] = ()) -> list[str]:
-    """Target vs control per stream and layer (from the rows' summary), then the files written."""
+    """Target vs control per stream and layer (from the rows' summary), then the files written.
+
+    The control's min-max over seeds is in brackets; the selectivity comes with its 95%
+    item-bootstrap interval and the permutation test's p-value where the run has them.
+    """
     from vlprobe.experiments.summary import summarize
 
     lines = []
     for rec in summarize(rows):
         if rec["metric"] == metric and rec["split"] == split and rec["subset"] in ("all", "text-score", "image-score"):
             sub = "" if rec["subset"] == "all" else f" {rec['subset']:<12}"
+            low, high, p = (rec.get(k, math.nan) for k in ("selectivity_ci95_low", "selectivity_ci95_high", "p_value"))
+            tested = f" 95% CI [{low:.2f}, {high:.2f}]" if math.isfinite(low) and math.isfinite(high) else ""
+            tested += f" p={p:.3g}" if math.isfinite(p) else ""
             lines.append(
                 f"{rec['stream']:<12} layer {rec['layer'] or '-':>3}{sub} {metric} ({split}): target "
                 f"{rec['target_mean']:6.2f}  control {rec['control_mean']:6.2f} "
-                f"[{rec['control_min']:.2f}, {rec['control_max']:.2f}]  selectivity {rec['selectivity']:6.2f}"
+                f"[{rec['control_min']:.2f}, {rec['control_max']:.2f}]  selectivity {rec['selectivity']:6.2f}{tested}"
             )
     stem = csv_path.stem
     lines.append(wrote_line(csv_path, f"{stem}.summary.csv", *side))
