@@ -110,6 +110,27 @@ def test_winoground_score_files_compare_text_image_group(tmp_path: Path, referen
         assert got[f"{metric}.difference"]["value"] == 0.0 and got[f"{metric}.p_value"]["value"] == 1.0
 
 
+def test_variant_similarity_runs_are_compared_setting_by_setting(tmp_path: Path, reference_cache: Path) -> None:
+    from vlprobe.experiments.variant_similarity import (
+        VariantSimilarityConfig,
+        run_variant_similarity,
+    )
+
+    a = run_variant_similarity(VariantSimilarityConfig(cache=reference_cache, out=tmp_path / "r", bootstrap=20))[0]
+    b = run_variant_similarity(VariantSimilarityConfig(cache=reference_cache, out=tmp_path / "r", bootstrap=20,
+                                                       variants_only=True))[0]
+    assert read_item_results(a).sweep == ("agg", "lambda")
+    csv_path, _, rows = run_compare(CompareConfig(a=a, b=b, out=tmp_path / "out", bootstrap=20))
+    # One comparison per (agg, lambda, metric): 2 x 5 x 3, each McNemar on 0/100 outcomes.
+    diffs = {(r["agg"], float(r["lambda"]), r["metric"]): r for r in read_tidy_csv(csv_path)
+             if r["metric"].endswith(".difference")}
+    assert len(diffs) == 2 * 5 * 3 and {r["test"] for r in rows} == {"mcnemar-exact"}
+    for agg in ("mean", "max"):
+        for metric in ("text", "image", "group"):
+            # lambda 0 ignores the variants: with or without the original caption, the same outcomes.
+            assert float(diffs[(agg, 0.0, f"{metric}.difference")]["value"]) == 0.0
+
+
 def test_cli_compare_and_its_one_line_errors(tmp_path: Path, one_error_line: Callable[..., str]) -> None:
     runner = CliRunner()
     a = items_csv(tmp_path / "a", "a", [100.0, 0.0, 100.0], [1.0, 2.0, 3.0])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import re
 import shutil
 import subprocess
 import tempfile
@@ -92,10 +93,14 @@ def test_the_page_holds_every_experiment_its_figures_tables_and_provenance(every
             assert im.format == "PNG" and im.size[0] > 200
     h4 = [t for h, t in page.headings if h == "h4"]
     assert h4.count("Provenance") == len(experiments) and h4.count("Settings") == len(experiments)
-    assert "Per layer (subset all)" in h4 and "Scores (95% intervals over items)" in h4
+    assert "Per layer (subset all; means over seeds, 95% intervals over items)" in h4
+    assert "Scores (95% intervals over items)" in h4
     # Task-adaptation's modes are its groups: named in the heading and in a subset column.
-    assert "Per layer (text-score, image-score)" in h4 and "image-score" in page.cells
-    assert {"control_ci95_low", "selectivity_ci95_high", "p_value"} <= set(page.cells)  # header cells
+    assert "Per layer (text-score, image-score; means over seeds, 95% intervals over items)" in h4
+    assert "image-score" in page.cells
+    assert {"control 95% CI", "selectivity 95% CI", "p_value"} <= set(page.cells)  # header cells
+    # An interval is one cell, "low – high".
+    assert any(re.fullmatch(r"-?[\d.]+ – -?[\d.]+", c) for c in page.cells)
     assert any(t.startswith("Per tag") for t in h4)  # the session dataset carries tags
     manifest = json.loads((every_experiment / "separability" / "manifest.json").read_text())
     (entry,) = manifest["runs"].values()

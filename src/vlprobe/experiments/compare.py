@@ -2,8 +2,9 @@
 
 Each side is a run's per-item results: its tidy CSV (``OUT/<experiment>/<name>.csv``, whose
 per-item side file ``<name>.items.csv`` or ``<name>.scores.jsonl`` is read), the per-item file
-itself, or a per-item score file. Per (stream, layer, pooling, probe, task, seed, split, metric)
-present in both, the items are matched by id; the two sides must hold the same items (refused
+itself, or a per-item score file. Per (stream, layer, pooling, probe, task, seed, split, metric,
+and the setting of a sweep inside the run: variant-similarity's agg and lambda, in their
+columns) present in both, the items are matched by id; the two sides must hold the same items (refused
 otherwise, naming how many differ). A metric whose per-item values are all 0/1 (or 0/100:
 correct, separable) is compared with McNemar's test (the exact binomial test when there are
 fewer than 25 discordant items, else chi-square with continuity correction); any other metric
@@ -33,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from vlprobe.experiments.outputs import (
+    TIDY_COLUMNS,
     RunSettings,
     build_manifest,
     check_run_slot,
@@ -80,12 +82,19 @@ class CompareConfig:
 
 @dataclass(frozen=True)
 class ItemResults:
-    """Per-item values of one side: ``values[key][item] = value`` with key as :data:`KEY`."""
+    """Per-item values of one side: ``values[key][item] = value``.
+
+    A key is the values of :data:`KEY`, then those of ``sweep``: the setting columns whose value
+    changes from row to row of the file (a sweep inside one run: variant-similarity's ``agg``
+    and ``lambda``), so each setting of the sweep is compared with the same setting of the other
+    side.
+    """
 
     name: str
     experiment: str
     source: Path
     values: dict[tuple[str, ...], dict[str, float]]
+    sweep: tuple[str, ...] = ()
 
 
 def _float(v: str) -> float:
@@ -97,14 +106,16 @@ def _float(v: str) -> float:
 
 def _from_items_csv(path: Path, param: str) -> ItemResults:
     rows = read_tidy_csv(path)
+    extra = [c for c in rows[0] if c not in TIDY_COLUMNS]
+    sweep = tuple(c for c in extra if len({r[c] for r in rows}) > 1)
     values: dict[tuple[str, ...], dict[str, float]] = {}
     for r in rows:
-        values.setdefault(tuple(r[c] for c in KEY), {})[r["subset"]] = _float(r["value"])
+        values.setdefault(tuple(r[c] for c in (*KEY, *sweep)), {})[r["subset"]] = _float(r["value"])
     names = sorted({r["model"] for r in rows})
     experiments = sorted({r["experiment"] for r in rows})
     if len(names) != 1 or len(experiments) != 1:
         raise InputError(f"{param}: {path.name} holds several runs ({', '.join(names)}); give one run's per-item file")
-    return ItemResults(names[0], experiments[0], path, values)
+    return ItemResults(names[0], experiments[0], path, values, sweep)
 
 
 def _from_scores(path: Path, param: str) -> ItemResults:
@@ -173,12 +184,12 @@ def _binary(values: np.ndarray) -> float | None:
     return None
 
 
-def _compare_key(key: tuple[str, ...], a: Mapping[str, float], b: Mapping[str, float], config: CompareConfig,
-                 base: dict[str, Any]) -> list[dict[str, Any]]:
+def _compare_key(key: tuple[str, ...], columns: tuple[str, ...], a: Mapping[str, float], b: Mapping[str, float],
+                 config: CompareConfig, base: dict[str, Any]) -> list[dict[str, Any]]:
     items = sorted(a)
     x = np.array([a[i] for i in items])
     y = np.array([b[i] for i in items])
-    row = {**base, **dict(zip(KEY, key, strict=True)), "subset": "all"}
+    row = {**base, **dict(zip(columns, key, strict=True)), "subset": "all"}
     metric = row.pop("metric")
     top_a, top_b = _binary(x), _binary(y)
     both = np.isfinite(x) & np.isfinite(y)
@@ -216,7 +227,8 @@ def run_compare(config: CompareConfig) -> tuple[Path, Path, list[dict[str, Any]]
     check_seed(config.bootstrap_seed, "bootstrap_seed")
     a = read_item_results(config.a, param="a")
     b = read_item_results(config.b, param="b")
-    shared = [k for k in a.values if k in b.values]
+    # Keys of sides sweeping different settings never match: nothing is shared.
+    shared = [k for k in a.values if k in b.values] if a.sweep == b.sweep else []
     if not shared:
         raise InputError(
             f"b: {b.source.name} shares no metric/layer with {a.source.name} "
@@ -232,12 +244,12 @@ def run_compare(config: CompareConfig) -> tuple[Path, Path, list[dict[str, Any]]
                 f"{len(only_b)} only in {b.source.name}, e.g. {example!r}); compare runs on the same items"
             )
     name = config.name or f"{a.name}-vs-{b.name}"
-    settings = RunSettings({}, {}, {}, COLUMNS)
+    settings = RunSettings({}, {}, {}, (*COLUMNS, *a.sweep))
     check_run_slot(config.out, NAME, name, config_record(config), settings=settings)
     base = {"experiment": NAME, "model": name}
     rows: list[dict[str, Any]] = []
     for key in shared:
-        rows += _compare_key(key, a.values[key], b.values[key], config, base)
+        rows += _compare_key(key, (*KEY, *a.sweep), a.values[key], b.values[key], config, base)
     tests = sorted({r["test"] for r in rows})
     from vlprobe.provenance import sha256_file
 

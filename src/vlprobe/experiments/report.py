@@ -48,7 +48,8 @@ h1 { border-bottom: 2px solid #1f77b4; padding-bottom: .2em; }
 h2 { margin-top: 2em; border-bottom: 1px solid #ccc; }
 h3 { margin-top: 1.5em; color: #1f4e79; }
 table { border-collapse: collapse; font-size: 13px; margin: .6em 0 1.2em; }
-th, td { border: 1px solid #d0d0d0; padding: 3px 8px; text-align: right; }
+th, td { border: 1px solid #d0d0d0; padding: 3px 6px; text-align: right; }
+td { white-space: nowrap; }
 th { background: #f0f4f8; }
 td.t, th.t { text-align: left; }
 tr:nth-child(even) td { background: #fafafa; }
@@ -87,6 +88,8 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         if math.isnan(value):
             return "–"
+        if abs(value) < 1e-12:  # a difference of equal means, up to round-off
+            return "0"
         if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e6):
             return f"{value:.3g}"
         return f"{value:.4g}" if abs(value) < 1 else f"{value:.2f}"
@@ -105,29 +108,52 @@ def _is_tag(subset: str) -> bool:
     return "=" in subset
 
 
+def _span(low: Any, high: Any) -> str:
+    """``low – high`` as one cell; a dash without either bound."""
+    lo, hi = _fmt(low), _fmt(high)
+    return "–" if lo in ("", "–") or hi in ("", "–") else f"{lo} – {hi}"
+
+
+#: The per-layer table: (heading, summary column, or a pair of columns shown as one range cell).
+_LAYER_COLUMNS: tuple[tuple[str, str | tuple[str, str]], ...] = (
+    ("target", "target_mean"), ("target min–max", ("target_min", "target_max")),
+    ("target 95% CI", ("target_ci95_low", "target_ci95_high")),
+    ("control", "control_mean"), ("control min–max", ("control_min", "control_max")),
+    ("control 95% CI", ("control_ci95_low", "control_ci95_high")),
+    ("selectivity", "selectivity"), ("selectivity 95% CI", ("selectivity_ci95_low", "selectivity_ci95_high")),
+    ("p_value", "p_value"),
+)
+
+
+def _layer_cells(rec: dict[str, Any], keys: Sequence[str]) -> list[Any]:
+    cells: list[Any] = [rec.get(c) for c in keys]
+    for _, col in _LAYER_COLUMNS:
+        cells.append(_span(rec.get(col[0]), rec.get(col[1])) if isinstance(col, tuple) else rec.get(col))
+    return cells
+
+
 def _layer_tables(run: RunResult) -> list[_Block]:
     summary = summarize(run.rows)
-    cols: tuple[str, ...] = (
-        "stream", "layer", "pooling", "split", "metric", "target_mean", "target_min", "target_max",
-        "target_ci95_low", "target_ci95_high", "control_mean", "control_min", "control_max", "control_ci95_low",
-        "control_ci95_high", "selectivity", "selectivity_ci95_low", "selectivity_ci95_high", "p_value",
-    )
+    keys: tuple[str, ...] = ("stream", "layer", "pooling", "split", "metric")
     main = [r for r in summary if r["subset"] == "all"] or [r for r in summary if not _is_tag(r["subset"])]
     groups = list(dict.fromkeys(r["subset"] for r in main))
     if groups == ["all"]:
-        out = [_Block("h", 4, "Per layer (subset all)")]
+        out = [_Block("h", 4, "Per layer (subset all; means over seeds, 95% intervals over items)")]
     else:  # the run's own groups (task-adaptation's modes): one column tells them apart
-        cols = ("subset", *cols)
-        out = [_Block("h", 4, f"Per layer ({', '.join(groups)})")]
-    out += _table(cols, [[r.get(c) for c in cols] for r in main])
+        keys = ("subset", *keys)
+        out = [_Block("h", 4, f"Per layer ({', '.join(groups)}; means over seeds, 95% intervals over items)")]
+    out += _table((*keys, *(h for h, _ in _LAYER_COLUMNS)), [_layer_cells(r, keys) for r in main])
     chart = CHARTS.get(run.experiment)
     metric = next((m for m in (chart.metrics if chart else ()) if any(r["metric"] == m for r in summary)), None)
     tags = [r for r in summary if _is_tag(r["subset"]) and (metric is None or r["metric"] == metric)]
     if tags:
         out.append(_Block("h", 4, f"Per tag ({metric or 'every metric'}: target mean over seeds, selectivity)"))
-        tcols = ("subset", "stream", "layer", "pooling", "split", "target_mean", "target_ci95_low",
-                 "target_ci95_high", "control_mean", "selectivity", "p_value")
-        out += _table(tcols, [[r.get(c) for c in tcols] for r in tags])
+        tkeys = ("subset", "stream", "layer", "pooling", "split")
+        theads = (*tkeys, "target", "target 95% CI", "control", "selectivity", "selectivity 95% CI", "p_value")
+        out += _table(theads, [[*(r.get(c) for c in tkeys), r.get("target_mean"),
+                                _span(r.get("target_ci95_low"), r.get("target_ci95_high")), r.get("control_mean"),
+                                r.get("selectivity"), _span(r.get("selectivity_ci95_low"), r.get("selectivity_ci95_high")),
+                                r.get("p_value")] for r in tags])
     return out
 
 
