@@ -222,6 +222,7 @@ class Row:
     case: str
     build: Callable[[Kit, Path], tuple[list[Any], tuple[str, ...]]]  # (kit, work) -> (argv, needles)
     writes: bool = True
+    progress: bool = False  # the command had begun and printed its stages on stdout
 
 
 def _out_under_file(w: Writer) -> Row:
@@ -448,6 +449,11 @@ SPECIFIC: list[Row] = [
         "--device", "cpu"])),
     Row("fixtures testbed", "--jobs 0", _missing("jobs", lambda k, w: [
         "fixtures", "testbed", "--out", w / "tb", "--jobs", 0])),
+    # the refusal of one of its commands, in a worker process (the testbed has begun: writes=False)
+    Row("fixtures testbed", "a file where its training data goes", _missing("train-data", lambda k, w: [
+        "fixtures", "testbed", "--out", w / "tb", "--models-dir", _holding(_folder(w / "models"), "train-data"),
+        "--train-items", 32, "--eval-items", 4, "--clip-steps", 1, "--lxmert-steps", 1, "--jobs", 1]), writes=False,
+        progress=True),
     Row("fixtures regions --oracle", "not a synthetic dataset", _missing("not a synthetic dataset", lambda k, w: [
         "fixtures", "regions", "--oracle", "--data-dir", _folder(w / "d"), "--out", w / "r.h5"])),
     Row("fixtures regions --oracle", "--noise nan", _missing("noise", lambda k, w: [
@@ -463,6 +469,12 @@ def _text_file(path: Path) -> Path:
 def _folder(path: Path) -> Path:
     path.mkdir()
     return path
+
+
+def _holding(folder: Path, name: str) -> Path:
+    """``folder``, holding a file ``name`` of the user's."""
+    _text_file(folder / name)
+    return folder
 
 
 ROWS: list[Row] = [
@@ -508,7 +520,12 @@ def test_bad_input(row: Row, kit: Kit, tmp_path: Path, one_error_line: Callable[
     argv, needles = row.build(kit, work)
     before, kit_before = _snapshot(work), _kit_state(kit)
     result = _run(*argv)
-    one_error_line(result, *needles)
+    if row.progress:
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        lines = result.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and all(n in lines[0] for n in needles), lines
+    else:
+        one_error_line(result, *needles)
     if row.writes:
         assert _snapshot(work) == before, "a refused command changed, left or removed files"
     assert _kit_state(kit) == kit_before, "a refused command changed one of its inputs"

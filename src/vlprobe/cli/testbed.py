@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vlprobe.validation import check_positive_int, check_seed
+from vlprobe.validation import InputError, check_positive_int, check_seed
 
 __all__ = ["QUICK_SETTINGS", "KnownAnswerConfig", "plan_commands", "run_testbed"]
 
@@ -168,7 +168,8 @@ def _worker_init() -> None:
 
 
 def _run_lane(name: str, commands: Sequence[Sequence[str]], log: str) -> tuple[str, float, float, str]:
-    """Run ``commands`` in this process, output into ``log``; raise on the first failure."""
+    """Run ``commands`` in this process, output into ``log``; raise on the first failure (an
+    :class:`InputError` where the command refused its input)."""
     from vlprobe.cli import app
 
     wall, cpu = time.perf_counter(), time.process_time()
@@ -188,6 +189,9 @@ def _run_lane(name: str, commands: Sequence[Sequence[str]], log: str) -> tuple[s
             fh.write(f"{text}{took}\n")
             fh.flush()
             lines += [f"  {line}" for line in text.splitlines() if line.strip()] + [f"  {took}"]
+            if rc == 2:  # the command refused its input in one line: so does the testbed
+                said = text.strip().splitlines()[-1] if text.strip() else ""
+                raise InputError(f"testbed: `{shown}` was refused (see {log}): {said}")
             if rc not in (None, 0):
                 raise RuntimeError(f"testbed: `{shown}` failed (exit {rc}); see {log}:\n{text.strip()}")
     return name, time.perf_counter() - wall, time.process_time() - cpu, "\n".join(lines)
