@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 DEMO ?= out/demo
 DEMO_TINY ?= out/demo-tiny
 
-.PHONY: help install demo demo-tiny test test-fast lint bench clean
+.PHONY: help install demo demo-tiny test test-fast test-testbed lint bench clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 12
@@ -26,15 +26,20 @@ install: $(STAMP)  ## create .venv and install vlprobe with its test tools
 
 demo: $(STAMP)  ## known-answer testbed: train (or reuse) small CLIP/LXMERT on synthetic scenes, every experiment, trained vs shuffle vs random
 	HF_HUB_OFFLINE=1 $(PROBE) fixtures testbed --out $(DEMO)
+	HF_HUB_OFFLINE=1 $(PROBE) report $(DEMO)/results --out $(DEMO)/report/report.html
 	@echo
 	@echo "demo outputs in $(DEMO)/:"
-	@echo "  models/      trained CLIP (words in order), its shuffled-words control, LXMERT on oracle regions, their random initial"
-	@echo "               weights, and the training split (reused by the next make demo while the settings are the same)"
+	@echo "  models/      clip-trained (words in order), clip-shuffle (shuffled-words control), clip-random (initial weights),"
+	@echo "               lxmert-trained (oracle regions), lxmert-random; train-data/ + train-regions.h5: the training split."
+	@echo "               Each model folder has training.json; the next make demo reuses them while the settings are the same"
 	@echo "  data/        synthetic evaluation set (scenes no training item holds); regions.h5: its oracle region features"
-	@echo "  caches/      one activation cache per model; results/<experiment>/<model>.csv: tidy results + manifest.json"
-	@echo "  report/      comparison.png (target vs control per layer, the three CLIPs side by side), summary.txt,"
-	@echo "               known_answers.csv (model x metric, with seeds), known_answers.json (each known answer checked)"
-	@echo "  logs/        every probe command the demo ran, with its output"
+	@echo "  caches/      one activation cache per model (<model>.h5)"
+	@echo "  results/     <experiment>/<model>.csv tidy results + manifest.json for winoground-scores, recall,"
+	@echo "               separability, task-adaptation, variant-probe, variant-similarity"
+	@echo "  report/      summary.txt (each known answer checked, with the numbers), comparison.png (target vs control per"
+	@echo "               layer, the three CLIPs side by side), known_answers.csv (model x metric, with seeds),"
+	@echo "               known_answers.json (the checks), report.html (probe report: every result's figures and tables)"
+	@echo "  logs/        every probe command the demo ran, with its output and time"
 
 demo-tiny: $(STAMP)  ## synthetic Winoground + tiny random CLIP, detector, LXMERT, UNITER: extract, score, probe, augment
 	rm -rf $(DEMO_TINY)
@@ -89,6 +94,9 @@ test: $(STAMP)  ## run the whole test suite offline
 
 test-fast: $(STAMP)  ## the suite without tests marked slow
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not slow"
+
+test-testbed: $(STAMP)  ## the known-answer tests: train the testbed models, probe them, check the answers (minutes)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -s --testbed -m testbed
 
 lint: $(STAMP)  ## ruff and mypy (settings in pyproject.toml; cache in .mypy_cache)
 	$(VENV)/bin/ruff check src tests benchmarks

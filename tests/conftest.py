@@ -50,6 +50,23 @@ from vlprobe.data.synthetic import make_synthetic_winoground  # noqa: E402
 from vlprobe.extract.runner import ExtractConfig, extract  # noqa: E402
 from vlprobe.fixtures.clip import write_tiny_clip  # noqa: E402
 
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--testbed", action="store_true",
+                     help="also run the known-answer testbed tests (they train models: minutes on 2 cores)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the ``testbed`` tests unless ``--testbed`` is given (the summary counts them as
+    deselected), so the default suite stays fast."""
+    if config.getoption("--testbed"):
+        return
+    keep = [item for item in items if item.get_closest_marker("testbed") is None]
+    if len(keep) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("testbed")])
+        items[:] = keep
+
+
 N_ITEMS = 12
 SHARDS = 3
 

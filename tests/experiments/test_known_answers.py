@@ -94,3 +94,17 @@ def test_comparison_figure_draws_target_and_control(tmp_path: Path) -> None:
     ])
     png = _figure(results, tmp_path / "comparison.png", ["clip-trained"])
     assert png is not None and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_comparison_between_models_must_clear_its_margin() -> None:
+    from vlprobe.experiments.known_answers import Expectation
+
+    above = Expectation("a beats b", ("a", "m"), ">", ("b", "m"), by=5.0)
+    assert above.evaluate({("a", "m"): 10.0, ("b", "m"): 6.0}) == (10.0, 6.0, False)  # within noise
+    assert above.evaluate({("a", "m"): 12.0, ("b", "m"): 6.0}) == (12.0, 6.0, True)
+    below = Expectation("a under 10", ("a", "m"), "<", 10.0, by=2.0)
+    assert below.evaluate({("a", "m"): 9.0}) == (9.0, 10.0, False)
+    assert below.evaluate({("a", "m"): 7.0}) == (7.0, 10.0, True)
+    assert above.evaluate({("a", "m"): 1.0}) is None  # b not measured
+    auroc = next(e for e in EXPECTATIONS if e.left == ("lxmert-trained", "match.auroc"))
+    assert auroc.evaluate({("lxmert-trained", "match.auroc"): 0.5003, ("lxmert-random", "match.auroc"): 0.4997})[2] is False

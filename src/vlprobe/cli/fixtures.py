@@ -180,7 +180,7 @@ def fixtures_train_lxmert(
     untrained: Untrained = False,
     progress: Progress = True,
 ) -> None:
-    """Train a small LXMERT's image-text matching (swapped captions as hard negatives) on synthetic scenes."""
+    """Train a small LXMERT (matching with swapped captions as hard negatives, masked words, unimodal contrastive) on synthetic scenes."""
     from vlprobe.fixtures.train_lxmert import LxmertTrainConfig, train_lxmert
 
     result = train_lxmert(LxmertTrainConfig(
