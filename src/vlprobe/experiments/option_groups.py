@@ -23,9 +23,9 @@ from vlprobe.validation import (
 __all__ = [
     "POOLINGS",
     "BootstrapOptions",
+    "BootstrapTestOptions",
     "CacheInput",
     "MLPOptions",
-    "PermutationOption",
     "ProgressOption",
     "ResultsOptions",
     "SeedsOption",
@@ -147,15 +147,16 @@ class BootstrapOptions(Options):
 
 
 @dataclass(frozen=True, kw_only=True)
-class PermutationOption(Options):
-    """The paired sign-flip permutation test of target vs control (seeded by ``bootstrap_seed``)."""
+class BootstrapTestOptions(BootstrapOptions):
+    """The bootstrap intervals and the paired sign-flip permutation test of target vs control,
+    both seeded by ``bootstrap_seed``."""
 
-    panel = "Bootstrap"
-    rank = 50
-
+    bootstrap_seed: int = BootstrapOptions.redeclare(
+        "bootstrap_seed", help="Seed of the bootstrap resamples and of the permutation test.",
+    )
     permutations: int = option(
         10_000, check=check_positive_int,
-        help="Sign flips of the target-vs-control permutation test (all 2^items when fewer; seeded by --bootstrap-seed).",
+        help="Sign flips of the target-vs-control permutation test (all 2^items when fewer).",
     )
 
 

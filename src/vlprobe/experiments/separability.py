@@ -65,9 +65,8 @@ from vlprobe.experiments.cache_features import (
 from vlprobe.experiments.declare import Experiment, option
 from vlprobe.experiments.metrics import bootstrap_indices
 from vlprobe.experiments.option_groups import (
-    BootstrapOptions,
+    BootstrapTestOptions,
     CacheInput,
-    PermutationOption,
     ProgressOption,
     ResultsOptions,
     SeedsOption,
@@ -96,7 +95,7 @@ def _check_jobs(jobs: int, param: str) -> int:
 
 
 @dataclass(frozen=True, kw_only=True)
-class SeparabilityConfig(CacheInput, StateOptions, SeedsOption, BootstrapOptions, PermutationOption, ProgressOption,
+class SeparabilityConfig(CacheInput, StateOptions, SeedsOption, BootstrapTestOptions, ProgressOption,
                          ResultsOptions):
     """One run: a cache in, ``OUT/separability/`` out.
 

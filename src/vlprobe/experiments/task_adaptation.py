@@ -50,10 +50,9 @@ from vlprobe.experiments.cache_features import cache_path, load_index, pooling_n
 from vlprobe.experiments.declare import Experiment, option
 from vlprobe.experiments.mlp_runs import SWEPT, FeatureBlock, plan_items, train_and_write
 from vlprobe.experiments.option_groups import (
-    BootstrapOptions,
+    BootstrapTestOptions,
     CacheInput,
     MLPOptions,
-    PermutationOption,
     ProgressOption,
     ResultsOptions,
     SeedsOption,
@@ -78,8 +77,8 @@ MODES = ("text", "image", "both")
 
 
 @dataclass(frozen=True, kw_only=True)
-class TaskAdaptationConfig(CacheInput, StateOptions, SeedsOption, SplitOptions, MLPOptions, BootstrapOptions,
-                           PermutationOption, ProgressOption, ResultsOptions):
+class TaskAdaptationConfig(CacheInput, StateOptions, SeedsOption, SplitOptions, MLPOptions, BootstrapTestOptions,
+                           ProgressOption, ResultsOptions):
     """One run: a cache in, ``OUT/task-adaptation/`` out.
 
     Attributes
@@ -242,7 +241,7 @@ def _layer_label(position: dict[str, int | None], per_stream: dict[str, list[int
 def report(config: TaskAdaptationConfig, result: tuple[Path, Path, list[dict[str, Any]]]) -> list[str]:
     """Test accuracy, target vs control, per mode and layer; then the files written."""
     csv_path, _, rows = result
-    return summary_lines(rows, "accuracy", "test", csv_path)
+    return summary_lines(rows, "accuracy", "test", csv_path, side=(f"{csv_path.stem}.items.csv",))
 
 
 EXPERIMENT = Experiment("task-adaptation", 1, TaskAdaptationConfig, run_task_adaptation, report,

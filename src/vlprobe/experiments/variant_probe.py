@@ -41,10 +41,9 @@ from vlprobe.experiments.cache_features import (
 from vlprobe.experiments.declare import Experiment, option
 from vlprobe.experiments.mlp_runs import SWEPT, FeatureBlock, plan_items, train_and_write
 from vlprobe.experiments.option_groups import (
-    BootstrapOptions,
+    BootstrapTestOptions,
     CacheInput,
     MLPOptions,
-    PermutationOption,
     ProgressOption,
     ResultsOptions,
     SeedsOption,
@@ -62,8 +61,8 @@ PROBE = "mlp"
 
 
 @dataclass(frozen=True, kw_only=True)
-class VariantProbeConfig(CacheInput, StateOptions, SeedsOption, SplitOptions, MLPOptions, BootstrapOptions,
-                         PermutationOption, ProgressOption, ResultsOptions):
+class VariantProbeConfig(CacheInput, StateOptions, SeedsOption, SplitOptions, MLPOptions, BootstrapTestOptions,
+                         ProgressOption, ResultsOptions):
     """One run: a cache (with variants) in, ``OUT/variant-probe/`` out.
 
     Attributes
@@ -197,7 +196,7 @@ def run_variant_probe(config: VariantProbeConfig) -> tuple[Path, Path, list[dict
 def report(config: VariantProbeConfig, result: tuple[Path, Path, list[dict[str, Any]]]) -> list[str]:
     """Test accuracy, target vs control, per stream and layer; then the files written."""
     csv_path, _, rows = result
-    return summary_lines(rows, "accuracy", "test", csv_path)
+    return summary_lines(rows, "accuracy", "test", csv_path, side=(f"{csv_path.stem}.items.csv",))
 
 
 EXPERIMENT = Experiment("variant-probe", 1, VariantProbeConfig, run_variant_probe, report,

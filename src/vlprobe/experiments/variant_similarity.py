@@ -232,7 +232,7 @@ def report(config: VariantSimilarityConfig, result: tuple[Path, Path, list[dict[
     csv_path, _, rows = result
     lines = [f"{r['model']:<12} {'agg=' + r['agg'] + ' lambda=' + format(r['lambda'], 'g'):<22} {r['metric']:<6} "
              f"{r['value']:7.2f}  (n={r['n']})" for r in rows if r["subset"] == "all" and "." not in r["metric"]]
-    return [*lines, wrote_line(csv_path)]
+    return [*lines, wrote_line(csv_path, f"{csv_path.stem}.items.csv")]
 
 
 # Version 2: wwh=Easier/Harder from the 172 untagged ids; the paper code's split as *-WWH-code.
