@@ -8,6 +8,10 @@ import numpy as np
 import pytest
 
 from vlprobe.experiments.benchmark_eval import EvalConfig, run_eval
+from vlprobe.experiments.conditional import ConditionalConfig, run_conditional
+from vlprobe.experiments.erasure import ErasureConfig, run_erasure
+from vlprobe.experiments.mdl import MDLConfig, run_mdl
+from vlprobe.experiments.patch import PatchConfig, run_patch
 from vlprobe.experiments.recall import RecallConfig, run_recall
 from vlprobe.experiments.score_files import write_item_scores
 from vlprobe.experiments.separability import SeparabilityConfig, run_separability
@@ -29,7 +33,8 @@ def pair_scores(path: Path, benchmark: str, subsets: tuple[str, ...], n: int, se
 
 
 @pytest.fixture(scope="session")
-def every_experiment(tmp_path_factory: pytest.TempPathFactory, reference_cache: Path) -> Path:
+def every_experiment(tmp_path_factory: pytest.TempPathFactory, reference_cache: Path, tiny_clip: Path,
+                     synthetic_dir: Path) -> Path:
     """One small run of every experiment that writes tidy CSVs, all into one results folder."""
     root = tmp_path_factory.mktemp("units")
     out = root / "results"
@@ -37,13 +42,19 @@ def every_experiment(tmp_path_factory: pytest.TempPathFactory, reference_cache: 
     run_winoground_scores(WinogroundScoresConfig(out=out, cache=reference_cache, bootstrap=50))
     run_recall(RecallConfig(out=out, cache=reference_cache, bootstrap=50))
     run_variant_similarity(VariantSimilarityConfig(out=out, cache=reference_cache))
-    run_separability(SeparabilityConfig(out=out, cache=planted, seeds=2))
+    run_separability(SeparabilityConfig(out=out, cache=planted, seeds=2, held_out=True, bootstrap=50))
     run_task_adaptation(TaskAdaptationConfig(out=out, cache=planted, seeds=1, pooling="cls", **MLP))
     run_variant_probe(VariantProbeConfig(out=out, cache=planted, seeds=1, draws=1, **MLP))
     run_eval(EvalConfig(benchmark="sugarcrepe", out=out, bootstrap=50,
                         scores=pair_scores(root / "sc.scores.jsonl", "sugarcrepe", ("swap_obj", "add_att"), 10, 0)))
     run_eval(EvalConfig(benchmark="valse", out=out, bootstrap=50, threshold=0.5,
                         scores=pair_scores(root / "valse.scores.jsonl", "valse", ("existence", "plurals"), 10, 1)))
+    run_mdl(MDLConfig(out=out, cache=planted, seeds=1, progress=False, **MLP))
+    run_conditional(ConditionalConfig(out=out, cache=planted, seeds=1, bootstrap=50, progress=False, **MLP))
+    run_patch(PatchConfig(out=out, model="clip", checkpoint=str(tiny_clip), data_dir=synthetic_dir, limit=3,
+                          layers="0,-1", bootstrap=50, progress=False))
+    run_erasure(ErasureConfig(out=out, model="clip", checkpoint=str(tiny_clip), data_dir=synthetic_dir, limit=4,
+                              layers="1", bootstrap=50, progress=False))
     return out
 
 

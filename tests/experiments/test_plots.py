@@ -199,6 +199,22 @@ def test_every_experiment_draws_with_its_chart(every_experiment: Path, tmp_path:
     assert kinds["variant-similarity"] == (3, "λ (weight of the variants)")
     assert kinds["winoground-scores"][0] == 1 and kinds["recall"][0] == 2  # all; i2t and t2i
     assert kinds["sugarcrepe"][0] == 1 and kinds["valse"][0] == 3  # accuracy; acc_r, auroc, acc (a threshold)
+    assert kinds["mdl"] == kinds["conditional"] == kinds["erasure"] == (1, "layer")
+    assert kinds["patch"] == (6, "layer")  # text: all, swapped, rest, cls; image: all, cls
+
+
+def test_patch_panels_per_position_group_and_erasure_draws_the_unedited_model(every_experiment: Path) -> None:
+    (patch_csv,) = [r.csv for r in find_runs([every_experiment / "patch"])]
+    fig = make_figure([read_result(patch_csv)])
+    titles = [a.get_title() for a in fig.axes if a.get_visible()]
+    assert "text · positions=swapped" in titles and "image · positions=cls" in titles
+    (erasure_csv,) = [r.csv for r in find_runs([every_experiment / "erasure"])]
+    rows = read_tidy_csv(erasure_csv)
+    unedited = next(float(r["value"]) for r in rows if r["probe"] == "none" and r["metric"] == "group")
+    (ax,) = [a for a in make_figure([read_result(erasure_csv)]).axes if a.get_visible()]
+    flat = [line for line in ax.get_lines() if line.get_linestyle() == "-."]
+    assert [line.get_ydata()[0] for line in flat] == [pytest.approx(unedited)]  # one line: the unedited score
+    assert ax.get_ylim() == (0.0, 100.0)
 
 
 def _png_size(path: Path) -> tuple[int, int]:

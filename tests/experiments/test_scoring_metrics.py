@@ -66,6 +66,7 @@ def test_constant_scorer_gets_zero_on_strict_metrics() -> None:
 # --- swapping order flips only what it should -----------------------------------------------------
 
 
+@settings(deadline=None)
 @given(vectors)
 def test_swapping_positive_and_negative(v: tuple[np.ndarray, np.ndarray]) -> None:
     pos, neg = v
@@ -77,7 +78,7 @@ def test_swapping_positive_and_negative(v: tuple[np.ndarray, np.ndarray]) -> Non
     assert b["acc_r"] == pytest.approx(1 - a["acc_r"] - ties)
 
 
-@settings(max_examples=40)
+@settings(max_examples=40, deadline=None)  # no timing asserts: a shared CPU varies 20x
 @given(vectors)
 def test_item_order_changes_nothing(v: tuple[np.ndarray, np.ndarray]) -> None:
     pos, neg = v
@@ -100,7 +101,7 @@ def test_recall_invariant_to_relabelling_items() -> None:
 # --- recall in blocks ------------------------------------------------------------------------------
 
 
-@settings(max_examples=40)
+@settings(max_examples=40, deadline=None)  # no timing asserts: a shared CPU varies 20x
 @given(st.integers(1, 9), st.integers(1, 9), st.integers(1, 40), st.integers(0, 2**16))
 def test_recall_blocks_equal_one_pass(q: int, c: int, block: int, seed: int) -> None:
     rng = np.random.default_rng(seed)
@@ -130,6 +131,7 @@ def test_recall_is_monotone_in_k() -> None:
 # --- AUROC ---------------------------------------------------------------------------------------
 
 
+@settings(deadline=None)
 @given(arrays(np.float64, st.integers(1, 15), elements=small), arrays(np.float64, st.integers(1, 15), elements=small))
 def test_auroc_equals_mann_whitney(pos: np.ndarray, neg: np.ndarray) -> None:
     got = float(auroc(pos, neg))

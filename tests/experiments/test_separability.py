@@ -64,7 +64,8 @@ def test_pair_streams_are_conditioned_on_each_image(cross: Path, tmp_path: Path)
     csv_path, _, rows = run_separability(SeparabilityConfig(cache=cross, out=tmp_path, seeds=1))
     assert {r["stream"] for r in rows} == {"lang", "vision"}  # every pair stream by default
     tags = {"collapsed_tag=Object", "collapsed_tag=Relation", "collapsed_tag=Both"}
-    assert {r["subset"] for r in rows} == {"all", "image=0", "image=1", *tags}
+    # planted tables' captions ("item 0 caption 0" / "... caption 1") differ in a word
+    assert {r["subset"] for r in rows} == {"all", "image=0", "image=1", "bow=different", *tags}
     n_tag = {r["subset"]: r["n"] for r in rows if r["subset"] in tags and r["metric"] == "separable"}
     assert sum(n_tag.values()) == 2 * PLANTED["n_items"]  # each case has one collapsed tag
     sep = by(rows, metric="separable", subset="all")
@@ -158,7 +159,7 @@ def test_outputs_summary_and_manifest(dual: Path, tmp_path: Path) -> None:
         header = next(csv.reader(fh))
         # (in the declared config's field order, which follows its option groups)
         assert header[: len(TIDY_COLUMNS)] == list(TIDY_COLUMNS)
-        assert sorted(header[len(TIDY_COLUMNS):]) == sorted(["scale", "C", "max_iter", "tol", "bootstrap",
+        assert sorted(header[len(TIDY_COLUMNS):]) == sorted(["scale", "C", "max_iter", "tol", "held_out", "bootstrap",
                                                              "bootstrap_seed", "permutations"])
     lines = read(csv_path)
     assert {(r["scale"], r["C"], r["max_iter"], r["tol"]) for r in lines} == {("standard", "100", "100000", "0.001")}
@@ -288,3 +289,26 @@ def test_intervals_selectivity_and_the_permutation_test(dual: Path, tmp_path: Pa
     rec = next(r for r in summary if r["layer"] == str(SIGNAL) and r["metric"] == "separable" and r["subset"] == "all"
                and r["stream"] == "text")
     assert float(rec["selectivity_ci95_low"]) == pytest.approx(low) and float(rec["p_value"]) < 0.05
+def test_held_out_accuracy_generalises_at_the_planted_layer_only(dual: Path, tmp_path: Path) -> None:
+    csv_path, manifest_path, rows = run_separability(SeparabilityConfig(
+        cache=dual, out=tmp_path, seeds=2, held_out=True, layers="1,2", bootstrap=200))
+    held = by(rows, metric="heldout_accuracy", subset="all")
+    # planted: caption 0's variants lie on one side of feature 0, caption 1's on the other
+    assert held[("text", SIGNAL, "target", None)] == 100.0
+    assert held[("text", 1, "target", None)] < 75.0  # noise: a held-out variant is near chance
+    for s in (0, 1):
+        assert held[("text", SIGNAL, "control", s)] < 75.0  # permuted labels do not generalise
+    assert all(r["split"] == "heldout" for r in rows if r["metric"].startswith("heldout_accuracy"))
+    assert all(r["split"] == "train" for r in rows if r["metric"] == "train_accuracy")
+    low = by(rows, metric="heldout_accuracy.ci95_low", subset="all")
+    high = by(rows, metric="heldout_accuracy.ci95_high", subset="all")
+    assert low[("text", 1, "target", 0)] <= held[("text", 1, "target", None)] <= high[("text", 1, "target", 0)]
+    # 16 points per caption: every point of every case is held out once
+    n = {r["layer"]: r["n"] for r in read(csv_path.with_name(f"{csv_path.stem}.items.csv"))
+         if r["metric"] == "heldout_accuracy" and r["task"] == "target"}
+    assert set(n.values()) == {"32"}
+    manifest = json.loads(manifest_path.read_text())["runs"][csv_path.stem]
+    assert "leave-one-out" in manifest["heldout_accuracy"] and manifest["config"]["held_out"] is True
+    # without held_out, no such rows
+    _, _, plain = run_separability(SeparabilityConfig(cache=dual, out=tmp_path / "plain", seeds=1, layers="2"))
+    assert not any(r["metric"].startswith("heldout") for r in plain)

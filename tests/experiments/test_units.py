@@ -27,8 +27,8 @@ def value_columns(path: Path, row: dict[str, str]) -> list[str]:
 
 def test_every_metric_of_every_csv_has_one_declared_unit(every_experiment: Path) -> None:
     experiments = sorted(p.name for p in every_experiment.iterdir())
-    assert experiments == ["recall", "separability", "sugarcrepe", "task-adaptation", "valse", "variant-probe",
-                           "variant-similarity", "winoground-scores"]
+    assert experiments == ["conditional", "erasure", "mdl", "patch", "recall", "separability", "sugarcrepe",
+                           "task-adaptation", "valse", "variant-probe", "variant-similarity", "winoground-scores"]
     seen: dict[str, str] = {}  # metric -> unit, over every experiment
     n_files = 0
     for folder in sorted(every_experiment.iterdir()):
@@ -68,6 +68,9 @@ def test_per_case_values_average_to_the_aggregate(every_experiment: Path) -> Non
     # A per-case file in the aggregate's unit: the mean over a subset's cases is the subset's value
     # (percentages are 0..100 per case, not fractions).
     for items_path in every_experiment.glob("*/*.items.csv"):
+        tidy = {(r["stream"], r["layer"], r["task"], r["seed"], r["metric"]): r
+                for r in read_csv(items_path.with_name(items_path.name.replace(".items", "")))
+                if r["subset"] == "all" and base_metric(r["metric"]) == r["metric"]}  # intervals: no per-case rows
         per_case: dict[tuple[str, ...], list[float]] = {}
         for r in read_csv(items_path):
             # A case of a group with its own subset (task-adaptation's mode) is named "<subset>:<item>".

@@ -398,7 +398,9 @@ def test_item_scores_from_cache(cache_setup: dict[str, Path]) -> None:
                 col = text_ids.index(f"winoground/{wid}/c{k}")
                 assert t["texts"]["parent"][col] == -1
                 assert s[n, k, j] == t["matrix"][row, col], (n, k, j)
-    assert tags == [json.loads(x) for x in t["items"]["tags"]]
+    # the cache's tags, plus the bag-of-words tag computed from the item's two captions
+    assert [{k: v for k, v in x.items() if k != "bow"} for x in tags] == [json.loads(x) for x in t["items"]["tags"]]
+    assert all(x["bow"] == ["same"] for x in tags)  # the synthetic captions swap words
     assert all("wwh" in x for x in tags)
     assert prov["sha256"] == sha256_file(path)
     assert prov["model"] == "clip"

@@ -16,6 +16,10 @@ takes the scores from a per-item score file (``scores``), then writes to ``OUT/<
   (:mod:`vlprobe.experiments.metrics`; the manifest's ``definitions`` says which is which). Each
   value has its 95% paired bootstrap interval (``<metric>.ci95_low`` / ``.ci95_high``; items
   resampled within their subset, seeded).
+  Every metric is also reported on the bag-of-words slices ``bow=same`` (the two captions hold
+  the same multiset of words, :mod:`vlprobe.data.bow`; SugarCrepe: 572 of 7,511 pairs, all in
+  the swap subsets) and ``bow=different`` when the captions are known (a model run, or a score
+  file with ``data_dir``); a slice's interval resamples its own items (within their subsets).
 * ``<model>.scores.jsonl``: the per-item scores, with the matching head's logits where there are
   some (format in :mod:`vlprobe.experiments.score_files`).
 * ``manifest.json``: config, seeds, versions, git revision, dataset and checkpoint fingerprints.
@@ -31,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from vlprobe.data.bow import bow_tag
 from vlprobe.data.loading import load_dataset, read_item_ids, select_items
 from vlprobe.experiments.declare import Experiment, check_key_values, key_values, option
 from vlprobe.experiments.metrics import (
@@ -60,6 +65,8 @@ from vlprobe.validation import InputError, check_float, check_positive_int
 __all__ = ["BENCHMARKS", "EXPERIMENTS", "EvalConfig", "run_eval"]
 
 BENCHMARKS = ("sugarcrepe", "valse")
+#: Why a run has no bag-of-words slices.
+BOW_NEEDS_CAPTIONS = "the bag-of-words slices need the captions: give data_dir (--data-dir) with a score file"
 #: What each VALSE pairwise metric compares (recorded in the manifest).
 ACC_R_DEFINITIONS = {
     "acc_r": "mean(score(caption) > score(foil)) on the declared score, over every item",
@@ -236,6 +243,7 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
         texts = [it.texts[k].text for it in items for k in (0, 1)]
         values, pair_logits = scorer.score_with_logits(images, texts, progress=config.progress)
         ids = [it.id for it in items]
+        bow = {it.id: bow_tag([it.texts[0].text, it.texts[1].text]) for it in items}
         pos, neg = values[0::2], values[1::2]
         logits = None if pair_logits is None else (pair_logits[0::2], pair_logits[1::2])
         subsets = [it.meta["subset"] for it in items]
@@ -253,9 +261,11 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
     elif scores is not None:  # _validate: exactly one of model and scores
         saved = read_item_scores(scores, param="scores")
         order = None
+        bow = None
         if config.data_dir is not None:
             dataset = _load(config)
             order = [it.id for it in dataset.items if wanted is None or it.id in wanted]
+            bow = {it.id: bow_tag([it.texts[0].text, it.texts[1].text]) for it in dataset.items}
             inputs["dataset"] = {"name": dataset.name, "fingerprint": dataset.fingerprint, "source": dataset.source}
         ids, pos, neg = caption_foil_scores(saved, param="scores", items=order)
         if order is None and wanted is not None:
@@ -277,10 +287,11 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
     for i in ids:
         _subset_of(i, config.benchmark, known, "items")
     sub = np.asarray(subsets)
+    slices = None if bow is None else np.asarray([(bow[i] or [""])[0] for i in ids])
     idx = bootstrap_indices(len(ids), config.bootstrap, config.bootstrap_seed, strata=sub)
     base = {"experiment": config.benchmark, "model": model, "task": "target", "split": "test"}
     if config.benchmark == "sugarcrepe":
-        rows = _sugarcrepe_rows(pos, neg, sub, idx, base, config.bootstrap_seed)
+        rows = _sugarcrepe_rows(pos, neg, sub, idx, base, config.bootstrap_seed, slices)
         threshold = None
     else:
         threshold = config.threshold
@@ -288,12 +299,17 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
             from vlprobe.extract.scoring import MATCH_THRESHOLDS
 
             threshold = MATCH_THRESHOLDS.get(score_kind)
-        rows = _valse_rows(pos, neg, sub, idx, base, config.bootstrap_seed, threshold, not config.keep_foil_ties, logits)
+        rows = _valse_rows(pos, neg, sub, idx, base, config.bootstrap_seed, threshold, not config.keep_foil_ties, logits,
+                           slices)
     extra = {
         "units": units_of(rows), "model": model, "n_items": len(ids), "score_kind": score_kind, "model_info": info,
         "items_per_subset": {s: int((sub == s).sum()) for s in dict.fromkeys(subsets)},
+        "bow_slices": BOW_NEEDS_CAPTIONS if slices is None else {
+            "definition": "bow=same: the two captions hold the same multiset of lowercased [a-z0-9']+ words",
+            "items": {v: int((slices == v).sum()) for v in ("same", "different")}},
         "bootstrap": {"resamples": config.bootstrap, "seed": config.bootstrap_seed, "level": 0.95,
-                      "kind": "percentile; items resampled within their subset; one index set for every metric"},
+                      "kind": "percentile; items resampled within their subset; one index set for every "
+                              "metric (a bag-of-words slice: its own items resampled within their subsets)"},
         "item_scores": f"{result_stem(run)}.scores.jsonl",
     }
     if config.benchmark == "valse":
@@ -321,8 +337,22 @@ def _with_ci(rows: list[dict[str, Any]], base: dict[str, Any], subset: str, metr
     rows += ci95_rows(row, metric, 100.0 * boot, seed)
 
 
+def _slice_masks(slices: np.ndarray | None) -> dict[str, np.ndarray]:
+    """``bow=same`` and ``bow=different`` item masks (none without the captions)."""
+    if slices is None:
+        return {}
+    return {f"bow={v}": slices == v for v in ("same", "different")}
+
+
+def _slice_resamples(cols: np.ndarray, sub: np.ndarray, idx: np.ndarray, seed: int) -> np.ndarray:
+    """Resampled item indices of a slice: its own items, within their subsets (as many resamples as
+    ``idx``), so the run's other rows keep the one index set."""
+    local = bootstrap_indices(len(cols), len(idx), seed, strata=sub[cols])
+    return cols[local]
+
+
 def _sugarcrepe_rows(pos: np.ndarray, neg: np.ndarray, sub: np.ndarray, idx: np.ndarray,
-                     base: dict[str, Any], seed: int) -> list[dict[str, Any]]:
+                     base: dict[str, Any], seed: int, slices: np.ndarray | None = None) -> list[dict[str, Any]]:
     from vlprobe.experiments.metrics import pair_correct
 
     hit = pair_correct(pos, neg)
@@ -330,27 +360,39 @@ def _sugarcrepe_rows(pos: np.ndarray, neg: np.ndarray, sub: np.ndarray, idx: np.
     masks = {s: sub == s for s in dict.fromkeys(sub.tolist())}
     masks.update({g: np.isin(sub, members) for g, members in SUGARCREPE_GROUPS.items() if np.isin(sub, members).any()})
     masks["all"] = np.ones(len(sub), dtype=bool)
+    slice_masks = _slice_masks(slices)
+    masks.update(slice_masks)
     for name, mask in masks.items():
         cols = np.flatnonzero(mask)
-        _with_ci(rows, base, name, "accuracy", float(hit[mask].mean()), hit[idx[:, cols]].mean(axis=1),
-                 len(cols), seed)
+        if not len(cols):
+            rows.append({**base, "subset": name, "n": 0, "metric": "accuracy", "value": float("nan")})
+            continue
+        at = _slice_resamples(cols, sub, idx, seed) if name in slice_masks else idx[:, cols]
+        _with_ci(rows, base, name, "accuracy", float(hit[mask].mean()), hit[at].mean(axis=1), len(cols), seed)
     return rows
 
 
 def _valse_rows(pos: np.ndarray, neg: np.ndarray, sub: np.ndarray, idx: np.ndarray, base: dict[str, Any],
                 seed: int, threshold: float | None, skip_foil_ties: bool,
-                logits: tuple[np.ndarray, np.ndarray] | None = None) -> list[dict[str, Any]]:
+                logits: tuple[np.ndarray, np.ndarray] | None = None,
+                slices: np.ndarray | None = None) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     per_subset: dict[str, tuple[dict[str, np.ndarray], dict[str, np.ndarray]]] = {}
     groups = {s: sub == s for s in dict.fromkeys(sub.tolist())}
     groups["all"] = np.ones(len(sub), dtype=bool)
+    slice_masks = _slice_masks(slices)
+    groups.update(slice_masks)
     for name, mask in groups.items():
         cols = np.flatnonzero(mask)
+        if not len(cols):
+            rows.append({**base, "subset": name, "n": 0, "metric": "acc_r", "value": float("nan")})
+            continue
+        at = _slice_resamples(cols, sub, idx, seed) if name in slice_masks else idx[:, cols]
         point = valse_metrics_batched(pos[cols], neg[cols], threshold=threshold, skip_foil_ties=skip_foil_ties,
                                       **_logits_at(logits, cols))
-        boot = valse_metrics_batched(pos[idx[:, cols]], neg[idx[:, cols]], threshold=threshold,
-                                     skip_foil_ties=skip_foil_ties, **_logits_at(logits, idx[:, cols]))
-        if name != "all":
+        boot = valse_metrics_batched(pos[at], neg[at], threshold=threshold,
+                                     skip_foil_ties=skip_foil_ties, **_logits_at(logits, at))
+        if name != "all" and name not in slice_masks:
             per_subset[name] = (point, boot)
         for metric in point:
             n = len(cols)
@@ -380,10 +422,10 @@ def report(config: EvalConfig, result: tuple[Path, Path, list[dict[str, Any]]]) 
 
 #: The two benchmarks share one config; each experiment fixes its benchmark and leaves out the
 #: other's options. Version 2: VALSE acc_r_valse (VALSE's own acc_r) from a matching head's
-#: logits; logits in the score file.
+#: logits; logits in the score file. Version 3: bow=same / bow=different slices.
 EXPERIMENTS = {
-    "sugarcrepe": Experiment("sugarcrepe", 2, EvalConfig, run_eval, report, fixed={"benchmark": "sugarcrepe"},
+    "sugarcrepe": Experiment("sugarcrepe", 3, EvalConfig, run_eval, report, fixed={"benchmark": "sugarcrepe"},
                              omit=("image_root", "all_items", "threshold", "keep_foil_ties")),
-    "valse": Experiment("valse", 2, EvalConfig, run_eval, report, fixed={"benchmark": "valse"}, omit=("image_dir",)),
+    "valse": Experiment("valse", 3, EvalConfig, run_eval, report, fixed={"benchmark": "valse"}, omit=("image_dir",)),
 }
 SUGARCREPE, VALSE = EXPERIMENTS["sugarcrepe"], EXPERIMENTS["valse"]

@@ -9,7 +9,6 @@ the rows of a text, an image or a pair whatever the stream's modality.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from vlprobe.data.bow import table_tags
 from vlprobe.extract.cache.reader import ActivationCache
 from vlprobe.layers import parse_layers, stream_part
 from vlprobe.validation import InputError, check_file, check_positive_int
@@ -62,6 +62,8 @@ class CacheIndex:
     model : str
     item_ids : list of str
     item_tags : list of dict
+        The items' tag families, plus ``bow`` (``same`` when the item's original captions hold
+        the same multiset of words; :mod:`vlprobe.data.bow`).
     image_item : ndarray, shape (n_images,)
     text_item : ndarray, shape (n_texts,)
     text_parent : ndarray, shape (n_texts,)
@@ -109,10 +111,11 @@ def load_index(cache: ActivationCache) -> CacheIndex:
         for k in range(int(seen[i])):
             rows = np.flatnonzero((text_item == i) & (caption == k))
             families[i].append(np.concatenate([rows[parent[rows] < 0], rows[parent[rows] >= 0]]))
+    item_tags = table_tags(items, texts)
     return CacheIndex(
         model=cache.header.model,
         item_ids=[str(x) for x in items["id"]],
-        item_tags=[json.loads(str(t)) for t in items["tags"]],
+        item_tags=item_tags,
         image_item=image_item,
         text_item=text_item,
         text_parent=parent,

@@ -43,6 +43,15 @@ class Chart:
         Chance level of a metric, in its unit (a dotted line).
     split : str or None
         The split drawn by default (None: the first the CSV holds).
+    panel : str
+        ``layers``: the tidy column that, with the stream and the subset, makes a panel
+        (``pooling``; ``probe`` where one run holds several probes or position groups).
+    floor : float or None
+        ``layers``: the lower end of a non-percent axis (None: the data's, for metrics that can
+        be negative, such as an information gain).
+    reference : str or None
+        ``layers``: the ``probe`` of rows drawn as a horizontal line instead of a curve (the
+        unedited model's score beside the edited layers').
     """
 
     kind: str
@@ -51,6 +60,9 @@ class Chart:
     categories: str = "metric"
     chance: dict[str, float] = field(default_factory=dict)
     split: str | None = None
+    panel: str = "pooling"
+    floor: float | None = 0.0
+    reference: str | None = None
 
 
 #: Chance of Winoground's scores under random scores: text and image 1/4, group 1/6.
@@ -66,6 +78,12 @@ CHARTS: dict[str, Chart] = {
     "valse": Chart("bars", ("acc_r", "auroc", "acc", "acc_r_valse"), subsets=None, categories="subset",
                    chance={"acc_r": 50.0, "auroc": 50.0, "acc": 50.0, "acc_r_valse": 50.0}),
     "variant-similarity": Chart("lambda", ("text", "image", "group"), chance=WINOGROUND_CHANCE),
+    "mdl": Chart("layers", ("compression", "online_code"), split="online"),
+    "conditional": Chart("layers", ("information_gain", "accuracy_joint", "bits_joint"), split="test", floor=None),
+    "patch": Chart("layers", ("recovered", "score_change"), split="all", panel="probe", floor=None),
+    "erasure": Chart("layers", ("group", "accuracy", "text", "image"), split="all",
+                     chance={**WINOGROUND_CHANCE, "accuracy": 50.0},
+                     reference="none"),
 }
 
 

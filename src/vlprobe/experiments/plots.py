@@ -285,8 +285,14 @@ def _draw_layers(results: Sequence[RunResult], labels: Sequence[str], chart: Cha
     from matplotlib.patches import Patch
 
     per_result = []
-    for res in results:
+    references: dict[tuple[int, str, str], float] = {}  # (result, stream, subset) -> the reference's value
+    for i, res in enumerate(results):
         rows = [r for r in _of_metric(res.rows, metric) if r["split"] == split]
+        if chart.reference is not None:
+            for r in rows:
+                if r["probe"] == chart.reference and r["metric"] == metric:
+                    references[(i, r["stream"], r["subset"])] = _float(r["value"])
+            rows = [r for r in rows if r["probe"] != chart.reference]
         per_result.append(rows)
     subsets = _pick_subsets([r["subset"] for rows in per_result for r in rows], wanted, chart)
     panels: dict[tuple[str, str, str], list[tuple[int, list[dict[str, Any]]]]] = {}
@@ -294,20 +300,22 @@ def _draw_layers(results: Sequence[RunResult], labels: Sequence[str], chart: Cha
         summary = summarize([r for r in rows if r["subset"] in subsets])
         by_panel: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
         for rec in summary:
-            by_panel.setdefault((rec["stream"], rec["pooling"], rec["subset"]), []).append(rec)
+            by_panel.setdefault((rec["stream"], rec[chart.panel], rec["subset"]), []).append(rec)
         for key, recs in by_panel.items():
             panels.setdefault(key, []).append((i, recs))
     if not panels:
         raise InputError(f"csv: {results[0].csv.name} has no target/control rows for metric {metric!r} ({split})")
     order = sorted(panels, key=lambda k: (subsets.index(k[2]), list(panels).index(k)))
-    _too_many(len(order), "stream x pooling x subset")
+    _too_many(len(order), f"stream x {chart.panel} x subset")
     fig, axes = _new_figure(len(order))
     single = len(results) == 1
     percent = _percent(metric)
     kinds_seen: list[str] = []
     has_band = has_ci = False
+    has_reference = False
+    tasks_drawn: set[str] = set()  # a run without a control task gets no control in the legend
     for ax, key in zip(axes, order, strict=True):
-        stream, pooling, subset = key
+        stream, pooling, subset = key  # pooling: the chart's panel column
         layers = list(dict.fromkeys(rec["layer"] for _, recs in panels[key] for rec in recs))
         xs, ticks, tick_labels = _x_positions(layers)
         kinds = next((k for i, _ in panels[key] if (k := _layer_kinds(results[i], stream))), {})
@@ -319,6 +327,8 @@ def _draw_layers(results: Sequence[RunResult], labels: Sequence[str], chart: Cha
                 color = TASK_COLORS[task] if single else SERIES_COLORS[i % len(SERIES_COLORS)]
                 style = "-" if task == "target" else "--"
                 mean = [r[f"{task}_mean"] for r in recs]
+                if any(math.isfinite(m) for m in mean):
+                    tasks_drawn.add(task)
                 ax.plot(x, mean, style, marker="o" if task == "target" else "s", ms=3.5, color=color, lw=1.6,
                         clip_on=False, zorder=3)
                 lo, hi = [r[f"{task}_min"] for r in recs], [r[f"{task}_max"] for r in recs]
@@ -334,6 +344,12 @@ def _draw_layers(results: Sequence[RunResult], labels: Sequence[str], chart: Cha
                                 clip_on=False)
         if metric in chart.chance:
             ax.axhline(chart.chance[metric], color="0.27", ls=":", lw=1.1, zorder=1)
+        for i, _ in panels[key]:
+            ref = references.get((i, stream, subset), math.nan)
+            if math.isfinite(ref):
+                has_reference = True
+                color = "0.2" if single else SERIES_COLORS[i % len(SERIES_COLORS)]
+                ax.axhline(ref, color=color, ls="-.", lw=1.2, zorder=2)
         ax.set_xticks(ticks, tick_labels if len(ticks) <= 16 else None)
         if len(ticks) > 16:
             from matplotlib.ticker import MaxNLocator
@@ -342,26 +358,30 @@ def _draw_layers(results: Sequence[RunResult], labels: Sequence[str], chart: Cha
         ax.set_xlim(min(ticks) - 0.5, max(ticks) + 0.5)
         if percent:
             ax.set_ylim(0, 100)
+        elif chart.floor is not None:
+            ax.set_ylim(bottom=chart.floor)
         else:
-            ax.set_ylim(bottom=0)
+            ax.axhline(0.0, color="0.6", lw=0.8, zorder=1)
         ax.set_xlabel("layer")
         ax.set_ylabel(f"{metric} ({_unit_label(metric)}), {split}")
-        title = f"{stream} · {pooling or 'no pooling'}" + ("" if subset == "all" else f" · {subset}")
+        title = f"{stream} · {pooling or f'no {chart.panel}'}" + ("" if subset == "all" else f" · {subset}")
         ax.set_title(_wrap(title, 44), fontsize=9, pad=12 if kinds else 6)
         ax.grid(alpha=0.3, zorder=1)
     handles: list[Any] = []
     names: list[str] = []
     if single:
-        for task in ("target", "control"):
+        for task in [t for t in ("target", "control") if t in tasks_drawn]:
             handles.append(Line2D([], [], color=TASK_COLORS[task], ls="-" if task == "target" else "--",
                                   marker="o" if task == "target" else "s", ms=3.5))
             names.append(task)
     else:
         for i, label in enumerate(labels):
             color = SERIES_COLORS[i % len(SERIES_COLORS)]
-            handles += [Line2D([], [], color=color, ls="-", marker="o", ms=3.5),
-                        Line2D([], [], color=color, ls="--", marker="s", ms=3.5)]
-            names += [f"{label}: target", f"{label}: control"]
+            handles.append(Line2D([], [], color=color, ls="-", marker="o", ms=3.5))
+            names.append(f"{label}: target")
+            if "control" in tasks_drawn:
+                handles.append(Line2D([], [], color=color, ls="--", marker="s", ms=3.5))
+                names.append(f"{label}: control")
     if has_band:
         handles.append(Patch(color="0.53", alpha=0.3))
         names.append("min–max over seeds")
@@ -371,6 +391,9 @@ def _draw_layers(results: Sequence[RunResult], labels: Sequence[str], chart: Cha
     if metric in chart.chance:
         handles.append(Line2D([], [], color="0.27", ls=":"))
         names.append(f"chance ({chart.chance[metric]:g})")
+    if has_reference:
+        handles.append(Line2D([], [], color="0.2", ls="-."))
+        names.append(f"probe={chart.reference} (no layer edited)")
     for kind in kinds_seen:
         handles.append(Patch(color=KIND_COLORS.get(kind, "#f0f0f0")))
         names.append(f"{kind} layers")

@@ -28,6 +28,13 @@ Outputs in ``OUT/separability/``:
   paired interval (the same resampled cases), and ``<metric>.p_value`` of the paired sign-flip
   permutation test of target vs control over cases (seed ``bootstrap_seed``; exact when
   ``2**cases <= permutations``); the number of permutations and the method are in the manifest;
+* with ``held_out``: ``heldout_accuracy`` (split ``heldout``): per case, leave-one-out over its
+  points (each variant predicted by an SVM fitted on the others; a point alone in its class is
+  not tested), the % predicted right, averaged over the cases with a tested point (``n``), target
+  and control alike; the target's 95% bootstrap interval over cases (``heldout_accuracy.ci95_low``
+  / ``.ci95_high``; ``bootstrap`` resamples, ``bootstrap_seed``). Training accuracy measures
+  separability; held-out accuracy whether the direction that separates generalises to a variant
+  the SVM has not seen;
 * ``<model>.items.csv`` (tidy): the same metrics per case, in the same units (``subset`` = item
   id, ``/i<j>`` for an image condition; ``separable`` is 0 or 100, ``separable_margin`` NaN for a
   case that is not separable), so the mean over cases gives the aggregate;
@@ -63,7 +70,7 @@ from vlprobe.experiments.cache_features import (
     stream_layers,
 )
 from vlprobe.experiments.declare import Experiment, option
-from vlprobe.experiments.metrics import bootstrap_indices
+from vlprobe.experiments.metrics import bootstrap_indices, ci95_rows
 from vlprobe.experiments.option_groups import (
     BootstrapTestOptions,
     CacheInput,
@@ -86,8 +93,10 @@ from vlprobe.validation import InputError, check_positive_float, check_positive_
 __all__ = ["EXPERIMENT", "Case", "SeparabilityConfig", "fit_cases", "run_separability", "separability_cases"]
 
 PROBE = "linear-separability"
-#: Tag families reported as subsets (when every item has them).
-TAG_FAMILIES = ("collapsed_tag", "wwh")
+HELDOUT_DEFINITION = ("leave-one-out over a case's points: each point predicted by an SVM fitted on the "
+                      "others (points alone in their class not tested); % right, mean over cases with a tested point")
+#: Tag families reported as subsets (when every item has them); ``bow``: the bag-of-words slices.
+TAG_FAMILIES = ("collapsed_tag", "wwh", "bow")
 
 
 def _check_jobs(jobs: int, param: str) -> int:
@@ -125,6 +134,10 @@ class SeparabilityConfig(CacheInput, StateOptions, SeedsOption, BootstrapTestOpt
         Parallel workers (joblib; -1 = all cores).
     name : str, optional
         Results label (default: the cache's model).
+    held_out : bool
+        Also the leave-one-out accuracy over each case's points (``heldout_accuracy``).
+    bootstrap, bootstrap_seed : int
+        Resamples and seed of the held-out accuracy's interval over cases.
     """
 
     cache: Path = CacheInput.redeclare("cache", help="A vlprobe cache with caption variants (`probe extract --variants`).")
@@ -134,6 +147,7 @@ class SeparabilityConfig(CacheInput, StateOptions, SeedsOption, BootstrapTestOpt
     max_iter: int = option(100_000, check=check_positive_int, help="SVM iterations.")
     tol: float = option(1e-3, check=check_positive_float, help="SVM stopping tolerance (libsvm).")
     jobs: int = option(1, check=_check_jobs, role="runtime", help="Parallel workers (-1: all cores).")
+    held_out: bool = option(False, help="Also the leave-one-out accuracy over each item's variants (heldout_accuracy).")
 
 
 def separability_cases(index: CacheIndex, modality: str, lookup: dict[tuple[int, int], int]) -> tuple[list[Case], list[str]]:
@@ -210,17 +224,21 @@ def run_separability(config: SeparabilityConfig) -> tuple[Path, Path, list[dict[
             n_fits = len(cases) * len(read.layers) * (1 + len(seeds))
             say(config.progress, f"{EXPERIMENT.name}: stream {stream} ({read.modality}, {read.pooling}): fitting {n_fits} linear "
                                  f"SVMs ({len(cases)} cases x {len(read.layers)} layers x (target + {len(seeds)} "
-                                 f"controls)) with {_n_workers(config.jobs)} worker(s); states "
+                                 f"controls)){' and one more per point left out' if config.held_out else ''} "
+                                 f"with {_n_workers(config.jobs)} worker(s); states "
                                  f"{format_bytes(read.states.nbytes)}")
             with progress_bar(config.progress, n_fits, f"{EXPERIMENT.name} {stream}", "fit") as bar:
                 per_layer = _fit_layers(scale_states(read.states, scale_mode), cases, seeds, params, config.jobs,
-                                        bar.update)
+                                        bar.update, config.held_out)
             base = {"experiment": EXPERIMENT.name, "model": model, "stream": stream, "pooling": read.pooling,
                     "probe": PROBE, "split": "train"}
             _rows(per_layer, read.layers, read.kinds, cases, seeds, read.modality, index.item_tags, base, rows,
                   item_rows)
             methods |= _uncertainty_rows(per_layer, read.layers, read.kinds, cases, read.modality, index.item_tags,
                                          base, config, rows)
+            if config.held_out:
+                _heldout_intervals(per_layer, read.layers, read.kinds, cases, read.modality, index.item_tags, base, rows,
+                                   config)
 
     stem = result_stem(run)
     manifest = EXPERIMENT.manifest(
@@ -239,6 +257,9 @@ def run_separability(config: SeparabilityConfig) -> tuple[Path, Path, list[dict[
             "permutation_test": {"test": PERMUTATION_TEST, "permutations": config.permutations,
                                  "seed": config.bootstrap_seed, "method": sorted(methods)},
             "outputs": [f"{stem}.csv", f"{stem}.items.csv", f"{stem}.summary.csv"],
+            **({"heldout_accuracy": HELDOUT_DEFINITION,
+                "bootstrap": {"resamples": config.bootstrap, "seed": config.bootstrap_seed, "level": 0.95,
+                              "kind": "percentile; cases resampled; target rows only"}} if config.held_out else {}),
         },
     )
     csv_path, manifest_path = EXPERIMENT.write(config, model, rows, manifest)
@@ -259,6 +280,7 @@ def _default_streams(cache: Any, streams: tuple[str, ...] | None) -> list[str]:
 def _fit_layers(
     states: np.ndarray, cases: list[Case], seeds: list[int], params: dict[str, Any], jobs: int,
     progress: Callable[[int], Any] | None = None,
+    held_out: bool = False,
 ) -> np.ndarray:
     """(L, cases, 1 + seeds, len(FIELDS)) results of :func:`fit_cases` on every layer, in parallel.
 
@@ -270,7 +292,7 @@ def _fit_layers(
     chunks = [list(range(len(cases)))[k::n_chunks] for k in range(n_chunks)]
     tasks = [(li, ch) for li in range(n_layers) for ch in chunks if ch]
     results = Parallel(n_jobs=jobs, return_as="generator")(
-        delayed(fit_cases)(states[:, li, :], [cases[c] for c in ch], seeds, params) for li, ch in tasks
+        delayed(fit_cases)(states[:, li, :], [cases[c] for c in ch], seeds, params, held_out) for li, ch in tasks
     )
     per_layer = np.empty((n_layers, len(cases), 1 + len(seeds), len(FIELDS)))
     for (li, ch), res in zip(tasks, results, strict=True):
@@ -281,7 +303,8 @@ def _fit_layers(
 
 
 def tag_subsets(tags: Sequence[dict[str, list[str]]]) -> dict[str, np.ndarray]:
-    """Case masks per tag: ``collapsed_tag=<v>`` and ``wwh=<tag>`` / ``wwh=NoTag`` where present.
+    """Case masks per tag: ``collapsed_tag=<v>``, ``wwh=<tag>`` / ``wwh=NoTag`` and ``bow=same`` /
+    ``bow=different`` where present.
 
     Parameters
     ----------
@@ -315,10 +338,23 @@ def _rows(
             for subset, mask in subsets.items():
                 rows.extend(_aggregate(res[mask], {**lrow, "task": task, "seed": seed, "subset": subset}))
             values = _case_values(res)
+            tested = res[:, FIELDS.index("heldout_n")]
             for c, case in enumerate(cases):
                 for metric, column in values.items():
+                    held = metric == "heldout_accuracy"
                     item_rows.append({**lrow, "task": task, "seed": seed, "subset": case.name,
-                                      "metric": metric, "value": float(column[c]), "n": len(case.rows)})
+                                      "metric": metric, "value": float(column[c]),
+                                      "n": int(tested[c]) if held else len(case.rows),
+                                      **({"split": "heldout"} if held else {})})
+
+
+def _subsets(cases: list[Case], modality: str, item_tags: list[dict[str, list[str]]]) -> dict[str, np.ndarray]:
+    subsets: dict[str, np.ndarray] = {"all": np.ones(len(cases), bool)}
+    if modality == "pair":
+        for j in sorted({c.image for c in cases}):
+            subsets[f"image={j}"] = np.array([c.image == j for c in cases])
+    subsets.update(tag_subsets([item_tags[c.item] for c in cases]))
+    return subsets
 
 
 #: Metrics given bootstrap intervals, selectivity and the permutation test.
@@ -363,16 +399,42 @@ def _uncertainty_rows(
 
 
 def _case_values(res: np.ndarray) -> dict[str, np.ndarray]:
-    """Per-case metric values (module docstring) from (cases, len(FIELDS)) fit results."""
+    """Per-case metric values (module docstring) from (cases, len(FIELDS)) fit results;
+    ``heldout_accuracy`` only when it was computed."""
     f = {name: res[:, i] for i, name in enumerate(FIELDS)}
     separable = f["separable"] > 0
-    return {
+    out = {
         "separable": 100.0 * f["separable"],
         "no_hyperplane": 100.0 * (1.0 - f["has_hyperplane"]),
         "separable_margin": np.where(separable, f["margin"], np.nan),
         "train_accuracy": 100.0 * f["train_accuracy"],
         "converged": 100.0 * f["converged"],
     }
+    if (f["heldout_n"] > 0).any():
+        out["heldout_accuracy"] = 100.0 * f["heldout_accuracy"]
+    return out
+
+
+def _heldout_intervals(
+    per_layer: np.ndarray, layers: list[int | None], kinds: list[str | None], cases: list[Case], modality: str,
+    item_tags: list[dict[str, list[str]]], base: dict[str, Any], rows: list[dict[str, Any]],
+    config: SeparabilityConfig,
+) -> None:
+    """The target's ``heldout_accuracy`` 95% intervals per layer and subset (cases resampled)."""
+    col = FIELDS.index("heldout_accuracy")
+    for subset, mask in _subsets(cases, modality, item_tags).items():
+        members = np.flatnonzero(mask)
+        if not len(members):
+            continue
+        idx = members[bootstrap_indices(len(members), config.bootstrap, config.bootstrap_seed)]
+        for li, layer in enumerate(layers):
+            values = 100.0 * per_layer[li, :, 0, col]
+            with np.errstate(all="ignore"):
+                boot = np.nanmean(np.where(np.isfinite(values[idx]), values[idx], np.nan), axis=1)
+            n = int(np.isfinite(values[members]).sum())
+            rows.extend(ci95_rows({**base, "layer": layer, "kind": kinds[li], "task": "target", "subset": subset,
+                                   "split": "heldout",
+                                   "n": n}, "heldout_accuracy", boot, config.bootstrap_seed))
 
 
 def _aggregate(res: np.ndarray, row: dict[str, Any]) -> list[dict[str, Any]]:
@@ -382,8 +444,9 @@ def _aggregate(res: np.ndarray, row: dict[str, Any]) -> list[dict[str, Any]]:
         return []
     out = []
     for metric, column in _case_values(res).items():
-        kept = column[np.isfinite(column)] if metric == "separable_margin" else column
-        out.append({**row, "metric": metric, "n": len(kept),
+        kept = column[np.isfinite(column)] if metric in ("separable_margin", "heldout_accuracy") else column
+        split = {"split": "heldout"} if metric == "heldout_accuracy" else {}
+        out.append({**row, "metric": metric, "n": len(kept), **split,
                     "value": float(kept.mean()) if len(kept) else float("nan")})
     return out
 
@@ -397,10 +460,15 @@ def _n_workers(jobs: int) -> int:
 def report(config: SeparabilityConfig, result: tuple[Path, Path, list[dict[str, Any]]]) -> list[str]:
     """% separable, target vs control, per stream and layer; then the files written."""
     csv_path, _, rows = result
-    return summary_lines(rows, "separable", "train", csv_path, side=(f"{csv_path.stem}.items.csv",))
+    lines = summary_lines(rows, "separable", "train", csv_path, side=(f"{csv_path.stem}.items.csv",))
+    if config.held_out:
+        held = summary_lines(rows, "heldout_accuracy", "heldout", csv_path)
+        lines = [*lines[: -1], *held[: -1], lines[-1]]  # the files written, once, last
+    return lines
 
 
 # Version 2: libsvm's SVC (was liblinear); no_hyperplane; separable_margin over separable cases only
 # (was margin over every finite fit); per-case percentages in percent (were fractions).
-EXPERIMENT = Experiment("separability", 2, SeparabilityConfig, run_separability, report,
+# Version 3: held_out (heldout_accuracy, split heldout, with intervals).
+EXPERIMENT = Experiment("separability", 3, SeparabilityConfig, run_separability, report,
                         presets=PRESET_VALUES["separability"], swept=("streams", "layers", "seeds"))

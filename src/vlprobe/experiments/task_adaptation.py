@@ -64,7 +64,7 @@ from vlprobe.experiments.reports import summary_lines
 from vlprobe.progress import say
 from vlprobe.validation import InputError
 
-__all__ = ["EXPERIMENT", "MODE_EXAMPLES", "TaskAdaptationConfig", "run_task_adaptation"]
+__all__ = ["EXPERIMENT", "MODE_EXAMPLES", "TaskAdaptationConfig", "pair_examples", "pair_items", "run_task_adaptation"]
 
 PROBE = "mlp"
 
@@ -166,7 +166,7 @@ def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[
         say(config.progress, f"{EXPERIMENT.name}: streams {', '.join(streams)} (the ones with a {config.pooling!r} output); "
                              f"{', '.join(left_out)} left out (name them in --streams to add their default pooling)")
 
-    items = [i for i in range(len(index.item_ids)) if len(index.families[i]) >= 2 and len(index.item_images[i]) >= 2]
+    items = pair_items(index)
     if len(items) < 2:
         raise InputError(
             f"cache: task adaptation needs items with 2 images and 2 captions (Winoground); "
@@ -175,6 +175,43 @@ def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[
     plan = plan_items(EXPERIMENT, config, index, items)
     items = plan.items
 
+    X, labels, group_fields = pair_examples(index, read, streams, positions, per_stream, items, modes)
+    example_items = np.repeat(np.arange(len(items)), 4)
+    poolings = [read[s].pooling for s in streams]
+    base = {"experiment": EXPERIMENT.name, "model": plan.model, "stream": "+".join(streams),
+            "pooling": poolings[0] if len(set(poolings)) == 1 else "+".join(poolings), "probe": PROBE}
+    block = FeatureBlock(X, labels, group_fields, base)
+    return train_and_write(EXPERIMENT, config, index, plan, example_items, [block], {
+        "streams": streams, "modes": list(modes),
+        "pooling": {s: read[s].pooling for s in streams},
+        "pooling_fallback": {s: {"asked": r.asked_pooling, "used": r.pooling, "layers": r.layers}
+                             for s, r in read.items() if r.fell_back},
+        "layer_pairing": "relative depth: position p of P takes layer round(p * (L_s - 1) / (P - 1)) of each "
+                         "stream's L_s swept layers; the layer column is the longest sweep's",
+        "layer_positions": [{s: pos[s] for s in streams} for pos in positions],
+        "labels": "1 when option 1 is the mismatched pair; prediction = logit > 0",
+    })
+
+
+def pair_items(index: Any) -> list[int]:
+    """The items that give task-adaptation examples: two images and two captions (Winoground)."""
+    return [i for i in range(len(index.item_ids)) if len(index.families[i]) >= 2 and len(index.item_images[i]) >= 2]
+
+
+def pair_examples(
+    index: Any, read: dict[str, Any], streams: list[str], positions: list[dict[str, int | None]],
+    per_stream: dict[str, list[int | None]], items: list[int], modes: tuple[str, ...],
+) -> tuple[np.ndarray, np.ndarray, list[dict[str, Any]]]:
+    """The examples of every mode and layer position (module docstring).
+
+    Returns
+    -------
+    X : ndarray of float32, shape (G, 4 * len(items), D)
+        One group per (mode, layer position); an item's four examples are consecutive.
+    labels : ndarray, shape (G, 4 * len(items))
+    group_fields : list of dict
+        ``subset`` (``<mode>-score``), ``layer`` and ``kind`` of each group.
+    """
     # Pair embeddings E[p, n, j, k] of item items[n], image j, caption k at layer position p.
     P = len(positions)
     blocks = []
@@ -195,7 +232,6 @@ def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[
     E = np.concatenate(blocks, axis=-1)
 
     X_groups, label_groups, group_fields = [], [], []
-    example_items = np.repeat(np.arange(len(items)), 4)
     for mode in modes:
         spec = MODE_EXAMPLES[mode]
         o1 = np.array([e[0] for e in spec])
@@ -210,20 +246,7 @@ def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[
                                  "kind": _kind_label(positions[p], read)})
     X = np.stack(X_groups).astype(np.float32)
     labels = np.stack(label_groups)
-    poolings = [read[s].pooling for s in streams]
-    base = {"experiment": EXPERIMENT.name, "model": plan.model, "stream": "+".join(streams),
-            "pooling": poolings[0] if len(set(poolings)) == 1 else "+".join(poolings), "probe": PROBE}
-    block = FeatureBlock(X, labels, group_fields, base)
-    return train_and_write(EXPERIMENT, config, index, plan, example_items, [block], {
-        "streams": streams, "modes": list(modes),
-        "pooling": {s: read[s].pooling for s in streams},
-        "pooling_fallback": {s: {"asked": r.asked_pooling, "used": r.pooling, "layers": r.layers}
-                             for s, r in read.items() if r.fell_back},
-        "layer_pairing": "relative depth: position p of P takes layer round(p * (L_s - 1) / (P - 1)) of each "
-                         "stream's L_s swept layers; the layer column is the longest sweep's",
-        "layer_positions": [{s: pos[s] for s in streams} for pos in positions],
-        "labels": "1 when option 1 is the mismatched pair; prediction = logit > 0",
-    })
+    return X, labels, group_fields
 
 
 def _kind_label(position: dict[str, int | None], read: dict[str, Any]) -> str | None:

@@ -15,12 +15,18 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["MARGIN", "PERCENT", "P_VALUE", "RANK", "base_metric", "metric_unit", "units_of"]
+__all__ = ["BITS", "BITS_PER_EXAMPLE", "MARGIN", "PERCENT", "P_VALUE", "RANK", "RATIO", "SCORE_CHANGE", "SHARE",
+           "base_metric", "metric_unit", "units_of"]
 
 PERCENT = "percent"
 RANK = "rank (1 = best; ties count against the model)"
 MARGIN = "2/||w|| in the (scaled) state space"
 P_VALUE = "probability (two-sided p-value)"
+BITS = "bits (total over the examples)"
+BITS_PER_EXAMPLE = "bits per example (held-out cross-entropy, log base 2)"
+RATIO = "ratio (uniform code length / online code length)"
+SCORE_CHANGE = "the model's own score (cosine or match probability), difference"
+SHARE = "fraction of the full change (1 = the donor's score)"
 
 _UNITS: dict[str, str] = {
     # Winoground scores (winoground-scores, variant-similarity)
@@ -29,7 +35,15 @@ _UNITS: dict[str, str] = {
     "median_rank": RANK, "mean_rank": RANK,
     # separability
     "separable": PERCENT, "no_hyperplane": PERCENT, "train_accuracy": PERCENT, "converged": PERCENT,
-    "separable_margin": MARGIN,
+    "separable_margin": MARGIN, "heldout_accuracy": PERCENT,
+    # online code length (mdl)
+    "online_code": BITS, "uniform_code": BITS, "compression": RATIO,
+    # conditional probing
+    "bits_prior": BITS_PER_EXAMPLE, "bits_baseline": BITS_PER_EXAMPLE, "bits_layer": BITS_PER_EXAMPLE,
+    "bits_joint": BITS_PER_EXAMPLE, "information_gain": BITS_PER_EXAMPLE,
+    "accuracy_baseline": PERCENT, "accuracy_layer": PERCENT, "accuracy_joint": PERCENT,
+    # activation patching
+    "score_change": SCORE_CHANGE, "full_change": SCORE_CHANGE, "recovered": SHARE,
     # MLP probes, SugarCrepe
     "accuracy": PERCENT,
     # VALSE

@@ -55,7 +55,7 @@ from vlprobe.experiments.reports import summary_lines
 from vlprobe.progress import say
 from vlprobe.validation import InputError, check_positive_int
 
-__all__ = ["EXPERIMENT", "VariantProbeConfig", "run_variant_probe", "variant_examples"]
+__all__ = ["EXPERIMENT", "VariantProbeConfig", "run_variant_probe", "stream_rows", "variant_examples", "variant_items"]
 
 PROBE = "mlp"
 
@@ -93,6 +93,11 @@ class VariantProbeConfig(CacheInput, StateOptions, SeedsOption, SplitOptions, ML
     depth: int = MLPOptions.redeclare("depth", 3)
     lr: float = MLPOptions.redeclare("lr", 5e-5)
     batch_size: int = MLPOptions.redeclare("batch_size", 128)
+
+
+def variant_items(index: Any) -> list[int]:
+    """The items that give variant-probe examples: both captions with at least one variant."""
+    return [i for i, f in enumerate(index.families) if len(f) >= 2 and len(f[0]) >= 2 and len(f[1]) >= 2]
 
 
 def variant_examples(
@@ -139,6 +144,17 @@ def variant_examples(
             np.asarray(labels, dtype=np.int64), np.asarray(owner, dtype=np.int64))
 
 
+def stream_rows(read: Any, texts: np.ndarray, image: np.ndarray) -> np.ndarray:
+    """(N, 3) rows of a stream for the examples' (reference, option 1, option 2) text rows and image."""
+    try:
+        return np.array([
+            [read.lookup[(-1 if read.modality == "text" else int(img), int(t))] for t in triple]
+            for img, triple in zip(image, texts, strict=True)
+        ])
+    except KeyError as exc:
+        raise InputError(f"stream {read.name!r} has no row for (image, text) {exc.args[0]} (pair plan?)") from None
+
+
 def run_variant_probe(config: VariantProbeConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
     """Run the experiment and write its outputs (module docstring).
 
@@ -157,7 +173,7 @@ def run_variant_probe(config: VariantProbeConfig) -> tuple[Path, Path, list[dict
         reads = [read_stream(cache, s, ("text", "pair"), config.pooling, config.layers, param="streams") for s in names]
     for note in pooling_notes(reads, EXPERIMENT.name):
         say(config.progress, note)
-    items = [i for i, f in enumerate(index.families) if len(f) >= 2 and len(f[0]) >= 2 and len(f[1]) >= 2]
+    items = variant_items(index)
     usable = set(items)
     skipped = [iid for i, iid in enumerate(index.item_ids) if i not in usable]
     if len(items) < 2:
@@ -171,13 +187,7 @@ def run_variant_probe(config: VariantProbeConfig) -> tuple[Path, Path, list[dict
     )
     blocks = []
     for read in reads:
-        try:
-            rows = np.array([
-                [read.lookup[(-1 if read.modality == "text" else int(img), int(t))] for t in triple]
-                for img, triple in zip(image, texts, strict=True)
-            ])  # (N, 3) rows of the stream
-        except KeyError as exc:
-            raise InputError(f"stream {read.name!r} has no row for (image, text) {exc.args[0]} (pair plan?)") from None
+        rows = stream_rows(read, texts, image)
         X = read.states[rows].transpose(2, 0, 1, 3)  # (L, N, 3, H)
         X = np.ascontiguousarray(X.reshape(X.shape[0], X.shape[1], -1))
         base = {"experiment": EXPERIMENT.name, "model": plan.model, "stream": read.name, "pooling": read.pooling,

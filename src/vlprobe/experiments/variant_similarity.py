@@ -12,7 +12,7 @@ variants (dual encoders score every pair; cross-encoders with the ``item`` pair 
 item's images against its captions and their variants).
 
 CSV: one row per (agg, λ, subset, metric), agg and λ in the ``agg`` and ``lambda`` setting
-columns (``variants_only`` in its own); subsets as in ``winoground-scores`` (all, tags);
+columns (``variants_only`` in its own); subsets as in ``winoground-scores`` (all, tags, bag-of-words slices);
 values in percent; with 95% bootstrap intervals over items (``<metric>.ci95_low`` /
 ``.ci95_high``), the same resampled items for every setting and metric (paired: two settings
 or two models on the same items are resampled alike). ``<run>.items.csv`` holds each item's
@@ -21,7 +21,6 @@ outcome (0 or 100) per setting and metric (``subset`` = item id), for ``probe co
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from vlprobe.data.bow import table_tags
 from vlprobe.experiments.declare import Alias, Experiment, floats, names, option
 from vlprobe.experiments.metrics import bootstrap_indices, ci95_rows, winoground_outcomes
 from vlprobe.experiments.option_groups import (
@@ -188,7 +188,7 @@ def run_variant_similarity(config: VariantSimilarityConfig) -> tuple[Path, Path,
     vs = variant_scores(matrix, done, list(items["id"]), list(images["id"]), list(texts["id"]), texts["parent"])
     if not vs.n_variants.any():
         raise InputError(f"cache: {Path(config.cache).name} holds no caption variants (extract with --variants FILE)")
-    tags = [json.loads(str(t)) for t in items["tags"]]
+    tags = table_tags(items, texts)
     ids = [_winoground_id(str(i)) for i in items["id"]]
     masks = subset_masks(ids, tags)
     say(config.progress, f"{EXPERIMENT.name}: {len(aggs)} aggregation(s) x {len(lambdas)} lambda(s) over {len(ids)} items "
@@ -237,5 +237,6 @@ def report(config: VariantSimilarityConfig, result: tuple[Path, Path, list[dict[
 
 # Version 2: wwh=Easier/Harder from the 172 untagged ids; the paper code's split as *-WWH-code.
 # 3: agg and lambda in setting columns (were packed into the probe column).
-EXPERIMENT = Experiment("variant-similarity", 3, VariantSimilarityConfig, run_variant_similarity, report,
+# 4: bow=same / bow=different slices.
+EXPERIMENT = Experiment("variant-similarity", 4, VariantSimilarityConfig, run_variant_similarity, report,
                         swept=("aggs", "lambdas"), row_columns=("agg", "lambda"))

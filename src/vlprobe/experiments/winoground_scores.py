@@ -15,7 +15,9 @@ Subsets (column ``subset``): ``all``; ``collapsed_tag=…``, ``tag=…``, ``seco
 code's split into easier and harder items: ``wwh=Easier`` (NoTag plus Non Minimal: 202 items)
 and ``wwh=Harder`` (the rest: 198), with ``wwh=Easier-WWH-code`` and ``wwh=Harder-WWH-code``
 (201 and 199) built as the paper code builds them, from its 171-id list, so id 313 counts as
-harder there. Values are percentages; ``n`` is the number of items in the subset.
+harder there; ``bow=same`` (the two captions hold the same multiset of words,
+:mod:`vlprobe.data.bow`) and ``bow=different``, where the captions are known (a cache, or a
+scores file with ``data_dir``). Values are percentages; ``n`` is the number of items in the subset.
 
 Metrics: ``text``, ``image``, ``group`` and Winoground's ``matching`` score
 (s00*s11 > s01*s10). ``matching`` is defined for non-negative scores only (zeros included, as in
@@ -25,7 +27,6 @@ the human scores): when any score of the run is negative its rows hold NaN and t
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -36,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from vlprobe.data.bow import BOW_FAMILY, bow_masks, bow_tag, table_tags
 from vlprobe.data.source_files import iter_json_lines
 from vlprobe.data.tags import WWH_CODE_NONE_EXCLUDED, WWH_TAGS
 from vlprobe.experiments.declare import Experiment, option
@@ -148,7 +150,7 @@ def item_scores_from_cache(path: str | os.PathLike[str]) -> tuple[str, list[int]
     s = matrix[ri[:, None, :], rt[:, :, None]]
     if not done[ri[:, None, :], rt[:, :, None]].all():
         raise InputError(f"cache: {Path(path).name} lacks some caption-image scores; finish the extraction")
-    tags = [json.loads(str(t)) for t in items["tags"]]
+    tags = table_tags(items, texts)
     return h.model, ids, s, tags, provenance
 
 
@@ -194,7 +196,7 @@ def subset_masks(ids: Sequence[int], tags: Sequence[Mapping[str, Iterable[str]]]
     out: dict[str, np.ndarray] = {"all": np.ones(n, dtype=bool)}
     families = sorted({f for t in tags for f in t})
     for fam in families:
-        if fam == "wwh":
+        if fam in ("wwh", BOW_FAMILY):
             continue
         values = sorted({v for t in tags for v in t.get(fam, ())})
         for v in values:
@@ -214,6 +216,7 @@ def subset_masks(ids: Sequence[int], tags: Sequence[Mapping[str, Iterable[str]]]
         out["wwh=Harder"] = ~out["wwh=Easier"]
         out["wwh=Easier-WWH-code"] = code_none | non_minimal
         out["wwh=Harder-WWH-code"] = ~out["wwh=Easier-WWH-code"]
+    out.update(bow_masks(tags))
     return out
 
 
@@ -233,7 +236,8 @@ def _tags_for(ids: list[int], config: WinogroundScoresConfig) -> tuple[list[dict
         missing = [w for w in ids if w not in by_id]
         if missing:
             raise InputError(f"scores: ids {missing[:5]} are not in the dataset at {config.data_dir}")
-        tags = [{k: list(v) for k, v in by_id[w].tags.items()} for w in ids]
+        tags = [{**{k: list(v) for k, v in by_id[w].tags.items()},
+                 BOW_FAMILY: bow_tag([t.text for t in by_id[w].texts if t.parent is None])} for w in ids]
         return tags, {"dataset_fingerprint": ds.fingerprint, **ds.extra_fingerprints}
     if config.tags is not None:
         from vlprobe.data.tags import load_tag_file
@@ -327,4 +331,5 @@ def report(config: WinogroundScoresConfig, result: tuple[Path, Path, list[dict[s
 
 # Version 2: matching defined for non-negative scores, NaN rows (not left out) when undefined;
 # wwh=Easier/Harder from the 172 untagged ids, the paper code's split as *-WWH-code.
-EXPERIMENT = Experiment("winoground-scores", 2, WinogroundScoresConfig, run_winoground_scores, report)
+# Version 3: bow=same / bow=different slices.
+EXPERIMENT = Experiment("winoground-scores", 3, WinogroundScoresConfig, run_winoground_scores, report)

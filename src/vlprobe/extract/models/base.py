@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from vlprobe.extract.models.hf import ResolvedCheckpoint
+from vlprobe.extract.models.hooks import LayerSite
 from vlprobe.validation import InputError
 
 #: What an adapter reads for an image (its ``image_input``): RGB pixels, precomputed region
@@ -170,6 +171,23 @@ class Adapter(ABC):
     def describe(self) -> dict[str, Any]:
         """Facts about the loaded model recorded in the cache (JSON-serialisable)."""
         return {}
+
+    def layer_sites(self, stream: str) -> list[LayerSite]:
+        """Where each layer of ``stream`` comes out (index = layer number), for editing its states
+        during a run (:func:`vlprobe.extract.models.hooks.edited_layers`: activation patching,
+        running from a layer on with erased states).
+
+        Raises
+        ------
+        InputError
+            The adapter does not support editing this stream's states.
+        """
+        raise InputError(f"model: {self.name} does not support editing the states of stream {stream!r}")
+
+    def tokens(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token ids and attention mask of ``texts``, each shape (B, T), padded as :meth:`encode`
+        pads a batch of exactly these texts; for aligning the tokens of two captions."""
+        raise InputError(f"model: {self.name} does not expose its token ids")
 
     def input_fingerprints(self) -> dict[str, str]:
         """Fingerprints of side inputs besides the checkpoint (``config``, ``tokenizer``), compared on resume."""
@@ -322,6 +340,18 @@ class CrossEncoder(Adapter):
         poolings : sequence of str
             Token poolings (``cls``, ``mean``, ``max``) to compute where the stream offers them.
         """
+
+    def plain_pair_scores(self, texts: Any, images: Any, text_idx: np.ndarray, image_idx: np.ndarray) -> torch.Tensor:
+        """Scores (B,) of a batch of pairs from one plain forward pass in which every layer runs
+        over the pair rows (no per-caption or per-image memo, no last-layer shortcut), so forward
+        hooks on :meth:`layer_sites` see, and may edit, each pair's own states.
+
+        Raises
+        ------
+        InputError
+            The adapter has no such pass.
+        """
+        raise InputError(f"model: {self.name} does not support editing its states during a run")
 
     def encode(self, stream: str, inputs: Sequence[Any], layers: Sequence[int]) -> StreamBatch:
         """Cross-encoders without ``text``/``image`` streams have nothing to encode alone."""

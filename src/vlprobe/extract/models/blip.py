@@ -47,6 +47,7 @@ from vlprobe.extract.models.base import (
     text_max_length,
 )
 from vlprobe.extract.models.hf import ResolvedCheckpoint, load_hf
+from vlprobe.extract.models.hooks import LayerSite
 from vlprobe.extract.models.pooling import TOKEN_POOLINGS, pool_states
 from vlprobe.validation import InputError, check_choice
 
@@ -221,6 +222,22 @@ class BlipItmAdapter(CrossEncoder):
             feat = torch.nn.functional.normalize(self.model.text_proj(text).float(), dim=-1)
             scores = (feat[torch.from_numpy(t_inv).to(self.device)] * images.itc[i_sel]).sum(dim=-1)
         return PairOutput(scores, states, {}, logits)
+
+    def layer_sites(self, stream: str) -> list[LayerSite]:
+        """``pair``: the image-grounded text encoder's embeddings, then each of its blocks (the
+        ITM head reads token 0 of the last). The unimodal ``text`` and ``image`` streams feed only
+        the ITC score and are not edited."""
+        if stream == "pair":
+            enc = self.model.text_encoder
+            return [LayerSite(enc.embeddings), *(LayerSite(m) for m in enc.encoder.layer)]
+        raise InputError(f"stream: {self.name} edits its pair stream (the image-grounded text encoder), got {stream!r}")
+
+    def plain_pair_scores(self, texts: TextTable, images: BlipImages, text_idx: np.ndarray,
+                          image_idx: np.ndarray) -> torch.Tensor:
+        if self.score_head != "itm":
+            raise InputError(f"model_options: editing {self.name}'s states needs score_head=itm (the ITC score "
+                             "never runs the pair stream)")
+        return self.encode_pairs(texts, images, text_idx, image_idx, None, ()).scores
 
     def describe(self) -> dict[str, Any]:
         cfg = self.model.config

@@ -30,6 +30,7 @@ from vlprobe.extract.models.base import (
     text_max_length,
 )
 from vlprobe.extract.models.hf import ResolvedCheckpoint, load_hf
+from vlprobe.extract.models.hooks import LayerSite
 from vlprobe.validation import InputError
 
 __all__ = ["CLIPAdapter"]
@@ -77,11 +78,29 @@ class CLIPAdapter(DualEncoder):
             return self._encode_image(list(inputs), layers)
         raise InputError(f"stream: CLIP has streams text and image, got {stream!r}")
 
-    def _encode_text(self, texts: list[str], layers: Sequence[int]) -> StreamBatch:
-        tok = self.tokenizer(
-            texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt",
+    def _tokenize(self, texts: Sequence[str]) -> Any:
+        return self.tokenizer(
+            list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt",
             padding_side="right",  # CLIP's positions count from token 0 and EOS doubles as padding
         )
+
+    def tokens(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        tok = self._tokenize(texts)
+        return tok["input_ids"], tok["attention_mask"]
+
+    def layer_sites(self, stream: str) -> list[LayerSite]:
+        """Text: the embeddings, then each encoder layer (outputs before ``final_layer_norm``);
+        image: ``pre_layrnorm`` (layer 0 as the stream defines it), then each encoder layer."""
+        if stream == "text":
+            tm = self.model.text_model
+            return [LayerSite(tm.embeddings), *(LayerSite(m) for m in tm.encoder.layers)]
+        if stream == "image":
+            vm = self.model.vision_model
+            return [LayerSite(vm.pre_layrnorm), *(LayerSite(m) for m in vm.encoder.layers)]
+        raise InputError(f"stream: CLIP has streams text and image, got {stream!r}")
+
+    def _encode_text(self, texts: list[str], layers: Sequence[int]) -> StreamBatch:
+        tok = self._tokenize(texts)
         ids = tok["input_ids"].to(self.device)
         mask = tok["attention_mask"].to(self.device)
         out = self.model.text_model(input_ids=ids, attention_mask=mask, output_hidden_states=True)

@@ -53,7 +53,9 @@ from vlprobe.extract.models.base import (
     text_max_length,
 )
 from vlprobe.extract.models.hf import ResolvedCheckpoint, load_hf
+from vlprobe.extract.models.hooks import LayerSite
 from vlprobe.extract.models.pooling import pool_states
+from vlprobe.validation import InputError
 
 __all__ = ["MATCH_INDEX", "LxmertAdapter", "LxmertImages", "LxmertTexts"]
 
@@ -343,6 +345,25 @@ class LxmertAdapter(CrossEncoder):
         return memo[key]
 
     # -- the plain path --------------------------------------------------------------------------------
+
+    def layer_sites(self, stream: str) -> list[LayerSite]:
+        """``lang``: the embeddings, the language layers, then the language side (element 0) of
+        each cross layer; ``vision``: ``visn_fc``, the relation layers, then the vision side
+        (element 1) of each cross layer. Edits act on :meth:`plain_pair_scores` (the shared pass
+        memoises the single-modality layers and would not see them)."""
+        enc = self.model.lxmert.encoder
+        if stream == "lang":
+            return [LayerSite(self.model.lxmert.embeddings), *(LayerSite(m) for m in enc.layer),
+                    *(LayerSite(m, 0) for m in enc.x_layers)]
+        if stream == "vision":
+            return [LayerSite(enc.visn_fc), *(LayerSite(m) for m in enc.r_layers),
+                    *(LayerSite(m, 1) for m in enc.x_layers)]
+        raise InputError(f"stream: LXMERT has streams lang and vision, got {stream!r}")
+
+    def plain_pair_scores(
+        self, texts: LxmertTexts, images: LxmertImages, text_idx: np.ndarray, image_idx: np.ndarray,
+    ) -> torch.Tensor:
+        return self.full_forward(texts, images, text_idx, image_idx)[0]
 
     @torch.inference_mode()
     def full_forward(

@@ -49,6 +49,7 @@ from vlprobe.extract.models.base import (
     text_max_length,
 )
 from vlprobe.extract.models.hf import ResolvedCheckpoint, quiet_transformers, resolve_checkpoint
+from vlprobe.extract.models.hooks import LayerSite
 from vlprobe.extract.models.pooling import pool_states
 from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError
@@ -240,6 +241,31 @@ class UniterAdapter(CrossEncoder):
                 states["image"] = pool_states(h, img_mask, None, [p for p in tok_pool if p != "cls"])
         logits = None if itm_logits is None else itm_logits.float()
         return PairOutput(scores.float(), states, {"text": pooled.float()}, logits)
+
+    def layer_sites(self, stream: str) -> list[LayerSite]:
+        """``text``: the text embeddings, then each block (its output is the joint sequence; the
+        text view is its first T positions, so edits of the text view leave the regions alone).
+        The ``image`` view sits after the text positions of the joint sequence, at an offset that
+        varies with the batch's padding: not supported for edits."""
+        if stream == "text":
+            return [LayerSite(self.model.uniter.embeddings), *(LayerSite(m) for m in self.model.uniter.encoder.layer)]
+        if stream == "image":
+            raise InputError("stream: UNITER's image view follows the text in the joint sequence; only its text "
+                             "view can be edited (streams=text)")
+        raise InputError(f"stream: UNITER has streams text and image, got {stream!r}")
+
+    @torch.inference_mode()
+    def plain_pair_scores(
+        self, texts: UniterTexts, images: UniterImages, text_idx: np.ndarray, image_idx: np.ndarray,
+    ) -> torch.Tensor:
+        text_idx, image_idx = check_pair_indices(text_idx, image_idx)
+        ids, mask = texts.take(text_idx, self.device)
+        rows = torch.from_numpy(image_idx)
+        out = self.model(
+            ids, mask, images.features[rows].to(self.device, self.dtype), images.pos7[rows].to(self.device, self.dtype),
+            images.mask[rows].to(self.device), output_hidden_states=False,
+        )
+        return out.match_prob.float()
 
     def _encode_cls_last(
         self, emb: torch.Tensor, joint_mask: torch.Tensor, *, keep: bool

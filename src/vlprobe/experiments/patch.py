@@ -1,0 +1,412 @@
+"""Activation patching on each benchmark's minimal pairs (``probe run patch``).
+
+Where in the model does the difference between an item's two captions (Winoground caption 0/1,
+SugarCrepe positive/negative, VALSE caption/foil) decide the image-text score? For every item
+and direction, the model runs on one caption (the *recipient*) with some of one layer's states
+taken from the other caption (the *donor*), and the image-text score is compared with the
+recipient's own and the donor's (:mod:`vlprobe.extract.patching`):
+
+* ``full_change`` = mean of |score(donor) - score(recipient)|, what patching everything gives;
+* ``score_change`` = mean of (score(patched) - score(recipient)) x sign(score(donor) -
+  score(recipient)): the move toward the donor's score (each case oriented, since the two
+  directions of an item would otherwise cancel);
+* ``recovered`` = score_change / full_change (ratio of the means; 1: that layer's states at those
+  positions carry the whole difference, 0: none of it).
+
+Per stream, layer and position group (column ``probe`` = ``positions=<group>``): ``all`` tokens,
+the ``swapped`` ones (where the two captions' token sequences differ: the swapped words), the
+``rest``, and ``cls`` (the summary position: CLIP's EOS). The token-wise groups need the two
+captions to have the same token count (a word swap has); items without are left out of them
+(``n`` counts the cases used). A case is one (item, direction, image); the image tower of a dual
+encoder (Winoground only: two images) swaps images instead, the caption fixed, with the groups
+``all`` and ``cls`` (the class token).
+
+Dual encoders (CLIP): the text tower, and the image tower on Winoground. Subsets: ``all`` and the
+bag-of-words slices (``bow=same`` / ``bow=different``, :mod:`vlprobe.data.bow`). 95% bootstrap
+intervals resample items (``bootstrap``, ``bootstrap_seed``). Outputs in ``OUT/patch/``:
+``<model>.csv`` (tidy, split ``all``) and ``manifest.json``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from vlprobe.data.bow import bow_masks, bow_tag
+from vlprobe.experiments.metrics import bootstrap_indices, ci95_rows
+from vlprobe.experiments.minimal_pairs import (
+    check_run_options,
+    editable_streams,
+    pair_items,
+    pair_model_class,
+)
+from vlprobe.experiments.outputs import (
+    build_manifest,
+    check_run_slot,
+    config_record,
+    run_settings,
+    write_results,
+)
+from vlprobe.experiments.units import units_of
+from vlprobe.extract.patching import POSITION_GROUPS, patched_run, position_sources
+from vlprobe.layers import parse_layers
+from vlprobe.progress import progress_bar, say
+from vlprobe.validation import InputError, check_choice
+
+__all__ = ["PatchConfig", "run_patch"]
+
+NAME = "patch"
+VERSION = 2
+#: Position groups of an image tower (patch 0 is its class token).
+IMAGE_GROUPS = ("all", "cls")
+#: Position groups of a cross-encoder's image side (regions: no class token).
+CROSS_IMAGE_GROUPS = ("all",)
+#: Items whose regions a cross-encoder run holds at once.
+ITEM_BLOCK = 64
+
+
+@dataclass(frozen=True)
+class PatchConfig:
+    """One run: a model and a benchmark in, ``OUT/patch/`` out.
+
+    Attributes
+    ----------
+    out : Path
+    model : str
+        A registered dual encoder (``clip``).
+    checkpoint : str
+        Directory or hub id.
+    dataset : str
+        ``winoground``, ``sugarcrepe`` or ``valse``.
+    data_dir : Path, optional
+    subsets : str, optional
+        SugarCrepe / VALSE subsets (comma-separated).
+    limit : int, optional
+        At most this many items (SugarCrepe / VALSE: per subset, as their loaders count).
+    image_dir : Path, optional
+        SugarCrepe: the COCO val2017 images.
+    image_root : tuple of str
+        VALSE: ``SOURCE=DIR`` image folders.
+    regions : Path, optional
+        Region features of the dataset's images (cross-encoders that read regions: LXMERT, UNITER).
+    streams : tuple of str, optional
+        Default: the text side (CLIP ``text``, LXMERT ``lang``, UNITER ``text``) and, on Winoground,
+        the image side where the adapter can edit it (CLIP ``image``, LXMERT ``vision``).
+    layers : str
+        Layer spec per stream (``all``, ``0,4,-1``).
+    groups : tuple of str
+        Position groups (``all``, ``swapped``, ``rest``, ``cls``).
+    batch_size : int
+        Cases per forward pass (each runs recipients and donors together).
+    device, dtype : str
+    bootstrap, bootstrap_seed : int
+    name : str, optional
+        Results label (default: the model).
+    progress : bool
+    """
+
+    out: Path
+    model: str
+    checkpoint: str
+    dataset: str = "winoground"
+    data_dir: Path | None = None
+    subsets: str | None = None
+    limit: int | None = None
+    image_dir: Path | None = None
+    image_root: tuple[str, ...] = ()
+    regions: Path | None = None
+    streams: tuple[str, ...] | None = None
+    layers: str = "all"
+    groups: tuple[str, ...] = POSITION_GROUPS
+    batch_size: int = 32
+    device: str = "cpu"
+    dtype: str = "float32"
+    bootstrap: int = 1000
+    bootstrap_seed: int = 0
+    name: str | None = None
+    progress: bool = True
+
+
+def _chunks(n: int, size: int) -> list[slice]:
+    return [slice(a, min(a + size, n)) for a in range(0, n, size)]
+
+
+def _tower(adapter: Any, stream: str, pairs: list[tuple[Any, Any]], layers: list[int], groups: Sequence[str],
+           batch_size: int, bar: Any) -> tuple[np.ndarray, dict[tuple[int, str], tuple[np.ndarray, np.ndarray]]]:
+    """Pooled embeddings of one tower: the originals (2, N, D) [recipient k: member k of pair n, which
+    receives from member 1 - k], and per (layer, group) the patched ones (2, N, D) with a (2, N)
+    mask of the cases where the group is defined. Images: groups ``all`` and ``cls`` only (two
+    images' patches align one to one but are not words that match or differ)."""
+    if stream != "text":
+        groups = [g for g in groups if g in IMAGE_GROUPS]
+    n = len(pairs)
+    rec = [p[k] for k in (0, 1) for p in pairs]
+    don = [p[1 - k] for k in (0, 1) for p in pairs]
+    sites = adapter.layer_sites(stream)
+    base_parts, patched_parts = [], {(layer, g): ([], []) for layer in layers for g in groups}
+    for sl in _chunks(2 * n, batch_size):
+        batch = rec[sl] + don[sl]
+        m = sl.stop - sl.start
+        first = adapter.encode(stream, batch, [0])
+        base_parts.append(first.pooled[:m].float().cpu().numpy())
+        if stream == "text":
+            ids, mask = adapter.tokens(batch)
+            cls = first.cls_index.cpu() if first.cls_index is not None else torch.zeros(2 * m, dtype=torch.long)
+
+        def run(batch: list[Any] = batch) -> torch.Tensor:
+            return adapter.encode(stream, batch, [0]).pooled
+
+        for g in groups:
+            if stream == "text":
+                source, defined = position_sources(ids[:m], ids[m:], mask[:m], mask[m:], g, cls[:m], cls[m:])
+            else:
+                t = first.hidden.shape[2]
+                source = torch.arange(t).repeat(m, 1) if g == "all" else torch.full((m, t), -1, dtype=torch.long)
+                source[:, 0] = 0  # the class token, in both groups
+                defined = torch.ones(m, dtype=torch.bool)
+            for layer in layers:
+                out = patched_run(run, sites, [layer], source)[:m].float().cpu().numpy()
+                patched_parts[(layer, g)][0].append(out)
+                patched_parts[(layer, g)][1].append(defined.numpy())
+                bar.update(m)
+    base = np.concatenate(base_parts).reshape(2, n, -1)
+    patched = {key: (np.concatenate(v[0]).reshape(2, n, -1), np.concatenate(v[1]).reshape(2, n))
+               for key, v in patched_parts.items()}
+    return base, patched
+
+
+def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise scores of a dual encoder's pooled embeddings (the adapter's cosine), (..., D) -> (...)."""
+    a = a / np.linalg.norm(a, axis=-1, keepdims=True)
+    b = b / np.linalg.norm(b, axis=-1, keepdims=True)
+    return (a * b).sum(-1)
+
+
+def _case_scores(own: np.ndarray, donor: np.ndarray, patched: np.ndarray, defined: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Per case (any shape): the move toward the donor's score, and the full change (NaN where undefined)."""
+    sign = np.sign(donor - own)  # orient each case toward its donor
+    change = np.where(defined, (patched - own) * sign, np.nan)
+    full = np.where(defined, np.abs(donor - own), np.nan)
+    return change, full
+
+
+def _dual_patch(adapter: Any, config: PatchConfig, items: list[Any], streams: list[str],
+                layer_sets: dict[str, list[int]], bar: Any) -> dict[tuple[str, int, str], tuple[np.ndarray, np.ndarray]]:
+    """A dual encoder's cases, (stream, layer, group) -> (change, full) of shape (2, N, J)."""
+    captions = [(it.captions[0].text, it.captions[1].text) for it in items]
+    n_img = 2 if config.dataset == "winoground" else 1
+    pil = [tuple(it.images[j].load() for j in range(n_img)) for it in items]
+    with torch.inference_mode():
+        img_emb = np.stack([adapter.encode("image", [p[j] for p in pil], [0]).pooled.float().cpu().numpy()
+                            for j in range(n_img)])  # (n_img, N, D)
+        txt_emb = np.stack([adapter.encode("text", [c[k] for c in captions], [0]).pooled.float().cpu().numpy()
+                            for k in (0, 1)])  # (2, N, D)
+    out = {}
+    for s in streams:
+        inputs: list[Any] = captions if s == "text" else pil
+        base, patched = _tower(adapter, s, inputs, layer_sets[s], config.groups, config.batch_size, bar)
+        # text: score[k, n, j], recipient caption k of item n with image j; image: score[j, n, k]
+        other = (img_emb if s == "text" else txt_emb).transpose(1, 0, 2)[None]
+        own = _cos(base[:, :, None, :], other)
+        for (layer, group), (emb, defined) in patched.items():
+            out[(s, layer, group)] = _case_scores(own, own[::-1], _cos(emb[:, :, None, :], other),
+                                                  np.broadcast_to(defined[:, :, None], own.shape))
+    return out
+
+
+def _cross_cases(n_items: int, n_img: int, text_side: bool) -> tuple[np.ndarray, ...]:
+    """Recipient and donor (text row, image row) of every case, flattened from shape (2, N, J).
+
+    Text rows: caption k of item n at ``2n + k``; image rows: image j of item n at ``n_img n + j``.
+    Text side: case (k, n, j) is caption k with image j receiving from caption 1 - k; image side
+    (Winoground): case (j, n, k) is image j with caption k receiving from image 1 - j.
+    """
+    a, n, b = np.meshgrid(np.arange(2), np.arange(n_items), np.arange(n_img if text_side else 2), indexing="ij")
+    if text_side:
+        img = n * n_img + b
+        return (2 * n + a).ravel(), img.ravel(), (2 * n + 1 - a).ravel(), img.ravel()
+    txt = 2 * n + b
+    return txt.ravel(), (n * n_img + a).ravel(), txt.ravel(), (n * n_img + 1 - a).ravel()
+
+
+def _cross_patch(adapter: Any, config: PatchConfig, items: list[Any], streams: list[str], text_stream: str,
+                 layer_sets: dict[str, list[int]], store: Any, bar: Any
+                 ) -> dict[tuple[str, int, str], tuple[np.ndarray, np.ndarray]]:
+    """A cross-encoder's cases (every recipient and donor is an image-caption pair run through
+    the adapter's plain pass), (stream, layer, group) -> (change, full) of shape (2, N, J)."""
+    from vlprobe.extract.scoring import ImageSource
+
+    n_img = 2 if config.dataset == "winoground" else 1
+    parts: dict[tuple[str, int, str], list[tuple[np.ndarray, np.ndarray]]] = {}
+    for lo in range(0, len(items), ITEM_BLOCK):  # hold the regions of a block of items at a time
+        block = items[lo:lo + ITEM_BLOCK]
+        texts = adapter.prepare_texts([it.captions[k].text for it in block for k in (0, 1)])
+        refs = [it.images[j] for it in block for j in range(n_img)]
+        images = adapter.prepare_images(ImageSource(adapter.image_input, refs, store).read(np.arange(len(refs))))
+        for s in streams:
+            text_side = s == text_stream
+            groups = [g for g in config.groups if text_side or g in CROSS_IMAGE_GROUPS]
+            rec_t, rec_i, don_t, don_i = _cross_cases(len(block), n_img, text_side)
+            shape = (2, len(block), n_img if text_side else 2)
+            own, donor = np.empty(rec_t.shape), np.empty(rec_t.shape)
+            got = {(layer, g): (np.empty(rec_t.shape), np.zeros(rec_t.shape, dtype=bool))
+                   for layer in layer_sets[s] for g in groups}
+            sites = adapter.layer_sites(s)
+            for sl in _chunks(len(rec_t), config.batch_size):
+                m = sl.stop - sl.start
+                t_idx = np.concatenate([rec_t[sl], don_t[sl]])
+                i_idx = np.concatenate([rec_i[sl], don_i[sl]])
+
+                def run(t_idx: np.ndarray = t_idx, i_idx: np.ndarray = i_idx, texts: Any = texts,
+                        images: Any = images) -> torch.Tensor:
+                    return adapter.plain_pair_scores(texts, images, t_idx, i_idx)
+
+                with torch.inference_mode():
+                    first = run().float().cpu().numpy()
+                own[sl], donor[sl] = first[:m], first[m:]
+                if text_side:
+                    ids, mask = texts.take(t_idx)
+                    zero = torch.zeros(2 * m, dtype=torch.long)  # the summary token of BERT-style text: 0
+                else:
+                    mask = images.mask[torch.from_numpy(i_idx)].long()
+                    ids, zero = mask, None
+                for g in groups:
+                    source, defined = position_sources(ids[:m], ids[m:], mask[:m], mask[m:], g,
+                                                       None if zero is None else zero[:m],
+                                                       None if zero is None else zero[m:])
+                    for layer in layer_sets[s]:
+                        with torch.inference_mode():
+                            out = patched_run(run, sites, [layer], source)[:m].float().cpu().numpy()
+                        got[(layer, g)][0][sl] = out
+                        got[(layer, g)][1][sl] = defined.numpy()
+                        bar.update(m)
+            for (layer, g), (scores, defined) in got.items():
+                parts.setdefault((s, layer, g), []).append(_case_scores(
+                    own.reshape(shape), donor.reshape(shape), scores.reshape(shape), defined.reshape(shape)))
+    return {key: (np.concatenate([c for c, _ in v], axis=1), np.concatenate([f for _, f in v], axis=1))
+            for key, v in parts.items()}
+
+
+def run_patch(config: PatchConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
+    """Run the experiment and write its outputs (module docstring).
+
+    Returns
+    -------
+    csv_path, manifest_path : Path
+    rows : list of dict
+    """
+    from vlprobe.extract.models.base import CrossEncoder
+    from vlprobe.extract.scoring import check_model_inputs, check_region_width
+
+    check_run_options(config)
+    for g in config.groups:
+        check_choice(g, "groups", POSITION_GROUPS)
+    cls = pair_model_class(config.model, NAME)
+    cross = issubclass(cls, CrossEncoder)
+    check_model_inputs(config.model, cls, regions=config.regions,
+                       image_options={"image_dir": config.image_dir, "image_root": config.image_root})
+    label = config.name or config.model
+    cfg = config_record(config)
+    settings = run_settings(config, swept=("streams", "layers", "groups"), exclude=("batch_size",))
+    check_run_slot(config.out, NAME, label, cfg, name_field="name", settings=settings)
+    dataset, items = pair_items(config, minimum=1)
+    adapter = cls.load(config.checkpoint, device=config.device, dtype=config.dtype)
+    editable = editable_streams(adapter)
+    text_stream = editable[0]
+    streams = list(config.streams) if config.streams else editable[:1 if config.dataset != "winoground" else None]
+    for s in streams:
+        if s not in adapter.streams:
+            raise InputError(f"streams: {config.model} has streams {', '.join(adapter.streams)}, got {s!r}")
+        if s != text_stream and config.dataset != "winoground":
+            raise InputError(f"streams: the {s} stream swaps an item's two images; {config.dataset} has one")
+        adapter.layer_sites(s)  # refuses a stream the adapter cannot edit
+    layer_sets = {s: parse_layers(config.layers, adapter.streams[s].n_layers, param=f"layers[{s}]") for s in streams}
+    image_groups = CROSS_IMAGE_GROUPS if cross else IMAGE_GROUPS
+    total = sum(2 * len(items) * (2 if config.dataset == "winoground" else 1) * len(layer_sets[s])
+                * len([g for g in config.groups if s == text_stream or g in image_groups]) for s in streams)
+    say(config.progress, f"{NAME}: {config.model} on {len(items)} {config.dataset} items, streams "
+                         f"{', '.join(streams)}: {total} patched runs (cases x layers x position groups), batch "
+                         f"{config.batch_size}, on {adapter.device}")
+    inputs: dict[str, Any] = {
+        "dataset": {"name": dataset.name, "fingerprint": dataset.fingerprint, "source": dataset.source},
+        "checkpoint": {"spec": config.checkpoint, "fingerprint": adapter.checkpoint.fingerprint},
+    }
+    with progress_bar(config.progress, total, NAME, "case") as bar:
+        if cross and adapter.image_input == "regions":
+            from vlprobe.extract.regions.store import RegionStore
+
+            with RegionStore(config.regions) as store:  # type: ignore[arg-type]  # required above
+                refs = [it.images[j] for it in items for j in range(2 if config.dataset == "winoground" else 1)]
+                store.require([r.name for r in refs], "the")
+                check_region_width(config.model, adapter, store)
+                inputs["regions"] = {"path": str(config.regions), "fingerprint": store.fingerprint}
+                cases = _cross_patch(adapter, config, items, streams, text_stream, layer_sets, store, bar)
+        elif cross:
+            cases = _cross_patch(adapter, config, items, streams, text_stream, layer_sets, None, bar)
+        else:
+            cases = _dual_patch(adapter, config, items, streams, layer_sets, bar)
+    tags = [{"bow": bow_tag([it.captions[0].text, it.captions[1].text])} for it in items]
+    subsets = {"all": np.ones(len(items), dtype=bool), **bow_masks(tags)}
+    rows: list[dict[str, Any]] = []
+    for (s, layer, group), (change, full) in cases.items():
+        rows += _rows(change, full, subsets, {
+            "experiment": NAME, "model": label, "stream": s, "layer": layer,
+            "kind": adapter.streams[s].layer_kinds[layer], "pooling": "pooled" if not cross else "",
+            "probe": f"positions={group}", "task": "target", "split": "all"}, config)
+    manifest = build_manifest(NAME, VERSION, cfg, inputs, seeds=[config.bootstrap_seed], extra={
+        "model": label, "n_items": len(items), "streams": {s: layer_sets[s] for s in streams},
+        "score_kind": getattr(adapter, "score_kind", ""),
+        "device": str(adapter.device),
+        "pass": ("cross-encoder: every recipient and donor is an image-caption pair through the adapter's plain "
+                 "forward pass, its own score read directly") if cross else
+                ("dual encoder: the patched tower's pooled embedding, scored against the other tower's unpatched one"),
+        "cases": "per item: both directions (caption k receives from caption 1 - k) x every image; image "
+                 "stream: image j receives from image 1 - j, with each caption",
+        "recovered": "score_change / full_change, ratio of the means over the cases used; each case's change "
+                     "signed toward its donor (score_change), full_change = |donor - recipient|",
+        "position_groups": {"all": "every token", "swapped": "tokens where the two captions' ids differ",
+                            "rest": "tokens where they agree",
+                            "cls": "the summary token (CLIP text: EOS; BERT-style text: token 0; CLIP image: patch 0)",
+                            "requires": "all/swapped/rest: equal token counts (cases without are left out); "
+                                        "a cross-encoder's image side: equal region counts, group all only"},
+        "bootstrap": {"resamples": config.bootstrap, "seed": config.bootstrap_seed, "level": 0.95,
+                      "kind": "percentile; items resampled (all their cases)"},
+        "units": units_of(rows),
+    })
+    csv_path, manifest_path = write_results(config.out, NAME, label, rows, manifest, name_field="name",
+                                            settings=settings)
+    return csv_path, manifest_path, rows
+
+
+def _rows(change: np.ndarray, full: np.ndarray, subsets: dict[str, np.ndarray], base: dict[str, Any],
+          config: PatchConfig) -> list[dict[str, Any]]:
+    """Tidy rows of one (stream, layer, group): means over cases, intervals over items.
+
+    ``change``, ``full``: (2, N, J) per direction, item and image, NaN where the group is undefined.
+    """
+    out: list[dict[str, Any]] = []
+    per_item_change = np.nansum(change, axis=(0, 2))
+    per_item_full = np.nansum(full, axis=(0, 2))
+    per_item_n = np.isfinite(change).sum(axis=(0, 2))
+    for subset, mask in subsets.items():
+        cols = np.flatnonzero(mask & (per_item_n > 0))
+        row = {**base, "subset": subset, "n": int(per_item_n[cols].sum()), "seed": None}
+        if not len(cols):
+            out += [{**row, "metric": m, "value": float("nan")} for m in ("score_change", "full_change", "recovered")]
+            continue
+        idx = cols[bootstrap_indices(len(cols), config.bootstrap, config.bootstrap_seed)]
+        c, f, k = per_item_change[cols].sum(), per_item_full[cols].sum(), per_item_n[cols].sum()
+        bc, bf, bk = per_item_change[idx].sum(1), per_item_full[idx].sum(1), per_item_n[idx].sum(1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            stats = {"score_change": (c / k, bc / bk), "full_change": (f / k, bf / bk),
+                     "recovered": (c / f if f else float("nan"), np.where(bf != 0, bc / bf, np.nan))}
+        for metric, (value, boot) in stats.items():
+            out.append({**row, "metric": metric, "value": float(value)})
+            out += ci95_rows(row, metric, np.asarray(boot, dtype=np.float64), config.bootstrap_seed)
+    return out

@@ -1,0 +1,110 @@
+"""Activation patching through the adapters' layer sites: patching every layer gives the donor's
+output, patching none changes nothing, no hook is left behind."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from vlprobe.data.loading import load_dataset
+from vlprobe.extract.models.clip import CLIPAdapter
+from vlprobe.extract.models.hooks import edited_layers, hook_count
+from vlprobe.extract.patching import patched_run, position_sources
+
+
+@pytest.fixture(scope="module")
+def clip(tiny_clip: Path) -> CLIPAdapter:
+    return CLIPAdapter.load(str(tiny_clip))
+
+
+@pytest.fixture(scope="module")
+def pairs(synthetic_dir: Path) -> tuple[list[str], list[str]]:
+    ds = load_dataset("winoground", synthetic_dir)
+    a = [it.texts[0].text for it in ds.items[:6]]
+    b = [it.texts[1].text for it in ds.items[:6]]
+    return a + b, b + a  # both directions
+
+
+def _text_run(clip: CLIPAdapter, texts: list[str]) -> Callable[[], torch.Tensor]:
+    return lambda: clip.encode("text", texts, layers=[0]).pooled
+
+
+def _sources(clip: CLIPAdapter, rec: list[str], don: list[str], group: str) -> tuple[torch.Tensor, torch.Tensor]:
+    ids, mask = clip.tokens(rec + don)
+    n = len(rec)
+    cls = clip.eos_index(ids)
+    return position_sources(ids[:n], ids[n:], mask[:n], mask[n:], group, cls[:n], cls[n:])
+
+
+def test_patching_every_layer_gives_the_donor_output_and_none_changes_nothing(clip: CLIPAdapter, pairs: tuple[list[str], list[str]]) -> None:
+    rec, don = pairs
+    n = len(rec)
+    run = _text_run(clip, rec + don)
+    base = run()
+    before = hook_count(clip.model)  # transformers keeps hooks of its own (output capture)
+    sites = clip.layer_sites("text")
+    source, defined = _sources(clip, rec, don, "all")
+    assert defined.all()  # the synthetic captions swap words: equal token counts
+    every = patched_run(run, sites, range(len(sites)), source)
+    # the last layer's states are the donor's, so the pooled embedding is too; compared with a
+    # tolerance because the two rows go through the final norm and projection as different rows
+    torch.testing.assert_close(every[:n], base[n:], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(every[n:], base[n:], rtol=1e-5, atol=1e-6)  # donors untouched
+    # the last layer alone, or layer 0 alone (everything after runs on the donor's input), too
+    torch.testing.assert_close(patched_run(run, sites, [len(sites) - 1], source)[:n], base[n:], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(patched_run(run, sites, [0], source)[:n], base[n:], rtol=1e-4, atol=1e-5)
+    # no layer, or no position: the recipient's own output
+    torch.testing.assert_close(patched_run(run, sites, [], source), base, rtol=1e-5, atol=1e-6)
+    none = torch.full_like(source, -1)
+    torch.testing.assert_close(patched_run(run, sites, [3], none), base, rtol=1e-5, atol=1e-6)
+    # a middle layer at the swapped positions moves the output, but not all the way
+    swapped, _ = _sources(clip, rec, don, "swapped")
+    mid = patched_run(run, sites, [2], swapped)[:n]
+    assert not torch.allclose(mid, base[:n])
+    assert hook_count(clip.model) == before
+
+
+def test_position_groups_partition_the_tokens(clip: CLIPAdapter, pairs: tuple[list[str], list[str]]) -> None:
+    rec, don = pairs
+    allp, _ = _sources(clip, rec, don, "all")
+    sw, _ = _sources(clip, rec, don, "swapped")
+    rest, _ = _sources(clip, rec, don, "rest")
+    assert not ((sw >= 0) & (rest >= 0)).any()
+    assert torch.equal((sw >= 0) | (rest >= 0), allp >= 0)
+    assert (sw >= 0).any(1).all()  # every pair differs somewhere
+    cls, defined = _sources(clip, rec, don, "cls")
+    assert defined.all() and ((cls >= 0).sum(1) == 1).all()
+    # different token counts: the token-wise groups are undefined, cls still works
+    ids, m = clip.tokens(["a red circle", "a red circle left of a blue square"])
+    src, ok = position_sources(ids[:1], ids[1:], m[:1], m[1:], "all")
+    assert not ok.any() and (src < 0).all()
+
+
+def test_no_hook_is_left_behind_even_when_the_run_fails(clip: CLIPAdapter) -> None:
+    sites = clip.layer_sites("text")
+    before = hook_count(clip.model)
+    with pytest.raises(RuntimeError, match="boom"):
+        with edited_layers(sites, {1: lambda h: h, 2: lambda h: h}):
+            assert hook_count(clip.model) == before + 2
+            raise RuntimeError("boom")
+    assert hook_count(clip.model) == before
+    with pytest.raises(IndexError, match="outside"):
+        with edited_layers(sites, {len(sites): lambda h: h}):
+            pass
+    assert hook_count(clip.model) == before
+
+
+def test_image_tower_patching(clip: CLIPAdapter, synthetic_dir: Path) -> None:
+    ds = load_dataset("winoground", synthetic_dir)
+    imgs = [ds.items[0].images[0].load(), ds.items[0].images[1].load()]
+    run = lambda: clip.encode("image", imgs + imgs[::-1], layers=[0]).pooled  # noqa: E731
+    base = run()
+    before = hook_count(clip.model)
+    sites = clip.layer_sites("image")
+    t = clip.encode("image", imgs[:1], layers=[0]).hidden.shape[2]
+    every = torch.arange(t).expand(2, t).clone()
+    torch.testing.assert_close(patched_run(run, sites, range(len(sites)), every)[:2], base[2:], rtol=1e-5, atol=1e-6)
+    assert hook_count(clip.model) == before
