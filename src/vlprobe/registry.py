@@ -212,19 +212,19 @@ EXPERIMENTS.register(
     help="MLP picks which of two options paraphrases a reference caption, per layer, with control",
 )
 EXPERIMENTS.register(
-    "mdl", "vlprobe.experiments.mdl:run_mdl",
+    "mdl", "vlprobe.experiments.mdl:EXPERIMENT",
     help="Online (prequential) code length of the variant / task-adaptation labels per layer, vs control",
 )
 EXPERIMENTS.register(
-    "patch", "vlprobe.experiments.patch:run_patch",
+    "patch", "vlprobe.experiments.patch:EXPERIMENT",
     help="Activation patching on minimal pairs: per layer and token group, the score's move to the other caption's",
 )
 EXPERIMENTS.register(
-    "erasure", "vlprobe.experiments.erasure:run_erasure",
+    "erasure", "vlprobe.experiments.erasure:EXPERIMENT",
     help="LEACE-erase the caption-side concept at a text-side layer, run the model on: Winoground/SugarCrepe/VALSE scores",
 )
 EXPERIMENTS.register(
-    "conditional", "vlprobe.experiments.conditional:run_conditional",
+    "conditional", "vlprobe.experiments.conditional:EXPERIMENT",
     help="Conditional probing: bits a layer adds over a bag-of-words baseline of the same caption",
 )
 

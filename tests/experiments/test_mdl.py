@@ -31,7 +31,7 @@ def _values(rows: list[dict], metric: str) -> dict[tuple, float]:
 @pytest.mark.parametrize(("task", "floor", "ceiling"), [("variant", 2.0, 1.3), ("text-score", 1.15, 1.05)])
 def test_the_planted_layer_has_the_short_code(planted: Path, tmp_path: Path, task: str, floor: float,
                                               ceiling: float) -> None:
-    csv_path, manifest_path, rows = run_mdl(MDLConfig(cache=planted, out=tmp_path, task=task, seeds=2,
+    csv_path, manifest_path, rows = run_mdl(MDLConfig(cache=planted, out=tmp_path, labels=task, seeds=2,
                                                       progress=False))
     comp = _values(rows, "compression")
     online, uniform = _values(rows, "online_code"), _values(rows, "uniform_code")
@@ -51,15 +51,15 @@ def test_the_planted_layer_has_the_short_code(planted: Path, tmp_path: Path, tas
     assert all(i.startswith("winoground/") for i in manifest["control_flipped_items"]["0"])  # item ids
     assert len(manifest["control_flipped_items"]["0"]) == 20
     assert csv_path.with_name(f"{csv_path.stem}.summary.csv").is_file()
-    # the task's labels are a setting; its column is "labels" (the tidy "task" is target/control)
-    assert manifest["setting_columns"]["labels"] == "task"
+    # whose labels is a setting with a column of its own (the tidy "task" is target/control)
+    assert manifest["setting_columns"]["labels"] == "labels"
     with open(csv_path, encoding="utf-8", newline="") as fh:
         lines = list(csv.DictReader(fh))
     assert {r["labels"] for r in lines} == {task} and {r["kind"] for r in lines} == {"embed", "self"}
 
 
 def test_logistic_probe_reads_a_linear_label_but_not_the_xor(planted: Path, tmp_path: Path) -> None:
-    _, _, rows = run_mdl(MDLConfig(cache=planted, out=tmp_path, task="variant", probe="logistic", seeds=1,
+    _, _, rows = run_mdl(MDLConfig(cache=planted, out=tmp_path, labels="variant", probe="logistic", seeds=1,
                                    layers=str(SIGNAL), progress=False))
     # the variant label is an XOR of sides: a linear probe on the concatenated states cannot read it
     assert _values(rows, "compression")[(SIGNAL, "target", 0)] < 1.3
@@ -73,7 +73,7 @@ def test_control_items_are_seeded_halves() -> None:
 
 
 def test_bad_input(planted: Path, tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="task: unknown task 'varaint'; did you mean 'variant'"):
-        run_mdl(MDLConfig(cache=planted, out=tmp_path, task="varaint"))
+    with pytest.raises(InputError, match="labels: unknown labels 'varaint'; did you mean 'variant'"):
+        run_mdl(MDLConfig(cache=planted, out=tmp_path, labels="varaint"))
     with pytest.raises(InputError, match="probe: unknown probe"):
         run_mdl(MDLConfig(cache=planted, out=tmp_path, probe="svm"))

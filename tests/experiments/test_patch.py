@@ -23,10 +23,10 @@ def test_patch_winoground_text_and_image_towers(tiny_clip: Path, synthetic_dir: 
         out=tmp_path, model="clip", checkpoint=str(tiny_clip), data_dir=synthetic_dir, layers="0,1,-1",
         bootstrap=100, progress=False, limit=6))
     # named by the settings it changed (the swept layers too), one column per setting
-    assert csv_path.name == "clip@limit=6,layers=0+1+-1,bootstrap=100.csv"
+    assert csv_path.name == "clip@layers=0+1+-1,bootstrap=100.csv"  # the item selection is an input
     with open(csv_path, encoding="utf-8", newline="") as fh:
         lines = list(csv.DictReader(fh))
-    assert {(r["dataset"], r["limit"], r["dtype"], r["bootstrap"]) for r in lines} == {("winoground", "6", "float32", "100")}
+    assert {(r["dtype"], r["bootstrap"], r["bootstrap_seed"]) for r in lines} == {("float32", "100", "0")}
     assert {(r["layer"], r["kind"]) for r in lines if r["stream"] == "text"} == {("0", "embed"), ("1", "self"),
                                                                                  ("3", "self")}
     rec = _by(rows, "recovered")

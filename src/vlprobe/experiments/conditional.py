@@ -39,46 +39,62 @@ from typing import Any
 import numpy as np
 
 from vlprobe.experiments.cache_features import (
+    POOLINGS,
     cache_path,
-    check_seeds,
     load_index,
     load_states,
     resolve_layers,
     resolve_stream,
     row_lookup,
 )
+from vlprobe.experiments.declare import Experiment, option
 from vlprobe.experiments.metrics import bootstrap_indices, ci95_rows
 from vlprobe.experiments.mlp_runs import plan_items, split_record
-from vlprobe.experiments.outputs import build_manifest, config_record, result_stem, write_results
-from vlprobe.experiments.probe_tasks import task_examples
+from vlprobe.experiments.option_groups import (
+    BootstrapOptions,
+    CacheInput,
+    ProgressOption,
+    ResultsOptions,
+    SeedsOption,
+    SplitOptions,
+    StateOptions,
+)
+from vlprobe.experiments.outputs import result_stem
+from vlprobe.experiments.probe_tasks import (
+    InformationProbeOptions,
+    VariantDrawOptions,
+    task_examples,
+)
+from vlprobe.experiments.reports import wrote_line
 from vlprobe.experiments.summary import summarize, write_summary_csv
 from vlprobe.experiments.units import units_of
 from vlprobe.experiments.variant_probe import variant_items
 from vlprobe.probes.information import conditional_information, make_probe_factory, probe_record
 from vlprobe.progress import progress_bar, say
-from vlprobe.validation import InputError, check_positive_float, check_positive_int, check_seed
+from vlprobe.validation import InputError, check_int
 
-__all__ = ["ConditionalConfig", "run_conditional"]
-
-NAME = "conditional"
-VERSION = 2
+__all__ = ["EXPERIMENT", "ConditionalConfig", "run_conditional"]
 
 
-@dataclass(frozen=True)
-class ConditionalConfig:
+def _check_layer(value: int, param: str) -> int:
+    return check_int(value, param, low=0, meaning=" (a stored layer)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConditionalConfig(CacheInput, StateOptions, SeedsOption, VariantDrawOptions, SplitOptions, InformationProbeOptions,
+                        BootstrapOptions, ProgressOption, ResultsOptions):
     """One run: a cache with variants in, ``OUT/conditional/`` out.
 
     Attributes
     ----------
-    cache, out : Path
-    stream : str, optional
-        A text or pair stream (default ``text``, else the first).
+    streams : tuple of str, optional
+        One text or pair stream (default ``text``, else the first).
     pooling, layers : str
         The layers probed.
     baseline_cache : Path, optional
         Where the baseline comes from (default: ``cache``).
     baseline_stream : str, optional
-        Default: ``stream`` (in ``cache``), or the first text stream of ``baseline_cache``.
+        Default: the probed stream (in ``cache``), or the ``text`` stream of ``baseline_cache``.
     baseline_pooling : str
     baseline_layer : int
     seeds : int
@@ -88,39 +104,19 @@ class ConditionalConfig:
     test_size, split_seed, stratify, split_file : the item split (as the MLP experiments').
     probe : str
         ``mlp`` or ``logistic``; ``depth, width, lr, epochs, batch_size, device`` (MLP), ``C``.
-    bootstrap, bootstrap_seed : int
-    model : str, optional
-    progress : bool
     """
 
-    cache: Path
-    out: Path
-    stream: str | None = None
-    pooling: str = "cls"
-    layers: str = "all"
-    baseline_cache: Path | None = None
-    baseline_stream: str | None = None
-    baseline_pooling: str = "mean"
-    baseline_layer: int = 0
-    seeds: int = 3
-    draws: int = 4
-    draw_seed: int = 0
-    test_size: int | float = 0.25
-    split_seed: int = 0
-    stratify: tuple[str, ...] | None = None
-    split_file: Path | None = None
-    probe: str = "mlp"
-    depth: int = 2
-    width: int = 128
-    lr: float = 1e-3
-    epochs: int = 50
-    batch_size: int = 64
-    device: str = "cpu"
-    C: float = 1.0
-    bootstrap: int = 1000
-    bootstrap_seed: int = 0
-    model: str | None = None
-    progress: bool = True
+    cache: Path = CacheInput.redeclare("cache", help="A vlprobe cache with caption variants (`probe extract --variants`).")
+    streams: tuple[str, ...] | None = StateOptions.redeclare(
+        "streams", help="One stream of texts or pairs (default: text, else the first such).",
+    )
+    baseline_cache: Path | None = option(
+        None, role="input", help="Cache holding the baseline representation (default: the probed cache).",
+    )
+    baseline_stream: str | None = option(None, help="Baseline stream (default: the probed one).")
+    baseline_pooling: str = option("mean", choices=POOLINGS, help="Baseline pooling (mean: the bag of token states).")
+    baseline_layer: int = option(0, check=_check_layer, help="Baseline layer (0: the embeddings).")
+    seeds: int = SeedsOption.redeclare("seeds", 3, help="Probe seeds (0..N-1).")
 
 
 def _baseline_states(cache: Any, config: ConditionalConfig, stream: str) -> tuple[np.ndarray, dict[tuple[int, int], int], str]:
@@ -170,11 +166,7 @@ def run_conditional(config: ConditionalConfig) -> tuple[Path, Path, list[dict[st
     """
     from vlprobe.extract.cache.reader import ActivationCache
 
-    seeds = check_seeds(config.seeds)
-    check_positive_int(config.draws, "draws")
-    check_positive_float(config.C, "C")
-    check_positive_int(config.bootstrap, "bootstrap")
-    check_seed(config.bootstrap_seed, "bootstrap_seed")
+    seeds = list(range(config.seeds))
     make = make_probe_factory(config.probe, config)
     inputs: dict[str, Any] = {}
     with ActivationCache(cache_path(config.cache)) as cache:
@@ -184,8 +176,8 @@ def run_conditional(config: ConditionalConfig) -> tuple[Path, Path, list[dict[st
         if len(items) < 2:
             raise InputError(f"cache: conditional probing needs at least 2 items whose two captions both have a "
                              f"variant; {Path(config.cache).name} has {len(items)}")
-        plan = plan_items(NAME, config, index, items)
-        ex = task_examples(cache, index, "variant", (config.stream,) if config.stream else None, config.pooling,
+        plan = plan_items(EXPERIMENT, config, index, items)
+        ex = task_examples(cache, index, "variant", config.streams, config.pooling,
                            config.layers, draws=config.draws, seed=config.draw_seed, items=plan.items)
         assert ex.rows is not None and ex.read is not None  # the variant task always has them
         if config.baseline_cache is None:
@@ -208,14 +200,14 @@ def run_conditional(config: ConditionalConfig) -> tuple[Path, Path, list[dict[st
     boot = bootstrap_indices(len(owners), config.bootstrap, config.bootstrap_seed)
     member = [np.flatnonzero(test_owner == o) for o in owners]
 
-    base_row = {"experiment": NAME, "model": plan.model, "stream": ex.stream, "pooling": config.pooling,
+    base_row = {"experiment": EXPERIMENT.name, "model": plan.model, "stream": ex.stream, "pooling": config.pooling,
                 "probe": config.probe, "task": "target", "split": "test", "subset": "all"}
     rows: list[dict[str, Any]] = []
-    say(config.progress, f"{NAME}: stream {ex.stream}, {len(ex.labels)} examples ({int(train.sum())} train, "
+    say(config.progress, f"{EXPERIMENT.name}: stream {ex.stream}, {len(ex.labels)} examples ({int(train.sum())} train, "
                          f"{int((~train).sum())} test) against the {config.baseline_pooling} layer-{config.baseline_layer} "
                          f"baseline of {base_stream}: {3 * len(ex.layers) * len(seeds)} {config.probe} probe fits "
                          f"({len(ex.layers)} layers x {len(seeds)} seed(s) x baseline, layer, joint)")
-    with progress_bar(config.progress, len(ex.layers) * len(seeds), NAME, "layer-seed") as bar:
+    with progress_bar(config.progress, len(ex.layers) * len(seeds), EXPERIMENT.name, "layer-seed") as bar:
         for g, layer in enumerate(ex.layers):
             for seed in seeds:
                 out = conditional_information(B, ex.X[g], ex.labels, train, n_classes=2, seed=seed, make_probe=make)
@@ -233,7 +225,7 @@ def run_conditional(config: ConditionalConfig) -> tuple[Path, Path, list[dict[st
                         rows += ci95_rows({**row, "n": len(owners)}, metric, per_item[boot].mean(axis=1),
                                           config.bootstrap_seed)
                 bar.update()
-    manifest = build_manifest(NAME, VERSION, config_record(config), inputs, seeds=seeds, extra={
+    manifest = EXPERIMENT.manifest(config, inputs, seeds=seeds, extra={
         "model": plan.model, "stream": ex.stream, "layers": ex.layers, "n_examples": len(ex.labels),
         "skipped_items": ex.skipped, **ex.extra,
         "baseline": {"stream": base_stream, "pooling": config.baseline_pooling, "layer": config.baseline_layer,
@@ -247,6 +239,20 @@ def run_conditional(config: ConditionalConfig) -> tuple[Path, Path, list[dict[st
                       "kind": "percentile; test items resampled (their examples' mean); first seed's rows"},
         "units": units_of(rows),
     })
-    csv_path, manifest_path = write_results(config.out, NAME, plan.model, rows, manifest, settings=plan.settings)
+    csv_path, manifest_path = EXPERIMENT.write(config, plan.model, rows, manifest)
     write_summary_csv(csv_path.with_name(f"{result_stem(plan.run)}.summary.csv"), summarize(rows))
     return csv_path, manifest_path, rows
+
+
+def report(config: ConditionalConfig, result: tuple[Path, Path, list[dict[str, Any]]]) -> list[str]:
+    """The information gain over the baseline per layer (first seed), then the files written."""
+    csv_path, _, rows = result
+    first = min((r["seed"] for r in rows if r["metric"] == "information_gain"), default=0)
+    lines = [f"{r['stream']:<12} layer {r['layer']!s:>3} information gain over the baseline: {r['value']:+.3f} bits/example"
+             for r in rows if r["metric"] == "information_gain" and r["seed"] == first]
+    return [*lines, wrote_line(csv_path, f"{csv_path.stem}.summary.csv")]
+
+
+# Version 2: settings-keyed run names and setting columns.
+EXPERIMENT = Experiment("conditional", 2, ConditionalConfig, run_conditional, report,
+                        swept=("streams", "layers", "seeds"))

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from vlprobe.experiments.declare import Experiment, option
 from vlprobe.experiments.metrics import (
     bootstrap_indices,
     ci95_rows,
@@ -44,78 +45,47 @@ from vlprobe.experiments.metrics import (
     winoground_outcomes,
 )
 from vlprobe.experiments.minimal_pairs import (
-    check_run_options,
+    PairModelOptions,
     editable_streams,
     pair_items,
     pair_model_class,
 )
-from vlprobe.experiments.outputs import (
-    build_manifest,
-    check_run_slot,
-    config_record,
-    run_settings,
-    write_results,
+from vlprobe.experiments.option_groups import (
+    BootstrapOptions,
+    ProgressOption,
+    ResultsOptions,
+    SeedsOption,
+    check_layer_spec,
 )
+from vlprobe.experiments.reports import wrote_line
 from vlprobe.experiments.units import units_of
 from vlprobe.extract.models.hooks import edited_layers
-from vlprobe.layers import parse_layers
+from vlprobe.layers import parse_layers, stream_part
 from vlprobe.progress import progress_bar, say
-from vlprobe.validation import check_positive_int
 
-__all__ = ["ErasureConfig", "fit_token_eraser", "run_erasure"]
-
-NAME = "erasure"
-VERSION = 2
+__all__ = ["EXPERIMENT", "ErasureConfig", "fit_token_eraser", "run_erasure"]
 
 
-@dataclass(frozen=True)
-class ErasureConfig:
+
+@dataclass(frozen=True, kw_only=True)
+class ErasureConfig(PairModelOptions, SeedsOption, BootstrapOptions, ProgressOption, ResultsOptions):
     """One run: a model and a benchmark in, ``OUT/erasure/`` out.
 
     Attributes
     ----------
-    out : Path
     model, checkpoint : str
-        A registered model whose states can be edited (``clip``, ``lxmert``, ``uniter``,
+        A registered model whose adapter names its layer sites (``clip``, ``lxmert``, ``uniter``,
         ``blip-itm``) and its checkpoint.
-    dataset : str
-    data_dir : Path, optional
-    subsets : str, optional
-    limit : int, optional
-    image_dir : Path, optional
-    image_root : tuple of str
-    regions : Path, optional
-        Region features of the images (LXMERT, UNITER).
+    dataset, data_dir, subsets, limit, image_dir, image_root, regions
+        The benchmark, its items and the region features of cross-encoders that read them.
     layers : str
         Layers of the text side to erase at, one at a time.
     seeds : int
         Control concepts (seeds 0..seeds-1).
-    batch_size : int
-    device, dtype : str
-    bootstrap, bootstrap_seed : int
-    name : str, optional
-    progress : bool
     """
 
-    out: Path
-    model: str
-    checkpoint: str
-    dataset: str = "winoground"
-    data_dir: Path | None = None
-    subsets: str | None = None
-    limit: int | None = None
-    image_dir: Path | None = None
-    image_root: tuple[str, ...] = ()
-    regions: Path | None = None
-    layers: str = "all"
-    seeds: int = 1
-    batch_size: int = 32
-    device: str = "cpu"
-    dtype: str = "float32"
-    bootstrap: int = 1000
-    bootstrap_seed: int = 0
-    name: str | None = None
-    progress: bool = True
+    layers: str = option("all", check=check_layer_spec, help="Text-side layers to erase at, one at a time: all | 0,4,-1 | 2:6.")
+    seeds: int = SeedsOption.redeclare("seeds", 1, help="Control concepts (seeds 0..N-1).")
 
 
 def fit_token_eraser(states: list[torch.Tensor], masks: list[torch.Tensor], labels: torch.Tensor,
@@ -285,20 +255,16 @@ def run_erasure(config: ErasureConfig) -> tuple[Path, Path, list[dict[str, Any]]
     from vlprobe.extract.models.base import CrossEncoder
     from vlprobe.extract.scoring import check_model_inputs, check_region_width
 
-    check_run_options(config)
-    check_positive_int(config.seeds, "seeds")
-    cls = pair_model_class(config.model, NAME)
+    cls = pair_model_class(config.model, EXPERIMENT.name)
     cross = issubclass(cls, CrossEncoder)
     check_model_inputs(config.model, cls, regions=config.regions,
                        image_options={"image_dir": config.image_dir, "image_root": config.image_root})
     label = config.name or config.model
-    cfg = config_record(config)
-    settings = run_settings(config, swept=("layers", "seeds"), exclude=("batch_size",))
-    check_run_slot(config.out, NAME, label, cfg, name_field="name", settings=settings)
+    EXPERIMENT.claim(config, label)
     dataset, items = pair_items(config, minimum=2)
     adapter = cls.load(config.checkpoint, device=config.device, dtype=config.dtype)
     stream = editable_streams(adapter)[0]
-    layers = parse_layers(config.layers, adapter.streams[stream].n_layers, param="layers")
+    layers = parse_layers(stream_part(config.layers, stream, [stream]), adapter.streams[stream].n_layers, param="layers")
     n = len(items)
     n_img = 2 if config.dataset == "winoground" else 1
     inputs: dict[str, Any] = {
@@ -327,7 +293,7 @@ def run_erasure(config: ErasureConfig) -> tuple[Path, Path, list[dict[str, Any]]
             return {m: v.astype(np.float64) for m, v in winoground_outcomes(s_item).items() if m != "matching"}
         return {"accuracy": pair_correct(s_item[:, 0, 0], s_item[:, 1, 0]).astype(np.float64)}
 
-    base = {"experiment": NAME, "model": label, "stream": stream, "pooling": "" if cross else "pooled",
+    base = {"experiment": EXPERIMENT.name, "model": label, "stream": stream, "pooling": "" if cross else "pooled",
             "split": "all", "subset": "all", "n": n}
     rows: list[dict[str, Any]] = []
 
@@ -337,12 +303,12 @@ def run_erasure(config: ErasureConfig) -> tuple[Path, Path, list[dict[str, Any]]
             rows.extend(ci95_rows(row, metric, 100.0 * v[idx].mean(axis=1), config.bootstrap_seed))
 
     add(metrics(base_scores), {**base, "layer": None, "probe": "none", "task": "target", "seed": None})
-    say(config.progress, f"{NAME}: {config.model} on {n} {config.dataset} items, stream {stream}: "
+    say(config.progress, f"{EXPERIMENT.name}: {config.model} on {n} {config.dataset} items, stream {stream}: "
                          f"{len(layers) * (1 + len(seeds))} LEACE fits and runs on ({len(layers)} layers x target + "
                          f"{len(seeds)} control(s)) on {adapter.device}")
     kinds = adapter.streams[stream].layer_kinds
     z = runs.labels
-    with progress_bar(config.progress, len(layers) * (1 + len(seeds)), NAME, "fit") as bar:
+    with progress_bar(config.progress, len(layers) * (1 + len(seeds)), EXPERIMENT.name, "fit") as bar:
         for layer in layers:
             fits = [("target", None, z)]
             for seed in seeds:
@@ -354,7 +320,7 @@ def run_erasure(config: ErasureConfig) -> tuple[Path, Path, list[dict[str, Any]]
                 add(metrics(runs.scores(layer, eraser)), {**base, "layer": layer, "kind": kinds[layer],
                                                           "probe": "leace", "task": task, "seed": seed})
                 bar.update()
-    manifest = build_manifest(NAME, VERSION, cfg, inputs, seeds=seeds, extra={
+    manifest = EXPERIMENT.manifest(config, inputs, seeds=seeds, extra={
         "model": label, "n_items": n, "stream": stream, "layers": layers,
         "score_kind": getattr(adapter, "score_kind", ""), "device": str(adapter.device),
         "eraser": "LEACE (concept-erasure LeaceEraser), fitted per layer on the real tokens' states of every "
@@ -370,6 +336,17 @@ def run_erasure(config: ErasureConfig) -> tuple[Path, Path, list[dict[str, Any]]
                       "kind": "percentile; items resampled; one index set for every row"},
         "units": units_of(rows),
     })
-    csv_path, manifest_path = write_results(config.out, NAME, label, rows, manifest, name_field="name",
-                                            settings=settings)
+    csv_path, manifest_path = EXPERIMENT.write(config, label, rows, manifest)
     return csv_path, manifest_path, rows
+
+
+def report(config: ErasureConfig, result: tuple[Path, Path, list[dict[str, Any]]]) -> list[str]:
+    """The unedited model's scores, then per erased layer the target concept's; then the files written."""
+    csv_path, _, rows = result
+    lines = [f"{'unedited' if r['layer'] is None else 'erased at layer ' + str(r['layer']):<22} {r['metric']:<9} "
+             f"{r['value']:6.2f}" for r in rows if "." not in r["metric"] and r["task"] == "target"]
+    return [*lines, wrote_line(csv_path)]
+
+
+# Version 2: settings-keyed run names and setting columns; cross-encoders.
+EXPERIMENT = Experiment("erasure", 2, ErasureConfig, run_erasure, report, swept=("layers", "seeds"))

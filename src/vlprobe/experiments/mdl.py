@@ -9,8 +9,8 @@ uniform code. Unlike a probe's accuracy, the code length also counts how much da
 needed, and so separates a layer from the control task better (Voita & Titov 2020,
 "Information-Theoretic Probing with Minimum Description Length").
 
-Tasks (``task``): ``variant`` (the variant probe's labels), ``text-score`` and ``image-score``
-(task adaptation's), read by :mod:`vlprobe.experiments.probe_tasks`. The control task is the
+Labels (``labels``): ``variant`` (the variant probe's), ``text-score`` and ``image-score`` (task
+adaptation's), read by :mod:`vlprobe.experiments.probe_tasks`. The control task is the
 same examples with the labels of a seeded half of the items flipped (the probes' control).
 
 Blocks: the items are put in a seeded order (one per seed, ``default_rng(seed)``); block ends
@@ -23,10 +23,11 @@ give ends 1, 2, 4, 7, 13, 25, 50, 100, 200, 400. The manifest records the ends. 
 (L2, ``C``); one is trained per block, so the cost is about ``2 x seeds x blocks`` probe fits
 per layer.
 
-Outputs in ``OUT/mdl/``: ``<model>.csv`` (tidy; split ``online``; per layer, task = target or
-control, seed = the order's seed: ``online_code`` and ``uniform_code`` in bits, ``compression``
-= uniform / online), ``<model>.summary.csv`` (target vs control mean/min/max over the seeds)
-and ``manifest.json``.
+Outputs in ``OUT/mdl/``: ``<run>.csv`` (the run named by its label and the settings it changed;
+tidy; split ``online``; per layer, task = target or control, seed = the order's seed:
+``online_code`` and ``uniform_code`` in bits, ``compression`` = uniform / online; one column per
+setting), ``<run>.summary.csv`` (target vs control mean/min/max over the seeds) and
+``manifest.json``.
 """
 
 from __future__ import annotations
@@ -37,16 +38,23 @@ from typing import Any
 
 import numpy as np
 
-from vlprobe.experiments.cache_features import cache_path, check_seeds, load_index
-from vlprobe.experiments.outputs import (
-    build_manifest,
-    check_run_slot,
-    config_record,
-    result_stem,
-    run_settings,
-    write_results,
+from vlprobe.experiments.cache_features import cache_path, load_index
+from vlprobe.experiments.declare import Experiment, option
+from vlprobe.experiments.option_groups import (
+    CacheInput,
+    ProgressOption,
+    ResultsOptions,
+    SeedsOption,
+    StateOptions,
 )
-from vlprobe.experiments.probe_tasks import TASKS, task_examples
+from vlprobe.experiments.outputs import result_stem
+from vlprobe.experiments.probe_tasks import (
+    TASKS,
+    InformationProbeOptions,
+    VariantDrawOptions,
+    task_examples,
+)
+from vlprobe.experiments.reports import summary_lines
 from vlprobe.experiments.summary import summarize, write_summary_csv
 from vlprobe.experiments.units import units_of
 from vlprobe.probes.information import (
@@ -58,66 +66,39 @@ from vlprobe.probes.information import (
 )
 from vlprobe.probes.splits import flip_labels
 from vlprobe.progress import progress_bar, say
-from vlprobe.validation import InputError, check_choice, check_positive_float, check_positive_int
+from vlprobe.validation import InputError
 
-__all__ = ["MDLConfig", "control_items", "run_mdl"]
-
-NAME = "mdl"
-VERSION = 2
-#: Settings the rows show (they name the run but get no column of their own).
-SWEPT = ("streams", "layers", "seeds")
+__all__ = ["EXPERIMENT", "MDLConfig", "control_items", "run_mdl"]
 
 
-@dataclass(frozen=True)
-class MDLConfig:
+@dataclass(frozen=True, kw_only=True)
+class MDLConfig(CacheInput, StateOptions, SeedsOption, VariantDrawOptions, InformationProbeOptions, ProgressOption,
+                ResultsOptions):
     """One run: a cache in, ``OUT/mdl/`` out.
 
     Attributes
     ----------
-    cache, out : Path
-    task : str
-        ``variant``, ``text-score`` or ``image-score``.
+    labels : str
+        ``variant`` (the variant probe's), ``text-score`` or ``image-score`` (task adaptation's).
     streams : tuple of str, optional
         ``variant``: one text or pair stream (default ``text``, else the first); the scores: the
         streams concatenated (default every stream).
-    pooling, layers : str
     seeds : int
         Item orders (and control flips), seeds 0..seeds-1.
-    draws : int
-        ``variant``: examples per item and (caption, order).
-    draw_seed : int
-        ``variant``: seed of the draws.
+    draws, draw_seed : int
+        ``variant``: examples per item and (caption, order), and the seed of the draws.
     probe : str
-        ``mlp`` or ``logistic``.
-    depth, width, lr, epochs, batch_size, device
-        The MLP probe's settings.
-    C : float
-        Inverse L2 strength of the logistic probe.
-    model : str, optional
-        Model name in the outputs (default: the cache's).
-    progress : bool
-        A progress bar on stderr.
+        ``mlp`` (``depth, width, lr, epochs, batch_size, device``) or ``logistic`` (``C``).
     """
 
-    cache: Path
-    out: Path
-    task: str = "variant"
-    streams: tuple[str, ...] | None = None
-    pooling: str = "cls"
-    layers: str = "all"
-    seeds: int = 3
-    draws: int = 4
-    draw_seed: int = 0
-    probe: str = "mlp"
-    depth: int = 2
-    width: int = 128
-    lr: float = 1e-3
-    epochs: int = 50
-    batch_size: int = 64
-    device: str = "cpu"
-    C: float = 1.0
-    model: str | None = None
-    progress: bool = True
+    cache: Path = CacheInput.redeclare("cache", help="A vlprobe cache with caption variants (variant labels) or "
+                                                     "Winoground's pairs (text-score, image-score).")
+    labels: str = option("variant", choices=TASKS, help="Whose labels: variant (the variant probe's), text-score or "
+                                                        "image-score (task adaptation's).")
+    streams: tuple[str, ...] | None = StateOptions.redeclare(
+        "streams", help="variant: one text or pair stream; the scores: streams concatenated (default: every stream).",
+    )
+    seeds: int = SeedsOption.redeclare("seeds", 3, help="Item orders and control flips (seeds 0..N-1).")
 
 
 def control_items(n_items: int, seed: int) -> np.ndarray:
@@ -135,30 +116,25 @@ def run_mdl(config: MDLConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
     """
     from vlprobe.extract.cache.reader import ActivationCache
 
-    seeds = check_seeds(config.seeds)
-    check_choice(config.task, "task", TASKS)
-    check_positive_int(config.draws, "draws")
-    check_positive_float(config.C, "C")
+    seeds = list(range(config.seeds))
     make = make_probe_factory(config.probe, config)
-    cfg = config_record(config)
     with ActivationCache(cache_path(config.cache)) as cache:
         index = load_index(cache)
-        model = config.model or index.model
-        settings = run_settings(config, swept=SWEPT, rename={"task": "labels"})
-        run = check_run_slot(config.out, NAME, model, cfg, settings=settings)
-        ex = task_examples(cache, index, config.task, config.streams, config.pooling, config.layers,
+        model = config.name or index.model
+        run = EXPERIMENT.claim(config, model)
+        ex = task_examples(cache, index, config.labels, config.streams, config.pooling, config.layers,
                            draws=config.draws, seed=config.draw_seed)
     n_items = len(ex.items)
     bounds = block_boundaries(n_items)
-    base = {"experiment": NAME, "model": model, "stream": ex.stream, "pooling": config.pooling, "probe": config.probe,
-            "split": "online", "subset": "all" if config.task == "variant" else config.task}
+    base = {"experiment": EXPERIMENT.name, "model": model, "stream": ex.stream, "pooling": config.pooling, "probe": config.probe,
+            "split": "online", "subset": "all" if config.labels == "variant" else config.labels}
     rows: list[dict[str, Any]] = []
     flips = {s: control_items(n_items, s) for s in seeds}
     n_codes = len(ex.layers) * len(seeds) * 2
-    say(config.progress, f"{NAME}: {config.task} labels of {n_items} items ({len(ex.labels)} examples), stream "
+    say(config.progress, f"{EXPERIMENT.name}: {config.labels} labels of {n_items} items ({len(ex.labels)} examples), stream "
                          f"{ex.stream}: {n_codes} online codes ({len(ex.layers)} layers x {len(seeds)} seed(s) x "
                          f"target + control), {len(bounds) - 2} {config.probe} probe fits each")
-    with progress_bar(config.progress, n_codes, NAME, "code") as bar:
+    with progress_bar(config.progress, n_codes, EXPERIMENT.name, "code") as bar:
         for g, layer in enumerate(ex.layers):
             X = ex.X[g]
             if not np.isfinite(X).all():
@@ -172,8 +148,8 @@ def run_mdl(config: MDLConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
                              {**row, "metric": "uniform_code", "value": code.uniform_bits},
                              {**row, "metric": "compression", "value": code.compression}]
                     bar.update()
-    manifest = build_manifest(NAME, VERSION, cfg, {"cache": index.provenance}, seeds=seeds, extra={
-        "model": model, "task": config.task, "stream": ex.stream, "layers": ex.layers,
+    manifest = EXPERIMENT.manifest(config, {"cache": index.provenance}, seeds=seeds, extra={
+        "model": model, "labels": config.labels, "stream": ex.stream, "layers": ex.layers,
         "n_items": n_items, "n_examples": len(ex.labels), "skipped_items": ex.skipped, **ex.extra,
         "blocks": {"fractions": list(VOITA_FRACTIONS), "ends_in_items": bounds[1:].tolist(),
                    "first_block": "uniform code (log2 2 = 1 bit per label)",
@@ -183,6 +159,16 @@ def run_mdl(config: MDLConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
         "control_flipped_items": {str(s): [index.item_ids[ex.items[i]] for i in f] for s, f in flips.items()},
         "units": units_of(rows),
     })
-    csv_path, manifest_path = write_results(config.out, NAME, model, rows, manifest, settings=settings)
+    csv_path, manifest_path = EXPERIMENT.write(config, model, rows, manifest)
     write_summary_csv(csv_path.with_name(f"{result_stem(run)}.summary.csv"), summarize(rows))
     return csv_path, manifest_path, rows
+
+
+def report(config: MDLConfig, result: tuple[Path, Path, list[dict[str, Any]]]) -> list[str]:
+    """Compression (uniform / online code), target vs control, per layer; then the files written."""
+    csv_path, _, rows = result
+    return summary_lines(rows, "compression", "online", csv_path)
+
+
+# Version 2: settings-keyed run names and setting columns; the labels option (was task).
+EXPERIMENT = Experiment("mdl", 2, MDLConfig, run_mdl, report, swept=("streams", "layers", "seeds"))

@@ -7,25 +7,46 @@ positive / negative and VALSE's caption / foil (one image).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from vlprobe.data.loading import load_dataset
-from vlprobe.validation import InputError, check_choice, check_positive_int, check_seed
+from vlprobe.experiments.declare import Options, option
+from vlprobe.experiments.option_groups import ResultsOptions, check_device
+from vlprobe.validation import InputError, check_positive_int
 
-__all__ = ["PAIR_DATASETS", "check_run_options", "editable_streams", "pair_items", "pair_model_class"]
+__all__ = ["PAIR_DATASETS", "PairModelOptions", "editable_streams", "pair_items", "pair_model_class"]
 
 PAIR_DATASETS = ("winoground", "sugarcrepe", "valse")
 
 
-def check_run_options(config: Any) -> None:
-    """The options every such experiment has: ``dataset``, ``batch_size``, ``limit``, ``bootstrap``,
-    ``bootstrap_seed``."""
-    check_choice(config.dataset, "dataset", PAIR_DATASETS)
-    check_positive_int(config.batch_size, "batch_size")
-    check_positive_int(config.bootstrap, "bootstrap")
-    check_seed(config.bootstrap_seed, "bootstrap_seed")
-    if config.limit is not None:
-        check_positive_int(config.limit, "limit")
+@dataclass(frozen=True, kw_only=True)
+class PairModelOptions(Options):
+    """A model run on a benchmark's minimal pairs: the model, its inputs and the items."""
+
+    panel = "Model and benchmark"
+    rank = 1
+
+    model: str = option(role="input", help="Registered model (see `probe ls models`) whose states can be edited: clip, lxmert, uniter, blip-itm.")
+    checkpoint: str = option(role="input", help="Checkpoint directory or hub id (UNITER: the .pt file).")
+    dataset: str = option("winoground", choices=PAIR_DATASETS, role="input", help="The benchmark.")
+    data_dir: Path | None = option(None, role="input", help="Folder of the benchmark's files.")
+    # The item selection is part of the input, as in probe eval.
+    subsets: str | None = option(None, role="input", metavar="A,B", help="SugarCrepe / VALSE subsets, comma-separated.")
+    limit: int | None = option(None, check=check_positive_int, role="input",
+                               help="At most N items (SugarCrepe / VALSE: per subset).")
+    image_dir: Path | None = option(None, role="input", help="SugarCrepe: the COCO val2017 image folder.")
+    image_root: tuple[str, ...] = option((), repeat=True, role="input", metavar="[SOURCE=]DIR",
+                                         help="VALSE: SOURCE=DIR per image source, repeatable.")
+    regions: Path | None = option(None, role="input", help="lxmert/uniter: region features of the benchmark's images.")
+    batch_size: int = option(32, check=check_positive_int, role="runtime", help="Inputs per forward pass.")
+    device: str = option("auto", check=check_device, role="runtime",
+                         help="cpu, cuda, cuda:N, mps or auto (the manifest records the one used).")
+    dtype: str = option("float32", choices=("float32", "float16"), help="Weights' dtype.")
+    name: str | None = ResultsOptions.redeclare(
+        "name", aliases=(), help="Results label: names the run and its files (default: the model).",
+    )
 
 
 def pair_model_class(model: str, experiment: str) -> Any:

@@ -38,30 +38,29 @@ import numpy as np
 import torch
 
 from vlprobe.data.bow import bow_masks, bow_tag
+from vlprobe.experiments.declare import Experiment, names, option
 from vlprobe.experiments.metrics import bootstrap_indices, ci95_rows
 from vlprobe.experiments.minimal_pairs import (
-    check_run_options,
+    PairModelOptions,
     editable_streams,
     pair_items,
     pair_model_class,
 )
-from vlprobe.experiments.outputs import (
-    build_manifest,
-    check_run_slot,
-    config_record,
-    run_settings,
-    write_results,
+from vlprobe.experiments.option_groups import (
+    BootstrapOptions,
+    ProgressOption,
+    ResultsOptions,
+    check_layer_spec,
 )
+from vlprobe.experiments.reports import wrote_line
 from vlprobe.experiments.units import units_of
 from vlprobe.extract.patching import POSITION_GROUPS, patched_run, position_sources
-from vlprobe.layers import parse_layers
+from vlprobe.layers import parse_layers, stream_part
 from vlprobe.progress import progress_bar, say
-from vlprobe.validation import InputError, check_choice
+from vlprobe.validation import InputError
 
-__all__ = ["PatchConfig", "run_patch"]
+__all__ = ["EXPERIMENT", "PatchConfig", "run_patch"]
 
-NAME = "patch"
-VERSION = 2
 #: Position groups of an image tower (patch 0 is its class token).
 IMAGE_GROUPS = ("all", "cls")
 #: Position groups of a cross-encoder's image side (regions: no class token).
@@ -70,66 +69,38 @@ CROSS_IMAGE_GROUPS = ("all",)
 ITEM_BLOCK = 64
 
 
-@dataclass(frozen=True)
-class PatchConfig:
+@dataclass(frozen=True, kw_only=True)
+class PatchConfig(PairModelOptions, BootstrapOptions, ProgressOption, ResultsOptions):
     """One run: a model and a benchmark in, ``OUT/patch/`` out.
 
     Attributes
     ----------
-    out : Path
-    model : str
-        A registered dual encoder (``clip``).
-    checkpoint : str
-        Directory or hub id.
-    dataset : str
-        ``winoground``, ``sugarcrepe`` or ``valse``.
-    data_dir : Path, optional
-    subsets : str, optional
-        SugarCrepe / VALSE subsets (comma-separated).
-    limit : int, optional
-        At most this many items (SugarCrepe / VALSE: per subset, as their loaders count).
-    image_dir : Path, optional
-        SugarCrepe: the COCO val2017 images.
-    image_root : tuple of str
-        VALSE: ``SOURCE=DIR`` image folders.
+    model, checkpoint : str
+        A registered model whose adapter names its layer sites (``clip``, ``lxmert``, ``uniter``,
+        ``blip-itm``) and its checkpoint.
+    dataset, data_dir, subsets, limit, image_dir, image_root
+        The benchmark and its items (``limit``: SugarCrepe / VALSE per subset, as their loaders count).
     regions : Path, optional
         Region features of the dataset's images (cross-encoders that read regions: LXMERT, UNITER).
     streams : tuple of str, optional
-        Default: the text side (CLIP ``text``, LXMERT ``lang``, UNITER ``text``) and, on Winoground,
-        the image side where the adapter can edit it (CLIP ``image``, LXMERT ``vision``).
+        Default: the text side (CLIP ``text``, LXMERT ``lang``, UNITER ``text``, BLIP-ITM
+        ``pair``) and, on Winoground, the image side where the adapter can edit it (CLIP
+        ``image``, LXMERT ``vision``).
     layers : str
-        Layer spec per stream (``all``, ``0,4,-1``).
+        Layer spec per stream (``all``, ``0,4,-1``, ``lang=all;vision=-1``).
     groups : tuple of str
         Position groups (``all``, ``swapped``, ``rest``, ``cls``).
     batch_size : int
         Cases per forward pass (each runs recipients and donors together).
-    device, dtype : str
-    bootstrap, bootstrap_seed : int
-    name : str, optional
-        Results label (default: the model).
-    progress : bool
     """
 
-    out: Path
-    model: str
-    checkpoint: str
-    dataset: str = "winoground"
-    data_dir: Path | None = None
-    subsets: str | None = None
-    limit: int | None = None
-    image_dir: Path | None = None
-    image_root: tuple[str, ...] = ()
-    regions: Path | None = None
-    streams: tuple[str, ...] | None = None
-    layers: str = "all"
-    groups: tuple[str, ...] = POSITION_GROUPS
-    batch_size: int = 32
-    device: str = "cpu"
-    dtype: str = "float32"
-    bootstrap: int = 1000
-    bootstrap_seed: int = 0
-    name: str | None = None
-    progress: bool = True
+    streams: tuple[str, ...] | None = option(
+        None, parse=names, metavar="A,B",
+        help="Streams to patch (default: the text side, and the image side on Winoground).",
+    )
+    layers: str = option("all", check=check_layer_spec, help="Layers: all | 0,4,-1 | 2:6 | per stream lang=all;vision=-1.")
+    groups: tuple[str, ...] = option(POSITION_GROUPS, parse=names, choices=POSITION_GROUPS, metavar="A,B",
+                                     help="Position groups: all, swapped, rest, cls.")
 
 
 def _chunks(n: int, size: int) -> list[slice]:
@@ -304,17 +275,12 @@ def run_patch(config: PatchConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
     from vlprobe.extract.models.base import CrossEncoder
     from vlprobe.extract.scoring import check_model_inputs, check_region_width
 
-    check_run_options(config)
-    for g in config.groups:
-        check_choice(g, "groups", POSITION_GROUPS)
-    cls = pair_model_class(config.model, NAME)
+    cls = pair_model_class(config.model, EXPERIMENT.name)
     cross = issubclass(cls, CrossEncoder)
     check_model_inputs(config.model, cls, regions=config.regions,
                        image_options={"image_dir": config.image_dir, "image_root": config.image_root})
     label = config.name or config.model
-    cfg = config_record(config)
-    settings = run_settings(config, swept=("streams", "layers", "groups"), exclude=("batch_size",))
-    check_run_slot(config.out, NAME, label, cfg, name_field="name", settings=settings)
+    EXPERIMENT.claim(config, label)
     dataset, items = pair_items(config, minimum=1)
     adapter = cls.load(config.checkpoint, device=config.device, dtype=config.dtype)
     editable = editable_streams(adapter)
@@ -326,18 +292,19 @@ def run_patch(config: PatchConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
         if s != text_stream and config.dataset != "winoground":
             raise InputError(f"streams: the {s} stream swaps an item's two images; {config.dataset} has one")
         adapter.layer_sites(s)  # refuses a stream the adapter cannot edit
-    layer_sets = {s: parse_layers(config.layers, adapter.streams[s].n_layers, param=f"layers[{s}]") for s in streams}
+    layer_sets = {s: parse_layers(stream_part(config.layers, s, streams), adapter.streams[s].n_layers,
+                                  param=f"layers[{s}]") for s in streams}
     image_groups = CROSS_IMAGE_GROUPS if cross else IMAGE_GROUPS
     total = sum(2 * len(items) * (2 if config.dataset == "winoground" else 1) * len(layer_sets[s])
                 * len([g for g in config.groups if s == text_stream or g in image_groups]) for s in streams)
-    say(config.progress, f"{NAME}: {config.model} on {len(items)} {config.dataset} items, streams "
+    say(config.progress, f"{EXPERIMENT.name}: {config.model} on {len(items)} {config.dataset} items, streams "
                          f"{', '.join(streams)}: {total} patched runs (cases x layers x position groups), batch "
                          f"{config.batch_size}, on {adapter.device}")
     inputs: dict[str, Any] = {
         "dataset": {"name": dataset.name, "fingerprint": dataset.fingerprint, "source": dataset.source},
         "checkpoint": {"spec": config.checkpoint, "fingerprint": adapter.checkpoint.fingerprint},
     }
-    with progress_bar(config.progress, total, NAME, "case") as bar:
+    with progress_bar(config.progress, total, EXPERIMENT.name, "case") as bar:
         if cross and adapter.image_input == "regions":
             from vlprobe.extract.regions.store import RegionStore
 
@@ -356,10 +323,10 @@ def run_patch(config: PatchConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
     rows: list[dict[str, Any]] = []
     for (s, layer, group), (change, full) in cases.items():
         rows += _rows(change, full, subsets, {
-            "experiment": NAME, "model": label, "stream": s, "layer": layer,
+            "experiment": EXPERIMENT.name, "model": label, "stream": s, "layer": layer,
             "kind": adapter.streams[s].layer_kinds[layer], "pooling": "pooled" if not cross else "",
             "probe": f"positions={group}", "task": "target", "split": "all"}, config)
-    manifest = build_manifest(NAME, VERSION, cfg, inputs, seeds=[config.bootstrap_seed], extra={
+    manifest = EXPERIMENT.manifest(config, inputs, seeds=[config.bootstrap_seed], extra={
         "model": label, "n_items": len(items), "streams": {s: layer_sets[s] for s in streams},
         "score_kind": getattr(adapter, "score_kind", ""),
         "device": str(adapter.device),
@@ -379,8 +346,7 @@ def run_patch(config: PatchConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
                       "kind": "percentile; items resampled (all their cases)"},
         "units": units_of(rows),
     })
-    csv_path, manifest_path = write_results(config.out, NAME, label, rows, manifest, name_field="name",
-                                            settings=settings)
+    csv_path, manifest_path = EXPERIMENT.write(config, label, rows, manifest)
     return csv_path, manifest_path, rows
 
 
@@ -410,3 +376,15 @@ def _rows(change: np.ndarray, full: np.ndarray, subsets: dict[str, np.ndarray], 
             out.append({**row, "metric": metric, "value": float(value)})
             out += ci95_rows(row, metric, np.asarray(boot, dtype=np.float64), config.bootstrap_seed)
     return out
+
+
+def report(config: PatchConfig, result: tuple[Path, Path, list[dict[str, Any]]]) -> list[str]:
+    """The recovered fraction per stream, layer and position group; then the files written."""
+    csv_path, _, rows = result
+    lines = [f"{r['stream']:<8} layer {r['layer']!s:>3} {r['probe']:<18} recovered {r['value']:6.3f}  (n={r['n']})"
+             for r in rows if r["metric"] == "recovered" and r["subset"] == "all"]
+    return [*lines, wrote_line(csv_path)]
+
+
+# Version 2: settings-keyed run names and setting columns; cross-encoders.
+EXPERIMENT = Experiment("patch", 2, PatchConfig, run_patch, report, swept=("streams", "layers", "groups"))

@@ -18,11 +18,47 @@ from typing import Any
 import numpy as np
 
 from vlprobe.experiments.cache_features import CacheIndex, StreamStates, read_stream
-from vlprobe.validation import InputError, check_choice
+from vlprobe.experiments.declare import Options, option
+from vlprobe.experiments.option_groups import MLPOptions
+from vlprobe.probes.information import PROBE_FAMILIES
+from vlprobe.validation import (
+    InputError,
+    check_choice,
+    check_positive_float,
+    check_positive_int,
+    check_seed,
+)
 
-__all__ = ["TASKS", "TaskExamples", "task_examples"]
+__all__ = ["TASKS", "InformationProbeOptions", "TaskExamples", "VariantDrawOptions", "task_examples"]
 
 TASKS = ("variant", "text-score", "image-score")
+
+
+@dataclass(frozen=True, kw_only=True)
+class VariantDrawOptions(Options):
+    """How the variant task's examples are drawn."""
+
+    panel = "Examples"
+    rank = 25
+
+    draws: int = option(4, check=check_positive_int, help="variant: examples per item and (caption, order).")
+    draw_seed: int = option(0, check=check_seed, help="variant: seed of the drawn examples.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class InformationProbeOptions(MLPOptions):
+    """The probe whose code length or cross-entropy is measured: a small MLP (default; the variant
+    label is an XOR no linear probe reads) or a logistic regression."""
+
+    panel = "Probe"
+
+    probe: str = option("mlp", choices=PROBE_FAMILIES, help="Probe family: mlp or logistic.")
+    depth: int = MLPOptions.redeclare("depth", 2)
+    width: int = MLPOptions.redeclare("width", 128)
+    lr: float = MLPOptions.redeclare("lr", 1e-3)
+    epochs: int = MLPOptions.redeclare("epochs", 50)
+    batch_size: int = MLPOptions.redeclare("batch_size", 64)
+    C: float = option(1.0, check=check_positive_float, help="logistic: inverse L2 strength.")
 
 
 @dataclass

@@ -103,8 +103,11 @@ def probe_record(config: Any) -> dict[str, Any]:
     if config.probe == "logistic":
         return {"name": "logistic", "C": config.C, "features": "standardised on the training examples",
                 "solver": "scikit-learn LogisticRegression(lbfgs)"}
+    from vlprobe.devices import resolve_device
+
     return {"name": "mlp", "depth": config.depth, "width": config.width, "lr": config.lr, "epochs": config.epochs,
-            "batch_size": config.batch_size, "features": "standardised on the training examples",
+            "batch_size": config.batch_size, "device": str(resolve_device(config.device)),
+            "features": "standardised on the training examples",
             "model": "vlprobe MLPProbe (ReLU, BCE on logits, Adam), seeded per fit"}
 
 
