@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -48,7 +48,7 @@ def bow_tag(captions: Sequence[str]) -> list[str]:
     return ["same" if all(bag_of_words(c) == first for c in captions[1:]) else "different"]
 
 
-def bow_masks(tags: Sequence[Mapping[str, Sequence[str]]]) -> dict[str, np.ndarray]:
+def bow_masks(tags: Sequence[Mapping[str, Iterable[str]]]) -> dict[str, np.ndarray]:
     """Item masks ``bow=same`` and ``bow=different`` from items' ``bow`` tags (both present, possibly
     empty, when any item has the tag; none otherwise)."""
     if not any(BOW_FAMILY in t for t in tags):

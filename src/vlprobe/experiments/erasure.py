@@ -310,15 +310,15 @@ def run_erasure(config: ErasureConfig) -> tuple[Path, Path, list[dict[str, Any]]
     z = runs.labels
     with progress_bar(config.progress, len(layers) * (1 + len(seeds)), EXPERIMENT.name, "fit") as bar:
         for layer in layers:
-            fits = [("target", None, z)]
+            fits: list[tuple[str, int | None, torch.Tensor]] = [("target", None, z)]
             for seed in seeds:
                 swapped = np.random.default_rng([seed, 2]).permutation(n)[: n // 2]
                 flip = torch.from_numpy(np.isin(runs.owner, swapped))
                 fits.append(("control", seed, torch.where(flip, 1 - z, z)))  # the half's captions trade classes
-            for task, seed, labels in fits:
+            for task, fit_seed, labels in fits:
                 eraser = fit_token_eraser(states[layer], masks, labels, device=adapter.device)
                 add(metrics(runs.scores(layer, eraser)), {**base, "layer": layer, "kind": kinds[layer],
-                                                          "probe": "leace", "task": task, "seed": seed})
+                                                          "probe": "leace", "task": task, "seed": fit_seed})
                 bar.update()
     manifest = EXPERIMENT.manifest(config, inputs, seeds=seeds, extra={
         "model": label, "n_items": n, "stream": stream, "layers": layers,

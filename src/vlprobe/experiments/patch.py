@@ -119,7 +119,9 @@ def _tower(adapter: Any, stream: str, pairs: list[tuple[Any, Any]], layers: list
     rec = [p[k] for k in (0, 1) for p in pairs]
     don = [p[1 - k] for k in (0, 1) for p in pairs]
     sites = adapter.layer_sites(stream)
-    base_parts, patched_parts = [], {(layer, g): ([], []) for layer in layers for g in groups}
+    base_parts: list[np.ndarray] = []
+    patched_parts: dict[tuple[int, str], tuple[list[np.ndarray], list[np.ndarray]]] = {
+        (layer, g): ([], []) for layer in layers for g in groups}
     for sl in _chunks(2 * n, batch_size):
         batch = rec[sl] + don[sl]
         m = sl.stop - sl.start
@@ -257,9 +259,9 @@ def _cross_patch(adapter: Any, config: PatchConfig, items: list[Any], streams: l
                         got[(layer, g)][0][sl] = out
                         got[(layer, g)][1][sl] = defined.numpy()
                         bar.update(m)
-            for (layer, g), (scores, defined) in got.items():
+            for (layer, g), (scores, ok) in got.items():
                 parts.setdefault((s, layer, g), []).append(_case_scores(
-                    own.reshape(shape), donor.reshape(shape), scores.reshape(shape), defined.reshape(shape)))
+                    own.reshape(shape), donor.reshape(shape), scores.reshape(shape), ok.reshape(shape)))
     return {key: (np.concatenate([c for c, _ in v], axis=1), np.concatenate([f for _, f in v], axis=1))
             for key, v in parts.items()}
 
