@@ -41,7 +41,7 @@ def _counts(ds: object) -> tuple[int, dict[str, int]]:
 
 
 def test_sugarcrepe_has_572_same_bag_pairs(sugarcrepe_dir: Path) -> None:
-    # SugarCrepe's own issue tracker (#10) counts 572 of 7,511; measured here on the pinned files.
+    # SugarCrepe's issue tracker counts 572 of 7,511 same-bag pairs; measured here on the pinned files.
     n, same = _counts(load_dataset("sugarcrepe", sugarcrepe_dir))
     assert n == 7511
     assert same == {"swap_obj": 164, "swap_att": 408}
