@@ -108,7 +108,8 @@ def test_run_on_a_cache_lambda_zero_equals_winoground_scores(reference_cache: Pa
     for agg in ("mean", "max"):
         got = {(r["subset"], r["metric"]): r["value"] for r in rows if r["agg"] == agg and r["lambda"] == 0}
         # Points and the intervals of subset all: the same items and bootstrap seed give the same resamples.
-        assert {k: v for k, v in got.items() if "." not in k[1] or k[0] == "all"} == want
+        # NaN == NaN here: the empty bow=different slice of the synthetic dataset
+        np.testing.assert_equal({k: v for k, v in got.items() if "." not in k[1] or k[0] == "all"}, want)
         assert ("collapsed_tag=Object", "text.ci95_low") in got  # per-tag intervals too
     by_key = {(r["agg"], r["lambda"], r["subset"], r["metric"]): r["value"] for r in rows}
     for r in rows:
