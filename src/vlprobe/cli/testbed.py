@@ -237,6 +237,7 @@ def run_testbed(config: KnownAnswerConfig, *, echo: Any = print) -> dict[str, An
     logs.mkdir(parents=True, exist_ok=True)
     for sub in ("results", "report", "caches"):
         _clear(out / sub)
+    (out / "caches").mkdir()  # extract writes its cache into an existing folder
     timings: dict[str, dict[str, tuple[float, float]]] = {}
     if _training_data_ready(config):
         echo(f"reusing the training split and its oracle regions in {config.models}")
