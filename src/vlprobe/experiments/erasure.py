@@ -47,8 +47,8 @@ from vlprobe.experiments.metrics import (
 from vlprobe.experiments.minimal_pairs import (
     PairModelOptions,
     editable_streams,
-    pair_items,
-    pair_model_class,
+    load_pair_model,
+    pair_regions,
 )
 from vlprobe.experiments.option_groups import (
     BootstrapOptions,
@@ -252,34 +252,15 @@ def run_erasure(config: ErasureConfig) -> tuple[Path, Path, list[dict[str, Any]]
     """
     from contextlib import ExitStack
 
-    from vlprobe.extract.models.base import CrossEncoder
-    from vlprobe.extract.scoring import check_model_inputs, check_region_width
-
-    cls = pair_model_class(config.model, EXPERIMENT.name)
-    cross = issubclass(cls, CrossEncoder)
-    check_model_inputs(config.model, cls, regions=config.regions,
-                       image_options={"image_dir": config.image_dir, "image_root": config.image_root})
-    label = config.name or config.model
-    EXPERIMENT.claim(config, label)
-    dataset, items = pair_items(config, minimum=2)
-    adapter = cls.load(config.checkpoint, device=config.device, dtype=config.dtype)
+    adapter, cross, label, items, inputs = load_pair_model(config, EXPERIMENT, minimum=2)
     stream = editable_streams(adapter)[0]
     layers = parse_layers(stream_part(config.layers, stream, [stream]), adapter.streams[stream].n_layers, param="layers")
     n = len(items)
     n_img = 2 if config.dataset == "winoground" else 1
-    inputs: dict[str, Any] = {
-        "dataset": {"name": dataset.name, "fingerprint": dataset.fingerprint, "source": dataset.source},
-        "checkpoint": {"spec": config.checkpoint, "fingerprint": adapter.checkpoint.fingerprint},
-    }
     with ExitStack() as stack:
         store = None
         if cross and adapter.image_input == "regions":
-            from vlprobe.extract.regions.store import RegionStore
-
-            store = stack.enter_context(RegionStore(config.regions))  # type: ignore[arg-type]  # required above
-            store.require([it.images[j].name for it in items for j in range(n_img)], "the")
-            check_region_width(config.model, adapter, store)
-            inputs["regions"] = {"path": str(config.regions), "fingerprint": store.fingerprint}
+            store = stack.enter_context(pair_regions(config, adapter, items, n_img, inputs))
         runs: _DualRuns | _CrossRuns = (_CrossRuns(adapter, items, n_img, config.batch_size, store, stream) if cross
                                         else _DualRuns(adapter, items, n_img, config.batch_size))
         states, masks = runs.states(layers)

@@ -7,16 +7,19 @@ positive / negative and VALSE's caption / foil (one image).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from vlprobe.data.loading import load_dataset
 from vlprobe.experiments.declare import Options, option
 from vlprobe.experiments.option_groups import ResultsOptions, check_device
 from vlprobe.validation import InputError, check_positive_int
 
-__all__ = ["PAIR_DATASETS", "PairModelOptions", "editable_streams", "pair_items", "pair_model_class"]
+__all__ = ["PAIR_DATASETS", "PairModel", "PairModelOptions", "editable_streams", "load_pair_model", "pair_items",
+           "pair_model_class", "pair_regions"]
 
 PAIR_DATASETS = ("winoground", "sugarcrepe", "valse")
 
@@ -88,3 +91,50 @@ def pair_items(config: Any, minimum: int = 1) -> tuple[Any, list[Any]]:
     if len(items) < minimum:
         raise InputError(f"{config.dataset}: needs at least {minimum} item(s) with two captions, got {len(items)}")
     return dataset, items
+
+
+class PairModel(NamedTuple):
+    """What :func:`load_pair_model` loaded: the adapter, whether it is a cross-encoder, the run's
+    label, the dataset's two-caption items, and the manifest's ``inputs`` record."""
+
+    adapter: Any
+    cross: bool
+    label: str
+    items: list[Any]
+    inputs: dict[str, Any]
+
+
+def load_pair_model(config: Any, experiment: Any, minimum: int = 1) -> PairModel:
+    """Check the model's inputs, claim the run's results slot, load the items and the model.
+
+    ``config`` is a :class:`PairModelOptions` config; ``experiment`` its declared Experiment.
+    """
+    from vlprobe.extract.models.base import CrossEncoder
+    from vlprobe.extract.scoring import check_model_inputs
+
+    cls = pair_model_class(config.model, experiment.name)
+    check_model_inputs(config.model, cls, regions=config.regions,
+                       image_options={"image_dir": config.image_dir, "image_root": config.image_root})
+    label = config.name or config.model
+    experiment.claim(config, label)
+    dataset, items = pair_items(config, minimum=minimum)
+    adapter = cls.load(config.checkpoint, device=config.device, dtype=config.dtype)
+    inputs: dict[str, Any] = {
+        "dataset": {"name": dataset.name, "fingerprint": dataset.fingerprint, "source": dataset.source},
+        "checkpoint": {"spec": config.checkpoint, "fingerprint": adapter.checkpoint.fingerprint},
+    }
+    return PairModel(adapter, issubclass(cls, CrossEncoder), label, items, inputs)
+
+
+@contextmanager
+def pair_regions(config: Any, adapter: Any, items: list[Any], n_img: int, inputs: dict[str, Any]) -> Iterator[Any]:
+    """The open region file of ``config.regions``, checked to hold the first ``n_img`` images of
+    every item and to fit the model; recorded in ``inputs["regions"]``."""
+    from vlprobe.extract.regions.store import RegionStore
+    from vlprobe.extract.scoring import check_region_width
+
+    with RegionStore(config.regions) as store:
+        store.require([it.images[j].name for it in items for j in range(n_img)], "the")
+        check_region_width(config.model, adapter, store)
+        inputs["regions"] = {"path": str(config.regions), "fingerprint": store.fingerprint}
+        yield store

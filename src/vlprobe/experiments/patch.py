@@ -43,8 +43,8 @@ from vlprobe.experiments.metrics import bootstrap_indices, ci95_rows
 from vlprobe.experiments.minimal_pairs import (
     PairModelOptions,
     editable_streams,
-    pair_items,
-    pair_model_class,
+    load_pair_model,
+    pair_regions,
 )
 from vlprobe.experiments.option_groups import (
     BootstrapOptions,
@@ -274,17 +274,7 @@ def run_patch(config: PatchConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
     csv_path, manifest_path : Path
     rows : list of dict
     """
-    from vlprobe.extract.models.base import CrossEncoder
-    from vlprobe.extract.scoring import check_model_inputs, check_region_width
-
-    cls = pair_model_class(config.model, EXPERIMENT.name)
-    cross = issubclass(cls, CrossEncoder)
-    check_model_inputs(config.model, cls, regions=config.regions,
-                       image_options={"image_dir": config.image_dir, "image_root": config.image_root})
-    label = config.name or config.model
-    EXPERIMENT.claim(config, label)
-    dataset, items = pair_items(config, minimum=1)
-    adapter = cls.load(config.checkpoint, device=config.device, dtype=config.dtype)
+    adapter, cross, label, items, inputs = load_pair_model(config, EXPERIMENT)
     editable = editable_streams(adapter)
     text_stream = editable[0]
     streams = list(config.streams) if config.streams else editable[:1 if config.dataset != "winoground" else None]
@@ -302,19 +292,9 @@ def run_patch(config: PatchConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
     say(config.progress, f"{EXPERIMENT.name}: {config.model} on {len(items)} {config.dataset} items, streams "
                          f"{', '.join(streams)}: {total} patched runs (cases x layers x position groups), batch "
                          f"{config.batch_size}, on {adapter.device}")
-    inputs: dict[str, Any] = {
-        "dataset": {"name": dataset.name, "fingerprint": dataset.fingerprint, "source": dataset.source},
-        "checkpoint": {"spec": config.checkpoint, "fingerprint": adapter.checkpoint.fingerprint},
-    }
     with progress_bar(config.progress, total, EXPERIMENT.name, "case") as bar:
         if cross and adapter.image_input == "regions":
-            from vlprobe.extract.regions.store import RegionStore
-
-            with RegionStore(config.regions) as store:  # type: ignore[arg-type]  # required above
-                refs = [it.images[j] for it in items for j in range(2 if config.dataset == "winoground" else 1)]
-                store.require([r.name for r in refs], "the")
-                check_region_width(config.model, adapter, store)
-                inputs["regions"] = {"path": str(config.regions), "fingerprint": store.fingerprint}
+            with pair_regions(config, adapter, items, 2 if config.dataset == "winoground" else 1, inputs) as store:
                 cases = _cross_patch(adapter, config, items, streams, text_stream, layer_sets, store, bar)
         elif cross:
             cases = _cross_patch(adapter, config, items, streams, text_stream, layer_sets, None, bar)
