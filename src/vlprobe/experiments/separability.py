@@ -329,7 +329,7 @@ def _rows(
     item_rows: list[dict[str, Any]],
 ) -> None:
     """Append the tidy per-layer rows and per-case rows of one stream."""
-    subsets = _subset_masks(cases, modality, item_tags)
+    subsets = _subsets(cases, modality, item_tags)
     runs = [("target", None)] + [("control", s) for s in seeds]
     for li, layer in enumerate(layers):
         lrow = {**base, "layer": layer, "kind": kinds[li]}
@@ -361,15 +361,6 @@ def _subsets(cases: list[Case], modality: str, item_tags: list[dict[str, list[st
 UNCERTAIN = ("separable", "separable_margin")
 
 
-def _subset_masks(cases: list[Case], modality: str, item_tags: list[dict[str, list[str]]]) -> dict[str, np.ndarray]:
-    subsets: dict[str, np.ndarray] = {"all": np.ones(len(cases), bool)}
-    if modality == "pair":
-        for j in sorted({c.image for c in cases}):
-            subsets[f"image={j}"] = np.array([c.image == j for c in cases])
-    subsets.update(tag_subsets([item_tags[c.item] for c in cases]))
-    return subsets
-
-
 def _uncertainty_rows(
     per_layer: np.ndarray, layers: list[int | None], kinds: list[str | None], cases: list[Case], modality: str,
     item_tags: list[dict[str, list[str]]], base: dict[str, Any], config: SeparabilityConfig,
@@ -377,7 +368,7 @@ def _uncertainty_rows(
 ) -> set[str]:
     """Append intervals, selectivity and permutation-test rows (module docstring); return the test methods."""
     methods: set[str] = set()
-    for subset, mask in _subset_masks(cases, modality, item_tags).items():
+    for subset, mask in _subsets(cases, modality, item_tags).items():
         n = int(mask.sum())
         if not n:
             continue
