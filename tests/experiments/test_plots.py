@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from vlprobe.experiments.outputs import TIDY_COLUMNS, write_results, write_tidy_
 from vlprobe.experiments.plots import MAX_PANELS, make_figure, plot_results, series_labels
 from vlprobe.experiments.results import find_runs, read_result
 from vlprobe.experiments.summary import read_tidy_csv, summarize
+from vlprobe.validation import InputError
 
 
 def tidy(stream: str, layer: object, task: str, seed: object, value: float, split: str = "test",
@@ -243,6 +245,26 @@ def test_bars_have_intervals_and_chance_and_overlay_models(every_experiment: Pat
     assert ax.get_ylim() == (0.0, 100.0)
     labels = legend_texts(fig)
     assert labels[:2] == [read_result(csv_path).name, "other"] and "95% CI over items" in labels
+
+
+def test_the_chart_is_a_field_of_the_experiments_declaration(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from vlprobe.experiments.charts import Chart, chart_for, charted_experiments
+    from vlprobe.registry import EXPERIMENTS
+
+    sep = EXPERIMENTS.get("separability")
+    assert chart_for("separability", "x.csv") is sep.chart and sep.chart.kind == "layers"
+    # A new experiment's declaration is the one place its chart is given: plot draws it with that.
+    bars = dataclasses.replace(sep, name="throwaway", chart=Chart("bars", ("accuracy",), subsets=None))
+    monkeypatch.setitem(EXPERIMENTS._entries, "throwaway", bars)
+    assert "throwaway" in charted_experiments()
+    csv_path = write_run(tmp_path / "r", [{**r, "experiment": "throwaway"} for r in ROWS], experiment="throwaway")
+    axes = [a for a in make_figure([read_result(csv_path)]).axes if a.get_visible()]
+    assert axes and all(a.get_xlabel() != "layer" for a in axes)  # bars, not layer curves
+    assert all(any(type(p).__name__ == "Rectangle" for p in a.patches) for a in axes)
+    monkeypatch.setitem(EXPERIMENTS._entries, "throwaway", dataclasses.replace(bars, chart=None))
+    assert "throwaway" not in charted_experiments()
+    with pytest.raises(InputError, match="holds throwaway results, which have no chart"):
+        chart_for("throwaway", "x.csv")
 
 
 def test_files_it_cannot_draw_are_one_error_line(every_experiment: Path, tmp_path: Path,

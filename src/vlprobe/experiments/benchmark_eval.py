@@ -37,6 +37,7 @@ import numpy as np
 
 from vlprobe.data.bow import bow_tag
 from vlprobe.data.loading import load_dataset, read_item_ids, select_items
+from vlprobe.experiments.charts import Chart
 from vlprobe.experiments.declare import Experiment, check_key_values, key_values, option
 from vlprobe.experiments.metrics import (
     SUGARCREPE_GROUPS,
@@ -425,7 +426,11 @@ def report(config: EvalConfig, result: tuple[Path, Path, list[dict[str, Any]]]) 
 #: logits; logits in the score file. Version 3: bow=same / bow=different slices.
 EXPERIMENTS = {
     "sugarcrepe": Experiment("sugarcrepe", 3, EvalConfig, run_eval, report, fixed={"benchmark": "sugarcrepe"},
-                             omit=("image_root", "all_items", "threshold", "keep_foil_ties")),
-    "valse": Experiment("valse", 3, EvalConfig, run_eval, report, fixed={"benchmark": "valse"}, omit=("image_dir",)),
+                             omit=("image_root", "all_items", "threshold", "keep_foil_ties"),
+                             chart=Chart("bars", ("accuracy",), subsets=None, categories="subset",
+                                         chance={"accuracy": 50.0})),
+    "valse": Experiment("valse", 3, EvalConfig, run_eval, report, fixed={"benchmark": "valse"}, omit=("image_dir",),
+                        chart=Chart("bars", ("acc_r", "auroc", "acc", "acc_r_valse"), subsets=None, categories="subset",
+                                    chance={"acc_r": 50.0, "auroc": 50.0, "acc": 50.0, "acc_r_valse": 50.0})),
 }
 SUGARCREPE, VALSE = EXPERIMENTS["sugarcrepe"], EXPERIMENTS["valse"]

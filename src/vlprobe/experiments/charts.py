@@ -1,6 +1,8 @@
-"""Which chart draws which experiment's results (``probe plot``, ``probe report``).
+"""How an experiment's results are drawn (``probe plot``, ``probe report``).
 
-Three kinds:
+Each experiment's declaration names its :class:`Chart` (``Experiment(..., chart=Chart(...))``,
+:mod:`vlprobe.experiments.declare`); :func:`chart_for` looks it up by the experiment named in a
+CSV. Three kinds:
 
 * ``layers`` — layer curves: per panel (stream, pooling, subset) the target and the control
   over layers, each the mean over seeds with its min–max band over seeds, 95% item-bootstrap
@@ -19,9 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from vlprobe.registry import EXPERIMENTS
 from vlprobe.validation import InputError
 
-__all__ = ["CHARTS", "Chart", "chart_for"]
+__all__ = ["WINOGROUND_CHANCE", "Chart", "chart_for", "chart_of", "charted_experiments"]
 
 
 @dataclass(frozen=True)
@@ -68,23 +71,18 @@ class Chart:
 #: Chance of Winoground's scores under random scores: text and image 1/4, group 1/6.
 WINOGROUND_CHANCE = {"text": 25.0, "image": 25.0, "group": 100.0 / 6.0}
 
-CHARTS: dict[str, Chart] = {
-    "separability": Chart("layers", ("separable", "separable_margin", "train_accuracy"), split="train"),
-    "task-adaptation": Chart("layers", ("accuracy",), subsets=None, chance={"accuracy": 50.0}, split="test"),
-    "variant-probe": Chart("layers", ("accuracy",), chance={"accuracy": 50.0}, split="test"),
-    "winoground-scores": Chart("bars", ("text", "image", "group"), chance=WINOGROUND_CHANCE),
-    "recall": Chart("bars", ("recall@1", "recall@2", "recall@5", "recall@10"), subsets=None),
-    "sugarcrepe": Chart("bars", ("accuracy",), subsets=None, categories="subset", chance={"accuracy": 50.0}),
-    "valse": Chart("bars", ("acc_r", "auroc", "acc", "acc_r_valse"), subsets=None, categories="subset",
-                   chance={"acc_r": 50.0, "auroc": 50.0, "acc": 50.0, "acc_r_valse": 50.0}),
-    "variant-similarity": Chart("lambda", ("text", "image", "group"), chance=WINOGROUND_CHANCE),
-    "mdl": Chart("layers", ("compression", "online_code"), split="online"),
-    "conditional": Chart("layers", ("information_gain", "accuracy_joint", "bits_joint"), split="test", floor=None),
-    "patch": Chart("layers", ("recovered", "score_change"), split="all", panel="probe", floor=None),
-    "erasure": Chart("layers", ("group", "accuracy", "text", "image"), split="all",
-                     chance={**WINOGROUND_CHANCE, "accuracy": 50.0},
-                     reference="none"),
-}
+
+def chart_of(experiment: str) -> Chart | None:
+    """The chart its declaration gives a registered experiment (``Experiment.chart``); None for a
+    name that is not registered (``compare`` results) or an experiment without one."""
+    if experiment not in EXPERIMENTS:
+        return None
+    return getattr(EXPERIMENTS.get(experiment), "chart", None)
+
+
+def charted_experiments() -> list[str]:
+    """The registered experiments that have a chart, sorted."""
+    return [name for name in EXPERIMENTS.names() if chart_of(name) is not None]
 
 
 def chart_for(experiment: str, what: str) -> Chart:
@@ -95,10 +93,10 @@ def chart_for(experiment: str, what: str) -> Chart:
     InputError
         The experiment has no chart.
     """
-    try:
-        return CHARTS[experiment]
-    except KeyError:
+    chart = chart_of(experiment)
+    if chart is None:
         raise InputError(
             f"csv: {what} holds {experiment} results, which have no chart "
-            f"(charts exist for {', '.join(sorted(CHARTS))})"
-        ) from None
+            f"(charts exist for {', '.join(charted_experiments())})"
+        )
+    return chart

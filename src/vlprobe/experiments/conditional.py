@@ -47,6 +47,7 @@ from vlprobe.experiments.cache_features import (
     resolve_stream,
     row_lookup,
 )
+from vlprobe.experiments.charts import Chart
 from vlprobe.experiments.declare import Experiment, option
 from vlprobe.experiments.metrics import bootstrap_indices, ci95_rows
 from vlprobe.experiments.mlp_runs import plan_items, split_record
@@ -255,4 +256,5 @@ def report(config: ConditionalConfig, result: tuple[Path, Path, list[dict[str, A
 
 # Version 2: settings-keyed run names and setting columns.
 EXPERIMENT = Experiment("conditional", 2, ConditionalConfig, run_conditional, report,
-                        swept=("streams", "layers", "seeds"))
+                        swept=("streams", "layers", "seeds"),
+                        chart=Chart("layers", ("information_gain", "accuracy_joint", "bits_joint"), split="test", floor=None))

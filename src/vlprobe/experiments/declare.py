@@ -32,9 +32,12 @@ import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from vlprobe.validation import InputError, check_choice, check_float, check_int
+
+if TYPE_CHECKING:
+    from vlprobe.experiments.charts import Chart
 
 __all__ = [
     "TAKES_VALUE",
@@ -498,6 +501,9 @@ class Experiment:
     row_columns : tuple of str
         Setting columns every row fills itself (a sweep inside one run: variant-similarity's
         ``agg`` and ``lambda``).
+    chart : Chart, optional
+        How ``probe plot`` and ``probe report`` draw its tidy rows
+        (:class:`~vlprobe.experiments.charts.Chart`); None: not drawn.
     """
 
     name: str
@@ -510,6 +516,7 @@ class Experiment:
     omit: tuple[str, ...] = ()
     swept: tuple[str, ...] = ()
     row_columns: tuple[str, ...] = ()
+    chart: Chart | None = None
 
     def __post_init__(self) -> None:
         known = {o.name for o in declared_options(self.config)}

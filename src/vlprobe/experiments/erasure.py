@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from vlprobe.experiments.charts import WINOGROUND_CHANCE, Chart
 from vlprobe.experiments.declare import Experiment, option
 from vlprobe.experiments.metrics import (
     bootstrap_indices,
@@ -330,4 +331,6 @@ def report(config: ErasureConfig, result: tuple[Path, Path, list[dict[str, Any]]
 
 
 # Version 2: settings-keyed run names and setting columns; cross-encoders.
-EXPERIMENT = Experiment("erasure", 2, ErasureConfig, run_erasure, report, swept=("layers", "seeds"))
+EXPERIMENT = Experiment("erasure", 2, ErasureConfig, run_erasure, report, swept=("layers", "seeds"),
+                        chart=Chart("layers", ("group", "accuracy", "text", "image"), split="all",
+                                    chance={**WINOGROUND_CHANCE, "accuracy": 50.0}, reference="none"))

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from vlprobe.experiments.cache_features import cache_path, load_index
+from vlprobe.experiments.charts import Chart
 from vlprobe.experiments.declare import Experiment, option
 from vlprobe.experiments.option_groups import (
     CacheInput,
@@ -171,4 +172,5 @@ def report(config: MDLConfig, result: tuple[Path, Path, list[dict[str, Any]]]) -
 
 
 # Version 2: settings-keyed run names and setting columns; the labels option (was task).
-EXPERIMENT = Experiment("mdl", 2, MDLConfig, run_mdl, report, swept=("streams", "layers", "seeds"))
+EXPERIMENT = Experiment("mdl", 2, MDLConfig, run_mdl, report, swept=("streams", "layers", "seeds"),
+                        chart=Chart("layers", ("compression", "online_code"), split="online"))

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from vlprobe.data.bow import bow_masks, bow_tag
+from vlprobe.experiments.charts import Chart
 from vlprobe.experiments.declare import Experiment, names, option
 from vlprobe.experiments.metrics import bootstrap_indices, ci95_rows
 from vlprobe.experiments.minimal_pairs import (
@@ -369,4 +370,5 @@ def report(config: PatchConfig, result: tuple[Path, Path, list[dict[str, Any]]])
 
 
 # Version 2: settings-keyed run names and setting columns; cross-encoders.
-EXPERIMENT = Experiment("patch", 2, PatchConfig, run_patch, report, swept=("streams", "layers", "groups"))
+EXPERIMENT = Experiment("patch", 2, PatchConfig, run_patch, report, swept=("streams", "layers", "groups"),
+                        chart=Chart("layers", ("recovered", "score_change"), split="all", panel="probe", floor=None))

@@ -1,6 +1,7 @@
 """Figures of tidy results CSVs (``probe plot``): each experiment drawn with the chart that fits it.
 
-The chart comes from the experiment named in the CSV (:mod:`vlprobe.experiments.charts`):
+The chart is the one declared by the experiment named in the CSV (``Experiment.chart``,
+:mod:`vlprobe.experiments.charts`):
 layer curves for the probing experiments (target and control per layer: mean over seeds,
 min–max band over seeds, 95% item-bootstrap intervals as error bars, chance line, layer kinds
 shaded), bars with 95% intervals for scores (Winoground, recall@k, SugarCrepe, VALSE), λ curves

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from vlprobe.experiments.charts import Chart
 from vlprobe.experiments.declare import Experiment, ints, option
 from vlprobe.experiments.metrics import bootstrap_indices, ci95_rows, recall_ranks
 from vlprobe.experiments.option_groups import BootstrapOptions, ProgressOption, ResultsOptions
@@ -139,4 +140,5 @@ def report(config: RecallConfig, result: tuple[Path, Path, list[dict[str, Any]]]
     return metric_lines(rows, ("i2t", "t2i"), csv_path)
 
 
-EXPERIMENT = Experiment("recall", 2, RecallConfig, run_recall, report, swept=("ks",))  # 2: median_rank and mean_rank per direction
+EXPERIMENT = Experiment("recall", 2, RecallConfig, run_recall, report, swept=("ks",),
+                        chart=Chart("bars", ("recall@1", "recall@2", "recall@5", "recall@10"), subsets=None))  # 2: median_rank and mean_rank per direction

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from vlprobe import __version__
-from vlprobe.experiments.charts import CHARTS
+from vlprobe.experiments.charts import chart_of
 from vlprobe.experiments.results import RunResult, find_runs
 from vlprobe.experiments.summary import summarize
 from vlprobe.validation import InputError, check_choice
@@ -143,7 +143,7 @@ def _layer_tables(run: RunResult) -> list[_Block]:
         keys = ("subset", *keys)
         out = [_Block("h", 4, f"Per layer ({', '.join(groups)}; means over seeds, 95% intervals over items)")]
     out += _table((*keys, *(h for h, _ in _LAYER_COLUMNS)), [_layer_cells(r, keys) for r in main])
-    chart = CHARTS.get(run.experiment)
+    chart = chart_of(run.experiment)
     metric = next((m for m in (chart.metrics if chart else ()) if any(r["metric"] == m for r in summary)), None)
     tags = [r for r in summary if _is_tag(r["subset"]) and (metric is None or r["metric"] == metric)]
     if tags:
@@ -271,7 +271,7 @@ def _blocks(root: Path, runs: Sequence[RunResult]) -> list[_Block]:
     for experiment in experiments:
         mine = [r for r in runs if r.experiment == experiment]
         out.append(_Block("h", 2, experiment))
-        chart = CHARTS.get(experiment)
+        chart = chart_of(experiment)
         if len(mine) > 1 and chart is not None:
             out.append(_Block("h", 3, "All runs overlaid"))
             out += _figure(mine)

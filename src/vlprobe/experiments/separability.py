@@ -69,6 +69,7 @@ from vlprobe.experiments.cache_features import (
     scale_states,
     stream_layers,
 )
+from vlprobe.experiments.charts import Chart
 from vlprobe.experiments.declare import Experiment, option
 from vlprobe.experiments.metrics import bootstrap_indices, ci95_rows
 from vlprobe.experiments.option_groups import (
@@ -462,4 +463,5 @@ def report(config: SeparabilityConfig, result: tuple[Path, Path, list[dict[str, 
 # (was margin over every finite fit); per-case percentages in percent (were fractions).
 # Version 3: held_out (heldout_accuracy, split heldout, with intervals).
 EXPERIMENT = Experiment("separability", 3, SeparabilityConfig, run_separability, report,
-                        presets=PRESET_VALUES["separability"], swept=("streams", "layers", "seeds"))
+                        presets=PRESET_VALUES["separability"], swept=("streams", "layers", "seeds"),
+                        chart=Chart("layers", ("separable", "separable_margin", "train_accuracy"), split="train"))

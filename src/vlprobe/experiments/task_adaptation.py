@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from vlprobe.experiments.cache_features import cache_path, load_index, pooling_notes, read_stream
+from vlprobe.experiments.charts import Chart
 from vlprobe.experiments.declare import Experiment, option
 from vlprobe.experiments.mlp_runs import SWEPT, FeatureBlock, plan_items, train_and_write
 from vlprobe.experiments.option_groups import (
@@ -268,4 +269,5 @@ def report(config: TaskAdaptationConfig, result: tuple[Path, Path, list[dict[str
 
 
 EXPERIMENT = Experiment("task-adaptation", 1, TaskAdaptationConfig, run_task_adaptation, report,
-                        presets=PRESET_VALUES["task-adaptation"], swept=(*SWEPT, "mode"))
+                        presets=PRESET_VALUES["task-adaptation"], swept=(*SWEPT, "mode"),
+                        chart=Chart("layers", ("accuracy",), subsets=None, chance={"accuracy": 50.0}, split="test"))

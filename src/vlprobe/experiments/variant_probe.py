@@ -38,6 +38,7 @@ from vlprobe.experiments.cache_features import (
     require_variants,
     resolve_stream,
 )
+from vlprobe.experiments.charts import Chart
 from vlprobe.experiments.declare import Experiment, option
 from vlprobe.experiments.mlp_runs import SWEPT, FeatureBlock, plan_items, train_and_write
 from vlprobe.experiments.option_groups import (
@@ -210,4 +211,5 @@ def report(config: VariantProbeConfig, result: tuple[Path, Path, list[dict[str, 
 
 
 EXPERIMENT = Experiment("variant-probe", 1, VariantProbeConfig, run_variant_probe, report,
-                        presets=PRESET_VALUES["variant-probe"], swept=SWEPT)
+                        presets=PRESET_VALUES["variant-probe"], swept=SWEPT,
+                        chart=Chart("layers", ("accuracy",), chance={"accuracy": 50.0}, split="test"))

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from vlprobe.data.bow import table_tags
+from vlprobe.experiments.charts import WINOGROUND_CHANCE, Chart
 from vlprobe.experiments.declare import Alias, Experiment, floats, names, option
 from vlprobe.experiments.metrics import bootstrap_indices, ci95_rows, winoground_outcomes
 from vlprobe.experiments.option_groups import (
@@ -239,4 +240,5 @@ def report(config: VariantSimilarityConfig, result: tuple[Path, Path, list[dict[
 # 3: agg and lambda in setting columns (were packed into the probe column).
 # 4: bow=same / bow=different slices.
 EXPERIMENT = Experiment("variant-similarity", 4, VariantSimilarityConfig, run_variant_similarity, report,
-                        swept=("aggs", "lambdas"), row_columns=("agg", "lambda"))
+                        swept=("aggs", "lambdas"), row_columns=("agg", "lambda"),
+                        chart=Chart("lambda", ("text", "image", "group"), chance=WINOGROUND_CHANCE))

@@ -40,6 +40,7 @@ import numpy as np
 from vlprobe.data.bow import BOW_FAMILY, bow_masks, bow_tag, table_tags
 from vlprobe.data.source_files import iter_json_lines
 from vlprobe.data.tags import WWH_CODE_NONE_EXCLUDED, WWH_TAGS
+from vlprobe.experiments.charts import WINOGROUND_CHANCE, Chart
 from vlprobe.experiments.declare import Experiment, option
 from vlprobe.experiments.metrics import (
     MATCHING_UNDEFINED,
@@ -332,4 +333,5 @@ def report(config: WinogroundScoresConfig, result: tuple[Path, Path, list[dict[s
 # Version 2: matching defined for non-negative scores, NaN rows (not left out) when undefined;
 # wwh=Easier/Harder from the 172 untagged ids, the paper code's split as *-WWH-code.
 # Version 3: bow=same / bow=different slices.
-EXPERIMENT = Experiment("winoground-scores", 3, WinogroundScoresConfig, run_winoground_scores, report)
+EXPERIMENT = Experiment("winoground-scores", 3, WinogroundScoresConfig, run_winoground_scores, report,
+                        chart=Chart("bars", ("text", "image", "group"), chance=WINOGROUND_CHANCE))
