@@ -36,7 +36,8 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from types import TracebackType
+from typing import IO, Any, TypeVar
 
 from vlprobe.validation import InputError
 
@@ -537,6 +538,34 @@ def claim_folder(
         _list_entry(target, {"kind": kind, "folder": True})
         ensure_folder(target, param)
     return target
+
+
+_S = TypeVar("_S", bound="ClosesOnExit")
+
+
+class ClosesOnExit:
+    """The ``with`` protocol of an object that holds a file open: ``with obj:`` gives ``obj`` and
+    calls its :meth:`close` however the block ends (a writer that discards its work on an error
+    overrides :meth:`__exit__`)."""
+
+    def close(self) -> Any:
+        raise NotImplementedError
+
+    def __enter__(self: _S) -> _S:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+
+class OpenH5(ClosesOnExit):
+    """Holds an open h5py file as ``self.f``; :meth:`close` closes it (closing twice is harmless)."""
+
+    f: Any
+
+    def close(self) -> None:
+        if self.f.id.valid:
+            self.f.close()
 
 
 def stop_h5_writes(f: Any) -> None:

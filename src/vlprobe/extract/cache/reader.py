@@ -20,12 +20,13 @@ from vlprobe.extract.cache.schema import (
     open_h5,
 )
 from vlprobe.extract.models.base import StreamSpec
+from vlprobe.io import OpenH5
 from vlprobe.validation import InputError, check_file
 
 __all__ = ["ActivationCache"]
 
 
-class ActivationCache:
+class ActivationCache(OpenH5):
     """Read access to a cache file (see the module docstring for the schema).
 
     Parameters
@@ -47,16 +48,6 @@ class ActivationCache:
         except BaseException:
             self.f.close()
             raise
-
-    def close(self) -> None:
-        if self.f.id.valid:
-            self.f.close()
-
-    def __enter__(self) -> ActivationCache:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     @property
     def complete(self) -> bool:

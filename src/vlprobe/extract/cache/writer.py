@@ -43,6 +43,7 @@ from vlprobe.extract.cache.schema import (
     open_h5,
 )
 from vlprobe.io import (
+    OpenH5,
     check_writable,
     discard_h5,
     ensure_folder,
@@ -64,7 +65,7 @@ _SPACE_MARGIN = 1 << 20
 _SIZING: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("_SIZING", default=None)
 
 
-class CacheWriter:
+class CacheWriter(OpenH5):
     """Create or resume a cache file and write rows into it."""
 
     def __init__(self, f: h5py.File, path: Path, lock: contextlib.ExitStack | None = None) -> None:
@@ -330,18 +331,11 @@ class CacheWriter:
     def close(self) -> None:
         """Close the file, then release the write lock."""
         try:
-            if self.f.id.valid:
-                self.f.close()
+            super().close()
         finally:
             if self._lock is not None:
                 self._lock.close()
                 self._lock = None
-
-    def __enter__(self) -> CacheWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _resume(p: Path, header: CacheHeader) -> h5py.File:

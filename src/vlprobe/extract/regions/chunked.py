@@ -42,7 +42,7 @@ import numpy as np
 
 from vlprobe import __version__
 from vlprobe.extract.regions.store import SCHEMA, SCHEMA_VERSION
-from vlprobe.io import schema_attrs
+from vlprobe.io import OpenH5, schema_attrs
 from vlprobe.validation import InputError
 
 __all__ = ["EXTRAS", "ChunkedRegionWriter", "RegionRows", "RegionRunHeader"]
@@ -154,7 +154,7 @@ def _open_h5(path: Path, mode: str) -> h5py.File:
         raise InputError(f"out: {str(path)!r} exists and is not a readable HDF5 file; refusing to touch it") from None
 
 
-class ChunkedRegionWriter:
+class ChunkedRegionWriter(OpenH5):
     """Create or resume a region file of one run (see the module docstring) and write batches into it.
 
     Use :meth:`open`; close with :meth:`close` or a ``with`` block.
@@ -308,16 +308,6 @@ class ChunkedRegionWriter:
             raise RuntimeError(f"regions: {self.path.name}: {int((~done).sum())} rows are not written yet")
         self.f.attrs["complete"] = True
         self.f.flush()
-
-    def close(self) -> None:
-        if self.f.id.valid:
-            self.f.close()
-
-    def __enter__(self) -> ChunkedRegionWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _s(value: Any) -> str:

@@ -64,6 +64,7 @@ import numpy as np
 from vlprobe import __version__
 from vlprobe.extract.regions.boxes import BOX_TOLERANCE, check_normalised_boxes, normalise_image_id
 from vlprobe.io import (
+    ClosesOnExit,
     atomic_path,
     discard_h5,
     is_disk_full,
@@ -131,7 +132,7 @@ class RegionBatch:
         return int(self.features.shape[0])
 
 
-class RegionStore:
+class RegionStore(ClosesOnExit):
     """Read-only view of a vlprobe region file (see the module docstring for the schema).
 
     Parameters
@@ -341,12 +342,6 @@ class RegionStore:
             self._file.close()
             self._file = None
 
-    def __enter__(self) -> RegionStore:
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
-        self.close()
-
 
 def _read_rows(ds: h5py.Dataset, rows: np.ndarray) -> np.ndarray:
     """float32 rows (sorted, unique) of ``ds``, read as contiguous slices.
@@ -407,7 +402,7 @@ class RegionRecord:
         return int(self.features.shape[0])
 
 
-class RegionWriter:
+class RegionWriter(ClosesOnExit):
     """Write a region file one image at a time, atomically (the file appears on :meth:`close`).
 
     Memory stays at one growth block: datasets are resizable (N and R grow as images arrive).
@@ -631,9 +626,6 @@ class RegionWriter:
                 self._ctx.__exit__(RuntimeError, err, None)
             except RuntimeError:
                 pass
-
-    def __enter__(self) -> RegionWriter:
-        return self
 
     def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
         if et is None:
