@@ -31,7 +31,7 @@ from vlprobe.devices import device_name, resolve_device
 from vlprobe.experiments.cache_features import stratum_keys
 from vlprobe.experiments.declare import Experiment
 from vlprobe.experiments.metrics import bootstrap_indices
-from vlprobe.experiments.option_groups import MLPOptions
+from vlprobe.experiments.option_groups import MLPOptions, MLPProbeRunOptions
 from vlprobe.experiments.outputs import result_stem, write_tidy_csv
 from vlprobe.experiments.stats import PERMUTATION_TEST, target_control_rows
 from vlprobe.experiments.summary import summarize, write_summary_csv
@@ -363,7 +363,7 @@ class FeatureBlock:
 
 
 def train_and_write(
-    experiment: Experiment, config: Any, index: Any, plan: ItemPlan, example_items: np.ndarray,
+    experiment: Experiment, config: MLPProbeRunOptions, index: Any, plan: ItemPlan, example_items: np.ndarray,
     blocks: Sequence[FeatureBlock], extra: dict[str, Any],
 ) -> tuple[Path, Path, list[dict[str, Any]]]:
     """Train target and control probes on every block, then write the tidy CSV, its summary and

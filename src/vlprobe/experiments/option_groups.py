@@ -26,6 +26,7 @@ __all__ = [
     "BootstrapTestOptions",
     "CacheInput",
     "MLPOptions",
+    "MLPProbeRunOptions",
     "ProgressOption",
     "ResultsOptions",
     "SeedsOption",
@@ -176,3 +177,11 @@ class ResultsOptions(Options):
         None, role="output", aliases=("--model",),
         help="Results label: names the run and its files (default: the input's model name).",
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class MLPProbeRunOptions(CacheInput, StateOptions, SeedsOption, SplitOptions, MLPOptions, BootstrapTestOptions,
+                         ProgressOption, ResultsOptions):
+    """Every group of an experiment that trains MLP probes on a cache's states, target and control
+    per seed, on an item split, with bootstrap intervals and the permutation test (task adaptation,
+    the variant probe: what :func:`~vlprobe.experiments.mlp_runs.train_and_write` reads)."""

@@ -51,13 +51,8 @@ from vlprobe.experiments.charts import Chart
 from vlprobe.experiments.declare import Experiment, option
 from vlprobe.experiments.mlp_runs import SWEPT, FeatureBlock, plan_items, train_and_write
 from vlprobe.experiments.option_groups import (
-    BootstrapTestOptions,
     CacheInput,
-    MLPOptions,
-    ProgressOption,
-    ResultsOptions,
-    SeedsOption,
-    SplitOptions,
+    MLPProbeRunOptions,
     StateOptions,
 )
 from vlprobe.experiments.presets import PRESET_VALUES
@@ -78,8 +73,7 @@ MODES = ("text", "image", "both")
 
 
 @dataclass(frozen=True, kw_only=True)
-class TaskAdaptationConfig(CacheInput, StateOptions, SeedsOption, SplitOptions, MLPOptions, BootstrapTestOptions,
-                           ProgressOption, ResultsOptions):
+class TaskAdaptationConfig(MLPProbeRunOptions):
     """One run: a cache in, ``OUT/task-adaptation/`` out.
 
     Attributes

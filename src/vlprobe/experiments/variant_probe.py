@@ -42,12 +42,9 @@ from vlprobe.experiments.charts import Chart
 from vlprobe.experiments.declare import Experiment, option
 from vlprobe.experiments.mlp_runs import SWEPT, FeatureBlock, plan_items, train_and_write
 from vlprobe.experiments.option_groups import (
-    BootstrapTestOptions,
     CacheInput,
     MLPOptions,
-    ProgressOption,
-    ResultsOptions,
-    SeedsOption,
+    MLPProbeRunOptions,
     SplitOptions,
     StateOptions,
 )
@@ -62,8 +59,7 @@ PROBE = "mlp"
 
 
 @dataclass(frozen=True, kw_only=True)
-class VariantProbeConfig(CacheInput, StateOptions, SeedsOption, SplitOptions, MLPOptions, BootstrapTestOptions,
-                         ProgressOption, ResultsOptions):
+class VariantProbeConfig(MLPProbeRunOptions):
     """One run: a cache (with variants) in, ``OUT/variant-probe/`` out.
 
     Attributes
