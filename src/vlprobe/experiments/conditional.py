@@ -64,13 +64,14 @@ from vlprobe.experiments.outputs import result_stem
 from vlprobe.experiments.probe_tasks import (
     InformationProbeOptions,
     VariantDrawOptions,
-    task_examples,
+    config_examples,
+    probe_setup,
 )
 from vlprobe.experiments.reports import wrote_line
 from vlprobe.experiments.summary import summarize, write_summary_csv
 from vlprobe.experiments.units import units_of
 from vlprobe.experiments.variant_probe import variant_items
-from vlprobe.probes.information import conditional_information, make_probe_factory, probe_record
+from vlprobe.probes.information import conditional_information, probe_record
 from vlprobe.progress import progress_bar, say
 from vlprobe.validation import InputError, check_int
 
@@ -167,8 +168,7 @@ def run_conditional(config: ConditionalConfig) -> tuple[Path, Path, list[dict[st
     """
     from vlprobe.extract.cache.reader import ActivationCache
 
-    seeds = list(range(config.seeds))
-    make = make_probe_factory(config.probe, config)
+    seeds, make = probe_setup(config)
     inputs: dict[str, Any] = {}
     with ActivationCache(cache_path(config.cache)) as cache:
         index = load_index(cache)
@@ -178,8 +178,7 @@ def run_conditional(config: ConditionalConfig) -> tuple[Path, Path, list[dict[st
             raise InputError(f"cache: conditional probing needs at least 2 items whose two captions both have a "
                              f"variant; {Path(config.cache).name} has {len(items)}")
         plan = plan_items(EXPERIMENT, config, index, items)
-        ex = task_examples(cache, index, "variant", config.streams, config.pooling,
-                           config.layers, draws=config.draws, seed=config.draw_seed, items=plan.items)
+        ex = config_examples(cache, index, config, "variant", items=plan.items)
         assert ex.rows is not None and ex.read is not None  # the variant task always has them
         if config.baseline_cache is None:
             base_states, base_lookup, base_stream = _baseline_states(cache, config, ex.read.name)

@@ -53,7 +53,8 @@ from vlprobe.experiments.probe_tasks import (
     TASKS,
     InformationProbeOptions,
     VariantDrawOptions,
-    task_examples,
+    config_examples,
+    probe_setup,
 )
 from vlprobe.experiments.reports import summary_lines
 from vlprobe.experiments.summary import summarize, write_summary_csv
@@ -61,7 +62,6 @@ from vlprobe.experiments.units import units_of
 from vlprobe.probes.information import (
     VOITA_FRACTIONS,
     block_boundaries,
-    make_probe_factory,
     online_code_length,
     probe_record,
 )
@@ -117,14 +117,12 @@ def run_mdl(config: MDLConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
     """
     from vlprobe.extract.cache.reader import ActivationCache
 
-    seeds = list(range(config.seeds))
-    make = make_probe_factory(config.probe, config)
+    seeds, make = probe_setup(config)
     with ActivationCache(cache_path(config.cache)) as cache:
         index = load_index(cache)
         model = config.name or index.model
         run = EXPERIMENT.claim(config, model)
-        ex = task_examples(cache, index, config.labels, config.streams, config.pooling, config.layers,
-                           draws=config.draws, seed=config.draw_seed)
+        ex = config_examples(cache, index, config, config.labels)
     n_items = len(ex.items)
     bounds = block_boundaries(n_items)
     base = {"experiment": EXPERIMENT.name, "model": model, "stream": ex.stream, "pooling": config.pooling, "probe": config.probe,

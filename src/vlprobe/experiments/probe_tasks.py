@@ -20,7 +20,7 @@ import numpy as np
 from vlprobe.experiments.cache_features import CacheIndex, StreamStates, read_stream
 from vlprobe.experiments.declare import Options, option
 from vlprobe.experiments.option_groups import MLPOptions
-from vlprobe.probes.information import PROBE_FAMILIES
+from vlprobe.probes.information import PROBE_FAMILIES, ProbeFactory, make_probe_factory
 from vlprobe.validation import (
     InputError,
     check_choice,
@@ -29,7 +29,8 @@ from vlprobe.validation import (
     check_seed,
 )
 
-__all__ = ["TASKS", "InformationProbeOptions", "TaskExamples", "VariantDrawOptions", "task_examples"]
+__all__ = ["TASKS", "InformationProbeOptions", "TaskExamples", "VariantDrawOptions", "config_examples", "probe_setup",
+           "task_examples"]
 
 TASKS = ("variant", "text-score", "image-score")
 
@@ -165,3 +166,18 @@ def task_examples(
                         [f["layer"] for f in fields], [f["kind"] for f in fields], "+".join(chosen), skipped,
                         extra={"labels": "1 when option 1 is the mismatched pair",
                                "layer_positions": [{s: p[s] for s in chosen} for p in positions]})
+
+
+def config_examples(cache: Any, index: CacheIndex, config: Any, task: str, *,
+                    items: Sequence[int] | None = None) -> TaskExamples:
+    """:func:`task_examples` read as a config says: its ``streams``, ``pooling`` and ``layers``
+    (:class:`~vlprobe.experiments.option_groups.StateOptions`) and its ``draws`` and ``draw_seed``
+    (:class:`VariantDrawOptions`)."""
+    return task_examples(cache, index, task, config.streams, config.pooling, config.layers,
+                         draws=config.draws, seed=config.draw_seed, items=items)
+
+
+def probe_setup(config: Any) -> tuple[list[int], ProbeFactory]:
+    """A run's seeds (``0..seeds-1``) and the factory of the probe its
+    :class:`InformationProbeOptions` declare."""
+    return list(range(config.seeds)), make_probe_factory(config.probe, config)
