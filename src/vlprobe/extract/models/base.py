@@ -12,7 +12,8 @@ A stream's rows are texts (``modality="text"``), images (``"image"``) or image-t
 Two kinds of adapter score pairs:
 
 * a :class:`DualEncoder` (CLIP, SigLIP) encodes texts and images apart; a pair's score comes from
-  the two pooled embeddings (:meth:`DualEncoder.scores_from_pooled`), with no pair forward;
+  the two pooled embeddings (:meth:`DualEncoder.scores_from_pooled`), with no pair forward
+  (:class:`HFDualEncoder`: one built from a transformers model, tokenizer and image processor);
 * a :class:`CrossEncoder` (LXMERT, UNITER, BLIP-ITM) needs a forward per pair: texts and images
   are prepared once (:meth:`~CrossEncoder.prepare_texts`, :meth:`~CrossEncoder.prepare_images`)
   and batches of pairs are index arrays into those tables (:meth:`~CrossEncoder.encode_pairs`).
@@ -30,12 +31,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import torch
 
-from vlprobe.extract.models.hf import ResolvedCheckpoint
+from vlprobe.extract.models.hf import LoadedModel, ResolvedCheckpoint
 from vlprobe.extract.models.hooks import LayerSite
 from vlprobe.validation import InputError
 
@@ -48,6 +49,7 @@ __all__ = [
     "Adapter",
     "CrossEncoder",
     "DualEncoder",
+    "HFDualEncoder",
     "PairOutput",
     "StreamBatch",
     "StreamSpec",
@@ -222,6 +224,38 @@ class DualEncoder(Adapter):
         -------
         ndarray of float32, shape (I, T)
         """
+
+
+class HFDualEncoder(DualEncoder):
+    """A dual encoder over a transformers model with its tokenizer and image processor, as
+    :func:`~vlprobe.extract.models.hf.load_hf` loads them (CLIP, SigLIP); it declares its
+    ``text`` and ``image`` streams in :meth:`stream_specs`."""
+
+    def __init__(
+        self, model: Any, tokenizer: Any, processor: Any, checkpoint: ResolvedCheckpoint,
+        device: torch.device, dtype: torch.dtype,
+    ) -> None:
+        super().__init__(checkpoint, device, dtype)
+        self.model, self.tokenizer, self.processor = model, tokenizer, processor
+        self._streams = self.stream_specs(model.config)
+        self.max_length = text_max_length(tokenizer, model.config.text_config.max_position_embeddings)
+
+    @classmethod
+    def from_loaded(cls: type[_HF], hf: LoadedModel) -> _HF:
+        """The adapter of what :func:`~vlprobe.extract.models.hf.load_hf` loaded."""
+        return cls(hf.model, hf.tokenizer, hf.processor, hf.checkpoint, hf.device, hf.dtype)
+
+    @staticmethod
+    @abstractmethod
+    def stream_specs(config: Any) -> dict[str, StreamSpec]:
+        """The streams of a model of this transformers config (``text_config``, ``vision_config``)."""
+
+    @property
+    def streams(self) -> dict[str, StreamSpec]:
+        return self._streams
+
+
+_HF = TypeVar("_HF", bound=HFDualEncoder)
 
 
 @dataclass

@@ -22,14 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from vlprobe.extract.models.base import (
-    DualEncoder,
-    StreamBatch,
-    StreamSpec,
-    cosine_matrix,
-    text_max_length,
-)
-from vlprobe.extract.models.hf import ResolvedCheckpoint, load_hf
+from vlprobe.extract.models.base import HFDualEncoder, StreamBatch, StreamSpec, cosine_matrix
+from vlprobe.extract.models.hf import load_hf
 from vlprobe.extract.models.hooks import LayerSite
 from vlprobe.validation import InputError
 
@@ -38,37 +32,31 @@ __all__ = ["CLIPAdapter"]
 _ALLOW = ["*.json", "*.txt", "*.safetensors", "*.model"]
 
 
-class CLIPAdapter(DualEncoder):
+class CLIPAdapter(HFDualEncoder):
     """CLIP dual encoder (any HF CLIP checkpoint or local directory); streams text, image."""
 
     name = "clip"
     image_input = "pixels"
     score_kind = "cosine"
 
-    def __init__(
-        self, model: Any, tokenizer: Any, processor: Any, checkpoint: ResolvedCheckpoint,
-        device: torch.device, dtype: torch.dtype,
-    ) -> None:
-        super().__init__(checkpoint, device, dtype)
-        self.model, self.tokenizer, self.processor = model, tokenizer, processor
-        tc, vc, proj = model.config.text_config, model.config.vision_config, model.config.projection_dim
-        self._streams = {
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.eos_token_id = int(self.model.config.text_config.eos_token_id)
+
+    @staticmethod
+    def stream_specs(config: Any) -> dict[str, StreamSpec]:
+        tc, vc, proj = config.text_config, config.vision_config, config.projection_dim
+        return {
             "text": StreamSpec.blocks("text", "text", tc.num_hidden_layers, tc.hidden_size, "eos", proj),
             "image": StreamSpec.blocks("image", "image", vc.num_hidden_layers, vc.hidden_size, "patch0", proj),
         }
-        self.max_length = text_max_length(tokenizer, tc.max_position_embeddings)
-        self.eos_token_id = int(tc.eos_token_id)
 
     @classmethod
     def load(cls, checkpoint: str, *, device: str = "auto", dtype: str = "float32") -> CLIPAdapter:
         from transformers import CLIPModel
 
         hf = load_hf(checkpoint, "clip", CLIPModel, device=device, dtype=dtype, allow_patterns=_ALLOW, image_processor=True)
-        return cls(hf.model, hf.tokenizer, hf.processor, hf.checkpoint, hf.device, hf.dtype)
-
-    @property
-    def streams(self) -> dict[str, StreamSpec]:
-        return self._streams
+        return cls.from_loaded(hf)
 
     @torch.inference_mode()
     def encode(self, stream: str, inputs: Sequence[Any], layers: Sequence[int]) -> StreamBatch:

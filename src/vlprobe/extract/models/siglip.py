@@ -25,14 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from vlprobe.extract.models.base import (
-    DualEncoder,
-    StreamBatch,
-    StreamSpec,
-    cosine_matrix,
-    text_max_length,
-)
-from vlprobe.extract.models.hf import ResolvedCheckpoint, load_hf
+from vlprobe.extract.models.base import HFDualEncoder, StreamBatch, StreamSpec, cosine_matrix
+from vlprobe.extract.models.hf import load_hf
 from vlprobe.validation import InputError
 
 __all__ = ["SiglipAdapter"]
@@ -40,25 +34,20 @@ __all__ = ["SiglipAdapter"]
 _ALLOW = ["*.json", "*.txt", "*.safetensors", "*.model"]
 
 
-class SiglipAdapter(DualEncoder):
+class SiglipAdapter(HFDualEncoder):
     """SigLIP dual encoder (any HF SigLIP checkpoint or local directory); streams text, image."""
 
     name = "siglip"
     image_input = "pixels"
     score_kind = "match_probability"
 
-    def __init__(
-        self, model: Any, tokenizer: Any, processor: Any, checkpoint: ResolvedCheckpoint,
-        device: torch.device, dtype: torch.dtype,
-    ) -> None:
-        super().__init__(checkpoint, device, dtype)
-        self.model, self.tokenizer, self.processor = model, tokenizer, processor
-        tc, vc = model.config.text_config, model.config.vision_config
-        self._streams = {  # the text head reads the last position; the image has no class token
+    @staticmethod
+    def stream_specs(config: Any) -> dict[str, StreamSpec]:
+        tc, vc = config.text_config, config.vision_config
+        return {  # the text head reads the last position; the image has no class token
             "text": StreamSpec.blocks("text", "text", tc.num_hidden_layers, tc.hidden_size, "last", tc.projection_size),
             "image": StreamSpec.blocks("image", "image", vc.num_hidden_layers, vc.hidden_size, "none", vc.hidden_size),
         }
-        self.max_length = text_max_length(tokenizer, tc.max_position_embeddings)
 
     @classmethod
     def load(cls, checkpoint: str, *, device: str = "auto", dtype: str = "float32") -> SiglipAdapter:
@@ -70,11 +59,7 @@ class SiglipAdapter(DualEncoder):
 
         hf = load_hf(checkpoint, "siglip", SiglipModel, device=device, dtype=dtype, allow_patterns=_ALLOW,
                      image_processor=True, check=check)
-        return cls(hf.model, hf.tokenizer, hf.processor, hf.checkpoint, hf.device, hf.dtype)
-
-    @property
-    def streams(self) -> dict[str, StreamSpec]:
-        return self._streams
+        return cls.from_loaded(hf)
 
     @torch.inference_mode()
     def encode(self, stream: str, inputs: Sequence[Any], layers: Sequence[int]) -> StreamBatch:
