@@ -289,6 +289,33 @@ def test_intervals_selectivity_and_the_permutation_test(dual: Path, tmp_path: Pa
     rec = next(r for r in summary if r["layer"] == str(SIGNAL) and r["metric"] == "separable" and r["subset"] == "all"
                and r["stream"] == "text")
     assert float(rec["selectivity_ci95_low"]) == pytest.approx(low) and float(rec["p_value"]) < 0.05
+def test_every_fit_metric_has_intervals_selectivity_and_a_test(dual: Path, tmp_path: Path) -> None:
+    rows = run_separability(SeparabilityConfig(cache=dual, out=tmp_path, seeds=2, layers=str(SIGNAL), bootstrap=200,
+                                               permutations=500))[2]
+    got = {(r["task"], r["metric"]): r["value"] for r in rows if r["subset"] == "all" and r["stream"] == "text"}
+    points = {(r["task"], r["metric"]): [] for r in rows}
+    for r in rows:
+        if r["subset"] == "all" and r["stream"] == "text" and "." not in r["metric"]:
+            points[(r["task"], r["metric"])].append(r["value"])
+    for metric in ("separable", "separable_margin", "train_accuracy", "no_hyperplane", "converged"):
+        for task in ("target", "control", "selectivity"):
+            low, high = got[(task, f"{metric}.ci95_low")], got[(task, f"{metric}.ci95_high")]
+            if metric == "separable_margin":  # NaN where no case is separable (the control here)
+                assert low <= high or (np.isnan(low) and np.isnan(high)), task
+                continue
+            assert (-100 if task == "selectivity" else 0) <= low <= high <= 100, (metric, task)
+        p_value = got[("selectivity", f"{metric}.p_value")]
+        assert 0 <= p_value <= 1 or (metric == "separable_margin" and np.isnan(p_value))
+    # The selectivity point value is the target minus the seed-mean control, as for separable.
+    control = np.mean(points[("control", "train_accuracy")])
+    assert got[("selectivity", "train_accuracy")] == pytest.approx(got[("target", "train_accuracy")] - control)
+    # At the planted layer every target fit separates its points: a constant 100 over cases, whose
+    # resampled means are all 100 (and no case lacks a hyperplane: all 0).
+    assert got[("target", "train_accuracy")] == 100.0
+    assert got[("target", "train_accuracy.ci95_low")] == pytest.approx(100.0) == got[("target", "train_accuracy.ci95_high")]
+    assert got[("target", "no_hyperplane.ci95_low")] == pytest.approx(0.0) == got[("target", "no_hyperplane.ci95_high")]
+
+
 def test_held_out_accuracy_generalises_at_the_planted_layer_only(dual: Path, tmp_path: Path) -> None:
     csv_path, manifest_path, rows = run_separability(SeparabilityConfig(
         cache=dual, out=tmp_path, seeds=2, held_out=True, layers="1,2", bootstrap=200))

@@ -22,7 +22,7 @@ Outputs in ``OUT/separability/``:
   their number, NaN when there is none), ``train_accuracy`` (%, mean) and ``converged`` (% of
   fits that converged within ``max_iter``); ``split`` is ``train`` (separability is a property of
   the training points);
-  with, per layer and subset, for ``separable`` and ``separable_margin``: 95% bootstrap intervals
+  with, per layer and subset, for each of these five metrics: 95% bootstrap intervals
   over cases (``<metric>.ci95_low`` / ``.ci95_high``; task target, and control = the mean over
   control seeds per case), the selectivity (``task`` selectivity: target minus control) with its
   paired interval (the same resampled cases), and ``<metric>.p_value`` of the paired sign-flip
@@ -359,7 +359,7 @@ def _subsets(cases: list[Case], modality: str, item_tags: list[dict[str, list[st
 
 
 #: Metrics given bootstrap intervals, selectivity and the permutation test.
-UNCERTAIN = ("separable", "separable_margin")
+UNCERTAIN = ("separable", "separable_margin", "train_accuracy", "no_hyperplane", "converged")
 
 
 def _uncertainty_rows(
