@@ -18,11 +18,13 @@ ensembles lighter in memory.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec
 
 import numpy as np
 import torch
@@ -180,7 +182,7 @@ def default_memory_budget(device: str | torch.device = "cpu") -> int:
     return CPU_MEMORY_BUDGET
 
 
-def fit_mlp_ensemble(
+def iter_mlp_ensemble(
     X: Any,
     y: Any,
     seeds: Sequence[int],
@@ -195,8 +197,12 @@ def fit_mlp_ensemble(
     memory_budget: int | None = None,
     max_models: int | None = None,
     progress: Callable[[int], None] | None = None,
-) -> MLPEnsemble:
-    """Train M binary MLP probes at once as one batched model, in memory-bounded chunks.
+) -> Iterator[tuple[slice, MLPEnsemble]]:
+    """Train M binary MLP probes at once as one batched model, in memory-bounded chunks; yields
+    (models covered, their ensemble) chunk by chunk (:func:`fit_mlp_ensemble` joins them).
+
+    A caller that scores each chunk and drops it holds one chunk's weights at a time. Every input
+    is checked before the first chunk trains.
 
     Parameters
     ----------
@@ -218,45 +224,11 @@ def fit_mlp_ensemble(
     progress : callable, optional
         Called with the number of model-epochs just finished (M * epochs in all).
 
-    Returns
-    -------
-    MLPEnsemble
-        The results do not depend on the chunking beyond floating-point rounding. The weights of
-        all M models are held at the end; :func:`iter_mlp_ensemble` hands them over chunk by chunk.
-    """
-    chunks = [ens for _, ens in iter_mlp_ensemble(
-        X, y, seeds, groups=groups, depth=depth, width=width, lr=lr, epochs=epochs, batch_size=batch_size,
-        device=device, memory_budget=memory_budget, max_models=max_models, progress=progress,
-    )]
-    return MLPEnsemble(
-        coefs=[np.concatenate([c.coefs[i] for c in chunks]) for i in range(len(chunks[0].coefs))],
-        intercepts=[np.concatenate([c.intercepts[i] for c in chunks]) for i in range(len(chunks[0].coefs))],
-        groups=np.concatenate([c.groups for c in chunks]),
-        seeds=np.concatenate([c.seeds for c in chunks]),
-        loss_curves=np.concatenate([c.loss_curves for c in chunks]),
-    )
-
-
-def iter_mlp_ensemble(
-    X: Any,
-    y: Any,
-    seeds: Sequence[int],
-    *,
-    groups: Sequence[int] | None = None,
-    depth: int = 4,
-    width: int = 1024,
-    lr: float = 1e-4,
-    epochs: int = 200,
-    batch_size: int = 200,
-    device: str = "auto",
-    memory_budget: int | None = None,
-    max_models: int | None = None,
-    progress: Callable[[int], None] | None = None,
-) -> Iterator[tuple[slice, MLPEnsemble]]:
-    """:func:`fit_mlp_ensemble` one chunk at a time: yields (models covered, their ensemble).
-
-    A caller that scores each chunk and drops it holds one chunk's weights at a time. Every input
-    is checked before the first chunk trains.
+    Yields
+    ------
+    slice, MLPEnsemble
+        The models of a chunk and their weights. The results do not depend on the chunking
+        beyond floating-point rounding.
     """
     X = _as_groups(X, "X")
     y = np.asarray(y)
@@ -282,6 +254,43 @@ def iter_mlp_ensemble(
         per_chunk = min(per_chunk, check_positive_int(max_models, "max_models"))
     return _iter_chunks(X, y, seeds_arr, groups_arr.astype(np.int64), dims, lr, epochs, batch_size, dev,
                         per_chunk, progress)
+
+
+P = ParamSpec("P")
+
+
+def _joined(chunked: Callable[P, Iterator[tuple[slice, MLPEnsemble]]]) -> Callable[P, MLPEnsemble]:
+    """A function of ``chunked``'s parameters (declared once, there) that returns its chunks as
+    one :class:`MLPEnsemble`."""
+
+    @functools.wraps(chunked)
+    def joined(*args: P.args, **kwargs: P.kwargs) -> MLPEnsemble:
+        chunks = [ens for _, ens in chunked(*args, **kwargs)]
+        return MLPEnsemble(
+            coefs=[np.concatenate([c.coefs[i] for c in chunks]) for i in range(len(chunks[0].coefs))],
+            intercepts=[np.concatenate([c.intercepts[i] for c in chunks]) for i in range(len(chunks[0].coefs))],
+            groups=np.concatenate([c.groups for c in chunks]),
+            seeds=np.concatenate([c.seeds for c in chunks]),
+            loss_curves=np.concatenate([c.loss_curves for c in chunks]),
+        )
+
+    joined.__signature__ = inspect.signature(chunked).replace(return_annotation="MLPEnsemble")  # type: ignore[attr-defined]
+    return joined
+
+
+fit_mlp_ensemble = _joined(iter_mlp_ensemble)
+fit_mlp_ensemble.__name__ = fit_mlp_ensemble.__qualname__ = "fit_mlp_ensemble"
+fit_mlp_ensemble.__doc__ = """Train M binary MLP probes at once as one batched model, in memory-bounded chunks.
+
+The parameters are :func:`iter_mlp_ensemble`'s (X (G, N, D), y (M, N), seeds, groups, depth, width,
+lr, epochs, batch_size, device, memory_budget, max_models, progress).
+
+Returns
+-------
+MLPEnsemble
+    The weights of all M models (:func:`iter_mlp_ensemble` hands them over chunk by chunk); the
+    results do not depend on the chunking beyond floating-point rounding.
+"""
 
 
 def models_per_chunk(dims: Sequence[int], batch_rows: int, device: str | torch.device = "cpu",
