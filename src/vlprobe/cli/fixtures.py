@@ -3,8 +3,10 @@ models trained on synthetic scenes (the known-answer testbed), for tests and dem
 
 from __future__ import annotations
 
+import importlib
+import inspect
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -145,49 +147,49 @@ def _report_training(name: str, result: object) -> None:
     )
 
 
-@train_app.command("clip")
-@guarded
-def fixtures_train_clip(
-    data_dir: TrainData,
-    out: ModelOut,
-    text_order: TextOrder = "keep",
-    steps: Steps = 400,
-    seed: Seed = 0,
-    device: Device = "auto",
-    untrained: Untrained = False,
-    progress: Progress = True,
-) -> None:
-    """Train a small CLIP (contrastive loss, swapped captions as hard negatives) on synthetic scenes."""
-    from vlprobe.fixtures.train_clip import ClipTrainConfig, train_clip
-
-    result = train_clip(ClipTrainConfig(
-        data_dir=data_dir, out=out, text_order=text_order, steps=steps, seed=seed, device=device,
-        untrained=untrained, progress=progress,
-    ))
-    _report_training("CLIP", result)
+#: The options of every ``probe fixtures train MODEL`` command, in ``--help`` order, with the defaults
+#: of :class:`vlprobe.fixtures.training.TrainConfig` (the vocabulary test compares them): declared
+#: once, here; a trainer's own options go after ``data_dir`` (LXMERT's ``regions``).
+_TRAIN_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
+    ("data_dir", TrainData, inspect.Parameter.empty),
+    ("out", ModelOut, inspect.Parameter.empty),
+    ("text_order", TextOrder, "keep"),
+    ("steps", Steps, 400),
+    ("seed", Seed, 0),
+    ("device", Device, "auto"),
+    ("untrained", Untrained, False),
+    ("progress", Progress, True),
+)
 
 
-@train_app.command("lxmert")
-@guarded
-def fixtures_train_lxmert(
-    data_dir: TrainData,
-    regions: Annotated[Path, typer.Option(help="Region features of the training images (--oracle ones).")],
-    out: ModelOut,
-    text_order: TextOrder = "keep",
-    steps: Steps = 400,
-    seed: Seed = 0,
-    device: Device = "auto",
-    untrained: Untrained = False,
-    progress: Progress = True,
-) -> None:
-    """Train a small LXMERT (matching with swapped captions as hard negatives, masked words, unimodal contrastive) on synthetic scenes."""
-    from vlprobe.fixtures.train_lxmert import LxmertTrainConfig, train_lxmert
+def _train_command(model: str, label: str, config: str, help: str, extra: tuple[tuple[str, Any, Any], ...] = ()) -> None:
+    """Add ``probe fixtures train MODEL``: the trainer options (``extra`` after ``data_dir``) make a
+    ``config`` of ``vlprobe.fixtures.train_<model>``, its ``train_<model>`` runs, and the result is
+    printed as ``label``'s."""
+    options = (_TRAIN_OPTIONS[0], *extra, *_TRAIN_OPTIONS[1:])
 
-    result = train_lxmert(LxmertTrainConfig(
-        data_dir=data_dir, regions=regions, out=out, text_order=text_order, steps=steps, seed=seed, device=device,
-        untrained=untrained, progress=progress,
-    ))
-    _report_training("LXMERT", result)
+    def command(**values: Any) -> None:
+        module = importlib.import_module(f"vlprobe.fixtures.train_{model}")
+        _report_training(label, getattr(module, f"train_{model}")(getattr(module, config)(**values)))
+
+    command.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
+        for name, annotation, default in options
+    ])
+    command.__annotations__ = {}
+    command.__name__ = f"fixtures_train_{model}"
+    command.__doc__ = help
+    train_app.command(model)(guarded(command))
+
+
+_train_command("clip", "CLIP", "ClipTrainConfig", "Train a small CLIP (contrastive loss, swapped captions as hard negatives) on synthetic scenes.")
+_train_command(
+    "lxmert", "LXMERT", "LxmertTrainConfig",
+    "Train a small LXMERT (matching with swapped captions as hard negatives, masked words, unimodal contrastive) "
+    "on synthetic scenes.",
+    extra=(("regions", Annotated[Path, typer.Option(help="Region features of the training images (--oracle ones).")],
+            inspect.Parameter.empty),),
+)
 
 
 @fixtures_app.command("testbed")
