@@ -1,4 +1,5 @@
-"""Results of every experiment, for the tests of what reads results back (units, plots, report, collect)."""
+"""Results of every experiment, for the tests of what reads results back (units, plots, report, collect);
+the testbed's CLIP models for the known-answer tests."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.experiments.helpers import CLIPTestbed, build_testbed_clip
 from vlprobe.experiments.benchmark_eval import EvalConfig, run_eval
 from vlprobe.experiments.conditional import ConditionalConfig, run_conditional
 from vlprobe.experiments.erasure import ErasureConfig, run_erasure
@@ -58,3 +60,9 @@ def every_experiment(tmp_path_factory: pytest.TempPathFactory, reference_cache: 
     return out
 
 
+
+@pytest.fixture(scope="session")
+def testbed_clip(tmp_path_factory: pytest.TempPathFactory) -> CLIPTestbed:
+    """The known-answer testbed's CLIP models, caches and Winoground scores, once per session
+    (:func:`~tests.experiments.helpers.build_testbed_clip`; minutes: only the testbed tests use it)."""
+    return build_testbed_clip(tmp_path_factory.mktemp("testbed-clip"), tmp_path_factory.mktemp("testbed-models"))

@@ -1,10 +1,13 @@
-"""Reading back the results of an experiment run in tests."""
+"""Reading back the results of an experiment run in tests; the testbed's CLIP part."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+from vlprobe.cli.testbed import KnownAnswerConfig
+from vlprobe.experiments.known_answers import CLIP_MODELS
 
 
 def only_run(manifest_path: Path, model: str | None = None) -> dict[str, Any]:
@@ -17,3 +20,48 @@ def only_run(manifest_path: Path, model: str | None = None) -> dict[str, Any]:
     found = [r for r in runs.values() if model is None or r.get("model", r.get("run")) == model]
     assert len(found) == 1, sorted(runs)
     return found[0]
+
+
+class CLIPTestbed(NamedTuple):
+    """The testbed's CLIP part (:func:`build_testbed_clip`): models, evaluation set, caches, results."""
+
+    config: KnownAnswerConfig
+    models: Path
+    data: Path
+    caches: dict[str, Path]
+    results: Path
+
+
+def _clip_part(stage: str, lane: str, command: list[str]) -> bool:
+    """Whether a testbed command belongs to its CLIP part: the data (both splits, with their oracle
+    regions, so that a later testbed run on the same models folder reuses them), the three CLIP
+    models, and per CLIP model its extraction and Winoground scores."""
+    if stage == "train":
+        return command[:3] == ["fixtures", "train", "clip"]
+    if stage == "extract and probe":
+        return lane in CLIP_MODELS and (command[0] == "extract" or command[:2] == ["run", "winoground-scores"])
+    return True
+
+
+def build_testbed_clip(out: Path, models: Path) -> CLIPTestbed:
+    """The known-answer testbed's CLIP models (trained, shuffled-words control, random weights)
+    trained by the testbed's own commands (``probe fixtures testbed``'s plan, default settings,
+    seed 0; the LXMERT part left out) in two worker processes, with their caches of the evaluation
+    set and its Winoground scores under ``out``. ``models`` can be handed to a testbed run as its
+    ``models_dir``: it then reuses the training split and these models."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from vlprobe.cli.testbed import _run_lane, _spawn_context, _worker_init, plan_commands
+
+    config = KnownAnswerConfig(out=out, models_dir=models, jobs=2)
+    (out / "caches").mkdir()
+    (out / "logs").mkdir()
+    with ProcessPoolExecutor(max_workers=config.jobs, mp_context=_spawn_context(), initializer=_worker_init) as pool:
+        for stage, lanes in plan_commands(config):
+            kept = [(lane, [c for c in cmds if _clip_part(stage, lane, c)]) for lane, cmds in lanes]
+            futures = [pool.submit(_run_lane, lane, cmds, str(out / "logs" / f"{stage.replace(' ', '-')}.{i}.log"))
+                       for i, (lane, cmds) in enumerate(kept) if cmds]
+            for future in futures:
+                future.result()
+    return CLIPTestbed(config, config.models, out / "data", {m: out / "caches" / f"{m}.h5" for m in CLIP_MODELS},
+                       out / "results")
