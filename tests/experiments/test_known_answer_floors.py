@@ -17,15 +17,18 @@ from typing import Any
 
 import pytest
 
+from tests.experiments.helpers import CLIPTestbed
 from vlprobe.cli.testbed import KnownAnswerConfig, run_testbed
 
 pytestmark = [pytest.mark.slow, pytest.mark.testbed]
 
 
 @pytest.fixture(scope="module")
-def testbed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def testbed(tmp_path_factory: pytest.TempPathFactory, testbed_clip: CLIPTestbed) -> dict[str, Any]:
+    # The session's CLIP models (and training split) are reused, as a second `probe fixtures
+    # testbed` run on the same models folder reuses them: the CLIP trainings run once per session.
     out = tmp_path_factory.mktemp("testbed")
-    result = run_testbed(KnownAnswerConfig(out=out, jobs=2), echo=lambda text: None)
+    result = run_testbed(KnownAnswerConfig(out=out, models_dir=testbed_clip.models, jobs=2), echo=lambda text: None)
     table = result["report"]["table"]
     print("\nknown-answer table (seeds: " + table[0]["seeds"] + ")")
     for r in table:
