@@ -55,18 +55,26 @@ def test_lxmert_lang_and_vision(tiny_lxmert: Path, synthetic_dir: Path, equal_re
     assert csv_path.name.startswith("lxmert@")
 
 
-def test_uniter_text_view(tiny_uniter: Path, synthetic_dir: Path, synthetic_regions: Path, tmp_path: Path) -> None:
+def test_uniter_text_and_image_views(tiny_uniter: Path, synthetic_dir: Path, equal_regions: Path,
+                                     tmp_path: Path) -> None:
     _, _, rows = run_patch(PatchConfig(
         out=tmp_path, model="uniter", checkpoint=str(tiny_uniter / "uniter.pt"), data_dir=synthetic_dir,
-        regions=synthetic_regions, limit=N_ITEMS, layers="0,-1", bootstrap=50, progress=False))
+        regions=equal_regions, limit=N_ITEMS, layers="0,1,-1", bootstrap=50, progress=False))
     rec = _recovered(rows)
-    assert {r["stream"] for r in rows} == {"text"}  # the image view cannot be edited
+    assert {r["stream"] for r in rows} == {"text", "image"}  # Winoground: both views by default
     assert rec[("text", 0, "positions=swapped")] == pytest.approx(1.0, abs=1e-4)
     assert rec[("text", 0, "positions=rest")] == pytest.approx(0.0, abs=1e-4)
     last = max(r["layer"] for r in rows)
     # the pooler reads position 0 of the last block: the donor's state there is the donor's score
     assert rec[("text", last, "positions=cls")] == pytest.approx(1.0, abs=1e-4)
     assert rec[("text", last, "positions=all")] == pytest.approx(1.0, abs=1e-4)
+    # the image view sits after the text, padded to each batch's longest caption: patching all its
+    # regions at layer 0 is the other image's input, so its score (tolerance: float32 rows of
+    # different batches); at the last layer the regions feed nothing the pooler reads
+    assert rec[("image", 0, "positions=all")] == pytest.approx(1.0, abs=1e-4)
+    assert rec[("image", last, "positions=all")] == pytest.approx(0.0, abs=1e-6)
+    assert 0.0 < abs(rec[("image", 1, "positions=all")]) and {r["probe"] for r in rows if r["stream"] == "image"} \
+        == {"positions=all"}
     assert np.isfinite([r["value"] for r in rows if r["metric"] == "full_change" and r["subset"] == "all"]).all()
 
 
@@ -84,8 +92,8 @@ def test_blip_itm_pair_stream(tiny_blip_itm: Path, synthetic_dir: Path, tmp_path
 
 def test_cross_encoders_refuse_what_they_cannot_run(tiny_uniter: Path, tiny_lxmert: Path, synthetic_dir: Path,
                                                     synthetic_regions: Path, tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="only its text view can be edited"):
+    with pytest.raises(InputError, match="streams: uniter has streams text, image, got 'pair'"):
         run_patch(PatchConfig(out=tmp_path, model="uniter", checkpoint=str(tiny_uniter / "uniter.pt"),
-                              data_dir=synthetic_dir, regions=synthetic_regions, streams=("image",), limit=1))
+                              data_dir=synthetic_dir, regions=synthetic_regions, streams=("pair",), limit=1))
     with pytest.raises(InputError, match="regions: lxmert reads precomputed region features"):
         run_patch(PatchConfig(out=tmp_path, model="lxmert", checkpoint=str(tiny_lxmert), data_dir=synthetic_dir))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -108,3 +109,39 @@ def test_image_tower_patching(clip: CLIPAdapter, synthetic_dir: Path) -> None:
     every = torch.arange(t).expand(2, t).clone()
     torch.testing.assert_close(patched_run(run, sites, range(len(sites)), every)[:2], base[2:], rtol=1e-5, atol=1e-6)
     assert hook_count(clip.model) == before
+
+
+def test_uniter_image_view_after_padded_text(tiny_uniter: Path, synthetic_dir: Path, synthetic_regions: Path) -> None:
+    """The regions follow the text padded to the batch's longest caption: patching the image view
+    must find them at that offset for every row, also rows whose own caption is shorter."""
+    from vlprobe.extract.models.uniter.adapter import UniterAdapter
+    from vlprobe.extract.regions.store import RegionStore
+    from vlprobe.extract.scoring import ImageSource
+    from vlprobe.fixtures.regions import random_regions
+
+    adapter = UniterAdapter.load(str(tiny_uniter / "uniter.pt"))
+    ds = load_dataset("winoground", synthetic_dir)
+    refs = [ds.items[0].images[0], ds.items[0].images[1]]
+    regions = random_regions(synthetic_regions.parent / "five.h5", [r.name for r in refs], n_boxes=5, seed=3)
+    with RegionStore(regions) as store:
+        images = adapter.prepare_images(ImageSource("regions", refs, store).read([0, 1]))
+    texts = adapter.prepare_texts(["a cat", "a red circle left of a blue square above a green triangle"])
+    assert texts.lengths[0] < texts.lengths[1]  # row 0's regions start after padding
+    # recipients: (short caption, image 0), (long caption, image 1); donors: the same captions, other image
+    t_idx, i_idx = np.array([0, 1, 0, 1]), np.array([0, 1, 1, 0])
+    run = lambda: adapter.plain_pair_scores(texts, images, t_idx, i_idx)  # noqa: E731
+    base = run()
+    sites = adapter.layer_sites("image")
+    every = torch.arange(5).expand(2, 5).clone()
+    before = hook_count(adapter.model)
+    # the text is the same, the regions the donor's: the donor's score (float32 tolerance: the
+    # copied states run again in another row)
+    for layers in ([0], range(len(sites))):
+        torch.testing.assert_close(patched_run(run, sites, layers, every)[:2], base[2:], rtol=1e-5, atol=1e-6)
+    # at block 1 the text positions have already read the recipient's regions: part of the way
+    mid = patched_run(run, sites, [1], every)[:2]
+    assert not torch.allclose(mid, base[:2]) and not torch.allclose(mid, base[2:])
+    torch.testing.assert_close(patched_run(run, sites, [len(sites) - 1], every), base, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(patched_run(run, sites, [0], torch.full_like(every, -1)), base, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(base[:2], base[2:])  # the two images score differently
+    assert hook_count(adapter.model) == before

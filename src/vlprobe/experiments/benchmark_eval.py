@@ -38,7 +38,7 @@ import numpy as np
 from vlprobe.data.bow import bow_tag
 from vlprobe.data.loading import load_dataset, read_item_ids, select_items
 from vlprobe.experiments.charts import Chart
-from vlprobe.experiments.declare import Experiment, check_key_values, key_values, option
+from vlprobe.experiments.declare import Experiment, option
 from vlprobe.experiments.metrics import (
     SUGARCREPE_GROUPS,
     bootstrap_indices,
@@ -47,6 +47,7 @@ from vlprobe.experiments.metrics import (
 )
 from vlprobe.experiments.option_groups import (
     BootstrapOptions,
+    ModelLoadOptions,
     ProgressOption,
     ResultsOptions,
     check_device,
@@ -77,7 +78,7 @@ ACC_R_DEFINITIONS = {
 
 
 @dataclass(frozen=True, kw_only=True)
-class EvalConfig(BootstrapOptions, ProgressOption, ResultsOptions):
+class EvalConfig(ModelLoadOptions, BootstrapOptions, ProgressOption, ResultsOptions):
     """One evaluation run (``probe eval sugarcrepe|valse`` builds this, then calls :func:`run_eval`).
 
     Give ``model`` (score the pairs now) or ``scores`` (a saved per-item score file).
@@ -124,19 +125,9 @@ class EvalConfig(BootstrapOptions, ProgressOption, ResultsOptions):
         "auto", check=check_device, role="runtime", help="cpu, cuda, cuda:N, mps or auto (the manifest records the one used).",
     )
     dtype: str = option("float32", choices=("float32", "float16"), help="Weights' dtype.")
-    #: Cross-encoders (LXMERT, UNITER): region features, the model's config file and tokenizer.
+    #: Cross-encoders that read regions (LXMERT, UNITER); the config file and tokenizer: ModelLoadOptions.
     regions: Path | None = option(
         None, role="input", help="lxmert/uniter: region features (vlprobe HDF5) keyed by the benchmark's image names.",
-    )
-    model_config: Path | None = option(
-        None, role="input", aliases=("--uniter-config",), help="UNITER: the model config JSON (uniter-base.json).",
-    )
-    tokenizer: str | None = option(
-        None, role="input", help="UNITER: tokenizer dir or hub id (default: tokenizer/ beside the checkpoint).",
-    )
-    model_options: tuple[str, ...] = option(
-        (), repeat=True, role="input", metavar="NAME=VALUE", check=check_key_values,
-        help="A load option the model declares, NAME=VALUE, repeatable (e.g. blip-itm: score_head=itc).",
     )
 
 
@@ -199,8 +190,7 @@ def _model_inputs(config: EvalConfig) -> dict[str, Any]:
     return {
         "regions": config.regions,
         "image_options": {"image_dir": config.image_dir, "image_root": config.image_root},
-        "load_options": {"acceptable_label": config.acceptable_label, "model_config": config.model_config,
-                         "tokenizer": config.tokenizer, **key_values(config.model_options, "model_options")},
+        "load_options": {"acceptable_label": config.acceptable_label, **config.load_options()},
     }
 
 
@@ -253,10 +243,7 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
         inputs["checkpoint"] = {"spec": config.checkpoint, "fingerprint": scorer.fingerprint}
         if scorer.regions is not None:
             inputs["regions"] = {"path": str(scorer.regions), "fingerprint": scorer.regions_fingerprint}
-        specs = {"config": config.model_config, "tokenizer": config.tokenizer}
-        for key, fp in scorer.input_fingerprints.items():
-            if fp:
-                inputs[f"model_{key}"] = {"spec": None if specs.get(key) is None else str(specs[key]), "fingerprint": fp}
+        inputs.update(config.side_inputs(scorer.input_fingerprints))
         info = scorer.info
         device = scorer.device  # a model-free scorer: the CPU
     elif scores is not None:  # _validate: exactly one of model and scores

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from vlprobe.data.loading import load_dataset
-from vlprobe.experiments.declare import Options, option
-from vlprobe.experiments.option_groups import ResultsOptions, check_device
+from vlprobe.experiments.declare import option
+from vlprobe.experiments.option_groups import ModelLoadOptions, ResultsOptions, check_device
 from vlprobe.validation import InputError, check_positive_int
 
 __all__ = ["PAIR_DATASETS", "PairModel", "PairModelOptions", "editable_streams", "load_pair_model", "pair_items",
@@ -25,8 +25,9 @@ PAIR_DATASETS = ("winoground", "sugarcrepe", "valse")
 
 
 @dataclass(frozen=True, kw_only=True)
-class PairModelOptions(Options):
-    """A model run on a benchmark's minimal pairs: the model, its inputs and the items."""
+class PairModelOptions(ModelLoadOptions):
+    """A model run on a benchmark's minimal pairs: the model, its inputs (loaded as ``probe
+    extract`` loads it: ``model_config``, ``tokenizer``, ``model_options``) and the items."""
 
     panel = "Model and benchmark"
     rank = 1
@@ -98,6 +99,8 @@ class PairModel(NamedTuple):
     label, the dataset's two-caption items, and the manifest's ``inputs`` record."""
 
     adapter: Any
+    #: Whether the edits run through the cross-encoder's pair pass (else tower by tower, as a
+    #: dual encoder: also BLIP-ITM scoring with its ITC head).
     cross: bool
     label: str
     items: list[Any]
@@ -113,17 +116,23 @@ def load_pair_model(config: Any, experiment: Any, minimum: int = 1) -> PairModel
     from vlprobe.extract.scoring import check_model_inputs
 
     cls = pair_model_class(config.model, experiment.name)
-    check_model_inputs(config.model, cls, regions=config.regions,
-                       image_options={"image_dir": config.image_dir, "image_root": config.image_root})
+    load_options = check_model_inputs(
+        config.model, cls, regions=config.regions,
+        image_options={"image_dir": config.image_dir, "image_root": config.image_root},
+        load_options=config.load_options())
     label = config.name or config.model
     experiment.claim(config, label)
     dataset, items = pair_items(config, minimum=minimum)
-    adapter = cls.load(config.checkpoint, device=config.device, dtype=config.dtype)
+    adapter = cls.load(config.checkpoint, device=config.device, dtype=config.dtype, **load_options)
     inputs: dict[str, Any] = {
         "dataset": {"name": dataset.name, "fingerprint": dataset.fingerprint, "source": dataset.source},
         "checkpoint": {"spec": config.checkpoint, "fingerprint": adapter.checkpoint.fingerprint},
     }
-    return PairModel(adapter, issubclass(cls, CrossEncoder), label, items, inputs)
+    inputs.update(config.side_inputs(adapter.input_fingerprints()))
+    if adapter.model_options():
+        inputs["model_options"] = adapter.model_options()
+    cross = isinstance(adapter, CrossEncoder) and adapter.streams[editable_streams(adapter)[0]].modality == "pair"
+    return PairModel(adapter, cross, label, items, inputs)
 
 
 @contextmanager

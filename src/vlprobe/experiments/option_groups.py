@@ -10,8 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from vlprobe.experiments.declare import Options, count_or_fraction, names, option
+from vlprobe.experiments.declare import (
+    Options,
+    check_key_values,
+    count_or_fraction,
+    key_values,
+    names,
+    option,
+)
 from vlprobe.validation import (
     InputError,
     check_int,
@@ -27,6 +35,7 @@ __all__ = [
     "CacheInput",
     "MLPOptions",
     "MLPProbeRunOptions",
+    "ModelLoadOptions",
     "ProgressOption",
     "ResultsOptions",
     "SeedsOption",
@@ -72,6 +81,35 @@ class CacheInput(Options):
     """A run over one activation cache."""
 
     cache: Path = option(help="A vlprobe cache (`probe extract`).", role="input")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelLoadOptions(Options):
+    """What a model is loaded with besides its checkpoint (as ``probe extract`` takes it): the
+    config file, the tokenizer and the load options a model declares (its ``load_options``)."""
+
+    model_config: Path | None = option(
+        None, role="input", aliases=("--uniter-config",), help="UNITER: the model config JSON (uniter-base.json).",
+    )
+    tokenizer: str | None = option(
+        None, role="input", help="UNITER: tokenizer dir or hub id (default: tokenizer/ beside the checkpoint).",
+    )
+    model_options: tuple[str, ...] = option(
+        (), repeat=True, role="input", metavar="NAME=VALUE", check=check_key_values,
+        help="A load option the model declares, NAME=VALUE, repeatable (e.g. blip-itm: score_head=itc).",
+    )
+
+    def load_options(self) -> dict[str, Any]:
+        """The keyword arguments of the model's ``load`` (None: not given)."""
+        return {"model_config": self.model_config, "tokenizer": self.tokenizer,
+                **key_values(self.model_options, "model_options")}
+
+    def side_inputs(self, fingerprints: dict[str, str]) -> dict[str, Any]:
+        """A manifest's ``inputs`` records of the loaded model's side inputs: ``model_<key>`` ->
+        the spec given (None: the default) and the fingerprint (the adapter's ``input_fingerprints``)."""
+        specs = {"config": self.model_config, "tokenizer": self.tokenizer}
+        return {f"model_{key}": {"spec": None if specs.get(key) is None else str(specs[key]), "fingerprint": fp}
+                for key, fp in fingerprints.items() if fp}
 
 
 @dataclass(frozen=True, kw_only=True)

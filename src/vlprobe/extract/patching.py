@@ -92,7 +92,8 @@ def patched_run(
     source : Tensor of int64, shape (n, T)
         Donor position per recipient position (:func:`position_sources`), ``-1``: keep. A site
         whose output is longer than ``T`` (a joint text-and-regions sequence) keeps the positions
-        past ``T``.
+        past ``T``, or, for a ``tail`` site (the regions' view of it), the positions before its
+        last ``T``.
 
     Returns
     -------
@@ -107,17 +108,20 @@ def patched_run(
         return keep
 
     def patcher(layer: int) -> Callable[[torch.Tensor], torch.Tensor]:
+        tail = sites[layer].tail
+
         def patch(h: torch.Tensor) -> torch.Tensor:
             n = source.shape[0]
             donor = recorded[layer][n:]
             t = min(h.shape[1], source.shape[1])
+            start = h.shape[1] - t if tail else 0  # a tail view: its positions are the last t
             src = source[:, :t].to(h.device)
             take = src >= 0
             if not take.any():
                 return h
             out = h.clone()
             rows = torch.arange(n, device=h.device)[:, None].expand(n, t)
-            out[:n, :t][take] = donor[rows[take], src[take]].to(out.dtype)
+            out[:n, start:start + t][take] = donor[rows[take], start + src[take]].to(out.dtype)
             return out
         return patch
 

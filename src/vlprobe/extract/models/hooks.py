@@ -26,10 +26,16 @@ LayerEdit = Callable[[torch.Tensor], torch.Tensor]
 
 @dataclass(frozen=True)
 class LayerSite:
-    """Where one layer's states come out: ``module``'s output, or its element ``index`` when a tuple."""
+    """Where one layer's states come out: ``module``'s output, or its element ``index`` when a tuple.
+
+    ``tail``: the stream is the *last* positions of those states, a view that follows another
+    stream's positions in a joint sequence (UNITER's regions after the text, whose padded width
+    varies from batch to batch); edits that address positions count them from there.
+    """
 
     module: torch.nn.Module
     index: int | None = None
+    tail: bool = False
 
 
 def _replace(output: Any, index: int | None, edit: LayerEdit) -> Any:

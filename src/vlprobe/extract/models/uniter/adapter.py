@@ -245,13 +245,14 @@ class UniterAdapter(CrossEncoder):
     def layer_sites(self, stream: str) -> list[LayerSite]:
         """``text``: the text embeddings, then each block (its output is the joint sequence; the
         text view is its first T positions, so edits of the text view leave the regions alone).
-        The ``image`` view sits after the text positions of the joint sequence, at an offset that
-        varies with the batch's padding: not supported for edits."""
+        ``image``: the region embeddings, then each block, at the region positions: the last R of
+        the joint sequence ``[text padded to the batch's longest | R regions]`` (``tail`` sites:
+        the offset is the batch's text width, counted from the end for every row)."""
+        blocks = self.model.uniter.encoder.layer
         if stream == "text":
-            return [LayerSite(self.model.uniter.embeddings), *(LayerSite(m) for m in self.model.uniter.encoder.layer)]
+            return [LayerSite(self.model.uniter.embeddings), *(LayerSite(m) for m in blocks)]
         if stream == "image":
-            raise InputError("stream: UNITER's image view follows the text in the joint sequence; only its text "
-                             "view can be edited (streams=text)")
+            return [LayerSite(self.model.uniter.img_embeddings, tail=True), *(LayerSite(m, tail=True) for m in blocks)]
         raise InputError(f"stream: UNITER has streams text and image, got {stream!r}")
 
     @torch.inference_mode()
