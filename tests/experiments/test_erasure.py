@@ -45,6 +45,18 @@ def test_erasure_on_the_tiny_clip(tiny_clip: Path, synthetic_dir: Path, tmp_path
     assert manifest["units"]["text"] == "percent"
 
 
+def test_erasure_on_the_tiny_siglip(tiny_siglip: Path, synthetic_dir: Path, tmp_path: Path) -> None:
+    _, manifest_path, rows = run_erasure(ErasureConfig(
+        out=tmp_path, model="siglip", checkpoint=str(tiny_siglip), data_dir=synthetic_dir, layers="0,-1", limit=6,
+        bootstrap=50, progress=False))
+    by = {(r["layer"], r["task"], r["metric"]): r["value"] for r in rows}
+    (manifest,) = json.loads(manifest_path.read_text())["runs"].values()
+    assert manifest["stream"] == "text" and manifest["layers"] == [0, 3]
+    for layer in (None, 0, 3):
+        for metric in ("text", "image", "group"):
+            assert 0.0 <= by[(layer, "target", metric)] <= 100.0
+
+
 @pytest.mark.parametrize("model", ["lxmert", "uniter", "blip-itm"])
 def test_erasure_through_a_cross_encoder(model: str, request: pytest.FixtureRequest, synthetic_dir: Path,
                                          synthetic_regions: Path, tmp_path: Path) -> None:

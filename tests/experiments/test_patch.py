@@ -69,3 +69,40 @@ def test_patch_refuses_what_it_cannot_run(tiny_clip: Path, synthetic_dir: Path, 
     with pytest.raises(InputError, match="sugarcrepe has one"):
         run_patch(PatchConfig(out=tmp_path, model="clip", checkpoint=str(tiny_clip), dataset="sugarcrepe",
                               data_dir=sugarcrepe_dir, streams=("image",), limit=1))
+
+
+def test_patch_siglip_towers_score_with_its_sigmoid(tiny_siglip: Path, synthetic_dir: Path, tmp_path: Path) -> None:
+    _, manifest_path, rows = run_patch(PatchConfig(
+        out=tmp_path, model="siglip", checkpoint=str(tiny_siglip), data_dir=synthetic_dir, layers="0,1,-1",
+        bootstrap=50, progress=False, limit=4))
+    rec = _by(rows, "recovered")
+    n_text, n_image = 3, 2  # tiny SigLIP: 3 text blocks, 2 vision blocks
+    # every position (padding too: SigLIP attends to it) at any one layer is the donor's input or
+    # state, so the donor's score; tolerance: float32 embeddings recomputed in another row
+    for layer in (0, n_text):
+        assert rec[("text", layer, "positions=all", "all")] == pytest.approx(1.0, abs=1e-4)
+    for layer in (0, n_image):
+        assert rec[("image", layer, "positions=all", "all")] == pytest.approx(1.0, abs=1e-4)
+    assert rec[("text", n_text, "positions=cls", "all")] == pytest.approx(1.0, abs=1e-4)  # the head reads the last
+    assert rec[("text", 0, "positions=swapped", "all")] == pytest.approx(1.0, abs=1e-4)
+    assert rec[("text", 0, "positions=rest", "all")] == pytest.approx(0.0, abs=1e-4)
+    # no class token in SigLIP's image tower: its only group is all
+    assert {r["probe"] for r in rows if r["stream"] == "image"} == {"positions=all"}
+    # the scores are SigLIP's own (a sigmoid of the scaled cosine, in (0, 1)), not the cosine
+    (manifest,) = json.loads(manifest_path.read_text())["runs"].values()
+    assert manifest["score_kind"] == "match_probability"
+    full = _by(rows, "full_change")
+    assert 0.0 < full[("text", 0, "positions=all", "all")] < 1.0
+
+
+def test_tower_scores_are_each_models_own(tiny_siglip: Path, tiny_clip: Path) -> None:
+    from vlprobe.experiments.minimal_pairs import tower_scores
+    from vlprobe.extract.models.clip import CLIPAdapter
+    from vlprobe.extract.models.siglip import SiglipAdapter
+
+    rng = np.random.default_rng(0)
+    img, txt = rng.normal(size=(3, 8)), rng.normal(size=(5, 8))
+    for adapter in (SiglipAdapter.load(str(tiny_siglip)), CLIPAdapter.load(str(tiny_clip))):
+        want = adapter.scores_from_pooled(img, txt, adapter.describe())  # (3, 5), float32
+        got = tower_scores(adapter, img[:, None, :], txt[None, :, :])  # row-wise, broadcast
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)  # float32 vs float64

@@ -145,3 +145,39 @@ def test_uniter_image_view_after_padded_text(tiny_uniter: Path, synthetic_dir: P
     torch.testing.assert_close(patched_run(run, sites, [0], torch.full_like(every, -1)), base, rtol=1e-5, atol=1e-6)
     assert not torch.allclose(base[:2], base[2:])  # the two images score differently
     assert hook_count(adapter.model) == before
+
+
+@pytest.mark.parametrize("stream", ["text", "image"])
+def test_siglip_towers(stream: str, tiny_siglip: Path, synthetic_dir: Path) -> None:
+    """SigLIP's text runs unmasked over 64 positions (padding computed and read by the head):
+    every position aligns, so patching all of them at any one layer gives the donor's embedding."""
+    from vlprobe.extract.models.siglip import SiglipAdapter
+
+    siglip = SiglipAdapter.load(str(tiny_siglip))
+    ds = load_dataset("winoground", synthetic_dir)
+    if stream == "text":
+        rec = [it.texts[0].text for it in ds.items[:4]] + ["a cat"]
+        don = [it.texts[1].text for it in ds.items[:4]] + ["a red circle left of a blue square"]
+        ids, mask = siglip.tokens(rec + don)
+        assert mask.all() and ids.shape[1] == siglip.max_length
+        n = len(rec)
+        source, defined = position_sources(ids[:n], ids[n:], mask[:n], mask[n:], "all")
+        assert defined.all()  # fixed length: also captions of different token counts
+        inputs = rec + don
+    else:
+        imgs = [ds.items[0].images[0].load(), ds.items[0].images[1].load()]
+        inputs, n = imgs + imgs[::-1], 2
+        t = siglip.encode("image", imgs[:1], layers=[0]).hidden.shape[2]
+        source = torch.arange(t).expand(n, t).clone()
+    run = lambda: siglip.encode(stream, inputs, layers=[0]).pooled  # noqa: E731
+    base = run()
+    sites = siglip.layer_sites(stream)
+    assert len(sites) == siglip.streams[stream].n_layers
+    before = hook_count(siglip.model)
+    # float32 tolerance: the donor's states run again (or through the head) in another row
+    for layers in ([0], [len(sites) - 1], range(len(sites))):
+        torch.testing.assert_close(patched_run(run, sites, layers, source)[:n], base[n:], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(patched_run(run, sites, [], source), base, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(patched_run(run, sites, [1], torch.full_like(source, -1)), base, rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(base[:n], base[n:], atol=1e-4)
+    assert hook_count(siglip.model) == before

@@ -50,6 +50,7 @@ from vlprobe.experiments.minimal_pairs import (
     editable_streams,
     load_pair_model,
     pair_regions,
+    tower_scores,
 )
 from vlprobe.experiments.option_groups import (
     BootstrapOptions,
@@ -162,7 +163,8 @@ def _erased_pooled(adapter: Any, texts: list[str], layer: int, eraser: Any, batc
 
 
 class _DualRuns:
-    """A dual encoder's text tower run with an edit, scored against the unedited image tower."""
+    """A dual encoder's text tower run with an edit, scored against the unedited image tower (also
+    BLIP-ITM scoring with its ITC head: its unimodal text tower)."""
 
     def __init__(self, adapter: Any, items: list[Any], n_img: int, batch_size: int) -> None:
         self.adapter, self.n, self.batch_size = adapter, len(items), batch_size
@@ -186,10 +188,10 @@ class _DualRuns:
                                       .float().cpu().numpy() for a in range(0, len(self.texts), self.batch_size)])
             else:
                 txt = _erased_pooled(self.adapter, self.texts, int(layer), eraser, self.batch_size)  # type: ignore[arg-type]
-        s = self.adapter.scores_from_pooled(self.img, txt)  # (n_img * n, 2n)
-        n = self.n
-        return np.stack([np.stack([s[j * n + np.arange(n), k * n + np.arange(n)] for j in range(self.n_img)], -1)
-                         for k in (0, 1)], 1)
+        n, d = self.n, txt.shape[-1]
+        t = txt.reshape(2, n, d).transpose(1, 0, 2)[:, :, None, :]  # (N, 2, 1, D)
+        i = self.img.reshape(self.n_img, n, d).transpose(1, 0, 2)[:, None, :, :]  # (N, 1, n_img, D)
+        return tower_scores(self.adapter, i, t)
 
 
 class _CrossRuns:

@@ -13,13 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from vlprobe.data.loading import load_dataset
 from vlprobe.experiments.declare import option
 from vlprobe.experiments.option_groups import ModelLoadOptions, ResultsOptions, check_device
 from vlprobe.validation import InputError, check_positive_int
 
 __all__ = ["PAIR_DATASETS", "PairModel", "PairModelOptions", "editable_streams", "load_pair_model", "pair_items",
-           "pair_model_class", "pair_regions"]
+           "pair_model_class", "pair_regions", "tower_scores"]
 
 PAIR_DATASETS = ("winoground", "sugarcrepe", "valse")
 
@@ -77,6 +79,26 @@ def editable_streams(adapter: Any) -> list[str]:
     if not out:
         raise InputError(f"model: {adapter.name} does not support editing its states (no layer sites)")
     return out
+
+
+def tower_scores(adapter: Any, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The model's score of pooled embeddings edited tower by tower, row-wise: (..., D) and (..., D)
+    (broadcast; either may be the image side) -> (...), float64.
+
+    A dual encoder's score as a function of the cosine (:meth:`DualEncoder.scores_from_cosine`:
+    CLIP's cosine, SigLIP's sigmoid of it); a cross-encoder scoring its towers' cosine (BLIP-ITM
+    with ``score_head=itc``) the cosine.
+    """
+    from vlprobe.extract.models.base import DualEncoder
+
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    cos = ((a / np.linalg.norm(a, axis=-1, keepdims=True)) * (b / np.linalg.norm(b, axis=-1, keepdims=True))).sum(-1)
+    if isinstance(adapter, DualEncoder):
+        return np.asarray(adapter.scores_from_cosine(cos, adapter.describe()), dtype=np.float64)
+    if adapter.score_kind == "cosine":
+        return cos
+    raise InputError(f"model: {adapter.name} scores pairs with a pair pass ({adapter.score_kind}), not from its towers")
 
 
 def pair_items(config: Any, minimum: int = 1) -> tuple[Any, list[Any]]:

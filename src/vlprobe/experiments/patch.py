@@ -46,6 +46,7 @@ from vlprobe.experiments.minimal_pairs import (
     editable_streams,
     load_pair_model,
     pair_regions,
+    tower_scores,
 )
 from vlprobe.experiments.option_groups import (
     BootstrapOptions,
@@ -62,9 +63,9 @@ from vlprobe.validation import InputError
 
 __all__ = ["EXPERIMENT", "PatchConfig", "run_patch"]
 
-#: Position groups of an image tower (patch 0 is its class token).
+#: Position groups of an image tower with a class token (patch 0: CLIP, BLIP's ITC tower).
 IMAGE_GROUPS = ("all", "cls")
-#: Position groups of a cross-encoder's image side (regions: no class token).
+#: Position groups of an image side without one (a cross-encoder's regions, SigLIP's patches).
 CROSS_IMAGE_GROUPS = ("all",)
 #: Items whose regions a cross-encoder run holds at once.
 ITEM_BLOCK = 64
@@ -108,14 +109,22 @@ def _chunks(n: int, size: int) -> list[slice]:
     return [slice(a, min(a + size, n)) for a in range(0, n, size)]
 
 
+def _stream_groups(adapter: Any, stream: str, text_side: bool, groups: Sequence[str]) -> list[str]:
+    """The position groups of ``groups`` a stream has: every one on the text side; on an image
+    side ``all``, and ``cls`` where the stream has a class token (two images' patches align one to
+    one but are not words that match or differ)."""
+    if text_side:
+        return list(groups)
+    has_cls = adapter.streams[stream].modality == "image" and adapter.streams[stream].cls_rule != "none"
+    return [g for g in groups if g in (IMAGE_GROUPS if has_cls else CROSS_IMAGE_GROUPS)]
+
+
 def _tower(adapter: Any, stream: str, pairs: list[tuple[Any, Any]], layers: list[int], groups: Sequence[str],
            batch_size: int, bar: Any) -> tuple[np.ndarray, dict[tuple[int, str], tuple[np.ndarray, np.ndarray]]]:
     """Pooled embeddings of one tower: the originals (2, N, D) [recipient k: member k of pair n, which
     receives from member 1 - k], and per (layer, group) the patched ones (2, N, D) with a (2, N)
-    mask of the cases where the group is defined. Images: groups ``all`` and ``cls`` only (two
-    images' patches align one to one but are not words that match or differ)."""
-    if stream != "text":
-        groups = [g for g in groups if g in IMAGE_GROUPS]
+    mask of the cases where the group is defined (images: :func:`_stream_groups`)."""
+    groups = _stream_groups(adapter, stream, stream == "text", groups)
     n = len(pairs)
     rec = [p[k] for k in (0, 1) for p in pairs]
     don = [p[1 - k] for k in (0, 1) for p in pairs]
@@ -141,7 +150,8 @@ def _tower(adapter: Any, stream: str, pairs: list[tuple[Any, Any]], layers: list
             else:
                 t = first.hidden.shape[2]
                 source = torch.arange(t).repeat(m, 1) if g == "all" else torch.full((m, t), -1, dtype=torch.long)
-                source[:, 0] = 0  # the class token, in both groups
+                if g == "cls":
+                    source[:, 0] = 0  # the class token
                 defined = torch.ones(m, dtype=torch.bool)
             for layer in layers:
                 out = patched_run(run, sites, [layer], source)[:m].float().cpu().numpy()
@@ -152,13 +162,6 @@ def _tower(adapter: Any, stream: str, pairs: list[tuple[Any, Any]], layers: list
     patched = {key: (np.concatenate(v[0]).reshape(2, n, -1), np.concatenate(v[1]).reshape(2, n))
                for key, v in patched_parts.items()}
     return base, patched
-
-
-def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Row-wise scores of a dual encoder's pooled embeddings (the adapter's cosine), (..., D) -> (...)."""
-    a = a / np.linalg.norm(a, axis=-1, keepdims=True)
-    b = b / np.linalg.norm(b, axis=-1, keepdims=True)
-    return (a * b).sum(-1)
 
 
 def _case_scores(own: np.ndarray, donor: np.ndarray, patched: np.ndarray, defined: np.ndarray
@@ -187,9 +190,9 @@ def _dual_patch(adapter: Any, config: PatchConfig, items: list[Any], streams: li
         base, patched = _tower(adapter, s, inputs, layer_sets[s], config.groups, config.batch_size, bar)
         # text: score[k, n, j], recipient caption k of item n with image j; image: score[j, n, k]
         other = (img_emb if s == "text" else txt_emb).transpose(1, 0, 2)[None]
-        own = _cos(base[:, :, None, :], other)
+        own = tower_scores(adapter, base[:, :, None, :], other)
         for (layer, group), (emb, defined) in patched.items():
-            out[(s, layer, group)] = _case_scores(own, own[::-1], _cos(emb[:, :, None, :], other),
+            out[(s, layer, group)] = _case_scores(own, own[::-1], tower_scores(adapter, emb[:, :, None, :], other),
                                                   np.broadcast_to(defined[:, :, None], own.shape))
     return out
 
@@ -225,7 +228,7 @@ def _cross_patch(adapter: Any, config: PatchConfig, items: list[Any], streams: l
         images = adapter.prepare_images(ImageSource(adapter.image_input, refs, store).read(np.arange(len(refs))))
         for s in streams:
             text_side = s == text_stream
-            groups = [g for g in config.groups if text_side or g in CROSS_IMAGE_GROUPS]
+            groups = _stream_groups(adapter, s, text_side, config.groups)
             rec_t, rec_i, don_t, don_i = _cross_cases(len(block), n_img, text_side)
             shape = (2, len(block), n_img if text_side else 2)
             own, donor = np.empty(rec_t.shape), np.empty(rec_t.shape)
@@ -287,9 +290,8 @@ def run_patch(config: PatchConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
         adapter.layer_sites(s)  # refuses a stream the adapter cannot edit
     layer_sets = {s: parse_layers(stream_part(config.layers, s, streams), adapter.streams[s].n_layers,
                                   param=f"layers[{s}]") for s in streams}
-    image_groups = CROSS_IMAGE_GROUPS if cross else IMAGE_GROUPS
     total = sum(2 * len(items) * (2 if config.dataset == "winoground" else 1) * len(layer_sets[s])
-                * len([g for g in config.groups if s == text_stream or g in image_groups]) for s in streams)
+                * len(_stream_groups(adapter, s, s == text_stream, config.groups)) for s in streams)
     say(config.progress, f"{EXPERIMENT.name}: {config.model} on {len(items)} {config.dataset} items, streams "
                          f"{', '.join(streams)}: {total} patched runs (cases x layers x position groups), batch "
                          f"{config.batch_size}, on {adapter.device}")

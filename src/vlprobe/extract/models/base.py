@@ -225,6 +225,13 @@ class DualEncoder(Adapter):
         ndarray of float32, shape (I, T)
         """
 
+    @classmethod
+    def scores_from_cosine(cls, cosine: np.ndarray, info: Mapping[str, Any] | None = None) -> np.ndarray:
+        """Pair scores from the cosines of pooled embeddings, any shape (the score as a function of
+        the cosine: CLIP's is the cosine itself; SigLIP's a sigmoid of it). ``info`` as in
+        :meth:`scores_from_pooled`."""
+        return np.asarray(cosine)
+
 
 class HFDualEncoder(DualEncoder):
     """A dual encoder over a transformers model with its tokenizer and image processor, as

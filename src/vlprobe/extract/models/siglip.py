@@ -27,6 +27,7 @@ import torch
 
 from vlprobe.extract.models.base import HFDualEncoder, StreamBatch, StreamSpec, cosine_matrix
 from vlprobe.extract.models.hf import load_hf
+from vlprobe.extract.models.hooks import LayerSite
 from vlprobe.validation import InputError
 
 __all__ = ["SiglipAdapter"]
@@ -64,10 +65,7 @@ class SiglipAdapter(HFDualEncoder):
     @torch.inference_mode()
     def encode(self, stream: str, inputs: Sequence[Any], layers: Sequence[int]) -> StreamBatch:
         if stream == "text":
-            tok = self.tokenizer(
-                list(inputs), padding="max_length", truncation=True, max_length=self.max_length,
-                return_tensors="pt", padding_side="right",  # the head reads the last position
-            )
+            tok = self._tokenize(inputs)
             ids, mask = tok["input_ids"].to(self.device), tok["attention_mask"].to(self.device)
             out = self.model.text_model(input_ids=ids, output_hidden_states=True)
             cls_index = torch.full((ids.shape[0],), ids.shape[1] - 1, dtype=torch.long, device=ids.device)
@@ -85,10 +83,35 @@ class SiglipAdapter(HFDualEncoder):
     def scores_from_pooled(
         cls, image_pooled: np.ndarray, text_pooled: np.ndarray, info: Mapping[str, Any] | None = None
     ) -> np.ndarray:
+        return cls.scores_from_cosine(cosine_matrix(image_pooled, text_pooled), info).astype(np.float32)
+
+    @classmethod
+    def scores_from_cosine(cls, cosine: np.ndarray, info: Mapping[str, Any] | None = None) -> np.ndarray:
         if not info or "logit_scale" not in info or "logit_bias" not in info:
             raise ValueError("SigLIP scores need the model's logit_scale and logit_bias (its describe())")
-        logits = float(info["logit_scale"]) * cosine_matrix(image_pooled, text_pooled) + float(info["logit_bias"])
-        return (1.0 / (1.0 + np.exp(-logits))).astype(np.float32)
+        logits = float(info["logit_scale"]) * np.asarray(cosine, dtype=np.float64) + float(info["logit_bias"])
+        return 1.0 / (1.0 + np.exp(-logits))
+
+    def tokens(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token ids (B, 64) padded as :meth:`encode` pads them, and a mask of ones: SigLIP runs
+        without an attention mask, so every position (padding too) is computed, attended to and
+        aligned one to one between two captions (the last one is what the head reads)."""
+        ids = self._tokenize(texts)["input_ids"]
+        return ids, torch.ones_like(ids)
+
+    def _tokenize(self, texts: Sequence[str]) -> Any:
+        return self.tokenizer(
+            list(texts), padding="max_length", truncation=True, max_length=self.max_length,
+            return_tensors="pt", padding_side="right",  # the head reads the last position
+        )
+
+    def layer_sites(self, stream: str) -> list[LayerSite]:
+        """Text: the embeddings, then each encoder layer (before ``final_layer_norm``); image: the
+        patch embeddings, then each encoder layer (before ``post_layernorm``)."""
+        if stream in ("text", "image"):
+            tower = self.model.text_model if stream == "text" else self.model.vision_model
+            return [LayerSite(tower.embeddings), *(LayerSite(m) for m in tower.encoder.layers)]
+        raise InputError(f"stream: SigLIP has streams text and image, got {stream!r}")
 
     def describe(self) -> dict[str, Any]:
         return {
