@@ -7,8 +7,9 @@ Runs :func:`vlprobe.cli.testbed.run_testbed` (the same run as ``probe fixtures t
    shuffled-words control, its random initial weights, LXMERT trained on oracle regions, its
    random initial weights), and the seeds every number comes from;
 2. each known answer (the checks of :mod:`vlprobe.experiments.known_answers`) with its values;
-3. the wall and CPU seconds of every stage and lane, and ratios measured in this run (training vs
-   extraction and probing, one CLIP vs the whole run). Printed, never asserted: the machine may be
+3. the start, end, wall and CPU seconds of every task (grouped: data, training, extraction and
+   probing) and of the report, the lower bound CPU / workers, and ratios measured in this run
+   (training vs extraction and probing, one CLIP vs the whole run). Printed, never asserted: the machine may be
    shared, so compare ratios, not seconds.
 
 Models and the training split go to ``--models`` (default: a folder under ``--out``) and are
@@ -22,10 +23,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 from pathlib import Path
 
-from vlprobe.cli.testbed import KnownAnswerConfig, run_testbed
+from vlprobe.cli.testbed import GROUPS, KnownAnswerConfig, run_testbed
 from vlprobe.experiments.known_answers import CLIP_MODELS, LXMERT_MODELS
 
 
@@ -68,25 +70,32 @@ def main() -> None:
         values = "" if check["holds"] is None else f"  ({check['left_value']:.2f} {check['op']} {check['right_value']:.2f})"
         print(f"[{state:>3}] {check['claim']}{values}")
     print()
-    total_wall = sum(lanes["(stage wall)"][0] for lanes in result["timings"].values())
-    total_cpu = sum(cpu for lanes in result["timings"].values() for name, (_, cpu) in lanes.items()
-                    if name != "(stage wall)")
-    print(f"{'stage / lane':<36}{'wall s':>10}{'CPU s':>10}")
-    for stage, lanes in result["timings"].items():
-        for name, (wall, cpu) in lanes.items():
-            label = f"{stage}" if name == "(stage wall)" else f"  {name}"
-            print(f"{label:<36}{wall:10.1f}{'' if name == '(stage wall)' else f'{cpu:10.1f}'}")
-    train_cpu = sum(cpu for name, (_, cpu) in result["timings"].get("train", {}).items() if name != "(stage wall)")
-    probe_cpu = sum(cpu for name, (_, cpu) in result["timings"].get("extract and probe", {}).items()
-                    if name != "(stage wall)")
-    clip_cpu = result["timings"].get("train", {}).get("clip-trained", (0.0, 0.0))[1]
-    print(f"\ntotal: {total_wall:.1f} s wall, {total_cpu:.1f} s CPU in the lanes ({args.jobs} workers)")
+    timings = result["timings"]
+    tasks = timings["tasks"]
+    print(f"load average at the end: {os.getloadavg()[0]:.2f} (a shared machine's seconds are noisy; compare CPU)")
+    print(f"{'group / task':<36}{'start s':>9}{'end s':>9}{'wall s':>9}{'CPU s':>9}")
+    groups = {}
+    for group in GROUPS:
+        mine = {n: t for n, t in tasks.items() if t["group"] == group}
+        if not mine:
+            continue
+        groups[group] = sum(t["cpu"] for t in mine.values())
+        span = (min(t["start"] for t in mine.values()), max(t["end"] for t in mine.values()))
+        print(f"{group:<36}{span[0]:9.1f}{span[1]:9.1f}{span[1] - span[0]:9.1f}{groups[group]:9.1f}")
+        for name, t in sorted(mine.items(), key=lambda kv: kv[1]["start"]):
+            print(f"  {name:<34}{t['start']:9.1f}{t['end']:9.1f}{t['wall']:9.1f}{t['cpu']:9.1f}")
+    report_t = timings["report"]
+    print(f"{'known-answer report (main process)':<36}{'':>18}{report_t['wall']:9.1f}{report_t['cpu']:9.1f}")
+    total_cpu = sum(groups.values())
+    train_cpu, probe_cpu = groups.get("train", 0.0), groups.get("extract and probe", 0.0)
+    clip_cpu = tasks.get("train clip-trained", {}).get("cpu", 0.0)
+    print(f"\ntasks: {timings['wall']:.1f} s wall, {total_cpu:.1f} s CPU in the tasks ({args.jobs} workers);"
+          f" lower bound on {args.jobs} idle cores: {total_cpu / args.jobs:.1f} s")
     if probe_cpu:
         print(f"ratio training / (extraction + probing) CPU: {train_cpu / probe_cpu:.2f}")
     if total_cpu:
-        print(f"ratio one CLIP training / whole run CPU: {clip_cpu / total_cpu:.2f}")
-    print(f"parallel efficiency (lane CPU / (wall x workers)): {total_cpu / (total_wall * args.jobs):.2f}")
-
+        print(f"ratio one CLIP training / all tasks CPU: {clip_cpu / total_cpu:.2f}")
+        print(f"parallel efficiency (task CPU / (wall x workers)): {total_cpu / (timings['wall'] * args.jobs):.2f}")
 
 if __name__ == "__main__":
     main()

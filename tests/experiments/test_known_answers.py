@@ -15,21 +15,57 @@ from vlprobe.experiments.known_answers import EXPECTATIONS, check_expectations, 
 
 
 def test_plan_runs_every_experiment_on_every_model(tmp_path: Path) -> None:
-    plan = dict(plan_commands(KnownAnswerConfig(out=tmp_path)))
-    lanes = dict(plan["extract and probe"])
-    assert set(lanes) == {"clip-trained", "clip-shuffle", "clip-random", "lxmert-trained", "lxmert-random"}
-    for name, commands in lanes.items():
-        runs = [c[1] for c in commands if c[0] == "run"]
-        expected = {"winoground-scores", "separability", "task-adaptation", "variant-probe", "variant-similarity"}
-        assert set(runs) >= expected | ({"recall"} if name.startswith("clip") else set()), name
-        assert commands[0][0] == "extract" and "--variants" in commands[0]
-        for command in commands[1:]:
-            assert command[command.index("--name") + 1] == name
-    train = dict(plan["train"])
-    assert any("shuffle" in c for c in train["clip-shuffle"][0])
-    assert all("--untrained" in c for c in train["random weights"])
+    tasks = plan_commands(KnownAnswerConfig(out=tmp_path))
+    by_name = {t.name: t for t in tasks}
+    assert len(by_name) == len(tasks)
+    models = {"clip-trained", "clip-shuffle", "clip-random", "lxmert-trained", "lxmert-random"}
+    expected = {"winoground-scores", "separability", "task-adaptation", "variant-probe", "variant-similarity"}
+    for name in models:
+        extract = by_name[f"extract {name}"]
+        assert extract.commands[0][0] == "extract" and "--variants" in extract.commands[0]
+        assert f"train {name}" in extract.after and "eval dataset" in extract.after
+        runs = {t.commands[0][1] for t in tasks if t.after == (f"extract {name}",)}
+        assert runs == expected | ({"recall"} if name.startswith("clip") else set()), name
+        for t in tasks:
+            if t.after == (f"extract {name}",):
+                assert t.commands[0][t.commands[0].index("--name") + 1] == name
+                assert t.exclusive == t.commands[0][1]  # one experiment's runs share its manifest
+    assert "--shuffle" not in by_name["train clip-trained"].commands[0]
+    assert "shuffle" in by_name["train clip-shuffle"].commands[0]
+    assert all("--untrained" in by_name[f"train {m}"].commands[0] for m in ("clip-random", "lxmert-random"))
+    assert by_name["train lxmert-trained"].after == ("train regions",)
+    seen: set[str] = set()
+    for t in tasks:  # listed after what they wait for
+        assert set(t.after) <= seen, t.name
+        seen.add(t.name)
     for experiment, settings in QUICK_SETTINGS.items():  # the small settings are passed explicitly
-        assert all(" ".join(settings) in " ".join(c) for cmds in lanes.values() for c in cmds if c[1:2] == [experiment])
+        assert all(" ".join(settings) in " ".join(t.commands[0]) for t in tasks if t.commands[0][1:2] == (experiment,))
+
+
+def test_longest_chain_starts_first(tmp_path: Path) -> None:
+    from vlprobe.cli.testbed import _priorities
+
+    tasks = plan_commands(KnownAnswerConfig(out=tmp_path))
+    rank = _priorities(tasks)
+    order = sorted(rank, key=lambda n: -rank[n])
+    assert order[:2] == ["train dataset", "train regions"]  # everything waits for them; LXMERT on the regions
+    assert order.index("train lxmert-trained") < order.index("train clip-trained") < order.index("train clip-random")
+
+
+def test_schedule_runs_tasks_in_dependency_order_and_keeps_exclusive_ones_apart(tmp_path: Path) -> None:
+    from vlprobe.cli.testbed import Task, _schedule
+
+    tasks = [Task("a", "data", (("--version",),), cost=1.0), Task("b", "train", (("--version",),), ("a",), 5.0),
+             Task("c", "train", (("--version",),), ("a",), 1.0, exclusive="x"),
+             Task("d", "train", (("--version",),), ("a",), 1.0, exclusive="x")]
+    lines: list[str] = []
+    timings = _schedule(tasks, 2, tmp_path, lines.append)
+    t = timings["tasks"]
+    assert set(t) == {"a", "b", "c", "d"} and timings["wall"] > 0
+    assert all(t[n]["start"] >= t["a"]["end"] for n in "bcd")
+    first, second = sorted("cd", key=lambda n: t[n]["start"])
+    assert t[second]["start"] >= t[first]["end"]  # same exclusive key: never at once
+    assert sum(line.startswith("[") for line in lines) == 4 and (tmp_path / "b.log").is_file()
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:

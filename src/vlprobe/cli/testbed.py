@@ -16,7 +16,10 @@ example:
 4. the known-answer report (:mod:`vlprobe.experiments.known_answers`) in ``OUT/report/``: the table,
    the checks, ``comparison.png`` and ``summary.txt``.
 
-Independent commands run in ``jobs`` worker processes (one torch thread each). The probe
+The steps are tasks that wait only for their inputs (:func:`plan_commands`), run in ``jobs``
+worker processes (one torch thread each), the task with the longest chain of work behind it
+first: LXMERT trains while the CLIPs train and are probed, and the two cores stay busy to the
+end. The runs of one experiment never overlap (they share its ``manifest.json``). The probe
 experiments run with explicit small settings (:data:`QUICK_SETTINGS`: fewer seeds, epochs and a
 narrower MLP than the paper's defaults) so the whole run fits in minutes on two CPU cores; the
 report says so.
@@ -36,7 +39,7 @@ from typing import Any
 
 from vlprobe.validation import InputError, check_positive_int, check_seed
 
-__all__ = ["QUICK_SETTINGS", "KnownAnswerConfig", "plan_commands", "run_testbed"]
+__all__ = ["GROUPS", "QUICK_SETTINGS", "KnownAnswerConfig", "Task", "plan_commands", "run_testbed"]
 
 #: Probe settings of the testbed runs (the paper's defaults take far longer; see the report note).
 QUICK_SETTINGS: dict[str, list[str]] = {
@@ -87,68 +90,139 @@ def _s(value: Any) -> str:
     return str(value)
 
 
-def plan_commands(config: KnownAnswerConfig) -> list[tuple[str, list[tuple[str, list[list[str]]]]]]:
-    """The commands of a run: stages of lanes; the lanes of a stage run in parallel, the commands
-    of a lane in order. Each command is the argument list of ``probe``.
+#: Groups of the plan's tasks, in the order the timings list them.
+GROUPS = ("data", "train", "extract and probe")
+
+#: CPU seconds of each kind of task at the default settings (measured on 2 shared cores; a
+#: training task scales with its steps). Used only to order the tasks, never to time out.
+_COST = {
+    "train dataset": 5.0, "train regions": 6.0, "eval dataset": 1.0, "eval regions": 1.0,
+    "train clip": 85.0, "train lxmert": 115.0, "untrained": 1.5, "extract": 3.0,
+    "separability": 10.0, "variant-probe": 4.5, "task-adaptation": 2.5, "variant-similarity": 0.5,
+    "winoground-scores": 0.2, "recall": 0.2,
+}
+
+
+@dataclass(frozen=True)
+class Task:
+    """One step of a run: ``probe`` commands run in order in one worker.
+
+    Attributes
+    ----------
+    name : str
+        Unique within the plan (``"train clip-trained"``, ``"separability lxmert-random"``).
+    group : str
+        One of :data:`GROUPS` (what the timings add up).
+    commands : tuple of tuple of str
+        Argument lists of ``probe``.
+    after : tuple of str
+        Tasks that must have finished first.
+    cost : float
+        Estimated CPU seconds (orders the ready tasks: longest remaining path first).
+    exclusive : str
+        Tasks with the same non-empty key never run at once (runs of one experiment share its
+        ``manifest.json``).
+    """
+
+    name: str
+    group: str
+    commands: tuple[tuple[str, ...], ...]
+    after: tuple[str, ...] = ()
+    cost: float = 1.0
+    exclusive: str = ""
+
+
+def plan_commands(config: KnownAnswerConfig) -> list[Task]:
+    """The tasks of a run and what each waits for (a task starts as soon as its inputs exist, so
+    the CLIP models are extracted and probed while LXMERT still trains).
 
     Returns
     -------
-    list of (stage name, list of (lane name, list of argument lists))
+    list of Task
+        In an order where every task comes after the tasks it waits for.
     """
     out, models, seed = Path(config.out), config.models, _s(config.seed)
     train, evald = models / "train-data", out / "data"
     train_regions, eval_regions = models / "train-regions.h5", out / "regions.h5"
     caches, results = out / "caches", out / "results"
-    q = ["--quiet"]
-    make_train = [["fixtures", "dataset", "--split", "train", "--n-items", _s(config.train_items), "--seed", seed,
-                   "--out", _s(train)],
-                  ["fixtures", "regions", "--oracle", "--data-dir", _s(train), "--out", _s(train_regions),
-                   "--seed", seed, "--dtype", "float16"]]
-    if _training_data_ready(config):  # deterministic files: rewriting them would give the same bytes
-        make_train = []
-    data = [
-        *([("training split", make_train)] if make_train else []),
-        ("evaluation set", [["fixtures", "dataset", "--n-items", _s(config.eval_items), "--seed", seed, "--out", _s(evald)],
-                            ["fixtures", "regions", "--oracle", "--data-dir", _s(evald), "--out", _s(eval_regions),
-                             "--seed", seed]]),
-    ]
+    q = ("--quiet",)
+    tasks: list[Task] = []
+
+    def add(name: str, group: str, commands: list[list[str]], after: Sequence[str] = (), cost: float = 1.0,
+            exclusive: str = "") -> None:
+        tasks.append(Task(name, group, tuple(tuple(c) for c in commands), tuple(after), cost, exclusive))
+
+    ready = _training_data_ready(config)  # deterministic files: rewriting them would give the same bytes
+    if not ready:
+        add("train dataset", "data", [["fixtures", "dataset", "--split", "train", "--n-items", _s(config.train_items),
+                                       "--seed", seed, "--out", _s(train)]],
+            cost=_COST["train dataset"] * config.train_items / 1500)
+        add("train regions", "data", [["fixtures", "regions", "--oracle", "--data-dir", _s(train), "--out",
+                                       _s(train_regions), "--seed", seed, "--dtype", "float16"]], ["train dataset"],
+            cost=_COST["train regions"] * config.train_items / 1500)
+    add("eval dataset", "data", [["fixtures", "dataset", "--n-items", _s(config.eval_items), "--seed", seed,
+                                  "--out", _s(evald)]], cost=_COST["eval dataset"])
+    add("eval regions", "data", [["fixtures", "regions", "--oracle", "--data-dir", _s(evald), "--out",
+                                  _s(eval_regions), "--seed", seed]], ["eval dataset"], cost=_COST["eval regions"])
     clip = ["fixtures", "train", "clip", "--data-dir", _s(train), "--seed", seed, "--device", "cpu",
             "--steps", _s(config.clip_steps), *q]
     lxmert = ["fixtures", "train", "lxmert", "--data-dir", _s(train), "--regions", _s(train_regions), "--seed", seed,
               "--device", "cpu", "--steps", _s(config.lxmert_steps), *q]
-    training = [
-        ("clip-trained", [[*clip, "--out", _s(models / "clip-trained")]]),
-        ("clip-shuffle", [[*clip, "--text-order", "shuffle", "--out", _s(models / "clip-shuffle")]]),
-        ("lxmert-trained", [[*lxmert, "--out", _s(models / "lxmert-trained")]]),
-        ("random weights", [[*clip, "--untrained", "--out", _s(models / "clip-random")],
-                            [*lxmert, "--untrained", "--out", _s(models / "lxmert-random")]]),
-    ]
-    lanes = []
-    for name in ("clip-trained", "clip-shuffle", "clip-random", "lxmert-trained", "lxmert-random"):
+    clip_cost = _COST["train clip"] * config.clip_steps / 400
+    lxmert_cost = _COST["train lxmert"] * config.lxmert_steps / 400
+    on_data = [] if ready else ["train dataset"]
+    on_regions = [] if ready else ["train regions"]
+    trainers = {
+        "clip-trained": ([*clip, "--out", _s(models / "clip-trained")], on_data, clip_cost),
+        "clip-shuffle": ([*clip, "--text-order", "shuffle", "--out", _s(models / "clip-shuffle")], on_data, clip_cost),
+        "clip-random": ([*clip, "--untrained", "--out", _s(models / "clip-random")], on_data, _COST["untrained"]),
+        "lxmert-trained": ([*lxmert, "--out", _s(models / "lxmert-trained")], on_regions, lxmert_cost),
+        "lxmert-random": ([*lxmert, "--untrained", "--out", _s(models / "lxmert-random")], on_regions,
+                          _COST["untrained"]),
+    }
+    for name, (command, after, cost) in trainers.items():
+        add(f"train {name}", "train", [command], after, cost)
+    for name in trainers:
         cache = _s(caches / f"{name}.h5")
         run = ["--cache", cache, "--out", _s(results), "--name", name]
         if name.startswith("clip"):
             extract = ["extract", "--model", "clip", "--checkpoint", _s(models / name), "--poolings", "cls,mean,max,pooled"]
-            per_model = [["run", "recall", *run]]
             stream: list[str] = []
+            inputs = ["eval dataset"]
         else:
             extract = ["extract", "--model", "lxmert", "--checkpoint", _s(models / name), "--regions", _s(eval_regions),
                        "--pair-plan", "item", "--poolings", "cls,mean,max,pooled"]
-            per_model = []
             stream = ["--streams", "lang"]
-        commands = [
+            inputs = ["eval dataset", "eval regions"]
+        add(f"extract {name}", "extract and probe", [
             [*extract, "--dataset", "winoground", "--data-dir", _s(evald), "--variants", _s(evald / "variants.jsonl"),
-             "--device", "cpu", "--out", cache, *q],
-            ["run", "winoground-scores", *run],
-            *per_model,
-            ["run", "separability", *run, *stream, *QUICK_SETTINGS["separability"]],
-            ["run", "task-adaptation", *run, *stream, "--device", "cpu", *QUICK_SETTINGS["task-adaptation"]],
-            ["run", "variant-probe", *run, *stream, "--device", "cpu",
-             *QUICK_SETTINGS["variant-probe"]],
-            ["run", "variant-similarity", *run],
+             "--device", "cpu", "--out", cache, *q]], [f"train {name}", *inputs], _COST["extract"])
+        experiments: list[tuple[str, list[str]]] = [("winoground-scores", [])]
+        if name.startswith("clip"):
+            experiments.append(("recall", []))
+        experiments += [
+            ("separability", [*stream, *QUICK_SETTINGS["separability"]]),
+            ("task-adaptation", [*stream, "--device", "cpu", *QUICK_SETTINGS["task-adaptation"]]),
+            ("variant-probe", [*stream, "--device", "cpu", *QUICK_SETTINGS["variant-probe"]]),
+            ("variant-similarity", []),
         ]
-        lanes.append((name, commands))
-    return [("data", data), ("train", training), ("extract and probe", lanes)]
+        for experiment, extra in experiments:
+            add(f"{experiment} {name}", "extract and probe", [["run", experiment, *run, *extra]], [f"extract {name}"],
+                _COST[experiment], exclusive=experiment)
+    return tasks
+
+
+def _priorities(tasks: Sequence[Task]) -> dict[str, float]:
+    """Each task's cost plus the costliest chain of tasks waiting on it (its remaining path)."""
+    waiting: dict[str, list[str]] = {t.name: [] for t in tasks}
+    for t in tasks:
+        for before in t.after:
+            waiting[before].append(t.name)
+    cost = {t.name: t.cost for t in tasks}
+    rank: dict[str, float] = {}
+    for t in reversed(tasks):  # tasks come after what they wait for
+        rank[t.name] = cost[t.name] + max((rank[n] for n in waiting[t.name]), default=0.0)
+    return rank
 
 
 def _training_data_ready(config: KnownAnswerConfig) -> bool:
@@ -167,9 +241,10 @@ def _worker_init() -> None:
     torch.set_num_threads(1)
 
 
-def _run_lane(name: str, commands: Sequence[Sequence[str]], log: str) -> tuple[str, float, float, str]:
+def _run_task(name: str, commands: Sequence[Sequence[str]], log: str) -> tuple[str, float, float, str]:
     """Run ``commands`` in this process, output into ``log``; raise on the first failure (an
-    :class:`InputError` where the command refused its input)."""
+    :class:`InputError` where the command refused its input). Returns the name, wall and CPU
+    seconds and the commands with their output."""
     from vlprobe.cli import app
 
     wall, cpu = time.perf_counter(), time.process_time()
@@ -221,8 +296,8 @@ def run_testbed(config: KnownAnswerConfig, *, echo: Any = print) -> dict[str, An
     Returns
     -------
     dict
-        ``report`` (see :func:`vlprobe.experiments.known_answers.write_report`), ``timings`` (stage
-        and lane -> wall / CPU seconds), ``out``.
+        ``report`` (see :func:`vlprobe.experiments.known_answers.write_report`), ``timings`` (see
+        :func:`_schedule`), ``out``.
     """
     from vlprobe.experiments.known_answers import write_report
 
@@ -238,22 +313,9 @@ def run_testbed(config: KnownAnswerConfig, *, echo: Any = print) -> dict[str, An
     for sub in ("results", "report", "caches"):
         _clear(out / sub)
     (out / "caches").mkdir()  # extract writes its cache into an existing folder
-    timings: dict[str, dict[str, tuple[float, float]]] = {}
     if _training_data_ready(config):
         echo(f"reusing the training split and its oracle regions in {config.models}")
-    ctx = _spawn_context()
-    with ProcessPoolExecutor(max_workers=config.jobs, mp_context=ctx, initializer=_worker_init) as pool:
-        for stage, lanes in plan_commands(config):
-            start = time.perf_counter()
-            echo(f"== {stage} ({len(lanes)} lanes, {config.jobs} workers)")
-            futures = [pool.submit(_run_lane, name, cmds, str(logs / f"{stage.replace(' ', '-')}.{i}.log"))
-                       for i, (name, cmds) in enumerate(lanes)]
-            timings[stage] = {}
-            for fut in futures:
-                name, wall, cpu, text = fut.result()
-                timings[stage][name] = (wall, cpu)
-                echo(text)
-            timings[stage]["(stage wall)"] = (time.perf_counter() - start, 0.0)
+    timings = _schedule(plan_commands(config), config.jobs, logs, echo)
     note = (
         "Probe settings are the testbed's small ones, not the paper defaults: "
         + "; ".join(f"{k} {' '.join(v)}" for k, v in QUICK_SETTINGS.items())
@@ -262,8 +324,64 @@ def run_testbed(config: KnownAnswerConfig, *, echo: Any = print) -> dict[str, An
     )
     seeds = {"data_seed": config.seed, "train_seed": config.seed, "separability_control_seeds": 2,
              "task_adaptation_seeds": 3, "variant_probe_seeds": 2, "split_seed": 0}
+    wall, cpu = time.perf_counter(), time.process_time()
     report = write_report(out / "results", out / "data", out / "report", seeds=seeds, note=note)
+    timings["report"] = {"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}
     return {"report": report, "timings": timings, "out": out}
+
+
+def _schedule(tasks: Sequence[Task], jobs: int, logs: Path, echo: Any) -> dict[str, Any]:
+    """Run ``tasks`` in ``jobs`` worker processes: whenever a worker is free, the ready task
+    (everything it waits for done, no task of its ``exclusive`` key running) with the longest
+    remaining path starts. The first failure stops new starts and is raised once the running
+    tasks have finished (their work is kept: a rerun reuses the models).
+
+    Returns
+    -------
+    dict
+        ``tasks``: name -> {group, start, end (seconds from the start), wall, cpu}; ``wall``: the
+        whole schedule's seconds (:func:`run_testbed` adds ``report``: its wall and CPU seconds).
+    """
+    from concurrent.futures import FIRST_COMPLETED, Future, wait
+
+    rank = _priorities(tasks)
+    pending = sorted(tasks, key=lambda t: -rank[t.name])
+    done: set[str] = set()
+    running: dict[Future[tuple[str, float, float, str]], Task] = {}
+    record: dict[str, dict[str, Any]] = {}
+    failure: BaseException | None = None
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=_spawn_context(), initializer=_worker_init) as pool:
+        while pending or running:
+            busy = {t.exclusive for t in running.values() if t.exclusive}
+            for task in list(pending):
+                if failure is not None or len(running) >= jobs:
+                    break
+                if set(task.after) <= done and not (task.exclusive and task.exclusive in busy):
+                    pending.remove(task)
+                    busy.add(task.exclusive)
+                    log = logs / f"{task.name.replace(' ', '.')}.log"
+                    running[pool.submit(_run_task, task.name, task.commands, str(log))] = task
+                    record[task.name] = {"group": task.group, "start": time.perf_counter() - t0}
+            if not running:
+                if failure is None and pending:  # unreachable with a plan from plan_commands
+                    raise RuntimeError(f"testbed: tasks wait for tasks not in the plan: {[t.name for t in pending]}")
+                break
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                task = running.pop(fut)
+                try:
+                    name, wall, cpu, text = fut.result()
+                except BaseException as exc:  # noqa: BLE001 - re-raised below, after the running tasks
+                    failure = failure or exc
+                    continue
+                done.add(name)
+                record[name].update(end=time.perf_counter() - t0, wall=wall, cpu=cpu)
+                echo(f"[{len(done)}/{len(tasks)}] {name} ({wall:.1f} s, {cpu:.1f} s CPU)")
+                echo(text)
+    if failure is not None:
+        raise failure
+    return {"tasks": record, "wall": time.perf_counter() - t0}
 
 
 def _spawn_context() -> Any:
