@@ -447,6 +447,17 @@ SPECIFIC: list[Row] = [
     Row("fixtures train lxmert", "regions of other images", _missing("no features for image", lambda k, w: [
         "fixtures", "train", "lxmert", "--data-dir", k.train, "--regions", k.regions, "--out", w / "m", "--steps", 1,
         "--device", "cpu"])),
+    *[Row(f"fixtures train {model}", case, _missing(needle, lambda k, w, model=model, data=data, extra=extra: [
+        "fixtures", "train", model, "--data-dir", data(k, w), *(["--regions", k.train_regions] if model == "lxmert" else []),
+        "--out", w / "m", "--device", "cpu", *extra]))
+      for model in ("clip", "lxmert")
+      for case, needle, data, extra in [
+          ("--steps 0", "steps must be a positive integer", lambda k, w: k.train, ["--steps", 0]),
+          ("misspelt --text-order", "unknown text order 'shufle'", lambda k, w: k.train,
+           ["--steps", 1, "--text-order", "shufle"]),
+          ("data dir that is not a synthetic dataset", "not a synthetic dataset",
+           lambda k, w: _text_file(_folder(w / "photos") / "examples.jsonl").parent, ["--steps", 1]),
+      ]],
     Row("fixtures testbed", "--jobs 0", _missing("jobs", lambda k, w: [
         "fixtures", "testbed", "--out", w / "tb", "--jobs", 0])),
     # the refusal of one of its commands, in a worker process (the testbed has begun: writes=False)

@@ -372,7 +372,7 @@ def _schedule(tasks: Sequence[Task], jobs: int, logs: Path, echo: Any) -> dict[s
                 task = running.pop(fut)
                 try:
                     name, wall, cpu, text = fut.result()
-                except BaseException as exc:  # noqa: BLE001 - re-raised below, after the running tasks
+                except BaseException as exc:  # re-raised below, once the running tasks have finished
                     failure = failure or exc
                     continue
                 done.add(name)

@@ -305,10 +305,9 @@ def _summary_text(checks: Sequence[Mapping[str, Any]], table: Sequence[Mapping[s
             continue
         mark = "as expected" if c["holds"] else "NOT AS EXPECTED"
         by = f" {'+' if c['op'] == '>' else '-'} {c['by']:g}" if c.get("by") else ""
-        lines.append(
-            f"[{mark}] {c['claim']}: {c['left']} = {c['left_value']:.2f} {c['op']} "
-            f"{c['right']} = {c['right_value']:.2f}{by}?"
-        )
+        right = (f"{c['right_value']:.2f}" if isinstance(c["right"], (int, float))  # a bound, not a model's value
+                 else f"{c['right']} = {c['right_value']:.2f}")
+        lines.append(f"[{mark}] {c['claim']}: {c['left']} = {c['left_value']:.2f} {c['op']} {right}{by}?")
     held = sum(c["holds"] is True for c in checks)
     measured = sum(c["holds"] is not None for c in checks)
     lines += ["", f"{held} of {measured} measured known answers come out as expected."]
