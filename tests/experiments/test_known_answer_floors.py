@@ -91,14 +91,18 @@ def test_variant_probe(v: dict[tuple[str, str], float]) -> None:
 
 
 def test_lxmert_on_oracle_regions(v: dict[tuple[str, str], float]) -> None:
-    # Finding: the known answer does not come out. Measured: matching AUROC (matches against the
-    # swapped pairs) trained 0.50 vs random 0.50; Winoground text / image 0 / 0 for both. The
-    # trained model's matching head ranks the easy negatives (another item's caption) above
-    # chance (0.66 in a diagnostic run) but not the swaps, and its scores for an item's two
-    # captions differ by the caption alone, so every text and image score is lost. Pinned as
-    # measured, so that a trainer that makes it learn flips these visibly.
+    # Finding: the known answer for swaps does not come out. Since the trainer initialises at
+    # 1/sqrt(width) (BERT's 0.02 left the [CLS] state blind to the pair) the model learns which
+    # objects a caption names (matches against another item's caption: AUROC 1.00 in a diagnostic
+    # run, 0.67 before), but not which attribute goes with which shape or which shape is where.
+    # Measured: AUROC matches vs swaps trained 0.503 vs random 0.505; Winoground text / image /
+    # group trained 9 / 8 / 3 vs random 1 / 10 / 0. The text score is above random weights by the
+    # report's 5-point margin, but below the 25 % of a scorer whose four scores are independent:
+    # it is what little non-additive noise the scores hold, not learnt matching. Pinned as
+    # measured, so that a trainer that learns swaps flips these visibly.
     assert abs(v["lxmert-trained", "match.auroc"] - v["lxmert-random", "match.auroc"]) < 0.05
-    assert v["lxmert-trained", "winoground.text"] <= 5 and v["lxmert-trained", "winoground.image"] <= 5
+    assert v["lxmert-trained", "winoground.text"] >= 5 and v["lxmert-trained", "winoground.text"] <= 20
+    assert v["lxmert-trained", "winoground.image"] <= 20 and v["lxmert-random", "winoground.image"] <= 20
 
 
 def test_report_files(testbed: dict[str, Any]) -> None:
