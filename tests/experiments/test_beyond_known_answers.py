@@ -245,7 +245,10 @@ def test_erasure(erasure: Rows) -> None:
     # Finding: the scores move toward chance (25) by a few points only and stay far from it. The
     # concept is the caption's side of its pair (caption 0 / caption 1), which is not one property
     # across items (which caption is 0 is arbitrary per item): LEACE removes the one direction
-    # that separates the two sides on average, and most of each item's difference lies elsewhere.
+    # that separates the two sides on average, and most of each item's difference lies elsewhere
+    # (measured on the cache: the mean over items of caption 0 minus caption 1, mean-pooled at
+    # layers 1..4, holds 1.7 to 2.2% of the differences' mean squared norm, about what 100 items
+    # of unrelated directions would give).
     # At layer 0 nothing moves (65): both captions hold the same tokens, so their mean token
     # embeddings agree up to the positions.
     for layer in ERASE_LAYERS:
