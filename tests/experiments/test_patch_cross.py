@@ -90,10 +90,37 @@ def test_blip_itm_pair_stream(tiny_blip_itm: Path, synthetic_dir: Path, tmp_path
     assert rec[("pair", last, "positions=cls")] == pytest.approx(1.0, abs=1e-4)  # the ITM head reads token 0
 
 
-def test_cross_encoders_refuse_what_they_cannot_run(tiny_uniter: Path, tiny_lxmert: Path, synthetic_dir: Path,
+def test_blip_itc_towers(tiny_blip_itm: Path, synthetic_dir: Path, tmp_path: Path) -> None:
+    """score_head=itc: the ITC cosine reads the unimodal text encoder and the vision tower, edited
+    tower by tower as a dual encoder's."""
+    _, manifest_path, rows = run_patch(PatchConfig(
+        out=tmp_path, model="blip-itm", checkpoint=str(tiny_blip_itm), model_options=("score_head=itc",),
+        data_dir=synthetic_dir, limit=N_ITEMS, layers="0,-1", bootstrap=50, progress=False))
+    rec = _recovered(rows)
+    assert {r["stream"] for r in rows} == {"text", "image"}
+    # tolerance: float32 embeddings recomputed in another row
+    assert rec[("text", 0, "positions=all")] == pytest.approx(1.0, abs=1e-4)
+    assert rec[("text", 0, "positions=swapped")] == pytest.approx(1.0, abs=1e-4)
+    assert rec[("text", 0, "positions=rest")] == pytest.approx(0.0, abs=1e-4)
+    assert rec[("text", 3, "positions=cls")] == pytest.approx(1.0, abs=1e-4)  # text_proj reads token 0
+    assert rec[("image", 0, "positions=all")] == pytest.approx(1.0, abs=1e-4)
+    assert rec[("image", 2, "positions=cls")] == pytest.approx(1.0, abs=1e-4)  # vision_proj reads the class token
+    (run,) = json.loads(manifest_path.read_text())["runs"].values()
+    assert run["score_kind"] == "cosine" and run["pass"].startswith("dual encoder")
+    assert run["inputs"]["model_options"]["score_head"] == "itc"
+
+
+def test_cross_encoders_refuse_what_they_cannot_run(tiny_uniter: Path, tiny_lxmert: Path, tiny_blip_itm: Path,
+                                                    synthetic_dir: Path,
                                                     synthetic_regions: Path, tmp_path: Path) -> None:
     with pytest.raises(InputError, match="streams: uniter has streams text, image, got 'pair'"):
         run_patch(PatchConfig(out=tmp_path, model="uniter", checkpoint=str(tiny_uniter / "uniter.pt"),
                               data_dir=synthetic_dir, regions=synthetic_regions, streams=("pair",), limit=1))
+    with pytest.raises(InputError, match="the text stream feeds the ITC score: load with --model-option score_head=itc"):
+        run_patch(PatchConfig(out=tmp_path, model="blip-itm", checkpoint=str(tiny_blip_itm), data_dir=synthetic_dir,
+                              streams=("text",), limit=1))
+    with pytest.raises(InputError, match="the pair stream feeds the ITM score"):
+        run_patch(PatchConfig(out=tmp_path, model="blip-itm", checkpoint=str(tiny_blip_itm), data_dir=synthetic_dir,
+                              streams=("pair",), model_options=("score_head=itc",), limit=1))
     with pytest.raises(InputError, match="regions: lxmert reads precomputed region features"):
         run_patch(PatchConfig(out=tmp_path, model="lxmert", checkpoint=str(tiny_lxmert), data_dir=synthetic_dir))

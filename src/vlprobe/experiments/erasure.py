@@ -17,7 +17,8 @@ difference between target and control is what erasing the minimal-pair direction
 erasing an arbitrary direction of the same kind. The eraser is fitted and evaluated on the same
 items (erasure is a transformation of the states, not a prediction).
 
-Dual encoders (CLIP): the text tower, from the erased layer on. Cross-encoders (LXMERT ``lang``,
+Dual encoders (CLIP, SigLIP; BLIP-ITM with ``score_head=itc``): the text tower, from the erased
+layer on. Cross-encoders (LXMERT ``lang``,
 UNITER's ``text`` view, BLIP-ITM's ``pair`` stream): the text side's states depend on the image,
 so the eraser is fitted on every pair's text-token states (each caption with each of its item's
 images) and applied to the text positions while the model's plain pass runs on. Rows (``OUT/erasure/``): per layer
@@ -76,8 +77,8 @@ class ErasureConfig(PairModelOptions, SeedsOption, BootstrapOptions, ProgressOpt
     Attributes
     ----------
     model, checkpoint : str
-        A registered model whose adapter names its layer sites (``clip``, ``lxmert``, ``uniter``,
-        ``blip-itm``) and its checkpoint.
+        A registered model whose adapter names its layer sites (``clip``, ``siglip``, ``lxmert``,
+        ``uniter``, ``blip-itm``) and its checkpoint.
     dataset, data_dir, subsets, limit, image_dir, image_root, regions
         The benchmark, its items and the region features of cross-encoders that read them.
     layers : str

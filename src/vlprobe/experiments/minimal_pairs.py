@@ -34,7 +34,7 @@ class PairModelOptions(ModelLoadOptions):
     panel = "Model and benchmark"
     rank = 1
 
-    model: str = option(role="input", help="Registered model (see `probe ls models`) whose states can be edited: clip, lxmert, uniter, blip-itm.")
+    model: str = option(role="input", help="Registered model (see `probe ls models`) whose states can be edited: clip, siglip, lxmert, uniter, blip-itm.")
     checkpoint: str = option(role="input", help="Checkpoint directory or hub id (UNITER: the .pt file).")
     dataset: str = option("winoground", choices=PAIR_DATASETS, role="input", help="The benchmark.")
     data_dir: Path | None = option(None, role="input", help="Folder of the benchmark's files.")
@@ -68,7 +68,8 @@ def pair_model_class(model: str, experiment: str) -> Any:
 
 def editable_streams(adapter: Any) -> list[str]:
     """The adapter's streams whose states it can edit (``layer_sites``), in its order; the first is
-    the text side (CLIP ``text``, LXMERT ``lang``, UNITER ``text``, BLIP-ITM ``pair``)."""
+    the text side (CLIP/SigLIP ``text``, LXMERT ``lang``, UNITER ``text``, BLIP-ITM ``pair``, or
+    ``text`` with ``score_head=itc``)."""
     out = []
     for s in adapter.streams:
         try:

@@ -21,7 +21,10 @@ captions to have the same token count (a word swap has); items without are left 
 encoder (Winoground only: two images) swaps images instead, the caption fixed, with the groups
 ``all`` and ``cls`` (the class token).
 
-Dual encoders (CLIP): the text tower, and the image tower on Winoground. Subsets: ``all`` and the
+Dual encoders (CLIP, SigLIP; BLIP-ITM with ``score_head=itc``, its ITC towers): the text tower,
+and the image tower on Winoground, scored with the model's own score of the pooled embeddings.
+Cross-encoders: LXMERT ``lang`` and ``vision``, UNITER's ``text`` and ``image`` views, BLIP-ITM's
+``pair`` stream (``score_head=itm``). Subsets: ``all`` and the
 bag-of-words slices (``bow=same`` / ``bow=different``, :mod:`vlprobe.data.bow`). 95% bootstrap
 intervals resample items (``bootstrap``, ``bootstrap_seed``). Outputs in ``OUT/patch/``:
 ``<model>.csv`` (tidy, split ``all``) and ``manifest.json``.
@@ -78,16 +81,17 @@ class PatchConfig(PairModelOptions, BootstrapOptions, ProgressOption, ResultsOpt
     Attributes
     ----------
     model, checkpoint : str
-        A registered model whose adapter names its layer sites (``clip``, ``lxmert``, ``uniter``,
-        ``blip-itm``) and its checkpoint.
+        A registered model whose adapter names its layer sites (``clip``, ``siglip``, ``lxmert``,
+        ``uniter``, ``blip-itm``) and its checkpoint; ``model_config``, ``tokenizer``,
+        ``model_options`` load it as ``probe extract`` does.
     dataset, data_dir, subsets, limit, image_dir, image_root
         The benchmark and its items (``limit``: SugarCrepe / VALSE per subset, as their loaders count).
     regions : Path, optional
         Region features of the dataset's images (cross-encoders that read regions: LXMERT, UNITER).
     streams : tuple of str, optional
-        Default: the text side (CLIP ``text``, LXMERT ``lang``, UNITER ``text``, BLIP-ITM
-        ``pair``) and, on Winoground, the image side where the adapter can edit it (CLIP
-        ``image``, LXMERT ``vision``).
+        Default: the text side (CLIP/SigLIP ``text``, LXMERT ``lang``, UNITER ``text``, BLIP-ITM
+        ``pair``, or ``text`` with ``score_head=itc``) and, on Winoground, the image side where
+        the adapter can edit it (``image``; LXMERT ``vision``).
     layers : str
         Layer spec per stream (``all``, ``0,4,-1``, ``lang=all;vision=-1``).
     groups : tuple of str

@@ -223,20 +223,36 @@ class BlipItmAdapter(CrossEncoder):
             scores = (feat[torch.from_numpy(t_inv).to(self.device)] * images.itc[i_sel]).sum(dim=-1)
         return PairOutput(scores, states, {}, logits)
 
+    def tokens(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        table = self.prepare_texts(list(texts))
+        return table.input_ids, table.attention_mask
+
     def layer_sites(self, stream: str) -> list[LayerSite]:
-        """``pair``: the image-grounded text encoder's embeddings, then each of its blocks (the
-        ITM head reads token 0 of the last). The unimodal ``text`` and ``image`` streams feed only
-        the ITC score and are not edited."""
-        if stream == "pair":
-            enc = self.model.text_encoder
-            return [LayerSite(enc.embeddings), *(LayerSite(m) for m in enc.encoder.layer)]
-        raise InputError(f"stream: {self.name} edits its pair stream (the image-grounded text encoder), got {stream!r}")
+        """The streams the score reads. ``score_head="itm"``: ``pair``, the image-grounded text
+        encoder's embeddings, then each of its blocks (the ITM head reads token 0 of the last).
+        ``score_head="itc"``: the two towers the ITC cosine reads, edited as a dual encoder's:
+        ``text``, the same embeddings and blocks run without cross-attention (the unimodal text
+        encoder, ``text_proj`` reads token 0), and ``image``, the patch embeddings, then each vision
+        block (before ``post_layernorm``; ``vision_proj`` reads the class token)."""
+        if stream not in self.streams:
+            raise InputError(f"stream: {self.name} has streams {', '.join(self.streams)}, got {stream!r}")
+        feeds = "pair" if self.score_head == "itm" else ("text", "image")
+        if stream not in feeds:
+            other = "itc" if self.score_head == "itm" else "itm"
+            raise InputError(f"stream: {self.name} with score_head={self.score_head} edits {' and '.join(feeds)} "
+                             f"(the streams its score reads); the {stream} stream feeds the {other.upper()} "
+                             f"score: load with --model-option score_head={other}")
+        if stream == "image":
+            vm = self.model.vision_model
+            return [LayerSite(vm.embeddings), *(LayerSite(m) for m in vm.encoder.layers)]
+        enc = self.model.text_encoder
+        return [LayerSite(enc.embeddings), *(LayerSite(m) for m in enc.encoder.layer)]
 
     def plain_pair_scores(self, texts: TextTable, images: BlipImages, text_idx: np.ndarray,
                           image_idx: np.ndarray) -> torch.Tensor:
         if self.score_head != "itm":
-            raise InputError(f"model_options: editing {self.name}'s states needs score_head=itm (the ITC score "
-                             "never runs the pair stream)")
+            raise InputError(f"model_options: {self.name}'s ITC score has no pair pass (its towers are "
+                             "edited apart, as a dual encoder's); the pair pass needs score_head=itm")
         return self.encode_pairs(texts, images, text_idx, image_idx, None, ()).scores
 
     def describe(self) -> dict[str, Any]:
