@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from vlprobe.cli.testbed import KnownAnswerConfig
+from vlprobe.cli.testbed import KnownAnswerConfig, Task
 from vlprobe.experiments.known_answers import CLIP_MODELS
 
 
@@ -32,14 +32,15 @@ class CLIPTestbed(NamedTuple):
     results: Path
 
 
-def _clip_part(stage: str, lane: str, command: list[str]) -> bool:
-    """Whether a testbed command belongs to its CLIP part: the data (both splits, with their oracle
+def _clip_part(task: Task) -> bool:
+    """Whether a testbed task belongs to its CLIP part: the data (both splits, with their oracle
     regions, so that a later testbed run on the same models folder reuses them), the three CLIP
     models, and per CLIP model its extraction and Winoground scores."""
-    if stage == "train":
-        return command[:3] == ["fixtures", "train", "clip"]
-    if stage == "extract and probe":
-        return lane in CLIP_MODELS and (command[0] == "extract" or command[:2] == ["run", "winoground-scores"])
+    if task.group == "train":
+        return task.commands[0][:3] == ("fixtures", "train", "clip")
+    if task.group == "extract and probe":
+        step, model = task.name.split(" ", 1)
+        return model in CLIP_MODELS and step in ("extract", "winoground-scores")
     return True
 
 
@@ -49,19 +50,11 @@ def build_testbed_clip(out: Path, models: Path) -> CLIPTestbed:
     seed 0; the LXMERT part left out) in two worker processes, with their caches of the evaluation
     set and its Winoground scores under ``out``. ``models`` can be handed to a testbed run as its
     ``models_dir``: it then reuses the training split and these models."""
-    from concurrent.futures import ProcessPoolExecutor
-
-    from vlprobe.cli.testbed import _run_lane, _spawn_context, _worker_init, plan_commands
+    from vlprobe.cli.testbed import _schedule, plan_commands
 
     config = KnownAnswerConfig(out=out, models_dir=models, jobs=2)
     (out / "caches").mkdir()
     (out / "logs").mkdir()
-    with ProcessPoolExecutor(max_workers=config.jobs, mp_context=_spawn_context(), initializer=_worker_init) as pool:
-        for stage, lanes in plan_commands(config):
-            kept = [(lane, [c for c in cmds if _clip_part(stage, lane, c)]) for lane, cmds in lanes]
-            futures = [pool.submit(_run_lane, lane, cmds, str(out / "logs" / f"{stage.replace(' ', '-')}.{i}.log"))
-                       for i, (lane, cmds) in enumerate(kept) if cmds]
-            for future in futures:
-                future.result()
+    _schedule([t for t in plan_commands(config) if _clip_part(t)], config.jobs, out / "logs", lambda text: None)
     return CLIPTestbed(config, config.models, out / "data", {m: out / "caches" / f"{m}.h5" for m in CLIP_MODELS},
                        out / "results")
