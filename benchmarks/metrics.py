@@ -23,7 +23,7 @@ import argparse
 import numpy as np
 from _common import best_of, peak_traced
 
-from vlprobe.experiments.metrics import recall_at_k, recall_ranks
+from vlprobe.stats.metrics import recall_at_k, recall_ranks
 
 KS = (1, 2, 5, 10)
 

@@ -1,12 +1,12 @@
 """The known-answer testbed: the table (model x metric, with seeds) and where the time goes.
 
-Runs :func:`vlprobe.cli.testbed.run_testbed` (the same run as ``probe fixtures testbed`` and
+Runs :func:`vlprobe.launch.testbed.run_testbed` (the same run as ``probe fixtures testbed`` and
 ``make demo``) and prints
 
 1. the known-answer table: one row per metric, one column per model (trained CLIP, its
    shuffled-words control, its random initial weights, LXMERT trained on oracle regions, its
    random initial weights), and the seeds every number comes from;
-2. each known answer (the checks of :mod:`vlprobe.experiments.known_answers`) with its values;
+2. each known answer (the checks of :mod:`vlprobe.results.known_answers`) with its values;
 3. the start, end, wall and CPU seconds of every task (grouped: data, training, extraction and
    probing) and of the report, the lower bound CPU / workers, and ratios measured in this run
    (training vs extraction and probing, one CLIP vs the whole run). Printed, never asserted: the machine may be
@@ -27,8 +27,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from vlprobe.cli.testbed import GROUPS, KnownAnswerConfig, run_testbed
-from vlprobe.experiments.known_answers import CLIP_MODELS, LXMERT_MODELS
+from vlprobe.launch.testbed import GROUPS, KnownAnswerConfig, run_testbed
+from vlprobe.results.known_answers import CLIP_MODELS, LXMERT_MODELS
 
 
 def _table(rows: list[dict]) -> str:

@@ -374,3 +374,13 @@ def cross_reference(tmp_path_factory: pytest.TempPathFactory, cross_config: Call
         return made[model]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def every_experiment(tmp_path_factory: pytest.TempPathFactory, reference_cache: Path, tiny_clip: Path,
+                     synthetic_dir: Path) -> Path:
+    """One small run of every experiment that writes tidy CSVs, all into one results folder
+    (:func:`tests.every_experiment.build_every_experiment`)."""
+    from tests.every_experiment import build_every_experiment
+
+    return build_every_experiment(tmp_path_factory.mktemp("units"), reference_cache, tiny_clip, synthetic_dir)

@@ -24,12 +24,17 @@ BASE = {"vlprobe", "vlprobe.registry", "vlprobe.layers", "vlprobe.io", "vlprobe.
         "vlprobe.devices", "vlprobe.validation", "vlprobe.progress"}
 #: subpackage -> subpackages it must never import (anywhere in a module, function-local too).
 FORBIDDEN = {
-    "data": {"extract", "probes", "augment", "experiments", "fixtures", "cli"},
-    "extract": {"probes", "augment", "experiments", "fixtures", "cli"},
-    "probes": {"data", "extract", "augment", "experiments", "fixtures", "cli"},
-    "augment": {"probes", "experiments", "fixtures", "cli"},
-    "experiments": {"fixtures", "cli"},
-    "fixtures": {"experiments", "cli"},
+    "data": {"extract", "probes", "augment", "stats", "runs", "experiments", "results", "launch", "fixtures", "cli"},
+    "extract": {"probes", "augment", "stats", "runs", "experiments", "results", "launch", "fixtures", "cli"},
+    "probes": {"data", "extract", "augment", "stats", "runs", "experiments", "results", "launch", "fixtures",
+               "cli"},
+    "augment": {"probes", "stats", "runs", "experiments", "results", "launch", "fixtures", "cli"},
+    "stats": {"data", "extract", "probes", "augment", "runs", "experiments", "results", "launch", "fixtures",
+              "cli"},
+    "runs": {"experiments", "results", "launch", "fixtures", "cli"},
+    "experiments": {"results", "launch", "fixtures", "cli"},
+    "results": {"experiments", "launch", "fixtures", "cli"},
+    "fixtures": {"stats", "runs", "experiments", "results", "launch", "cli"},
 }
 #: What augment may use from extract: the one Hugging Face loading helper.
 AUGMENT_FROM_EXTRACT = {"vlprobe.extract.models.hf"}

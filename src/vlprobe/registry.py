@@ -3,7 +3,7 @@
 Models, datasets, augmentation strategies, probes and experiments each have a
 :class:`Registry` instance. Entries are registered with a decorator or as a lazy
 ``"module:attr"`` string, so listing names never imports torch or transformers. An experiment
-entry names its :class:`~vlprobe.experiments.declare.Experiment` declaration; its one-line help
+entry names its :class:`~vlprobe.runs.declare.Experiment` declaration; its one-line help
 is what ``probe ls experiments`` and ``probe run --help`` show. Unknown names are answered with
 the known names and a "did you mean" (:func:`vlprobe.validation.unknown_name_message`).
 """

@@ -28,9 +28,9 @@ import pytest
 from typer.testing import CliRunner
 
 from vlprobe.cli import app
-from vlprobe.experiments.score_files import write_item_scores
 from vlprobe.fixtures.frcnn import write_tiny_frcnn
 from vlprobe.fixtures.uniter import write_tiny_uniter
+from vlprobe.runs.score_files import write_item_scores
 
 Args = Callable[["Kit", Path], list[Any]]
 

@@ -166,7 +166,7 @@ def test_fast_paths_import_no_torch_and_no_experiment(args: tuple[str, ...], ban
     heavy = {m for m in imported if m.split(".")[0] in banned}
     assert not heavy, (args, sorted(heavy)[:5])
     # The declaration machinery (light: it imports vlprobe.validation only) is fine; an experiment is not.
-    assert not {m for m in imported if m.startswith("vlprobe.experiments.")} - {"vlprobe.experiments.declare"}, args
+    assert not {m for m in imported if m.startswith("vlprobe.experiments.")} - {"vlprobe.runs.declare"}, args
 
 
 def test_make_demo_commands_parse() -> None:

@@ -35,8 +35,8 @@ from typer.testing import CliRunner
 
 from vlprobe.cli import app
 from vlprobe.cli.declared import command_function
-from vlprobe.experiments.declare import Experiment, declared_options, key_values, names, option
-from vlprobe.experiments.option_groups import (
+from vlprobe.runs.declare import Experiment, declared_options, key_values, names, option
+from vlprobe.runs.option_groups import (
     BootstrapOptions,
     ResultsOptions,
     StateOptions,
@@ -130,14 +130,9 @@ def hand_written_targets() -> dict[tuple[str, ...], Target]:
     """The library side of every command that is not generated from a declaration."""
     from vlprobe.augment.runner import AugmentConfig
     from vlprobe.augment.wordnet import setup_wordnet
-    from vlprobe.cli.testbed import KnownAnswerConfig
     from vlprobe.data.sugarcrepe import sugarcrepe_report
     from vlprobe.data.synthetic import make_synthetic_winoground
     from vlprobe.data.valse import valse_report
-    from vlprobe.experiments.collect import write_collected
-    from vlprobe.experiments.compare import CompareConfig
-    from vlprobe.experiments.plots import plot_results
-    from vlprobe.experiments.report import write_report
     from vlprobe.extract.cache.merge import merge_shards
     from vlprobe.extract.regions.extraction import RegionExtractConfig
     from vlprobe.extract.regions.formats import (
@@ -153,6 +148,11 @@ def hand_written_targets() -> dict[tuple[str, ...], Target]:
     from vlprobe.fixtures.regions import random_regions_for_dataset
     from vlprobe.fixtures.train_clip import ClipTrainConfig
     from vlprobe.fixtures.train_lxmert import LxmertTrainConfig
+    from vlprobe.launch.testbed import KnownAnswerConfig
+    from vlprobe.results.collect import write_collected
+    from vlprobe.results.compare import CompareConfig
+    from vlprobe.results.html_report import write_report
+    from vlprobe.results.plots import plot_results
 
     datasets = _dataset_options()
     image_root = {"image_root": lambda v: list(v) if v else None}

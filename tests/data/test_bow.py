@@ -13,8 +13,8 @@ import numpy as np
 from vlprobe.data.bow import bag_of_words, bow_masks, bow_tag, same_bag
 from vlprobe.data.loading import load_dataset
 from vlprobe.experiments.benchmark_eval import EvalConfig, run_eval
-from vlprobe.experiments.score_files import write_item_scores
 from vlprobe.experiments.winoground_scores import WinogroundScoresConfig, run_winoground_scores
+from vlprobe.runs.score_files import write_item_scores
 
 
 def test_bag_of_words_ignores_case_punctuation_and_order() -> None:

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from vlprobe.cli.testbed import KnownAnswerConfig, Task
-from vlprobe.experiments.known_answers import CLIP_MODELS
+from vlprobe.launch.testbed import KnownAnswerConfig, Task
+from vlprobe.results.known_answers import CLIP_MODELS
 
 
 def only_run(manifest_path: Path, model: str | None = None) -> dict[str, Any]:
@@ -50,7 +50,7 @@ def build_testbed_clip(out: Path, models: Path) -> CLIPTestbed:
     seed 0; the LXMERT part left out) in two worker processes, with their caches of the evaluation
     set and its Winoground scores under ``out``. ``models`` can be handed to a testbed run as its
     ``models_dir``: it then reuses the training split and these models."""
-    from vlprobe.cli.testbed import _schedule, plan_commands
+    from vlprobe.launch.testbed import _schedule, plan_commands
 
     config = KnownAnswerConfig(out=out, models_dir=models, jobs=2)
     (out / "caches").mkdir()

@@ -17,9 +17,9 @@ from vlprobe.data.sugarcrepe import load_sugarcrepe
 from vlprobe.data.valse import load_valse
 from vlprobe.devices import resolve_device
 from vlprobe.experiments.benchmark_eval import EvalConfig, run_eval
-from vlprobe.experiments.metrics import pair_correct, valse_metrics
-from vlprobe.experiments.score_files import caption_foil_scores, read_item_scores, write_item_scores
 from vlprobe.extract.models.clip import CLIPAdapter
+from vlprobe.runs.score_files import caption_foil_scores, read_item_scores, write_item_scores
+from vlprobe.stats.metrics import pair_correct, valse_metrics
 
 SC_SUBSETS = "swap_obj,add_att,replace_rel"
 

@@ -37,11 +37,11 @@ import pytest
 from tests.experiments.helpers import CLIPTestbed
 from vlprobe.experiments.conditional import ConditionalConfig, run_conditional
 from vlprobe.experiments.erasure import ErasureConfig, run_erasure
-from vlprobe.experiments.known_answers import CLIP_MODELS, run_file
 from vlprobe.experiments.mdl import MDLConfig, run_mdl
 from vlprobe.experiments.patch import PatchConfig, run_patch
 from vlprobe.experiments.separability import SeparabilityConfig, run_separability
-from vlprobe.experiments.summary import read_tidy_csv
+from vlprobe.results.known_answers import CLIP_MODELS, run_file
+from vlprobe.runs.summary import read_tidy_csv
 
 pytestmark = [pytest.mark.slow, pytest.mark.testbed]
 

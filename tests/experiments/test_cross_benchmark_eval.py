@@ -19,10 +19,10 @@ from vlprobe.cli import app
 from vlprobe.data.sugarcrepe import load_sugarcrepe
 from vlprobe.data.valse import load_valse
 from vlprobe.experiments.benchmark_eval import EvalConfig, run_eval
-from vlprobe.experiments.score_files import caption_foil_scores, read_item_scores
 from vlprobe.extract.cache.reader import ActivationCache
 from vlprobe.extract.regions.store import RegionStore
 from vlprobe.fixtures.regions import random_regions_for_dataset
+from vlprobe.runs.score_files import caption_foil_scores, read_item_scores
 
 SC = SC_SELECTION
 VA = {"subsets": "existence,actant-swap", "limit": 3}
@@ -59,8 +59,8 @@ def test_fixture_regions_use_the_normalised_benchmark_names(sugarcrepe_regions: 
 def test_eval_valse_scores_equal_encode_pairs_and_use_the_match_threshold(
     model: str, valse_dir: Path, va_regions: Path, tiny_lxmert: Path, tiny_uniter: Path, tmp_path: Path,
 ) -> None:
-    from vlprobe.experiments.metrics import valse_metrics
     from vlprobe.registry import MODELS as REGISTRY
+    from vlprobe.stats.metrics import valse_metrics
 
     ckpt = _checkpoint(model, tiny_lxmert, tiny_uniter)
     csv_path, manifest_path, rows = run_eval(EvalConfig(

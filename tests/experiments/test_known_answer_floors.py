@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.experiments.helpers import CLIPTestbed
-from vlprobe.cli.testbed import KnownAnswerConfig, run_testbed
+from vlprobe.launch.testbed import KnownAnswerConfig, run_testbed
 
 pytestmark = [pytest.mark.slow, pytest.mark.testbed]
 

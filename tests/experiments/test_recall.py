@@ -16,11 +16,11 @@ import pytest
 from typer.testing import CliRunner
 
 from vlprobe.cli import app
-from vlprobe.experiments.metrics import recall_at_k
-from vlprobe.experiments.outputs import TIDY_COLUMNS
 from vlprobe.experiments.recall import RecallConfig, run_recall
 from vlprobe.extract.cache.reader import ActivationCache
 from vlprobe.provenance import sha256_file
+from vlprobe.runs.writing import TIDY_COLUMNS
+from vlprobe.stats.metrics import recall_at_k
 
 N_ITEMS = 12  # the session dataset of conftest.py
 

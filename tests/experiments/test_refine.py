@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from vlprobe.cli import app
 from vlprobe.experiments.refine import RefineConfig, adversarial_refine, run_refine
-from vlprobe.experiments.score_files import write_item_scores
+from vlprobe.runs.score_files import write_item_scores
 
 
 def biased_scores(n: int, seed: int) -> tuple[list[str], dict[str, tuple[np.ndarray, np.ndarray]]]:

@@ -12,10 +12,10 @@ import pytest
 from typer.testing import CliRunner
 
 from vlprobe.cli import app
-from vlprobe.experiments.outputs import TIDY_COLUMNS
 from vlprobe.experiments.separability import SeparabilityConfig, run_separability
-from vlprobe.experiments.summary import SUMMARY_COLUMNS
 from vlprobe.fixtures.caches import ArrayStream, planted_cache, winoground_tables, write_array_cache
+from vlprobe.runs.summary import SUMMARY_COLUMNS
+from vlprobe.runs.writing import TIDY_COLUMNS
 
 SIGNAL = 2
 # 16 points per caption in 4 dimensions: noise is almost never linearly separable.
@@ -253,7 +253,7 @@ def test_a_sweep_over_one_model_shares_one_folder(
     assert {r["pooling"] for r in read(folder / "clip@pooling=mean,layers=-1.csv")} == {"mean"}
     assert {(r["model"], r["C"]) for r in read(folder / "clip@layers=-1,C=1.csv")} == {("clip", "1")}
     # Inputs count by content: the same cache bytes under another path are the same run (replaced);
-    # a cache with other content under the same name is refused (tests/experiments/test_outputs.py).
+    # a cache with other content under the same name is refused (tests/runs/test_writing.py).
     other = tmp_path / "other.h5"
     other.write_bytes(reference_cache.read_bytes())
     moved = ["run", "separability", "--cache", str(other), "--out", str(tmp_path), "--layers", "-1"]

@@ -11,13 +11,13 @@ from typer.testing import CliRunner
 
 from tests.experiments.helpers import only_run
 from vlprobe.cli import app
-from vlprobe.experiments.summary import summarize
 from vlprobe.experiments.variant_probe import (
     VariantProbeConfig,
     run_variant_probe,
     variant_examples,
 )
 from vlprobe.fixtures.caches import planted_cache
+from vlprobe.runs.summary import summarize
 
 SIGNAL = 1
 FAST = {"depth": 3, "width": 32, "lr": 1e-2, "epochs": 40, "batch_size": 32, "device": "cpu"}

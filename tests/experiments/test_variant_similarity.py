@@ -11,13 +11,13 @@ import pytest
 from typer.testing import CliRunner
 
 from vlprobe.cli import app
-from vlprobe.experiments.metrics import winoground_outcomes
 from vlprobe.experiments.variant_similarity import (
     VariantSimilarityConfig,
     blend,
     run_variant_similarity,
     variant_scores,
 )
+from vlprobe.stats.metrics import winoground_outcomes
 
 
 def planted(n_items: int = 20, seed: int = 0, max_variants: int = 4):

@@ -15,8 +15,6 @@ import pytest
 from typer.testing import CliRunner
 
 from vlprobe.cli import app
-from vlprobe.experiments.metrics import winoground_outcomes
-from vlprobe.experiments.outputs import TIDY_COLUMNS
 from vlprobe.experiments.winoground_scores import (
     WinogroundScoresConfig,
     item_scores_from_cache,
@@ -26,6 +24,8 @@ from vlprobe.experiments.winoground_scores import (
 )
 from vlprobe.extract.cache.reader import ActivationCache
 from vlprobe.provenance import sha256_file
+from vlprobe.runs.writing import TIDY_COLUMNS
+from vlprobe.stats.metrics import winoground_outcomes
 
 WWH_TAGS = ("Non Minimal", "Ambiguously Correct", "Visually Difficult", "Unusual Image",
             "Unusual Text", "Complex Reasoning")

@@ -341,7 +341,7 @@ def test_a_full_disk_is_one_line_leaves_nothing_half_written_and_resumes(
         assert CliRunner().invoke(app, ["run", "winoground-scores", "--cache", str(small["reference"]), "--out",
                                         str(kit / "res")]).exit_code == 0
     if command in ("compare", "eval", "refine"):
-        from vlprobe.experiments.score_files import write_item_scores
+        from vlprobe.runs.score_files import write_item_scores
 
         ids = [f"sugarcrepe/replace_att/{i}" for i in range(30)]
         for side, seed in (("a", 0), ("b", 1)):

@@ -20,7 +20,6 @@ from tests.extract.helpers import SC_SELECTION, sugarcrepe_pictures
 from vlprobe.cli import app
 from vlprobe.data.loading import load_dataset
 from vlprobe.data.sugarcrepe import load_sugarcrepe
-from vlprobe.experiments.score_files import caption_foil_scores, read_item_scores
 from vlprobe.extract.cache.reader import ActivationCache
 from vlprobe.extract.models.clip import CLIPAdapter
 from vlprobe.extract.models.lxmert import LxmertAdapter
@@ -36,6 +35,7 @@ from vlprobe.extract.scoring import (
     score_pairs,
 )
 from vlprobe.registry import MODELS
+from vlprobe.runs.score_files import caption_foil_scores, read_item_scores
 from vlprobe.validation import InputError
 
 SC = SC_SELECTION

@@ -43,7 +43,7 @@ def _names(text: str | None) -> tuple[str, ...]:
 
 def _model_options(given: list[str] | None) -> dict[str, str]:
     """``["score_head=itc"]`` -> ``{"score_head": "itc"}`` (``--model-option``, repeatable)."""
-    from vlprobe.experiments.declare import key_values
+    from vlprobe.runs.declare import key_values
 
     return key_values(given or (), "model_options")
 

@@ -17,7 +17,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from typer.models import OptionInfo
 
-from vlprobe.experiments.declare import TAKES_VALUE
+from vlprobe.runs.declare import TAKES_VALUE
 
 __all__ = ["CONTEXT_PARAM", "REMOVED_IN", "Renamed", "context_parameter", "given_params", "renamed", "with_renamed"]
 

@@ -1,7 +1,7 @@
 """Commands generated from experiment declarations (``probe run NAME`` and its aliases).
 
 Each experiment's options are declared once, on its config dataclass
-(:mod:`vlprobe.experiments.declare`); :func:`command_function` turns the declaration into a
+(:mod:`vlprobe.runs.declare`); :func:`command_function` turns the declaration into a
 function whose signature typer reads (one ``Annotated`` parameter per option: the field's flag,
 type, default, help, choices and group), so the command line, the library and the manifest
 cannot drift apart.
@@ -116,8 +116,8 @@ def declared_group(commands: Mapping[str, str] | None, wrap: Wrap = _unwrapped) 
 
 def build_command(name: str, experiment: str, wrap: Wrap = _unwrapped) -> Any:
     """The click command of a registered experiment (typer builds it from :func:`command_function`)."""
-    from vlprobe.experiments.declare import Experiment
     from vlprobe.registry import EXPERIMENTS
+    from vlprobe.runs.declare import Experiment
 
     exp = EXPERIMENTS.get(experiment)
     if not isinstance(exp, Experiment) or exp.name != experiment:
@@ -128,7 +128,7 @@ def build_command(name: str, experiment: str, wrap: Wrap = _unwrapped) -> Any:
 
 
 def command_function(exp: Any, wrap: Wrap = _unwrapped) -> Callable[..., None]:
-    """A typer command function for an :class:`~vlprobe.experiments.declare.Experiment`.
+    """A typer command function for an :class:`~vlprobe.runs.declare.Experiment`.
 
     Its keyword parameters are the declared options; it builds the config (the preset first,
     then the options given), runs the experiment and prints the report. ``wrap`` goes around it

@@ -208,7 +208,7 @@ def fixtures_testbed(
     jobs: Annotated[int, typer.Option(help="Worker processes (one torch thread each).")] = 2,
 ) -> None:
     """Known-answer testbed: train (or reuse) the small models, run every experiment, report."""
-    from vlprobe.cli.testbed import KnownAnswerConfig, run_testbed
+    from vlprobe.launch.testbed import KnownAnswerConfig, run_testbed
 
     result = run_testbed(KnownAnswerConfig(
         out=out, models_dir=models_dir, train_items=train_items, eval_items=eval_items, seed=seed,

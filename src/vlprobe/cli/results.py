@@ -25,7 +25,7 @@ def plot_cmd(
     title: Annotated[str | None, typer.Option(help="Figure title.")] = None,
 ) -> None:
     """Draw results with the chart that fits the experiment: layer curves, bars with intervals, λ curves (PNG and PDF)."""
-    from vlprobe.experiments.plots import plot_results
+    from vlprobe.results.plots import plot_results
 
     paths = plot_results(csvs, out, metric=metric, split=split, subset=subset, title=title)
     typer.echo("wrote " + " and ".join(str(p) for p in paths))
@@ -42,7 +42,7 @@ def compare_cmd(
     bootstrap_seed: Annotated[int, typer.Option(help="Seed of the bootstrap resamples.")] = 0,
 ) -> None:
     """Paired tests of two runs on the same items: McNemar for 0/1 outcomes, paired bootstrap otherwise."""
-    from vlprobe.experiments.compare import CompareConfig, run_compare
+    from vlprobe.results.compare import CompareConfig, run_compare
 
     csv_path, manifest_path, rows = run_compare(
         CompareConfig(a=a, b=b, out=out, name=name, bootstrap=bootstrap, bootstrap_seed=bootstrap_seed)
@@ -67,7 +67,7 @@ def report_cmd(
     fmt: Annotated[str | None, typer.Option("--format", help="html or md (default: from the file name).")] = None,
 ) -> None:
     """One self-contained page of a results folder: every figure and table, settings and provenance."""
-    from vlprobe.experiments.report import write_report
+    from vlprobe.results.html_report import write_report
 
     path = write_report(results_dir, out, fmt)
     typer.echo(f"wrote {path}")
@@ -80,7 +80,7 @@ def collect_cmd(
     out: Annotated[Path, typer.Option(help="CSV to write: every run's rows with its settings columns.")],
 ) -> None:
     """Gather the runs of results folders into one CSV with the settings as columns."""
-    from vlprobe.experiments.collect import write_collected
+    from vlprobe.results.collect import write_collected
 
     path, runs, rows = write_collected(results_dirs, out)
     typer.echo(f"wrote {path} ({runs} runs, {rows} rows)")

@@ -13,7 +13,7 @@ takes the scores from a per-item score file (``scores``), then writes to ``OUT/<
   model with a binary matching head (LXMERT, UNITER's ITM head; or a score file that carries its
   logits) also ``acc_r_valse``, VALSE's own acc_r (raw match logits compared, foil-tie items
   skipped; ``n`` = the items it keeps) beside ``acc_r`` (the declared score, every item)
-  (:mod:`vlprobe.experiments.metrics`; the manifest's ``definitions`` says which is which). Each
+  (:mod:`vlprobe.stats.metrics`; the manifest's ``definitions`` says which is which). Each
   value has its 95% paired bootstrap interval (``<metric>.ci95_low`` / ``.ci95_high``; items
   resampled within their subset, seeded).
   Every metric is also reported on the bag-of-words slices ``bow=same`` (the two captions hold
@@ -21,7 +21,7 @@ takes the scores from a per-item score file (``scores``), then writes to ``OUT/<
   the swap subsets) and ``bow=different`` when the captions are known (a model run, or a score
   file with ``data_dir``); a slice's interval resamples its own items (within their subsets).
 * ``<model>.scores.jsonl``: the per-item scores, with the matching head's logits where there are
-  some (format in :mod:`vlprobe.experiments.score_files`).
+  some (format in :mod:`vlprobe.runs.score_files`).
 * ``manifest.json``: config, seeds, versions, git revision, dataset and checkpoint fingerprints.
 
 ``items`` (a file of kept ids, e.g. from ``probe refine``) restricts a run to those items.
@@ -37,31 +37,31 @@ import numpy as np
 
 from vlprobe.data.bow import bow_tag
 from vlprobe.data.loading import load_dataset, read_item_ids, select_items
-from vlprobe.experiments.charts import Chart
-from vlprobe.experiments.declare import Experiment, option
-from vlprobe.experiments.metrics import (
-    SUGARCREPE_GROUPS,
-    bootstrap_indices,
-    ci95_rows,
-    valse_metrics_batched,
-)
-from vlprobe.experiments.option_groups import (
+from vlprobe.provenance import sha256_file
+from vlprobe.runs.charts import Chart
+from vlprobe.runs.declare import Experiment, option
+from vlprobe.runs.option_groups import (
     BootstrapOptions,
     ModelLoadOptions,
     ProgressOption,
     ResultsOptions,
     check_device,
 )
-from vlprobe.experiments.outputs import result_stem
-from vlprobe.experiments.reports import metric_lines
-from vlprobe.experiments.score_files import (
+from vlprobe.runs.printout import metric_lines
+from vlprobe.runs.score_files import (
     caption_foil_logits,
     caption_foil_scores,
     read_item_scores,
     write_item_scores,
 )
-from vlprobe.experiments.units import units_of
-from vlprobe.provenance import sha256_file
+from vlprobe.runs.units import units_of
+from vlprobe.runs.writing import result_stem
+from vlprobe.stats.metrics import (
+    SUGARCREPE_GROUPS,
+    bootstrap_indices,
+    ci95_rows,
+    valse_metrics_batched,
+)
 from vlprobe.validation import InputError, check_float, check_positive_int
 
 __all__ = ["BENCHMARKS", "EXPERIMENTS", "EvalConfig", "run_eval"]
@@ -341,7 +341,7 @@ def _slice_resamples(cols: np.ndarray, sub: np.ndarray, idx: np.ndarray, seed: i
 
 def _sugarcrepe_rows(pos: np.ndarray, neg: np.ndarray, sub: np.ndarray, idx: np.ndarray,
                      base: dict[str, Any], seed: int, slices: np.ndarray | None = None) -> list[dict[str, Any]]:
-    from vlprobe.experiments.metrics import pair_correct
+    from vlprobe.stats.metrics import pair_correct
 
     hit = pair_correct(pos, neg)
     rows: list[dict[str, Any]] = []

@@ -47,11 +47,19 @@ from vlprobe.experiments.cache_features import (
     resolve_stream,
     row_lookup,
 )
-from vlprobe.experiments.charts import Chart
-from vlprobe.experiments.declare import Experiment, option
-from vlprobe.experiments.metrics import bootstrap_indices, ci95_rows
 from vlprobe.experiments.mlp_runs import plan_items, split_record
-from vlprobe.experiments.option_groups import (
+from vlprobe.experiments.probe_tasks import (
+    InformationProbeOptions,
+    VariantDrawOptions,
+    config_examples,
+    probe_setup,
+)
+from vlprobe.experiments.variant_probe import variant_items
+from vlprobe.probes.information import conditional_information, probe_record
+from vlprobe.progress import progress_bar, say
+from vlprobe.runs.charts import Chart
+from vlprobe.runs.declare import Experiment, option
+from vlprobe.runs.option_groups import (
     BootstrapOptions,
     CacheInput,
     ProgressOption,
@@ -60,19 +68,11 @@ from vlprobe.experiments.option_groups import (
     SplitOptions,
     StateOptions,
 )
-from vlprobe.experiments.outputs import result_stem
-from vlprobe.experiments.probe_tasks import (
-    InformationProbeOptions,
-    VariantDrawOptions,
-    config_examples,
-    probe_setup,
-)
-from vlprobe.experiments.reports import wrote_line
-from vlprobe.experiments.summary import summarize, write_summary_csv
-from vlprobe.experiments.units import units_of
-from vlprobe.experiments.variant_probe import variant_items
-from vlprobe.probes.information import conditional_information, probe_record
-from vlprobe.progress import progress_bar, say
+from vlprobe.runs.printout import wrote_line
+from vlprobe.runs.summary import summarize, write_summary_csv
+from vlprobe.runs.units import units_of
+from vlprobe.runs.writing import result_stem
+from vlprobe.stats.metrics import bootstrap_indices, ci95_rows
 from vlprobe.validation import InputError, check_int
 
 __all__ = ["EXPERIMENT", "ConditionalConfig", "run_conditional"]

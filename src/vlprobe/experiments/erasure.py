@@ -38,14 +38,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from vlprobe.experiments.charts import WINOGROUND_CHANCE, Chart
-from vlprobe.experiments.declare import Experiment, option
-from vlprobe.experiments.metrics import (
-    bootstrap_indices,
-    ci95_rows,
-    pair_correct,
-    winoground_outcomes,
-)
 from vlprobe.experiments.minimal_pairs import (
     PairModelOptions,
     editable_streams,
@@ -53,18 +45,26 @@ from vlprobe.experiments.minimal_pairs import (
     pair_regions,
     tower_scores,
 )
-from vlprobe.experiments.option_groups import (
+from vlprobe.extract.models.hooks import edited_layers
+from vlprobe.layers import parse_layers, stream_part
+from vlprobe.progress import progress_bar, say
+from vlprobe.runs.charts import WINOGROUND_CHANCE, Chart
+from vlprobe.runs.declare import Experiment, option
+from vlprobe.runs.option_groups import (
     BootstrapOptions,
     ProgressOption,
     ResultsOptions,
     SeedsOption,
     check_layer_spec,
 )
-from vlprobe.experiments.reports import wrote_line
-from vlprobe.experiments.units import units_of
-from vlprobe.extract.models.hooks import edited_layers
-from vlprobe.layers import parse_layers, stream_part
-from vlprobe.progress import progress_bar, say
+from vlprobe.runs.printout import wrote_line
+from vlprobe.runs.units import units_of
+from vlprobe.stats.metrics import (
+    bootstrap_indices,
+    ci95_rows,
+    pair_correct,
+    winoground_outcomes,
+)
 
 __all__ = ["EXPERIMENT", "ErasureConfig", "fit_token_eraser", "run_erasure"]
 

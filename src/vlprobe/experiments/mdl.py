@@ -39,16 +39,6 @@ from typing import Any
 import numpy as np
 
 from vlprobe.experiments.cache_features import cache_path, load_index
-from vlprobe.experiments.charts import Chart
-from vlprobe.experiments.declare import Experiment, option
-from vlprobe.experiments.option_groups import (
-    CacheInput,
-    ProgressOption,
-    ResultsOptions,
-    SeedsOption,
-    StateOptions,
-)
-from vlprobe.experiments.outputs import result_stem
 from vlprobe.experiments.probe_tasks import (
     TASKS,
     InformationProbeOptions,
@@ -56,9 +46,6 @@ from vlprobe.experiments.probe_tasks import (
     config_examples,
     probe_setup,
 )
-from vlprobe.experiments.reports import summary_lines
-from vlprobe.experiments.summary import summarize, write_summary_csv
-from vlprobe.experiments.units import units_of
 from vlprobe.probes.information import (
     VOITA_FRACTIONS,
     block_boundaries,
@@ -67,6 +54,19 @@ from vlprobe.probes.information import (
 )
 from vlprobe.probes.splits import flip_labels
 from vlprobe.progress import progress_bar, say
+from vlprobe.runs.charts import Chart
+from vlprobe.runs.declare import Experiment, option
+from vlprobe.runs.option_groups import (
+    CacheInput,
+    ProgressOption,
+    ResultsOptions,
+    SeedsOption,
+    StateOptions,
+)
+from vlprobe.runs.printout import summary_lines
+from vlprobe.runs.summary import summarize, write_summary_csv
+from vlprobe.runs.units import units_of
+from vlprobe.runs.writing import result_stem
 from vlprobe.validation import InputError
 
 __all__ = ["EXPERIMENT", "MDLConfig", "control_items", "run_mdl"]

@@ -16,8 +16,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from vlprobe.data.loading import load_dataset
-from vlprobe.experiments.declare import option
-from vlprobe.experiments.option_groups import ModelLoadOptions, ResultsOptions, check_device
+from vlprobe.runs.declare import option
+from vlprobe.runs.option_groups import ModelLoadOptions, ResultsOptions, check_device
 from vlprobe.validation import InputError, check_positive_int
 
 __all__ = ["PAIR_DATASETS", "PairModel", "PairModelOptions", "editable_streams", "load_pair_model", "pair_items",

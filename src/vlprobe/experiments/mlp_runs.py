@@ -1,8 +1,8 @@
 """Target and control MLP probes over seeds and feature groups, trained as one batched model.
 
 Shared by the task-adaptation (§3.2) and variant-probe (§5.3) experiments, whose configs carry
-the MLP settings (:class:`~vlprobe.experiments.option_groups.MLPOptions`) and the item split
-(:class:`~vlprobe.experiments.option_groups.SplitOptions`). :func:`plan_items` splits the usable
+the MLP settings (:class:`~vlprobe.runs.option_groups.MLPOptions`) and the item split
+(:class:`~vlprobe.runs.option_groups.SplitOptions`). :func:`plan_items` splits the usable
 items and claims the output slot; :func:`train_and_write` trains and writes. Given G feature
 groups (layers, modes) of the same examples, an item-level split and seeds, it trains for every
 group and seed one probe on the target labels and one on the control labels (the labels of
@@ -29,13 +29,6 @@ import numpy as np
 
 from vlprobe.devices import device_name, resolve_device
 from vlprobe.experiments.cache_features import stratum_keys
-from vlprobe.experiments.declare import Experiment
-from vlprobe.experiments.metrics import bootstrap_indices
-from vlprobe.experiments.option_groups import MLPOptions, MLPProbeRunOptions
-from vlprobe.experiments.outputs import result_stem, write_tidy_csv
-from vlprobe.experiments.stats import PERMUTATION_TEST, target_control_rows
-from vlprobe.experiments.summary import summarize, write_summary_csv
-from vlprobe.experiments.units import units_of
 from vlprobe.probes.ensemble import (
     ensemble_memory,
     iter_mlp_ensemble,
@@ -45,6 +38,13 @@ from vlprobe.probes.ensemble import (
 from vlprobe.probes.splits import ItemSplit, control_flips, flip_labels, stratified_item_split
 from vlprobe.progress import format_bytes, progress_bar, say
 from vlprobe.provenance import sha256_file
+from vlprobe.runs.declare import Experiment
+from vlprobe.runs.option_groups import MLPOptions, MLPProbeRunOptions
+from vlprobe.runs.summary import summarize, write_summary_csv
+from vlprobe.runs.units import units_of
+from vlprobe.runs.writing import result_stem, write_tidy_csv
+from vlprobe.stats.metrics import bootstrap_indices
+from vlprobe.stats.uncertainty import PERMUTATION_TEST, target_control_rows
 from vlprobe.validation import InputError, check_file
 
 __all__ = [
@@ -331,7 +331,7 @@ def plan_items(experiment: Experiment, config: Any, index: Any, items: Sequence[
 
     ``config`` has the split options, ``name`` and ``out``; the output slot of the run (named by
     its label and the settings it changed) is checked
-    (:meth:`~vlprobe.experiments.declare.Experiment.claim`) before any training.
+    (:meth:`~vlprobe.runs.declare.Experiment.claim`) before any training.
     """
     split, families, chosen = item_split(
         index, items, config.test_size, config.split_seed, config.stratify, config.split_file

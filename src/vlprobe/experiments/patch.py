@@ -41,9 +41,6 @@ import numpy as np
 import torch
 
 from vlprobe.data.bow import bow_masks, bow_tag
-from vlprobe.experiments.charts import Chart
-from vlprobe.experiments.declare import Experiment, names, option
-from vlprobe.experiments.metrics import bootstrap_indices, ci95_rows
 from vlprobe.experiments.minimal_pairs import (
     PairModelOptions,
     editable_streams,
@@ -51,17 +48,20 @@ from vlprobe.experiments.minimal_pairs import (
     pair_regions,
     tower_scores,
 )
-from vlprobe.experiments.option_groups import (
+from vlprobe.extract.patching import POSITION_GROUPS, patched_run, position_sources
+from vlprobe.layers import parse_layers, stream_part
+from vlprobe.progress import progress_bar, say
+from vlprobe.runs.charts import Chart
+from vlprobe.runs.declare import Experiment, names, option
+from vlprobe.runs.option_groups import (
     BootstrapOptions,
     ProgressOption,
     ResultsOptions,
     check_layer_spec,
 )
-from vlprobe.experiments.reports import wrote_line
-from vlprobe.experiments.units import units_of
-from vlprobe.extract.patching import POSITION_GROUPS, patched_run, position_sources
-from vlprobe.layers import parse_layers, stream_part
-from vlprobe.progress import progress_bar, say
+from vlprobe.runs.printout import wrote_line
+from vlprobe.runs.units import units_of
+from vlprobe.stats.metrics import bootstrap_indices, ci95_rows
 from vlprobe.validation import InputError
 
 __all__ = ["EXPERIMENT", "PatchConfig", "run_patch"]

@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 
 from vlprobe.experiments.cache_features import CacheIndex, StreamStates, read_stream
-from vlprobe.experiments.declare import Options, option
-from vlprobe.experiments.option_groups import MLPOptions
 from vlprobe.probes.information import PROBE_FAMILIES, ProbeFactory, make_probe_factory
+from vlprobe.runs.declare import Options, option
+from vlprobe.runs.option_groups import MLPOptions
 from vlprobe.validation import (
     InputError,
     check_choice,
@@ -171,7 +171,7 @@ def task_examples(
 def config_examples(cache: Any, index: CacheIndex, config: Any, task: str, *,
                     items: Sequence[int] | None = None) -> TaskExamples:
     """:func:`task_examples` read as a config says: its ``streams``, ``pooling`` and ``layers``
-    (:class:`~vlprobe.experiments.option_groups.StateOptions`) and its ``draws`` and ``draw_seed``
+    (:class:`~vlprobe.runs.option_groups.StateOptions`) and its ``draws`` and ``draw_seed``
     (:class:`VariantDrawOptions`)."""
     return task_examples(cache, index, task, config.streams, config.pooling, config.layers,
                          draws=config.draws, seed=config.draw_seed, items=items)

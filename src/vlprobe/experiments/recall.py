@@ -23,17 +23,17 @@ from typing import Any
 
 import numpy as np
 
-from vlprobe.experiments.charts import Chart
-from vlprobe.experiments.declare import Experiment, ints, option
-from vlprobe.experiments.metrics import bootstrap_indices, ci95_rows, recall_ranks
-from vlprobe.experiments.option_groups import BootstrapOptions, ProgressOption, ResultsOptions
-from vlprobe.experiments.outputs import RESULTS_KIND
-from vlprobe.experiments.reports import metric_lines
-from vlprobe.experiments.score_files import read_score_matrix
-from vlprobe.experiments.units import units_of
 from vlprobe.io import atomic_write
 from vlprobe.progress import format_bytes, say
 from vlprobe.provenance import sha256_file
+from vlprobe.runs.charts import Chart
+from vlprobe.runs.declare import Experiment, ints, option
+from vlprobe.runs.option_groups import BootstrapOptions, ProgressOption, ResultsOptions
+from vlprobe.runs.printout import metric_lines
+from vlprobe.runs.score_files import read_score_matrix
+from vlprobe.runs.units import units_of
+from vlprobe.runs.writing import RESULTS_KIND
+from vlprobe.stats.metrics import bootstrap_indices, ci95_rows, recall_ranks
 from vlprobe.validation import InputError, check_positive_int
 
 __all__ = ["EXPERIMENT", "RecallConfig", "run_recall"]

@@ -29,10 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
-from vlprobe.experiments.declare import Experiment, Options, option
-from vlprobe.experiments.score_files import caption_foil_scores, read_item_scores
 from vlprobe.io import atomic_write, check_output, write_json
 from vlprobe.provenance import sha256_file
+from vlprobe.runs.declare import Experiment, Options, option
+from vlprobe.runs.score_files import caption_foil_scores, read_item_scores
 from vlprobe.validation import InputError, check_int, check_positive_int, check_seed
 
 #: What refine's outputs are listed as among the files vlprobe wrote (:mod:`vlprobe.io`).

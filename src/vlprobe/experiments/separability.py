@@ -69,10 +69,12 @@ from vlprobe.experiments.cache_features import (
     scale_states,
     stream_layers,
 )
-from vlprobe.experiments.charts import Chart
-from vlprobe.experiments.declare import Experiment, option
-from vlprobe.experiments.metrics import bootstrap_indices, ci95_rows
-from vlprobe.experiments.option_groups import (
+from vlprobe.probes.linear import LinearSeparabilityProbe
+from vlprobe.probes.separability_cases import FIELDS, Case, fit_cases
+from vlprobe.progress import format_bytes, progress_bar, say
+from vlprobe.runs.charts import Chart
+from vlprobe.runs.declare import Experiment, option
+from vlprobe.runs.option_groups import (
     BootstrapTestOptions,
     CacheInput,
     ProgressOption,
@@ -80,15 +82,13 @@ from vlprobe.experiments.option_groups import (
     SeedsOption,
     StateOptions,
 )
-from vlprobe.experiments.outputs import result_stem, write_tidy_csv
-from vlprobe.experiments.presets import PRESET_VALUES
-from vlprobe.experiments.reports import summary_lines
-from vlprobe.experiments.stats import PERMUTATION_TEST, target_control_rows
-from vlprobe.experiments.summary import summarize, write_summary_csv
-from vlprobe.experiments.units import units_of
-from vlprobe.probes.linear import LinearSeparabilityProbe
-from vlprobe.probes.separability_cases import FIELDS, Case, fit_cases
-from vlprobe.progress import format_bytes, progress_bar, say
+from vlprobe.runs.presets import PRESET_VALUES
+from vlprobe.runs.printout import summary_lines
+from vlprobe.runs.summary import summarize, write_summary_csv
+from vlprobe.runs.units import units_of
+from vlprobe.runs.writing import result_stem, write_tidy_csv
+from vlprobe.stats.metrics import bootstrap_indices, ci95_rows
+from vlprobe.stats.uncertainty import PERMUTATION_TEST, target_control_rows
 from vlprobe.validation import InputError, check_positive_float, check_positive_int
 
 __all__ = ["EXPERIMENT", "Case", "SeparabilityConfig", "fit_cases", "run_separability", "separability_cases"]

@@ -47,17 +47,17 @@ from typing import Any
 import numpy as np
 
 from vlprobe.experiments.cache_features import cache_path, load_index, pooling_notes, read_stream
-from vlprobe.experiments.charts import Chart
-from vlprobe.experiments.declare import Experiment, option
 from vlprobe.experiments.mlp_runs import SWEPT, FeatureBlock, plan_items, train_and_write
-from vlprobe.experiments.option_groups import (
+from vlprobe.progress import say
+from vlprobe.runs.charts import Chart
+from vlprobe.runs.declare import Experiment, option
+from vlprobe.runs.option_groups import (
     CacheInput,
     MLPProbeRunOptions,
     StateOptions,
 )
-from vlprobe.experiments.presets import PRESET_VALUES
-from vlprobe.experiments.reports import summary_lines
-from vlprobe.progress import say
+from vlprobe.runs.presets import PRESET_VALUES
+from vlprobe.runs.printout import summary_lines
 from vlprobe.validation import InputError
 
 __all__ = ["EXPERIMENT", "MODE_EXAMPLES", "TaskAdaptationConfig", "pair_examples", "pair_items", "run_task_adaptation"]
@@ -88,11 +88,11 @@ class TaskAdaptationConfig(MLPProbeRunOptions):
     seeds : int
         Seeds 0..seeds-1 (initialisation, order, control flips).
     test_size, split_seed, stratify, split_file
-        The item split (:class:`~vlprobe.experiments.option_groups.SplitOptions`); ``split_file``
+        The item split (:class:`~vlprobe.runs.option_groups.SplitOptions`); ``split_file``
         may hold the paper's 300/100 lists.
     depth, width, lr, epochs, batch_size, device
-        The MLP settings (:class:`~vlprobe.experiments.option_groups.MLPOptions`); the
-        ``quick`` preset (:mod:`vlprobe.experiments.presets`) has fewer seeds and epochs and a
+        The MLP settings (:class:`~vlprobe.runs.option_groups.MLPOptions`); the
+        ``quick`` preset (:mod:`vlprobe.runs.presets`) has fewer seeds and epochs and a
         narrower MLP.
     progress : bool
         Say on stderr how many probes will train and show a bar with an ETA.

@@ -38,19 +38,19 @@ from vlprobe.experiments.cache_features import (
     require_variants,
     resolve_stream,
 )
-from vlprobe.experiments.charts import Chart
-from vlprobe.experiments.declare import Experiment, option
 from vlprobe.experiments.mlp_runs import SWEPT, FeatureBlock, plan_items, train_and_write
-from vlprobe.experiments.option_groups import (
+from vlprobe.progress import say
+from vlprobe.runs.charts import Chart
+from vlprobe.runs.declare import Experiment, option
+from vlprobe.runs.option_groups import (
     CacheInput,
     MLPOptions,
     MLPProbeRunOptions,
     SplitOptions,
     StateOptions,
 )
-from vlprobe.experiments.presets import PRESET_VALUES
-from vlprobe.experiments.reports import summary_lines
-from vlprobe.progress import say
+from vlprobe.runs.presets import PRESET_VALUES
+from vlprobe.runs.printout import summary_lines
 from vlprobe.validation import InputError, check_positive_int
 
 __all__ = ["EXPERIMENT", "VariantProbeConfig", "run_variant_probe", "stream_rows", "variant_examples", "variant_items"]

@@ -29,19 +29,19 @@ from typing import Any
 import numpy as np
 
 from vlprobe.data.bow import table_tags
-from vlprobe.experiments.charts import WINOGROUND_CHANCE, Chart
-from vlprobe.experiments.declare import Alias, Experiment, floats, names, option
-from vlprobe.experiments.metrics import bootstrap_indices, ci95_rows, winoground_outcomes
-from vlprobe.experiments.option_groups import (
+from vlprobe.progress import format_bytes, say
+from vlprobe.runs.charts import WINOGROUND_CHANCE, Chart
+from vlprobe.runs.declare import Alias, Experiment, floats, names, option
+from vlprobe.runs.option_groups import (
     BootstrapOptions,
     CacheInput,
     ProgressOption,
     ResultsOptions,
 )
-from vlprobe.experiments.outputs import result_stem, write_tidy_csv
-from vlprobe.experiments.reports import wrote_line
-from vlprobe.experiments.units import units_of
-from vlprobe.progress import format_bytes, say
+from vlprobe.runs.printout import wrote_line
+from vlprobe.runs.units import units_of
+from vlprobe.runs.writing import result_stem, write_tidy_csv
+from vlprobe.stats.metrics import bootstrap_indices, ci95_rows, winoground_outcomes
 from vlprobe.validation import InputError, check_choice, check_probability
 
 __all__ = [

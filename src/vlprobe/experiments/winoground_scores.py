@@ -3,7 +3,7 @@
 Scores come from a vlprobe cache (the original captions' rows of its score matrix) or from a
 score file: the official Winoground ``model_scores`` JSONL format
 (``{"label": "<id>_c<k>_i<j>", "score": x}``, 1,600 lines for the full dataset), vlprobe's own
-per-item score file (:mod:`vlprobe.experiments.score_files`), or a 2N x 2N caption x image
+per-item score file (:mod:`vlprobe.runs.score_files`), or a 2N x 2N caption x image
 ``.npy``/``.npz`` matrix in canonical order. Every run writes ``<model>.scores.jsonl`` (the
 per-item scores it used) beside its CSV, and 95% paired bootstrap intervals of the overall
 scores (metrics ``text.ci95_low``, ``text.ci95_high``, ...; seeded, subset ``all``).
@@ -40,18 +40,13 @@ import numpy as np
 from vlprobe.data.bow import BOW_FAMILY, bow_masks, bow_tag, table_tags
 from vlprobe.data.source_files import iter_json_lines
 from vlprobe.data.tags import WWH_CODE_NONE_EXCLUDED, WWH_TAGS
-from vlprobe.experiments.charts import WINOGROUND_CHANCE, Chart
-from vlprobe.experiments.declare import Experiment, option
-from vlprobe.experiments.metrics import (
-    MATCHING_UNDEFINED,
-    bootstrap_indices,
-    ci95_rows,
-    winoground_outcomes,
-)
-from vlprobe.experiments.option_groups import BootstrapOptions, ProgressOption, ResultsOptions
-from vlprobe.experiments.outputs import result_stem
-from vlprobe.experiments.reports import metric_lines
-from vlprobe.experiments.score_files import (
+from vlprobe.progress import format_bytes, say
+from vlprobe.provenance import sha256_file
+from vlprobe.runs.charts import WINOGROUND_CHANCE, Chart
+from vlprobe.runs.declare import Experiment, option
+from vlprobe.runs.option_groups import BootstrapOptions, ProgressOption, ResultsOptions
+from vlprobe.runs.printout import metric_lines
+from vlprobe.runs.score_files import (
     is_item_scores_file,
     read_item_scores,
     read_score_matrix,
@@ -59,9 +54,14 @@ from vlprobe.experiments.score_files import (
     winoground_from_matrix,
     write_item_scores,
 )
-from vlprobe.experiments.units import units_of
-from vlprobe.progress import format_bytes, say
-from vlprobe.provenance import sha256_file
+from vlprobe.runs.units import units_of
+from vlprobe.runs.writing import result_stem
+from vlprobe.stats.metrics import (
+    MATCHING_UNDEFINED,
+    bootstrap_indices,
+    ci95_rows,
+    winoground_outcomes,
+)
 from vlprobe.validation import InputError, check_file
 
 __all__ = [

@@ -1,0 +1,1 @@
+"""Running many commands: the known-answer testbed's task scheduler."""

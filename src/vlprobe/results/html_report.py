@@ -1,0 +1,406 @@
+"""One self-contained page of a results folder (``probe report``): every run's figure and tables.
+
+Per experiment folder of ``RESULTS_DIR`` (``<experiment>/manifest.json``) and per run in it:
+
+* the figure of the run (:func:`~vlprobe.results.plots.make_figure`), and one overlaying
+  every run of the experiment when it has several;
+* the main table: per-layer summary rows (target and control mean, min, max over seeds,
+  selectivity, 95% intervals, permutation p-value) for layer curves; the scores with their 95%
+  intervals for bars and λ curves; the comparison rows of ``probe compare``;
+* the per-tag breakdown: the same values per tag subset (``collapsed_tag=...``, ``wwh=...``,
+  ``image=...``);
+* the settings (the config fields that change the numbers) and the provenance: experiment
+  version, vlprobe version and git revision, when, seeds, the device, package versions and the
+  fingerprints of every input.
+
+HTML (default): one file, figures embedded as base64 PNG, the style inline, no external asset
+and no script. Markdown: the same sections, figures as ``data:`` image links.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vlprobe import __version__
+from vlprobe.results.reading import RunResult, find_runs
+from vlprobe.runs.charts import chart_of
+from vlprobe.runs.summary import summarize
+from vlprobe.validation import InputError, check_choice
+
+__all__ = ["FORMATS", "build_report", "write_report"]
+
+FORMATS = ("html", "md")
+#: Most rows one table shows (the CSV holds them all; the page says how many are left out).
+MAX_ROWS = 200
+_DERIVED = (".ci95_low", ".ci95_high", ".p_value")
+_STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2em auto; max-width: 1200px;
+       color: rgb(34, 34, 34); padding: 0 1em; }
+h1 { border-bottom: 2px solid #1f77b4; padding-bottom: .2em; }
+h2 { margin-top: 2em; border-bottom: 1px solid #ccc; }
+h3 { margin-top: 1.5em; color: #1f4e79; }
+table { border-collapse: collapse; font-size: 13px; margin: .6em 0 1.2em; }
+th, td { border: 1px solid #d0d0d0; padding: 3px 6px; text-align: right; }
+td { white-space: nowrap; }
+th { background: #f0f4f8; }
+td.t, th.t { text-align: left; }
+tr:nth-child(even) td { background: #fafafa; }
+img { max-width: 100%; border: 1px solid #eee; }
+.note { color: rgb(102, 102, 102); font-size: 13px; }
+nav ul { columns: 2; }
+details { margin: .5em 0 1em; }
+"""
+
+
+@dataclass(frozen=True)
+class _Block:
+    kind: str  # "h", "p", "table", "img", "details"
+    level: int = 0
+    text: str = ""
+    headers: tuple[str, ...] = ()
+    rows: tuple[tuple[str, ...], ...] = ()
+    data: bytes = b""
+
+
+def _fmt(value: Any) -> str:
+    if value is None or value == "":
+        return ""
+    if isinstance(value, str):
+        try:
+            value = int(value)
+        except ValueError:
+            try:
+                value = float(value)
+            except ValueError:
+                return value
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "–"
+        if abs(value) < 1e-12:  # a difference of equal means, up to round-off
+            return "0"
+        if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e6):
+            return f"{value:.3g}"
+        return f"{value:.4g}" if abs(value) < 1 else f"{value:.2f}"
+    return str(value)
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[_Block]:
+    shown = [tuple(_fmt(v) for v in r) for r in rows[:MAX_ROWS]]
+    out = [_Block("table", headers=tuple(headers), rows=tuple(shown))]
+    if len(rows) > MAX_ROWS:
+        out.append(_Block("p", text=f"{len(rows) - MAX_ROWS} more rows are in the CSV."))
+    return out
+
+
+def _is_tag(subset: str) -> bool:
+    return "=" in subset
+
+
+def _span(low: Any, high: Any) -> str:
+    """``low – high`` as one cell; a dash without either bound."""
+    lo, hi = _fmt(low), _fmt(high)
+    return "–" if lo in ("", "–") or hi in ("", "–") else f"{lo} – {hi}"
+
+
+#: The per-layer table: (heading, summary column, or a pair of columns shown as one range cell).
+_LAYER_COLUMNS: tuple[tuple[str, str | tuple[str, str]], ...] = (
+    ("target", "target_mean"), ("target min–max", ("target_min", "target_max")),
+    ("target 95% CI", ("target_ci95_low", "target_ci95_high")),
+    ("control", "control_mean"), ("control min–max", ("control_min", "control_max")),
+    ("control 95% CI", ("control_ci95_low", "control_ci95_high")),
+    ("selectivity", "selectivity"), ("selectivity 95% CI", ("selectivity_ci95_low", "selectivity_ci95_high")),
+    ("p_value", "p_value"),
+)
+
+
+def _layer_cells(rec: dict[str, Any], keys: Sequence[str]) -> list[Any]:
+    cells: list[Any] = [rec.get(c) for c in keys]
+    for _, col in _LAYER_COLUMNS:
+        cells.append(_span(rec.get(col[0]), rec.get(col[1])) if isinstance(col, tuple) else rec.get(col))
+    return cells
+
+
+def _layer_tables(run: RunResult) -> list[_Block]:
+    summary = summarize(run.rows)
+    keys: tuple[str, ...] = ("stream", "layer", "pooling", "split", "metric")
+    main = [r for r in summary if r["subset"] == "all"] or [r for r in summary if not _is_tag(r["subset"])]
+    groups = list(dict.fromkeys(r["subset"] for r in main))
+    if groups == ["all"]:
+        out = [_Block("h", 4, "Per layer (subset all; means over seeds, 95% intervals over items)")]
+    else:  # the run's own groups (task-adaptation's modes): one column tells them apart
+        keys = ("subset", *keys)
+        out = [_Block("h", 4, f"Per layer ({', '.join(groups)}; means over seeds, 95% intervals over items)")]
+    out += _table((*keys, *(h for h, _ in _LAYER_COLUMNS)), [_layer_cells(r, keys) for r in main])
+    chart = chart_of(run.experiment)
+    metric = next((m for m in (chart.metrics if chart else ()) if any(r["metric"] == m for r in summary)), None)
+    tags = [r for r in summary if _is_tag(r["subset"]) and (metric is None or r["metric"] == metric)]
+    if tags:
+        out.append(_Block("h", 4, f"Per tag ({metric or 'every metric'}: target mean over seeds, selectivity)"))
+        tkeys = ("subset", "stream", "layer", "pooling", "split")
+        theads = (*tkeys, "target", "target 95% CI", "control", "selectivity", "selectivity 95% CI", "p_value")
+        out += _table(theads, [[*(r.get(c) for c in tkeys), r.get("target_mean"),
+                                _span(r.get("target_ci95_low"), r.get("target_ci95_high")), r.get("control_mean"),
+                                r.get("selectivity"), _span(r.get("selectivity_ci95_low"), r.get("selectivity_ci95_high")),
+                                r.get("p_value")] for r in tags])
+    return out
+
+
+def _score_rows(run: RunResult) -> list[dict[str, Any]]:
+    """Target rows with their interval columns (bars, λ curves)."""
+    point: dict[tuple[str, ...], dict[str, Any]] = {}
+    keys = ("subset", "stream", "layer", "pooling", "probe", "split")
+    for r in run.rows:
+        if r.get("task", "") not in ("target", ""):
+            continue
+        m = r["metric"]
+        base = next((m[: -len(s)] for s in _DERIVED if m.endswith(s)), m)
+        k = (*(r.get(c, "") for c in keys), base)
+        rec = point.setdefault(k, {**{c: r.get(c, "") for c in keys}, "metric": base, "value": "", "ci95_low": "",
+                                   "ci95_high": "", "n": ""})
+        if m == base:
+            rec["value"], rec["n"] = r["value"], r["n"]
+        else:
+            rec[m[len(base) + 1:]] = r["value"]
+    return list(point.values())
+
+
+def _score_tables(run: RunResult) -> list[_Block]:
+    recs = _score_rows(run)
+    used = [c for c in ("stream", "layer", "pooling", "probe", "split") if any(r[c] for r in recs)]
+    cols = ("subset", *used, "metric", "value", "ci95_low", "ci95_high", "n")
+    if any(r.get("p_value") for r in recs):
+        cols = (*cols, "p_value")
+    main = [r for r in recs if not _is_tag(r["subset"])]
+    out = [_Block("h", 4, "Scores (95% intervals over items)")]
+    out += _table(cols, [[r.get(c) for c in cols] for r in main])
+    tags = [r for r in recs if _is_tag(r["subset"])]
+    if tags:
+        metrics = list(dict.fromkeys(r["metric"] for r in tags))
+        subsets = list(dict.fromkeys(r["subset"] for r in tags))
+        settings = list(dict.fromkeys(tuple(r[c] for c in used) for r in tags))
+        by = {(r["subset"], tuple(r[c] for c in used), r["metric"]): r for r in tags}
+        out.append(_Block("h", 4, "Per tag"))
+        rows = [[s, *st, *(by.get((s, st, m), {}).get("value", "") for m in metrics)] for st in settings for s in subsets]
+        out += _table(("subset", *used, *metrics), rows)
+    return out
+
+
+def _compare_tables(run: RunResult) -> list[_Block]:
+    cols = ("stream", "layer", "pooling", "task", "seed", "split", "metric", "test", "value", "n")
+    return [_Block("h", 4, "Paired comparison (a minus b)"),
+            *_table(cols, [[r.get(c, "") for c in cols] for r in run.rows])]
+
+
+def _flat(prefix: str, value: Any, out: list[tuple[str, str]]) -> None:
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _flat(f"{prefix}.{k}" if prefix else str(k), v, out)
+    elif isinstance(value, list) and len(value) > 12:
+        out.append((prefix, f"{len(value)} values: " + ", ".join(map(str, value[:12])) + ", ..."))
+    elif isinstance(value, list):
+        out.append((prefix, ", ".join(map(str, value))))
+    else:
+        out.append((prefix, "" if value is None else str(value)))
+
+
+def _device(manifest: Mapping[str, Any]) -> str:
+    found = []
+    if manifest.get("config", {}).get("device"):
+        found.append(f"probes on {manifest['config']['device']}")
+    for name, inp in (manifest.get("inputs") or {}).items():
+        if isinstance(inp, Mapping) and inp.get("device"):
+            found.append(f"{name} computed on {inp['device']}")
+    return "; ".join(found) or "not recorded (no model was run)"
+
+
+def _provenance(run: RunResult) -> list[_Block]:
+    m = run.manifest
+    if not m:
+        return [_Block("p", text="No manifest entry names this run.")]
+    settings = sorted(run.settings.items())
+    out = [_Block("h", 4, "Settings")]
+    out += _table(("setting", "value"), [(k, ", ".join(map(str, v)) if isinstance(v, list) else v) for k, v in settings]
+                  or [("(none)", "")])
+    prov = [("experiment version", m.get("experiment_version")), ("vlprobe", m.get("vlprobe_version")),
+            ("git revision", m.get("git_revision")), ("created", m.get("created")),
+            ("seeds", ", ".join(map(str, m.get("seeds", [])))), ("device", _device(m))]
+    inputs: list[tuple[str, str]] = []
+    _flat("", m.get("inputs") or {}, inputs)
+    versions = sorted((m.get("versions") or {}).items())
+    out.append(_Block("h", 4, "Provenance"))
+    out += _table(("field", "value"), prov)
+    if inputs:
+        out.append(_Block("details", text="Inputs and their fingerprints",
+                          rows=tuple((k, v) for k, v in inputs if k.split(".")[-1] != "layer_kinds"
+                                     and "layer_kinds" not in k), headers=("input", "value")))
+    if versions:
+        out.append(_Block("details", text="Package versions", rows=tuple((k, str(v)) for k, v in versions),
+                          headers=("package", "version")))
+    return out
+
+
+def _figure(runs: Sequence[RunResult]) -> list[_Block]:
+    from vlprobe.results.plots import figure_bytes, make_figure
+
+    try:
+        fig = make_figure(list(runs))
+    except InputError as exc:
+        return [_Block("p", text=f"No figure: {exc}")]
+    return [_Block("img", text=f"{runs[0].experiment}: {', '.join(r.name for r in runs)}", data=figure_bytes(fig, "png", dpi=90))]
+
+
+def _blocks(root: Path, runs: Sequence[RunResult]) -> list[_Block]:
+    experiments = list(dict.fromkeys(r.experiment for r in runs))
+    out = [_Block("h", 1, f"vlprobe results: {root.name}"),
+           _Block("p", text=f"{len(runs)} run(s) of {len(experiments)} experiment(s) in {root}; "
+                            f"report by vlprobe {__version__} on {time.strftime('%Y-%m-%d %H:%M:%S %Z')}."),
+           _Block("table", headers=("experiment", "runs"),
+                  rows=tuple((e, ", ".join(r.name for r in runs if r.experiment == e)) for e in experiments))]
+    for experiment in experiments:
+        mine = [r for r in runs if r.experiment == experiment]
+        out.append(_Block("h", 2, experiment))
+        chart = chart_of(experiment)
+        if len(mine) > 1 and chart is not None:
+            out.append(_Block("h", 3, "All runs overlaid"))
+            out += _figure(mine)
+        for run in mine:
+            out.append(_Block("h", 3, f"{experiment} · {run.name}"))
+            out.append(_Block("p", text=f"{run.csv.relative_to(root) if run.csv.is_relative_to(root) else run.csv}"
+                                        f" ({len(run.rows)} rows)"))
+            if chart is not None:
+                out += _figure([run])
+            if experiment == "compare":
+                out += _compare_tables(run)
+            elif chart is not None and chart.kind == "layers":
+                out += _layer_tables(run)
+            else:
+                out += _score_tables(run)
+            out += _provenance(run)
+    return out
+
+
+def _anchor(text: str) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-")
+
+
+def _html(blocks: Sequence[_Block], title: str) -> str:
+    e = html.escape
+    parts = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+             f"<title>{e(title)}</title>", f"<style>{_STYLE}</style>", "</head>", "<body>"]
+    sections = [b.text for b in blocks if b.kind == "h" and b.level == 2]
+    for b in blocks:
+        if b.kind == "h":
+            ident = f' id="{_anchor(b.text)}"' if b.level == 2 else ""
+            parts.append(f"<h{b.level}{ident}>{e(b.text)}</h{b.level}>")
+            if b.level == 1 and sections:
+                links = "".join(f'<li><a href="#{_anchor(s)}">{e(s)}</a></li>' for s in sections)
+                parts.append(f"<nav><ul>{links}</ul></nav>")
+        elif b.kind == "p":
+            parts.append(f'<p class="note">{e(b.text)}</p>')
+        elif b.kind == "img":
+            data = base64.b64encode(b.data).decode("ascii")
+            parts.append(f'<figure><img alt="{e(b.text)}" src="data:image/png;base64,{data}"></figure>')
+        elif b.kind in ("table", "details"):
+            head = "".join(f'<th class="t">{e(h)}</th>' if j == 0 else f"<th>{e(h)}</th>" for j, h in enumerate(b.headers))
+            body = "".join(
+                "<tr>" + "".join(f'<td class="t">{e(v)}</td>' if not _numeric(v) else f"<td>{e(v)}</td>" for v in r) + "</tr>"
+                for r in b.rows
+            )
+            table = f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+            parts.append(f"<details><summary>{e(b.text)}</summary>{table}</details>" if b.kind == "details" else table)
+    parts += ["</body>", "</html>"]
+    return "\n".join(parts) + "\n"
+
+
+def _numeric(v: str) -> bool:
+    try:
+        float(v)
+    except ValueError:
+        return v == "–"
+    return True
+
+
+def _md_cell(v: str) -> str:
+    return v.replace("|", "\\|").replace("\n", " ")
+
+
+def _md(blocks: Sequence[_Block]) -> str:
+    parts: list[str] = []
+    for b in blocks:
+        if b.kind == "h":
+            parts.append(f"{'#' * b.level} {b.text}")
+        elif b.kind == "p":
+            parts.append(b.text)
+        elif b.kind == "img":
+            data = base64.b64encode(b.data).decode("ascii")
+            parts.append(f"![{b.text}](data:image/png;base64,{data})")
+        elif b.kind in ("table", "details"):
+            lines = ([f"**{b.text}**", ""] if b.kind == "details" else []) + [
+                "| " + " | ".join(_md_cell(h) for h in b.headers) + " |",
+                "|" + "|".join("---" for _ in b.headers) + "|",
+                *("| " + " | ".join(_md_cell(v) for v in r) + " |" for r in b.rows),
+            ]
+            parts.append("\n".join(lines))
+    return "\n\n".join(parts) + "\n"
+
+
+def build_report(results_dir: str | os.PathLike[str], fmt: str = "html") -> str:
+    """The report of a results folder as HTML or Markdown text (module docstring).
+
+    Raises
+    ------
+    InputError
+        Unknown format; the folder holds no vlprobe results.
+    """
+    check_choice(fmt, "format", FORMATS)
+    root = Path(results_dir)
+    runs = find_runs([root], param="results_dir")
+    blocks = _blocks(root, runs)
+    return _html(blocks, f"vlprobe results: {root.name}") if fmt == "html" else _md(blocks)
+
+
+#: What reports are listed as among the files vlprobe wrote (:mod:`vlprobe.io`).
+REPORT_KIND = "report"
+_REPORT_MARK = "<!-- vlprobe-report -->"
+
+
+def _is_report(path: Path) -> bool:
+    """Whether an existing file is a page of vlprobe's report (its first lines carry the mark)."""
+    try:
+        with open(path, "rb") as fh:
+            return _REPORT_MARK.encode() in fh.read(4096)
+    except OSError:
+        return False
+
+
+def write_report(results_dir: str | os.PathLike[str], out: str | os.PathLike[str], fmt: str | None = None) -> Path:
+    """Write the report; the format defaults to the file name's (``.md``: Markdown, else HTML).
+
+    Raises
+    ------
+    InputError
+        ``out`` exists and vlprobe did not write it (the report's first line carries its mark).
+    """
+    from vlprobe.io import atomic_write, check_output
+
+    target = Path(out)
+    chosen = fmt or ("md" if target.suffix.lower() in (".md", ".markdown") else "html")
+    check_choice(chosen, "format", FORMATS)
+    check_output(target, REPORT_KIND, recognise=_is_report)
+    text = build_report(results_dir, chosen)
+    mark = f"{_REPORT_MARK}\n" if chosen == "html" else f"{_REPORT_MARK}\n\n"
+    with atomic_write(target, kind=REPORT_KIND, recognise=_is_report) as fh:
+        fh.write(text.replace("<!DOCTYPE html>\n", "<!DOCTYPE html>\n" + mark, 1) if chosen == "html" else mark + text)
+    return target

@@ -1,0 +1,394 @@
+"""The known-answer table of the testbed: what each model's results should show, and whether they do.
+
+The testbed (:mod:`vlprobe.launch.testbed`) runs every experiment on models whose answers are
+known: a small CLIP trained on synthetic scenes (``clip-trained``), the same model trained on
+captions with shuffled words (``clip-shuffle``, a bag-of-words control), its untrained initial
+weights (``clip-random``), and an LXMERT trained on oracle regions (``lxmert-trained``) beside its
+initial weights (``lxmert-random``). :func:`known_answer_table` reads the experiments' CSVs back
+into one row per (model, metric); :data:`EXPECTATIONS` lists the comparisons a working probe
+must reproduce; :func:`write_report` writes the table, the comparison figure and a summary whose
+sentences are computed from the numbers.
+
+Metrics (percent unless named otherwise)
+----------------------------------------
+``winoground.text|image|group``      Winoground scores over all items (``winoground-scores``);
+``winoground.text.same_words``       the text score over items whose two captions hold the same
+                                     multiset of words (every synthetic item): a model blind to
+                                     word order cannot tell those captions apart;
+``match.auroc``                      matching pairs against the swapped pairs of the same items,
+                                     ranked by the model's score (0.5 = chance);
+``recall.i2t@1``, ``recall.t2i@1``   recall at 1 over the full matrix (dual encoders);
+``separability.<m>.<task>``          at the last layer of the text (CLIP) or language (LXMERT)
+                                     stream, ``m`` = ``separable_margin`` (mean SVM margin over
+                                     the separable cases) or ``separable`` (% of cases), ``task``
+                                     = target or control (mean over seeds); ``<m>.ratio`` =
+                                     target / control;
+``task_adaptation.<mode>.<task>``    test accuracy of the task-adapted MLP, mode ``text|image``;
+``variant_probe.<task>``             test accuracy at the last layer of the variant probe;
+``variant_similarity.text``          text score of the variant-aware similarity (mean over the
+                                     caption and its variants, λ = 0.5).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import operator
+import os
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vlprobe.io import atomic_path, atomic_write
+from vlprobe.runs.summary import read_tidy_csv, summarize
+from vlprobe.validation import InputError
+
+__all__ = [
+    "CLIP_MODELS",
+    "EXPECTATIONS",
+    "LXMERT_MODELS",
+    "Expectation",
+    "check_expectations",
+    "known_answer_table",
+    "run_file",
+    "write_report",
+]
+
+#: The CLIP testbed models, in the figure's column order.
+CLIP_MODELS = ("clip-trained", "clip-shuffle", "clip-random")
+LXMERT_MODELS = ("lxmert-trained", "lxmert-random")
+_LAST_LAYER_STREAMS = ("text", "lang")
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """``left`` ``op`` ``right``, by more than ``by``: a known answer.
+
+    ``left`` and ``right`` are ``(model, metric)``; ``right`` may instead be a number. ``by`` is
+    the least difference that counts (``left > right + by``, ``left < right - by``): a model
+    compared with another model must beat it by more than item noise (one item of 100 moves a
+    score by 1 point; chance-level AUROCs differ by a few thousandths).
+    """
+
+    claim: str
+    left: tuple[str, str]
+    op: str
+    right: tuple[str, str] | float
+    by: float = 0.0
+
+    def evaluate(self, values: Mapping[tuple[str, str], float]) -> tuple[float, float, bool] | None:
+        """(left value, right value, whether it holds), or None if a value is missing."""
+        lhs = values.get(self.left)
+        rhs = self.right if isinstance(self.right, (int, float)) else values.get(self.right)
+        if lhs is None or rhs is None or not (math.isfinite(lhs) and math.isfinite(rhs)):
+            return None
+        compare: Callable[[float, float], bool] = {">": operator.gt, "<": operator.lt}[self.op]
+        bound = rhs + self.by if self.op == ">" else rhs - self.by
+        return lhs, float(rhs), compare(lhs, bound)
+
+
+#: Least difference between two models' Winoground scores that counts (percentage points).
+_POINTS = 5.0
+
+EXPECTATIONS: tuple[Expectation, ...] = (
+    Expectation("trained CLIP tells minimal-pair captions apart better than its bag-of-words control",
+                ("clip-trained", "winoground.text"), ">", ("clip-shuffle", "winoground.text"), _POINTS),
+    Expectation("... and minimal-pair images",
+                ("clip-trained", "winoground.image"), ">", ("clip-shuffle", "winoground.image"), _POINTS),
+    Expectation("trained CLIP beats its random initial weights on the text score",
+                ("clip-trained", "winoground.text"), ">", ("clip-random", "winoground.text"), _POINTS),
+    Expectation("... and on the image score",
+                ("clip-trained", "winoground.image"), ">", ("clip-random", "winoground.image"), _POINTS),
+    Expectation("the bag-of-words control scores near 0 on captions with the same words (< 10)",
+                ("clip-shuffle", "winoground.text.same_words"), "<", 10.0),
+    Expectation("separability (margin), trained CLIP: target above control at the last text layer",
+                ("clip-trained", "separability.separable_margin.target"), ">",
+                ("clip-trained", "separability.separable_margin.control")),
+    Expectation("separability (% separable), trained CLIP: target above control at the last text layer",
+                ("clip-trained", "separability.separable.target"), ">",
+                ("clip-trained", "separability.separable.control")),
+    Expectation("separability (margin): the trained model's target/control gap exceeds the control model's",
+                ("clip-trained", "separability.separable_margin.ratio"), ">",
+                ("clip-shuffle", "separability.separable_margin.ratio")),
+    Expectation("task adaptation (text score), trained CLIP: above chance (50)",
+                ("clip-trained", "task_adaptation.text.target"), ">", 50.0),
+    Expectation("task adaptation (text score), trained CLIP: above its control task",
+                ("clip-trained", "task_adaptation.text.target"), ">", ("clip-trained", "task_adaptation.text.control")),
+    Expectation("task adaptation (image score), trained CLIP: above its control task",
+                ("clip-trained", "task_adaptation.image.target"), ">",
+                ("clip-trained", "task_adaptation.image.control")),
+    Expectation("task adaptation (text score), random weights: at chance (< 60)",
+                ("clip-random", "task_adaptation.text.target"), "<", 60.0),
+    Expectation("variant probe, trained CLIP: above its control task at the last layer",
+                ("clip-trained", "variant_probe.target"), ">", ("clip-trained", "variant_probe.control")),
+    Expectation("LXMERT on oracle regions: matching AUROC above random weights",
+                ("lxmert-trained", "match.auroc"), ">", ("lxmert-random", "match.auroc"), 0.05),
+    Expectation("LXMERT on oracle regions: Winoground text score above random weights",
+                ("lxmert-trained", "winoground.text"), ">", ("lxmert-random", "winoground.text"), _POINTS),
+    Expectation("LXMERT on oracle regions: Winoground image score above random weights",
+                ("lxmert-trained", "winoground.image"), ">", ("lxmert-random", "winoground.image"), _POINTS),
+)
+
+
+def run_file(results: Path, experiment: str, model: str, suffix: str = ".csv") -> Path | None:
+    """The output of ``model``'s run of ``experiment`` in ``results``: ``<model><suffix>``, or the
+    one settings-keyed run ``<model>@<settings><suffix>``; None when there is none."""
+    import glob
+
+    folder = Path(results) / experiment
+    if (folder / f"{model}{suffix}").is_file():
+        return folder / f"{model}{suffix}"
+    others = (".summary.csv", ".items.csv", ".scores.jsonl")
+    found = [p for p in sorted(folder.glob(f"{glob.escape(model)}@*{suffix}"))
+             if not any(p.name.endswith(o) for o in others if o != suffix)]
+    if len(found) > 1:
+        raise InputError(f"results: {len(found)} runs of {model!r} in {str(folder)!r} ({found[0].name}, ...); "
+                         "the known-answer table reads one run per model and experiment")
+    return found[0] if found else None
+
+
+def _rows(results: Path, experiment: str, model: str) -> list[dict[str, str]]:
+    path = run_file(results, experiment, model)
+    return read_tidy_csv(path) if path is not None else []
+
+
+def _pair_scores(path: Path) -> dict[str, dict[tuple[int, int], float]]:
+    """Per item id: (image k, caption j) -> score, from a ``winoground-scores`` scores file."""
+    out: dict[str, dict[tuple[int, int], float]] = {}
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                rec = json.loads(line)
+                image, text = int(rec["image"].rsplit("/i", 1)[1]), int(rec["text"].rsplit("/c", 1)[1])
+                out.setdefault(rec["item"], {})[(image, text)] = float(rec["score"])
+    return out
+
+
+def _auroc(positives: Sequence[float], negatives: Sequence[float]) -> float:
+    """P(positive > negative) + 0.5 P(tie)."""
+    if not positives or not negatives:
+        return float("nan")
+    wins = sum((p > n) + 0.5 * (p == n) for p in positives for n in negatives)
+    return wins / (len(positives) * len(negatives))
+
+
+def _score_metrics(scores_file: Path, captions: Mapping[str, tuple[str, str]]) -> dict[str, float]:
+    per_item = _pair_scores(scores_file)
+    same, correct, pos, neg = 0, 0, [], []
+    for item, s in per_item.items():
+        if {(0, 0), (0, 1), (1, 0), (1, 1)} - set(s):
+            continue
+        pos += [s[0, 0], s[1, 1]]
+        neg += [s[0, 1], s[1, 0]]
+        c0, c1 = captions.get(item, ("", ""))
+        if c0 and Counter(c0.split()) == Counter(c1.split()):
+            same += 1
+            correct += s[0, 0] > s[0, 1] and s[1, 1] > s[1, 0]
+    out = {"match.auroc": _auroc(pos, neg)}
+    if same:
+        out["winoground.text.same_words"] = 100.0 * correct / same
+    return out
+
+
+def _last_layer(summary: list[dict[str, Any]], metric: str, split: str, subset: str = "all") -> dict[str, Any] | None:
+    recs = [r for r in summary if r["metric"] == metric and r["split"] == split and r["subset"] == subset
+            and r["stream"] in _LAST_LAYER_STREAMS and r["layer"] not in ("", None)]
+    if not recs:
+        return None
+    stream = next(s for s in _LAST_LAYER_STREAMS if any(r["stream"] == s for r in recs))
+    recs = [r for r in recs if r["stream"] == stream]
+    return max(recs, key=lambda r: int(r["layer"]))
+
+
+def _experiment_metrics(results: Path, model: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for row in _rows(results, "winoground-scores", model):
+        if row["subset"] == "all" and row["metric"] in ("text", "image", "group"):
+            out[f"winoground.{row['metric']}"] = float(row["value"])
+    for row in _rows(results, "recall", model):
+        if row["subset"] in ("i2t", "t2i") and row["metric"] == "recall@1":
+            out[f"recall.{row['subset']}@1"] = float(row["value"])
+    sep = summarize(_rows(results, "separability", model))
+    for metric in ("separable_margin", "separable"):
+        rec = _last_layer(sep, metric, "train")
+        if rec is not None:
+            out[f"separability.{metric}.target"] = rec["target_mean"]
+            out[f"separability.{metric}.control"] = rec["control_mean"]
+    if out.get("separability.separable_margin.control"):
+        out["separability.separable_margin.ratio"] = (
+            out["separability.separable_margin.target"] / out["separability.separable_margin.control"])
+    for rec in summarize(_rows(results, "task-adaptation", model)):
+        if rec["metric"] == "accuracy" and rec["split"] == "test" and rec["subset"] in ("text-score", "image-score"):
+            mode = rec["subset"].split("-")[0]
+            out[f"task_adaptation.{mode}.target"] = rec["target_mean"]
+            out[f"task_adaptation.{mode}.control"] = rec["control_mean"]
+    rec = _last_layer(summarize(_rows(results, "variant-probe", model)), "accuracy", "test")
+    if rec is not None:
+        out["variant_probe.target"] = rec["target_mean"]
+        out["variant_probe.control"] = rec["control_mean"]
+    for row in _rows(results, "variant-similarity", model):
+        if (row["subset"] == "all" and row["metric"] == "text" and row.get("agg") == "mean"
+                and row.get("lambda") not in (None, "") and float(row["lambda"]) == 0.5):
+            out["variant_similarity.text"] = float(row["value"])
+    return out
+
+
+def _captions(data_dir: Path) -> dict[str, tuple[str, str]]:
+    out = {}
+    with open(Path(data_dir) / "examples.jsonl", encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                row = json.loads(line)
+                out[f"winoground/{row['id']}"] = (row["caption_0"], row["caption_1"])
+    return out
+
+
+def known_answer_table(
+    results: str | os.PathLike[str], data_dir: str | os.PathLike[str], models: Sequence[str],
+    seeds: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """One row per (model, metric) from the experiments' outputs in ``results``.
+
+    Parameters
+    ----------
+    results : path
+        The experiments' output folder (``OUT`` of ``probe run NAME --out OUT --model MODEL``).
+    data_dir : path
+        The evaluation dataset (for the same-words subset).
+    models : sequence of str
+        Model names as the experiments wrote them.
+    seeds : mapping, optional
+        Recorded in every row's ``seeds`` column (training and probe seeds).
+
+    Returns
+    -------
+    list of dict
+        Keys ``model``, ``metric``, ``value``, ``seeds`` (JSON).
+    """
+    results = Path(results)
+    captions = _captions(Path(data_dir))
+    table = []
+    for model in models:
+        metrics = _experiment_metrics(results, model)
+        scores = run_file(results, "winoground-scores", model, ".scores.jsonl")
+        if scores is not None:
+            metrics.update(_score_metrics(scores, captions))
+        for metric in sorted(metrics):
+            table.append({"model": model, "metric": metric, "value": metrics[metric],
+                          "seeds": json.dumps(dict(seeds or {}), sort_keys=True)})
+    return table
+
+
+def check_expectations(table: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each of :data:`EXPECTATIONS` against the table: claim, values, holds (None: not measured)."""
+    values = {(r["model"], r["metric"]): float(r["value"]) for r in table}
+    out = []
+    for exp in EXPECTATIONS:
+        got = exp.evaluate(values)
+        right = exp.right if isinstance(exp.right, (int, float)) else " ".join(exp.right)
+        out.append({
+            "claim": exp.claim, "left": " ".join(exp.left), "op": exp.op, "right": right, "by": exp.by,
+            "left_value": None if got is None else got[0], "right_value": None if got is None else got[1],
+            "holds": None if got is None else got[2],
+        })
+    return out
+
+
+def _summary_text(checks: Sequence[Mapping[str, Any]], table: Sequence[Mapping[str, Any]], note: str) -> str:
+    lines = ["Known answers of the testbed (computed from the result CSVs)", ""]
+    for c in checks:
+        if c["holds"] is None:
+            lines.append(f"[not measured] {c['claim']}")
+            continue
+        mark = "as expected" if c["holds"] else "NOT AS EXPECTED"
+        by = f" {'+' if c['op'] == '>' else '-'} {c['by']:g}" if c.get("by") else ""
+        right = (f"{c['right_value']:.2f}" if isinstance(c["right"], (int, float))  # a bound, not a model's value
+                 else f"{c['right']} = {c['right_value']:.2f}")
+        lines.append(f"[{mark}] {c['claim']}: {c['left']} = {c['left_value']:.2f} {c['op']} {right}{by}?")
+    held = sum(c["holds"] is True for c in checks)
+    measured = sum(c["holds"] is not None for c in checks)
+    lines += ["", f"{held} of {measured} measured known answers come out as expected."]
+    failed = [c for c in checks if c["holds"] is False]
+    if failed:
+        lines.append("Those that do not are findings about the probes (or the testbed), not noise to hide.")
+    if note:
+        lines += ["", note]
+    lines += ["", "model            metric                              value"]
+    lines += [f"{r['model']:<16} {r['metric']:<35} {float(r['value']):8.2f}" for r in table]
+    return "\n".join(lines) + "\n"
+
+
+def _figure(results: Path, out_png: Path, models: Sequence[str]) -> Path | None:
+    """Target vs control per layer (rows: separability margin, variant-probe accuracy), one column
+    per model; mean over seeds and the min-max band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from vlprobe.results.plots import TASK_COLORS
+
+    panels = [("separability", "separable_margin", "train", "separability: mean SVM margin\n(separable cases)"),
+              ("variant-probe", "accuracy", "test", "variant probe: test accuracy (%)")]
+    present = [p for p in panels if any(run_file(results, p[0], m) is not None for m in models)]
+    if not present:
+        return None
+    fig, axes = plt.subplots(len(present), len(models), figsize=(4.2 * len(models), 3.2 * len(present)),
+                             squeeze=False, sharey="row")
+    for r, (experiment, metric, split, label) in enumerate(present):
+        for c, model in enumerate(models):
+            ax = axes[r][c]
+            recs = [rec for rec in summarize(_rows(results, experiment, model))
+                    if rec["metric"] == metric and rec["split"] == split and rec["subset"] == "all"
+                    and rec["stream"] in _LAST_LAYER_STREAMS and rec["layer"] not in ("", None)]
+            recs.sort(key=lambda rec: int(rec["layer"]))
+            xs = [int(rec["layer"]) for rec in recs]
+            for task in ("target", "control"):
+                ax.plot(xs, [rec[f"{task}_mean"] for rec in recs], marker="o", ms=3, color=TASK_COLORS[task], label=task)
+                ax.fill_between(xs, [rec[f"{task}_min"] for rec in recs], [rec[f"{task}_max"] for rec in recs],
+                                color=TASK_COLORS[task], alpha=0.2, linewidth=0)
+            if metric == "separable_margin" and any(
+                    rec[f"{task}_{k}"] > 0 for rec in recs for task in ("target", "control") for k in ("min", "max")):
+                ax.set_yscale("log")  # NaN-only or non-positive margins cannot be drawn on a log axis
+            ax.set_title(f"{model}" if r == 0 else "", fontsize=10)
+            ax.set_xlabel("text layer")
+            ax.grid(alpha=0.3)
+        axes[r][0].set_ylabel(label, fontsize=9)
+    axes[0][0].legend(loc="best", fontsize=8)
+    fig.suptitle("Known-answer testbed: target vs control per layer (mean, min–max over seeds)")
+    fig.tight_layout()
+    try:
+        with atomic_path(out_png) as tmp:
+            fig.savefig(tmp, format="png", dpi=120)
+    finally:
+        plt.close(fig)
+    return out_png
+
+
+def write_report(
+    results: str | os.PathLike[str], data_dir: str | os.PathLike[str], out: str | os.PathLike[str], *,
+    models: Sequence[str] = (*CLIP_MODELS, *LXMERT_MODELS), seeds: Mapping[str, Any] | None = None,
+    note: str = "",
+) -> dict[str, Any]:
+    """Write ``known_answers.csv``, ``known_answers.json`` (checks), ``comparison.png`` and
+    ``summary.txt`` into ``out``; return the table, checks, summary text and paths."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    table = known_answer_table(results, data_dir, models, seeds)
+    checks = check_expectations(table)
+    with atomic_write(out / "known_answers.csv") as fh:
+        writer = csv.DictWriter(fh, ["model", "metric", "value", "seeds"], lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(table)
+    with atomic_write(out / "known_answers.json") as fh:
+        json.dump({"checks": checks, "seeds": dict(seeds or {})}, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+    text = _summary_text(checks, table, note)
+    with atomic_write(out / "summary.txt") as fh:
+        fh.write(text)
+    figure = _figure(Path(results), out / "comparison.png", [m for m in CLIP_MODELS if m in models])
+    return {"table": table, "checks": checks, "summary": text, "figure": figure,
+            "csv": out / "known_answers.csv", "summary_path": out / "summary.txt"}

@@ -1,0 +1,1 @@
+"""The run framework: experiment declarations, option groups, presets, and writing results with manifests."""

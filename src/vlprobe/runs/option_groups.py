@@ -1,0 +1,225 @@
+"""Option groups shared by several experiments, each declared once.
+
+An experiment config inherits the groups it takes (``class VariantProbeConfig(CacheInput,
+StateOptions, SplitOptions, MLPOptions, ResultsOptions)``) and changes a default with
+:meth:`~vlprobe.runs.declare.Options.redeclare`. The command line shows each group in
+its own help panel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vlprobe.runs.declare import (
+    Options,
+    check_key_values,
+    count_or_fraction,
+    key_values,
+    names,
+    option,
+)
+from vlprobe.validation import (
+    InputError,
+    check_int,
+    check_positive_float,
+    check_positive_int,
+    check_seed,
+)
+
+__all__ = [
+    "POOLINGS",
+    "BootstrapOptions",
+    "BootstrapTestOptions",
+    "CacheInput",
+    "MLPOptions",
+    "MLPProbeRunOptions",
+    "ModelLoadOptions",
+    "ProgressOption",
+    "ResultsOptions",
+    "SeedsOption",
+    "SplitOptions",
+    "StateOptions",
+    "check_device",
+    "check_layer_spec",
+    "check_test_size",
+]
+
+#: Poolings an experiment can read from a cache.
+POOLINGS = ("cls", "mean", "max", "pooled")
+
+
+def check_test_size(value: int | float, param: str) -> int | float:
+    """A count of items (>= 1) or a fraction in (0, 1)."""
+    if isinstance(value, int):
+        return check_int(value, param, low=1, meaning=" (a count of test items)")
+    if not 0.0 < value < 1.0:
+        raise InputError(f"{param} must be a count of items (100) or a fraction in (0, 1), got {value!r}")
+    return value
+
+
+def check_layer_spec(value: str, param: str) -> str:
+    """The grammar of a layer spec (``all``, ``0,4,-1``, ``2:6``, ``text=all;image=-1``); the
+    layers themselves are checked against the cache."""
+    from vlprobe.layers import check_spec
+
+    check_spec(value, param=param)
+    return value
+
+
+def check_device(value: str, param: str) -> str:
+    """``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps`` (whether it exists is checked when used)."""
+    base, _, index = value.partition(":")
+    if base not in ("auto", "cpu", "cuda", "mps") or (index and (base != "cuda" or not index.isdigit())):
+        raise InputError(f"{param} must be auto, cpu, cuda, cuda:N or mps, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheInput(Options):
+    """A run over one activation cache."""
+
+    cache: Path = option(help="A vlprobe cache (`probe extract`).", role="input")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelLoadOptions(Options):
+    """What a model is loaded with besides its checkpoint (as ``probe extract`` takes it): the
+    config file, the tokenizer and the load options a model declares (its ``load_options``)."""
+
+    model_config: Path | None = option(
+        None, role="input", aliases=("--uniter-config",), help="UNITER: the model config JSON (uniter-base.json).",
+    )
+    tokenizer: str | None = option(
+        None, role="input", help="UNITER: tokenizer dir or hub id (default: tokenizer/ beside the checkpoint).",
+    )
+    model_options: tuple[str, ...] = option(
+        (), repeat=True, role="input", metavar="NAME=VALUE", check=check_key_values,
+        help="A load option the model declares, NAME=VALUE, repeatable (e.g. blip-itm: score_head=itc).",
+    )
+
+    def load_options(self) -> dict[str, Any]:
+        """The keyword arguments of the model's ``load`` (None: not given)."""
+        return {"model_config": self.model_config, "tokenizer": self.tokenizer,
+                **key_values(self.model_options, "model_options")}
+
+    def side_inputs(self, fingerprints: dict[str, str]) -> dict[str, Any]:
+        """A manifest's ``inputs`` records of the loaded model's side inputs: ``model_<key>`` ->
+        the spec given (None: the default) and the fingerprint (the adapter's ``input_fingerprints``)."""
+        specs = {"config": self.model_config, "tokenizer": self.tokenizer}
+        return {f"model_{key}": {"spec": None if specs.get(key) is None else str(specs[key]), "fingerprint": fp}
+                for key, fp in fingerprints.items() if fp}
+
+
+@dataclass(frozen=True, kw_only=True)
+class StateOptions(Options):
+    """Which states of the cache a probe reads (shown, and named in a run's name, before the
+    probe's own settings)."""
+
+    panel = "States"
+    rank = 5
+
+    streams: tuple[str, ...] | None = option(
+        None, parse=names, metavar="A,B", help="Streams to read, comma-separated (default: text, else every text or pair stream).",
+        aliases=("--stream",),
+    )
+    pooling: str = option("cls", choices=POOLINGS, help="Pooling to read.")
+    layers: str = option(
+        "all", check=check_layer_spec, help="Layers: all | 0,4,-1 | 2:6 | per stream text=all;image=-1.",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SeedsOption(Options):
+    """A number of seeds: runs 0..N-1."""
+
+    seeds: int = option(11, check=check_positive_int, help="Number of seeds (0..N-1): initialisation, example order, control labels.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SplitOptions(Options):
+    """The item split of the trained probes: seeded and tag-stratified, or from a file."""
+
+    panel = "Item split"
+    rank = 30
+
+    test_size: int | float = option(
+        0.25, parse=count_or_fraction, check=check_test_size, metavar="N|F",
+        help="Test items: a count (100) or a fraction (0.25).",
+    )
+    split_seed: int = option(0, check=check_seed, help="Seed of the item split.")
+    stratify: tuple[str, ...] | None = option(
+        None, parse=names, metavar="A,B", help="Tag families to stratify on (default: collapsed_tag,num_main_preds where present).",
+    )
+    split_file: Path | None = option(
+        None, role="input", help='JSON {"train": [ids], "test": [ids]} instead of a seeded split.',
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class MLPOptions(Options):
+    """The MLP probes' hyperparameters (see :class:`~vlprobe.probes.MLPProbe`)."""
+
+    panel = "MLP probe"
+    rank = 40
+
+    depth: int = option(4, check=check_positive_int, help="Linear layers of the MLP.")
+    width: int = option(1024, check=check_positive_int, help="Hidden width.")
+    lr: float = option(1e-4, check=check_positive_float, help="Adam learning rate.")
+    epochs: int = option(200, check=check_positive_int, help="Training epochs.")
+    batch_size: int = option(200, check=check_positive_int, help="Examples per training batch.")
+    device: str = option(
+        "auto", check=check_device, role="runtime", help="cpu, cuda, cuda:N, mps or auto (the manifest records the one used).",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class BootstrapOptions(Options):
+    """Seeded 95% bootstrap intervals."""
+
+    panel = "Bootstrap"
+    rank = 50
+
+    bootstrap: int = option(1000, check=check_positive_int, help="Bootstrap resamples for the 95% intervals.")
+    bootstrap_seed: int = option(0, check=check_seed, help="Seed of the bootstrap resamples.", aliases=("--seed",))
+
+
+@dataclass(frozen=True, kw_only=True)
+class BootstrapTestOptions(BootstrapOptions):
+    """The bootstrap intervals and the paired sign-flip permutation test of target vs control,
+    both seeded by ``bootstrap_seed``."""
+
+    bootstrap_seed: int = BootstrapOptions.redeclare(
+        "bootstrap_seed", help="Seed of the bootstrap resamples and of the permutation test.",
+    )
+    permutations: int = option(
+        10_000, check=check_positive_int,
+        help="Sign flips of the target-vs-control permutation test (all 2^items when fewer).",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProgressOption(Options):
+    """Progress on stderr: what a run will compute, then a bar with an ETA (results never go there)."""
+
+    progress: bool = option(True, role="runtime", off=("--quiet", "-q"), help="Progress on stderr (off with --quiet).")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResultsOptions(Options):
+    """Where the results go and the label that names them."""
+
+    out: Path = option(help="Results folder; writes OUT/{experiment}/<name>.csv and manifest.json.", role="output")
+    name: str | None = option(
+        None, role="output", aliases=("--model",),
+        help="Results label: names the run and its files (default: the input's model name).",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class MLPProbeRunOptions(CacheInput, StateOptions, SeedsOption, SplitOptions, MLPOptions, BootstrapTestOptions,
+                         ProgressOption, ResultsOptions):
+    """Every group of an experiment that trains MLP probes on a cache's states, target and control
+    per seed, on an item split, with bootstrap intervals and the permutation test (task adaptation,
+    the variant probe: what :func:`~vlprobe.experiments.mlp_runs.train_and_write` reads)."""

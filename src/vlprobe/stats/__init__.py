@@ -1,0 +1,1 @@
+"""Statistics over items: metric definitions, bootstrap intervals, permutation and paired tests."""

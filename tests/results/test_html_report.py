@@ -1,0 +1,163 @@
+"""probe report: one self-contained page (checked with an HTML parser, and in headless chromium where installed)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from vlprobe.cli import app
+from vlprobe.results.html_report import build_report, write_report
+
+
+class Page(HTMLParser):
+    """What the tests look at: headings, images, tables, links, and every external reference."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.headings: list[tuple[str, str]] = []
+        self.images: list[str] = []
+        self.tables = 0
+        self.cells: list[str] = []
+        self.external: list[str] = []
+        self.scripts = 0
+        self._in: str | None = None
+        self._text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag in ("h1", "h2", "h3", "h4", "td", "th"):
+            self._in, self._text = tag, []
+        if tag == "img":
+            self.images.append(a.get("src") or "")
+        if tag == "table":
+            self.tables += 1
+        if tag == "script":
+            self.scripts += 1
+        for key in ("src", "href"):
+            value = a.get(key)
+            if value and not (value.startswith("data:") or value.startswith("#")):
+                self.external.append(value)
+        if tag == "link":
+            self.external.append(a.get("href") or "link")
+
+    def handle_data(self, data: str) -> None:
+        if self._in:
+            self._text.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == self._in:
+            text = "".join(self._text).strip()
+            if tag in ("td", "th"):
+                self.cells.append(text)
+            else:
+                self.headings.append((tag, text))
+            self._in = None
+
+
+def parse(text: str) -> Page:
+    page = Page()
+    page.feed(text)
+    page.close()
+    return page
+
+
+@pytest.fixture(scope="module")
+def report_html(every_experiment: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_report(every_experiment, tmp_path_factory.mktemp("report") / "report.html")
+
+
+def test_the_page_holds_every_experiment_its_figures_tables_and_provenance(every_experiment: Path, report_html: Path) -> None:
+    page = parse(report_html.read_text(encoding="utf-8"))
+    experiments = sorted(d.name for d in every_experiment.iterdir() if (d / "manifest.json").is_file())
+    assert [t for h, t in page.headings if h == "h2"] == experiments
+    runs = [t for h, t in page.headings if h == "h3"]
+    assert len(runs) == len(experiments)  # one run each
+    assert len(page.images) == len(experiments)  # every experiment here has a chart
+    assert page.external == [] and page.scripts == 0  # self-contained
+    from PIL import Image
+
+    for src in page.images:
+        assert src.startswith("data:image/png;base64,")
+        with Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1]))) as im:
+            assert im.format == "PNG" and im.size[0] > 200
+    h4 = [t for h, t in page.headings if h == "h4"]
+    assert h4.count("Provenance") == len(experiments) and h4.count("Settings") == len(experiments)
+    assert "Per layer (subset all; means over seeds, 95% intervals over items)" in h4
+    assert "Scores (95% intervals over items)" in h4
+    # Task-adaptation's modes are its groups: named in the heading and in a subset column.
+    assert "Per layer (text-score, image-score; means over seeds, 95% intervals over items)" in h4
+    assert "image-score" in page.cells
+    assert {"control 95% CI", "selectivity 95% CI", "p_value"} <= set(page.cells)  # header cells
+    # An interval is one cell, "low – high".
+    assert any(re.fullmatch(r"-?[\d.]+ – -?[\d.]+", c) for c in page.cells)
+    assert any(t.startswith("Per tag") for t in h4)  # the session dataset carries tags
+    manifest = json.loads((every_experiment / "separability" / "manifest.json").read_text())
+    (entry,) = manifest["runs"].values()
+    assert entry["git_revision"] in page.cells and entry["vlprobe_version"] in page.cells
+    assert "cache computed on cpu" in page.cells
+    assert page.tables >= 3 * len(experiments)
+
+
+def test_markdown_has_the_same_sections_and_embedded_figures(every_experiment: Path, tmp_path: Path) -> None:
+    text = build_report(every_experiment, "md")
+    assert text.count("\n## ") == sum(1 for d in every_experiment.iterdir() if (d / "manifest.json").is_file())
+    assert "](data:image/png;base64," in text and "| setting | value |" in text
+    path = write_report(every_experiment, tmp_path / "r.md")
+    assert path.read_text(encoding="utf-8").startswith("<!-- vlprobe-report -->")
+
+
+def test_cli_report_replaces_its_own_page_only(every_experiment: Path, tmp_path: Path,
+                                               one_error_line: Callable[..., str]) -> None:
+    runner = CliRunner()
+    out = tmp_path / "r.html"
+    for _ in range(2):  # the second run replaces the page it wrote
+        ok = runner.invoke(app, ["report", str(every_experiment), "--out", str(out)])
+        assert ok.exit_code == 0, ok.output
+    md = runner.invoke(app, ["report", str(every_experiment), "--out", str(tmp_path / "r.txt"), "--format", "md"])
+    assert md.exit_code == 0 and (tmp_path / "r.txt").read_text().removeprefix("<!-- vlprobe-report -->\n\n").startswith("# ")
+    foreign = tmp_path / "mine.html"
+    foreign.write_text("<html>mine</html>")
+    one_error_line(runner.invoke(app, ["report", str(every_experiment), "--out", str(foreign)]), "not written by vlprobe")
+    assert foreign.read_text() == "<html>mine</html>"
+    one_error_line(runner.invoke(app, ["report", str(tmp_path), "--out", str(tmp_path / "x.html")]), "holds no vlprobe results")
+    one_error_line(runner.invoke(app, ["report", str(every_experiment), "--out", str(tmp_path / "x.html"), "--format", "pdf"]),
+                   "format")
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def test_the_page_renders_in_headless_chromium(report_html: Path, tmp_path: Path) -> None:
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("chromium is not installed (Debian: apt-get install --no-install-recommends chromium)")
+    shot = tmp_path / "shot.png"
+    with tempfile.TemporaryDirectory() as profile:
+        subprocess.run(
+            [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
+             f"--screenshot={shot}", "--window-size=1280,2000", report_html.resolve().as_uri()],
+            check=True, capture_output=True, timeout=180,
+        )
+    from PIL import Image, ImageStat
+
+    with Image.open(shot) as im:
+        assert im.size == (1280, 2000)
+        grey = im.convert("L")
+        # Not blank: a page of text, tables and figures has many dark pixels and spread-out shades.
+        dark = sum(grey.histogram()[:128]) / (1280 * 2000)
+        assert dark > 0.01, dark
+        assert ImageStat.Stat(grey).stddev[0] > 20
+        assert len(im.convert("RGB").getcolors(1 << 20) or []) > 50  # the figures' colours, not just black on white

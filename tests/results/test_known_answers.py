@@ -1,0 +1,146 @@
+"""The known-answer testbed's plan, table builder and checks, on hand-written result files.
+
+The known answers themselves (the whole testbed run, slow) are in test_known_answer_floors.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vlprobe.launch.testbed import QUICK_SETTINGS, KnownAnswerConfig, plan_commands
+from vlprobe.results.known_answers import EXPECTATIONS, check_expectations, known_answer_table
+
+
+def test_plan_runs_every_experiment_on_every_model(tmp_path: Path) -> None:
+    tasks = plan_commands(KnownAnswerConfig(out=tmp_path))
+    by_name = {t.name: t for t in tasks}
+    assert len(by_name) == len(tasks)
+    models = {"clip-trained", "clip-shuffle", "clip-random", "lxmert-trained", "lxmert-random"}
+    expected = {"winoground-scores", "separability", "task-adaptation", "variant-probe", "variant-similarity"}
+    for name in models:
+        extract = by_name[f"extract {name}"]
+        assert extract.commands[0][0] == "extract" and "--variants" in extract.commands[0]
+        assert f"train {name}" in extract.after and "eval dataset" in extract.after
+        runs = {t.commands[0][1] for t in tasks if t.after == (f"extract {name}",)}
+        assert runs == expected | ({"recall"} if name.startswith("clip") else set()), name
+        for t in tasks:
+            if t.after == (f"extract {name}",):
+                assert t.commands[0][t.commands[0].index("--name") + 1] == name
+                assert t.exclusive == t.commands[0][1]  # one experiment's runs share its manifest
+    assert "--shuffle" not in by_name["train clip-trained"].commands[0]
+    assert "shuffle" in by_name["train clip-shuffle"].commands[0]
+    assert all("--untrained" in by_name[f"train {m}"].commands[0] for m in ("clip-random", "lxmert-random"))
+    assert by_name["train lxmert-trained"].after == ("train regions",)
+    seen: set[str] = set()
+    for t in tasks:  # listed after what they wait for
+        assert set(t.after) <= seen, t.name
+        seen.add(t.name)
+    for experiment, settings in QUICK_SETTINGS.items():  # the small settings are passed explicitly
+        assert all(" ".join(settings) in " ".join(t.commands[0]) for t in tasks if t.commands[0][1:2] == (experiment,))
+
+
+def test_longest_chain_starts_first(tmp_path: Path) -> None:
+    from vlprobe.launch.testbed import _priorities
+
+    tasks = plan_commands(KnownAnswerConfig(out=tmp_path))
+    rank = _priorities(tasks)
+    order = sorted(rank, key=lambda n: -rank[n])
+    assert order[:2] == ["train dataset", "train regions"]  # everything waits for them; LXMERT on the regions
+    assert order.index("train lxmert-trained") < order.index("train clip-trained") < order.index("train clip-random")
+
+
+def test_schedule_runs_tasks_in_dependency_order_and_keeps_exclusive_ones_apart(tmp_path: Path) -> None:
+    from vlprobe.launch.testbed import Task, _schedule
+
+    tasks = [Task("a", "data", (("--version",),), cost=1.0), Task("b", "train", (("--version",),), ("a",), 5.0),
+             Task("c", "train", (("--version",),), ("a",), 1.0, exclusive="x"),
+             Task("d", "train", (("--version",),), ("a",), 1.0, exclusive="x")]
+    lines: list[str] = []
+    timings = _schedule(tasks, 2, tmp_path, lines.append)
+    t = timings["tasks"]
+    assert set(t) == {"a", "b", "c", "d"} and timings["wall"] > 0
+    assert all(t[n]["start"] >= t["a"]["end"] for n in "bcd")
+    first, second = sorted("cd", key=lambda n: t[n]["start"])
+    assert t[second]["start"] >= t[first]["end"]  # same exclusive key: never at once
+    assert sum(line.startswith("[") for line in lines) == 4 and (tmp_path / "b.log").is_file()
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    from vlprobe.runs.writing import TIDY_COLUMNS
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(",".join(TIDY_COLUMNS) + "\n")
+        for r in rows:
+            fh.write(",".join(str(r.get(c, "")) for c in TIDY_COLUMNS) + "\n")
+
+
+def test_table_and_checks_from_result_files(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = [{"id": i, "caption_0": f"a red circle left of a blue square {i}", "caption_1": f"a blue square left of a red circle {i}"}
+            for i in range(2)]
+    (data / "examples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    results = tmp_path / "results"
+    base = {"experiment": "winoground-scores", "model": "clip-trained", "task": "target", "split": "all", "subset": "all"}
+    _write_csv(results / "winoground-scores" / "clip-trained.csv", [
+        {**base, "metric": "text", "value": 60.0}, {**base, "metric": "image", "value": 55.0},
+        {**base, "subset": "collapsed_tag=Both", "metric": "text", "value": 1.0},
+    ])
+    scores = [(0, 0, 0, 0.9), (0, 0, 1, 0.1), (0, 1, 0, 0.2), (0, 1, 1, 0.8),  # item 0: right
+              (1, 0, 0, 0.3), (1, 0, 1, 0.4), (1, 1, 0, 0.1), (1, 1, 1, 0.5)]  # item 1: text score wrong
+    (results / "winoground-scores" / "clip-trained.scores.jsonl").write_text("".join(
+        json.dumps({"item": f"winoground/{i}", "image": f"winoground/{i}/i{j}", "text": f"winoground/{i}/c{k}",
+                    "score": s}) + "\n" for i, j, k, s in scores))
+    sep = {"experiment": "separability", "model": "clip-trained", "stream": "text", "pooling": "cls", "split": "train",
+           "subset": "all", "metric": "separable_margin"}
+    _write_csv(results / "separability" / "clip-trained.csv", [
+        {**sep, "layer": 3, "task": "target", "value": 9.0}, {**sep, "layer": 4, "task": "target", "value": 4.0},
+        {**sep, "layer": 4, "task": "control", "seed": 0, "value": 1.0},
+        {**sep, "layer": 4, "task": "control", "seed": 1, "value": 3.0},
+    ])
+    table = known_answer_table(results, data, ["clip-trained", "clip-shuffle"], seeds={"train_seed": 0})
+    values = {(r["model"], r["metric"]): r["value"] for r in table}
+    assert values[("clip-trained", "winoground.text")] == 60.0
+    assert values[("clip-trained", "winoground.text.same_words")] == 50.0
+    assert values[("clip-trained", "match.auroc")] == pytest.approx(15 / 16)  # 0.3 loses to 0.4 only
+    assert values[("clip-trained", "separability.separable_margin.target")] == 4.0  # the last layer, not the best
+    assert values[("clip-trained", "separability.separable_margin.control")] == 2.0  # mean over seeds
+    assert values[("clip-trained", "separability.separable_margin.ratio")] == 2.0
+    assert not any(r["model"] == "clip-shuffle" for r in table)
+    assert json.loads(table[0]["seeds"]) == {"train_seed": 0}
+    checks = {c["claim"]: c for c in check_expectations(table)}
+    assert len(checks) == len(EXPECTATIONS)
+    margin = checks["separability (margin), trained CLIP: target above control at the last text layer"]
+    assert (margin["left_value"], margin["right_value"], margin["holds"]) == (4.0, 2.0, True)
+    assert checks[EXPECTATIONS[0].claim]["holds"] is None  # the shuffle control was not run
+
+
+def test_comparison_figure_draws_target_and_control(tmp_path: Path) -> None:
+    from vlprobe.results.known_answers import _figure
+
+    results = tmp_path / "results"
+    sep = {"experiment": "separability", "model": "clip-trained", "stream": "text", "pooling": "cls", "split": "train",
+           "subset": "all", "metric": "separable_margin"}
+    _write_csv(results / "separability" / "clip-trained.csv", [
+        {**sep, "layer": 3, "task": "target", "value": 9.0}, {**sep, "layer": 3, "task": "control", "seed": 0, "value": 1.0},
+    ])
+    png = _figure(results, tmp_path / "comparison.png", ["clip-trained"])
+    assert png is not None and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_comparison_between_models_must_clear_its_margin() -> None:
+    from vlprobe.results.known_answers import Expectation
+
+    above = Expectation("a beats b", ("a", "m"), ">", ("b", "m"), by=5.0)
+    assert above.evaluate({("a", "m"): 10.0, ("b", "m"): 6.0}) == (10.0, 6.0, False)  # within noise
+    assert above.evaluate({("a", "m"): 12.0, ("b", "m"): 6.0}) == (12.0, 6.0, True)
+    below = Expectation("a under 10", ("a", "m"), "<", 10.0, by=2.0)
+    assert below.evaluate({("a", "m"): 9.0}) == (9.0, 10.0, False)
+    assert below.evaluate({("a", "m"): 7.0}) == (7.0, 10.0, True)
+    assert above.evaluate({("a", "m"): 1.0}) is None  # b not measured
+    auroc = next(e for e in EXPECTATIONS if e.left == ("lxmert-trained", "match.auroc"))
+    assert auroc.evaluate({("lxmert-trained", "match.auroc"): 0.5003, ("lxmert-random", "match.auroc"): 0.4997})[2] is False
