@@ -15,8 +15,9 @@ Root attributes::
                     ``probe regions extract`` leaves False until it is resumed)
     meta            JSON: source format, source path and fingerprint, converter; files made by
                     ``probe regions extract`` add the detector, the box-selection preset with every
-                    parameter, the colour order, the image source and the run (see
-                    :mod:`vlprobe.extract.regions.chunked`)
+                    parameter, the colour order, ``image_orientation`` (``"exif"``: the EXIF
+                    Orientation tag applied when the images were decoded), the image source and
+                    the run (see :mod:`vlprobe.extract.regions.chunked`)
 
 Datasets (N images, R = the largest box count, D = feature width)::
 
