@@ -21,7 +21,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from vlprobe.validation import InputError, check_choice
 
-__all__ = ["IMAGE_ORIENTATIONS", "Dataset", "ImageRef", "Item", "TextRef", "decode_rgb", "oriented_size"]
+__all__ = ["IMAGE_ORIENTATIONS", "Dataset", "ImageRef", "Item", "TextRef", "decode_rgb", "oriented_size", "read_rgb"]
 
 #: How an image file's EXIF ``Orientation`` tag (0x0112) is treated when it is decoded:
 #: ``"stored"`` ignores it (the pixels as stored: ``PIL.Image.open(...).convert("RGB")``, what the
@@ -55,11 +55,22 @@ class ImageRef:
         """Open the image as RGB (decoded eagerly, file closed); ``orientation`` as in :func:`decode_rgb`."""
         if self.path is None:
             raise InputError(f"image {self.id!r} has no file path; pixels are not available")
-        try:
-            data = self.path.read_bytes()
-        except OSError as exc:
-            raise InputError(f"images: cannot read {str(self.path)!r} ({exc.strerror or exc})") from None
-        return decode_rgb(data, self.path, orientation=orientation)
+        return read_rgb(self.path, orientation=orientation)
+
+
+def read_rgb(path: str | os.PathLike[str], *, orientation: str = "stored") -> Image.Image:
+    """The image file ``path`` read and decoded eagerly as RGB (:func:`decode_rgb`).
+
+    Raises
+    ------
+    InputError
+        The file cannot be read, or is empty, truncated or not an image (the message names it).
+    """
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise InputError(f"images: cannot read {str(path)!r} ({exc.strerror or exc})") from None
+    return decode_rgb(data, path, orientation=orientation)
 
 
 def decode_rgb(data: bytes, path: str | os.PathLike[str], *, orientation: str = "stored") -> Image.Image:

@@ -42,7 +42,13 @@ from typing import Any
 import numpy as np
 
 from vlprobe.data.items import ImageRef
-from vlprobe.extract.models.base import IMAGE_INPUTS, PIXEL_ORIENTATION, Adapter, CrossEncoder, DualEncoder
+from vlprobe.extract.models.base import (
+    IMAGE_INPUTS,
+    PIXEL_ORIENTATION,
+    Adapter,
+    CrossEncoder,
+    DualEncoder,
+)
 from vlprobe.extract.models.pooling import TOKEN_POOLINGS, pool_states
 from vlprobe.progress import say
 from vlprobe.registry import MODELS

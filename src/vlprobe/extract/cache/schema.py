@@ -86,7 +86,7 @@ import h5py
 import numpy as np
 
 from vlprobe.extract.models.base import StreamSpec
-from vlprobe.io import schema_version_of
+from vlprobe.io import h5_open_failure, schema_version_of
 from vlprobe.validation import InputError
 
 __all__ = [
@@ -398,13 +398,18 @@ def open_h5(path: Path, mode: str) -> h5py.File:
     try:
         return h5py.File(path, mode)
     except OSError as exc:
-        msg = str(exc)
-        if "lock" in msg.lower():
+        kind, detail = h5_open_failure(exc)
+        if kind == "locked":
             raise InputError(
                 f"cache {str(path)!r} is open for writing in another process "
                 "(to read it meanwhile, set HDF5_USE_FILE_LOCKING=FALSE)"
             ) from None
-        raise InputError(f"cache {str(path)!r} is not a readable HDF5 file ({msg.splitlines()[0]})") from None
+        if kind == "truncated":
+            raise InputError(
+                f"cache {str(path)!r} is truncated ({detail}): the file was cut short (an interrupted "
+                "copy or download, a full disk); make it again or copy it again"
+            ) from None
+        raise InputError(f"cache {str(path)!r} is not a readable HDF5 file ({detail})") from None
 
 
 def parse_shard(spec: str) -> tuple[int, int]:

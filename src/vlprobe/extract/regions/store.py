@@ -68,6 +68,7 @@ from vlprobe.io import (
     ClosesOnExit,
     atomic_path,
     discard_h5,
+    h5_open_failure,
     is_disk_full,
     no_space_error,
     schema_attrs,
@@ -167,12 +168,18 @@ class RegionStore(ClosesOnExit):
         try:
             f = h5py.File(self.path, "r")
         except OSError as exc:
-            if "lock" in str(exc).lower():
+            kind, detail = h5_open_failure(exc)
+            if kind == "locked":
                 raise InputError(
                     f"regions: {str(self.path)!r} is open for writing in another process "
                     "(a `probe regions extract` still running?)"
                 ) from None
-            raise InputError(f"regions: {str(self.path)!r} is not an HDF5 file ({exc})") from None
+            if kind == "truncated":
+                raise InputError(
+                    f"regions: {str(self.path)!r} is truncated ({detail}): the file was cut short (an "
+                    "interrupted copy or download, a full disk); make it again or copy it again"
+                ) from None
+            raise InputError(f"regions: {str(self.path)!r} is not an HDF5 file ({detail})") from None
         self._file = f
         try:
             self.schema_version = self._check_schema(f)
