@@ -18,6 +18,9 @@ Locking (:func:`output_lock`)
     A writer holds an ``flock`` on ``.NAME.vlprobe-lock`` while it writes ``NAME``; the lock file
     is removed when it is done. Short writes wait for another writer of the same file; long runs
     (an extraction) refuse to start beside one.
+Opening HDF5 files (:func:`h5_open_failure`)
+    Why h5py could not open a file, from HDF5's message: held by another process's file lock,
+    truncated (shorter than its superblock records), or not readable as HDF5.
 Disk full
     A full disk (``ENOSPC``, ``EDQUOT``, also as HDF5 reports it) is raised as an :class:`OSError`
     that names the output (:func:`no_space_error`); the temporary file is removed.
@@ -52,6 +55,7 @@ __all__ = [
     "claim_folder",
     "discard_h5",
     "ensure_folder",
+    "h5_open_failure",
     "is_disk_full",
     "new_file_mode",
     "no_space_error",
@@ -75,6 +79,10 @@ _DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 _HDF5_ERRNO = re.compile(r"errno = (\d+)")
 _HDF5_FILE = re.compile(r"filename = '([^']*)'")
 _RUST_ERRNO = re.compile(r"os error (\d+)")
+# HDF5's open errors: "unable to lock file, errno = 11, ..." and "truncated file: eof = 1000,
+# sblock->base_addr = 0, stored_eof = 2048" (whose "sblock" must not be read as a lock)
+_HDF5_LOCKED = re.compile(r"\bunable to lock file\b", re.IGNORECASE)
+_HDF5_TRUNCATED = re.compile(r"\btruncated file\b.*?\beof = (\d+).*?\bstored_eof = (\d+)", re.IGNORECASE)
 # errno values of file systems without flock (some network mounts): the write goes ahead unlocked.
 _NO_LOCKING = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL})
 
@@ -649,6 +657,23 @@ def text_lines(path: str | os.PathLike[str], param: str) -> Iterator[tuple[int, 
                 return
             lineno += 1
             yield lineno, line
+
+
+def h5_open_failure(exc: BaseException) -> tuple[str, str]:
+    """Why h5py could not open a file: ``(kind, detail)``.
+
+    ``kind`` is ``"locked"`` (another process holds HDF5's lock on it: a writer still running),
+    ``"truncated"`` (the file is shorter than its superblock records: a copy, download or write
+    cut short; ``detail`` gives both sizes) or ``"unreadable"`` (anything else; ``detail`` is the
+    first line of HDF5's message).
+    """
+    msg = str(exc)
+    if _HDF5_LOCKED.search(msg):
+        return "locked", ""
+    m = _HDF5_TRUNCATED.search(msg)
+    if m:
+        return "truncated", f"{int(m.group(1))} of its {int(m.group(2))} bytes are there"
+    return "unreadable", msg.splitlines()[0] if msg else type(exc).__name__
 
 
 def schema_attrs(schema: str, version: int) -> dict[str, Any]:

@@ -17,11 +17,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageOps, UnidentifiedImageError
 
-from vlprobe.validation import InputError
+from vlprobe.validation import InputError, check_choice
 
-__all__ = ["Dataset", "ImageRef", "Item", "TextRef"]
+__all__ = ["IMAGE_ORIENTATIONS", "Dataset", "ImageRef", "Item", "TextRef", "decode_rgb", "oriented_size", "read_rgb"]
+
+#: How an image file's EXIF ``Orientation`` tag (0x0112) is treated when it is decoded:
+#: ``"stored"`` ignores it (the pixels as stored: ``PIL.Image.open(...).convert("RGB")``, what the
+#: CLIP-style reference code and transformers' processors are fed); ``"exif"`` applies it
+#: (``PIL.ImageOps.exif_transpose``, the same transposition as OpenCV's ``cv2.imread`` default, with
+#: which the bottom-up-attention detector pipeline read its images).
+IMAGE_ORIENTATIONS: tuple[str, ...] = ("stored", "exif")
+#: The EXIF tag that holds the orientation (values 1-8; 5-8 swap width and height).
+EXIF_ORIENTATION_TAG = 0x0112
 
 
 @dataclass(frozen=True)
@@ -42,33 +51,76 @@ class ImageRef:
     name: str
     path: Path | None = None
 
-    def load(self) -> Image.Image:
-        """Open the image as RGB (decoded eagerly, file closed)."""
+    def load(self, orientation: str = "stored") -> Image.Image:
+        """Open the image as RGB (decoded eagerly, file closed); ``orientation`` as in :func:`decode_rgb`."""
         if self.path is None:
             raise InputError(f"image {self.id!r} has no file path; pixels are not available")
-        try:
-            data = self.path.read_bytes()
-        except OSError as exc:
-            raise InputError(f"images: cannot read {str(self.path)!r} ({exc.strerror or exc})") from None
-        return decode_rgb(data, self.path)
+        return read_rgb(self.path, orientation=orientation)
 
 
-def decode_rgb(data: bytes, path: str | os.PathLike[str]) -> Image.Image:
+def read_rgb(path: str | os.PathLike[str], *, orientation: str = "stored") -> Image.Image:
+    """The image file ``path`` read and decoded eagerly as RGB (:func:`decode_rgb`).
+
+    Raises
+    ------
+    InputError
+        The file cannot be read, or is empty, truncated or not an image (the message names it).
+    """
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise InputError(f"images: cannot read {str(path)!r} ({exc.strerror or exc})") from None
+    return decode_rgb(data, path, orientation=orientation)
+
+
+def decode_rgb(data: bytes, path: str | os.PathLike[str], *, orientation: str = "stored") -> Image.Image:
     """The image file ``path`` (its bytes ``data``) decoded eagerly as RGB.
+
+    Parameters
+    ----------
+    data : bytes
+    path : path
+        Named in errors only.
+    orientation : {"stored", "exif"}
+        ``"stored"``: the pixels as stored, the EXIF Orientation tag ignored; ``"exif"``: the tag
+        applied (a photo with Orientation 6 comes out rotated 90 degrees clockwise, width and
+        height swapped). See :data:`IMAGE_ORIENTATIONS`.
 
     Raises
     ------
     InputError
         The file is empty, truncated or not an image (the message names it).
     """
+    check_choice(orientation, "orientation", IMAGE_ORIENTATIONS)
     if not data:
         raise InputError(f"images: {str(path)!r} is an empty file (0 bytes), not an image")
     try:
         with Image.open(io.BytesIO(data)) as img:
             img.load()
+            if orientation == "exif":
+                return ImageOps.exif_transpose(img).convert("RGB")
             return img.convert("RGB")
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
         raise InputError(f"images: {str(path)!r} is not a readable image ({exc})") from None
+
+
+def oriented_size(img: Image.Image, orientation: str = "stored") -> tuple[int, int]:
+    """``(width, height)`` of an opened image as :func:`decode_rgb` with ``orientation`` would
+    return it, read from the header (nothing decoded): swapped for EXIF orientations 5-8 under
+    ``"exif"``."""
+    check_choice(orientation, "orientation", IMAGE_ORIENTATIONS)
+    w, h = img.size
+    if orientation == "exif" and _exif_orientation(img) in (5, 6, 7, 8):
+        return h, w
+    return w, h
+
+
+def _exif_orientation(img: Image.Image) -> int:
+    try:
+        value = img.getexif().get(EXIF_ORIENTATION_TAG, 1)
+        return int(value)
+    except (OSError, SyntaxError, ValueError, TypeError):
+        return 1
 
 
 @dataclass(frozen=True)

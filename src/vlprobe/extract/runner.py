@@ -274,6 +274,7 @@ def _extract(
         tokenizer_fingerprint=fingerprints.get("tokenizer", ""),
         dataset_selection=_dataset_selection(config.dataset_options),
         model_options=json.dumps(model_options, sort_keys=True) if model_options else "",
+        **adapter.image_preprocessing(),
     )
     layouts = []
     pairs: PairLayout | None = None

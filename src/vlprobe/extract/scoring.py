@@ -42,7 +42,13 @@ from typing import Any
 import numpy as np
 
 from vlprobe.data.items import ImageRef
-from vlprobe.extract.models.base import IMAGE_INPUTS, Adapter, CrossEncoder, DualEncoder
+from vlprobe.extract.models.base import (
+    IMAGE_INPUTS,
+    PIXEL_ORIENTATION,
+    Adapter,
+    CrossEncoder,
+    DualEncoder,
+)
 from vlprobe.extract.models.pooling import TOKEN_POOLINGS, pool_states
 from vlprobe.progress import say
 from vlprobe.registry import MODELS
@@ -231,7 +237,7 @@ class ImageSource:
     def read(self, rows: np.ndarray) -> Any:
         """The inputs of image ``rows``: a list of RGB PIL images, or a ``RegionBatch``."""
         if self.image_input == "pixels":
-            return [self.images[int(i)].load() for i in rows]
+            return [self.images[int(i)].load(PIXEL_ORIENTATION) for i in rows]
         if self.image_input == "regions":
             return self.store.get([self.images[int(i)].name for i in rows])
         raise InputError("image_input: this model reads no images")

@@ -76,7 +76,7 @@ GOLDEN_ROOT_ATTRS = {
     "model", "checkpoint_fingerprint", "dataset", "dataset_fingerprint",
     "variants_fingerprint", "pair_plan", "poolings", "dtype", "shard", "layers",
     "pair_states", "regions_fingerprint", "config_fingerprint", "tokenizer_fingerprint", "dataset_selection",
-    "model_options",
+    "model_options", "image_backend", "image_orientation",
     # state
     "complete",
     # recorded only
@@ -113,7 +113,7 @@ def test_golden_attribute_names(reference_cache: Path) -> None:
 def test_golden_attribute_values(reference_cache: Path, tiny_clip: Path, synthetic_dir: Path) -> None:
     with h5py.File(reference_cache, "r") as f:
         a = {k: (_s(v) if isinstance(v, (bytes, str)) else v) for k, v in f.attrs.items()}
-        assert (a["schema"], a["schema_version"]) == ("vlprobe-cache", SCHEMA_VERSION) == ("vlprobe-cache", 3)
+        assert (a["schema"], a["schema_version"]) == ("vlprobe-cache", SCHEMA_VERSION) == ("vlprobe-cache", 4)
         assert a["model"] == "clip"
         assert a["checkpoint"] == str(tiny_clip)
         assert a["checkpoint_fingerprint"].startswith("sha256:") and len(a["checkpoint_fingerprint"]) == 7 + 64
@@ -123,6 +123,7 @@ def test_golden_attribute_values(reference_cache: Path, tiny_clip: Path, synthet
         assert a["pair_plan"] == "all"
         assert bool(a["pair_states"]) is False  # a dual encoder has no pair streams
         assert a["regions_fingerprint"] == a["config_fingerprint"] == a["tokenizer_fingerprint"] == ""
+        assert (a["image_backend"], a["image_orientation"]) == ("pil", "stored")  # as the reference code
         assert json.loads(a["poolings"]) == ["cls", "mean", "max", "pooled"]
         assert a["dtype"] == "float32"
         assert a["shard"] == "0/1"
@@ -448,7 +449,9 @@ def test_refuses_a_file_another_process_is_writing(
 
 #: Header fields that version 1 files may lack (added before the version was bumped to 2).
 V1_OPTIONAL = ("pair_states", "regions_fingerprint", "config_fingerprint", "tokenizer_fingerprint", "dataset_selection",
-               "model_options")
+               "model_options", "image_backend", "image_orientation")
+#: Header fields that version 3 files lack.
+V4_FIELDS = ("image_backend", "image_orientation")
 
 
 def _as_version_1(path: Path) -> Path:
@@ -463,10 +466,13 @@ def _as_version_1(path: Path) -> Path:
 def test_version_1_files_still_read(
     reference_cache: Path, copy_cache: Callable[[Path, Path], Path], tmp_path: Path,
 ) -> None:
+    from dataclasses import replace
+
     old = _as_version_1(copy_cache(reference_cache, tmp_path / "v1.h5"))
     with ActivationCache(reference_cache) as new, ActivationCache(old) as c:
-        assert (new.version, c.version) == (3, 1)
-        assert c.header == new.header  # the missing fields default to what a dual encoder wrote
+        assert (new.version, c.version) == (4, 1)
+        # the missing fields default to what a dual encoder wrote, but for the image fields (unknown)
+        assert c.header == replace(new.header, image_backend="", image_orientation="")
         assert c.record == new.record and c.complete
         np.testing.assert_array_equal(c.states("text", "mean"), new.states("text", "mean"))
         info = c.info()
@@ -474,47 +480,80 @@ def test_version_1_files_still_read(
 
 
 def test_version_2_files_read_and_resume_without_model_options(
+    cross_reference: Callable[[str], Path], cross_config: Callable[..., ExtractConfig],
+    copy_cache: Callable[[Path, Path], Path], tmp_path: Path,
+) -> None:
+    """A region model's older file (no image fields to know) resumes and is relabelled."""
+    reference = cross_reference("lxmert")
+    old = copy_cache(reference, tmp_path / "v2.h5")
+    with h5py.File(old, "r+") as f:  # what vlprobe wrote as version 2: no model_options, no image fields
+        for name in ("model_options", *V4_FIELDS):
+            del f.attrs[name]
+        f.attrs["schema_version"] = 2
+    with ActivationCache(old) as c, ActivationCache(reference) as ref:
+        assert c.version == 2 and c.header == ref.header and c.header.model_options == ""
+    assert sum(extract(cross_config("lxmert", old)).rows_written.values()) == 0
+    with h5py.File(old, "r") as f:
+        assert int(f.attrs["schema_version"]) == 4 and _s(f.attrs["model_options"]) == ""
+        assert _s(f.attrs["image_backend"]) == _s(f.attrs["image_orientation"]) == ""
+    for field, version in (("model_options", 3), ("image_backend", 4)):
+        lacking = copy_cache(reference, tmp_path / f"lacking-{field}.h5")
+        with h5py.File(lacking, "r+") as f:
+            del f.attrs[field]
+            f.attrs["schema_version"] = version
+        with pytest.raises(InputError, match=f"the version {version} cache header lacks its '{field}' attribute"):
+            ActivationCache(lacking)
+
+
+def test_a_pixel_model_cache_of_an_older_version_is_not_resumed(
     reference_cache: Path, make_config: Callable[..., ExtractConfig],
     copy_cache: Callable[[Path, Path], Path], tmp_path: Path,
 ) -> None:
-    old = copy_cache(reference_cache, tmp_path / "v2.h5")
-    with h5py.File(old, "r+") as f:  # what vlprobe wrote as version 2: no model_options
-        del f.attrs["model_options"]
-        f.attrs["schema_version"] = 2
-    with ActivationCache(old) as c, ActivationCache(reference_cache) as ref:
-        assert c.version == 2 and c.header == ref.header and c.header.model_options == ""
-    assert extract(make_config(old)).rows_written == {"text": 0, "image": 0}
-    with h5py.File(old, "r") as f:
-        assert int(f.attrs["schema_version"]) == 3 and _s(f.attrs["model_options"]) == ""
-    lacking = copy_cache(reference_cache, tmp_path / "lacking.h5")
-    with h5py.File(lacking, "r+") as f:
-        del f.attrs["model_options"]
-    with pytest.raises(InputError, match="the version 3 cache header lacks its 'model_options' attribute"):
-        ActivationCache(lacking)
+    """A version 3 CLIP cache does not say which image-processor backend made its image states:
+    it reads, but resuming it is refused, naming the field, and the file is left as it was."""
+    old = copy_cache(reference_cache, tmp_path / "v3.h5")
+    with h5py.File(old, "r+") as f:
+        for name in V4_FIELDS:
+            del f.attrs[name]
+        f.attrs["schema_version"] = 3
+    with ActivationCache(old) as c:
+        assert c.version == 3 and c.header.image_backend == ""
+    before = old.read_bytes()
+    with pytest.raises(InputError, match="other settings \\(image_backend: file has '', this run has 'pil'\\)"):
+        extract(make_config(old))
+    assert old.read_bytes() == before
 
 
 def test_resuming_a_version_1_file_relabels_it(
-    reference_cache: Path, make_config: Callable[..., ExtractConfig],
+    cross_reference: Callable[[str], Path], cross_config: Callable[..., ExtractConfig],
     copy_cache: Callable[[Path, Path], Path], tmp_path: Path,
 ) -> None:
-    old = _as_version_1(copy_cache(reference_cache, tmp_path / "v1.h5"))
-    result = extract(make_config(old))
-    assert result.rows_written == {"text": 0, "image": 0}
-    with h5py.File(old, "r") as f:
-        assert set(f.attrs) == GOLDEN_ROOT_ATTRS
-        assert (_s(f.attrs["schema"]), int(f.attrs["schema_version"])) == ("vlprobe-cache", 3)
-    with ActivationCache(old) as c, ActivationCache(reference_cache) as ref:
-        assert c.version == 3 and c.header == ref.header
+    """The root attributes rewritten as version 1 named them, without the fields it may lack but
+    ``pair_states`` and ``regions_fingerprint`` (an LXMERT file without them is not resumed: its
+    pair streams and regions are unknown, as a CLIP file's image backend is)."""
+    reference = cross_reference("lxmert")
+    old = copy_cache(reference, tmp_path / "v1.h5")
+    with h5py.File(old, "r+") as f:
+        for name in ("schema", "schema_version", *(n for n in V1_OPTIONAL if n not in ("pair_states", "regions_fingerprint"))):
+            del f.attrs[name]
+        f.attrs["vlprobe_schema"] = 1
+    result = extract(cross_config("lxmert", old))
+    assert sum(result.rows_written.values()) == 0
+    with h5py.File(old, "r") as f, h5py.File(reference, "r") as r:
+        assert set(f.attrs) == set(r.attrs)
+        assert (_s(f.attrs["schema"]), int(f.attrs["schema_version"])) == ("vlprobe-cache", 4)
+    with ActivationCache(old) as c, ActivationCache(reference) as ref:
+        assert c.version == 4 and c.header == ref.header
 
 
 def test_newer_versions_and_incomplete_headers_are_refused(
     reference_cache: Path, make_config: Callable[..., ExtractConfig],
     copy_cache: Callable[[Path, Path], Path], tmp_path: Path,
 ) -> None:
-    newer = copy_cache(reference_cache, tmp_path / "v4.h5")
+    newer = copy_cache(reference_cache, tmp_path / "v5.h5")
     with h5py.File(newer, "r+") as f:
-        f.attrs["schema_version"] = 4
-    want = r"has schema_version 4; this vlprobe reads vlprobe-cache versions 1 to 3 .*upgrade vlprobe"
+        f.attrs["schema_version"] = 5
+    want = r"has schema_version 5; this vlprobe reads vlprobe-cache versions 1 to 4 .*upgrade vlprobe"
     with pytest.raises(InputError, match=want):
         ActivationCache(newer)
     before = newer.read_bytes()
@@ -524,7 +563,7 @@ def test_newer_versions_and_incomplete_headers_are_refused(
     lacking = copy_cache(reference_cache, tmp_path / "lacking.h5")
     with h5py.File(lacking, "r+") as f:
         del f.attrs["dataset_selection"]
-    with pytest.raises(InputError, match="the version 3 cache header lacks its 'dataset_selection' attribute"):
+    with pytest.raises(InputError, match="the version 4 cache header lacks its 'dataset_selection' attribute"):
         ActivationCache(lacking)
     regions = tmp_path / "regions.h5"
     with h5py.File(regions, "w") as f:

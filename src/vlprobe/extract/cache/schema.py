@@ -1,8 +1,8 @@
 """The HDF5 activation cache: one file per (checkpoint, dataset, pair plan).
 
-Schema (version 3)
+Schema (version 4)
 ------------------
-Root attributes (``/``): ``schema`` = ``"vlprobe-cache"`` and ``schema_version`` = 3 (the
+Root attributes (``/``): ``schema`` = ``"vlprobe-cache"`` and ``schema_version`` = 4 (the
 same two names as vlprobe's region files), then the attributes declared once in this module:
 :class:`CacheHeader` (the settings that identify a run; all but ``checkpoint`` are compared on
 resume and merge) and :class:`CacheRecord` (what a run records without comparing it), each
@@ -10,9 +10,11 @@ field with its type and meaning. :data:`ROOT_ATTRS` lists them; the README's tab
 it (:func:`root_attrs_table`). Lists and mappings are stored as JSON text, the rest as plain
 HDF5 scalars. Older files still read, with the header fields added since at their defaults:
 version 1 (``vlprobe_schema`` = 1, without ``pair_states``, ``regions_fingerprint``,
-``config_fingerprint``, ``tokenizer_fingerprint``, ``dataset_selection``) and version 2
-(without ``model_options``); a resumed older file is relabelled version 3 (its datasets are the
-same); newer versions are refused.
+``config_fingerprint``, ``tokenizer_fingerprint``, ``dataset_selection``), version 2
+(without ``model_options``) and version 3 (without ``image_backend``, ``image_orientation``); a
+resumed older file is relabelled version 4 (its datasets are the same); newer versions are
+refused. A pixel model's older cache is not resumed: it does not say which image-processor
+backend made its states (``image_backend`` differs, and is named).
 
 Index tables (all rows of the dataset, also in shard files)::
 
@@ -84,7 +86,7 @@ import h5py
 import numpy as np
 
 from vlprobe.extract.models.base import StreamSpec
-from vlprobe.io import schema_version_of
+from vlprobe.io import h5_open_failure, schema_version_of
 from vlprobe.validation import InputError
 
 __all__ = [
@@ -111,7 +113,8 @@ SCHEMA = "vlprobe-cache"
 #: config_fingerprint, tokenizer_fingerprint and dataset_selection required (version 1 files may
 #: lack them).
 #: 3: model_options (version 2 files lack it).
-SCHEMA_VERSION = 3
+#: 4: image_backend, image_orientation (version 3 files lack them).
+SCHEMA_VERSION = 4
 #: The root attribute that named the version in version 1 files.
 LEGACY_VERSION_ATTR = "vlprobe_schema"
 STR_DTYPE = h5py.string_dtype(encoding="utf-8")
@@ -129,7 +132,7 @@ class CacheHeader:
 
     Each field's metadata holds its meaning (``doc``) and whether it is ``compared``; fields
     with a default may be missing from files older than their ``since`` version (version 1 for
-    most, 2 for ``model_options``). Resume reports the first differing
+    most, 3 for ``model_options``, 4 for the image fields). Resume reports the first differing
     field in this order.
     """
 
@@ -162,6 +165,12 @@ class CacheHeader:
     model_options: str = field(default="", metadata=_attr(
         'JSON of the load options that change what the model computes (BLIP-ITM\'s score_head), "" '
         "without any", since=3))
+    image_backend: str = field(default="", metadata=_attr(
+        'pixel models: the transformers image-processor backend that preprocessed the images ("pil", '
+        'as the reference code; never chosen by what the machine has installed), else ""', since=4))
+    image_orientation: str = field(default="", metadata=_attr(
+        'pixel models: how image files were decoded ("stored": the EXIF Orientation tag ignored, as '
+        'the reference code\'s Image.open does), else "" (region files record their own)', since=4))
 
     def to_attrs(self) -> dict[str, Any]:
         """The HDF5 root attributes of this header."""
@@ -389,13 +398,18 @@ def open_h5(path: Path, mode: str) -> h5py.File:
     try:
         return h5py.File(path, mode)
     except OSError as exc:
-        msg = str(exc)
-        if "lock" in msg.lower():
+        kind, detail = h5_open_failure(exc)
+        if kind == "locked":
             raise InputError(
                 f"cache {str(path)!r} is open for writing in another process "
                 "(to read it meanwhile, set HDF5_USE_FILE_LOCKING=FALSE)"
             ) from None
-        raise InputError(f"cache {str(path)!r} is not a readable HDF5 file ({msg.splitlines()[0]})") from None
+        if kind == "truncated":
+            raise InputError(
+                f"cache {str(path)!r} is truncated ({detail}): the file was cut short (an interrupted "
+                "copy or download, a full disk); make it again or copy it again"
+            ) from None
+        raise InputError(f"cache {str(path)!r} is not a readable HDF5 file ({detail})") from None
 
 
 def parse_shard(spec: str) -> tuple[int, int]:

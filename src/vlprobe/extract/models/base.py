@@ -23,7 +23,10 @@ Two kinds of adapter score pairs:
 Every adapter declares what it reads for an image, ``image_input``: ``"pixels"`` (RGB PIL
 images; every image needs a file), ``"regions"`` (precomputed region features from a
 ``--regions`` file) or ``"none"``. The input checks of ``probe extract`` and ``probe eval`` read
-this declaration (:func:`vlprobe.extract.scoring.check_model_inputs`).
+this declaration (:func:`vlprobe.extract.scoring.check_model_inputs`). A pixel model is fed its
+images as stored (:data:`PIXEL_ORIENTATION`: the EXIF Orientation tag ignored, as the reference
+code's ``Image.open(path).convert("RGB")`` ignores it) through its image processor's PIL backend;
+:meth:`Adapter.image_preprocessing` reports both for the cache header.
 """
 
 from __future__ import annotations
@@ -36,16 +39,21 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 import torch
 
-from vlprobe.extract.models.hf import LoadedModel, ResolvedCheckpoint
+from vlprobe.extract.models.hf import LoadedModel, ResolvedCheckpoint, image_backend_of
 from vlprobe.extract.models.hooks import LayerSite
 from vlprobe.validation import InputError
 
 #: What an adapter reads for an image (its ``image_input``): RGB pixels, precomputed region
 #: features, or nothing (text-only scorers).
 IMAGE_INPUTS: tuple[str, ...] = ("pixels", "regions", "none")
+#: How a pixel model's image files are decoded (:data:`vlprobe.data.items.IMAGE_ORIENTATIONS`):
+#: as stored, the EXIF Orientation tag ignored, as CLIP's, SigLIP's and BLIP's reference code
+#: (``PIL.Image.open(path).convert("RGB")``) decodes them.
+PIXEL_ORIENTATION = "stored"
 
 __all__ = [
     "IMAGE_INPUTS",
+    "PIXEL_ORIENTATION",
     "Adapter",
     "CrossEncoder",
     "DualEncoder",
@@ -199,6 +207,19 @@ class Adapter(ABC):
         """Load options that change what the model computes (e.g. BLIP's ``score_head``), recorded
         in the cache and compared on resume (JSON-serialisable); empty for most models."""
         return {}
+
+    def image_preprocessing(self) -> dict[str, str]:
+        """How image files become model input, recorded in the cache and compared on resume:
+        ``image_backend`` (the image processor's transformers backend, ``"pil"``) and
+        ``image_orientation`` (:data:`PIXEL_ORIENTATION`); empty for models that read no pixels
+        (region models: their region file records how its images were decoded)."""
+        if self.image_input != "pixels":
+            return {}
+        processor = getattr(self, "processor", None)
+        return {
+            "image_backend": image_backend_of(processor) if processor is not None else "",
+            "image_orientation": PIXEL_ORIENTATION,
+        }
 
 
 class DualEncoder(Adapter):

@@ -4,6 +4,13 @@ fingerprint it, read its config, and keep transformers quiet while it loads.
 A directory is used as is. Anything else is a hub id, fetched through ``huggingface_hub``
 into its usual cache. Offline (``HF_HUB_OFFLINE=1``) a hub id that is not cached fails at once
 with a message that says how to provide the model, instead of retrying for half a minute.
+
+Image processors are loaded with transformers' PIL backend (:data:`IMAGE_BACKEND`), whichever
+backends the machine has: left to choose, ``AutoImageProcessor`` takes the torchvision backend
+where torchvision imports and the PIL one elsewhere, and their resizes differ numerically, so one
+command would compute other states on another machine. The papers' CLIP, SigLIP and BLIP code
+preprocessed with PIL. The backend is recorded in each cache (``image_backend``, compared on
+resume).
 """
 
 from __future__ import annotations
@@ -20,18 +27,26 @@ from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError
 
 __all__ = [
+    "IMAGE_BACKEND",
     "LoadedModel",
     "ResolvedCheckpoint",
     "fingerprint_dir",
     "from_pretrained_with_info",
+    "image_backend_of",
     "load_hf",
     "load_hf_config",
     "load_hf_model",
     "load_hf_tokenizer",
+    "load_image_processor",
     "quiet_transformers",
     "reading_weights",
     "resolve_checkpoint",
 ]
+
+
+#: The transformers image-processor backend pixel models are loaded with: ``"pil"`` (PIL resizes,
+#: as the reference CLIP, SigLIP and BLIP preprocessing did), never ``"torchvision"``.
+IMAGE_BACKEND = "pil"
 
 
 @dataclass(frozen=True)
@@ -181,12 +196,52 @@ def load_hf(
             check(config)
         model = load_hf_model(model_cls, ckpt.path, checkpoint, torch_dtype, needed).to(dev)
         tokenizer = load_hf_tokenizer(ckpt.path, checkpoint)
-        processor = None
-        if image_processor:
-            from transformers import AutoImageProcessor
-
-            processor = AutoImageProcessor.from_pretrained(ckpt.path)
+        processor = load_image_processor(ckpt.path, checkpoint) if image_processor else None
     return LoadedModel(model, tokenizer, processor, ckpt, dev, torch_dtype)
+
+
+def _backend_request(backend: str) -> dict[str, Any]:
+    """The ``AutoImageProcessor.from_pretrained`` keywords that ask for ``backend``."""
+    import importlib.util
+
+    if importlib.util.find_spec("transformers.image_processing_backends") is not None:
+        return {"backend": backend}  # transformers with named backends (PilBackend, TorchvisionBackend)
+    return {"use_fast": backend != "pil"}  # before them: the slow processors are the PIL ones
+
+
+def image_backend_of(processor: Any) -> str:
+    """``"pil"`` or ``"torchvision"``: the backend a loaded transformers image processor runs on
+    (its ``backend``; before transformers named backends, ``...Fast`` classes ran torchvision)."""
+    backend = getattr(processor, "backend", None)
+    if isinstance(backend, str):
+        return backend
+    return "torchvision" if type(processor).__name__.endswith("Fast") else "pil"
+
+
+def load_image_processor(path: Any, checkpoint: str, backend: str = IMAGE_BACKEND) -> Any:
+    """``AutoImageProcessor.from_pretrained(path)`` on ``backend`` explicitly, never the one
+    transformers would pick for this machine.
+
+    Raises
+    ------
+    InputError
+        The checkpoint has no readable image processor, or none on ``backend`` (the message names
+        the processor and the backend it got).
+    """
+    from transformers import AutoImageProcessor
+
+    try:
+        processor = AutoImageProcessor.from_pretrained(path, **_backend_request(backend))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"checkpoint: {checkpoint!r} has no readable image processor ({exc})") from None
+    got = image_backend_of(processor)
+    if got != backend:
+        raise InputError(
+            f"checkpoint: {checkpoint!r}'s image processor {type(processor).__name__} runs on the {got!r} "
+            f"backend, not {backend!r}; vlprobe preprocesses pixels with the {backend!r} processors the "
+            "reference code used"
+        )
+    return processor
 
 
 def from_pretrained_with_info(model_cls: Any, path: Any, **kwargs: Any) -> tuple[Any, dict[str, Any]]:

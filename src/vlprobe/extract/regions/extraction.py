@@ -5,7 +5,10 @@ image once), runs the detector over them in batches (the next batch's files are 
 decoded in a background thread while the detector runs), and writes each batch as one flushed
 chunk of a :class:`~vlprobe.extract.regions.chunked.ChunkedRegionWriter` file: boxes normalised
 by the original image size, 2048-d features, object and attribute ids and confidences, the image
-size and the sha256 of each image file. A rerun resumes where a killed run stopped; settings that
+size and the sha256 of each image file. Images are decoded with their EXIF orientation applied, as
+OpenCV's ``cv2.imread`` in the reference bottom-up-attention pipeline decodes them (the file's
+``meta`` records ``image_orientation = "exif"``; a file without it decoded them as stored and is
+not resumed). A rerun resumes where a killed run stopped; settings that
 differ from the file's are refused, naming the field. ``shard="K/N"`` runs the K-th of N
 contiguous blocks of the image list into its own file; :func:`merge_region_shards` joins them.
 
@@ -15,6 +18,7 @@ lxmert|uniter --regions FILE`` runs on it unchanged.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import time
@@ -30,7 +34,13 @@ from vlprobe import __version__
 from vlprobe.devices import device_name
 from vlprobe.extract.regions.boxes import normalise_boxes
 from vlprobe.extract.regions.chunked import EXTRAS, ChunkedRegionWriter, RegionRows, RegionRunHeader
-from vlprobe.extract.regions.sources import ImageList, dataset_images, folder_images, read_image
+from vlprobe.extract.regions.sources import (
+    DETECTOR_ORIENTATION,
+    ImageList,
+    dataset_images,
+    folder_images,
+    read_image,
+)
 from vlprobe.io import check_writable
 from vlprobe.provenance import git_revision, package_versions, sha256_file
 from vlprobe.validation import InputError, check_choice, check_positive_int
@@ -149,7 +159,8 @@ def extract_regions(config: RegionExtractConfig, *, detector: Any = None) -> Reg
     _validate(config)
     k, n_shards = parse_shard(config.shard)
     preset = selection_preset(config.preset, config.boxes, config.min_score)
-    ChunkedRegionWriter.check_existing(config.out)
+    if ChunkedRegionWriter.check_existing(config.out) is not None:
+        _check_orientation(Path(config.out))
     check_writable(config.out, "out")
     images = _image_list(config)
     start, stop = k * len(images) // n_shards, (k + 1) * len(images) // n_shards
@@ -168,6 +179,7 @@ def extract_regions(config: RegionExtractConfig, *, detector: Any = None) -> Reg
     meta = {
         "detector": {**described, "spec": str(config.detector)},
         "colour_order": preset_d.get("channel_order", described.get("channel_order")),
+        "image_orientation": DETECTOR_ORIENTATION,
         "images": dict(images.source),
         "row_start": start, "row_stop": stop,
         "run": {
@@ -193,6 +205,25 @@ def extract_regions(config: RegionExtractConfig, *, detector: Any = None) -> Reg
 def _say(config: RegionExtractConfig, msg: str) -> None:
     if config.progress:
         print(msg, file=sys.stderr)
+
+
+def _check_orientation(path: Path) -> None:
+    """The existing region file ``path`` must have decoded its images as this run does (files
+    written before ``image_orientation`` was recorded decoded them as stored)."""
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            raw = f.attrs.get("meta", "{}")
+            meta = json.loads(raw.decode("utf-8") if isinstance(raw, bytes) else str(raw))
+    except (OSError, ValueError):
+        return  # check_existing has read it; a file that went away or changed is its writer's to report
+    stored = meta.get("image_orientation", "stored") if isinstance(meta, dict) else "stored"
+    if stored != DETECTOR_ORIENTATION:
+        raise InputError(
+            f"out: {str(path)!r} was made with other settings (image_orientation: file has {stored!r}, "
+            f"this run has {DETECTOR_ORIENTATION!r}); use another --out or delete the file"
+        )
 
 
 def _check_unchanged(writer: ChunkedRegionWriter, paths: Sequence[Path | None], done: np.ndarray) -> None:

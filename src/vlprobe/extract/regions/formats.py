@@ -278,7 +278,9 @@ def read_uniter_npz(
     box_rule : {"all", "uniter"}
         ``uniter``: keep the first :func:`uniter_box_count` boxes, as UNITER's loader does.
     image_dir : path, optional
-        Folder with the images (same stem as the npz) for their pixel size; else size 0 (unknown).
+        Folder with the images (same stem as the npz) for their pixel size, EXIF orientation
+        applied as the detector read them (width and height swapped for orientations 5-8); else
+        size 0 (unknown).
     """
     root = Path(folder)
     if box_rule not in BOX_RULES:
@@ -342,6 +344,9 @@ def _clip(boxes: np.ndarray, where: str, tolerance: float) -> np.ndarray:
 def _image_sizes(folder: Path) -> dict[str, tuple[int, int]]:
     from PIL import Image, UnidentifiedImageError
 
+    from vlprobe.data.items import oriented_size
+    from vlprobe.extract.regions.sources import DETECTOR_ORIENTATION
+
     if not folder.is_dir():
         raise NotADirectoryError(f"image_dir: no such directory {str(folder)!r}")
     out: dict[str, tuple[int, int]] = {}
@@ -349,7 +354,8 @@ def _image_sizes(folder: Path) -> dict[str, tuple[int, int]]:
         if p.is_file():
             try:
                 with Image.open(p) as img:  # reads the header only
-                    out[normalise_image_id(p.name)] = img.size
+                    # the size the detector saw: EXIF orientation applied, as it read the image
+                    out[normalise_image_id(p.name)] = oriented_size(img, DETECTOR_ORIENTATION)
             except (UnidentifiedImageError, OSError):
                 continue
     return out
@@ -465,6 +471,10 @@ def import_regions(
         "box_rule": box_rule, "box_tolerance": tolerance,
         "detector": "bottom-up-attention Faster R-CNN (Visual Genome), as the source format implies",
     }
+    if fmt == "uniter-npz" and image_dir is not None:
+        from vlprobe.extract.regions.sources import DETECTOR_ORIENTATION
+
+        meta["image_orientation"] = DETECTOR_ORIENTATION  # how the image sizes were read
     if fmt == "h5":
         with RegionStore(src) as store:
             meta = {**store.meta, "imported_from": meta}

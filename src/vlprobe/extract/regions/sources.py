@@ -20,7 +20,13 @@ from typing import Any
 from vlprobe.extract.regions.boxes import IMAGE_SUFFIXES, normalise_image_id
 from vlprobe.validation import InputError
 
-__all__ = ["ImageList", "dataset_images", "folder_images", "read_image"]
+__all__ = ["DETECTOR_ORIENTATION", "ImageList", "dataset_images", "folder_images", "read_image"]
+
+#: How the detector's images are decoded (see :data:`vlprobe.data.items.IMAGE_ORIENTATIONS`): the
+#: EXIF Orientation tag applied, as OpenCV's ``cv2.imread`` (the bottom-up-attention pipeline's
+#: reader, whose features LXMERT and UNITER were trained on) applies it. Recorded in each region
+#: file's ``meta`` as ``image_orientation``.
+DETECTOR_ORIENTATION = "exif"
 
 
 @dataclass(frozen=True)
@@ -133,8 +139,9 @@ def dataset_images(
     return ImageList(tuple(paths), tuple(paths.values()), source, hint)
 
 
-def read_image(path: Path) -> tuple[Any, str]:
-    """Decode an image file eagerly as RGB; returns ``(PIL image, sha256 hex of its bytes)``.
+def read_image(path: Path, orientation: str = DETECTOR_ORIENTATION) -> tuple[Any, str]:
+    """Decode an image file eagerly as RGB, its EXIF orientation applied (``orientation`` as in
+    :func:`vlprobe.data.items.decode_rgb`); returns ``(PIL image, sha256 hex of its bytes)``.
 
     Raises
     ------
@@ -147,6 +154,6 @@ def read_image(path: Path) -> tuple[Any, str]:
         data = path.read_bytes()
     except OSError as exc:
         raise InputError(f"images: cannot read {str(path)!r} ({exc.strerror or exc})") from None
-    rgb = decode_rgb(data, path)
+    rgb = decode_rgb(data, path, orientation=orientation)
     return rgb, hashlib.sha256(data).hexdigest()
 

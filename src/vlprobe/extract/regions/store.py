@@ -15,8 +15,9 @@ Root attributes::
                     ``probe regions extract`` leaves False until it is resumed)
     meta            JSON: source format, source path and fingerprint, converter; files made by
                     ``probe regions extract`` add the detector, the box-selection preset with every
-                    parameter, the colour order, the image source and the run (see
-                    :mod:`vlprobe.extract.regions.chunked`)
+                    parameter, the colour order, ``image_orientation`` (``"exif"``: the EXIF
+                    Orientation tag applied when the images were decoded), the image source and
+                    the run (see :mod:`vlprobe.extract.regions.chunked`)
 
 Datasets (N images, R = the largest box count, D = feature width)::
 
@@ -67,6 +68,7 @@ from vlprobe.io import (
     ClosesOnExit,
     atomic_path,
     discard_h5,
+    h5_open_failure,
     is_disk_full,
     no_space_error,
     schema_attrs,
@@ -166,12 +168,18 @@ class RegionStore(ClosesOnExit):
         try:
             f = h5py.File(self.path, "r")
         except OSError as exc:
-            if "lock" in str(exc).lower():
+            kind, detail = h5_open_failure(exc)
+            if kind == "locked":
                 raise InputError(
                     f"regions: {str(self.path)!r} is open for writing in another process "
                     "(a `probe regions extract` still running?)"
                 ) from None
-            raise InputError(f"regions: {str(self.path)!r} is not an HDF5 file ({exc})") from None
+            if kind == "truncated":
+                raise InputError(
+                    f"regions: {str(self.path)!r} is truncated ({detail}): the file was cut short (an "
+                    "interrupted copy or download, a full disk); make it again or copy it again"
+                ) from None
+            raise InputError(f"regions: {str(self.path)!r} is not an HDF5 file ({detail})") from None
         self._file = f
         try:
             self.schema_version = self._check_schema(f)
