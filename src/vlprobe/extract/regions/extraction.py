@@ -31,7 +31,6 @@ from vlprobe.devices import device_name
 from vlprobe.extract.regions.boxes import normalise_boxes
 from vlprobe.extract.regions.chunked import EXTRAS, ChunkedRegionWriter, RegionRows, RegionRunHeader
 from vlprobe.extract.regions.sources import ImageList, dataset_images, folder_images, read_image
-from vlprobe.io import check_writable
 from vlprobe.provenance import git_revision, package_versions, sha256_file
 from vlprobe.validation import InputError, check_choice, check_positive_int
 
@@ -149,8 +148,7 @@ def extract_regions(config: RegionExtractConfig, *, detector: Any = None) -> Reg
     _validate(config)
     k, n_shards = parse_shard(config.shard)
     preset = selection_preset(config.preset, config.boxes, config.min_score)
-    ChunkedRegionWriter.check_existing(config.out)
-    check_writable(config.out, "out")
+    ChunkedRegionWriter.check_out(config.out)
     images = _image_list(config)
     start, stop = k * len(images) // n_shards, (k + 1) * len(images) // n_shards
     images.require_files(start, stop)
