@@ -80,8 +80,9 @@ __all__ = [
 CHUNK_BYTES = 1 << 20
 #: :func:`merge_files` copies rows in pieces of about this many bytes (shards can outgrow memory).
 MERGE_CHUNK_BYTES = 64 << 20
-# Room kept free beyond a new file's planned size (HDF5's own metadata, B-trees of the chunks).
-_SPACE_MARGIN = 1 << 20
+# Room kept free beyond a new file's planned size, for HDF5's own metadata (the chunk indexes grow
+# with the number of chunks, so with the size): this much plus 1/20 of the planned size.
+_SPACE_MARGIN = 256 << 10
 # While set, allocate adds the bytes it would allocate here instead of allocating them.
 _SIZING: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("_SIZING", default=None)
 
@@ -331,7 +332,7 @@ class ShardedH5Writer(OpenH5, Generic[H]):
         # A disk too small is refused before HDF5 writes anything: HDF5 closing a file whose
         # creation failed part-way can crash the process.
         need = planned_bytes(create)
-        if shutil.disk_usage(p.parent).free < need + need // 50 + _SPACE_MARGIN:
+        if shutil.disk_usage(p.parent).free < need + need // 20 + _SPACE_MARGIN:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fspath(p))
         try:
             f = h5py.File(tmp, "w")
