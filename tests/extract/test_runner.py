@@ -120,7 +120,7 @@ def test_resume_after_sigkill(
         text_done, image_done = int(c.done("text").sum()), int(c.done("image").sum())
         assert text_done >= seen[0] and image_done >= seen[1]
         assert text_done < N_TEXTS or image_done < N_IMAGES
-    assert not list(tmp_path.glob(".*creating"))
+    assert not list(tmp_path.glob(".*vlprobe-tmp"))
 
     result = extract(make_config(out, batch_size=16))
     assert result.rows_written == {"text": N_TEXTS - text_done, "image": N_IMAGES - image_done}

@@ -609,18 +609,18 @@ def test_a_disk_too_small_for_the_new_cache_is_refused_before_hdf5_writes(
     room is refused before any file is made."""
     import shutil
 
-    import vlprobe.extract.cache.writer as writer
+    import vlprobe.extract.sharded_h5 as sharded_h5
 
     planned: list[int] = []
-    real = writer._planned_bytes
-    monkeypatch.setattr(writer, "_planned_bytes", lambda create: planned.append(real(create)) or planned[-1])
+    real = sharded_h5.planned_bytes
+    monkeypatch.setattr(sharded_h5, "planned_bytes", lambda create: planned.append(real(create)) or planned[-1])
     out = tmp_path / "c.h5"
     extract(make_config(out))
     data = _stored_bytes(out)
     assert data <= planned[0] <= out.stat().st_size
 
     usage = shutil.disk_usage(tmp_path)
-    monkeypatch.setattr(writer.shutil, "disk_usage", lambda p: usage._replace(free=planned[0]))
+    monkeypatch.setattr(sharded_h5.shutil, "disk_usage", lambda p: usage._replace(free=planned[0]))
     again = tmp_path / "d.h5"
     with pytest.raises(OSError, match="No space left") as err:
         extract(make_config(again))

@@ -8,7 +8,7 @@ from pathlib import Path
 import h5py
 import pytest
 
-from vlprobe.extract.cache import merge
+from vlprobe.extract import sharded_h5
 from vlprobe.extract.cache.merge import merge_shards
 from vlprobe.extract.cache.reader import ActivationCache
 from vlprobe.extract.runner import ExtractConfig, extract
@@ -40,7 +40,7 @@ def test_merge_copies_states_in_pieces(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
 ) -> None:
     """Shards are copied a bounded number of rows at a time (here: a few rows per piece)."""
-    monkeypatch.setattr(merge, "MERGE_CHUNK_BYTES", 3 * 4 * 4 * 32 * 3)
+    monkeypatch.setattr(sharded_h5, "MERGE_CHUNK_BYTES", 3 * 4 * 4 * 32 * 3)
     out = merge_shards(shard_files, tmp_path / "merged.h5")
     assert_caches_equal(out, reference_cache)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Sequence
 
 
 def main(argv: list[str]) -> None:
@@ -32,11 +33,11 @@ def main(argv: list[str]) -> None:
         if point == "write":
             original = ChunkedRegionWriter._mark_done
 
-            def mark_done(self: ChunkedRegionWriter, start: int, stop: int) -> None:
+            def mark_done(self: ChunkedRegionWriter, done: Sequence[str], sel: object) -> None:
                 calls["n"] += 1
                 if calls["n"] == n:
                     die()
-                original(self, start, stop)
+                original(self, done, sel)
 
             ChunkedRegionWriter._mark_done = mark_done  # type: ignore[method-assign]
         elif point == "done":

@@ -199,7 +199,7 @@ def test_sigkill_then_resume_ends_identical(
         RegionStore(out)
     with RegionStore(out, allow_incomplete=True) as store:
         assert not store.complete and int(store.done.sum()) == expect_done
-    assert not list(tmp_path.glob(".*creating"))
+    assert not list(tmp_path.glob(".*vlprobe-tmp"))
     r = cli(*_extract_args(detector_dir, data_dir, out)[:-1])  # not --quiet: says it resumes
     assert r.exit_code == 0, r.output
     assert "resuming" in r.stderr or kill == "complete"

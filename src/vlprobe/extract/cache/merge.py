@@ -1,4 +1,8 @@
-"""``probe cache merge``: join the N shard files of one run into one cache."""
+"""``probe cache merge``: join the N shard files of one run into one cache.
+
+The checks and the copying are :func:`vlprobe.extract.sharded_h5.merge_files`; this module says
+what a cache shard is and how the merged cache is laid out (and its scores filled).
+"""
 
 from __future__ import annotations
 
@@ -10,27 +14,18 @@ from pathlib import Path
 import numpy as np
 
 from vlprobe.extract.cache.reader import ActivationCache
-from vlprobe.extract.cache.schema import (
-    COMPARED_FIELDS,
-    CacheHeader,
-    CacheTables,
-    PairLayout,
-    StreamLayout,
-    header_diff,
-    parse_shard,
-)
+from vlprobe.extract.cache.schema import CacheHeader, CacheTables, PairLayout, StreamLayout
 from vlprobe.extract.cache.writer import CacheWriter
 from vlprobe.extract.models.base import DualEncoder
 from vlprobe.extract.scoring import pooled_score_fn
-from vlprobe.io import atomic_path, check_writable
+from vlprobe.extract.sharded_h5 import Shard, merge_files
 from vlprobe.registry import MODELS
 from vlprobe.validation import InputError
 
-__all__ = ["MERGE_CHUNK_BYTES", "merge_shards"]
+__all__ = ["merge_shards"]
 
-#: ``merge_shards`` copies states in pieces of about this many bytes (pair streams of an ``all``
-#: plan can be far larger than memory).
-MERGE_CHUNK_BYTES = 64 << 20
+#: The datasets of a stream that hold its rows (the ones of its poolings that the file stores).
+_ROW_DATASETS = ("cls", "mean", "max", "pooled")
 
 
 def merge_shards(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]) -> Path:
@@ -41,65 +36,25 @@ def merge_shards(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike
     InputError
         A shard is missing, repeated, incomplete, or was made with other settings.
     """
-    if not paths:
-        raise InputError("shards: give the shard files to merge")
-    target = Path(out)
-    check_writable(target)
-    if os.path.lexists(target) and any(os.path.lexists(p) and os.path.samefile(target, p) for p in paths):
-        raise InputError(f"out: {str(target)!r} is one of the shard files; choose a new file name")
-    caches = [ActivationCache(p) for p in paths]
-    try:
-        first = caches[0].header
-        _, n = parse_shard(first.shard)
-        seen: dict[int, Path] = {}
-        for c in caches:
-            h = c.header
-            for name in COMPARED_FIELDS:
-                if name != "shard" and getattr(h, name) != getattr(first, name):
-                    raise InputError(
-                        f"shards: {c.path.name} differs from {caches[0].path.name} in {name} "
-                        f"({getattr(h, name)!r} vs {getattr(first, name)!r})"
-                    )
-            k, n_k = parse_shard(h.shard)
-            if n_k != n:
-                raise InputError(f"shards: {c.path.name} is shard {h.shard}, others are of {n}")
-            if k in seen:
-                raise InputError(f"shards: {c.path.name} and {seen[k].name} are both shard {k}/{n}")
-            seen[k] = c.path
-            for s in c.streams:
-                if not c.done(s).all():
-                    raise InputError(f"shards: {c.path.name} is incomplete in stream {s!r}; resume it first")
-            if c.has_pairs and not c.pairs()["done"].all():
-                raise InputError(f"shards: {c.path.name} is incomplete in its pairs; resume it first")
-        missing = sorted(set(range(n)) - set(seen))
-        if missing:
-            raise InputError(f"shards: missing shard(s) {', '.join(f'{m}/{n}' for m in missing)}")
-        caches.sort(key=lambda c: parse_shard(c.header.shard)[0])
-        if os.path.lexists(target) and not _earlier_merge(target, dataclasses.replace(first, shard="0/1")):
-            raise InputError(
-                f"out: {str(target)!r} already exists and is not an earlier merge of these shards; "
-                "choose a new file name"
-            )
-        _write_merged(caches, target)
-    finally:
-        for c in caches:
-            c.close()
-    return target
+    return merge_files(paths, out, open_shard=_open_shard, read_merged=_read_merged, write=_write_merged)
 
 
-def _earlier_merge(path: Path, header: CacheHeader) -> bool:
-    """Whether ``path`` is a cache that ``probe cache merge`` made from shards of this run (the
-    same command with the same settings may replace its own output)."""
-    try:
-        with ActivationCache(path) as c:
-            return bool(c.record.merged_from) and header_diff(c.header, header) is None
-    except (InputError, OSError):
-        return False
+def _open_shard(path: Path) -> Shard[CacheHeader]:
+    c = ActivationCache(path)
+    incomplete = next((f"in stream {s!r}" for s in c.streams if not c.done(s).all()), "")
+    if not incomplete and c.has_pairs and not c.pairs()["done"].all():
+        incomplete = "in its pairs"
+    return Shard(c.path, c.header, c.f, incomplete, owner=c)
 
 
-def _write_merged(caches: list[ActivationCache], target: Path) -> None:
+def _read_merged(path: Path) -> tuple[CacheHeader, list[str]]:
+    with ActivationCache(path) as c:
+        return c.header, c.record.merged_from
+
+
+def _write_merged(target: Path, header: CacheHeader, shards: list[Shard[CacheHeader]]) -> None:
+    caches: list[ActivationCache] = [s.owner for s in shards]
     first = caches[0]
-    header = dataclasses.replace(first.header, shard="0/1")
     tabs = {name: first.table(name) for name in ("items", "images", "texts")}
     tables = CacheTables(
         item_id=list(tabs["items"]["id"]), item_tags=list(tabs["items"]["tags"]),
@@ -116,33 +71,27 @@ def _write_merged(caches: list[ActivationCache], target: Path) -> None:
         layouts.append(StreamLayout(spec, first.layers(s), image, text, 0, None, tuple(first.poolings(s))))
     devices = ", ".join(dict.fromkeys(c.record.device for c in caches))  # where each shard ran
     record = dataclasses.replace(first.record, merged_from=[c.path.name for c in caches], device=devices)
-    pairs, parts = None, [c.pairs() for c in caches] if first.has_pairs else []
-    if parts:
+    pairs = None
+    if first.has_pairs:
+        parts = [c.pairs() for c in caches]
         pairs = PairLayout(np.concatenate([p["image"] for p in parts]), np.concatenate([p["text"] for p in parts]))
-    with atomic_path(target) as tmp:
-        tmp.unlink()
-        with CacheWriter.open(
-            tmp, header, tables, layouts, record, with_scores=True, pairs=pairs, score_kind=first.score_kind,
-        ) as w:
-            for lay in layouts:
-                s, offset = lay.spec.name, 0
-                token = [p for p in lay.poolings if p != "pooled"]
-                row_bytes = max(1, len(token) * len(lay.layers) * lay.spec.hidden_size * np.dtype(header.dtype).itemsize)
-                step = max(1, MERGE_CHUNK_BYTES // row_bytes)
-                for c in caches:
-                    n_rows = len(c.done(s))
-                    for a in range(0, n_rows, step):  # a shard's rows in bounded pieces, never all at once
-                        b = min(n_rows, a + step)
-                        states = {p: c.stored_rows(s, p, a, b) for p in token}
-                        pooled = c.stored_rows(s, "pooled", a, b) if "pooled" in lay.poolings else None
-                        w.write(s, np.arange(offset + a, offset + b), states, pooled)
-                    offset += n_rows
-            if pairs is not None:
-                w.write_pairs(np.arange(pairs.n_rows), np.concatenate([p["score"] for p in parts]), {}, {})
-                w.scores_from_pairs(first.score_kind)
-            else:  # a dual encoder (cross-encoders always keep /pairs)
-                scorer = MODELS.get(header.model)
-                if not (isinstance(scorer, type) and issubclass(scorer, DualEncoder)):
-                    raise InputError(f"model: the shards' model {header.model!r} is no dual encoder, yet they have no /pairs")
-                w.scores_from_pooled(pooled_score_fn(scorer, first.record.model_info), scorer.score_kind)
-            w.update_record(complete=True)
+    with CacheWriter.open(
+        target, header, tables, layouts, record, with_scores=True, pairs=pairs, score_kind=first.score_kind,
+    ) as w:
+        for lay in layouts:
+            at = f"streams/{lay.spec.name}"
+            names = [k for k in _ROW_DATASETS if k in w.f[at]]
+            offset = 0
+            for c in caches:
+                offset = w.copy_rows(c.f[at], at, names, offset)
+        if pairs is not None:
+            offset = 0
+            for c in caches:
+                offset = w.copy_rows(c.f["pairs"], "pairs", ["score"], offset)
+            w.scores_from_pairs(first.score_kind)
+        else:  # a dual encoder (cross-encoders always keep /pairs)
+            scorer = MODELS.get(header.model)
+            if not (isinstance(scorer, type) and issubclass(scorer, DualEncoder)):
+                raise InputError(f"model: the shards' model {header.model!r} is no dual encoder, yet they have no /pairs")
+            w.scores_from_pooled(pooled_score_fn(scorer, first.record.model_info), scorer.score_kind)
+        w.update_record(complete=True)

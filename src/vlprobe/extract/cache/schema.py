@@ -85,8 +85,10 @@ from typing import Any
 import h5py
 import numpy as np
 
+from vlprobe.extract import sharded_h5
 from vlprobe.extract.models.base import StreamSpec
-from vlprobe.io import h5_open_failure, schema_version_of
+from vlprobe.extract.sharded_h5 import parse_shard
+from vlprobe.io import schema_version_of
 from vlprobe.validation import InputError
 
 __all__ = [
@@ -175,6 +177,10 @@ class CacheHeader:
     def to_attrs(self) -> dict[str, Any]:
         """The HDF5 root attributes of this header."""
         return _to_attrs(self)
+
+    def compared(self) -> dict[str, Any]:
+        """The fields compared on resume and merge (:data:`COMPARED_FIELDS`), in that order."""
+        return {name: getattr(self, name) for name in COMPARED_FIELDS}
 
     @classmethod
     def from_attrs(cls, attrs: Mapping[str, Any], version: int = SCHEMA_VERSION, where: str = "cache") -> CacheHeader:
@@ -387,38 +393,10 @@ def attr_str(value: Any) -> str:
 
 
 def header_diff(old: CacheHeader, new: CacheHeader) -> str | None:
-    for name in COMPARED_FIELDS:
-        a, b = getattr(old, name), getattr(new, name)
-        if a != b:
-            return f"{name}: file has {a!r}, this run has {b!r}"
-    return None
+    """The first compared field that differs: ``"field: file has A, this run has B"``; None if none."""
+    return sharded_h5.header_diff(old, new)
 
 
 def open_h5(path: Path, mode: str) -> h5py.File:
-    try:
-        return h5py.File(path, mode)
-    except OSError as exc:
-        kind, detail = h5_open_failure(exc)
-        if kind == "locked":
-            raise InputError(
-                f"cache {str(path)!r} is open for writing in another process "
-                "(to read it meanwhile, set HDF5_USE_FILE_LOCKING=FALSE)"
-            ) from None
-        if kind == "truncated":
-            raise InputError(
-                f"cache {str(path)!r} is truncated ({detail}): the file was cut short (an interrupted "
-                "copy or download, a full disk); make it again or copy it again"
-            ) from None
-        raise InputError(f"cache {str(path)!r} is not a readable HDF5 file ({detail})") from None
-
-
-def parse_shard(spec: str) -> tuple[int, int]:
-    """``"K/N"`` -> (K, N) with 0 <= K < N."""
-    try:
-        k_text, n_text = spec.split("/")
-        k, n = int(k_text), int(n_text)
-    except ValueError:
-        raise InputError(f"shard must look like K/N (e.g. 0/4), got {spec!r}") from None
-    if n < 1 or not 0 <= k < n:
-        raise InputError(f"shard must satisfy 0 <= K < N, got {spec!r}")
-    return k, n
+    """``h5py.File(path, mode)``; InputError if another process writes it or it is no HDF5 file."""
+    return sharded_h5.open_h5(path, mode, f"cache {str(path)!r}")

@@ -1,26 +1,19 @@
 """Create or resume a cache file and write rows into it (the schema is in :mod:`.schema`).
 
-A writer holds the cache's write lock (:func:`vlprobe.io.output_lock`) from :meth:`CacheWriter.open`
-to :meth:`CacheWriter.close`: a second run on the same file is refused in one line. Every dataset
-and attribute is allocated when the file is created (a temporary file renamed into place), so
-the file never grows afterwards: a disk that fills up during a run cannot leave a half-written
-cache, and one too small for the cache fails at the start, before any row is computed (the free
-space is compared with the file's planned size before HDF5 writes anything).
+:class:`CacheWriter` is the cache kind of :class:`vlprobe.extract.sharded_h5.ShardedH5Writer`:
+it holds the cache's write lock from :meth:`CacheWriter.open` to :meth:`CacheWriter.close` (a
+second run on the same file is refused in one line), creates the whole file under a temporary
+name with every dataset allocated (a disk too small fails at the start, before any row is
+computed), and writes rows in flushed chunks with the done masks of the schema.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
-import errno
-import io
 import json
-import math
 import os
-import shutil
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,39 +32,19 @@ from vlprobe.extract.cache.schema import (
     StreamLayout,
     attr_str,
     cache_version,
-    header_diff,
-    open_h5,
 )
-from vlprobe.io import (
-    OpenH5,
-    check_writable,
-    discard_h5,
-    ensure_folder,
-    is_disk_full,
-    no_space_error,
-    output_lock,
-    schema_attrs,
-    stop_h5_writes,
-    temp_name,
-)
+from vlprobe.extract.sharded_h5 import ShardedH5Writer, allocate, row_selection
+from vlprobe.io import schema_attrs
 from vlprobe.validation import InputError
 
 __all__ = ["CacheWriter"]
 
-_CHUNK_BYTES = 1 << 20
-# Room kept free beyond a new cache's planned size (HDF5's own metadata, B-trees of the chunks).
-_SPACE_MARGIN = 1 << 20
-# While set, _allocate adds the bytes it would allocate here instead of allocating them.
-_SIZING: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("_SIZING", default=None)
 
-
-class CacheWriter(OpenH5):
+class CacheWriter(ShardedH5Writer[CacheHeader]):
     """Create or resume a cache file and write rows into it."""
 
-    def __init__(self, f: h5py.File, path: Path, lock: contextlib.ExitStack | None = None) -> None:
-        self.f = f
-        self.path = path
-        self._lock = lock
+    noun = "cache"
+    kind = "a vlprobe cache"
 
     @classmethod
     def open(
@@ -102,62 +75,31 @@ class CacheWriter(OpenH5):
         OSError
             The disk has no room for the cache (it names ``path``; nothing is left behind).
         """
-        p = Path(path)
-        ensure_folder(p.parent)
-        lock = contextlib.ExitStack()
-        lock.enter_context(output_lock(p, wait=False))
-        try:
-            if os.path.lexists(p):
-                f = _resume(p, header)
-            else:
-                f = cls._create_file(p, header, tables, layouts, record, with_scores, pairs, score_kind)
-        except BaseException:
-            lock.close()
-            raise
-        return cls(f, p, lock)
-
-    @staticmethod
-    def check_out(path: str | os.PathLike[str]) -> None:
-        """Before any work: refuse an ``--out`` that cannot be written or is not a vlprobe cache
-        (its settings are compared when the run opens it)."""
-        p = Path(path)
-        check_writable(p)
-        with output_lock(p, wait=False):  # another run writing it: refused now, in one line
-            if os.path.lexists(p):
-                _look(p)
+        return cls._open(
+            path, header, lambda f: cls._create(f, header, tables, layouts, record, with_scores, pairs, score_kind),
+        )
 
     @classmethod
-    def _create_file(
-        cls, p: Path, header: CacheHeader, tables: CacheTables, layouts: Sequence[StreamLayout],
-        record: CacheRecord, with_scores: bool, pairs: PairLayout | None, score_kind: str,
-    ) -> h5py.File:
-        """Create the whole file under a temporary name, then rename it into place."""
-        tmp = temp_name(p)
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()  # a killed run's
-        # A disk too small is refused before HDF5 writes anything: HDF5 closing a file whose
-        # creation failed part-way can crash the process.
-        need = _planned_bytes(lambda f: cls._create(f, header, tables, layouts, record, with_scores, pairs, score_kind))
-        if shutil.disk_usage(p.parent).free < need + need // 50 + _SPACE_MARGIN:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fspath(p))
-        try:
-            f = h5py.File(tmp, "w")
-        except BaseException as exc:
-            tmp.unlink(missing_ok=True)
-            if is_disk_full(exc):
-                raise no_space_error(exc, p) from exc
-            raise
-        try:
-            cls._create(f, header, tables, layouts, record, with_scores, pairs, score_kind)
-            f.flush()
-            f.close()
-            os.replace(tmp, p)
-        except BaseException as exc:
-            discard_h5(f, tmp)
-            if is_disk_full(exc):
-                raise no_space_error(exc, p) from exc
-            raise
-        return open_h5(p, "r+")
+    def _read_header(cls, f: h5py.File, p: Path) -> tuple[int, CacheHeader]:
+        if "schema" not in f.attrs and LEGACY_VERSION_ATTR not in f.attrs:
+            raise InputError(f"out: {str(p)!r} exists and is not a vlprobe cache; refusing to touch it")
+        where = cls.where(p)
+        version = cache_version(f.attrs, where)
+        return version, CacheHeader.from_attrs(f.attrs, version, where)
+
+    @classmethod
+    def _relabel(cls, f: h5py.File, version: int, old: CacheHeader) -> None:
+        """An older file as the current version: the version attributes and the header fields it
+        lacked (at their defaults); its datasets are already what the current version holds."""
+        if version >= SCHEMA_VERSION:
+            return
+        f.attrs.update(schema_attrs(SCHEMA, SCHEMA_VERSION))
+        if LEGACY_VERSION_ATTR in f.attrs:
+            del f.attrs[LEGACY_VERSION_ATTR]
+        for k, v in old.to_attrs().items():
+            if k not in f.attrs:
+                f.attrs[k] = v
+        f.flush()
 
     @staticmethod
     def _create(
@@ -203,16 +145,11 @@ class CacheWriter(OpenH5):
         states : dict of str to ndarray, each (B, L, H)
         pooled : ndarray, shape (B, D), or None
         """
-        g = self.f[f"streams/{stream}"]
-        sel = _selection(rows)
-        with self._writing():
-            for name, arr in states.items():
-                g[name][sel] = arr.astype(g[name].dtype, copy=False)
-            if pooled is not None and "pooled" in g:
-                g["pooled"][sel] = pooled.astype(g["pooled"].dtype, copy=False)
-            self.f.flush()
-            g["done"][sel] = True
-            self.f.flush()
+        at = f"streams/{stream}"
+        data = {f"{at}/{name}": arr for name, arr in states.items()}
+        if pooled is not None and "pooled" in self.f[at]:
+            data[f"{at}/pooled"] = pooled
+        self.commit(data, [f"{at}/done"], row_selection(rows))
 
     def pair_todo(self) -> np.ndarray:
         """Local pair numbers not yet done, ascending."""
@@ -237,23 +174,15 @@ class CacheWriter(OpenH5):
             Empty for a scores-only run.
         pooled : dict of stream to ndarray (B, D)
         """
-        sel = _selection(rows)
-        with self._writing():
-            streams = [s for s in states if f"streams/{s}" in self.f]
-            for s in streams:
-                g = self.f[f"streams/{s}"]
-                for name, arr in states[s].items():
-                    if name in g:
-                        g[name][sel] = arr.astype(g[name].dtype, copy=False)
-                if s in pooled and "pooled" in g:
-                    g["pooled"][sel] = pooled[s].astype(g["pooled"].dtype, copy=False)
-            p = self.f["pairs"]
-            p["score"][sel] = np.asarray(scores, dtype=np.float32)
-            self.f.flush()
-            for s in streams:
-                self.f[f"streams/{s}/done"][sel] = True
-            p["done"][sel] = True
-            self.f.flush()
+        data: dict[str, np.ndarray] = {}
+        streams = [s for s in states if f"streams/{s}" in self.f]
+        for s in streams:
+            g = self.f[f"streams/{s}"]
+            data.update({f"streams/{s}/{name}": arr for name, arr in states[s].items() if name in g})
+            if s in pooled and "pooled" in g:
+                data[f"streams/{s}/pooled"] = pooled[s]
+        data["pairs/score"] = np.asarray(scores, dtype=np.float32)
+        self.commit(data, [*(f"streams/{s}/done" for s in streams), "pairs/done"], row_selection(rows))
 
     def scores_from_pairs(self, kind: str) -> None:
         """Fill ``/scores`` from this file's ``/pairs`` (the pairs not done stay NaN); ``kind`` is
@@ -270,12 +199,8 @@ class CacheWriter(OpenH5):
 
     def write_scores(self, matrix: np.ndarray, done: np.ndarray) -> None:
         """Set the score matrix (NaN where ``done`` is False) and flush."""
-        g = self.f["scores"]
-        with self._writing():
-            g["matrix"][...] = np.where(done, matrix, np.nan).astype(np.float32)
-            self.f.flush()
-            g["done"][...] = done
-            self.f.flush()
+        self.commit({"scores/matrix": np.where(done, matrix, np.nan).astype(np.float32)}, [], ...)
+        self.commit({"scores/done": done}, [], ...)
 
     def _set_score_kind(self, kind: str) -> None:
         """Set at creation; written again only for a file made before the kind was known then."""
@@ -309,86 +234,7 @@ class CacheWriter(OpenH5):
         if unknown:
             raise TypeError(f"update_record: {', '.join(unknown)} are not CacheRecord fields")
         attrs = dataclasses.replace(CacheRecord(), **values).to_attrs()
-        with self._writing():
-            for k in values:
-                if k in self.f.attrs and np.asarray(self.f.attrs[k]).dtype == np.asarray(attrs[k]).dtype:
-                    self.f.attrs.modify(k, attrs[k])  # in place: the file does not grow
-                else:
-                    self.f.attrs[k] = attrs[k]
-            self.f.flush()
-
-    @contextlib.contextmanager
-    def _writing(self) -> Iterator[None]:
-        """A full disk as an OSError naming the cache (the CLI's one line)."""
-        try:
-            yield
-        except (OSError, RuntimeError, ValueError) as exc:
-            if is_disk_full(exc):
-                stop_h5_writes(self.f)  # the file stays as the last flush left it: resumable
-                raise no_space_error(exc, self.path) from exc
-            raise
-
-    def close(self) -> None:
-        """Close the file, then release the write lock."""
-        try:
-            super().close()
-        finally:
-            if self._lock is not None:
-                self._lock.close()
-                self._lock = None
-
-
-def _resume(p: Path, header: CacheHeader) -> h5py.File:
-    """``p`` opened for writing, after a read-only look shows a vlprobe cache of this run's settings
-    (nothing that is not one is opened for writing, so nothing else is ever changed)."""
-    version, old = _look(p)
-    where = f"cache {str(p)!r}"
-    diff = header_diff(old, header)
-    if diff:
-        raise InputError(f"{where} was made with other settings ({diff}); use another --out or delete the file")
-    f = open_h5(p, "r+")
-    if version < SCHEMA_VERSION:
-        try:
-            _relabel(f, old)
-        except BaseException:
-            f.close()
-            raise
-    return f
-
-
-def _look(p: Path) -> tuple[int, CacheHeader]:
-    """The schema version and header of the existing file ``p``, read without opening it for
-    writing; InputError unless it is a vlprobe cache."""
-    refuse = f"out: {str(p)!r} exists and is not a vlprobe cache; refusing to touch it"
-    if p.is_symlink() or not p.is_file():
-        raise InputError(f"out: {str(p)!r} exists and is not a regular file; refusing to touch it")
-    if not h5py.is_hdf5(p):
-        raise InputError(f"{refuse} (not an HDF5 file)")
-    where = f"cache {str(p)!r}"
-    with open_h5(p, "r") as f:
-        if "schema" not in f.attrs and LEGACY_VERSION_ATTR not in f.attrs:
-            raise InputError(refuse)
-        version = cache_version(f.attrs, where)
-        return version, CacheHeader.from_attrs(f.attrs, version, where)
-
-
-def _relabel(f: h5py.File, header: CacheHeader) -> None:
-    """An older file as the current version: the version attributes and the header fields it
-    lacked (at their defaults); its datasets are already what the current version holds."""
-    f.attrs.update(schema_attrs(SCHEMA, SCHEMA_VERSION))
-    if LEGACY_VERSION_ATTR in f.attrs:
-        del f.attrs[LEGACY_VERSION_ATTR]
-    for k, v in header.to_attrs().items():
-        if k not in f.attrs:
-            f.attrs[k] = v
-    f.flush()
-
-
-def _selection(rows: np.ndarray) -> slice | np.ndarray:
-    rows = np.asarray(rows, dtype=np.int64)
-    if rows.size and rows[-1] - rows[0] + 1 == rows.size:
-        return slice(int(rows[0]), int(rows[-1]) + 1)
-    return rows
+        self.set_attrs({k: attrs[k] for k in values})
 
 
 def _write_tables(f: h5py.File, t: CacheTables) -> None:
@@ -447,48 +293,9 @@ def _create_stream(f: h5py.File, lay: StreamLayout, dtype: str) -> None:
             _allocate(g, pooling, shape_l, np_dtype)
 
 
-def _planned_bytes(create: Callable[[h5py.File], None]) -> int:
-    """About how many bytes ``create(f)`` makes a new file take: its allocations counted, not
-    made, everything else built in memory."""
-    counted = [0]
-    token = _SIZING.set(counted)
-    try:
-        with h5py.File(io.BytesIO(), "w") as f:
-            create(f)
-            f.flush()
-            meta = f.id.get_filesize()
-    finally:
-        _SIZING.reset(token)
-    return counted[0] + int(meta)
-
-
 def _allocate(
     g: h5py.Group, name: str, shape: tuple[int, ...], dtype: np.dtype,
     chunks: tuple[int, ...] | str | None = "rows",
 ) -> None:
-    """A dataset allocated and filled in full now (NaN, or False for a done mask), so that writing
-    it later never needs new space in the file (see "Crash safety").
-
-    ``chunks``: ``"rows"`` (chunks of whole rows of about 1 MiB), a chunk shape, or None (contiguous).
-    """
-    if chunks == "rows":
-        row_bytes = int(np.prod(shape[1:])) * dtype.itemsize
-        chunk_rows = max(1, min(shape[0], _CHUNK_BYTES // max(row_bytes, 1)))
-        chunks = (chunk_rows, *shape[1:]) if shape[0] else None
-    sizing = _SIZING.get()
-    if sizing is not None:  # whole chunks are allocated, the last ones too
-        if chunks and all(shape) and not isinstance(chunks, str):
-            cells = math.prod(-(-n // c) * c for n, c in zip(shape, chunks, strict=True))
-        else:
-            cells = math.prod(shape)
-        sizing[0] += cells * dtype.itemsize
-        return
-    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
-    if chunks and all(shape):
-        dcpl.set_chunk(tuple(chunks))
-    dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
-    dcpl.set_fill_time(h5py.h5d.FILL_TIME_ALLOC)
-    dcpl.set_fill_value(np.array(False if dtype == np.dtype(bool) else np.nan, dtype=dtype))
-    space = h5py.h5s.create_simple(shape)
-    tid = h5py.h5t.py_create(dtype)
-    h5py.h5d.create(g.id, name.encode(), tid, space, dcpl=dcpl)
+    """A dataset allocated in full now, NaN (False for a done mask) until its rows are written."""
+    allocate(g, name, shape, dtype, fill=False if dtype == np.dtype(bool) else np.nan, chunks=chunks)

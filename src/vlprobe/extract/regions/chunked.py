@@ -4,10 +4,12 @@ The file is an ordinary vlprobe region file (schema version 2, see
 :mod:`vlprobe.extract.regions.store`) whose every dataset is allocated in full when it is created:
 ``features`` (n, R, D) with R = the preset's largest box count, ``boxes``, ``num_boxes``, the
 image sizes, ``extra/{objects_id, objects_conf, attrs_id, attrs_conf}``, ``image_sha256`` and
-``done``. Nothing is compressed, so a write never moves data or touches HDF5 metadata. Each
-batch writes its rows, flushes, marks them done and flushes again; a killed run loses at most the
-batch in flight and never corrupts what is written. The root attribute ``complete`` turns True
-once every row is done.
+``done``. :class:`ChunkedRegionWriter` is the region kind of
+:class:`vlprobe.extract.sharded_h5.ShardedH5Writer`, which creates, locks, resumes and writes
+the file: nothing is compressed, so a write never moves data or touches HDF5 metadata; each
+batch writes its rows, flushes, marks them done and flushes again, so a killed run loses at most
+the batch in flight and never corrupts what is written. The root attribute ``complete`` turns
+True once every row is done.
 
 Rows are the images of one shard (``row_start:row_stop`` of the whole run's image list, in
 order); batches follow a fixed grid (rows ``[b * B, (b + 1) * B)``), and a resumed run recomputes
@@ -42,10 +44,11 @@ import numpy as np
 
 from vlprobe import __version__
 from vlprobe.extract.regions.store import SCHEMA, SCHEMA_VERSION
-from vlprobe.io import OpenH5, schema_attrs
+from vlprobe.extract.sharded_h5 import ShardedH5Writer, allocate
+from vlprobe.io import schema_attrs
 from vlprobe.validation import InputError
 
-__all__ = ["EXTRAS", "ChunkedRegionWriter", "RegionRows", "RegionRunHeader"]
+__all__ = ["EXTRAS", "ROW_DATASETS", "ChunkedRegionWriter", "RegionRows", "RegionRunHeader"]
 
 _STR = h5py.string_dtype(encoding="utf-8")
 _FEATURE_DTYPES = {"float32": np.float32, "float16": np.float16}
@@ -53,6 +56,10 @@ _FEATURE_DTYPES = {"float32": np.float32, "float16": np.float16}
 EXTRAS: dict[str, type] = {
     "objects_id": np.int64, "objects_conf": np.float32, "attrs_id": np.int64, "attrs_conf": np.float32,
 }
+#: The datasets that hold the rows (``done`` marks them written; ``image_id`` is set at creation).
+ROW_DATASETS: tuple[str, ...] = (
+    "features", "boxes", "num_boxes", "image_w", "image_h", *(f"extra/{k}" for k in EXTRAS), "image_sha256",
+)
 
 
 @dataclass(frozen=True)
@@ -84,17 +91,8 @@ class RegionRunHeader:
     n_images: int
     shard: str
 
-    def diff(self, other: RegionRunHeader, *, skip: Sequence[str] = ()) -> str | None:
-        """The first field (``preset.<parameter>`` for a selection parameter) that differs, described."""
-        mine, theirs = self._flat(), other._flat()
-        for key in dict.fromkeys([*mine, *theirs]):
-            if key in skip or key.split(".")[0] in skip:
-                continue
-            if mine.get(key) != theirs.get(key):
-                return f"{key}: file has {mine.get(key)!r}, this run has {theirs.get(key)!r}"
-        return None
-
-    def _flat(self) -> dict[str, Any]:
+    def compared(self) -> dict[str, Any]:
+        """Every field, the preset's parameters one by one (``preset.<parameter>``)."""
         out: dict[str, Any] = {"detector fingerprint": self.detector_fingerprint}
         out.update({f"preset.{k}": _plain(v) for k, v in self.preset.items()})
         out.update(feature_dim=self.feature_dim, dtype=self.dtype, n_images=self.n_images,
@@ -143,27 +141,14 @@ def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
-def _open_h5(path: Path, mode: str) -> h5py.File:
-    try:
-        return h5py.File(path, mode)
-    except OSError as exc:
-        if "lock" in str(exc).lower():
-            raise InputError(
-                f"out: {str(path)!r} is open in another process (another `probe regions extract` on it?)"
-            ) from None
-        raise InputError(f"out: {str(path)!r} exists and is not a readable HDF5 file; refusing to touch it") from None
-
-
-class ChunkedRegionWriter(OpenH5):
+class ChunkedRegionWriter(ShardedH5Writer[RegionRunHeader]):
     """Create or resume a region file of one run (see the module docstring) and write batches into it.
 
     Use :meth:`open`; close with :meth:`close` or a ``with`` block.
     """
 
-    def __init__(self, f: h5py.File, path: Path, header: RegionRunHeader) -> None:
-        self.f = f
-        self.path = path
-        self.header = header
+    noun = "region file"
+    kind = "a vlprobe region file"
 
     @classmethod
     def open(
@@ -193,61 +178,40 @@ class ChunkedRegionWriter(OpenH5):
         InputError
             ``path`` exists and is not a file of ``probe regions extract`` (it is never replaced), or
             it was made with other settings (the message names the first field that differs) or
-            for other images.
+            for other images, or another process is writing it.
+        OSError
+            The disk has no room for the file (it names ``path``; nothing is left behind).
         """
-        p = Path(path)
-        if p.exists():
-            return cls._resume(p, header, image_ids)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(f".{p.name}.creating")
-        f = h5py.File(tmp, "w")
-        try:
-            _create(f, header, image_ids, meta, max_boxes)
-            f.flush()
-            f.close()
-            os.replace(tmp, p)
-        finally:
-            if f.id.valid:
-                f.close()
-            if tmp.exists():
-                tmp.unlink()
-        return cls(_open_h5(p, "r+"), p, header)
-
-    @staticmethod
-    def check_existing(path: str | os.PathLike[str]) -> RegionRunHeader | None:
-        """The header of an existing ``path`` (None if there is none); InputError if ``path`` is
-        something a run must not touch: not a file of ``probe regions extract`` (never replaced),
-        or of another schema version."""
-        p = Path(path)
-        if not p.exists():
-            return None
-        if not p.is_file():
-            raise InputError(f"out: {str(p)!r} exists and is not a file")
-        with _open_h5(p, "r") as f:
-            return _existing_header(f, p)
-
-    @classmethod
-    def _resume(cls, p: Path, header: RegionRunHeader, image_ids: Sequence[str]) -> ChunkedRegionWriter:
-        cls.check_existing(p)
-        f = _open_h5(p, "r+")
-        try:
-            where = f"out: {str(p)!r}"
-            diff = _existing_header(f, p).diff(header)
-            if diff:
-                raise InputError(f"{where} was made with other settings ({diff}); use another --out or delete the file")
+        def same_images(f: h5py.File) -> None:
             stored = [_s(x) for x in f["image_id"][()]]
             if stored != list(image_ids):
                 at = next((i for i, (a, b) in enumerate(zip(stored, image_ids, strict=False)) if a != b),
                           min(len(stored), len(image_ids)))
                 raise InputError(
-                    f"{where} was made for other images (row {at}: file has "
+                    f"{cls.where(Path(path))} was made for other images (row {at}: file has "
                     f"{stored[at] if at < len(stored) else 'no image'!r}, this run has "
                     f"{image_ids[at] if at < len(image_ids) else 'no image'!r}); use another --out"
                 )
-        except BaseException:
-            f.close()
-            raise
-        return cls(f, p, header)
+
+        return cls._open(path, header, lambda f: _create(f, header, image_ids, meta, max_boxes), check=same_images)
+
+    @classmethod
+    def _read_header(cls, f: h5py.File, p: Path) -> tuple[int, RegionRunHeader]:
+        where = f"out: {str(p)!r}"
+        if _s(f.attrs.get("schema", "")) != SCHEMA:
+            raise InputError(f"{where} exists and is not a vlprobe region file; refusing to touch it")
+        try:
+            meta = json.loads(_s(f.attrs.get("meta", "{}")))
+        except ValueError:
+            meta = {}
+        try:
+            header = RegionRunHeader.from_meta(meta)
+        except ValueError as exc:
+            raise InputError(f"{where} exists and {exc}; refusing to replace it") from None
+        version = int(f.attrs.get("schema_version", -1))
+        if version != SCHEMA_VERSION or "done" not in f:
+            raise InputError(f"{where} was written by another vlprobe version; use another --out")
+        return version, header
 
     # -- state ----------------------------------------------------------------------------------
     @property
@@ -284,51 +248,24 @@ class ChunkedRegionWriter(OpenH5):
     # -- writing --------------------------------------------------------------------------------
     def write(self, start: int, rows: RegionRows) -> None:
         """Write rows ``start:start + B``, flush, then mark them done and flush again."""
-        f = self.f
-        stop = start + len(rows.num_boxes)
-        f["features"][start:stop] = rows.features.astype(f["features"].dtype, copy=False)
-        f["boxes"][start:stop] = rows.boxes.astype(np.float32, copy=False)
-        f["num_boxes"][start:stop] = rows.num_boxes
-        f["image_w"][start:stop] = rows.image_w
-        f["image_h"][start:stop] = rows.image_h
-        for name, dtype in EXTRAS.items():
-            f["extra"][name][start:stop] = rows.extras[name].astype(dtype, copy=False)
-        f["image_sha256"][start:stop] = np.array([h.encode("ascii") for h in rows.image_sha256], dtype="S64")
-        f.flush()
-        self._mark_done(start, stop)
-
-    def _mark_done(self, start: int, stop: int) -> None:
-        self.f["done"][start:stop] = True
-        self.f.flush()
+        data: dict[str, np.ndarray] = {
+            "features": rows.features, "boxes": rows.boxes, "num_boxes": rows.num_boxes,
+            "image_w": rows.image_w, "image_h": rows.image_h,
+            "image_sha256": np.array([h.encode("ascii") for h in rows.image_sha256], dtype="S64"),
+        }
+        data.update({f"extra/{name}": rows.extras[name] for name in EXTRAS})
+        self.commit(data, ["done"], slice(start, start + len(rows.num_boxes)))
 
     def mark_complete(self) -> None:
         """Set ``complete`` once every row is done (RuntimeError otherwise: a caller's bug)."""
         done = self.done
         if not done.all():
             raise RuntimeError(f"regions: {self.path.name}: {int((~done).sum())} rows are not written yet")
-        self.f.attrs["complete"] = True
-        self.f.flush()
+        self.set_attrs({"complete": np.True_})
 
 
 def _s(value: Any) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
-
-
-def _existing_header(f: h5py.File, p: Path) -> RegionRunHeader:
-    where = f"out: {str(p)!r}"
-    if _s(f.attrs.get("schema", "")) != SCHEMA:
-        raise InputError(f"{where} exists and is not a vlprobe region file; refusing to touch it")
-    try:
-        meta = json.loads(_s(f.attrs.get("meta", "{}")))
-    except ValueError:
-        meta = {}
-    try:
-        header = RegionRunHeader.from_meta(meta)
-    except ValueError as exc:
-        raise InputError(f"{where} exists and {exc}; refusing to replace it") from None
-    if int(f.attrs.get("schema_version", -1)) != SCHEMA_VERSION or "done" not in f:
-        raise InputError(f"{where} was written by another vlprobe version; use another --out")
-    return header
 
 
 def _create(
@@ -347,25 +284,12 @@ def _create(
     f.attrs["complete"] = False
     f.attrs["meta"] = json.dumps(full, sort_keys=True, default=str)
     f.create_dataset("image_id", data=np.array(list(image_ids), dtype=object), dtype=_STR)
-    _preallocate(f, "features", (n, r, d), _FEATURE_DTYPES[header.dtype], chunk_rows=1)
-    _preallocate(f, "boxes", (n, r, 4), np.float32)
+    allocate(f, "features", (n, r, d), _FEATURE_DTYPES[header.dtype], chunks=(1, r, d))
+    allocate(f, "boxes", (n, r, 4), np.float32)
     for name in ("num_boxes", "image_w", "image_h"):
-        _preallocate(f, name, (n,), np.int32)
+        allocate(f, name, (n,), np.int32)
     extra = f.create_group("extra")
     for name, dtype in EXTRAS.items():
-        _preallocate(extra, name, (n, r), dtype)
-    _preallocate(f, "image_sha256", (n,), np.dtype("S64"))
-    _preallocate(f, "done", (n,), np.bool_)
-
-
-def _preallocate(
-    g: h5py.Group, name: str, shape: tuple[int, ...], dtype: Any, *, chunk_rows: int | None = None,
-) -> None:
-    """A chunked, uncompressed dataset of zeros, every chunk allocated now (writes never touch metadata)."""
-    dt = np.dtype(dtype)
-    row_bytes = max(1, int(np.prod(shape[1:], dtype=np.int64)) * dt.itemsize)
-    rows = chunk_rows or max(1, min(shape[0], (1 << 20) // row_bytes))
-    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
-    dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
-    chunks = (max(1, min(rows, shape[0])), *shape[1:]) if shape[0] else None
-    g.create_dataset(name, shape=shape, dtype=dt, chunks=chunks, fillvalue=np.zeros((), dt)[()], dcpl=dcpl)
+        allocate(extra, name, (n, r), dtype)
+    allocate(f, "image_sha256", (n,), np.dtype("S64"))
+    allocate(f, "done", (n,), np.bool_)

@@ -41,7 +41,6 @@ from vlprobe.extract.regions.sources import (
     folder_images,
     read_image,
 )
-from vlprobe.io import check_writable
 from vlprobe.provenance import git_revision, package_versions, sha256_file
 from vlprobe.validation import InputError, check_choice, check_positive_int
 
@@ -159,9 +158,8 @@ def extract_regions(config: RegionExtractConfig, *, detector: Any = None) -> Reg
     _validate(config)
     k, n_shards = parse_shard(config.shard)
     preset = selection_preset(config.preset, config.boxes, config.min_score)
-    if ChunkedRegionWriter.check_existing(config.out) is not None:
+    if ChunkedRegionWriter.check_out(config.out) is not None:
         _check_orientation(Path(config.out))
-    check_writable(config.out, "out")
     images = _image_list(config)
     start, stop = k * len(images) // n_shards, (k + 1) * len(images) // n_shards
     images.require_files(start, stop)
