@@ -410,7 +410,8 @@ def test_an_old_on_off_flag_sets_its_value(tmp_path: Path) -> None:
     assert ctx.params["renamed_no_original"] is True and ctx.params["variants_only"] is False
     config: dict[str, Any] = {}
     exp = cmd.callback.vlprobe_experiment
-    monkey = dataclasses.replace(exp, run=lambda c: config.update(variants_only=c.variants_only), report=None)
+    monkey = dataclasses.replace(exp, compute=lambda c: config.update(variants_only=c.variants_only), label=None,
+                                 report=None)
     result = CliRunner().invoke(_app(command_function(monkey)), ["--cache", "c.h5", "--out", "o", "--no-original"])
     assert result.exit_code == 0, result.output
     assert config == {"variants_only": True}

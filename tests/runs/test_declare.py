@@ -219,7 +219,7 @@ def _app(exp: Experiment) -> typer.Typer:
 
 def test_the_command_builds_the_config_as_the_library_would() -> None:
     seen: dict[str, Any] = {}
-    exp = dataclasses.replace(TOY, run=lambda c: seen.update(config=c) or {"cache": c.cache})
+    exp = dataclasses.replace(TOY, compute=lambda c: seen.update(config=c) or {"cache": c.cache})
     result = CliRunner().invoke(_app(exp), [
         "--cache", "c.h5", "--out", "o", "--ks", "1,3", "--C", "3", "--streams", "text,lang", "--variants-only",
         "--layers", "text=all;lang=-1", "--test-size", "100", "--preset", "quick", "--epochs", "7",
@@ -232,7 +232,7 @@ def test_the_command_builds_the_config_as_the_library_would() -> None:
 
 def test_command_line_defaults_are_the_library_defaults() -> None:
     seen: dict[str, Any] = {}
-    exp = dataclasses.replace(TOY, run=lambda c: seen.update(config=c) or {"cache": c.cache})
+    exp = dataclasses.replace(TOY, compute=lambda c: seen.update(config=c) or {"cache": c.cache})
     assert CliRunner().invoke(_app(exp), ["--cache", "c.h5", "--out", "o"]).exit_code == 0
     assert seen["config"] == _toy()
 

@@ -55,7 +55,7 @@ from vlprobe.runs.score_files import (
     write_item_scores,
 )
 from vlprobe.runs.units import units_of
-from vlprobe.runs.writing import result_stem
+from vlprobe.runs.writing import RunRows, RunSlot
 from vlprobe.stats.metrics import (
     SUGARCREPE_GROUPS,
     bootstrap_indices,
@@ -195,7 +195,8 @@ def _model_inputs(config: EvalConfig) -> dict[str, Any]:
 
 
 def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
-    """Run one evaluation and write its CSV, per-item scores and manifest.
+    """Run one evaluation and write its CSV, per-item scores and manifest (:meth:`Experiment.run`
+    of the benchmark's experiment).
 
     Returns
     -------
@@ -203,11 +204,21 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
     rows : list of dict
         The tidy rows written.
     """
+    return EXPERIMENTS[config.benchmark].run(config)
+
+
+def _label(config: EvalConfig) -> str:
+    """The run's results label (``name``, else the model, else the score file's name up to its
+    first dot), once the config is checked."""
     _validate(config)
-    experiment = EXPERIMENTS[config.benchmark]
     scores = config.scores
-    model = config.name or config.model or (scores.name.split(".")[0] if scores is not None else "")
-    run = experiment.run_settings(config).key(model)
+    return config.name or config.model or (scores.name.split(".")[0] if scores is not None else "")
+
+
+def compute_eval(config: EvalConfig, slot: RunSlot) -> RunRows:
+    """Score the pairs (or read the saved scores): tidy rows, the manifest's entries, the per-item scores."""
+    scores = config.scores
+    model = slot.label
     known = _known_subsets(config.benchmark)
     wanted = set(read_item_ids(config.items)) if config.items is not None else None
     inputs: dict[str, Any] = {}
@@ -223,7 +234,6 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
         items = list(dataset.items)
         if not items:
             raise InputError(f"{config.benchmark}: no items to evaluate")
-        experiment.claim(config, model)  # before scoring
         given = _model_inputs(config)
         scorer = load_scorer(
             config.model, config.checkpoint, device=config.device, dtype=config.dtype,
@@ -298,7 +308,7 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
         "bootstrap": {"resamples": config.bootstrap, "seed": config.bootstrap_seed, "level": 0.95,
                       "kind": "percentile; items resampled within their subset; one index set for every "
                               "metric (a bag-of-words slice: its own items resampled within their subsets)"},
-        "item_scores": f"{result_stem(run)}.scores.jsonl",
+        "item_scores": slot.file(".scores.jsonl"),
     }
     if config.benchmark == "valse":
         extra["match_threshold"] = threshold
@@ -306,15 +316,13 @@ def run_eval(config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
         extra["definitions"] = {m: d for m, d in ACC_R_DEFINITIONS.items() if m != "acc_r_valse" or logits is not None}
     if config.items is not None:
         inputs["items"] = {"path": str(config.items), "sha256": sha256_file(config.items)}
-    manifest = experiment.manifest(config, inputs, seeds=[config.bootstrap_seed], extra=extra, device=device)
-    csv_path, manifest_path = experiment.write(config, model, rows, manifest)
-    write_item_scores(
-        csv_path.with_suffix(".scores.jsonl"),
+    item_scores = (
         [i for i in ids for _ in (0, 1)], [f"{i}/i0" for i in ids for _ in (0, 1)],
         [f"{i}/c{k}" for i in ids for k in (0, 1)], np.column_stack([pos, neg]).ravel(),
         None if logits is None else np.stack(logits, axis=1).reshape(-1, 2),
     )
-    return csv_path, manifest_path, rows
+    return RunRows(rows, inputs, extra, seeds=[config.bootstrap_seed], device=device,
+                   files={".scores.jsonl": lambda path: write_item_scores(path, *item_scores)})
 
 
 def _with_ci(rows: list[dict[str, Any]], base: dict[str, Any], subset: str, metric: str,
@@ -412,11 +420,12 @@ def report(config: EvalConfig, result: tuple[Path, Path, list[dict[str, Any]]]) 
 #: other's options. Version 2: VALSE acc_r_valse (VALSE's own acc_r) from a matching head's
 #: logits; logits in the score file. Version 3: bow=same / bow=different slices.
 EXPERIMENTS = {
-    "sugarcrepe": Experiment("sugarcrepe", 3, EvalConfig, run_eval, report, fixed={"benchmark": "sugarcrepe"},
+    "sugarcrepe": Experiment("sugarcrepe", 3, EvalConfig, compute_eval, report, label=_label, fixed={"benchmark": "sugarcrepe"},
                              omit=("image_root", "all_items", "threshold", "keep_foil_ties"),
                              chart=Chart("bars", ("accuracy",), subsets=None, categories="subset",
                                          chance={"accuracy": 50.0})),
-    "valse": Experiment("valse", 3, EvalConfig, run_eval, report, fixed={"benchmark": "valse"}, omit=("image_dir",),
+    "valse": Experiment("valse", 3, EvalConfig, compute_eval, report, label=_label, fixed={"benchmark": "valse"},
+                        omit=("image_dir",),
                         chart=Chart("bars", ("acc_r", "auroc", "acc", "acc_r_valse"), subsets=None, categories="subset",
                                     chance={"acc_r": 50.0, "auroc": 50.0, "acc": 50.0, "acc_r_valse": 50.0})),
 }

@@ -28,6 +28,7 @@ __all__ = [
     "SCALINGS",
     "CacheIndex",
     "StreamStates",
+    "cache_label",
     "cache_path",
     "check_seeds",
     "load_index",
@@ -339,6 +340,18 @@ def stratum_keys(index: CacheIndex, items: Sequence[int], families: Sequence[str
             raise InputError(f"stratify: tag family {missing[0]!r} is missing from some items (families: {known})")
     keys = ["|".join(f"{f}={','.join(sorted(t.get(f, [])))}" for f in families) or "all" for t in tags]
     return keys, list(families)
+
+
+def cache_label(config: Any) -> str:
+    """The results label of a run on ``config.cache``: ``config.name``, else the cache's model (read
+    from its header, before any work); without a cache, the stem of ``config.scores`` (a score
+    file given instead)."""
+    if config.name:
+        return str(config.name)
+    if config.cache is None:
+        return Path(config.scores).stem
+    with ActivationCache(cache_path(config.cache)) as cache:
+        return cache.header.model
 
 
 def cache_path(path: Path | str) -> Path:

@@ -40,6 +40,7 @@ import numpy as np
 
 from vlprobe.experiments.cache_features import (
     POOLINGS,
+    cache_label,
     cache_path,
     load_index,
     load_states,
@@ -69,9 +70,8 @@ from vlprobe.runs.option_groups import (
     StateOptions,
 )
 from vlprobe.runs.printout import wrote_line
-from vlprobe.runs.summary import summarize, write_summary_csv
 from vlprobe.runs.units import units_of
-from vlprobe.runs.writing import result_stem
+from vlprobe.runs.writing import RunRows, RunSlot
 from vlprobe.stats.metrics import bootstrap_indices, ci95_rows
 from vlprobe.validation import InputError, check_int
 
@@ -159,13 +159,18 @@ def _external_rows(cache: Any, rows: np.ndarray, lookup: dict[tuple[int, int], i
 
 
 def run_conditional(config: ConditionalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
-    """Run the experiment and write its outputs (module docstring).
+    """Run the experiment and write its outputs (module docstring; :meth:`Experiment.run`).
 
     Returns
     -------
     csv_path, manifest_path : Path
     rows : list of dict
     """
+    return EXPERIMENT.run(config)
+
+
+def compute_conditional(config: ConditionalConfig, slot: RunSlot) -> RunRows:
+    """The information gain of every layer and seed over the baseline: tidy rows and the manifest's entries."""
     from vlprobe.extract.cache.reader import ActivationCache
 
     seeds, make = probe_setup(config)
@@ -177,7 +182,7 @@ def run_conditional(config: ConditionalConfig) -> tuple[Path, Path, list[dict[st
         if len(items) < 2:
             raise InputError(f"cache: conditional probing needs at least 2 items whose two captions both have a "
                              f"variant; {Path(config.cache).name} has {len(items)}")
-        plan = plan_items(EXPERIMENT, config, index, items)
+        plan = plan_items(slot, config, index, items)
         ex = config_examples(cache, index, config, "variant", items=plan.items)
         assert ex.rows is not None and ex.read is not None  # the variant task always has them
         if config.baseline_cache is None:
@@ -225,7 +230,7 @@ def run_conditional(config: ConditionalConfig) -> tuple[Path, Path, list[dict[st
                         rows += ci95_rows({**row, "n": len(owners)}, metric, per_item[boot].mean(axis=1),
                                           config.bootstrap_seed)
                 bar.update()
-    manifest = EXPERIMENT.manifest(config, inputs, seeds=seeds, extra={
+    return RunRows(rows, inputs, seeds=seeds, summary=True, extra={
         "model": plan.model, "stream": ex.stream, "layers": ex.layers, "n_examples": len(ex.labels),
         "skipped_items": ex.skipped, **ex.extra,
         "baseline": {"stream": base_stream, "pooling": config.baseline_pooling, "layer": config.baseline_layer,
@@ -239,9 +244,6 @@ def run_conditional(config: ConditionalConfig) -> tuple[Path, Path, list[dict[st
                       "kind": "percentile; test items resampled (their examples' mean); first seed's rows"},
         "units": units_of(rows),
     })
-    csv_path, manifest_path = EXPERIMENT.write(config, plan.model, rows, manifest)
-    write_summary_csv(csv_path.with_name(f"{result_stem(plan.run)}.summary.csv"), summarize(rows))
-    return csv_path, manifest_path, rows
 
 
 def report(config: ConditionalConfig, result: tuple[Path, Path, list[dict[str, Any]]]) -> list[str]:
@@ -254,6 +256,6 @@ def report(config: ConditionalConfig, result: tuple[Path, Path, list[dict[str, A
 
 
 # Version 2: settings-keyed run names and setting columns.
-EXPERIMENT = Experiment("conditional", 2, ConditionalConfig, run_conditional, report,
+EXPERIMENT = Experiment("conditional", 2, ConditionalConfig, compute_conditional, report, label=cache_label,
                         swept=("streams", "layers", "seeds"),
                         chart=Chart("layers", ("information_gain", "accuracy_joint", "bits_joint"), split="test", floor=None))

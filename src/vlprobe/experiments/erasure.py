@@ -42,6 +42,7 @@ from vlprobe.experiments.minimal_pairs import (
     PairModelOptions,
     editable_streams,
     load_pair_model,
+    pair_label,
     pair_regions,
     tower_scores,
 )
@@ -59,6 +60,7 @@ from vlprobe.runs.option_groups import (
 )
 from vlprobe.runs.printout import wrote_line
 from vlprobe.runs.units import units_of
+from vlprobe.runs.writing import RunRows, RunSlot
 from vlprobe.stats.metrics import (
     bootstrap_indices,
     ci95_rows,
@@ -247,13 +249,18 @@ class _CrossRuns:
 
 
 def run_erasure(config: ErasureConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
-    """Run the experiment and write its outputs (module docstring).
+    """Run the experiment and write its outputs (module docstring; :meth:`Experiment.run`).
 
     Returns
     -------
     csv_path, manifest_path : Path
     rows : list of dict
     """
+    return EXPERIMENT.run(config)
+
+
+def compute_erasure(config: ErasureConfig, slot: RunSlot) -> RunRows:
+    """Erase the concept at every layer, target and controls: tidy rows and the manifest's entries."""
     from contextlib import ExitStack
 
     adapter, cross, label, items, inputs = load_pair_model(config, EXPERIMENT, minimum=2)
@@ -305,7 +312,7 @@ def run_erasure(config: ErasureConfig) -> tuple[Path, Path, list[dict[str, Any]]
                 add(metrics(runs.scores(layer, eraser)), {**base, "layer": layer, "kind": kinds[layer],
                                                           "probe": "leace", "task": task, "seed": fit_seed})
                 bar.update()
-    manifest = EXPERIMENT.manifest(config, inputs, seeds=seeds, extra={
+    return RunRows(rows, inputs, seeds=seeds, extra={
         "model": label, "n_items": n, "stream": stream, "layers": layers,
         "score_kind": getattr(adapter, "score_kind", ""), "device": str(adapter.device),
         "eraser": "LEACE (concept-erasure LeaceEraser), fitted per layer on the real tokens' states of every "
@@ -321,8 +328,6 @@ def run_erasure(config: ErasureConfig) -> tuple[Path, Path, list[dict[str, Any]]
                       "kind": "percentile; items resampled; one index set for every row"},
         "units": units_of(rows),
     })
-    csv_path, manifest_path = EXPERIMENT.write(config, label, rows, manifest)
-    return csv_path, manifest_path, rows
 
 
 def report(config: ErasureConfig, result: tuple[Path, Path, list[dict[str, Any]]]) -> list[str]:
@@ -334,6 +339,6 @@ def report(config: ErasureConfig, result: tuple[Path, Path, list[dict[str, Any]]
 
 
 # Version 2: settings-keyed run names and setting columns; cross-encoders.
-EXPERIMENT = Experiment("erasure", 2, ErasureConfig, run_erasure, report, swept=("layers", "seeds"),
+EXPERIMENT = Experiment("erasure", 2, ErasureConfig, compute_erasure, report, label=pair_label, swept=("layers", "seeds"),
                         chart=Chart("layers", ("group", "accuracy", "text", "image"), split="all",
                                     chance={**WINOGROUND_CHANCE, "accuracy": 50.0}, reference="none"))

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from vlprobe.experiments.cache_features import cache_path, load_index
+from vlprobe.experiments.cache_features import cache_label, cache_path, load_index
 from vlprobe.experiments.probe_tasks import (
     TASKS,
     InformationProbeOptions,
@@ -64,9 +64,8 @@ from vlprobe.runs.option_groups import (
     StateOptions,
 )
 from vlprobe.runs.printout import summary_lines
-from vlprobe.runs.summary import summarize, write_summary_csv
 from vlprobe.runs.units import units_of
-from vlprobe.runs.writing import result_stem
+from vlprobe.runs.writing import RunRows, RunSlot
 from vlprobe.validation import InputError
 
 __all__ = ["EXPERIMENT", "MDLConfig", "control_items", "run_mdl"]
@@ -108,20 +107,24 @@ def control_items(n_items: int, seed: int) -> np.ndarray:
 
 
 def run_mdl(config: MDLConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
-    """Run the experiment and write its outputs (module docstring).
+    """Run the experiment and write its outputs (module docstring; :meth:`Experiment.run`).
 
     Returns
     -------
     csv_path, manifest_path : Path
     rows : list of dict
     """
+    return EXPERIMENT.run(config)
+
+
+def compute_mdl(config: MDLConfig, slot: RunSlot) -> RunRows:
+    """The online codes of every layer and seed, target and control: tidy rows and the manifest's entries."""
     from vlprobe.extract.cache.reader import ActivationCache
 
     seeds, make = probe_setup(config)
     with ActivationCache(cache_path(config.cache)) as cache:
         index = load_index(cache)
-        model = config.name or index.model
-        run = EXPERIMENT.claim(config, model)
+        model = slot.label
         ex = config_examples(cache, index, config, config.labels)
     n_items = len(ex.items)
     bounds = block_boundaries(n_items)
@@ -147,7 +150,7 @@ def run_mdl(config: MDLConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
                              {**row, "metric": "uniform_code", "value": code.uniform_bits},
                              {**row, "metric": "compression", "value": code.compression}]
                     bar.update()
-    manifest = EXPERIMENT.manifest(config, {"cache": index.provenance}, seeds=seeds, extra={
+    return RunRows(rows, {"cache": index.provenance}, seeds=seeds, summary=True, extra={
         "model": model, "labels": config.labels, "stream": ex.stream, "layers": ex.layers,
         "n_items": n_items, "n_examples": len(ex.labels), "skipped_items": ex.skipped, **ex.extra,
         "blocks": {"fractions": list(VOITA_FRACTIONS), "ends_in_items": bounds[1:].tolist(),
@@ -158,9 +161,6 @@ def run_mdl(config: MDLConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
         "control_flipped_items": {str(s): [index.item_ids[ex.items[i]] for i in f] for s, f in flips.items()},
         "units": units_of(rows),
     })
-    csv_path, manifest_path = EXPERIMENT.write(config, model, rows, manifest)
-    write_summary_csv(csv_path.with_name(f"{result_stem(run)}.summary.csv"), summarize(rows))
-    return csv_path, manifest_path, rows
 
 
 def report(config: MDLConfig, result: tuple[Path, Path, list[dict[str, Any]]]) -> list[str]:
@@ -170,5 +170,5 @@ def report(config: MDLConfig, result: tuple[Path, Path, list[dict[str, Any]]]) -
 
 
 # Version 2: settings-keyed run names and setting columns; the labels option (was task).
-EXPERIMENT = Experiment("mdl", 2, MDLConfig, run_mdl, report, swept=("streams", "layers", "seeds"),
+EXPERIMENT = Experiment("mdl", 2, MDLConfig, compute_mdl, report, label=cache_label, swept=("streams", "layers", "seeds"),
                         chart=Chart("layers", ("compression", "online_code"), split="online"))

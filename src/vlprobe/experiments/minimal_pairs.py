@@ -21,7 +21,7 @@ from vlprobe.runs.option_groups import ModelLoadOptions, ResultsOptions, check_d
 from vlprobe.validation import InputError, check_positive_int
 
 __all__ = ["PAIR_DATASETS", "PairModel", "PairModelOptions", "editable_streams", "load_pair_model", "pair_items",
-           "pair_model_class", "pair_regions", "tower_scores"]
+           "pair_label", "pair_model_class", "pair_regions", "tower_scores"]
 
 PAIR_DATASETS = ("winoground", "sugarcrepe", "valse")
 
@@ -130,10 +130,16 @@ class PairModel(NamedTuple):
     inputs: dict[str, Any]
 
 
-def load_pair_model(config: Any, experiment: Any, minimum: int = 1) -> PairModel:
-    """Check the model's inputs, claim the run's results slot, load the items and the model.
+def pair_label(config: Any) -> str:
+    """The results label of a run on a model: ``config.name``, else the model's name."""
+    return str(config.name or config.model)
 
-    ``config`` is a :class:`PairModelOptions` config; ``experiment`` its declared Experiment.
+
+def load_pair_model(config: Any, experiment: Any, minimum: int = 1) -> PairModel:
+    """Check the model's inputs, load the items and the model.
+
+    ``config`` is a :class:`PairModelOptions` config; ``experiment`` its declared Experiment
+    (whose :meth:`~vlprobe.runs.declare.Experiment.run` claimed the results slot).
     """
     from vlprobe.extract.models.base import CrossEncoder
     from vlprobe.extract.scoring import check_model_inputs
@@ -143,8 +149,7 @@ def load_pair_model(config: Any, experiment: Any, minimum: int = 1) -> PairModel
         config.model, cls, regions=config.regions,
         image_options={"image_dir": config.image_dir, "image_root": config.image_root},
         load_options=config.load_options())
-    label = config.name or config.model
-    experiment.claim(config, label)
+    label = pair_label(config)
     dataset, items = pair_items(config, minimum=minimum)
     adapter = cls.load(config.checkpoint, device=config.device, dtype=config.dtype, **load_options)
     inputs: dict[str, Any] = {

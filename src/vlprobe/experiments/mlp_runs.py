@@ -3,7 +3,7 @@
 Shared by the task-adaptation (§3.2) and variant-probe (§5.3) experiments, whose configs carry
 the MLP settings (:class:`~vlprobe.runs.option_groups.MLPOptions`) and the item split
 (:class:`~vlprobe.runs.option_groups.SplitOptions`). :func:`plan_items` splits the usable
-items and claims the output slot; :func:`train_and_write` trains and writes. Given G feature
+items; :func:`train_probes` trains and returns what the run writes. Given G feature
 groups (layers, modes) of the same examples, an item-level split and seeds, it trains for every
 group and seed one probe on the target labels and one on the control labels (the labels of
 ``n // 2`` items of each split side flipped, drawn per seed by
@@ -22,7 +22,6 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,9 +39,8 @@ from vlprobe.progress import format_bytes, progress_bar, say
 from vlprobe.provenance import sha256_file
 from vlprobe.runs.declare import Experiment
 from vlprobe.runs.option_groups import MLPOptions, MLPProbeRunOptions
-from vlprobe.runs.summary import summarize, write_summary_csv
 from vlprobe.runs.units import units_of
-from vlprobe.runs.writing import result_stem, write_tidy_csv
+from vlprobe.runs.writing import RunRows, RunSlot, result_stem
 from vlprobe.stats.metrics import bootstrap_indices
 from vlprobe.stats.uncertainty import PERMUTATION_TEST, target_control_rows
 from vlprobe.validation import InputError, check_file
@@ -57,7 +55,7 @@ __all__ = [
     "score_rows",
     "split_file_input",
     "split_record",
-    "train_and_write",
+    "train_probes",
     "train_target_control",
     "uncertainty_rows",
 ]
@@ -326,19 +324,16 @@ class ItemPlan:
 SWEPT = ("layers", "streams", "seeds")
 
 
-def plan_items(experiment: Experiment, config: Any, index: Any, items: Sequence[int]) -> ItemPlan:
-    """Split ``items`` (:func:`item_split` with the config's split fields) and claim the output slot.
+def plan_items(slot: RunSlot, config: Any, index: Any, items: Sequence[int]) -> ItemPlan:
+    """Split ``items`` (:func:`item_split` with the config's split fields) for the run of ``slot``.
 
-    ``config`` has the split options, ``name`` and ``out``; the output slot of the run (named by
-    its label and the settings it changed) is checked
-    (:meth:`~vlprobe.runs.declare.Experiment.claim`) before any training.
+    ``config`` has the split options; ``slot`` is the results slot
+    :meth:`~vlprobe.runs.declare.Experiment.run` claimed before any work.
     """
     split, families, chosen = item_split(
         index, items, config.test_size, config.split_seed, config.stratify, config.split_file
     )
-    model = config.name or index.model
-    run = experiment.claim(config, model)
-    return ItemPlan(chosen, split, families, model, run)
+    return ItemPlan(chosen, split, families, slot.label, slot.name)
 
 
 @dataclass(frozen=True)
@@ -362,12 +357,12 @@ class FeatureBlock:
     base: dict[str, Any]
 
 
-def train_and_write(
+def train_probes(
     experiment: Experiment, config: MLPProbeRunOptions, index: Any, plan: ItemPlan, example_items: np.ndarray,
     blocks: Sequence[FeatureBlock], extra: dict[str, Any],
-) -> tuple[Path, Path, list[dict[str, Any]]]:
-    """Train target and control probes on every block, then write the tidy CSV, its summary and
-    the manifest.
+) -> RunRows:
+    """Train target and control probes on every block: the tidy rows, the per-item rows, the
+    summary and the manifest's entries, for :meth:`~vlprobe.runs.declare.Experiment.run` to write.
 
     Parameters
     ----------
@@ -397,9 +392,9 @@ def train_and_write(
         item_rows += block_items
         methods |= block_methods
     stem = result_stem(plan.run)
-    manifest = experiment.manifest(
-        config, {"cache": index.provenance, **split_file_input(config.split_file)}, seeds=seeds,
-        device=device_name(resolve_device(config.device)),
+    return RunRows(
+        rows, {"cache": index.provenance, **split_file_input(config.split_file)}, seeds=seeds,
+        device=device_name(resolve_device(config.device)), item_rows=item_rows, summary=True,
         extra={
             "model": plan.model, **extra,
             **split_record(index.item_ids, plan.items, plan.split, plan.families, config.split_file, flips),
@@ -412,7 +407,3 @@ def train_and_write(
             "outputs": [f"{stem}.csv", f"{stem}.items.csv", f"{stem}.summary.csv"],
         },
     )
-    csv_path, manifest_path = experiment.write(config, plan.model, rows, manifest)
-    write_tidy_csv(csv_path.with_name(f"{stem}.items.csv"), item_rows, experiment.run_settings(config))
-    write_summary_csv(csv_path.with_name(f"{stem}.summary.csv"), summarize(rows))
-    return csv_path, manifest_path, rows

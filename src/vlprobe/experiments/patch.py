@@ -45,6 +45,7 @@ from vlprobe.experiments.minimal_pairs import (
     PairModelOptions,
     editable_streams,
     load_pair_model,
+    pair_label,
     pair_regions,
     tower_scores,
 )
@@ -61,6 +62,7 @@ from vlprobe.runs.option_groups import (
 )
 from vlprobe.runs.printout import wrote_line
 from vlprobe.runs.units import units_of
+from vlprobe.runs.writing import RunRows, RunSlot
 from vlprobe.stats.metrics import bootstrap_indices, ci95_rows
 from vlprobe.validation import InputError
 
@@ -275,13 +277,18 @@ def _cross_patch(adapter: Any, config: PatchConfig, items: list[Any], streams: l
 
 
 def run_patch(config: PatchConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
-    """Run the experiment and write its outputs (module docstring).
+    """Run the experiment and write its outputs (module docstring; :meth:`Experiment.run`).
 
     Returns
     -------
     csv_path, manifest_path : Path
     rows : list of dict
     """
+    return EXPERIMENT.run(config)
+
+
+def compute_patch(config: PatchConfig, slot: RunSlot) -> RunRows:
+    """Patch every stream, layer and position group: tidy rows and the manifest's entries."""
     adapter, cross, label, items, inputs = load_pair_model(config, EXPERIMENT)
     editable = editable_streams(adapter)
     text_stream = editable[0]
@@ -315,7 +322,7 @@ def run_patch(config: PatchConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
             "experiment": EXPERIMENT.name, "model": label, "stream": s, "layer": layer,
             "kind": adapter.streams[s].layer_kinds[layer], "pooling": "pooled" if not cross else "",
             "probe": f"positions={group}", "task": "target", "split": "all"}, config)
-    manifest = EXPERIMENT.manifest(config, inputs, seeds=[config.bootstrap_seed], extra={
+    return RunRows(rows, inputs, seeds=[config.bootstrap_seed], extra={
         "model": label, "n_items": len(items), "streams": {s: layer_sets[s] for s in streams},
         "score_kind": getattr(adapter, "score_kind", ""),
         "device": str(adapter.device),
@@ -335,8 +342,6 @@ def run_patch(config: PatchConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
                       "kind": "percentile; items resampled (all their cases)"},
         "units": units_of(rows),
     })
-    csv_path, manifest_path = EXPERIMENT.write(config, label, rows, manifest)
-    return csv_path, manifest_path, rows
 
 
 def _rows(change: np.ndarray, full: np.ndarray, subsets: dict[str, np.ndarray], base: dict[str, Any],
@@ -376,5 +381,6 @@ def report(config: PatchConfig, result: tuple[Path, Path, list[dict[str, Any]]])
 
 
 # Version 2: settings-keyed run names and setting columns; cross-encoders.
-EXPERIMENT = Experiment("patch", 2, PatchConfig, run_patch, report, swept=("streams", "layers", "groups"),
+EXPERIMENT = Experiment("patch", 2, PatchConfig, compute_patch, report, label=pair_label,
+                        swept=("streams", "layers", "groups"),
                         chart=Chart("layers", ("recovered", "score_change"), split="all", panel="probe", floor=None))

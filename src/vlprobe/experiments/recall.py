@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from vlprobe.experiments.cache_features import cache_label
 from vlprobe.io import atomic_write
 from vlprobe.progress import format_bytes, say
 from vlprobe.provenance import sha256_file
@@ -32,7 +33,7 @@ from vlprobe.runs.option_groups import BootstrapOptions, ProgressOption, Results
 from vlprobe.runs.printout import metric_lines
 from vlprobe.runs.score_files import read_score_matrix
 from vlprobe.runs.units import units_of
-from vlprobe.runs.writing import RESULTS_KIND
+from vlprobe.runs.writing import RESULTS_KIND, RunRows, RunSlot
 from vlprobe.stats.metrics import bootstrap_indices, ci95_rows, recall_ranks
 from vlprobe.validation import InputError, check_positive_int
 
@@ -90,16 +91,19 @@ def _from_cache(path: Path) -> tuple[np.ndarray, str, dict[str, Any]]:
 
 
 def run_recall(config: RecallConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
-    """Compute I2T and T2I recall@k and write the CSV, the matrix used and the manifest."""
+    """Compute I2T and T2I recall@k and write the CSV, the matrix used and the manifest (:meth:`Experiment.run`)."""
+    return EXPERIMENT.run(config)
+
+
+def compute_recall(config: RecallConfig, slot: RunSlot) -> RunRows:
+    """I2T and T2I recall@k and ranks with intervals: tidy rows, the manifest's entries, the matrix used."""
     if config.cache is not None:
-        m, cache_model, provenance = _from_cache(config.cache)
+        m, _, provenance = _from_cache(config.cache)
         inputs = {"cache": provenance}
-        model = config.name or cache_model
     elif config.scores is not None:  # RecallConfig.check: exactly one of the two
         m = read_score_matrix(config.scores)
         inputs = {"scores": {"path": str(config.scores), "sha256": sha256_file(config.scores)}}
-        model = config.name or config.scores.stem
-    EXPERIMENT.claim(config, model)
+    model = slot.label
     positives = np.arange(m.shape[0])
     say(config.progress, f"{EXPERIMENT.name}: ranks of a {m.shape[0]} x {m.shape[1]} caption x image matrix, k = "
                          f"{', '.join(str(int(k)) for k in config.ks)}, {config.bootstrap} bootstrap resamples; about "
@@ -122,16 +126,17 @@ def run_recall(config: RecallConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
             rows.append({**base, "metric": metric, "value": float(point)})
             intervals += ci95_rows(base, metric, boot, config.bootstrap_seed)
     rows += intervals
-    manifest = EXPERIMENT.manifest(
-        config, inputs, seeds=[config.bootstrap_seed],
+    return RunRows(
+        rows, inputs, seeds=[config.bootstrap_seed], files={".scores.npy": lambda path: _save_matrix(path, m)},
         extra={"units": units_of(rows), "model": model,
                "bootstrap": {"resamples": config.bootstrap, "seed": config.bootstrap_seed, "level": 0.95},
                "item_scores": "<run>.scores.npy (caption x image, canonical order)"},
     )
-    csv_path, manifest_path = EXPERIMENT.write(config, model, rows, manifest)
-    with atomic_write(csv_path.with_suffix(".scores.npy"), "wb", kind=RESULTS_KIND) as fh:
+
+
+def _save_matrix(path: Path, m: np.ndarray) -> None:
+    with atomic_write(path, "wb", kind=RESULTS_KIND) as fh:
         np.save(fh, m)
-    return csv_path, manifest_path, rows
 
 
 def report(config: RecallConfig, result: tuple[Path, Path, list[dict[str, Any]]]) -> Sequence[str]:
@@ -140,5 +145,5 @@ def report(config: RecallConfig, result: tuple[Path, Path, list[dict[str, Any]]]
     return metric_lines(rows, ("i2t", "t2i"), csv_path)
 
 
-EXPERIMENT = Experiment("recall", 2, RecallConfig, run_recall, report, swept=("ks",),
+EXPERIMENT = Experiment("recall", 2, RecallConfig, compute_recall, report, label=cache_label, swept=("ks",),
                         chart=Chart("bars", ("recall@1", "recall@2", "recall@5", "recall@10"), subsets=None))  # 2: median_rank and mean_rank per direction

@@ -60,6 +60,7 @@ from joblib import Parallel, delayed
 from vlprobe.experiments.cache_features import (
     SCALINGS,
     CacheIndex,
+    cache_label,
     cache_path,
     load_index,
     pooling_notes,
@@ -84,9 +85,8 @@ from vlprobe.runs.option_groups import (
 )
 from vlprobe.runs.presets import PRESET_VALUES
 from vlprobe.runs.printout import summary_lines
-from vlprobe.runs.summary import summarize, write_summary_csv
 from vlprobe.runs.units import units_of
-from vlprobe.runs.writing import result_stem, write_tidy_csv
+from vlprobe.runs.writing import RunRows, RunSlot
 from vlprobe.stats.metrics import bootstrap_indices, ci95_rows
 from vlprobe.stats.uncertainty import PERMUTATION_TEST, target_control_rows
 from vlprobe.validation import InputError, check_positive_float, check_positive_int
@@ -183,7 +183,7 @@ def separability_cases(index: CacheIndex, modality: str, lookup: dict[tuple[int,
 
 
 def run_separability(config: SeparabilityConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
-    """Run the experiment and write its outputs (module docstring).
+    """Run the experiment and write its outputs (module docstring; :meth:`Experiment.run`).
 
     Returns
     -------
@@ -191,6 +191,11 @@ def run_separability(config: SeparabilityConfig) -> tuple[Path, Path, list[dict[
     rows : list of dict
         The tidy per-layer rows.
     """
+    return EXPERIMENT.run(config)
+
+
+def compute_separability(config: SeparabilityConfig, slot: RunSlot) -> RunRows:
+    """Fit the SVMs of every case, layer and seed: the tidy rows, the per-case rows, the manifest's entries."""
     from vlprobe.extract.cache.reader import ActivationCache
 
     seeds = list(range(config.seeds))
@@ -201,8 +206,7 @@ def run_separability(config: SeparabilityConfig) -> tuple[Path, Path, list[dict[
         streams = _default_streams(cache, config.streams)
         index = load_index(cache)
         require_variants(index, config.cache, "separability")
-        model = config.name or index.model
-        run = EXPERIMENT.claim(config, model)
+        model = slot.label
         rows: list[dict[str, Any]] = []
         item_rows: list[dict[str, Any]] = []
         n_cases: dict[str, int] = {}
@@ -241,9 +245,8 @@ def run_separability(config: SeparabilityConfig) -> tuple[Path, Path, list[dict[
                 _heldout_intervals(per_layer, read.layers, read.kinds, cases, read.modality, index.item_tags, base, rows,
                                    config)
 
-    stem = result_stem(run)
-    manifest = EXPERIMENT.manifest(
-        config, {"cache": index.provenance}, seeds=seeds,
+    return RunRows(
+        rows, {"cache": index.provenance}, seeds=seeds, item_rows=item_rows, summary=True,
         extra={
             "model": model, "streams": read_layers, "pooling_fallback": fallbacks,
             "probe": {"name": PROBE, "solver": "libsvm SVC(kernel='linear')", **params},
@@ -257,16 +260,12 @@ def run_separability(config: SeparabilityConfig) -> tuple[Path, Path, list[dict[
                           "metrics": list(UNCERTAIN)},
             "permutation_test": {"test": PERMUTATION_TEST, "permutations": config.permutations,
                                  "seed": config.bootstrap_seed, "method": sorted(methods)},
-            "outputs": [f"{stem}.csv", f"{stem}.items.csv", f"{stem}.summary.csv"],
+            "outputs": [slot.file(".csv"), slot.file(".items.csv"), slot.file(".summary.csv")],
             **({"heldout_accuracy": HELDOUT_DEFINITION,
                 "bootstrap": {"resamples": config.bootstrap, "seed": config.bootstrap_seed, "level": 0.95,
                               "kind": "percentile; cases resampled; target rows only"}} if config.held_out else {}),
         },
     )
-    csv_path, manifest_path = EXPERIMENT.write(config, model, rows, manifest)
-    write_tidy_csv(csv_path.with_name(f"{stem}.items.csv"), item_rows, EXPERIMENT.run_settings(config))
-    write_summary_csv(csv_path.with_name(f"{stem}.summary.csv"), summarize(rows))
-    return csv_path, manifest_path, rows
 
 
 def _default_streams(cache: Any, streams: tuple[str, ...] | None) -> list[str]:
@@ -462,6 +461,6 @@ def report(config: SeparabilityConfig, result: tuple[Path, Path, list[dict[str, 
 # Version 2: libsvm's SVC (was liblinear); no_hyperplane; separable_margin over separable cases only
 # (was margin over every finite fit); per-case percentages in percent (were fractions).
 # Version 3: held_out (heldout_accuracy, split heldout, with intervals).
-EXPERIMENT = Experiment("separability", 3, SeparabilityConfig, run_separability, report,
+EXPERIMENT = Experiment("separability", 3, SeparabilityConfig, compute_separability, report, label=cache_label,
                         presets=PRESET_VALUES["separability"], swept=("streams", "layers", "seeds"),
                         chart=Chart("layers", ("separable", "separable_margin", "train_accuracy"), split="train"))

@@ -46,8 +46,14 @@ from typing import Any
 
 import numpy as np
 
-from vlprobe.experiments.cache_features import cache_path, load_index, pooling_notes, read_stream
-from vlprobe.experiments.mlp_runs import SWEPT, FeatureBlock, plan_items, train_and_write
+from vlprobe.experiments.cache_features import (
+    cache_label,
+    cache_path,
+    load_index,
+    pooling_notes,
+    read_stream,
+)
+from vlprobe.experiments.mlp_runs import SWEPT, FeatureBlock, plan_items, train_probes
 from vlprobe.progress import say
 from vlprobe.runs.charts import Chart
 from vlprobe.runs.declare import Experiment, option
@@ -58,6 +64,7 @@ from vlprobe.runs.option_groups import (
 )
 from vlprobe.runs.presets import PRESET_VALUES
 from vlprobe.runs.printout import summary_lines
+from vlprobe.runs.writing import RunRows, RunSlot
 from vlprobe.validation import InputError
 
 __all__ = ["EXPERIMENT", "MODE_EXAMPLES", "TaskAdaptationConfig", "pair_examples", "pair_items", "run_task_adaptation"]
@@ -132,13 +139,18 @@ def _default_streams(cache: Any, pooling: str) -> list[str]:
 
 
 def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
-    """Run the experiment and write its outputs (module docstring).
+    """Run the experiment and write its outputs (module docstring; :meth:`Experiment.run`).
 
     Returns
     -------
     csv_path, manifest_path : Path
     rows : list of dict
     """
+    return EXPERIMENT.run(config)
+
+
+def compute_task_adaptation(config: TaskAdaptationConfig, slot: RunSlot) -> RunRows:
+    """Train the probes on every mode and layer: tidy rows, per-item rows and the manifest's entries."""
     from vlprobe.extract.cache.reader import ActivationCache
 
     modes = ("text", "image") if config.mode == "both" else (config.mode,)
@@ -167,7 +179,7 @@ def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[
             f"cache: task adaptation needs items with 2 images and 2 captions (Winoground); "
             f"{Path(config.cache).name} has {len(items)}"
         )
-    plan = plan_items(EXPERIMENT, config, index, items)
+    plan = plan_items(slot, config, index, items)
     items = plan.items
 
     X, labels, group_fields = pair_examples(index, read, streams, positions, per_stream, items, modes)
@@ -176,7 +188,7 @@ def run_task_adaptation(config: TaskAdaptationConfig) -> tuple[Path, Path, list[
     base = {"experiment": EXPERIMENT.name, "model": plan.model, "stream": "+".join(streams),
             "pooling": poolings[0] if len(set(poolings)) == 1 else "+".join(poolings), "probe": PROBE}
     block = FeatureBlock(X, labels, group_fields, base)
-    return train_and_write(EXPERIMENT, config, index, plan, example_items, [block], {
+    return train_probes(EXPERIMENT, config, index, plan, example_items, [block], {
         "streams": streams, "modes": list(modes),
         "pooling": {s: read[s].pooling for s in streams},
         "pooling_fallback": {s: {"asked": r.asked_pooling, "used": r.pooling, "layers": r.layers}
@@ -262,6 +274,6 @@ def report(config: TaskAdaptationConfig, result: tuple[Path, Path, list[dict[str
     return summary_lines(rows, "accuracy", "test", csv_path, side=(f"{csv_path.stem}.items.csv",))
 
 
-EXPERIMENT = Experiment("task-adaptation", 1, TaskAdaptationConfig, run_task_adaptation, report,
+EXPERIMENT = Experiment("task-adaptation", 1, TaskAdaptationConfig, compute_task_adaptation, report, label=cache_label,
                         presets=PRESET_VALUES["task-adaptation"], swept=(*SWEPT, "mode"),
                         chart=Chart("layers", ("accuracy",), subsets=None, chance={"accuracy": 50.0}, split="test"))

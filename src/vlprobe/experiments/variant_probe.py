@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from vlprobe.experiments.cache_features import (
+    cache_label,
     cache_path,
     load_index,
     pooling_notes,
@@ -38,7 +39,7 @@ from vlprobe.experiments.cache_features import (
     require_variants,
     resolve_stream,
 )
-from vlprobe.experiments.mlp_runs import SWEPT, FeatureBlock, plan_items, train_and_write
+from vlprobe.experiments.mlp_runs import SWEPT, FeatureBlock, plan_items, train_probes
 from vlprobe.progress import say
 from vlprobe.runs.charts import Chart
 from vlprobe.runs.declare import Experiment, option
@@ -51,6 +52,7 @@ from vlprobe.runs.option_groups import (
 )
 from vlprobe.runs.presets import PRESET_VALUES
 from vlprobe.runs.printout import summary_lines
+from vlprobe.runs.writing import RunRows, RunSlot
 from vlprobe.validation import InputError, check_positive_int
 
 __all__ = ["EXPERIMENT", "VariantProbeConfig", "run_variant_probe", "stream_rows", "variant_examples", "variant_items"]
@@ -153,13 +155,18 @@ def stream_rows(read: Any, texts: np.ndarray, image: np.ndarray) -> np.ndarray:
 
 
 def run_variant_probe(config: VariantProbeConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
-    """Run the experiment and write its outputs (module docstring).
+    """Run the experiment and write its outputs (module docstring; :meth:`Experiment.run`).
 
     Returns
     -------
     csv_path, manifest_path : Path
     rows : list of dict
     """
+    return EXPERIMENT.run(config)
+
+
+def compute_variant_probe(config: VariantProbeConfig, slot: RunSlot) -> RunRows:
+    """Train the probes on every stream and layer: tidy rows, per-item rows and the manifest's entries."""
     from vlprobe.extract.cache.reader import ActivationCache
 
     with ActivationCache(cache_path(config.cache)) as cache:
@@ -178,7 +185,7 @@ def run_variant_probe(config: VariantProbeConfig) -> tuple[Path, Path, list[dict
             f"cache: the variant probe needs at least 2 items whose two captions both have a variant; "
             f"{Path(config.cache).name} has {len(items)}"
         )
-    plan = plan_items(EXPERIMENT, config, index, items)
+    plan = plan_items(slot, config, index, items)
     texts, image, labels, example_items = variant_examples(
         index.families, index.item_images, plan.items, config.draws, config.split_seed
     )
@@ -192,7 +199,7 @@ def run_variant_probe(config: VariantProbeConfig) -> tuple[Path, Path, list[dict
         blocks.append(FeatureBlock(X, np.broadcast_to(labels, (X.shape[0], len(labels))),
                                    [{"layer": layer, "kind": read.kind(layer)} for layer in read.layers], base))
     streams = {r.name: {"modality": r.modality, "layers": r.layers, "pooling": r.pooling} for r in reads}
-    return train_and_write(EXPERIMENT, config, index, plan, example_items, blocks, {
+    return train_probes(EXPERIMENT, config, index, plan, example_items, blocks, {
         "streams": streams, "n_examples": len(labels),
         "pooling_fallback": {r.name: {"asked": r.asked_pooling, "used": r.pooling} for r in reads if r.fell_back},
         "skipped_items": skipped,
@@ -206,6 +213,6 @@ def report(config: VariantProbeConfig, result: tuple[Path, Path, list[dict[str, 
     return summary_lines(rows, "accuracy", "test", csv_path, side=(f"{csv_path.stem}.items.csv",))
 
 
-EXPERIMENT = Experiment("variant-probe", 1, VariantProbeConfig, run_variant_probe, report,
+EXPERIMENT = Experiment("variant-probe", 1, VariantProbeConfig, compute_variant_probe, report, label=cache_label,
                         presets=PRESET_VALUES["variant-probe"], swept=SWEPT,
                         chart=Chart("layers", ("accuracy",), chance={"accuracy": 50.0}, split="test"))

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from vlprobe.data.bow import table_tags
+from vlprobe.experiments.cache_features import cache_label
 from vlprobe.progress import format_bytes, say
 from vlprobe.runs.charts import WINOGROUND_CHANCE, Chart
 from vlprobe.runs.declare import Alias, Experiment, floats, names, option
@@ -40,7 +41,7 @@ from vlprobe.runs.option_groups import (
 )
 from vlprobe.runs.printout import wrote_line
 from vlprobe.runs.units import units_of
-from vlprobe.runs.writing import result_stem, write_tidy_csv
+from vlprobe.runs.writing import RunRows, RunSlot
 from vlprobe.stats.metrics import bootstrap_indices, ci95_rows, winoground_outcomes
 from vlprobe.validation import InputError, check_choice, check_probability
 
@@ -173,7 +174,13 @@ def blend(vs: VariantScores, agg: str, lam: float, include_original: bool = True
 
 
 def run_variant_similarity(config: VariantSimilarityConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
-    """Compute the λ x agg grid and write the CSV and manifest."""
+    """Compute the λ x agg grid and write the CSV, the per-item CSV and the manifest
+    (:meth:`Experiment.run`)."""
+    return EXPERIMENT.run(config)
+
+
+def compute_variant_similarity(config: VariantSimilarityConfig, slot: RunSlot) -> RunRows:
+    """The λ x agg grid: tidy rows, per-item rows and the manifest's entries."""
     from vlprobe.experiments.winoground_scores import _winoground_id, subset_masks
     from vlprobe.extract.cache.reader import ActivationCache
 
@@ -183,9 +190,8 @@ def run_variant_similarity(config: VariantSimilarityConfig) -> tuple[Path, Path,
             raise InputError(f"cache: {Path(config.cache).name} holds dataset {cache.header.dataset!r}, not winoground")
         matrix, done = cache.scores()
         items, images, texts = cache.table("items"), cache.table("images"), cache.table("texts")
-        model = config.name or cache.header.model
+        model = slot.label
         provenance = cache.provenance()
-    stem = result_stem(EXPERIMENT.claim(config, model))
     vs = variant_scores(matrix, done, list(items["id"]), list(images["id"]), list(texts["id"]), texts["parent"])
     if not vs.n_variants.any():
         raise InputError(f"cache: {Path(config.cache).name} holds no caption variants (extract with --variants FILE)")
@@ -215,17 +221,14 @@ def run_variant_similarity(config: VariantSimilarityConfig) -> tuple[Path, Path,
                 item_rows += [{"experiment": EXPERIMENT.name, "model": model, "agg": agg, "lambda": lam, "task": "target",
                                "split": "all", "subset": item_id, "metric": metric, "value": 100.0 * float(v), "n": 1}
                               for item_id, v in zip(vs.ids, outcomes[metric], strict=True)]
-    manifest = EXPERIMENT.manifest(config, {"cache": provenance}, extra={
+    return RunRows(rows, {"cache": provenance}, item_rows=item_rows, extra={
         "units": units_of(rows), "model": model, "n_items": len(ids),
         "variants_per_caption": {"min": int(vs.n_variants.min()), "max": int(vs.n_variants.max()),
                                  "mean": float(vs.n_variants.mean())},
         "bootstrap": {"resamples": config.bootstrap, "seed": config.bootstrap_seed, "level": 0.95,
                       "over": "items of the subset, the same resamples for every setting and metric"},
-        "outputs": [f"{stem}.csv", f"{stem}.items.csv"],
+        "outputs": [slot.file(".csv"), slot.file(".items.csv")],
     })
-    csv_path, manifest_path = EXPERIMENT.write(config, model, rows, manifest)
-    write_tidy_csv(csv_path.with_name(f"{stem}.items.csv"), item_rows, EXPERIMENT.run_settings(config))
-    return csv_path, manifest_path, rows
 
 
 def report(config: VariantSimilarityConfig, result: tuple[Path, Path, list[dict[str, Any]]]) -> list[str]:
@@ -239,6 +242,7 @@ def report(config: VariantSimilarityConfig, result: tuple[Path, Path, list[dict[
 # Version 2: wwh=Easier/Harder from the 172 untagged ids; the paper code's split as *-WWH-code.
 # 3: agg and lambda in setting columns (were packed into the probe column).
 # 4: bow=same / bow=different slices.
-EXPERIMENT = Experiment("variant-similarity", 4, VariantSimilarityConfig, run_variant_similarity, report,
+EXPERIMENT = Experiment("variant-similarity", 4, VariantSimilarityConfig, compute_variant_similarity, report,
+                        label=cache_label,
                         swept=("aggs", "lambdas"), row_columns=("agg", "lambda"),
                         chart=Chart("lambda", ("text", "image", "group"), chance=WINOGROUND_CHANCE))

@@ -40,6 +40,7 @@ import numpy as np
 from vlprobe.data.bow import BOW_FAMILY, bow_masks, bow_tag, table_tags
 from vlprobe.data.source_files import iter_json_lines
 from vlprobe.data.tags import WWH_CODE_NONE_EXCLUDED, WWH_TAGS
+from vlprobe.experiments.cache_features import cache_label
 from vlprobe.progress import format_bytes, say
 from vlprobe.provenance import sha256_file
 from vlprobe.runs.charts import WINOGROUND_CHANCE, Chart
@@ -55,7 +56,7 @@ from vlprobe.runs.score_files import (
     write_item_scores,
 )
 from vlprobe.runs.units import units_of
-from vlprobe.runs.writing import result_stem
+from vlprobe.runs.writing import RunRows, RunSlot
 from vlprobe.stats.metrics import (
     MATCHING_UNDEFINED,
     bootstrap_indices,
@@ -252,7 +253,7 @@ def _tags_for(ids: list[int], config: WinogroundScoresConfig) -> tuple[list[dict
 
 
 def run_winoground_scores(config: WinogroundScoresConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
-    """Compute the scores and write the CSV and manifest.
+    """Compute the scores and write the CSV, the per-item scores and the manifest (:meth:`Experiment.run`).
 
     Returns
     -------
@@ -260,6 +261,11 @@ def run_winoground_scores(config: WinogroundScoresConfig) -> tuple[Path, Path, l
     rows : list of dict
         The tidy rows written.
     """
+    return EXPERIMENT.run(config)
+
+
+def compute_winoground_scores(config: WinogroundScoresConfig, slot: RunSlot) -> RunRows:
+    """Text, image and group scores per subset with intervals: tidy rows, the manifest's entries, the per-item scores."""
     if config.cache is not None:
         model, ids, s, tags, prov = item_scores_from_cache(config.cache)
         if config.tags is not None:  # replace the "Why is Winoground Hard?" tags the cache carries
@@ -273,9 +279,7 @@ def run_winoground_scores(config: WinogroundScoresConfig) -> tuple[Path, Path, l
         tags, tag_prov = _tags_for(ids, config)
         inputs = {"scores": {"path": str(config.scores), "sha256": sha256_file(config.scores)},
                   **({"tags": tag_prov} if tag_prov else {})}
-    if config.name is not None:
-        model = config.name
-    run = EXPERIMENT.claim(config, model)
+    model = slot.label
     outcomes = winoground_outcomes(s)
     undefined = {m: MATCHING_UNDEFINED for m in METRICS if m not in outcomes}
     masks = subset_masks(ids, tags)
@@ -298,17 +302,15 @@ def run_winoground_scores(config: WinogroundScoresConfig) -> tuple[Path, Path, l
         hit = outcomes.get(metric)
         boot = 100.0 * hit[idx].mean(axis=1) if hit is not None else np.full(len(idx), np.nan)
         rows += ci95_rows(base, metric, boot, config.bootstrap_seed)
-    manifest = EXPERIMENT.manifest(
-        config, inputs, seeds=[config.bootstrap_seed],
+    return RunRows(
+        rows, inputs, seeds=[config.bootstrap_seed],
+        files={".scores.jsonl": lambda path: _write_winoground_item_scores(path, ids, s)},
         extra={"units": units_of(rows), "n_items": len(ids), "model": model,
                "undefined_metrics": undefined,
                "bootstrap": {"resamples": config.bootstrap, "seed": config.bootstrap_seed, "level": 0.95,
                              "kind": "percentile, items resampled with replacement, paired across metrics"},
-               "item_scores": f"{result_stem(run)}.scores.jsonl"},
+               "item_scores": slot.file(".scores.jsonl")},
     )
-    csv_path, manifest_path = EXPERIMENT.write(config, model, rows, manifest)
-    _write_winoground_item_scores(csv_path.with_suffix(".scores.jsonl"), ids, s)
-    return csv_path, manifest_path, rows
 
 
 def _write_winoground_item_scores(path: Path, ids: list[int], s: np.ndarray) -> None:
@@ -333,5 +335,6 @@ def report(config: WinogroundScoresConfig, result: tuple[Path, Path, list[dict[s
 # Version 2: matching defined for non-negative scores, NaN rows (not left out) when undefined;
 # wwh=Easier/Harder from the 172 untagged ids, the paper code's split as *-WWH-code.
 # Version 3: bow=same / bow=different slices.
-EXPERIMENT = Experiment("winoground-scores", 3, WinogroundScoresConfig, run_winoground_scores, report,
+EXPERIMENT = Experiment("winoground-scores", 3, WinogroundScoresConfig, compute_winoground_scores, report,
+                        label=cache_label,
                         chart=Chart("bars", ("text", "image", "group"), chance=WINOGROUND_CHANCE))

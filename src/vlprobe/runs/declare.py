@@ -14,8 +14,10 @@ fields are declared with :func:`option`. That one declaration gives
 Option groups shared by several experiments (the MLP settings, the item split, the bootstrap,
 the results folder) are :class:`Options` subclasses the configs inherit from
 (:mod:`vlprobe.runs.option_groups`); an experiment changes a group's default with
-:meth:`Options.redeclare`. An :class:`Experiment` names the config class, the run function and
-how the result is printed; it is registered by name in :data:`vlprobe.registry.EXPERIMENTS`.
+:meth:`Options.redeclare`. An :class:`Experiment` names the config class, the function that
+computes a run's rows and how the result is printed; :meth:`Experiment.run` claims the run's
+results slot, computes and writes the outputs. It is registered by name in
+:data:`vlprobe.registry.EXPERIMENTS`.
 
 This module imports nothing heavy: the command line imports a declaration only when its command
 runs or shows its help.
@@ -481,8 +483,10 @@ class Experiment:
         Bumped when the experiment's outputs change meaning; recorded in every manifest.
     config : type
         Its :class:`Options` dataclass: every option, with type, default, help and checks.
-    run : callable
-        ``run(config) -> result``: does the work and writes the outputs.
+    compute : callable
+        With ``label``: ``compute(config, slot) -> RunRows``, the run's numbers, which
+        :meth:`run` writes (``slot``: the claimed :class:`~vlprobe.runs.writing.RunSlot`).
+        Without: ``compute(config) -> result`` does the work and writes its own outputs.
     report : callable, optional
         ``report(config, result) -> lines`` printed by the command line.
     fixed : mapping
@@ -504,12 +508,16 @@ class Experiment:
     chart : Chart, optional
         How ``probe plot`` and ``probe report`` draw its tidy rows
         (:class:`~vlprobe.runs.charts.Chart`); None: not drawn.
+    label : callable, optional
+        ``label(config) -> str``: the run's results label (``config.name`` or the input's model),
+        from the config and cheap reads of its inputs (a cache's header), before any work; it may
+        check the inputs. None: ``compute`` writes its own outputs (no tidy CSV).
     """
 
     name: str
     version: int
     config: type[Options]
-    run: Callable[[Any], Any]
+    compute: Callable[..., Any]
     report: Callable[[Any, Any], Iterable[str]] | None = None
     fixed: Mapping[str, Any] = field(default_factory=dict)
     presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -517,6 +525,7 @@ class Experiment:
     swept: tuple[str, ...] = ()
     row_columns: tuple[str, ...] = ()
     chart: Chart | None = None
+    label: Callable[[Any], str] | None = None
 
     def __post_init__(self) -> None:
         known = {o.name for o in declared_options(self.config)}
@@ -534,6 +543,39 @@ class Experiment:
     def __call__(self, config: Any) -> Any:
         """Run it (as the registry's other entries are called)."""
         return self.run(config)
+
+    def run(self, config: Any) -> Any:
+        """Run the experiment: claim its results slot, compute, write the outputs.
+
+        1. :meth:`claim` ``OUT/<name>/<run>``, refusing a clash before any work;
+        2. ``compute(config, slot)`` -> :class:`~vlprobe.runs.writing.RunRows`;
+        3. :meth:`manifest` and :meth:`write`: the tidy CSV and the run's manifest entry;
+        4. the side files: ``<run>.items.csv`` (per-item rows), ``<run>.summary.csv``, the
+           experiment's own (per-item scores).
+
+        Returns
+        -------
+        csv_path, manifest_path : Path
+        rows : list of dict
+            The tidy rows written. (Without ``label``: what ``compute(config)`` returns.)
+        """
+        if self.label is None:
+            return self.compute(config)
+        from vlprobe.runs.summary import summarize, write_summary_csv
+        from vlprobe.runs.writing import RunSlot, write_tidy_csv
+
+        label = self.label(config)
+        slot = RunSlot(label, self.claim(config, label))
+        got = self.compute(config, slot)
+        manifest = self.manifest(config, got.inputs, seeds=got.seeds, extra=got.extra, device=got.device)
+        csv_path, manifest_path = self.write(config, label, got.rows, manifest)
+        if got.item_rows is not None:
+            write_tidy_csv(csv_path.with_name(slot.file(".items.csv")), got.item_rows, self.run_settings(config))
+        if got.summary:
+            write_summary_csv(csv_path.with_name(slot.file(".summary.csv")), summarize(got.rows))
+        for suffix, write in got.files.items():
+            write(csv_path.with_name(slot.file(suffix)))
+        return csv_path, manifest_path, got.rows
 
     def options(self) -> tuple[DeclaredOption, ...]:
         """The command-line options: the declared fields, fixed and omitted ones aside."""

@@ -222,4 +222,4 @@ class MLPProbeRunOptions(CacheInput, StateOptions, SeedsOption, SplitOptions, ML
                          ProgressOption, ResultsOptions):
     """Every group of an experiment that trains MLP probes on a cache's states, target and control
     per seed, on an item split, with bootstrap intervals and the permutation test (task adaptation,
-    the variant probe: what :func:`~vlprobe.experiments.mlp_runs.train_and_write` reads)."""
+    the variant probe: what :func:`~vlprobe.experiments.mlp_runs.train_probes` reads)."""

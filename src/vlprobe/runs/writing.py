@@ -45,7 +45,9 @@ __all__ = [
     "RESULTS_KIND",
     "RUN_NEUTRAL",
     "TIDY_COLUMNS",
+    "RunRows",
     "RunSettings",
+    "RunSlot",
     "build_manifest",
     "check_run_slot",
     "config_record",
@@ -152,6 +154,66 @@ class RunSettings:
         base = {k: _json_value(defaults.get(k)) for k in values}
         columns = {n: n for n in got if n not in swept and n not in TIDY_COLUMNS and n not in row_columns}
         return cls(got, base, columns, tuple(row_columns))
+
+
+@dataclass(frozen=True)
+class RunSlot:
+    """The results slot a run claimed (:meth:`~vlprobe.runs.declare.Experiment.claim`).
+
+    Attributes
+    ----------
+    label : str
+        The results label: ``config.name`` or the input's model; the rows' ``model`` column.
+    name : str
+        The run's name: the label and the settings it changed (``clip@C=1``).
+    """
+
+    label: str
+    name: str
+
+    @property
+    def stem(self) -> str:
+        """The file stem of the run's outputs (:func:`result_stem`)."""
+        return result_stem(self.name)
+
+    def file(self, suffix: str) -> str:
+        """The name of one of the run's files: ``file(".items.csv")`` -> ``clip@C=1.items.csv``."""
+        return f"{self.stem}{suffix}"
+
+
+@dataclass(frozen=True)
+class RunRows:
+    """What an experiment computed, for :meth:`~vlprobe.runs.declare.Experiment.run` to write.
+
+    Attributes
+    ----------
+    rows : list of dict
+        The tidy rows: ``<run>.csv``.
+    inputs : dict
+        Per input (cache, score file, checkpoint): its fingerprints, for the manifest.
+    extra : dict
+        The experiment's own manifest entries (model, units, definitions, bootstrap, ...).
+    seeds : sequence of int
+        Every seed used.
+    device : str
+        The device the run computed on (the manifest's ``device``).
+    item_rows : list of dict, optional
+        Per-item tidy rows: ``<run>.items.csv`` (with the setting columns).
+    summary : bool
+        Also write ``<run>.summary.csv``, the per-layer summary of ``rows``
+        (:func:`~vlprobe.runs.summary.summarize`).
+    files : dict
+        Further side files: suffix (``".scores.jsonl"``) -> ``write(path)``.
+    """
+
+    rows: list[dict[str, Any]]
+    inputs: Mapping[str, Mapping[str, Any]]
+    extra: Mapping[str, Any]
+    seeds: Sequence[int] = ()
+    device: str = "cpu"
+    item_rows: list[dict[str, Any]] | None = None
+    summary: bool = False
+    files: Mapping[str, Callable[[Path], object]] = dataclasses.field(default_factory=dict)
 
 
 def format_cell(value: Any) -> str:
