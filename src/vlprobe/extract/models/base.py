@@ -23,7 +23,7 @@ Two kinds of adapter score pairs:
 Every adapter declares what it reads for an image, ``image_input``: ``"pixels"`` (RGB PIL
 images; every image needs a file), ``"regions"`` (precomputed region features from a
 ``--regions`` file) or ``"none"``. The input checks of ``probe extract`` and ``probe eval`` read
-this declaration (:func:`vlprobe.extract.scoring.check_model_inputs`).
+this declaration (:func:`vlprobe.extract.model_inputs.check_model_inputs`).
 """
 
 from __future__ import annotations
