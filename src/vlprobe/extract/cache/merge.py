@@ -22,7 +22,8 @@ from vlprobe.extract.cache.schema import (
 from vlprobe.extract.cache.writer import CacheWriter
 from vlprobe.extract.models.base import DualEncoder
 from vlprobe.extract.scoring import pooled_score_fn
-from vlprobe.io import atomic_path, check_writable
+from vlprobe.io.atomic import atomic_path
+from vlprobe.io.paths import check_writable
 from vlprobe.registry import MODELS
 from vlprobe.validation import InputError
 

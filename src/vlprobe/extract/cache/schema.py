@@ -84,7 +84,7 @@ import h5py
 import numpy as np
 
 from vlprobe.extract.models.base import StreamSpec
-from vlprobe.io import schema_version_of
+from vlprobe.io.h5 import schema_version_of
 from vlprobe.validation import InputError
 
 __all__ = [

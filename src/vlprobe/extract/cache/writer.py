@@ -42,18 +42,10 @@ from vlprobe.extract.cache.schema import (
     header_diff,
     open_h5,
 )
-from vlprobe.io import (
-    OpenH5,
-    check_writable,
-    discard_h5,
-    ensure_folder,
-    is_disk_full,
-    no_space_error,
-    output_lock,
-    schema_attrs,
-    stop_h5_writes,
-    temp_name,
-)
+from vlprobe.io.errors import is_disk_full, no_space_error
+from vlprobe.io.h5 import OpenH5, discard_h5, schema_attrs, stop_h5_writes
+from vlprobe.io.locks import output_lock
+from vlprobe.io.paths import check_writable, ensure_folder, temp_name
 from vlprobe.validation import InputError
 
 __all__ = ["CacheWriter"]

@@ -42,7 +42,7 @@ import numpy as np
 
 from vlprobe import __version__
 from vlprobe.extract.regions.store import SCHEMA, SCHEMA_VERSION
-from vlprobe.io import OpenH5, schema_attrs
+from vlprobe.io.h5 import OpenH5, schema_attrs
 from vlprobe.validation import InputError
 
 __all__ = ["EXTRAS", "ChunkedRegionWriter", "RegionRows", "RegionRunHeader"]

@@ -31,7 +31,7 @@ from vlprobe.devices import device_name
 from vlprobe.extract.regions.boxes import normalise_boxes
 from vlprobe.extract.regions.chunked import EXTRAS, ChunkedRegionWriter, RegionRows, RegionRunHeader
 from vlprobe.extract.regions.sources import ImageList, dataset_images, folder_images, read_image
-from vlprobe.io import check_writable
+from vlprobe.io.paths import check_writable
 from vlprobe.provenance import git_revision, package_versions, sha256_file
 from vlprobe.validation import InputError, check_choice, check_positive_int
 

@@ -14,7 +14,8 @@ import numpy as np
 from vlprobe.extract.regions.chunked import EXTRAS, ChunkedRegionWriter, RegionRows, RegionRunHeader
 from vlprobe.extract.regions.sources import ImageList
 from vlprobe.extract.regions.store import RegionStore
-from vlprobe.io import atomic_path, check_writable
+from vlprobe.io.atomic import atomic_path
+from vlprobe.io.paths import check_writable
 from vlprobe.validation import InputError
 
 __all__ = ["MERGE_CHUNK_BYTES", "merge_region_shards"]

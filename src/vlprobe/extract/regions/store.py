@@ -63,16 +63,9 @@ import numpy as np
 
 from vlprobe import __version__
 from vlprobe.extract.regions.boxes import BOX_TOLERANCE, check_normalised_boxes, normalise_image_id
-from vlprobe.io import (
-    ClosesOnExit,
-    atomic_path,
-    discard_h5,
-    is_disk_full,
-    no_space_error,
-    schema_attrs,
-    schema_version_of,
-    stop_h5_writes,
-)
+from vlprobe.io.atomic import atomic_path
+from vlprobe.io.errors import is_disk_full, no_space_error
+from vlprobe.io.h5 import ClosesOnExit, discard_h5, schema_attrs, schema_version_of, stop_h5_writes
 from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError, check_file
 
