@@ -199,9 +199,12 @@ def test_module_imports_in_a_fresh_process(name: str) -> None:
 
 def test_every_registered_target_resolves() -> None:
     """The registries' lazy ``"module:attr"`` targets name modules and attributes that exist (a
-    stale path after a move would otherwise fail only when that name is used)."""
+    stale path after a move would otherwise fail only when that name is used), and each is what
+    its registry holds (``get`` checks it against the registry's ``expects``)."""
     from vlprobe import registry
 
-    for reg in (registry.MODELS, registry.DATASETS, registry.STRATEGIES, registry.PROBES, registry.EXPERIMENTS):
+    for reg in (registry.MODELS, registry.DATASETS, registry.STRATEGIES, registry.EXPERIMENTS):
+        assert reg.expects is not None, reg.kind
         for name in reg.names():
-            assert callable(reg.get(name)), (reg.kind, name)
+            obj = reg.get(name)
+            assert reg.expects.fits(obj), (reg.kind, name)
