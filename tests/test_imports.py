@@ -19,9 +19,11 @@ import pytest
 import vlprobe
 
 SRC = Path(vlprobe.__file__).resolve().parent
-#: Top-level modules every layer may use; they import no subpackage of vlprobe.
-BASE = {"vlprobe", "vlprobe.registry", "vlprobe.layers", "vlprobe.io", "vlprobe.provenance",
-        "vlprobe.devices", "vlprobe.validation", "vlprobe.progress"}
+#: Top-level modules and packages every layer may use; they import nothing of vlprobe but each
+#: other (a base package's modules: each other and the base modules).
+BASE_PACKAGES = {"vlprobe.io"}
+BASE_MODULES = {"vlprobe", "vlprobe.registry", "vlprobe.layers", "vlprobe.provenance",
+                "vlprobe.devices", "vlprobe.validation", "vlprobe.progress"}
 #: subpackage -> subpackages it must never import (anywhere in a module, function-local too).
 FORBIDDEN = {
     "data": {"extract", "probes", "augment", "stats", "runs", "experiments", "results", "launch", "fixtures", "cli"},
@@ -52,6 +54,7 @@ def _modules() -> dict[str, Path]:
 
 
 MODULES = _modules()
+BASE = BASE_MODULES | {m for m in MODULES if any(m == p or m.startswith(p + ".") for p in BASE_PACKAGES)}
 
 
 def _imports(name: str, path: Path) -> list[tuple[str, tuple[str, ...], int]]:
@@ -127,6 +130,10 @@ def test_no_import_cycles() -> None:
     assert _cycles() == []
 
 
+def test_base_packages_are_scanned() -> None:
+    assert {"vlprobe.io", "vlprobe.io.atomic", "vlprobe.io.ownership", "vlprobe.io.locks"} <= BASE
+
+
 def test_layers_only_import_downwards() -> None:
     bad = []
     for name, deps in GRAPH.items():
@@ -192,9 +199,12 @@ def test_module_imports_in_a_fresh_process(name: str) -> None:
 
 def test_every_registered_target_resolves() -> None:
     """The registries' lazy ``"module:attr"`` targets name modules and attributes that exist (a
-    stale path after a move would otherwise fail only when that name is used)."""
+    stale path after a move would otherwise fail only when that name is used), and each is what
+    its registry holds (``get`` checks it against the registry's ``expects``)."""
     from vlprobe import registry
 
-    for reg in (registry.MODELS, registry.DATASETS, registry.STRATEGIES, registry.PROBES, registry.EXPERIMENTS):
+    for reg in (registry.MODELS, registry.DATASETS, registry.STRATEGIES, registry.EXPERIMENTS):
+        assert reg.expects is not None, reg.kind
         for name in reg.names():
-            assert callable(reg.get(name)), (reg.kind, name)
+            obj = reg.get(name)
+            assert reg.expects.fits(obj), (reg.kind, name)

@@ -16,18 +16,11 @@ import pytest
 from typer.testing import CliRunner
 
 from vlprobe.cli import app
-from vlprobe.io import (
-    OUTPUTS_LIST,
-    atomic_dir,
-    atomic_write,
-    check_replaceable,
-    claim_folder,
-    is_disk_full,
-    no_space_error,
-    output_lock,
-    temp_name,
-    write_json,
-)
+from vlprobe.io.atomic import atomic_dir, atomic_write, write_json
+from vlprobe.io.errors import is_disk_full, no_space_error
+from vlprobe.io.locks import output_lock
+from vlprobe.io.ownership import OUTPUTS_LIST, check_replaceable, claim_folder
+from vlprobe.io.paths import temp_name
 from vlprobe.validation import InputError
 
 
@@ -172,7 +165,7 @@ def test_command_outputs_honour_the_umask(
 def test_a_second_writer_of_the_same_output_is_refused(tmp_path: Path) -> None:
     target = tmp_path / "c.h5"
     code = (
-        "import sys, time; from vlprobe.io import output_lock\n"
+        "import sys, time; from vlprobe.io.locks import output_lock\n"
         f"with output_lock({str(target)!r}):\n"
         "    print('locked', flush=True); sys.stdin.read()\n"
     )

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from vlprobe.io import atomic_path, atomic_write, write_json
+from vlprobe.io.atomic import atomic_path, atomic_write, write_json
 from vlprobe.provenance import fingerprint_files, git_revision, package_versions, sha256_file
 
 REPO = Path(__file__).resolve().parents[1]

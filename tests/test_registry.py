@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sys
+import typing
 from pathlib import Path
 
 import pytest
 
-from vlprobe.registry import DATASETS, MODELS, Registry
+from vlprobe.registry import DATASETS, EXPERIMENTS, MODELS, STRATEGIES, Expects, Registry
 
 
 @pytest.fixture
@@ -172,3 +173,81 @@ def test_builtin_registries() -> None:
 
     assert MODELS.get("clip") is CLIPAdapter
     assert DATASETS.get("winoground") is load_winoground
+
+
+# -- every entry is what its registry holds ------------------------------------------------------------
+
+
+@pytest.fixture
+def bases_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A module with a base class, a subclass, an instance and two factories (one lying about what it returns)."""
+    name = f"vlprobe_registry_bases_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(
+        "from __future__ import annotations\n"
+        "class Base:\n    pass\n"
+        "class Good(Base):\n    pass\n"
+        "class Other:\n    pass\n"
+        "ONE = Good()\n"
+        "def make() -> Good:\n    return Good()\n"
+        "def make_other() -> Other:\n    return Other()\n"
+        "def unannotated():\n    return Good()\n",
+        encoding="utf-8",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield name
+    sys.modules.pop(name, None)
+
+
+@pytest.mark.parametrize(("how", "good", "bad", "expected"), [
+    ("subclass", "Good", "Other", "a subclass of {m}.Base"),
+    ("instance", "ONE", "Good", "an instance of {m}.Base"),
+    ("returns", "make", "make_other", "a callable returning {m}.Base"),
+    ("returns", "make", "unannotated", "a callable returning {m}.Base"),
+])
+def test_a_wrong_entry_is_refused_when_resolved(bases_module: str, how: str, good: str, bad: str,
+                                                expected: str) -> None:
+    m = bases_module
+    reg: Registry[object] = Registry("widget", Expects(how, (f"{m}:Base",)))  # type: ignore[arg-type]
+    reg.register("good", f"{m}:{good}")
+    reg.register("bad", f"{m}:{bad}")
+    assert reg.names() == ["bad", "good"]  # listing imports and checks nothing
+    assert m not in sys.modules
+    got = reg.get("good")
+    assert reg.get("good") is got
+    with pytest.raises(TypeError) as err:
+        reg.get("bad")
+    message = str(err.value)
+    assert message.startswith(f"widget registry: 'bad' ({m}:{bad}) is ")
+    assert message.endswith(f", not {expected.format(m=m)}")
+    with pytest.raises(TypeError):  # still refused: a wrong entry never counts as checked
+        reg.get("bad")
+
+
+def test_objects_registered_directly_are_checked_too(bases_module: str) -> None:
+    module = __import__(bases_module)
+    reg: Registry[type] = Registry("widget", Expects("subclass", (f"{bases_module}:Base",)))
+    reg.register("good")(module.Good)
+    reg.register("bad", module.Other)
+    assert reg.get("good") is module.Good
+    with pytest.raises(TypeError, match=r"^widget registry: 'bad' is <class .*Other'>, not a subclass of "):
+        reg.get("bad")
+
+
+def test_every_builtin_entry_is_what_its_registry_holds() -> None:
+    from vlprobe.augment.base import Strategy
+    from vlprobe.data.items import Dataset
+    from vlprobe.extract.models.base import Adapter
+    from vlprobe.extract.models.blind import TextScorer
+    from vlprobe.runs.declare import Experiment
+
+    for name in MODELS.names():
+        cls = MODELS.get(name)
+        assert isinstance(cls, type) and issubclass(cls, Adapter | TextScorer), name
+    for name in DATASETS.names():
+        loader = DATASETS.get(name)
+        assert typing.get_type_hints(loader)["return"] is Dataset, name
+    for name in STRATEGIES.names():
+        cls = STRATEGIES.get(name)
+        assert isinstance(cls, type) and issubclass(cls, Strategy), name
+    for name in EXPERIMENTS.names():
+        assert isinstance(EXPERIMENTS.get(name), Experiment), name

@@ -1,39 +1,93 @@
 """One registry class for everything vlprobe looks up by name.
 
-Models, datasets, augmentation strategies, probes and experiments each have a
-:class:`Registry` instance. Entries are registered with a decorator or as a lazy
-``"module:attr"`` string, so listing names never imports torch or transformers. An experiment
-entry names its :class:`~vlprobe.runs.declare.Experiment` declaration; its one-line help
-is what ``probe ls experiments`` and ``probe run --help`` show. Unknown names are answered with
-the known names and a "did you mean" (:func:`vlprobe.validation.unknown_name_message`).
+Models, datasets, augmentation strategies and experiments each have a :class:`Registry`
+instance. Entries are registered with a decorator or as a lazy ``"module:attr"`` string, so
+listing names never imports torch or transformers. An experiment entry names its
+:class:`~vlprobe.runs.declare.Experiment` declaration; its one-line help is what
+``probe ls experiments`` and ``probe run --help`` show. Unknown names are answered with the known
+names and a "did you mean" (:func:`vlprobe.validation.unknown_name_message`).
+
+Each registry declares what its entries are (:class:`Expects`: a subclass of a base class, an
+instance of a class, or a function annotated to return a class), named as lazy
+``"module:attr"`` strings too; an entry is checked when it is first resolved (:meth:`Registry.get`),
+and a wrong one raises a :class:`TypeError` naming the registry, the entry and what was expected.
 """
 
 from __future__ import annotations
 
 import importlib
+import typing
 from collections.abc import Callable, Iterator
-from typing import Any, Generic, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
 
 from vlprobe.validation import InputError, unknown_name_message
 
 T = TypeVar("T")
 
-__all__ = ["DATASETS", "EXPERIMENTS", "MODELS", "PROBES", "STRATEGIES", "Registry"]
+__all__ = ["DATASETS", "EXPERIMENTS", "MODELS", "STRATEGIES", "Expects", "Registry"]
+
+
+def _resolve(target: str) -> Any:
+    """The object a lazy ``"package.module:attr"`` string names."""
+    module_name, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+@dataclass(frozen=True)
+class Expects:
+    """What a registry's entries must be.
+
+    Attributes
+    ----------
+    how : {"subclass", "instance", "returns"}
+        A class deriving from one of ``bases``; an instance of one; or a callable whose return
+        annotation is one of them (a factory such as a dataset loader).
+    bases : tuple of str
+        The classes, as lazy ``"package.module:attr"`` strings (a registry imports no subpackage).
+    """
+
+    how: Literal["subclass", "instance", "returns"]
+    bases: tuple[str, ...]
+
+    def describe(self) -> str:
+        names = " or ".join(b.replace(":", ".") for b in self.bases)
+        return {"subclass": "a subclass of ", "instance": "an instance of ",
+                "returns": "a callable returning "}[self.how] + names
+
+    def fits(self, obj: Any) -> bool:
+        """Whether ``obj`` is what the registry holds (imports the bases)."""
+        bases = tuple(_resolve(b) for b in self.bases)
+        if self.how == "subclass":
+            return isinstance(obj, type) and issubclass(obj, bases)
+        if self.how == "instance":
+            return isinstance(obj, bases)
+        if not callable(obj):
+            return False
+        try:
+            returned = typing.get_type_hints(obj).get("return")
+        except (NameError, TypeError):  # an annotation that does not resolve says nothing either
+            return False
+        return isinstance(returned, type) and issubclass(returned, bases)
 
 
 class Registry(Generic[T]):
-    """Names mapped to objects (classes, factories), resolved lazily.
+    """Names mapped to objects (classes, factories), resolved lazily and checked when resolved.
 
     Parameters
     ----------
     kind : str
         What the entries are ("model", "dataset", ...); used in error messages.
+    expects : Expects, optional
+        What every entry must be (checked once per entry, by :meth:`get`).
     """
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, expects: Expects | None = None) -> None:
         self.kind = kind
+        self.expects = expects
         self._entries: dict[str, T | str] = {}
         self._help: dict[str, str] = {}
+        self._checked: set[str] = set()
 
     def register(self, name: str, target: T | str | None = None, *, help: str = "") -> Any:
         """Register ``target`` under ``name``; without a target, act as a decorator.
@@ -58,20 +112,37 @@ class Registry(Generic[T]):
             raise ValueError(f"{self.kind} {name!r} is already registered")
         self._entries[name] = target
         self._help[name] = help
+        self._checked.discard(name)
 
     def get(self, name: str) -> T:
-        """Return the object registered as ``name``, importing it if it is lazy."""
+        """Return the object registered as ``name``, importing it if it is lazy.
+
+        Raises
+        ------
+        InputError
+            No entry is named ``name`` (the message lists the known names).
+        TypeError
+            The entry is not what the registry holds (:attr:`expects`).
+        """
         if name not in self._entries:
             raise InputError(self.unknown_message(name))
         target = self._entries[name]
+        obj = _resolve(target) if isinstance(target, str) else target
+        if name not in self._checked:
+            self._check(name, obj, target)
         if isinstance(target, str):
-            module_name, _, attr = target.partition(":")
-            obj = getattr(importlib.import_module(module_name), attr)
             self._entries[name] = obj
             if not self._help.get(name):
                 self._help[name] = _first_line(getattr(obj, "__doc__", None))
-            return obj
-        return target
+        return obj
+
+    def _check(self, name: str, obj: Any, target: object) -> None:
+        if self.expects is not None and not self.expects.fits(obj):
+            where = f" ({target})" if isinstance(target, str) else ""
+            raise TypeError(
+                f"{self.kind} registry: {name!r}{where} is {obj!r}, not {self.expects.describe()}"
+            )
+        self._checked.add(name)
 
     def unknown_message(self, name: str) -> str:
         return unknown_name_message(self.kind, name, sorted(self._entries))
@@ -114,11 +185,16 @@ def _same_lazy(a: object, b: object) -> bool:
     return key(a) == key(b)
 
 
-MODELS: Registry[Callable[..., Any]] = Registry("model")
-DATASETS: Registry[Callable[..., Any]] = Registry("dataset")
-STRATEGIES: Registry[Callable[..., Any]] = Registry("strategy")
-PROBES: Registry[Callable[..., Any]] = Registry("probe")
-EXPERIMENTS: Registry[Callable[..., Any]] = Registry("experiment")
+#: Model classes: adapters (dual and cross-encoders) and blind text scorers.
+MODELS: Registry[Callable[..., Any]] = Registry("model", Expects(
+    "subclass", ("vlprobe.extract.models.base:Adapter", "vlprobe.extract.models.blind:TextScorer")))
+#: Dataset loaders: functions returning a Dataset.
+DATASETS: Registry[Callable[..., Any]] = Registry("dataset", Expects("returns", ("vlprobe.data.items:Dataset",)))
+#: Caption-variant strategy classes.
+STRATEGIES: Registry[Callable[..., Any]] = Registry(
+    "strategy", Expects("subclass", ("vlprobe.augment.base:Strategy",)))
+#: Experiment declarations.
+EXPERIMENTS: Registry[Any] = Registry("experiment", Expects("instance", ("vlprobe.runs.declare:Experiment",)))
 
 # Built-in entries, lazy so that `probe ls` stays fast.
 MODELS.register(
@@ -190,15 +266,7 @@ MODELS.register(
     help="BLIP image-text matching cross-encoder on pixels (ITM probability, or ITC cosine); streams text, image, pair",
 )
 
-# Probes and probing experiments.
-PROBES.register(
-    "linear-separability", "vlprobe.probes.linear:LinearSeparabilityProbe",
-    help="Linear SVM (libsvm SVC, C=100); separable_ = training accuracy 1.0, margin_ = 2/||w||",
-)
-PROBES.register(
-    "mlp", "vlprobe.probes.mlp:MLPProbe",
-    help="Binary MLP probe (torch): BCE on logits, Adam, predictions from logits > 0",
-)
+# Probing experiments.
 EXPERIMENTS.register(
     "separability", "vlprobe.experiments.separability:EXPERIMENT",
     help="Per-item linear separability of caption-0 vs caption-1 variants per layer, vs a shuffled control",

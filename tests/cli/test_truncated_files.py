@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from vlprobe.cli import app
-from vlprobe.io import h5_open_failure
+from vlprobe.io.h5 import h5_open_failure
 
 
 def _cut(src: Path, dst: Path, keep: float | int) -> Path:

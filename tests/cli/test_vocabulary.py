@@ -446,7 +446,7 @@ def test_the_readme_lists_every_old_spelling() -> None:
 
 def test_library_entry_points_default_to_the_command_lines_device() -> None:
     """Every command's --device defaults to auto (rule 4); so do the library calls behind them."""
-    from vlprobe.extract.scoring import load_scorer
+    from vlprobe.extract.eval_scorer import load_scorer
     from vlprobe.probes import MLPProbe
     from vlprobe.probes.ensemble import fit_mlp_ensemble, iter_mlp_ensemble
     from vlprobe.registry import MODELS

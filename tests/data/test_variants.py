@@ -16,7 +16,7 @@ from vlprobe.data.variants import (
     write_variants,
 )
 from vlprobe.data.winoground import load_winoground
-from vlprobe.io import OUTPUTS_LIST
+from vlprobe.io.ownership import OUTPUTS_LIST
 from vlprobe.provenance import sha256_file
 
 

@@ -203,7 +203,7 @@ def test_cli_eval_and_errors(sugarcrepe_dir: Path, coco: Path, tiny_clip: Path, 
                    "unknown subset 'swap_objs'", "did you mean 'swap_obj'")
     one_error_line(runner.invoke(app, [*clip, "--subsets", "swap_att", "--image-dir", str(coco)]),
                    "image '", "is not in", "missing")
-    one_error_line(runner.invoke(app, [*clip, "--subsets", "swap_obj"]), "reads pixels and needs images", "--image-dir")
+    one_error_line(runner.invoke(app, [*clip, "--subsets", "swap_obj"]), "reads pixels and needs images", "give image_dir")
     one_error_line(runner.invoke(app, [*base, "--model", "caption-length", "--scores", str(tmp_path / "x.jsonl")]),
                    "exactly one of model")
     one_error_line(runner.invoke(app, ["eval", "winoground", "--model", "clip", "--out", str(tmp_path)]),

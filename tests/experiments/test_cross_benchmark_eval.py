@@ -109,11 +109,11 @@ def test_eval_cross_errors_are_one_line(sugarcrepe_dir: Path, sugarcrepe_regions
                           "regions: no features for image '", ".jpg' in sc.h5")
     first = load_sugarcrepe(sugarcrepe_dir, subsets="replace_obj", limit=1).items[0].images[0].name
     assert f"'{first}'" in line
-    one_error_line(_cli([*lx, "--subsets", "swap_obj"]), "regions: lxmert reads precomputed region features", "--regions")
+    one_error_line(_cli([*lx, "--subsets", "swap_obj"]), "regions: lxmert reads precomputed region features", "give regions")
     one_error_line(_cli([*lx, "--subsets", "swap_obj", "--regions", str(sugarcrepe_regions), "--image-dir", str(tmp_path)]),
-                   "image_dir: lxmert reads region features", "drop --image-dir")
+                   "image_dir: lxmert reads region features", "leave image_dir unset")
     one_error_line(_cli([*lx, "--subsets", "swap_obj", "--regions", str(sugarcrepe_regions), "--tokenizer", "x"]),
-                   "tokenizer: lxmert does not take --tokenizer")
+                   "tokenizer: lxmert does not take the load option tokenizer")
     one_error_line(_cli([*base, "--model", "clip", "--checkpoint", str(tiny_clip), "--regions", str(sugarcrepe_regions)]),
                    "regions: clip reads pixels")
     one_error_line(_cli([*base, "--model", "caption-length", "--regions", str(sugarcrepe_regions)]),
@@ -162,7 +162,7 @@ def test_extract_sugarcrepe_with_clip_matches_eval(sugarcrepe_dir: Path, tiny_cl
     one_error_line(_cli([*args, "--subsets", SC["subsets"], "--limit", "2", "--image-dir", str(coco)]),
                    "other settings", "dataset_fingerprint")
     other = ["--out", str(tmp_path / "x.h5")]
-    one_error_line(_cli([*args, *sel, *other]), "clip reads pixels", "has no file", "--image-dir")
+    one_error_line(_cli([*args, *sel, *other]), "clip reads pixels", "has no file", "give image_dir")
     one_error_line(_cli([*args, *sel, *other, "--image-root", str(coco)]),
                    "image_root: dataset 'sugarcrepe' does not take --image-root")
     one_error_line(_cli([*args, *other, "--dataset", "winoground", "--limit", "2"]),
@@ -187,4 +187,4 @@ def test_extract_valse_with_lxmert_needs_no_images(valse_dir: Path, va_regions: 
     one_error_line(_cli([*args[:-3], "--limit", "2", "--no-pair-states", "--out", str(out)]),
                    "other settings", "dataset_selection")
     one_error_line(_cli([*args, "--out", str(tmp_path / "y.h5"), "--image-root", str(tmp_path)]),
-                   "image_root: lxmert reads region features", "drop --image-root")
+                   "image_root: lxmert reads region features", "leave image_root unset")

@@ -53,7 +53,7 @@ def test_model_options_are_checked_as_extract_checks_them(experiment: str, tiny_
     res = _run(experiment, "--model", "clip", "--checkpoint", str(tiny_clip), "--model-option", "score_head=itc",
                *common)
     assert res.exit_code == 2
-    one_error_line(res, "score_head: clip does not take --model-option score_head=...")
+    one_error_line(res, "score_head: clip does not take the load option score_head (it takes none)")
     res = _run(experiment, "--model", "blip-itm", "--checkpoint", str(tiny_blip_itm), "--model-option",
                "score_head=bogus", *common)
     assert res.exit_code == 2
@@ -64,7 +64,7 @@ def test_model_options_are_checked_as_extract_checks_them(experiment: str, tiny_
     one_error_line(res, "model_options must look like NAME=VALUE")
     res = _run(experiment, "--model", "clip", "--checkpoint", str(tiny_clip), "--model-config", "x.json", *common)
     assert res.exit_code == 2
-    one_error_line(res, "model_config: clip does not take --model-config")
+    one_error_line(res, "model_config: clip does not take the load option model_config")
 
 
 def test_blip_first_token_option_reaches_the_model(tiny_blip_itm: Path, synthetic_dir: Path, tmp_path: Path) -> None:

@@ -374,14 +374,14 @@ def test_cli_errors_are_one_line(
     cfg = cross_config("lxmert", tmp_path / "c.h5")
     base = ["extract", "--model", "lxmert", "--checkpoint", cfg.checkpoint, "--data-dir", str(synthetic_dir),
             "--out", str(tmp_path / "c.h5"), "--device", "cpu", "-q"]
-    one_error_line(_cli(base), "regions:", "--regions FILE.h5")
+    one_error_line(_cli(base), "regions:", "give regions, a region file (.h5)")
     one_error_line(_cli([*base, "--regions", str(tmp_path / "none.h5")]), "regions: no such file")
-    one_error_line(_cli([*base, "--regions", str(synthetic_regions), "--tokenizer", "x"]), "tokenizer: lxmert does not take --tokenizer")
+    one_error_line(_cli([*base, "--regions", str(synthetic_regions), "--tokenizer", "x"]), "tokenizer: lxmert does not take the load option tokenizer")
     one_error_line(_cli([*base, "--regions", str(synthetic_regions), "--pair-plan", "some"]), "pair_plan")
     clip = ["extract", "--model", "clip", "--checkpoint", str(tiny_clip), "--data-dir", str(synthetic_dir),
             "--out", str(tmp_path / "clip.h5"), "--device", "cpu", "-q"]
     one_error_line(_cli([*clip, "--regions", str(synthetic_regions)]), "regions: clip reads pixels")
-    one_error_line(_cli([*clip, "--model-config", "u.json"]), "model_config: clip does not take --model-config")
+    one_error_line(_cli([*clip, "--model-config", "u.json"]), "model_config: clip does not take the load option model_config")
     assert not list(tmp_path.glob("*.h5"))
 
 

@@ -2,13 +2,13 @@
 
 Equal scores from both commands for CLIP, LXMERT and UNITER; distinct texts and images encoded
 once, pairs in batches (never one forward per pair), dual encoders scored on batch-sized blocks
-(never the full matrix), blind scorers; the input checks read each model's ``image_input``.
+(never the full matrix), blind scorers; ``probe eval``'s scorer (vlprobe.extract.eval_scorer) reads
+each distinct text and image once.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,21 +19,13 @@ from typer.testing import CliRunner
 from tests.extract.helpers import SC_SELECTION, sugarcrepe_pictures
 from vlprobe.cli import app
 from vlprobe.data.loading import load_dataset
-from vlprobe.data.sugarcrepe import load_sugarcrepe
 from vlprobe.extract.cache.reader import ActivationCache
+from vlprobe.extract.eval_scorer import load_scorer
 from vlprobe.extract.models.clip import CLIPAdapter
 from vlprobe.extract.models.lxmert import LxmertAdapter
 from vlprobe.extract.models.uniter.adapter import UniterAdapter
 from vlprobe.extract.regions.store import RegionStore
-from vlprobe.extract.scoring import (
-    ImageSource,
-    PairBatch,
-    check_model_inputs,
-    load_scorer,
-    model_kind,
-    require_image_files,
-    score_pairs,
-)
+from vlprobe.extract.scoring import ImageSource, PairBatch, score_pairs
 from vlprobe.registry import MODELS
 from vlprobe.runs.score_files import caption_foil_scores, read_item_scores
 from vlprobe.validation import InputError
@@ -239,61 +231,3 @@ def test_score_pairs_checks_its_arguments(tiny_clip: Path, synthetic: Any) -> No
         ImageSource("regions", synthetic.images())
     with pytest.raises(InputError, match=r"image_input: unknown image_input .rgb.* \(known: pixels, regions, none\)"):
         ImageSource("rgb", synthetic.images())
-
-
-# -- the input checks read the declaration -------------------------------------------------------------
-
-
-def test_every_registered_model_declares_its_image_input() -> None:
-    from vlprobe.extract.models.base import IMAGE_INPUTS
-
-    for name in MODELS.names():
-        cls = MODELS.get(name)
-        assert cls.image_input in IMAGE_INPUTS, name
-        kind = model_kind(cls)
-        assert (kind == "text") == (cls.image_input == "none"), name
-
-
-@pytest.mark.parametrize(("model", "kwargs", "needle"), [
-    ("lxmert", {}, "regions: lxmert reads precomputed region features; give --regions"),
-    ("lxmert", {"regions": "r.h5", "image_options": {"image_dir": "x"}},
-     "image_dir: lxmert reads region features (--regions), not pixels; drop --image-dir"),
-    ("uniter", {"regions": "r.h5", "image_options": {"image_root": ["x"]}}, "image_root: uniter reads region features"),
-    ("clip", {"regions": "r.h5"}, "regions: clip reads pixels, not region features; drop --regions"),
-    ("caption-length", {"regions": "r.h5"}, "regions: caption-length scores captions only"),
-    ("blind-lm", {"image_options": {"image_dir": "x"}}, "image_dir: blind-lm scores captions only, not pixels; drop --image-dir"),
-    ("lxmert", {"regions": "r.h5", "load_options": {"tokenizer": "t"}}, "tokenizer: lxmert does not take --tokenizer"),
-    ("clip", {"load_options": {"model_config": "c.json"}}, "model_config: clip does not take --model-config"),
-    ("clip", {"load_options": {"score_head": "itc"}}, "score_head: clip does not take --model-option score_head=..."),
-])
-def test_check_model_inputs_messages(model: str, kwargs: dict[str, Any], needle: str) -> None:
-    with pytest.raises(InputError) as err:
-        check_model_inputs(model, MODELS.get(model), **kwargs)
-    assert needle in str(err.value)
-
-
-def test_check_model_inputs_passes_what_is_declared() -> None:
-    got = check_model_inputs("uniter", MODELS.get("uniter"), regions="r.h5",
-                             load_options={"model_config": "c.json", "tokenizer": None})
-    assert got == {"model_config": "c.json"}
-    assert check_model_inputs("clip", MODELS.get("clip"), image_options={"image_dir": "x", "image_root": None}) == {}
-    assert check_model_inputs("blind-grammar", MODELS.get("blind-grammar"),
-                              load_options={"acceptable_label": "1"}) == {"acceptable_label": "1"}
-
-
-def test_require_image_files_names_the_flags(sugarcrepe_dir: Path) -> None:
-    images = load_sugarcrepe(sugarcrepe_dir, subsets="swap_obj", limit=1).images()
-    with pytest.raises(InputError, match=r"clip reads pixels and needs images, but sugarcrepe image '.*' \(.*\) has no file; "
-                                         r"pass --image-dir DIR$"):
-        require_image_files("clip", images, "sugarcrepe", ("subsets", "image_dir"))
-    with pytest.raises(InputError, match=r"pass --image-dir DIR or --image-root SOURCE=DIR$"):
-        require_image_files("clip", images)
-
-
-def test_cli_model_option_is_checked(tiny_clip: Path, synthetic_dir: Path, tmp_path: Path,
-                                     one_error_line: Callable[..., str]) -> None:
-    base = ["extract", "--model", "clip", "--checkpoint", str(tiny_clip), "--data-dir", str(synthetic_dir), "-q",
-            "--out", str(tmp_path / "x.h5")]
-    one_error_line(_cli([*base, "--model-option", "score_head=itc"]), "score_head: clip does not take")
-    one_error_line(_cli([*base, "--model-option", "score_head"]), "model_options must look like NAME=VALUE")
-    assert not (tmp_path / "x.h5").exists()

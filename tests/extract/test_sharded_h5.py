@@ -207,9 +207,9 @@ def test_a_second_writer_is_refused_while_the_first_holds_the_file(tmp_path: Pat
         nonlocal code
         pid = os.fork()
         if pid == 0:  # another process: the lock is per process
-            import vlprobe.io
+            import vlprobe.io.locks
 
-            vlprobe.io._HELD.clear()  # a fresh process holds no lock (the fork copied the parent's record)
+            vlprobe.io.locks._HELD.clear()  # a fresh process holds no lock (the fork copied the parent's record)
             try:
                 ToyWriter.open(out, HEADER, N_ROWS)
                 os._exit(3)

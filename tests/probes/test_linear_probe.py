@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from vlprobe.probes.linear import LinearSeparabilityProbe
-from vlprobe.registry import PROBES
 
 
 def test_margin_is_the_gap_between_separable_classes() -> None:
@@ -151,11 +150,6 @@ def test_unconverged_fit_is_recorded_not_hidden() -> None:
 def test_bad_input_names_the_problem(params: dict, y: np.ndarray, needle: str) -> None:
     with pytest.raises(ValueError, match=needle):
         LinearSeparabilityProbe(**params).fit(np.arange(8.0).reshape(4, 2), y)
-
-
-def test_registered_under_probes() -> None:
-    assert PROBES.get("linear-separability") is LinearSeparabilityProbe
-    assert "margin" in PROBES.describe("linear-separability")
 
 
 def test_fit_trusted_equals_fit() -> None:

@@ -17,7 +17,6 @@ from vlprobe.probes.ensemble import (
     models_per_chunk,
 )
 from vlprobe.probes.mlp import MLPProbe
-from vlprobe.registry import PROBES
 from vlprobe.validation import InputError
 
 SMALL = {"depth": 3, "width": 12, "lr": 1e-2, "epochs": 15, "batch_size": 16}
@@ -149,10 +148,6 @@ def test_probe_bad_hyperparameters() -> None:
         MLPProbe(lr=float("nan")).fit(X, y)
     with pytest.raises(ValueError, match="Only binary classification"):
         MLPProbe(**SMALL).fit(X, np.arange(20) % 3)
-
-
-def test_registered_under_probes() -> None:
-    assert PROBES.get("mlp") is MLPProbe
 
 
 def test_planted_rule_versus_item_level_control() -> None:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from vlprobe import __version__
-from vlprobe.io import OUTPUTS_LIST
+from vlprobe.io.ownership import OUTPUTS_LIST
 from vlprobe.runs.declare import Experiment, Options, names, option
 from vlprobe.runs.writing import (
     TIDY_COLUMNS,

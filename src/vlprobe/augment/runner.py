@@ -21,7 +21,7 @@ from vlprobe.augment.base import Proposal, Strategy, caption_rng
 from vlprobe.augment.plan import build_strategy, resolve_plan
 from vlprobe.data.loading import load_dataset, loader_options
 from vlprobe.data.variants import VARIANTS_KIND, Variant, VariantSet, write_variants
-from vlprobe.io import check_output
+from vlprobe.io.ownership import check_output
 from vlprobe.validation import InputError, check_positive_int, check_seed
 
 __all__ = ["AugmentConfig", "AugmentResult", "augment", "augment_texts", "prepare_strategies"]

@@ -21,7 +21,7 @@ import typer
 
 from vlprobe import __version__
 from vlprobe.cli.declared import DeclaredGroup
-from vlprobe.io import is_disk_full, no_space_error
+from vlprobe.io.errors import is_disk_full, no_space_error
 from vlprobe.validation import InputError
 
 F = TypeVar("F", bound=Callable[..., Any])

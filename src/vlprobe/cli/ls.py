@@ -12,13 +12,13 @@ from vlprobe.validation import InputError
 
 @app.command("ls")
 @guarded
-def ls(what: Annotated[str, typer.Argument(help="models, datasets, experiments, strategies or probes")]) -> None:
-    """List registered models, datasets, experiments, strategies or probes."""
+def ls(what: Annotated[str, typer.Argument(help="models, datasets, experiments or strategies")]) -> None:
+    """List registered models, datasets, experiments or strategies."""
     from vlprobe import registry
 
     registries = {
         "models": registry.MODELS, "datasets": registry.DATASETS, "experiments": registry.EXPERIMENTS,
-        "strategies": registry.STRATEGIES, "probes": registry.PROBES,
+        "strategies": registry.STRATEGIES,
     }
     if what not in registries:
         raise InputError(f"ls: expected one of {', '.join(registries)}, got {what!r}")

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from vlprobe.io import text_lines
+from vlprobe.io.text import text_lines
 from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError
 

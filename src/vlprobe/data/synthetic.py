@@ -101,7 +101,7 @@ from vlprobe import __version__
 from vlprobe.data.tags import WWH_TAGS
 from vlprobe.data.variants import Variant, VariantSet, write_variants
 from vlprobe.data.winoground import WINOGROUND_FIELDS
-from vlprobe.io import atomic_path, atomic_write
+from vlprobe.io.atomic import atomic_path, atomic_write
 from vlprobe.validation import InputError, check_choice, check_int, check_positive_int, check_seed
 
 __all__ = [

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vlprobe.data.source_files import read_json_object
-from vlprobe.io import atomic_write
+from vlprobe.io.atomic import atomic_write
 from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError, check_file
 

@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from vlprobe.data.items import Dataset, TextRef
-from vlprobe.io import atomic_write, text_lines
+from vlprobe.io.atomic import atomic_write
+from vlprobe.io.text import text_lines
 from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError, check_file, check_int
 

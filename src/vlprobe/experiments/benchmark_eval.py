@@ -179,7 +179,7 @@ def _validate(config: EvalConfig) -> None:
         if given:
             raise InputError(f"{given[0]} applies to a model, not to a saved score file")
     else:  # before the data are read: options the model does not take
-        from vlprobe.extract.scoring import check_model_inputs
+        from vlprobe.extract.model_inputs import check_model_inputs
         from vlprobe.registry import MODELS
 
         check_model_inputs(config.model, MODELS.get(config.model), **_model_inputs(config))
@@ -226,7 +226,7 @@ def compute_eval(config: EvalConfig, slot: RunSlot) -> RunRows:
     score_kind = ""
     device = "cpu"  # re-read scores: the metrics are computed here, on the CPU
     if config.model is not None:
-        from vlprobe.extract.scoring import load_scorer
+        from vlprobe.extract.eval_scorer import load_scorer
 
         dataset = _load(config)
         if wanted is not None:
@@ -294,7 +294,7 @@ def compute_eval(config: EvalConfig, slot: RunSlot) -> RunRows:
     else:
         threshold = config.threshold
         if threshold is None and config.model is not None:
-            from vlprobe.extract.scoring import MATCH_THRESHOLDS
+            from vlprobe.extract.eval_scorer import MATCH_THRESHOLDS
 
             threshold = MATCH_THRESHOLDS.get(score_kind)
         rows = _valse_rows(pos, neg, sub, idx, base, config.bootstrap_seed, threshold, not config.keep_foil_ties, logits,

@@ -141,8 +141,8 @@ def load_pair_model(config: Any, experiment: Any, minimum: int = 1) -> PairModel
     ``config`` is a :class:`PairModelOptions` config; ``experiment`` its declared Experiment
     (whose :meth:`~vlprobe.runs.declare.Experiment.run` claimed the results slot).
     """
+    from vlprobe.extract.model_inputs import check_model_inputs
     from vlprobe.extract.models.base import CrossEncoder
-    from vlprobe.extract.scoring import check_model_inputs
 
     cls = pair_model_class(config.model, experiment.name)
     load_options = check_model_inputs(
@@ -167,8 +167,8 @@ def load_pair_model(config: Any, experiment: Any, minimum: int = 1) -> PairModel
 def pair_regions(config: Any, adapter: Any, items: list[Any], n_img: int, inputs: dict[str, Any]) -> Iterator[Any]:
     """The open region file of ``config.regions``, checked to hold the first ``n_img`` images of
     every item and to fit the model; recorded in ``inputs["regions"]``."""
+    from vlprobe.extract.model_inputs import check_region_width
     from vlprobe.extract.regions.store import RegionStore
-    from vlprobe.extract.scoring import check_region_width
 
     with RegionStore(config.regions) as store:
         store.require([it.images[j].name for it in items for j in range(n_img)], "the")

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from vlprobe.experiments.cache_features import cache_label
-from vlprobe.io import atomic_write
+from vlprobe.io.atomic import atomic_write
 from vlprobe.progress import format_bytes, say
 from vlprobe.provenance import sha256_file
 from vlprobe.runs.charts import Chart

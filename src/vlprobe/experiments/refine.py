@@ -29,7 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from vlprobe.io import atomic_write, check_output, write_json
+from vlprobe.io.atomic import atomic_write, write_json
+from vlprobe.io.ownership import check_output
 from vlprobe.provenance import sha256_file
 from vlprobe.runs.declare import Experiment, Options, option
 from vlprobe.runs.score_files import caption_foil_scores, read_item_scores

@@ -1,7 +1,7 @@
 """Extraction: dataset + adapter -> HDF5 cache, batched, resumable, shardable.
 
 :func:`extract` checks the model's inputs against what it declares (its ``image_input``, load
-options: :func:`vlprobe.extract.scoring.check_model_inputs`), loads the dataset (and variants),
+options: :func:`vlprobe.extract.model_inputs.check_model_inputs`), loads the dataset (and variants),
 loads the model through its adapter, opens or resumes the cache, and writes every batch the
 pair-scoring engine (:mod:`vlprobe.extract.scoring`) yields as one flushed chunk:
 
@@ -50,17 +50,10 @@ from vlprobe.extract.cache.schema import (
     parse_shard,
 )
 from vlprobe.extract.cache.writer import CacheWriter
+from vlprobe.extract.model_inputs import check_model_inputs, check_region_width, require_image_files
 from vlprobe.extract.models.base import Adapter, CrossEncoder, DualEncoder, StreamSpec
 from vlprobe.extract.models.pooling import parse_poolings
-from vlprobe.extract.scoring import (
-    ImageSource,
-    check_model_inputs,
-    check_region_width,
-    encode_stream,
-    pooled_score_fn,
-    require_image_files,
-    score_pairs,
-)
+from vlprobe.extract.scoring import ImageSource, encode_stream, pooled_score_fn, score_pairs
 from vlprobe.layers import parse_stream_layers
 from vlprobe.provenance import git_revision, package_versions
 from vlprobe.registry import MODELS
@@ -104,7 +97,7 @@ class ExtractConfig:
     #: A tokenizer directory or hub id given apart from the checkpoint (UNITER).
     tokenizer: str | None = None
     #: Further load options the model declares (``Adapter.load_options``, e.g. BLIP's
-    #: ``score_head``); checked by :func:`vlprobe.extract.scoring.check_model_inputs`.
+    #: ``score_head``); checked by :func:`vlprobe.extract.model_inputs.check_model_inputs`.
     model_options: Mapping[str, Any] = field(default_factory=dict)
     #: Cross-encoders: store the pair streams' states besides the scores. None = yes for the
     #: ``item`` plan, no for ``all`` (every image x every text x every layer is huge).

@@ -6,7 +6,7 @@ A file kind subclasses :class:`ShardedH5Writer`: it declares how its header is r
 passes to :meth:`~ShardedH5Writer._open`); the rest is shared:
 
 Create or resume
-    A new file is built whole under a temporary name (:func:`vlprobe.io.temp_name`) and renamed
+    A new file is built whole under a temporary name (:func:`vlprobe.io.paths.temp_name`) and renamed
     into place; every dataset is allocated and filled in full then (:func:`allocate`; nothing is
     compressed), so a later write never moves data, changes metadata or needs new space. The free
     space is compared with the file's planned size (:func:`planned_bytes`) before HDF5 writes
@@ -14,7 +14,7 @@ Create or resume
     kind is refused (never opened for writing), and one whose header differs is refused with a
     message naming the first field that differs (:func:`header_diff`).
 Ownership
-    A writer holds the file's write lock (:func:`vlprobe.io.output_lock`) from opening to
+    A writer holds the file's write lock (:func:`vlprobe.io.locks.output_lock`) from opening to
     :meth:`~ShardedH5Writer.close`: a second run on the same file is refused in one line.
 Rows in flushed chunks
     :meth:`~ShardedH5Writer.commit` writes a chunk of rows, flushes, marks them in the done
@@ -46,19 +46,11 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 import h5py
 import numpy as np
 
-from vlprobe.io import (
-    OpenH5,
-    atomic_path,
-    check_writable,
-    discard_h5,
-    ensure_folder,
-    h5_open_failure,
-    is_disk_full,
-    no_space_error,
-    output_lock,
-    stop_h5_writes,
-    temp_name,
-)
+from vlprobe.io.atomic import atomic_path
+from vlprobe.io.errors import is_disk_full, no_space_error
+from vlprobe.io.h5 import OpenH5, discard_h5, h5_open_failure, stop_h5_writes
+from vlprobe.io.locks import output_lock
+from vlprobe.io.paths import check_writable, ensure_folder, temp_name
 from vlprobe.validation import InputError
 
 __all__ = [

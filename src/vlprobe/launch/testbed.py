@@ -304,7 +304,7 @@ def run_testbed(config: KnownAnswerConfig, *, echo: Any = print) -> dict[str, An
     for name in ("train_items", "eval_items", "clip_steps", "lxmert_steps", "jobs"):
         check_positive_int(getattr(config, name), name)
     check_seed(config.seed)
-    from vlprobe.io import claim_folder
+    from vlprobe.io.ownership import claim_folder
 
     # OUT's results, report and caches are cleared below: only a folder of the testbed's own.
     out = claim_folder(config.out, kind=TESTBED_KIND, recognise=_earlier_testbed)

@@ -98,7 +98,8 @@ def write_collected(folders: Sequence[str | os.PathLike[str]], out: str | os.Pat
     InputError
         As :func:`collect_rows`; ``out`` exists and is not a table vlprobe collected.
     """
-    from vlprobe.io import atomic_write, check_output
+    from vlprobe.io.atomic import atomic_write
+    from vlprobe.io.ownership import check_output
 
     target = Path(out)
     check_output(target, COLLECT_KIND, recognise=_is_collected)

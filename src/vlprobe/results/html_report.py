@@ -393,7 +393,8 @@ def write_report(results_dir: str | os.PathLike[str], out: str | os.PathLike[str
     InputError
         ``out`` exists and vlprobe did not write it (the report's first line carries its mark).
     """
-    from vlprobe.io import atomic_write, check_output
+    from vlprobe.io.atomic import atomic_write
+    from vlprobe.io.ownership import check_output
 
     target = Path(out)
     chosen = fmt or ("md" if target.suffix.lower() in (".md", ".markdown") else "html")

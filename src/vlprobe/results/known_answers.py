@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vlprobe.io import atomic_path, atomic_write
+from vlprobe.io.atomic import atomic_path, atomic_write
 from vlprobe.runs.summary import read_tidy_csv, summarize
 from vlprobe.validation import InputError
 

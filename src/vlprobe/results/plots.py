@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from vlprobe import __version__
-from vlprobe.io import atomic_write, check_output
+from vlprobe.io.atomic import atomic_write
+from vlprobe.io.ownership import check_output
 from vlprobe.results.reading import RunResult, read_result
 from vlprobe.runs.charts import Chart, chart_for
 from vlprobe.runs.summary import summarize

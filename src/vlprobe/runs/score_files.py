@@ -35,7 +35,8 @@ from pathlib import Path
 import numpy as np
 
 from vlprobe.data.source_files import iter_json_lines
-from vlprobe.io import atomic_write, text_lines
+from vlprobe.io.atomic import atomic_write
+from vlprobe.io.text import text_lines
 from vlprobe.runs.writing import RESULTS_KIND
 from vlprobe.validation import InputError, check_file
 

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from vlprobe.io import atomic_write
+from vlprobe.io.atomic import atomic_write
 from vlprobe.probes.splits import selectivity
 from vlprobe.runs.writing import RESULTS_KIND, TIDY_COLUMNS, format_cell
 from vlprobe.validation import InputError, check_file

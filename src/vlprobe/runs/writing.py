@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from vlprobe import __version__
-from vlprobe.io import atomic_write, check_output, write_json
+from vlprobe.io.atomic import atomic_write, write_json
+from vlprobe.io.ownership import check_output
 from vlprobe.provenance import git_revision, package_versions, sha256_file
 from vlprobe.validation import InputError
 

@@ -25,11 +25,11 @@ import torch
 from PIL import Image
 
 from tests.extract.helpers import random_region_batch
+from vlprobe.extract.model_inputs import model_kind
 from vlprobe.extract.models.base import Adapter, CrossEncoder, DualEncoder
 from vlprobe.extract.models.blind import TextScorer
 from vlprobe.extract.models.pooling import pool_states
 from vlprobe.extract.regions.store import RegionBatch
-from vlprobe.extract.scoring import model_kind
 from vlprobe.fixtures.models import FIXTURE_WRITERS
 from vlprobe.fixtures.staging import FIXTURE_MARKER
 from vlprobe.registry import MODELS

@@ -20,7 +20,7 @@ from vlprobe.extract.cache.schema import (
     open_h5,
 )
 from vlprobe.extract.models.base import StreamSpec
-from vlprobe.io import OpenH5
+from vlprobe.io.h5 import OpenH5
 from vlprobe.validation import InputError, check_file
 
 __all__ = ["ActivationCache"]

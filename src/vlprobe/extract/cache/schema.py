@@ -88,7 +88,7 @@ import numpy as np
 from vlprobe.extract import sharded_h5
 from vlprobe.extract.models.base import StreamSpec
 from vlprobe.extract.sharded_h5 import parse_shard
-from vlprobe.io import schema_version_of
+from vlprobe.io.h5 import schema_version_of
 from vlprobe.validation import InputError
 
 __all__ = [

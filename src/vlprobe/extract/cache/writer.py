@@ -34,7 +34,7 @@ from vlprobe.extract.cache.schema import (
     cache_version,
 )
 from vlprobe.extract.sharded_h5 import ShardedH5Writer, allocate, row_selection
-from vlprobe.io import schema_attrs
+from vlprobe.io.h5 import schema_attrs
 from vlprobe.validation import InputError
 
 __all__ = ["CacheWriter"]

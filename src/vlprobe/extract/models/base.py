@@ -23,7 +23,7 @@ Two kinds of adapter score pairs:
 Every adapter declares what it reads for an image, ``image_input``: ``"pixels"`` (RGB PIL
 images; every image needs a file), ``"regions"`` (precomputed region features from a
 ``--regions`` file) or ``"none"``. The input checks of ``probe extract`` and ``probe eval`` read
-this declaration (:func:`vlprobe.extract.scoring.check_model_inputs`). A pixel model is fed its
+this declaration (:func:`vlprobe.extract.model_inputs.check_model_inputs`). A pixel model is fed its
 images as stored (:data:`PIXEL_ORIENTATION`: the EXIF Orientation tag ignored, as the reference
 code's ``Image.open(path).convert("RGB")`` ignores it) through its image processor's PIL backend;
 :meth:`Adapter.image_preprocessing` reports both for the cache header.

@@ -45,7 +45,7 @@ import numpy as np
 from vlprobe import __version__
 from vlprobe.extract.regions.store import SCHEMA, SCHEMA_VERSION
 from vlprobe.extract.sharded_h5 import ShardedH5Writer, allocate
-from vlprobe.io import schema_attrs
+from vlprobe.io.h5 import schema_attrs
 from vlprobe.validation import InputError
 
 __all__ = ["EXTRAS", "ROW_DATASETS", "ChunkedRegionWriter", "RegionRows", "RegionRunHeader"]

@@ -56,7 +56,8 @@ from vlprobe.extract.regions.store import (
     RegionWriter,
     is_region_file,
 )
-from vlprobe.io import atomic_dir, atomic_write, check_output
+from vlprobe.io.atomic import atomic_dir, atomic_write
+from vlprobe.io.ownership import check_output
 from vlprobe.provenance import fingerprint_files, sha256_file
 from vlprobe.validation import InputError, check_file, check_positive_int
 

@@ -64,13 +64,12 @@ import numpy as np
 
 from vlprobe import __version__
 from vlprobe.extract.regions.boxes import BOX_TOLERANCE, check_normalised_boxes, normalise_image_id
-from vlprobe.io import (
+from vlprobe.io.atomic import atomic_path
+from vlprobe.io.errors import is_disk_full, no_space_error
+from vlprobe.io.h5 import (
     ClosesOnExit,
-    atomic_path,
     discard_h5,
     h5_open_failure,
-    is_disk_full,
-    no_space_error,
     schema_attrs,
     schema_version_of,
     stop_h5_writes,
