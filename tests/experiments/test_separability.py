@@ -192,7 +192,7 @@ def test_cli_on_the_tiny_clip_cache_and_plot(reference_cache: Path, tmp_path: Pa
     assert {(r["layer"], r["kind"]) for r in rows} == {("0", "embed"), ("3", "self")}
     assert {r["stream"] for r in rows} == {"text"} and {r["task"] for r in rows} == {"target", "control", "selectivity"}
     subsets = {r["subset"] for r in rows}
-    assert {"all", "wwh=NoTag", "collapsed_tag=Object"} <= subsets  # per-tag subsets of the synthetic data
+    assert {"all", "wwh=NoTag-corrected", "collapsed_tag=Object"} <= subsets  # per-tag subsets of the synthetic data
     plot = runner.invoke(app, ["plot", str(csv_path), "--out", str(tmp_path / "fig.png")])
     assert plot.exit_code == 0, plot.output
     assert (tmp_path / "fig.png").stat().st_size > 0 and (tmp_path / "fig.pdf").stat().st_size > 0

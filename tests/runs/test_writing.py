@@ -36,7 +36,7 @@ def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
 def test_tidy_columns() -> None:
     assert TIDY_COLUMNS == (
         "experiment", "model", "stream", "layer", "kind", "pooling", "probe", "task", "seed", "split",
-        "subset", "metric", "value", "n",
+        "subset", "metric", "value", "n", "note",
     )
 
 

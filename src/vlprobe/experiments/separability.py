@@ -352,7 +352,8 @@ def _fit_layers(
 
 
 def tag_subsets(tags: Sequence[dict[str, list[str]]]) -> dict[str, np.ndarray]:
-    """Case masks per tag: ``collapsed_tag=<v>``, ``wwh=<tag>`` / ``wwh=NoTag`` and ``bow=same`` /
+    """Case masks per tag: ``collapsed_tag=<v>``, ``wwh=<tag>`` / ``wwh=NoTag-corrected`` (every item
+    untagged in the tag file: not the paper code's 171-id ``NoTag`` list) and ``bow=same`` /
     ``bow=different`` where present.
 
     Parameters
@@ -367,7 +368,7 @@ def tag_subsets(tags: Sequence[dict[str, list[str]]]) -> dict[str, np.ndarray]:
         for value in sorted({v for t in tags for v in t[family]}):
             out[f"{family}={value}"] = np.array([value in t[family] for t in tags])
         if family == "wwh":
-            out["wwh=NoTag"] = np.array([not t[family] for t in tags])
+            out["wwh=NoTag-corrected"] = np.array([not t[family] for t in tags])
     return out
 
 
@@ -510,7 +511,8 @@ def report(config: SeparabilityConfig, result: tuple[Path, Path, list[dict[str, 
 # Version 2: libsvm's SVC (was liblinear); no_hyperplane; separable_margin over separable cases only
 # (was margin over every finite fit); per-case percentages in percent (were fractions).
 # Version 3: held_out (heldout_accuracy, split heldout, with intervals).
-# Version 4: scale=paper by default (CLIP states / 100, as probe_clip.py; other models raw).
+# Version 4: scale=paper by default (CLIP states / 100, as probe_clip.py; other models raw);
+# wwh=NoTag renamed wwh=NoTag-corrected (the items untagged in the tag file, 172 of Winoground's).
 EXPERIMENT = Experiment("separability", 4, SeparabilityConfig, run_separability, report,
                         presets=PRESET_VALUES["separability"], swept=("streams", "layers", "seeds"),
                         chart=Chart("layers", ("separable", "separable_margin", "train_accuracy"), split="train"))

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from vlprobe.validation import InputError, check_positive_int, check_seed
+from vlprobe.validation import InputError, check_int, check_positive_int, check_seed
 
 __all__ = [
     "MATCHING_UNDEFINED",
@@ -375,7 +375,7 @@ def bootstrap_indices(
     n : int
         Number of items.
     n_boot : int
-        Number of resamples.
+        Number of resamples (0: none, an empty array; no interval rows follow, see :func:`ci95_rows`).
     seed : int
         Seed of ``np.random.default_rng``; the same (n, n_boot, seed, strata) give the same indices,
         so two models scored on the same items are resampled alike.
@@ -386,7 +386,9 @@ def bootstrap_indices(
     -------
     ndarray of int64, shape (n_boot, n)
     """
-    check_positive_int(n_boot, "n_boot")
+    check_int(n_boot, "n_boot", low=0)
+    if n_boot == 0:
+        return np.empty((0, max(n, 0)), dtype=np.int64)
     if n < 1:
         raise InputError(f"bootstrap needs at least one item, got {n}")
     rng = np.random.default_rng(check_seed(seed))
@@ -438,7 +440,14 @@ def ci95_rows(base: dict[str, Any], metric: str, values: np.ndarray, seed: int) 
         The statistic on each resample, already in the reported unit (e.g. percent).
     seed : int
         The bootstrap seed, written to the ``seed`` column.
+
+    Returns
+    -------
+    list of dict
+        Empty when there are no resamples (``bootstrap`` = 0: no intervals).
     """
+    if not len(values):
+        return []
     low, high = bootstrap_ci(values)
     return [{**base, "metric": f"{metric}.ci95_{bound}", "value": value, "seed": seed}
             for bound, value in (("low", low), ("high", high))]
