@@ -348,6 +348,9 @@ def test_matching_is_nan_and_explained_when_a_score_is_negative(tmp_path: Path) 
     assert all(not np.isnan(r["value"]) for r in rows if not r["metric"].startswith("matching"))
     _, lines = read_csv(csv_path)
     assert {line["value"] for line in lines if line["metric"] == "matching"} == {"nan"}
+    # The reason is in the CSV itself, on the metric's own rows; the other metrics carry no note.
+    assert all("non-negative" in line["note"] for line in lines if line["metric"] == "matching")
+    assert {line["note"] for line in lines if line["metric"] in ("text", "image", "group")} == {""}
     run = json.loads(manifest_path.read_text(encoding="utf-8"))["runs"]["neg"]
     assert set(run["undefined_metrics"]) == {"matching"} and "non-negative" in run["undefined_metrics"]["matching"]
 

@@ -20,8 +20,8 @@ scores file with ``data_dir``). Values are percentages; ``n`` is the number of i
 
 Metrics: ``text``, ``image``, ``group`` and Winoground's ``matching`` score
 (s00*s11 > s01*s10). ``matching`` is defined for non-negative scores only (zeros included, as in
-the human scores): when any score of the run is negative its rows hold NaN and the manifest's
-``undefined_metrics`` says why.
+the human scores): when any score of the run is negative its rows hold NaN and their ``note``
+(and the manifest's ``undefined_metrics``) says why.
 """
 
 from __future__ import annotations
@@ -289,6 +289,7 @@ def run_winoground_scores(config: WinogroundScoresConfig) -> tuple[Path, Path, l
             rows.append({
                 "experiment": EXPERIMENT.name, "model": model, "task": "target", "split": "all",
                 "subset": subset, "metric": metric, "value": value, "n": n,
+                **({"note": undefined[metric]} if metric in undefined else {}),
             })
     idx = bootstrap_indices(len(ids), config.bootstrap, config.bootstrap_seed)
     base = {"experiment": EXPERIMENT.name, "model": model, "task": "target", "split": "all", "subset": "all",

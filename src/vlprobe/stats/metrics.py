@@ -51,6 +51,7 @@ from vlprobe.validation import InputError, check_int, check_positive_int, check_
 __all__ = [
     "MATCHING_UNDEFINED",
     "SUGARCREPE_GROUPS",
+    "VALSE_THRESHOLDED",
     "auroc",
     "bootstrap_ci",
     "bootstrap_indices",
@@ -59,6 +60,7 @@ __all__ = [
     "recall_at_k",
     "recall_ranks",
     "sugarcrepe_accuracy",
+    "valse_counts",
     "valse_metrics",
     "winoground_outcomes",
 ]
@@ -337,6 +339,43 @@ def valse_metrics(
     if threshold is not None:
         out["n_thresholded"] = float(((f != threshold) if skip_foil_ties else np.ones_like(f, bool)).sum())
     return out
+
+
+def valse_counts(
+    foil: np.ndarray, *, threshold: float | None = None, skip_foil_ties: bool = True,
+    foil_logits: np.ndarray | None = None,
+) -> dict[str, int]:
+    """How many items each VALSE metric's value is computed over (the ``n`` of its row).
+
+    Parameters
+    ----------
+    foil : ndarray, shape (N,)
+        Score of the image with its foil.
+    threshold, skip_foil_ties : as in :func:`valse_metrics`
+        With ``skip_foil_ties``, items whose foil score equals the threshold are not counted for
+        the thresholded metrics (``caption_tpr``, ``foil_tnr``, ``acc``, ``min_rate``, ``ppv``,
+        ``npv``, ``min_precision``), as they are left out of their values.
+    foil_logits : ndarray, shape (N, 2), optional
+        ``acc_r_valse`` counts the items whose two foil logits differ.
+
+    Returns
+    -------
+    dict of str to int
+        Metric name -> items (``acc_r`` and ``auroc``: every item).
+    """
+    f = np.asarray(foil, dtype=np.float64)
+    out = {"acc_r": len(f), "auroc": len(f)}
+    if foil_logits is not None:
+        fl = np.asarray(foil_logits, np.float64)
+        out["acc_r_valse"] = int((fl[..., 0] != fl[..., 1]).sum())
+    if threshold is not None:
+        kept = int((f != threshold).sum()) if skip_foil_ties else len(f)
+        out.update(dict.fromkeys(VALSE_THRESHOLDED, kept))
+    return out
+
+
+#: The VALSE metrics that need a match threshold.
+VALSE_THRESHOLDED = ("caption_tpr", "foil_tnr", "acc", "min_rate", "ppv", "npv", "min_precision")
 
 
 def valse_metrics_batched(
