@@ -589,3 +589,20 @@ def test_cache_mode_tags_replace_the_wwh_tags(tmp_path: Path, reference_cache: P
     assert "collapsed_tag=Object" in n  # the cache's own Winoground tags stay
     run = json.loads(manifest_path.read_text())["runs"]["clip"]
     assert run["inputs"]["cache"]["tags_override"] == {"tags": sha256_file(tag_file)}
+
+
+def test_score_file_tags_from_a_data_dir_without_images(tmp_path: Path, synthetic_dir: Path) -> None:
+    # Only captions and tags are read from data_dir: a copy without images/ serves as well.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("examples.jsonl", "new_tag_assignments.json"):
+        shutil.copy(synthetic_dir / name, bare / name)
+    ids = [json.loads(line)["id"] for line in (bare / "examples.jsonl").read_text(encoding="utf-8").splitlines()]
+    s, _ = designed_scores(len(ids), seed=3)
+    scores_file = write_scores(tmp_path / "m.jsonl", ids, s)
+    _, _, rows = run_winoground_scores(WinogroundScoresConfig(out=tmp_path / "o", scores=scores_file, data_dir=bare))
+    _, _, full = run_winoground_scores(WinogroundScoresConfig(out=tmp_path / "o2", scores=scores_file,
+                                                              data_dir=synthetic_dir))
+    assert {"collapsed_tag=Object", "wwh=NoTag"} <= {r["subset"] for r in rows}
+    assert ({(r["subset"], r["metric"]): r["value"] for r in rows}
+            == pytest.approx({(r["subset"], r["metric"]): r["value"] for r in full}, nan_ok=True))

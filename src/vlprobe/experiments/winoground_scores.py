@@ -231,7 +231,8 @@ def _tags_for(ids: list[int], config: WinogroundScoresConfig) -> tuple[list[dict
     if config.data_dir is not None:
         from vlprobe.data.winoground import load_winoground
 
-        ds = load_winoground(config.data_dir, tags=config.tags if config.tags is not None else None)
+        # Only captions and tags are read: the images need not be there.
+        ds = load_winoground(config.data_dir, tags=config.tags if config.tags is not None else None, images=False)
         by_id = {it.meta["winoground_id"]: it for it in ds.items}
         missing = [w for w in ids if w not in by_id]
         if missing:
