@@ -250,7 +250,7 @@ def test_valse_n_is_the_items_each_value_is_computed_over(valse_dir: Path, tmp_p
     swap = [i for i in ids if i.startswith("valse/actant-swap/")]
     ties = set(swap[:34])  # foils on the threshold: left out of the thresholded metrics, as VALSE does
     path = _valse_score_file(tmp_path / "m.scores.jsonl", ids, 0, ties)
-    csv_path, _, rows = run_eval(EvalConfig(benchmark="valse", out=tmp_path / "o", scores=path, threshold=0.5,
+    csv_path, _, _ = run_eval(EvalConfig(benchmark="valse", out=tmp_path / "o", scores=path, threshold=0.5,
                                             bootstrap=0))
     got = csv_rows(csv_path)
     for metric in ("acc", "caption_tpr", "foil_tnr", "ppv", "npv", "min_rate", "min_precision"):

@@ -45,10 +45,10 @@ from vlprobe.provenance import git_revision, package_versions, sha256_file
 from vlprobe.validation import InputError
 
 __all__ = [
-    "RESULTS_KIND",
-    "RUN_NEUTRAL",
     "LATER_TIDY_COLUMNS",
     "REQUIRED_TIDY_COLUMNS",
+    "RESULTS_KIND",
+    "RUN_NEUTRAL",
     "TIDY_COLUMNS",
     "RunSettings",
     "build_manifest",
