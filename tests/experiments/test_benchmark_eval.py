@@ -232,3 +232,84 @@ def test_cli_eval_shows_progress_unless_quiet(sugarcrepe_dir: Path, coco: Path, 
     quiet = runner.invoke(app, [*base, "--out", str(tmp_path / "quiet"), "--quiet"])
     assert quiet.exit_code == 0 and quiet.stderr == ""
     assert loud.stdout.replace("loud", "quiet") == quiet.stdout
+
+
+def _valse_score_file(path: Path, ids: list[str], seed: int, tie_foils: set[str] = frozenset()) -> Path:  # type: ignore[assignment]
+    """P(match)-like scores for every item; the foils of ``tie_foils`` sit exactly on 0.5."""
+    values = np.random.default_rng(seed).uniform(0.01, 0.99, size=(len(ids), 2))
+    for n, i in enumerate(ids):
+        if i in tie_foils:
+            values[n, 1] = 0.5
+    return write_item_scores(path, [i for i in ids for _ in (0, 1)], [f"{i}/i0" for i in ids for _ in (0, 1)],
+                             [f"{i}/c{k}" for i in ids for k in (0, 1)], values.ravel())
+
+
+def test_valse_n_is_the_items_each_value_is_computed_over(valse_dir: Path, tmp_path: Path) -> None:
+    ds = load_valse(valse_dir)
+    ids = [it.id for it in ds.items]
+    swap = [i for i in ids if i.startswith("valse/actant-swap/")]
+    ties = set(swap[:34])  # foils on the threshold: left out of the thresholded metrics, as VALSE does
+    path = _valse_score_file(tmp_path / "m.scores.jsonl", ids, 0, ties)
+    csv_path, _, _ = run_eval(EvalConfig(benchmark="valse", out=tmp_path / "o", scores=path, threshold=0.5,
+                                            bootstrap=0))
+    got = csv_rows(csv_path)
+    for metric in ("acc", "caption_tpr", "foil_tnr", "ppv", "npv", "min_rate", "min_precision"):
+        assert int(got[("actant-swap", metric)]["n"]) == len(swap) - 34, metric
+        assert "left out" in got[("actant-swap", metric)]["note"]
+    assert int(got[("actant-swap", "acc_r")]["n"]) == len(swap)
+    direct = valse_metrics(*[np.array([v for k, v in enumerate(col) if ids[k] in set(swap)])
+                             for col in np.array(caption_foil_scores(read_item_scores(path), param="s")[1:])],
+                           threshold=0.5)
+    assert int(got[("actant-swap", "acc")]["n"]) == direct["n_thresholded"]
+    assert float(got[("actant-swap", "acc")]["value"]) == pytest.approx(100 * direct["acc"])
+    files = {i.split("/")[1] for i in ids}
+    assert int(got[("mean-of-subsets", "acc_r")]["n"]) == len(files)  # a mean over files, not over items
+    assert "number of files" in got[("mean-of-subsets", "acc_r")]["note"]
+    assert int(got[("all", "acc_r")]["n"]) == len(ids)
+    # Without a matching head, acc_r is the paper's number (CLIP-like models).
+    assert "the paper's acc_r" in got[("all", "acc_r")]["note"]
+
+
+def test_valse_without_a_threshold_says_why_the_thresholded_metrics_are_missing(tmp_path: Path) -> None:
+    ids = [f"valse/{s}/{k}" for s in ("existence", "plurals") for k in range(10)]
+    path = _valse_score_file(tmp_path / "m.scores.jsonl", ids, 1)
+    out = tmp_path / "o"
+    result = CliRunner().invoke(app, ["eval", "valse", "--scores", str(path), "--out", str(out), "--bootstrap", "10"])
+    assert result.exit_code == 0, result.output
+    assert "--threshold" in result.stdout  # the report says it, not only the files
+    got = csv_rows(out / "valse" / "m@bootstrap=10.csv")
+    assert not any(metric == "caption_tpr" for _, metric in got)
+    assert "give --threshold" in got[("all", "acc_r")]["note"]
+    run = json.loads((out / "valse" / "manifest.json").read_text(encoding="utf-8"))["runs"]["m@bootstrap=10"]
+    assert "give --threshold" in run["thresholded_metrics"]
+
+
+def test_valse_notes_say_which_acc_r_is_the_papers_with_logits(tmp_path: Path) -> None:
+    ids = [f"valse/existence/{k}" for k in range(12)]
+    logits = np.random.default_rng(2).normal(size=(2 * len(ids), 2))
+    scores = np.exp(logits[:, 1]) / np.exp(logits).sum(1)
+    path = write_item_scores(tmp_path / "lx.scores.jsonl", [i for i in ids for _ in (0, 1)],
+                             [f"{i}/i0" for i in ids for _ in (0, 1)], [f"{i}/c{k}" for i in ids for k in (0, 1)],
+                             scores, logits)
+    csv_path, _, _ = run_eval(EvalConfig(benchmark="valse", out=tmp_path / "o", scores=path, bootstrap=10))
+    got = csv_rows(csv_path)
+    assert got[("all", "acc_r_valse")]["note"].startswith("the paper's acc_r")
+    assert "the paper's number is acc_r_valse" in got[("all", "acc_r")]["note"]
+    assert got[("all", "acc_r.ci95_low")]["note"] == ""
+
+
+def test_sugarcrepe_notes_say_micro_means_and_ties(tmp_path: Path) -> None:
+    ids = [f"sugarcrepe/{s}/{k}" for s in ("replace_obj", "replace_att", "swap_obj", "add_att") for k in range(6)]
+    values = np.random.default_rng(3).uniform(size=(len(ids), 2))
+    values[:3, 1] = values[:3, 0]  # three ties: wrong
+    path = write_item_scores(tmp_path / "m.scores.jsonl", [i for i in ids for _ in (0, 1)],
+                             [f"{i}/i0" for i in ids for _ in (0, 1)], [f"{i}/c{k}" for i in ids for k in (0, 1)],
+                             values.ravel())
+    csv_path, _, _ = run_eval(EvalConfig(benchmark="sugarcrepe", out=tmp_path / "o", scores=path, bootstrap=10))
+    got = csv_rows(csv_path)
+    for group in ("replace", "swap", "add"):
+        assert "item-weighted (micro) mean" in got[(group, "accuracy")]["note"], group
+    for subset in ("replace_obj", "swap_obj", "all"):
+        assert "ties count as wrong" in got[(subset, "accuracy")]["note"]
+    hit = values[:, 0] > values[:, 1]
+    assert float(got[("replace", "accuracy")]["value"]) == pytest.approx(100 * hit[:12].mean())

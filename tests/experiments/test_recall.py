@@ -134,6 +134,10 @@ def test_recall_custom_ks_and_model(cache_path: Path, tmp_path: Path) -> None:
         ("t2i", "median_rank"), ("t2i", "mean_rank"),
     ]
     assert {r["model"] for r in rows} == {"tiny"}
+    # mean_rank is vlprobe's (no reference computes it): its note says so; recall@k says how ties count.
+    assert all("vlprobe's" in r["note"] for r in rows if r["metric"] == "mean_rank")
+    assert all("ties count against" in r["note"] for r in rows if r["metric"].startswith("recall@"))
+    assert all("note" not in r for r in rows if r["metric"] == "median_rank")
     # k = number of candidates: everything is found.
     assert all(r["value"] == 100.0 for r in rows if r["metric"] == f"recall@{2 * N_ITEMS}")
     # Other ks name another run of the same model.

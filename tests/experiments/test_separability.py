@@ -192,7 +192,7 @@ def test_cli_on_the_tiny_clip_cache_and_plot(reference_cache: Path, tmp_path: Pa
     assert {(r["layer"], r["kind"]) for r in rows} == {("0", "embed"), ("3", "self")}
     assert {r["stream"] for r in rows} == {"text"} and {r["task"] for r in rows} == {"target", "control", "selectivity"}
     subsets = {r["subset"] for r in rows}
-    assert {"all", "wwh=NoTag", "collapsed_tag=Object"} <= subsets  # per-tag subsets of the synthetic data
+    assert {"all", "wwh=NoTag-corrected", "collapsed_tag=Object"} <= subsets  # per-tag subsets of the synthetic data
     plot = runner.invoke(app, ["plot", str(csv_path), "--out", str(tmp_path / "fig.png")])
     assert plot.exit_code == 0, plot.output
     assert (tmp_path / "fig.png").stat().st_size > 0 and (tmp_path / "fig.pdf").stat().st_size > 0
@@ -221,7 +221,7 @@ def bad_caches(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         ("sparse", ["--layers", "1"], ["layer(s) [1]", "not stored", "stored: [0, 2]"]),
         ("dual", ["--layers", "9"], ["layer 9 is out of range"]),
         ("dual", ["--seeds", "0"], ["seeds must be"]),
-        ("dual", ["--scale", "minmax"], ["scale: unknown scale 'minmax'", "known: none, standard"]),
+        ("dual", ["--scale", "minmax"], ["scale: unknown scale 'minmax'", "known: paper, none, divide100, standard"]),
         ("dual", ["--jobs", "0"], ["jobs must be"]),
     ],
 )
@@ -339,3 +339,35 @@ def test_held_out_accuracy_generalises_at_the_planted_layer_only(dual: Path, tmp
     # without held_out, no such rows
     _, _, plain = run_separability(SeparabilityConfig(cache=dual, out=tmp_path / "plain", seeds=1, layers="2"))
     assert not any(r["metric"].startswith("heldout") for r in plain)
+
+
+def _target(rows: list[dict], metric: str) -> dict[object, float]:
+    return {r["layer"]: r["value"] for r in rows if r["metric"] == metric and r["subset"] == "all"
+            and r["task"] == "target" and r["seed"] is None}
+
+
+@pytest.mark.parametrize("family", ["clip", "lxmert"])
+def test_the_default_is_the_papers_computation_for_the_model_family(family: str, tmp_path: Path) -> None:
+    # 6 points in 16 dimensions: raw states are always separable with C = 100; C bites when the
+    # states are divided by 100 (the reference probe_clip.py), as it did in the paper's CLIP numbers.
+    cache = planted_cache(tmp_path / f"{family}.h5", n_items=8, n_variants=3, n_layers=3, signal_layer=2, hidden=16,
+                          model=family)
+    common = {"cache": cache, "seeds": 1, "bootstrap": 10, "progress": False}
+    _, manifest_path, default = run_separability(SeparabilityConfig(out=tmp_path / "default", **common))
+    _, _, raw = run_separability(SeparabilityConfig(out=tmp_path / "raw", scale="none", **common))
+    _, _, small_c = run_separability(SeparabilityConfig(out=tmp_path / "c", scale="none", C=0.01, **common))
+    (run,) = json.loads(manifest_path.read_text())["runs"].values()
+    assert run["config"]["scale"] == "paper"
+    if family == "clip":
+        # probe_clip.py: states / 100, then C = 100, i.e. C = 0.01 on raw states, margins in 1/100.
+        assert run["scaling"]["resolved"] == "divide100" and run["scaling"]["C"] == 100.0
+        assert run["scaling"]["C_on_raw_states"] == pytest.approx(0.01)
+        assert _target(default, "separable") == _target(small_c, "separable") != _target(raw, "separable")
+        for layer, margin in _target(default, "separable_margin").items():
+            # the same optimum found by libsvm on rescaled data: equal up to its stopping tolerance
+            assert margin * 100 == pytest.approx(_target(small_c, "separable_margin")[layer], rel=1e-3)
+    else:
+        # probe_lxmert.py / probe_uniter.py: raw states, C = 100.
+        assert run["scaling"]["resolved"] == "none" and run["scaling"]["C_on_raw_states"] == 100.0
+        assert _target(default, "separable") == _target(raw, "separable") != _target(small_c, "separable")
+    assert run["scaling"]["paper_setting"] is True

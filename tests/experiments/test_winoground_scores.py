@@ -32,8 +32,8 @@ WWH_TAGS = ("Non Minimal", "Ambiguously Correct", "Visually Difficult", "Unusual
 TAG_COUNTS = {"Complex Reasoning": 78, "Unusual Image": 56, "Unusual Text": 50,
               "Ambiguously Correct": 46, "Visually Difficult": 38, "Non Minimal": 30}  # counts in the tag file
 METRICS = ("text", "image", "group", "matching")
-WWH_GROUPS = ("wwh=NoTag", "wwh=NoTag-WWH-code", "wwh=Easier", "wwh=Harder", "wwh=Easier-WWH-code",
-              "wwh=Harder-WWH-code")
+WWH_GROUPS = ("wwh=NoTag", "wwh=Easier", "wwh=Harder", "wwh=NoTag-corrected", "wwh=Easier-corrected",
+              "wwh=Harder-corrected")
 
 
 # --- helpers and fixtures -----------------------------------------------------------------------
@@ -82,8 +82,8 @@ def expected_mask(subset: str, ids: list[int], tags: list[dict[str, list[str]]])
     non_minimal = np.array(["Non Minimal" in w for w in lists])
     easier, code_easier = untagged | non_minimal, code_none | non_minimal
     return {
-        "NoTag": untagged, "NoTag-WWH-code": code_none, "Easier": easier, "Harder": ~easier,
-        "Easier-WWH-code": code_easier, "Harder-WWH-code": ~code_easier,
+        "NoTag": code_none, "Easier": code_easier, "Harder": ~code_easier,
+        "NoTag-corrected": untagged, "Easier-corrected": easier, "Harder-corrected": ~easier,
     }.get(value, np.array([value in w for w in lists]))
 
 
@@ -211,19 +211,20 @@ def test_subset_masks_real_tag_file(real_tags: Path) -> None:
     assert set(masks) == {"all", *(f"wwh={t}" for t in WWH_TAGS), *WWH_GROUPS}
     counts = {k: int(v.sum()) for k, v in masks.items()}
     assert counts["all"] == 400
-    assert counts["wwh=NoTag"] == 172
-    assert counts["wwh=NoTag-WWH-code"] == 171
-    assert counts["wwh=Easier"] == 202 and counts["wwh=Harder"] == 198
-    assert counts["wwh=Easier-WWH-code"] == 201 and counts["wwh=Harder-WWH-code"] == 199  # the paper code's
+    # The plain names are the paper's sets, as its code builds them (171 / 201 / 199).
+    assert counts["wwh=NoTag"] == 171
+    assert counts["wwh=Easier"] == 201 and counts["wwh=Harder"] == 199
+    assert counts["wwh=NoTag-corrected"] == 172
+    assert counts["wwh=Easier-corrected"] == 202 and counts["wwh=Harder-corrected"] == 198
     for tag, n in TAG_COUNTS.items():
         assert counts[f"wwh={tag}"] == n, tag
     # The one id that separates the two NoTag lists, and where it lands: untagged, so easier,
     # except in the paper code's split.
-    assert masks["wwh=NoTag"][313] and not masks["wwh=NoTag-WWH-code"][313]
-    assert raw["313"] == [] and masks["wwh=Easier"][313] and masks["wwh=Harder-WWH-code"][313]
-    assert (masks["wwh=Easier"] != masks["wwh=Easier-WWH-code"]).sum() == 1
+    assert masks["wwh=NoTag-corrected"][313] and not masks["wwh=NoTag"][313]
+    assert raw["313"] == [] and masks["wwh=Easier-corrected"][313] and masks["wwh=Harder"][313]
+    assert (masks["wwh=Easier"] != masks["wwh=Easier-corrected"]).sum() == 1
     np.testing.assert_array_equal(masks["wwh=Easier"], ~masks["wwh=Harder"])
-    np.testing.assert_array_equal(masks["wwh=Easier-WWH-code"], ~masks["wwh=Harder-WWH-code"])
+    np.testing.assert_array_equal(masks["wwh=Easier-corrected"], ~masks["wwh=Harder-corrected"])
     for name, mask in masks.items():
         assert mask.dtype == bool and mask.shape == (400,), name
         np.testing.assert_array_equal(mask, expected_mask(name, ids, tags), err_msg=name)
@@ -347,6 +348,9 @@ def test_matching_is_nan_and_explained_when_a_score_is_negative(tmp_path: Path) 
     assert all(not np.isnan(r["value"]) for r in rows if not r["metric"].startswith("matching"))
     _, lines = read_csv(csv_path)
     assert {line["value"] for line in lines if line["metric"] == "matching"} == {"nan"}
+    # The reason is in the CSV itself, on the metric's own rows; the other metrics carry no note.
+    assert all("non-negative" in line["note"] for line in lines if line["metric"] == "matching")
+    assert {line["note"] for line in lines if line["metric"] in ("text", "image", "group")} == {""}
     run = json.loads(manifest_path.read_text(encoding="utf-8"))["runs"]["neg"]
     assert set(run["undefined_metrics"]) == {"matching"} and "non-negative" in run["undefined_metrics"]["matching"]
 
@@ -585,3 +589,20 @@ def test_cache_mode_tags_replace_the_wwh_tags(tmp_path: Path, reference_cache: P
     assert "collapsed_tag=Object" in n  # the cache's own Winoground tags stay
     run = json.loads(manifest_path.read_text())["runs"]["clip"]
     assert run["inputs"]["cache"]["tags_override"] == {"tags": sha256_file(tag_file)}
+
+
+def test_score_file_tags_from_a_data_dir_without_images(tmp_path: Path, synthetic_dir: Path) -> None:
+    # Only captions and tags are read from data_dir: a copy without images/ serves as well.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("examples.jsonl", "new_tag_assignments.json"):
+        shutil.copy(synthetic_dir / name, bare / name)
+    ids = [json.loads(line)["id"] for line in (bare / "examples.jsonl").read_text(encoding="utf-8").splitlines()]
+    s, _ = designed_scores(len(ids), seed=3)
+    scores_file = write_scores(tmp_path / "m.jsonl", ids, s)
+    _, _, rows = run_winoground_scores(WinogroundScoresConfig(out=tmp_path / "o", scores=scores_file, data_dir=bare))
+    _, _, full = run_winoground_scores(WinogroundScoresConfig(out=tmp_path / "o2", scores=scores_file,
+                                                              data_dir=synthetic_dir))
+    assert {"collapsed_tag=Object", "wwh=NoTag"} <= {r["subset"] for r in rows}
+    assert ({(r["subset"], r["metric"]): r["value"] for r in rows}
+            == pytest.approx({(r["subset"], r["metric"]): r["value"] for r in full}, nan_ok=True))

@@ -36,7 +36,7 @@ def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
 def test_tidy_columns() -> None:
     assert TIDY_COLUMNS == (
         "experiment", "model", "stream", "layer", "kind", "pooling", "probe", "task", "seed", "split",
-        "subset", "metric", "value", "n",
+        "subset", "metric", "value", "n", "note",
     )
 
 
@@ -53,7 +53,7 @@ def test_write_tidy_csv_header_rows_and_empty_cells(tmp_path: Path) -> None:
     assert len(got) == 3
     assert got[0] == {
         "experiment": "e", "model": "m", "stream": "", "layer": "3", "kind": "", "pooling": "", "probe": "",
-        "task": "", "seed": "", "split": "", "subset": "", "metric": "acc", "value": "0.25", "n": "4",
+        "task": "", "seed": "", "split": "", "subset": "", "metric": "acc", "value": "0.25", "n": "4", "note": "",
     }
     assert got[1]["subset"] == "tag=a,b"  # quoted by the csv module, read back whole
     assert got[1]["value"] == "nan"

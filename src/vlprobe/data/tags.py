@@ -6,9 +6,10 @@ NonCompositional). It is taken from ``--tags PATH``, from ``new_tag_assignments.
 the data directory, from vlprobe's cache, or downloaded once from the paper's repository at a
 pinned commit and checked against its sha256.
 
-Two "untagged" sets exist: NoTag = the ids whose list is empty in the file (172 items), and the
-paper code's hard-coded ``None`` list of 171 ids, which leaves out id 313.
-vlprobe uses the first; the second is available as :data:`WWH_CODE_NONE_EXCLUDED`.
+Two "untagged" sets exist: the paper code's hard-coded ``None`` list of 171 ids, which leaves out
+id 313 (:data:`WWH_CODE_NONE_EXCLUDED`), and the ids whose list is empty in the file (172 items).
+The experiments report the first as ``wwh=NoTag`` (the paper's set, with its ``Easier`` and
+``Harder``) and the second as ``wwh=NoTag-corrected``.
 """
 
 from __future__ import annotations

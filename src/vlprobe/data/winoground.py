@@ -57,6 +57,7 @@ def load_winoground(
     tags: str | os.PathLike[str] | bool | None = None,
     revision: str | None = None,
     token: str | None = None,
+    images: bool = True,
 ) -> Dataset:
     """Load Winoground from a local directory or the hub.
 
@@ -71,6 +72,10 @@ def load_winoground(
         possible); a path: that file; False: no ``wwh`` tags.
     revision, token : str, optional
         Hub revision and token (default: the ``HF_TOKEN`` environment / login).
+    images : bool
+        False: read only ``examples.jsonl`` and the tags (a local ``data_dir`` needs no
+        ``images/``; image paths are None and ``fingerprint`` covers ``examples.jsonl`` only), for
+        uses that read captions and tags alone.
 
     Returns
     -------
@@ -81,7 +86,7 @@ def load_winoground(
         root = _materialize_hub(revision=revision, token=token)
         source = f"hub:{HUB_ID}@{root.name}"
     else:
-        root = _local_root(Path(data_dir))
+        root = _local_root(Path(data_dir), images)
         source = str(Path(data_dir).resolve())
     rows = _read_examples(root / "examples.jsonl")
     table = _resolve_tags(tags, root, Path(data_dir) if data_dir is not None else None)
@@ -91,8 +96,9 @@ def load_winoground(
         refs = []
         for j in (0, 1):
             name = row[f"image_{j}"]
-            path = _find_image(root / "images", name)
-            image_paths.append(path)
+            path = _find_image(root / "images", name) if images else None
+            if path is not None:
+                image_paths.append(path)
             refs.append(ImageRef(f"winoground/{wid}/i{j}", name, path))
         texts = tuple(TextRef(f"winoground/{wid}/c{k}", row[f"caption_{k}"]) for k in (0, 1))
         item_tags: dict[str, tuple[str, ...]] = {
@@ -117,12 +123,12 @@ def load_winoground(
     )
 
 
-def _local_root(data_dir: Path) -> Path:
+def _local_root(data_dir: Path, images: bool = True) -> Path:
     if not data_dir.is_dir():
         raise FileNotFoundError(f"data_dir: no such directory {str(data_dir)!r}")
     for cand in (data_dir, data_dir / "data"):
         if (cand / "examples.jsonl").is_file():
-            if not (cand / "images").is_dir():
+            if images and not (cand / "images").is_dir():
                 if (cand / "images.zip").is_file():
                     raise InputError(
                         f"data_dir: unpack {cand / 'images.zip'} into {cand / 'images'} first"

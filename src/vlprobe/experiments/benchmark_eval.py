@@ -37,6 +37,7 @@ import numpy as np
 
 from vlprobe.data.bow import bow_tag
 from vlprobe.data.loading import load_dataset, read_item_ids, select_items
+from vlprobe.progress import say
 from vlprobe.provenance import sha256_file
 from vlprobe.runs.charts import Chart
 from vlprobe.runs.declare import Experiment, option
@@ -58,8 +59,10 @@ from vlprobe.runs.units import units_of
 from vlprobe.runs.writing import RunRows, RunSlot
 from vlprobe.stats.metrics import (
     SUGARCREPE_GROUPS,
+    VALSE_THRESHOLDED,
     bootstrap_indices,
     ci95_rows,
+    valse_counts,
     valse_metrics_batched,
 )
 from vlprobe.validation import InputError, check_float, check_positive_int
@@ -74,6 +77,24 @@ ACC_R_DEFINITIONS = {
     "acc_r": "mean(score(caption) > score(foil)) on the declared score, over every item",
     "acc_r_valse": "VALSE's lxmert_valse_eval.py: mean(match logit(caption) > match logit(foil)) "
                    "over the items whose two foil logits differ",
+}
+
+#: The ``note`` column of the rows whose name alone could mislead.
+SUGARCREPE_TIES = "ties count as wrong, as SugarCrepe's main_eval.py (CLIP_benchmark's argmax counts them right)"
+SUGARCREPE_NOTES = {
+    "group": "item-weighted (micro) mean over its subsets' items, as the paper's table; " + SUGARCREPE_TIES,
+    "all": "item-weighted mean over every item (not in the paper); " + SUGARCREPE_TIES,
+    "subset": SUGARCREPE_TIES,
+}
+VALSE_NOTES = {
+    "acc_r_valse": "the paper's acc_r for a model with a matching head (VALSE's lxmert_valse_eval.py: raw match "
+                   "logits, foil-tie items skipped)",
+    "acc_r_beside_valse": "vlprobe's acc_r on the declared score over every item; the paper's number is acc_r_valse",
+    "acc_r_alone": "the paper's acc_r for a model without a matching head: score(caption) > score(foil), every item",
+    "no_threshold": "caption_tpr, foil_tnr, acc, ppv, npv: not computed, no match threshold (a score file "
+                    "declares none: give --threshold)",
+    "thresholded_ties": "items whose foil score equals the threshold are left out (n = the items kept), as VALSE",
+    "mean_of_subsets": "unweighted mean over the files' values (n = number of files)",
 }
 
 
@@ -297,6 +318,8 @@ def compute_eval(config: EvalConfig, slot: RunSlot) -> RunRows:
             from vlprobe.extract.eval_scorer import MATCH_THRESHOLDS
 
             threshold = MATCH_THRESHOLDS.get(score_kind)
+        if threshold is None:
+            say(config.progress, f"{config.benchmark}: {VALSE_NOTES['no_threshold']}")
         rows = _valse_rows(pos, neg, sub, idx, base, config.bootstrap_seed, threshold, not config.keep_foil_ties, logits,
                            slices)
     extra = {
@@ -312,6 +335,8 @@ def compute_eval(config: EvalConfig, slot: RunSlot) -> RunRows:
     }
     if config.benchmark == "valse":
         extra["match_threshold"] = threshold
+        if threshold is None:
+            extra["thresholded_metrics"] = VALSE_NOTES["no_threshold"]
         extra["skip_foil_ties"] = not config.keep_foil_ties
         extra["definitions"] = {m: d for m, d in ACC_R_DEFINITIONS.items() if m != "acc_r_valse" or logits is not None}
     if config.items is not None:
@@ -326,10 +351,10 @@ def compute_eval(config: EvalConfig, slot: RunSlot) -> RunRows:
 
 
 def _with_ci(rows: list[dict[str, Any]], base: dict[str, Any], subset: str, metric: str,
-             value: float, boot: np.ndarray, n: int, seed: int) -> None:
-    """A metric's row (in percent) and its interval rows."""
+             value: float, boot: np.ndarray, n: int, seed: int, note: str = "") -> None:
+    """A metric's row (in percent, with its ``note``) and its interval rows."""
     row = {**base, "subset": subset, "n": n}
-    rows.append({**row, "metric": metric, "value": 100.0 * value})
+    rows.append({**row, "metric": metric, "value": 100.0 * value, **({"note": note} if note else {})})
     rows += ci95_rows(row, metric, 100.0 * boot, seed)
 
 
@@ -364,7 +389,8 @@ def _sugarcrepe_rows(pos: np.ndarray, neg: np.ndarray, sub: np.ndarray, idx: np.
             rows.append({**base, "subset": name, "n": 0, "metric": "accuracy", "value": float("nan")})
             continue
         at = _slice_resamples(cols, sub, idx, seed) if name in slice_masks else idx[:, cols]
-        _with_ci(rows, base, name, "accuracy", float(hit[mask].mean()), hit[at].mean(axis=1), len(cols), seed)
+        note = SUGARCREPE_NOTES["group" if name in SUGARCREPE_GROUPS else "all" if name == "all" else "subset"]
+        _with_ci(rows, base, name, "accuracy", float(hit[mask].mean()), hit[at].mean(axis=1), len(cols), seed, note)
     return rows
 
 
@@ -390,17 +416,33 @@ def _valse_rows(pos: np.ndarray, neg: np.ndarray, sub: np.ndarray, idx: np.ndarr
                                      skip_foil_ties=skip_foil_ties, **_logits_at(logits, at))
         if name != "all" and name not in slice_masks:
             per_subset[name] = (point, boot)
-        for metric in point:
-            n = len(cols)
-            if metric == "acc_r_valse" and logits is not None:  # the items it keeps
-                n = int((logits[1][cols, 0] != logits[1][cols, 1]).sum())
-            _with_ci(rows, base, name, metric, float(point[metric]), boot[metric], n, seed)
+        counts = valse_counts(neg[cols], threshold=threshold, skip_foil_ties=skip_foil_ties,
+                              foil_logits=None if logits is None else logits[1][cols])
+        for metric in point:  # n: the items each value is computed over
+            _with_ci(rows, base, name, metric, float(point[metric]), boot[metric], counts[metric], seed,
+                     _valse_note(metric, threshold, skip_foil_ties, logits is not None))
     if len(per_subset) > 1:
         for metric in next(iter(per_subset.values()))[0]:
             value = float(np.mean([p[metric] for p, _ in per_subset.values()]))
             boot = np.mean([b[metric] for _, b in per_subset.values()], axis=0)
-            _with_ci(rows, base, "mean-of-subsets", metric, value, boot, len(sub), seed)
+            note = "; ".join(x for x in (VALSE_NOTES["mean_of_subsets"],
+                                         _valse_note(metric, threshold, skip_foil_ties, logits is not None)) if x)
+            _with_ci(rows, base, "mean-of-subsets", metric, value, boot, len(per_subset), seed, note)
     return rows
+
+
+def _valse_note(metric: str, threshold: float | None, skip_foil_ties: bool, has_logits: bool) -> str:
+    """The ``note`` of a VALSE metric's row: which acc_r is the paper's, what a threshold leaves out."""
+    if metric == "acc_r_valse":
+        return VALSE_NOTES["acc_r_valse"]
+    if metric == "acc_r":
+        notes = [VALSE_NOTES["acc_r_beside_valse" if has_logits else "acc_r_alone"]]
+        if threshold is None:
+            notes.append(VALSE_NOTES["no_threshold"])
+        return "; ".join(notes)
+    if metric in VALSE_THRESHOLDED and skip_foil_ties:
+        return VALSE_NOTES["thresholded_ties"]
+    return ""
 
 
 def _logits_at(logits: tuple[np.ndarray, np.ndarray] | None, at: np.ndarray) -> dict[str, np.ndarray | None]:
@@ -413,7 +455,10 @@ def _logits_at(logits: tuple[np.ndarray, np.ndarray] | None, at: np.ndarray) -> 
 def report(config: EvalConfig, result: tuple[Path, Path, list[dict[str, Any]]]) -> list[str]:
     """Every metric per subset with its interval, then the files written."""
     csv_path, _, rows = result
-    return [*metric_lines(rows, None, csv_path), f"per-item scores: {csv_path.with_suffix('.scores.jsonl')}"]
+    lines = [*metric_lines(rows, None, csv_path), f"per-item scores: {csv_path.with_suffix('.scores.jsonl')}"]
+    if config.benchmark == "valse" and not any(r["metric"] == "caption_tpr" for r in rows):
+        lines.insert(0, f"note: {VALSE_NOTES['no_threshold']}")
+    return lines
 
 
 #: The two benchmarks share one config; each experiment fixes its benchmark and leaves out the

@@ -49,7 +49,7 @@ POOLINGS = ("cls", "mean", "max", "pooled")
 #: A stream's default pooling is the first of these it holds (``cls`` where the stream has a
 #: summary token, e.g. LXMERT ``lang``; ``mean`` where it has none, e.g. LXMERT ``vision``).
 DEFAULT_POOLING_ORDER = ("cls", "mean", "max", "pooled")
-SCALINGS = ("none", "standard")
+SCALINGS = ("none", "divide100", "standard")
 #: Tag families a split is stratified on by default, when the items carry them (Winoground).
 DEFAULT_STRATIFY = ("collapsed_tag", "num_main_preds")
 
@@ -298,7 +298,8 @@ def load_states(cache: ActivationCache, stream: str, pooling: str, layers: Seque
 
 
 def scale_states(states: np.ndarray, mode: str) -> np.ndarray:
-    """``none``, or ``standard``: per layer and dimension, zero mean and unit variance over rows.
+    """``none``; ``divide100``: every state divided by 100 (the reference ``probe_clip.py``); or
+    ``standard``: per layer and dimension, zero mean and unit variance over rows.
 
     Parameters
     ----------
@@ -308,6 +309,8 @@ def scale_states(states: np.ndarray, mode: str) -> np.ndarray:
         raise InputError(f"scale must be one of {', '.join(SCALINGS)}, got {mode!r}")
     if mode == "none":
         return states
+    if mode == "divide100":
+        return (states / np.float32(100.0)).astype(np.float32)
     mean = states.mean(axis=0, keepdims=True)
     std = states.std(axis=0, keepdims=True)
     return ((states - mean) / np.where(std > 0, std, 1.0)).astype(np.float32)

@@ -6,7 +6,8 @@ the same item is a hard negative. Ties count against the model (metrics module):
 query's positive is the number of candidates scoring at least as high (1 = best). Per direction
 (``subset`` = ``i2t`` / ``t2i``): ``recall@k`` in percent of queries (k = 1, 2, 5, 10 by
 default), and ``median_rank`` and ``mean_rank`` of the positive, as ranks (1 to the number of
-candidates; the paper's code prints the median rank).
+candidates; the paper's code prints the median rank; ``mean_rank`` is vlprobe's, computed by no
+reference, as its ``note`` says).
 
 The matrix comes from a cache (``--pair-plan all``, or any dual encoder) or from a caption x image
 ``.npy``/``.npz`` score file in canonical order (caption r matches image r). Every run writes the matrix
@@ -46,6 +47,10 @@ def _check_ks(ks: tuple[int, ...], param: str) -> tuple[int, ...]:
     for k in ks:
         check_positive_int(k, param, f" (each k; got {param}={ks!r})")
     return ks
+
+#: The ``note`` of the rows whose name alone could mislead.
+RECALL_NOTE = "ties count against the model (the paper's compute_metrics counts a tie as a hit)"
+MEAN_RANK_NOTE = "vlprobe's: no reference computes a mean rank (the paper's code prints the median rank)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,12 +123,13 @@ def compute_recall(config: RecallConfig, slot: RunSlot) -> RunRows:
                 "subset": direction, "n": len(positives)}
         for k in config.ks:
             hit = ranks <= int(k)
-            rows.append({**base, "metric": f"recall@{int(k)}", "value": 100.0 * float(hit.mean())})
+            rows.append({**base, "metric": f"recall@{int(k)}", "value": 100.0 * float(hit.mean()), "note": RECALL_NOTE})
             intervals += ci95_rows(base, f"recall@{int(k)}", 100.0 * hit[idx].mean(axis=1), config.bootstrap_seed)
         resampled = ranks[idx].astype(np.float64)
         for metric, point, boot in (("median_rank", np.median(ranks), np.median(resampled, axis=1)),
                                     ("mean_rank", ranks.mean(), resampled.mean(axis=1))):
-            rows.append({**base, "metric": metric, "value": float(point)})
+            rows.append({**base, "metric": metric, "value": float(point),
+                         **({"note": MEAN_RANK_NOTE} if metric == "mean_rank" else {})})
             intervals += ci95_rows(base, metric, boot, config.bootstrap_seed)
     rows += intervals
     return RunRows(

@@ -41,8 +41,15 @@ Outputs in ``OUT/separability/``:
 * ``<model>.summary.csv``: per layer, target and control mean/min/max over seeds, selectivity;
 * ``manifest.json``.
 
-Scaling is explicit (``scale``: ``none`` or ``standard``, per layer over all rows of the stream)
-and recorded; the reference code divided CLIP states by 100, which only rescales ``C``.
+Scaling is explicit and recorded. The default ``scale=paper`` is what the paper's code computes
+for the cache's model family: ``probe_clip.py`` divides CLIP's states by 100 before
+``SVC(kernel="linear", C=100)`` (on raw states that is ``C = 0.01``, and margins are in units of
+1/100), while ``probe_lxmert.py`` and ``probe_uniter.py`` fit the raw states with ``C = 100``; so
+``paper`` resolves to ``divide100`` for ``clip`` caches and to ``none`` for every other model (no
+reference script exists for the others; they are fitted as LXMERT and UNITER were). The manifest
+records the resolved scaling, ``C`` and the equivalent ``C`` on raw states. ``none``,
+``divide100`` and ``standard`` (per layer and dimension over all rows of the stream) are
+available by name, as is any ``C``.
 The many small SVMs are fitted in parallel with joblib (``jobs``); each fit is deterministic, so
 the results do not depend on ``jobs``.
 """
@@ -91,7 +98,8 @@ from vlprobe.stats.metrics import bootstrap_indices, ci95_rows
 from vlprobe.stats.uncertainty import PERMUTATION_TEST, target_control_rows
 from vlprobe.validation import InputError, check_positive_float, check_positive_int
 
-__all__ = ["EXPERIMENT", "Case", "SeparabilityConfig", "fit_cases", "run_separability", "separability_cases"]
+__all__ = ["EXPERIMENT", "PAPER_SCALING", "Case", "SeparabilityConfig", "fit_cases", "resolve_scale", "run_separability",
+           "scaling_record", "separability_cases"]
 
 PROBE = "linear-separability"
 HELDOUT_DEFINITION = ("leave-one-out over a case's points: each point predicted by an SVM fitted on the "
@@ -121,7 +129,8 @@ class SeparabilityConfig(CacheInput, StateOptions, SeedsOption, BootstrapTestOpt
         Layer spec (``all``, ``0,4,-1``, ``2:6``, per stream ``lang=all;vision=-1``); ``all`` =
         every stored layer.
     scale : str
-        ``none`` or ``standard``.
+        ``paper`` (default: ``divide100`` for CLIP, ``none`` for other models, as the paper's
+        scripts), ``none``, ``divide100`` or ``standard``.
     seeds : int
         Number of control permutations (seeds 0..seeds-1).
     C, max_iter, tol : SVM settings (see :class:`LinearSeparabilityProbe`).
@@ -142,13 +151,51 @@ class SeparabilityConfig(CacheInput, StateOptions, SeedsOption, BootstrapTestOpt
     """
 
     cache: Path = CacheInput.redeclare("cache", help="A vlprobe cache with caption variants (`probe extract --variants`).")
-    scale: str = option("none", choices=SCALINGS, help="Feature scaling, per layer over the stream's rows.")
+    scale: str = option("paper", choices=("paper", *SCALINGS),
+                        help="Feature scaling. paper (default): as the paper's code for the cache's model family: "
+                             "CLIP states divided by 100 (probe_clip.py; = C/10^4 on raw states), LXMERT, UNITER "
+                             "and other models raw (probe_lxmert.py, probe_uniter.py). none, divide100, or "
+                             "standard (per layer over the stream's rows) by name.")
     seeds: int = SeedsOption.redeclare("seeds", 3, help="Number of control shuffles (seeds 0..N-1).")
     C: float = option(100.0, check=check_positive_float, help="SVM C.")
     max_iter: int = option(100_000, check=check_positive_int, help="SVM iterations.")
     tol: float = option(1e-3, check=check_positive_float, help="SVM stopping tolerance (libsvm).")
     jobs: int = option(1, check=_check_jobs, role="runtime", help="Parallel workers (-1: all cores).")
     held_out: bool = option(False, help="Also the leave-one-out accuracy over each item's variants (heldout_accuracy).")
+
+
+#: The paper's scaling per model family (cache header ``model``); other models: ``none``.
+PAPER_SCALING = {"clip": "divide100"}
+_SCALE_FACTOR = {"none": 1.0, "divide100": 0.01}
+
+
+def resolve_scale(scale: str, model: str) -> str:
+    """The scaling a run applies: ``paper`` resolved for the cache's model family (module docstring).
+
+    Parameters
+    ----------
+    scale : str
+        ``paper``, ``none``, ``divide100`` or ``standard``.
+    model : str
+        The cache header's model registry name (``clip``, ``lxmert``, ...).
+    """
+    return PAPER_SCALING.get(model, "none") if scale == "paper" else scale
+
+
+def scaling_record(scale: str, model: str, C: float) -> dict[str, Any]:
+    """The manifest's account of the scaling: asked, resolved, ``C`` and its raw-state equivalent."""
+    resolved = resolve_scale(scale, model)
+    factor = _SCALE_FACTOR.get(resolved)
+    return {
+        "asked": scale, "resolved": resolved, "model_family": model, "C": C,
+        # SVC on states * f with C equals SVC on raw states with C * f**2 (margins * f).
+        "C_on_raw_states": None if factor is None else C * factor**2,
+        "paper_setting": resolve_scale("paper", model) == resolved,
+        "reference": ("probe_clip.py: states / 100, SVC(kernel='linear', C=100)" if model in PAPER_SCALING
+                      else "probe_lxmert.py / probe_uniter.py: raw states, SVC(kernel='linear', C=100)"
+                      if model in ("lxmert", "uniter") else "no reference script for this model; paper resolves "
+                      "to raw states as for LXMERT and UNITER"),
+    }
 
 
 def separability_cases(index: CacheIndex, modality: str, lookup: dict[tuple[int, int], int]) -> tuple[list[Case], list[str]]:
@@ -199,7 +246,6 @@ def compute_separability(config: SeparabilityConfig, slot: RunSlot) -> RunRows:
     from vlprobe.extract.cache.reader import ActivationCache
 
     seeds = list(range(config.seeds))
-    scale_mode = config.scale
     params = {"C": config.C, "max_iter": config.max_iter, "tol": config.tol,
               "zero_tol": LinearSeparabilityProbe().zero_tol}
     with ActivationCache(cache_path(config.cache)) as cache:
@@ -207,6 +253,7 @@ def compute_separability(config: SeparabilityConfig, slot: RunSlot) -> RunRows:
         index = load_index(cache)
         require_variants(index, config.cache, "separability")
         model = slot.label
+        scale_mode = resolve_scale(config.scale, index.model)
         rows: list[dict[str, Any]] = []
         item_rows: list[dict[str, Any]] = []
         n_cases: dict[str, int] = {}
@@ -250,6 +297,7 @@ def compute_separability(config: SeparabilityConfig, slot: RunSlot) -> RunRows:
         extra={
             "model": model, "streams": read_layers, "pooling_fallback": fallbacks,
             "probe": {"name": PROBE, "solver": "libsvm SVC(kernel='linear')", **params},
+            "scaling": scaling_record(config.scale, index.model, config.C),
             "n_cases": n_cases, "skipped_items": skipped,
             "control": "labels of each case permuted by numpy default_rng([seed, item, image + 1])",
             "units": units_of(rows, item_rows),
@@ -303,7 +351,8 @@ def _fit_layers(
 
 
 def tag_subsets(tags: Sequence[dict[str, list[str]]]) -> dict[str, np.ndarray]:
-    """Case masks per tag: ``collapsed_tag=<v>``, ``wwh=<tag>`` / ``wwh=NoTag`` and ``bow=same`` /
+    """Case masks per tag: ``collapsed_tag=<v>``, ``wwh=<tag>`` / ``wwh=NoTag-corrected`` (every item
+    untagged in the tag file: not the paper code's 171-id ``NoTag`` list) and ``bow=same`` /
     ``bow=different`` where present.
 
     Parameters
@@ -318,7 +367,7 @@ def tag_subsets(tags: Sequence[dict[str, list[str]]]) -> dict[str, np.ndarray]:
         for value in sorted({v for t in tags for v in t[family]}):
             out[f"{family}={value}"] = np.array([value in t[family] for t in tags])
         if family == "wwh":
-            out["wwh=NoTag"] = np.array([not t[family] for t in tags])
+            out["wwh=NoTag-corrected"] = np.array([not t[family] for t in tags])
     return out
 
 
@@ -461,6 +510,8 @@ def report(config: SeparabilityConfig, result: tuple[Path, Path, list[dict[str, 
 # Version 2: libsvm's SVC (was liblinear); no_hyperplane; separable_margin over separable cases only
 # (was margin over every finite fit); per-case percentages in percent (were fractions).
 # Version 3: held_out (heldout_accuracy, split heldout, with intervals).
-EXPERIMENT = Experiment("separability", 3, SeparabilityConfig, compute_separability, report, label=cache_label,
+# Version 4: scale=paper by default (CLIP states / 100, as probe_clip.py; other models raw);
+# wwh=NoTag renamed wwh=NoTag-corrected (the items untagged in the tag file, 172 of Winoground's).
+EXPERIMENT = Experiment("separability", 4, SeparabilityConfig, compute_separability, report, label=cache_label,
                         presets=PRESET_VALUES["separability"], swept=("streams", "layers", "seeds"),
                         chart=Chart("layers", ("separable", "separable_margin", "train_accuracy"), split="train"))

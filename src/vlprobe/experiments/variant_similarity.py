@@ -242,7 +242,8 @@ def report(config: VariantSimilarityConfig, result: tuple[Path, Path, list[dict[
 # Version 2: wwh=Easier/Harder from the 172 untagged ids; the paper code's split as *-WWH-code.
 # 3: agg and lambda in setting columns (were packed into the probe column).
 # 4: bow=same / bow=different slices.
-EXPERIMENT = Experiment("variant-similarity", 4, VariantSimilarityConfig, compute_variant_similarity, report,
+# 5: wwh=NoTag/Easier/Harder are the paper's sets (171/201/199), the 172/202/198 ones *-corrected.
+EXPERIMENT = Experiment("variant-similarity", 5, VariantSimilarityConfig, compute_variant_similarity, report,
                         label=cache_label,
                         swept=("aggs", "lambdas"), row_columns=("agg", "lambda"),
                         chart=Chart("lambda", ("text", "image", "group"), chance=WINOGROUND_CHANCE))

@@ -10,19 +10,18 @@ scores (metrics ``text.ci95_low``, ``text.ci95_high``, ...; seeded, subset ``all
 
 Subsets (column ``subset``): ``all``; ``collapsed_tag=…``, ``tag=…``, ``secondary_tag=…``
 (``(none)`` for items without one), ``num_main_preds=…``; and the "Why is Winoground Hard?" tags
-``wwh=<tag>``, ``wwh=NoTag`` (items whose list is empty in the tag file: 172),
-``wwh=NoTag-WWH-code`` (the paper code's 171-id list, which leaves out id 313), and the paper
-code's split into easier and harder items: ``wwh=Easier`` (NoTag plus Non Minimal: 202 items)
-and ``wwh=Harder`` (the rest: 198), with ``wwh=Easier-WWH-code`` and ``wwh=Harder-WWH-code``
-(201 and 199) built as the paper code builds them, from its 171-id list, so id 313 counts as
-harder there; ``bow=same`` (the two captions hold the same multiset of words,
+``wwh=<tag>``; the paper's untagged set and split, as its code builds them:
+``wwh=NoTag`` (the code's hard-coded 171-id list, which leaves out id 313), ``wwh=Easier``
+(NoTag plus Non Minimal: 201 items) and ``wwh=Harder`` (the rest: 199, id 313 among them); and
+the corrected sets, named so: ``wwh=NoTag-corrected`` (every id whose list is empty in the tag
+file: 172), ``wwh=Easier-corrected`` (202) and ``wwh=Harder-corrected`` (198); ``bow=same`` (the two captions hold the same multiset of words,
 :mod:`vlprobe.data.bow`) and ``bow=different``, where the captions are known (a cache, or a
 scores file with ``data_dir``). Values are percentages; ``n`` is the number of items in the subset.
 
 Metrics: ``text``, ``image``, ``group`` and Winoground's ``matching`` score
 (s00*s11 > s01*s10). ``matching`` is defined for non-negative scores only (zeros included, as in
-the human scores): when any score of the run is negative its rows hold NaN and the manifest's
-``undefined_metrics`` says why.
+the human scores): when any score of the run is negative its rows hold NaN and their ``note``
+(and the manifest's ``undefined_metrics``) says why.
 """
 
 from __future__ import annotations
@@ -212,12 +211,12 @@ def subset_masks(ids: Sequence[int], tags: Sequence[Mapping[str, Iterable[str]]]
         notag = np.array([not w for w in wwh])
         code_none = notag & ~np.isin(np.asarray(ids), WWH_CODE_NONE_EXCLUDED)
         non_minimal = np.array(["Non Minimal" in w for w in wwh])
-        out["wwh=NoTag"] = notag
-        out["wwh=NoTag-WWH-code"] = code_none
-        out["wwh=Easier"] = notag | non_minimal
+        out["wwh=NoTag"] = code_none  # the paper's sets: its code's 171-id list
+        out["wwh=Easier"] = code_none | non_minimal
         out["wwh=Harder"] = ~out["wwh=Easier"]
-        out["wwh=Easier-WWH-code"] = code_none | non_minimal
-        out["wwh=Harder-WWH-code"] = ~out["wwh=Easier-WWH-code"]
+        out["wwh=NoTag-corrected"] = notag  # every id untagged in the tag file (172)
+        out["wwh=Easier-corrected"] = notag | non_minimal
+        out["wwh=Harder-corrected"] = ~out["wwh=Easier-corrected"]
     out.update(bow_masks(tags))
     return out
 
@@ -233,7 +232,8 @@ def _tags_for(ids: list[int], config: WinogroundScoresConfig) -> tuple[list[dict
     if config.data_dir is not None:
         from vlprobe.data.winoground import load_winoground
 
-        ds = load_winoground(config.data_dir, tags=config.tags if config.tags is not None else None)
+        # Only captions and tags are read: the images need not be there.
+        ds = load_winoground(config.data_dir, tags=config.tags if config.tags is not None else None, images=False)
         by_id = {it.meta["winoground_id"]: it for it in ds.items}
         missing = [w for w in ids if w not in by_id]
         if missing:
@@ -294,6 +294,7 @@ def compute_winoground_scores(config: WinogroundScoresConfig, slot: RunSlot) -> 
             rows.append({
                 "experiment": EXPERIMENT.name, "model": model, "task": "target", "split": "all",
                 "subset": subset, "metric": metric, "value": value, "n": n,
+                **({"note": undefined[metric]} if metric in undefined else {}),
             })
     idx = bootstrap_indices(len(ids), config.bootstrap, config.bootstrap_seed)
     base = {"experiment": EXPERIMENT.name, "model": model, "task": "target", "split": "all", "subset": "all",
@@ -335,6 +336,8 @@ def report(config: WinogroundScoresConfig, result: tuple[Path, Path, list[dict[s
 # Version 2: matching defined for non-negative scores, NaN rows (not left out) when undefined;
 # wwh=Easier/Harder from the 172 untagged ids, the paper code's split as *-WWH-code.
 # Version 3: bow=same / bow=different slices.
-EXPERIMENT = Experiment("winoground-scores", 3, WinogroundScoresConfig, compute_winoground_scores, report,
+# Version 4: wwh=NoTag/Easier/Harder are the paper's sets (171/201/199); the corrected ones are
+# wwh=NoTag-corrected/Easier-corrected/Harder-corrected (172/202/198).
+EXPERIMENT = Experiment("winoground-scores", 4, WinogroundScoresConfig, compute_winoground_scores, report,
                         label=cache_label,
                         chart=Chart("bars", ("text", "image", "group"), chance=WINOGROUND_CHANCE))

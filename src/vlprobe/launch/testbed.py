@@ -42,8 +42,10 @@ from vlprobe.validation import InputError, check_positive_int, check_seed
 __all__ = ["GROUPS", "QUICK_SETTINGS", "KnownAnswerConfig", "Task", "plan_commands", "run_testbed"]
 
 #: Probe settings of the testbed runs (the paper's defaults take far longer; see the report note).
+#: Separability fits raw states (``--scale none``) for every model, so that the CLIP and LXMERT
+#: margins are in the same units (the paper's ``probe_clip.py`` divided CLIP's states by 100).
 QUICK_SETTINGS: dict[str, list[str]] = {
-    "separability": ["--seeds", "2"],
+    "separability": ["--seeds", "2", "--scale", "none"],
     "task-adaptation": ["--seeds", "3", "--depth", "2", "--width", "128", "--epochs", "100", "--lr", "1e-3"],
     "variant-probe": ["--seeds", "2", "--depth", "2", "--width", "128", "--epochs", "60", "--lr", "1e-3",
                       "--draws", "2"],

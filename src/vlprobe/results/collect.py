@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from vlprobe.results.reading import RunResult, find_runs
-from vlprobe.runs.writing import TIDY_COLUMNS, format_cell
+from vlprobe.runs.writing import REQUIRED_TIDY_COLUMNS, TIDY_COLUMNS, format_cell
 from vlprobe.validation import InputError
 
 __all__ = ["collect_rows", "write_collected"]
@@ -87,7 +87,7 @@ def _is_collected(path: Path) -> bool:
             header = fh.readline().strip().split(",")
     except OSError:
         return False
-    return header[: len(TIDY_COLUMNS)] == list(TIDY_COLUMNS) and "results_dir" in header
+    return set(REQUIRED_TIDY_COLUMNS) <= set(header) and "results_dir" in header
 
 
 def write_collected(folders: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]) -> tuple[Path, int, int]:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from vlprobe.runs.summary import SUMMARY_COLUMNS, read_tidy_csv
-from vlprobe.runs.writing import TIDY_COLUMNS, result_stem
+from vlprobe.runs.writing import REQUIRED_TIDY_COLUMNS, result_stem
 from vlprobe.validation import InputError, check_file
 
 __all__ = [
@@ -110,11 +110,11 @@ def classify_csv(path: str | os.PathLike[str]) -> str:
             header = next(csv.reader(fh), [])
     except (OSError, UnicodeDecodeError, csv.Error):
         return "other"
-    if p.name.endswith(".items.csv") or ("item" in header and set(TIDY_COLUMNS) <= set(header)):
+    if p.name.endswith(".items.csv") or ("item" in header and set(REQUIRED_TIDY_COLUMNS) <= set(header)):
         return "items"
     if set(SUMMARY_COLUMNS[:5]) <= set(header) and "target_mean" in header:
         return "summary"
-    return "tidy" if set(TIDY_COLUMNS) <= set(header) else "other"
+    return "tidy" if set(REQUIRED_TIDY_COLUMNS) <= set(header) else "other"
 
 
 def _manifest_runs(folder: Path) -> dict[str, Any]:

@@ -174,6 +174,11 @@ class MLPOptions(Options):
     )
 
 
+def check_bootstrap(value: Any, name: str) -> int:
+    """Bootstrap resamples: an integer >= 0 (0 = no interval rows)."""
+    return check_int(value, name, low=0, meaning=" (0: no intervals)")
+
+
 @dataclass(frozen=True, kw_only=True)
 class BootstrapOptions(Options):
     """Seeded 95% bootstrap intervals."""
@@ -181,7 +186,8 @@ class BootstrapOptions(Options):
     panel = "Bootstrap"
     rank = 50
 
-    bootstrap: int = option(1000, check=check_positive_int, help="Bootstrap resamples for the 95% intervals.")
+    bootstrap: int = option(1000, check=check_bootstrap,
+                            help="Bootstrap resamples for the 95% intervals (0: no intervals).")
     bootstrap_seed: int = option(0, check=check_seed, help="Seed of the bootstrap resamples.", aliases=("--seed",))
 
 

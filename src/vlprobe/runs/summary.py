@@ -21,7 +21,7 @@ from typing import Any
 
 from vlprobe.io.atomic import atomic_write
 from vlprobe.probes.splits import selectivity
-from vlprobe.runs.writing import RESULTS_KIND, TIDY_COLUMNS, format_cell
+from vlprobe.runs.writing import LATER_TIDY_COLUMNS, RESULTS_KIND, TIDY_COLUMNS, format_cell
 from vlprobe.validation import InputError, check_file
 
 __all__ = ["KEY_COLUMNS", "SUMMARY_COLUMNS", "read_tidy_csv", "summarize", "write_summary_csv"]
@@ -120,13 +120,13 @@ def read_tidy_csv(path: str | os.PathLike[str]) -> list[dict[str, str]]:
         with open(p, encoding="utf-8", newline="") as fh:
             reader = csv.DictReader(fh)
             header = list(reader.fieldnames or [])
-            # ``kind`` came later: results written before it read with the column empty.
-            missing = [c for c in TIDY_COLUMNS if c not in header and c != "kind"]
+            # ``kind`` and ``note`` came later: results written before them read with the column empty.
+            missing = [c for c in TIDY_COLUMNS if c not in header and c not in LATER_TIDY_COLUMNS]
             if missing:
                 raise InputError(
                     f"csv: {p.name} is not a vlprobe tidy results CSV (missing column(s) {', '.join(missing)})"
                 )
-            rows = [{"kind": "", **r} for r in reader]
+            rows = [{"kind": "", "note": "", **r} for r in reader]
     except UnicodeDecodeError:
         raise InputError(f"csv: {p.name} is not a text CSV file") from None
     except csv.Error as exc:

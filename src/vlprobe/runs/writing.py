@@ -1,7 +1,10 @@
 """Tidy CSVs and manifests: what every experiment writes.
 
 ``OUT/<experiment>/<run>.csv`` holds one row per measured value, with the columns of
-:data:`TIDY_COLUMNS` (empty where a column does not apply) followed by the run's *setting
+:data:`TIDY_COLUMNS` (empty where a column does not apply; ``note`` says, on the rows it concerns,
+what a number is where its name alone could mislead: a metric undefined for this run and why,
+an aggregate's weighting, which of two variants is the paper's number, a metric no reference
+computes) followed by the run's *setting
 columns*: one per setting that changes a number (``scale``, ``C``, ``depth``, ``lr``, ...; a
 sweep inside one run, such as variant-similarity's ``agg`` and ``lambda``, fills its columns per
 row), so runs with different settings can be stacked into one table and still be told apart.
@@ -43,6 +46,8 @@ from vlprobe.provenance import git_revision, package_versions, sha256_file
 from vlprobe.validation import InputError
 
 __all__ = [
+    "LATER_TIDY_COLUMNS",
+    "REQUIRED_TIDY_COLUMNS",
     "RESULTS_KIND",
     "RUN_NEUTRAL",
     "TIDY_COLUMNS",
@@ -61,8 +66,12 @@ __all__ = [
 
 TIDY_COLUMNS: tuple[str, ...] = (
     "experiment", "model", "stream", "layer", "kind", "pooling", "probe", "task", "seed", "split",
-    "subset", "metric", "value", "n",
+    "subset", "metric", "value", "n", "note",
 )
+#: Tidy columns that results written before them lack (read as empty): ``kind``, ``note``.
+LATER_TIDY_COLUMNS: tuple[str, ...] = ("kind", "note")
+#: The tidy columns every vlprobe results CSV has.
+REQUIRED_TIDY_COLUMNS: tuple[str, ...] = tuple(c for c in TIDY_COLUMNS if c not in LATER_TIDY_COLUMNS)
 
 #: What experiment outputs are listed as among the files vlprobe wrote (:mod:`vlprobe.io`): a
 #: results file is replaced only by another results file of vlprobe's.

@@ -46,11 +46,12 @@ from typing import Any
 
 import numpy as np
 
-from vlprobe.validation import InputError, check_positive_int, check_seed
+from vlprobe.validation import InputError, check_int, check_positive_int, check_seed
 
 __all__ = [
     "MATCHING_UNDEFINED",
     "SUGARCREPE_GROUPS",
+    "VALSE_THRESHOLDED",
     "auroc",
     "bootstrap_ci",
     "bootstrap_indices",
@@ -59,6 +60,7 @@ __all__ = [
     "recall_at_k",
     "recall_ranks",
     "sugarcrepe_accuracy",
+    "valse_counts",
     "valse_metrics",
     "winoground_outcomes",
 ]
@@ -339,6 +341,43 @@ def valse_metrics(
     return out
 
 
+def valse_counts(
+    foil: np.ndarray, *, threshold: float | None = None, skip_foil_ties: bool = True,
+    foil_logits: np.ndarray | None = None,
+) -> dict[str, int]:
+    """How many items each VALSE metric's value is computed over (the ``n`` of its row).
+
+    Parameters
+    ----------
+    foil : ndarray, shape (N,)
+        Score of the image with its foil.
+    threshold, skip_foil_ties : as in :func:`valse_metrics`
+        With ``skip_foil_ties``, items whose foil score equals the threshold are not counted for
+        the thresholded metrics (``caption_tpr``, ``foil_tnr``, ``acc``, ``min_rate``, ``ppv``,
+        ``npv``, ``min_precision``), as they are left out of their values.
+    foil_logits : ndarray, shape (N, 2), optional
+        ``acc_r_valse`` counts the items whose two foil logits differ.
+
+    Returns
+    -------
+    dict of str to int
+        Metric name -> items (``acc_r`` and ``auroc``: every item).
+    """
+    f = np.asarray(foil, dtype=np.float64)
+    out = {"acc_r": len(f), "auroc": len(f)}
+    if foil_logits is not None:
+        fl = np.asarray(foil_logits, np.float64)
+        out["acc_r_valse"] = int((fl[..., 0] != fl[..., 1]).sum())
+    if threshold is not None:
+        kept = int((f != threshold).sum()) if skip_foil_ties else len(f)
+        out.update(dict.fromkeys(VALSE_THRESHOLDED, kept))
+    return out
+
+
+#: The VALSE metrics that need a match threshold.
+VALSE_THRESHOLDED = ("caption_tpr", "foil_tnr", "acc", "min_rate", "ppv", "npv", "min_precision")
+
+
 def valse_metrics_batched(
     caption: np.ndarray, foil: np.ndarray, *, threshold: float | None = None, skip_foil_ties: bool = True,
     caption_logits: np.ndarray | None = None, foil_logits: np.ndarray | None = None,
@@ -375,7 +414,7 @@ def bootstrap_indices(
     n : int
         Number of items.
     n_boot : int
-        Number of resamples.
+        Number of resamples (0: none, an empty array; no interval rows follow, see :func:`ci95_rows`).
     seed : int
         Seed of ``np.random.default_rng``; the same (n, n_boot, seed, strata) give the same indices,
         so two models scored on the same items are resampled alike.
@@ -386,7 +425,9 @@ def bootstrap_indices(
     -------
     ndarray of int64, shape (n_boot, n)
     """
-    check_positive_int(n_boot, "n_boot")
+    check_int(n_boot, "n_boot", low=0)
+    if n_boot == 0:
+        return np.empty((0, max(n, 0)), dtype=np.int64)
     if n < 1:
         raise InputError(f"bootstrap needs at least one item, got {n}")
     rng = np.random.default_rng(check_seed(seed))
@@ -438,7 +479,14 @@ def ci95_rows(base: dict[str, Any], metric: str, values: np.ndarray, seed: int) 
         The statistic on each resample, already in the reported unit (e.g. percent).
     seed : int
         The bootstrap seed, written to the ``seed`` column.
+
+    Returns
+    -------
+    list of dict
+        Empty when there are no resamples (``bootstrap`` = 0: no intervals).
     """
+    if not len(values):
+        return []
     low, high = bootstrap_ci(values)
     return [{**base, "metric": f"{metric}.ci95_{bound}", "value": value, "seed": seed}
             for bound, value in (("low", low), ("high", high))]
