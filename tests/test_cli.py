@@ -155,7 +155,7 @@ def test_cache_info(runner: CliRunner, reference_cache: Path, tiny_clip: Path) -
     result = run(runner, "cache", "info", reference_cache)
     assert result.exit_code == 0, result.output
     out = result.stdout
-    assert "schema vlprobe-cache version 3  complete" in out and "INCOMPLETE" not in out
+    assert "schema vlprobe-cache version 4  complete" in out and "INCOMPLETE" not in out
     assert f"12 items, {N_IMAGES} images, {N_TEXTS} texts ({N_TEXTS - 24} variants)" in out
     lines = out.splitlines()
     # every declared attribute on its own line, the compared ones marked
@@ -176,7 +176,7 @@ def test_cache_info_json(runner: CliRunner, reference_cache: Path) -> None:
     info = json.loads(result.stdout)
     assert info["path"] == str(reference_cache)
     assert info["size_bytes"] == reference_cache.stat().st_size
-    assert (info["schema"], info["schema_version"], info["complete"]) == ("vlprobe-cache", 3, True)
+    assert (info["schema"], info["schema_version"], info["complete"]) == ("vlprobe-cache", 4, True)
     a = info["header"]
     assert set(a) | set(info["recorded"]) | {"complete"} == {f.name for f in ROOT_ATTRS}
     assert a["model"] == "clip"

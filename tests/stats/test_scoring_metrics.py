@@ -258,8 +258,9 @@ def test_bootstrap_indices_seeded_and_stratified() -> None:
     assert not np.array_equal(a, bootstrap_indices(8, 200, seed=5, strata=strata))
     assert (a[:, :5] < 5).all() and (a[:, 5:] >= 5).all()  # each item resampled within its subset
     assert a.shape == (200, 8)
+    assert bootstrap_indices(8, 0).shape == (0, 8)  # 0 resamples: no intervals (--bootstrap 0)
     with pytest.raises(ValueError, match="n_boot"):
-        bootstrap_indices(8, 0)
+        bootstrap_indices(8, -1)
 
 
 def test_bootstrap_ci_brackets_the_estimate_and_shrinks_with_n() -> None:
