@@ -20,6 +20,12 @@ _SESSION_TMP = Path(tempfile.mkdtemp(prefix="vlprobe-tests-env-"))
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_HOME"] = str(_SESSION_TMP / "hf-home")  # no hit in a developer's real hub cache
 os.environ["VLPROBE_CACHE"] = str(_SESSION_TMP / "vlprobe-cache")
+# A suite run inside a Slurm job or under torchrun is not a shard of anything: no launcher's
+# variables (the tests that need them set their own).
+from vlprobe.shards import launcher_free  # noqa: E402
+
+for _name in set(os.environ) - set(launcher_free(os.environ)):
+    del os.environ[_name]
 # Tiny models on a small shared CPU: several threads per 32-wide matmul only add contention.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 

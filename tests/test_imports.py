@@ -23,7 +23,7 @@ SRC = Path(vlprobe.__file__).resolve().parent
 #: other (a base package's modules: each other and the base modules).
 BASE_PACKAGES = {"vlprobe.io"}
 BASE_MODULES = {"vlprobe", "vlprobe.registry", "vlprobe.layers", "vlprobe.provenance",
-                "vlprobe.devices", "vlprobe.validation", "vlprobe.progress"}
+                "vlprobe.devices", "vlprobe.validation", "vlprobe.progress", "vlprobe.shards"}
 #: subpackage -> subpackages it must never import (anywhere in a module, function-local too).
 FORBIDDEN = {
     "data": {"extract", "probes", "augment", "stats", "runs", "experiments", "results", "launch", "fixtures", "cli"},

@@ -46,7 +46,9 @@ def extract_cmd(
     batch_size: Annotated[int, typer.Option(help="Rows per forward pass.")] = 32,
     device: Device = "auto",
     dtype: Annotated[str, typer.Option(help="float32 or float16 (weights and stored states).")] = "float32",
-    shard: Annotated[str, typer.Option(help="Run block K of N (K/N); join with `probe cache merge`.")] = "0/1",
+    shard: Annotated[str, typer.Option(help=(
+        "Run block K of N (K/N), or auto: K/N from Slurm, torchrun, accelerate or MPI, written to "
+        "OUT's <stem>.shard-K-of-N.h5; join with `probe cache merge`."))] = "0/1",
     pair_plan: Annotated[str, typer.Option(help="Pair plan for cross-encoders: item or all.")] = "item",
     progress: Progress = True,
     regions: Annotated[
@@ -147,11 +149,15 @@ def format_cache_info(info: dict) -> str:
 @cache_app.command("merge")
 @guarded
 def cache_merge(
-    shards: Annotated[list[Path], typer.Argument(help="The N shard files of one run.")],
     out: Annotated[Path, typer.Option(help="Merged cache file to write.")],
+    shards: Annotated[list[Path] | None, typer.Argument(
+        help="The N shard files of one run (default: OUT's <stem>.shard-K-of-N.h5 files, as --shard auto names them).",
+        show_default=False)] = None,
 ) -> None:
-    """Join the shard files of a `--shard K/N` run into one cache."""
+    """Join the shard files of a `--shard K/N` (or `--shard auto`) run into one cache."""
     from vlprobe.extract.cache.merge import merge_shards
+    from vlprobe.shards import find_shard_files
 
-    path = merge_shards(shards, out)
-    typer.echo(f"merged {len(shards)} shards into {path}")
+    files = list(shards) if shards else find_shard_files(out)
+    path = merge_shards(files, out)
+    typer.echo(f"merged {len(files)} shards into {path}")

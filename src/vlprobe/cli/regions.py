@@ -42,7 +42,9 @@ def regions_extract(
     batch_size: Annotated[int, typer.Option(help="Images per detector pass.")] = 4,
     device: Device = "auto",
     dtype: Annotated[str, typer.Option(help="float32 or float16 (detector and stored features).")] = "float32",
-    shard: Annotated[str, typer.Option(help="Run block K of N (K/N); join with `probe regions merge`.")] = "0/1",
+    shard: Annotated[str, typer.Option(help=(
+        "Run block K of N (K/N), or auto: K/N from Slurm, torchrun, accelerate or MPI, written to "
+        "OUT's <stem>.shard-K-of-N.h5; join with `probe regions merge`."))] = "0/1",
     progress: Progress = True,
     image_dir: Annotated[Path | None, typer.Option(help="SugarCrepe: the COCO val2017 image folder.")] = None,
     image_root: Annotated[
@@ -72,14 +74,18 @@ def regions_extract(
 @regions_app.command("merge")
 @guarded
 def regions_merge(
-    shards: Annotated[list[Path], typer.Argument(help="The N shard files of one `probe regions extract` run.")],
     out: RegionOut,
+    shards: Annotated[list[Path] | None, typer.Argument(
+        help="The N shard files of one `probe regions extract` run (default: OUT's <stem>.shard-K-of-N.h5 files, "
+             "as --shard auto names them).", show_default=False)] = None,
 ) -> None:
-    """Join the shard files of a `probe regions extract --shard K/N` run into one region file."""
+    """Join the shard files of a `probe regions extract --shard K/N` (or `--shard auto`) run into one region file."""
     from vlprobe.extract.regions.merge import merge_region_shards
+    from vlprobe.shards import find_shard_files
 
-    path = merge_region_shards(shards, out)
-    typer.echo(f"merged {len(shards)} shards into {path}")
+    files = list(shards) if shards else find_shard_files(out)
+    path = merge_region_shards(files, out)
+    typer.echo(f"merged {len(files)} shards into {path}")
 
 
 @regions_app.command("import")

@@ -15,7 +15,10 @@ pair-scoring engine (:mod:`vlprobe.extract.scoring`) yields as one flushed chunk
 
 ``shard="K/N"`` runs the K-th of N contiguous blocks of every stream's rows (and of the pair
 plan) into its own file; :func:`vlprobe.extract.cache.merge.merge_shards` joins the N files and
-computes the scores.
+computes the scores. ``shard="auto"`` reads K and N from the launcher's environment (Slurm,
+torchrun, accelerate, MPI: :mod:`vlprobe.shards`) and writes ``<out stem>.shard-K-of-N.h5``; under
+a launcher ``device="auto"`` is the process's GPU (its local rank) and the cache records the job
+ids (``job_ids``).
 
 ``dataset_options`` are further keyword arguments of the dataset's loader (SugarCrepe
 ``image_dir``, VALSE ``image_root``, ``subsets``, ``limit``, ``all_items``), checked against its
@@ -26,6 +29,7 @@ read pixels need a file for every image, checked before the cache is opened.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -47,7 +51,6 @@ from vlprobe.extract.cache.schema import (
     CacheTables,
     PairLayout,
     StreamLayout,
-    parse_shard,
 )
 from vlprobe.extract.cache.writer import CacheWriter
 from vlprobe.extract.model_inputs import check_model_inputs, check_region_width, require_image_files
@@ -57,6 +60,7 @@ from vlprobe.extract.scoring import ImageSource, encode_stream, pooled_score_fn,
 from vlprobe.layers import parse_stream_layers
 from vlprobe.provenance import git_revision, package_versions
 from vlprobe.registry import MODELS
+from vlprobe.shards import auto_device, job_entry, resolve_shard, shard_path
 from vlprobe.validation import InputError, check_choice, check_positive_int
 
 __all__ = [
@@ -189,9 +193,9 @@ def extract(config: ExtractConfig) -> ExtractResult:
     """
     t0 = time.perf_counter()
     _validate(config)
+    config, k, n_shards, jobs = _placed(config)
     CacheWriter.check_out(config.out)  # before the model loads
     poolings = parse_poolings(config.poolings, param="poolings")
-    k, n_shards = parse_shard(config.shard)
     adapter_cls = MODELS.get(config.model)
     if not (isinstance(adapter_cls, type) and issubclass(adapter_cls, Adapter)):
         raise InputError(
@@ -211,7 +215,7 @@ def extract(config: ExtractConfig) -> ExtractResult:
         adapter: Adapter = adapter_cls.load(config.checkpoint, device=config.device, dtype=config.dtype, **options)
         if store is not None:
             check_region_width(config.model, adapter, store)
-        return _extract(config, adapter, dataset, store, poolings, k, n_shards, t0)
+        return _extract(config, adapter, dataset, store, poolings, k, n_shards, t0, jobs)
     finally:
         if store is not None:
             store.close()
@@ -236,7 +240,7 @@ def _open_regions(config: ExtractConfig, adapter_cls: type[Adapter], dataset: Da
 
 def _extract(
     config: ExtractConfig, adapter: Adapter, dataset: Dataset, store: Any,
-    poolings: tuple[str, ...], k: int, n_shards: int, t0: float,
+    poolings: tuple[str, ...], k: int, n_shards: int, t0: float, jobs: list[dict[str, str]],
 ) -> ExtractResult:
     dual = isinstance(adapter, DualEncoder)
     streams = adapter.streams
@@ -293,6 +297,7 @@ def _extract(
         model_info=info,
         batch_size=config.batch_size,
         dataset_options={k: _plain(v) for k, v in config.dataset_options.items() if v is not None},
+        job_ids=jobs,
     )
     written: dict[str, int] = {}
     totals: dict[str, int] = {}
@@ -323,6 +328,17 @@ def _extract(
             writer.scores_from_pooled(pooled_score_fn(type(adapter), info), adapter.score_kind)
         writer.update_record(complete=True)
     return ExtractResult(Path(config.out), written, totals, time.perf_counter() - t0, True)
+
+
+def _placed(config: ExtractConfig) -> tuple[ExtractConfig, int, int, list[dict[str, str]]]:
+    """The run's shard (``auto``: from the launcher's environment, into ``<out stem>.shard-K-of-N.h5``),
+    its device (``auto`` under a launcher: the process's GPU) and its ``job_ids`` entries."""
+    k, n, placement = resolve_shard(config.shard)
+    out = shard_path(config.out, k, n) if str(config.shard).strip().lower() == "auto" else Path(config.out)
+    config = dataclasses.replace(config, out=out, shard=f"{k}/{n}", device=auto_device(config.device, placement))
+    if placement is not None:
+        _say(config, f"shard {k}/{n} under {placement.source}: {out}")
+    return config, k, n, [job_entry(k, n, placement)] if placement is not None else []
 
 
 def _dataset_selection(options: Mapping[str, Any]) -> str:

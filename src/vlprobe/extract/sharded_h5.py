@@ -51,6 +51,7 @@ from vlprobe.io.errors import is_disk_full, no_space_error
 from vlprobe.io.h5 import OpenH5, discard_h5, h5_open_failure, stop_h5_writes
 from vlprobe.io.locks import output_lock
 from vlprobe.io.paths import check_writable, ensure_folder, temp_name
+from vlprobe.shards import parse_shard
 from vlprobe.validation import InputError
 
 __all__ = [
@@ -93,18 +94,6 @@ class ShardHeader(Protocol):
 
 H = TypeVar("H", bound=ShardHeader)
 W = TypeVar("W", bound="ShardedH5Writer[Any]")
-
-
-def parse_shard(spec: str) -> tuple[int, int]:
-    """``"K/N"`` -> (K, N) with 0 <= K < N."""
-    try:
-        k_text, n_text = spec.split("/")
-        k, n = int(k_text), int(n_text)
-    except ValueError:
-        raise InputError(f"shard must look like K/N (e.g. 0/4), got {spec!r}") from None
-    if n < 1 or not 0 <= k < n:
-        raise InputError(f"shard must satisfy 0 <= K < N, got {spec!r}")
-    return k, n
 
 
 def first_difference(old: ShardHeader, new: ShardHeader, *, skip: Sequence[str] = ()) -> tuple[str, Any, Any] | None:

@@ -303,6 +303,33 @@ def test_shards_merged_equal_one_run(reference: Path, detector_dir: Path, data_d
         assert store.complete and len(store) == N_IMAGES
 
 
+def test_shard_auto_under_torchrun_variables(
+    reference: Path, detector_dir: Path, data_dir: Path, tmp_path: Path, cli, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--shard auto`` as two torchrun processes see it: <stem>.shard-K-of-2.h5, merged by
+    ``probe regions merge --out`` alone; each shard's job ids kept in the merged file."""
+    out = tmp_path / "all.h5"
+    for k in range(2):
+        with monkeypatch.context() as m:
+            for name, value in {"RANK": k, "WORLD_SIZE": 2, "LOCAL_RANK": k, "LOCAL_WORLD_SIZE": 2,
+                                "TORCHELASTIC_RUN_ID": "r1"}.items():
+                m.setenv(name, str(value))
+            r = cli(*_extract_args(detector_dir, data_dir, out, "--shard", "auto"))
+        assert r.exit_code == 0, r.output
+        meta = _meta(tmp_path / f"all.shard-{k}-of-2.h5")
+        assert meta["shard"] == f"{k}/2"
+        assert meta["job_ids"] == [{"shard": f"{k}/2", "source": f"torchrun rank {k} of 2 (RANK, WORLD_SIZE)",
+                                    "RANK": str(k), "TORCHELASTIC_RUN_ID": "r1"}]
+    assert not out.exists()
+    r = cli("regions", "merge", "--out", out)
+    assert r.exit_code == 0, r.output
+    assert [j["shard"] for j in _meta(out)["job_ids"]] == ["0/2", "1/2"]
+    with h5py.File(out, "r") as fa, h5py.File(reference, "r") as fe:
+        np.testing.assert_array_equal(fa["image_id"][()], fe["image_id"][()])
+        # other batch company than the reference's (see test_shards_merged_equal_one_run)
+        np.testing.assert_allclose(fa["features"][()], fe["features"][()], rtol=0, atol=1e-4)
+
+
 def test_merge_refusals(reference: Path, detector_dir: Path, data_dir: Path, tmp_path: Path, cli, one_error_line) -> None:
     s = [tmp_path / f"s{k}.h5" for k in range(2)]
     for k, p in enumerate(s):

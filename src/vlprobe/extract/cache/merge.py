@@ -70,7 +70,8 @@ def _write_merged(target: Path, header: CacheHeader, shards: list[Shard[CacheHea
         text = np.concatenate([c.rows(s)["text"] for c in caches])
         layouts.append(StreamLayout(spec, first.layers(s), image, text, 0, None, tuple(first.poolings(s))))
     devices = ", ".join(dict.fromkeys(c.record.device for c in caches))  # where each shard ran
-    record = dataclasses.replace(first.record, merged_from=[c.path.name for c in caches], device=devices)
+    record = dataclasses.replace(first.record, merged_from=[c.path.name for c in caches], device=devices,
+                                 job_ids=[j for c in caches for j in c.record.job_ids])
     pairs = None
     if first.has_pairs:
         parts = [c.pairs() for c in caches]

@@ -209,6 +209,10 @@ class CacheRecord:
         "every option of the dataset's loader, image folders included", compared=False))
     merged_from: list[str] = field(default_factory=list, metadata=_attr(
         "merged files only: the shard files joined", compared=False))
+    job_ids: list[dict[str, str]] = field(default_factory=list, metadata=_attr(
+        'one entry per run under a launcher that wrote the file (created or resumed it): its "shard", '
+        '"source" and the job ids set (SLURM_JOB_ID, SLURM_ARRAY_JOB_ID, TORCHELASTIC_RUN_ID, ...); a '
+        "merged file has its shards' entries", compared=False))
 
     def to_attrs(self) -> dict[str, Any]:
         """The HDF5 root attributes of this record (``merged_from`` only when set)."""

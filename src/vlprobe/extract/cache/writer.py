@@ -75,9 +75,28 @@ class CacheWriter(ShardedH5Writer[CacheHeader]):
         OSError
             The disk has no room for the cache (it names ``path``; nothing is left behind).
         """
-        return cls._open(
+        writer = cls._open(
             path, header, lambda f: cls._create(f, header, tables, layouts, record, with_scores, pairs, score_kind),
         )
+        try:
+            writer._add_jobs(record.job_ids)
+        except BaseException:
+            writer.close()
+            raise
+        return writer
+
+    def _add_jobs(self, jobs: Sequence[Mapping[str, str]]) -> None:
+        """Append this run's ``job_ids`` entries to a resumed file's (a new file has them already)."""
+        if not jobs:
+            return
+        raw = self.f.attrs.get("job_ids")
+        try:
+            have = json.loads(attr_str(raw)) if raw is not None else []
+        except ValueError:
+            have = []
+        new = [dict(j) for j in jobs]
+        if not isinstance(have, list) or have[len(have) - len(new):] != new:
+            self.set_attrs({"job_ids": json.dumps([*(have if isinstance(have, list) else []), *new], sort_keys=True)})
 
     @classmethod
     def _read_header(cls, f: h5py.File, p: Path) -> tuple[int, CacheHeader]:

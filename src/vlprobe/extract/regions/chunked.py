@@ -193,7 +193,27 @@ class ChunkedRegionWriter(ShardedH5Writer[RegionRunHeader]):
                     f"{image_ids[at] if at < len(image_ids) else 'no image'!r}); use another --out"
                 )
 
-        return cls._open(path, header, lambda f: _create(f, header, image_ids, meta, max_boxes), check=same_images)
+        writer = cls._open(path, header, lambda f: _create(f, header, image_ids, meta, max_boxes), check=same_images)
+        try:
+            writer._add_jobs(meta.get("job_ids") or [])
+        except BaseException:
+            writer.close()
+            raise
+        return writer
+
+    def _add_jobs(self, jobs: Sequence[Mapping[str, str]]) -> None:
+        """Append this run's ``job_ids`` entries to a resumed file's ``meta`` (a new file has them)."""
+        if not jobs:
+            return
+        try:
+            meta = json.loads(_s(self.f.attrs.get("meta", "{}")))
+        except ValueError:
+            return
+        have = meta.get("job_ids") if isinstance(meta.get("job_ids"), list) else []
+        new = [dict(j) for j in jobs]
+        if have[len(have) - len(new):] != new:
+            meta["job_ids"] = [*have, *new]
+            self.set_attrs({"meta": json.dumps(meta, sort_keys=True, default=str)})
 
     @classmethod
     def _read_header(cls, f: h5py.File, p: Path) -> tuple[int, RegionRunHeader]:

@@ -11,6 +11,8 @@ OpenCV's ``cv2.imread`` in the reference bottom-up-attention pipeline decodes th
 not resumed). A rerun resumes where a killed run stopped; settings that
 differ from the file's are refused, naming the field. ``shard="K/N"`` runs the K-th of N
 contiguous blocks of the image list into its own file; :func:`merge_region_shards` joins them.
+``shard="auto"`` reads K and N from the launcher's environment and writes
+``<out stem>.shard-K-of-N.h5`` (:mod:`vlprobe.shards`).
 
 The result is read by :class:`~vlprobe.extract.regions.store.RegionStore`, so ``probe extract --model
 lxmert|uniter --regions FILE`` runs on it unchanged.
@@ -18,6 +20,7 @@ lxmert|uniter --regions FILE`` runs on it unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
@@ -42,6 +45,7 @@ from vlprobe.extract.regions.sources import (
     read_image,
 )
 from vlprobe.provenance import git_revision, package_versions, sha256_file
+from vlprobe.shards import auto_device, job_entry, resolve_shard, shard_path
 from vlprobe.validation import InputError, check_choice, check_positive_int
 
 __all__ = [
@@ -152,11 +156,14 @@ def extract_regions(config: RegionExtractConfig, *, detector: Any = None) -> Reg
     -------
     RegionExtractResult
     """
-    from vlprobe.extract.cache.schema import parse_shard
-
     t0 = time.perf_counter()
     _validate(config)
-    k, n_shards = parse_shard(config.shard)
+    k, n_shards, placement = resolve_shard(config.shard)
+    out = shard_path(config.out, k, n_shards) if str(config.shard).strip().lower() == "auto" else Path(config.out)
+    config = dataclasses.replace(config, out=out, shard=f"{k}/{n_shards}",
+                                 device=auto_device(config.device, placement))
+    if placement is not None:
+        _say(config, f"shard {k}/{n_shards} under {placement.source}: {out}")
     preset = selection_preset(config.preset, config.boxes, config.min_score)
     if ChunkedRegionWriter.check_out(config.out) is not None:
         _check_orientation(Path(config.out))
@@ -180,6 +187,7 @@ def extract_regions(config: RegionExtractConfig, *, detector: Any = None) -> Reg
         "image_orientation": DETECTOR_ORIENTATION,
         "images": dict(images.source),
         "row_start": start, "row_stop": stop,
+        "job_ids": [job_entry(k, n_shards, placement)] if placement is not None else [],
         "run": {
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "vlprobe_version": __version__,
             "versions": package_versions(), "git_revision": git_revision(),

@@ -72,7 +72,8 @@ def _write_merged(target: Path, header: RegionRunHeader, shards: list[Shard[Regi
     ids = _ids(shards)
     meta0 = _meta(shards[0].f)
     meta = {k: v for k, v in meta0.items() if k not in ("shard", "row_start", "row_stop")}
-    meta.update(row_start=0, row_stop=len(ids), merged_from=[s.path.name for s in shards],
+    jobs = [j for s in shards for j in (_meta(s.f).get("job_ids") or [])]
+    meta.update(row_start=0, row_stop=len(ids), merged_from=[s.path.name for s in shards], job_ids=jobs,
                 merged=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     with ChunkedRegionWriter.open(target, header, ids, meta, max_boxes=int(header.preset["max_boxes"])) as w:
         offset = 0
