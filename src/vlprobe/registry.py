@@ -262,6 +262,11 @@ MODELS.register(
     help="UNITER cross-encoder (official .pt + config JSON) with region features; streams text, image",
 )
 MODELS.register(
+    "openclip", "vlprobe.extract.models.openclip.adapter:OpenClipAdapter",
+    help="OpenCLIP checkpoint loaded natively (hub folder, .pt/.bin/.safetensors state dict; --model-option arch=NAME, "
+         "act=quick_gelu); ViT or ModifiedResNet image tower, CLIP or roberta text tower; streams text, image",
+)
+MODELS.register(
     "blip-itm", "vlprobe.extract.models.blip:BlipItmAdapter",
     help="BLIP image-text matching cross-encoder on pixels (ITM probability, or ITC cosine); streams text, image, pair",
 )

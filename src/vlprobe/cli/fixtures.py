@@ -67,17 +67,26 @@ def fixtures_dataset(
 @fixtures_app.command("model")
 @guarded
 def fixtures_model(
-    name: Annotated[str, typer.Argument(help="Model family (clip, siglip, lxmert, uniter, blip-itm, frcnn, blind-lm, blind-grammar).")],
+    name: Annotated[str, typer.Argument(help="Model family (`probe ls models`; also frcnn).")],
     out: Annotated[Path, typer.Option(help="Directory to write the checkpoint into.")],
     seed: Annotated[int, typer.Option(help="Random seed for the weights.")] = 0,
+    arch: Annotated[
+        str | None, typer.Option(help="Architecture, for a model with several (openclip: vit, resnet, roberta).")
+    ] = None,
 ) -> None:
     """Write a tiny random-initialised checkpoint in the model's real on-disk format."""
     from vlprobe.fixtures.models import FIXTURE_WRITERS
 
     if name not in FIXTURE_WRITERS:
         raise InputError(f"model: no fixture writer for {name!r} (available: {', '.join(sorted(FIXTURE_WRITERS))})")
-    path = FIXTURE_WRITERS[name](out, seed)
-    typer.echo(f"wrote a tiny random {name} checkpoint to {path}")
+    writer = FIXTURE_WRITERS[name]
+    if arch is None:
+        path = writer(out, seed)
+    elif "arch" in inspect.signature(writer).parameters:
+        path = writer(out, seed, arch=arch)
+    else:
+        raise InputError(f"arch: the {name} fixture has one architecture; leave arch unset")
+    typer.echo(f"wrote a tiny random {name}{f' ({arch})' if arch else ''} checkpoint to {path}")
 
 
 @fixtures_app.command("regions")

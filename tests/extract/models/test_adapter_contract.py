@@ -51,7 +51,8 @@ class Case:
     Attributes
     ----------
     name : str
-        Registered model name (its fixture writer has the same name).
+        The case's name: the registered model name, or for a model with several checkpoint
+        families (OpenCLIP) ``<model>-<family>``.
     kind : {"dual", "cross"}
     image_input : {"pixels", "regions"}
     streams : dict
@@ -65,6 +66,10 @@ class Case:
         Another fixture the adapter must refuse (a different model type).
     feature_dim : int
         Region-feature width (region models).
+    model : str
+        The registered model ("" = ``name``); its fixture writer has that name.
+    fixture_options : dict
+        Keyword arguments of the fixture writer (OpenCLIP's ``arch``).
     """
 
     name: str
@@ -76,6 +81,12 @@ class Case:
     wrong: str = "clip"
     feature_dim: int = 0
     weights: tuple[str, ...] = field(default=("model.safetensors",))
+    model: str = ""
+    fixture_options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def registered(self) -> str:
+        return self.model or self.name
 
 
 CASES = {
@@ -103,6 +114,25 @@ CASES = {
         {"text": ("uniter.embeddings", "text"), "image": ("uniter.img_embeddings", "image")},
         checkpoint="uniter.pt", wrong="lxmert", feature_dim=2048, weights=("uniter.pt",),
     ),
+    "openclip": Case(
+        "openclip", "dual", "pixels",
+        {"text": ("text", _kinds("embed", ("self", 3)), "eos"), "image": ("image", _kinds("embed", ("self", 2)), "patch0")},
+        {"text": ("embed_out", "text"), "image": ("visual.ln_pre", "image")},
+        weights=("open_clip_pytorch_model.bin",),
+    ),
+    "openclip-resnet": Case(
+        "openclip-resnet", "dual", "pixels",
+        {"text": ("text", _kinds("embed", ("self", 3)), "eos"),
+         "image": ("image", _kinds("embed", ("stage", 4), ("attnpool", 1)), "token0")},
+        {"text": ("embed_out", "text"), "image": ("visual.token_views.0", "image")},
+        weights=("open_clip_pytorch_model.bin",), model="openclip", fixture_options={"arch": "resnet"},
+    ),
+    "openclip-roberta": Case(
+        "openclip-roberta", "dual", "pixels",
+        {"text": ("text", _kinds("embed", ("self", 2)), "token0"), "image": ("image", _kinds("embed", ("self", 2)), "patch0")},
+        {"text": ("text.transformer.embeddings", "text"), "image": ("visual.ln_pre", "image")},
+        weights=("open_clip_pytorch_model.bin",), model="openclip", fixture_options={"arch": "roberta"},
+    ),
     "blip-itm": Case(
         "blip-itm", "cross", "pixels",
         {"text": ("text", _kinds("embed", ("self", 3)), "token0"), "image": ("image", _kinds("embed", ("self", 2)), "patch0"),
@@ -120,11 +150,12 @@ def _registered_adapters() -> list[str]:
 def test_every_adapter_has_a_case() -> None:
     """Every registered model is an adapter with a contract case and a fixture writer, or a blind text scorer."""
     adapters = _registered_adapters()
-    assert sorted(adapters) == sorted(CASES), "add a Case for each new adapter"
+    covered = {case.registered for case in CASES.values()}
+    assert sorted(adapters) == sorted(covered), "add a Case for each new adapter"
     for name in MODELS.names():
         cls = MODELS.get(name)
-        assert name in CASES or (isinstance(cls, type) and issubclass(cls, TextScorer)), name
-    assert set(CASES) <= set(FIXTURE_WRITERS)
+        assert name in covered or (isinstance(cls, type) and issubclass(cls, TextScorer)), name
+    assert covered <= set(FIXTURE_WRITERS)
 
 
 # -- session-wide: each fixture written once, each adapter loaded once ---------------------------
@@ -138,7 +169,9 @@ def fixture_dirs(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, int
 
     def get(name: str, seed: int = 0) -> Path:
         if (name, seed) not in made:
-            made[(name, seed)] = FIXTURE_WRITERS[name](root / f"{name}-{seed}", seed)
+            case = CASES.get(name)
+            writer = FIXTURE_WRITERS[case.registered if case else name]
+            made[(name, seed)] = writer(root / f"{name}-{seed}", seed, **(case.fixture_options if case else {}))
         return made[(name, seed)]
 
     return get
@@ -156,7 +189,8 @@ def adapters(fixture_dirs: Callable[[str, int], Path]) -> Callable[[str], Adapte
     def get(name: str) -> Adapter:
         if name not in loaded:
             case = CASES[name]
-            loaded[name] = MODELS.get(name).load(_checkpoint(case, fixture_dirs(name)), device="cpu", dtype="float32")
+            loaded[name] = MODELS.get(case.registered).load(_checkpoint(case, fixture_dirs(name)), device="cpu",
+                                                            dtype="float32")
         return loaded[name]
 
     return get
@@ -230,10 +264,10 @@ params = pytest.mark.parametrize("name", sorted(CASES))
 @params
 def test_registered_and_of_its_kind(name: str, adapters: Callable[[str], Adapter]) -> None:
     case = CASES[name]
-    cls = MODELS.get(name)
+    cls = MODELS.get(case.registered)
     assert model_kind(cls) == case.kind
     assert issubclass(cls, DualEncoder if case.kind == "dual" else CrossEncoder)
-    assert cls.name == name
+    assert cls.name == case.registered
     assert cls.image_input == case.image_input
     adapter = adapters(name)
     assert isinstance(adapter, cls)
@@ -360,7 +394,7 @@ def test_left_padding_tokenizer_gives_the_same_states(name: str, adapters: Calla
 @params
 def test_float16_load(name: str, fixture_dirs: Callable[[str, int], Path], adapters: Callable[[str], Adapter]) -> None:
     case = CASES[name]
-    half = MODELS.get(name).load(_checkpoint(case, fixture_dirs(name)), device="cpu", dtype="float16")
+    half = MODELS.get(case.registered).load(_checkpoint(case, fixture_dirs(name)), device="cpu", dtype="float16")
     params_ = [p for p in half.model.parameters() if p.is_floating_point()]
     assert params_ and all(p.dtype == torch.float16 for p in params_)
     full = adapters(name)
@@ -383,7 +417,7 @@ def test_wrong_model_type_is_refused(name: str, fixture_dirs: Callable[[str, int
     case = CASES[name]
     other = fixture_dirs(case.wrong)
     with pytest.raises(InputError) as err:
-        MODELS.get(name).load(str(other), device="cpu")
+        MODELS.get(case.registered).load(str(other), device="cpu")
     msg = str(err.value)
     assert "\n" not in msg and msg.startswith("checkpoint: "), msg
 
@@ -402,7 +436,7 @@ def offline_empty_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_offline_hub_id_fails_fast_saying_how_to_provide_it(
     name: str, offline_empty_hub: None, fixture_dirs: Callable[[str, int], Path], tmp_path: Path,
 ) -> None:
-    cls = MODELS.get(name)
+    cls = MODELS.get(CASES[name].registered)
     with pytest.raises(InputError) as err:
         cls.load("vlprobe-tests/no-such-model", device="cpu")
     msg = str(err.value)
@@ -438,7 +472,7 @@ def _weights(folder: Path, files: tuple[str, ...]) -> dict[str, torch.Tensor]:
 def test_fixture_is_deterministic(name: str, fixture_dirs: Callable[[str, int], Path], tmp_path: Path) -> None:
     case = CASES[name]
     first = fixture_dirs(name)
-    again = FIXTURE_WRITERS[name](tmp_path / "again", 0)
+    again = FIXTURE_WRITERS[case.registered](tmp_path / "again", 0, **case.fixture_options)
     a, b = _weights(first, case.weights), _weights(again, case.weights)
     assert a.keys() == b.keys() and a
     for key in a:  # the same writer, seed and machine: identical tensors
