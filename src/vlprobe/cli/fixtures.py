@@ -67,7 +67,7 @@ def fixtures_dataset(
 @fixtures_app.command("model")
 @guarded
 def fixtures_model(
-    name: Annotated[str, typer.Argument(help="Model family (`probe ls models`; also frcnn).")],
+    name: Annotated[str, typer.Argument(help="Model family with a fixture writer (`probe ls fixtures`).")],
     out: Annotated[Path, typer.Option(help="Directory to write the checkpoint into.")],
     seed: Annotated[int, typer.Option(help="Random seed for the weights.")] = 0,
     arch: Annotated[
@@ -75,11 +75,9 @@ def fixtures_model(
     ] = None,
 ) -> None:
     """Write a tiny random-initialised checkpoint in the model's real on-disk format."""
-    from vlprobe.fixtures.models import FIXTURE_WRITERS
+    from vlprobe.registry import FIXTURES
 
-    if name not in FIXTURE_WRITERS:
-        raise InputError(f"model: no fixture writer for {name!r} (available: {', '.join(sorted(FIXTURE_WRITERS))})")
-    writer = FIXTURE_WRITERS[name]
+    writer = FIXTURES.get(name)
     if arch is None:
         path = writer(out, seed)
     elif "arch" in inspect.signature(writer).parameters:

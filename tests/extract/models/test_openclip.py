@@ -29,11 +29,36 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from tests.extract.models.contract import Case, kinds
 from vlprobe.extract.models.openclip.adapter import OpenClipAdapter
 from vlprobe.extract.models.openclip.archs import ARCHS, OpenClipConfig, arch_config, arch_names
 from vlprobe.extract.models.openclip.preprocess import center_crop, preprocess, resize_shorter_side
 from vlprobe.fixtures.openclip import write_tiny_openclip
 from vlprobe.validation import InputError
+
+# The adapter contract (tests/extract/models/test_adapter_contract.py) checks each checkpoint family.
+_WEIGHTS = ("open_clip_pytorch_model.bin",)
+CONTRACTS = [
+    Case(
+        "openclip", "dual", "pixels",
+        {"text": ("text", kinds("embed", ("self", 3)), "eos"), "image": ("image", kinds("embed", ("self", 2)), "patch0")},
+        {"text": ("embed_out", "text"), "image": ("visual.ln_pre", "image")},
+        weights=_WEIGHTS,
+    ),
+    Case(
+        "openclip-resnet", "dual", "pixels",
+        {"text": ("text", kinds("embed", ("self", 3)), "eos"),
+         "image": ("image", kinds("embed", ("stage", 4), ("attnpool", 1)), "token0")},
+        {"text": ("embed_out", "text"), "image": ("visual.token_views.0", "image")},
+        weights=_WEIGHTS, model="openclip", fixture_options={"arch": "resnet"},
+    ),
+    Case(
+        "openclip-roberta", "dual", "pixels",
+        {"text": ("text", kinds("embed", ("self", 2)), "token0"), "image": ("image", kinds("embed", ("self", 2)), "patch0")},
+        {"text": ("text.transformer.embeddings", "text"), "image": ("visual.ln_pre", "image")},
+        weights=_WEIGHTS, model="openclip", fixture_options={"arch": "roberta"},
+    ),
+]
 
 TEXTS = ["a red circle left of a blue square", "a cat", "two green triangles above a small yellow star on grass"]
 ATOL, RTOL = 1e-5, 1e-4
