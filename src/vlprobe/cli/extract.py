@@ -48,7 +48,7 @@ def extract_cmd(
     data_dir: DataDir = None,
     tags: Annotated[Path | None, typer.Option(help="'Why is Winoground Hard?' tag file.")] = None,
     variants: Annotated[
-        Path | None, typer.Option(help="Caption variants file (JSONL; default: variants.jsonl in the dataset's folder, if any).")
+        Path | None, typer.Option(help="Caption variants file (JSONL; default: variants.jsonl in the folder $VLPROBE_<DATASET> names, if any).")
     ] = None,
     layers: Annotated[str, typer.Option(help="Layers: all | 0,4,-1 | 2:6 | text=all;image=-1")] = "all",
     poolings: Annotated[str, typer.Option(metavar="A,B", help="Poolings: any of cls,mean,max,pooled.")] = "cls,mean,max",

@@ -11,7 +11,9 @@
   given;
 * ``data_dir``: ``VLPROBE_<DATASET>`` (``VLPROBE_WINOGROUND=/data/winoground``) if set, else the
   hub (:func:`vlprobe.data.loading.resolve_data_dir`);
-* ``variants``: ``variants.jsonl`` in the dataset's folder, when there is one;
+* ``variants``: ``variants.jsonl`` in the folder ``VLPROBE_<DATASET>`` names, when the dataset's
+  folder came from that variable and has one (the machine's copy of the dataset with its
+  variants; a folder given as ``data_dir`` attaches only the variants file given);
 * ``out``: ``caches/<model>-<dataset>.h5`` (a shard: ``caches/<model>-<dataset>.shard<K>of<N>.h5``);
 * ``regions`` (models that read regions): made from the dataset's images by the built-in
   detector (:data:`REFERENCE_DETECTOR`, or ``VLPROBE_DETECTOR_CHECKPOINT``) with the preset of the

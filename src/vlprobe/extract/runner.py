@@ -96,7 +96,8 @@ class ExtractConfig:
     #: The dataset's folder; None: the folder ``VLPROBE_<DATASET>`` names, else the hub.
     data_dir: Path | None = None
     tags: Path | None = None
-    #: A variants file; None: ``variants.jsonl`` in the dataset's folder, if there is one.
+    #: A variants file; None: ``variants.jsonl`` in the folder ``VLPROBE_<DATASET>`` names when the
+    #: dataset's folder came from it (an explicit ``data_dir`` attaches no variants by itself).
     variants: Path | None = None
     layers: str = "all"
     poolings: tuple[str, ...] = ("cls", "mean", "max")
@@ -268,7 +269,7 @@ def _with_defaults(
     if env is not None:
         changes["data_dir"] = data_dir
         taken["data_dir"] = f"{Path(data_dir).resolve()} ({env})" if data_dir is not None else env
-    if config.variants is None:
+    if config.variants is None and env is not None:  # a folder given explicitly attaches only what variants names
         variants = default_variants(data_dir)
         if variants is not None:
             changes["variants"] = variants
