@@ -94,7 +94,7 @@ def test_default_subsets_are_the_files_present(aro_dir: Path, tmp_path: Path, fa
     only.mkdir()
     (only / ARO_FILES["vg_relation"]).write_bytes((aro_dir / ARO_FILES["vg_relation"]).read_bytes())
     assert {it.meta["subset"] for it in load_aro(only)} == {"vg_relation"}
-    with pytest.raises(FileNotFoundError, match="visual_genome_attribution.json"):
+    with pytest.raises(FileNotFoundError, match=r"visual_genome_attribution\.json"):
         load_aro(only, subsets="vg_attribution")
 
 

@@ -125,7 +125,7 @@ def _vg_item(subset: str, n: int, rec: Any, where: str, folder: Path | None) -> 
     if subset == "vg_relation":
         if not isinstance(rec.get("relation_name"), str):
             raise record_error("data_dir", where, "relation_name", "a string")
-        tags = {"subset": (subset,), "relation": (rec["relation_name"],)}
+        tags: dict[str, tuple[str, ...]] = {"subset": (subset,), "relation": (rec["relation_name"],)}
     else:
         attrs = rec.get("attributes")
         if not (isinstance(attrs, list) and len(attrs) == 2 and all(isinstance(a, str) for a in attrs)):
@@ -202,7 +202,8 @@ def load_aro(
     check_seed(order_seed, "order_seed")
     root = _root(data_dir)
     present = _present(root)
-    chosen = parse_subsets(subsets, ARO_SUBSETS) if subsets is not None else present
+    chosen = parse_subsets(subsets if isinstance(subsets, str) else list(subsets), ARO_SUBSETS) \
+        if subsets is not None else present
     for subset in chosen:
         if subset not in present:
             raise FileNotFoundError(f"data_dir: {ARO_FILES[subset]} (subset {subset}) is missing from {root}")

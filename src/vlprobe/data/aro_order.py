@@ -32,8 +32,8 @@ from vlprobe.data.items import ImageRef, Item, TextRef
 from vlprobe.validation import InputError
 
 __all__ = [
-    "NOUN_TAGS",
     "ADJ_TAGS",
+    "NOUN_TAGS",
     "ORDER_PERTURBATIONS",
     "order_items",
     "perturb",
@@ -133,7 +133,7 @@ def spacy_tagger(spacy_model: str | None = None) -> tuple[Tagger, dict[str, str]
             info = {"model": f"{meta.get('lang', '')}_{meta.get('name', '')}",
                     "model_version": str(meta.get("version", "")), "spacy_version": spacy.__version__}
 
-            def tag(text: str) -> list[tuple[str, str]]:
+            def tag(text: str, nlp: Any = nlp) -> list[tuple[str, str]]:
                 return [(t.text, t.tag_) for t in nlp(text)]
 
             return tag, info

@@ -55,7 +55,7 @@ class ImageRef:
     id: str
     name: str
     path: Path | None = None
-    crop: tuple[int, int, int, int] | None = None
+    crop: tuple[float, float, float, float] | None = None
 
     def load(self, orientation: str = "stored") -> Image.Image:
         """Open the image as RGB (decoded eagerly, file closed), cropped to :attr:`crop` when it has

@@ -146,10 +146,11 @@ def spec_rows(
     outcomes: dict[str, np.ndarray] = {}
     for subset in dict.fromkeys(sub.tolist()):
         cols = np.flatnonzero(sub == subset)
-        width = max(scores[i].shape[0] for i in cols)
-        block = np.full((len(cols), width, scores[cols[0]].shape[1]), np.nan)
-        for r, i in enumerate(cols):
-            block[r, :scores[i].shape[0]] = scores[i]
+        members = [scores[int(i)] for i in cols]
+        width = max(m.shape[0] for m in members)
+        block = np.full((len(cols), width, members[0].shape[1]), np.nan)
+        for r, m in enumerate(members):
+            block[r, :m.shape[0]] = m
         for key, values in spec.outcomes(subset, block).items():
             outcomes.setdefault(key, np.zeros(len(sub), dtype=values.dtype))[cols] = values
     rows: list[dict[str, Any]] = []
