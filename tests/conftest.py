@@ -45,6 +45,12 @@ if "wordnet" in _HIDE:
     import vlprobe.augment.wordnet as _wordnet
 
     _wordnet.DEBIAN_DIR = _SESSION_TMP / "no-wordnet"
+# ``VLPROBE_TEST_REQUIRE=spacy,wordnet`` (CI, which installs both) turns the skip of a test that
+# needs one of them into a failure, so that a CI machine that lost a resource cannot go green by
+# skipping the tests that use it.
+_REQUIRE = {r.strip() for r in os.environ.get("VLPROBE_TEST_REQUIRE", "").split(",") if r.strip()}
+if _REQUIRE - {"spacy", "wordnet"}:
+    raise pytest.UsageError(f"VLPROBE_TEST_REQUIRE: unknown resource(s) {sorted(_REQUIRE - {'spacy', 'wordnet'})}")
 
 from vlprobe.data.synthetic import make_synthetic_winoground  # noqa: E402
 from vlprobe.extract.runner import ExtractConfig, extract  # noqa: E402
@@ -89,6 +95,29 @@ def _one_error_line(result: Any, *needles: str) -> str:
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
     return lines[0]
+
+
+def _missing(resource: str, reason: str) -> None:
+    """Skip the test for want of ``resource`` (saying why), or fail it where the run requires it."""
+    if resource in _REQUIRE:
+        pytest.fail(f"{reason} (VLPROBE_TEST_REQUIRE={','.join(sorted(_REQUIRE))}: this run must have {resource})")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def missing_resource() -> Callable[[str, str], None]:
+    """``missing_resource("wordnet", reason)``: skip, or fail under ``VLPROBE_TEST_REQUIRE``."""
+    return _missing
+
+
+@pytest.fixture(scope="session")
+def wordnet_dict() -> Path | None:
+    """The WordNet dict folder this machine has (Debian's), or None (also under
+    ``VLPROBE_TEST_HIDE=wordnet``)."""
+    import vlprobe.augment.wordnet as wordnet_mod
+
+    debian = wordnet_mod.DEBIAN_DIR  # read at call time: VLPROBE_TEST_HIDE=wordnet moves it
+    return debian if (debian / "index.sense").is_file() else None
 
 
 @pytest.fixture(scope="session")

@@ -182,6 +182,33 @@ def test_a_second_writer_of_the_same_output_is_refused(tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir())  # the lock file went with the lock
 
 
+def test_another_thread_waits_for_the_lock_or_is_refused(tmp_path: Path) -> None:
+    """The lock is re-entrant within a thread only: another thread of the process is another writer."""
+    import threading
+
+    target = tmp_path / "m.json"
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with output_lock(target), output_lock(target):  # re-entrant in its own thread
+            held.set()
+            release.wait(60)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    try:
+        assert held.wait(60)
+        with pytest.raises(InputError, match=r"being written by another vlprobe process \(another thread of this one\)"):
+            with output_lock(target, wait=False):
+                pass
+    finally:
+        release.set()
+        t.join(60)
+    with output_lock(target, wait=False):
+        pass
+    assert not list(tmp_path.iterdir())
+
+
 # -- a full disk ------------------------------------------------------------------------------
 
 

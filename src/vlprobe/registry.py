@@ -195,6 +195,8 @@ STRATEGIES: Registry[Callable[..., Any]] = Registry(
     "strategy", Expects("subclass", ("vlprobe.augment.base:Strategy",)))
 #: Experiment declarations.
 EXPERIMENTS: Registry[Any] = Registry("experiment", Expects("instance", ("vlprobe.runs.declare:Experiment",)))
+#: Tiny-checkpoint writers ``write(out, seed) -> Path`` by model name (``probe fixtures model NAME``).
+FIXTURES: Registry[Callable[..., Any]] = Registry("model fixture", Expects("returns", ("pathlib:Path",)))
 
 # Built-in entries, lazy so that `probe ls` stays fast.
 MODELS.register(
@@ -322,3 +324,17 @@ EXPERIMENTS.register(
     "variant-similarity", "vlprobe.experiments.variant_similarity:EXPERIMENT",
     help="Winoground scores with S'(I,T) = (1-l)S(I,T) + l*agg S(I,T_i) over caption variants (paper 5.2)",
 )
+
+# Tiny random checkpoints in each model's real on-disk format, for tests and the demos; every
+# registered adapter has one (the adapter contract test checks it).
+for _name, _target, _help in (
+    ("clip", "clip:write_tiny_clip", "Hugging Face CLIP folder"),
+    ("siglip", "siglip:write_tiny_siglip", "Hugging Face SigLIP folder"),
+    ("lxmert", "lxmert:write_tiny_lxmert", "Hugging Face LXMERT folder"),
+    ("uniter", "uniter:write_tiny_uniter", "official UNITER state dict (uniter.pt) and config JSON"),
+    ("blip-itm", "blip:write_tiny_blip_itm", "Hugging Face BLIP image-text matching folder"),
+    ("frcnn", "frcnn:write_tiny_frcnn", "Visual Genome Faster R-CNN in the hub port's format (probe regions extract --detector)"),
+    ("blind-lm", "text_models:write_tiny_gpt2", "Hugging Face GPT-2 causal LM folder"),
+    ("blind-grammar", "text_models:write_tiny_bert_classifier", "Hugging Face BERT sequence classifier folder"),
+):
+    FIXTURES.register(_name, f"vlprobe.fixtures.{_target}", help=_help)

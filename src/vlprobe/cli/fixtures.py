@@ -80,16 +80,14 @@ def fixtures_dataset(
 @fixtures_app.command("model")
 @guarded
 def fixtures_model(
-    name: Annotated[str, typer.Argument(help="Model family (clip, siglip, lxmert, uniter, blip-itm, frcnn, blind-lm, blind-grammar).")],
+    name: Annotated[str, typer.Argument(help="Model family with a fixture writer (`probe ls fixtures`).")],
     out: Annotated[Path, typer.Option(help="Directory to write the checkpoint into.")],
     seed: Annotated[int, typer.Option(help="Random seed for the weights.")] = 0,
 ) -> None:
     """Write a tiny random-initialised checkpoint in the model's real on-disk format."""
-    from vlprobe.fixtures.models import FIXTURE_WRITERS
+    from vlprobe.registry import FIXTURES
 
-    if name not in FIXTURE_WRITERS:
-        raise InputError(f"model: no fixture writer for {name!r} (available: {', '.join(sorted(FIXTURE_WRITERS))})")
-    path = FIXTURE_WRITERS[name](out, seed)
+    path = FIXTURES.get(name)(out, seed)
     typer.echo(f"wrote a tiny random {name} checkpoint to {path}")
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from vlprobe.validation import InputError
 
-__all__ = ["check_writable", "ensure_folder", "output_of", "remove_path", "temp_beside", "temp_name"]
+__all__ = ["check_folder_writable", "check_writable", "ensure_folder", "output_of", "remove_path", "temp_beside", "temp_name"]
 
 _TMP_SUFFIX = ".vlprobe-tmp"
 
@@ -98,14 +98,28 @@ def check_writable(path: str | os.PathLike[str], param: str = "out") -> None:
                 pass
         except OSError as exc:
             raise InputError(f"{param}: cannot write {str(target)!r} ({exc.strerror or exc})") from None
-    base = target.parent
+    _check_creatable(target.parent, target, param)
+
+
+def check_folder_writable(folder: str | os.PathLike[str], param: str = "out") -> None:
+    """InputError naming ``param`` unless files can be created in ``folder`` (created or not).
+
+    The folder, or the nearest existing folder above a missing one, must be a folder that takes a
+    new file (a scratch file is created and removed there); nothing else is created.
+    """
+    f = Path(folder)
+    _check_creatable(f, f, param)
+
+
+def _check_creatable(folder: Path, shown: Path, param: str) -> None:
+    base = folder
     while not os.path.lexists(base) and base != base.parent:
         base = base.parent
     if not base.is_dir():
-        raise InputError(f"{param}: cannot create folder {str(target.parent)!r}: {str(base)!r} is a file, not a folder")
+        raise InputError(f"{param}: cannot create folder {str(folder)!r}: {str(base)!r} is a file, not a folder")
     try:  # the folder too: outputs are renamed into it, and their lock files live there
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".probe", dir=base)
+        fd, tmp = tempfile.mkstemp(prefix=f".{shown.name}.", suffix=".probe", dir=base)
     except OSError as exc:
-        raise InputError(f"{param}: cannot create {str(target)!r} ({exc.strerror or exc})") from None
+        raise InputError(f"{param}: cannot create {str(shown)!r} ({exc.strerror or exc})") from None
     os.close(fd)
     os.unlink(tmp)

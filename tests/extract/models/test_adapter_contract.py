@@ -1,8 +1,9 @@
 """The adapter contract: every registered model adapter, loaded from its own tiny fixture, passes
 the same checks (in the spirit of scikit-learn's ``parametrize_with_checks``).
 
-A new adapter gets a :class:`Case` below (its golden streams, where its embedding outputs come
-from, a checkpoint of another model type); ``test_every_adapter_has_a_case`` fails until it does.
+A new adapter declares ``CONTRACT = Case(...)`` in its own test module (its golden streams, where
+its embedding outputs come from, a checkpoint of another model type; see
+``tests/extract/models/contract.py``); ``test_every_adapter_has_a_case`` fails until it does.
 
 Floating point: comparisons between two computation paths (a batch vs its rows one by one, one
 layer order vs another, left vs right padding) use tolerances, never bit equality: different
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +25,14 @@ import torch
 from PIL import Image
 
 from tests.extract.helpers import random_region_batch
+from tests.extract.models.contract import Case, collect_cases
 from vlprobe.extract.model_inputs import model_kind
 from vlprobe.extract.models.base import Adapter, CrossEncoder, DualEncoder
 from vlprobe.extract.models.blind import TextScorer
 from vlprobe.extract.models.pooling import pool_states
 from vlprobe.extract.regions.store import RegionBatch
-from vlprobe.fixtures.models import FIXTURE_WRITERS
 from vlprobe.fixtures.staging import FIXTURE_MARKER
-from vlprobe.registry import MODELS
+from vlprobe.registry import FIXTURES, MODELS
 from vlprobe.validation import InputError
 
 TEXTS = ["a red circle left of a blue square", "a square", "two green triangles above a small yellow star"]
@@ -40,77 +40,7 @@ TEXTS = ["a red circle left of a blue square", "a square", "two green triangles 
 ATOL, RTOL = 1e-5, 1e-4
 
 
-def _kinds(first: str, *rest: tuple[str, int]) -> tuple[str, ...]:
-    return (first, *(k for kind, n in rest for k in [kind] * n))
-
-
-@dataclass(frozen=True)
-class Case:
-    """What the contract needs to know about one adapter.
-
-    Attributes
-    ----------
-    name : str
-        Registered model name (its fixture writer has the same name).
-    kind : {"dual", "cross"}
-    image_input : {"pixels", "regions"}
-    streams : dict
-        Golden streams: name -> (modality, layer kinds, cls rule).
-    embeddings : dict
-        Stream -> (attribute path of the module whose output is layer 0, what its rows are:
-        ``"text"`` tokens or ``"image"`` tokens/regions).
-    checkpoint : str
-        The file inside the fixture folder to pass as ``checkpoint`` ("" = the folder).
-    wrong : str
-        Another fixture the adapter must refuse (a different model type).
-    feature_dim : int
-        Region-feature width (region models).
-    """
-
-    name: str
-    kind: str
-    image_input: str
-    streams: dict[str, tuple[str, tuple[str, ...], str]]
-    embeddings: dict[str, tuple[str, str]]
-    checkpoint: str = ""
-    wrong: str = "clip"
-    feature_dim: int = 0
-    weights: tuple[str, ...] = field(default=("model.safetensors",))
-
-
-CASES = {
-    "clip": Case(
-        "clip", "dual", "pixels",
-        {"text": ("text", _kinds("embed", ("self", 3)), "eos"), "image": ("image", _kinds("embed", ("self", 2)), "patch0")},
-        {"text": ("text_model.embeddings", "text"), "image": ("vision_model.pre_layrnorm", "image")},
-        wrong="siglip",
-    ),
-    "siglip": Case(
-        "siglip", "dual", "pixels",
-        {"text": ("text", _kinds("embed", ("self", 3)), "last"), "image": ("image", _kinds("embed", ("self", 2)), "none")},
-        {"text": ("text_model.embeddings", "text"), "image": ("vision_model.embeddings", "image")},
-    ),
-    "lxmert": Case(
-        "lxmert", "cross", "regions",
-        {"lang": ("pair", _kinds("embed", ("lang", 9), ("cross", 5)), "token0"),
-         "vision": ("pair", _kinds("embed", ("rel", 5), ("cross", 5)), "none")},
-        {"lang": ("lxmert.embeddings", "text"), "vision": ("lxmert.encoder.visn_fc", "image")},
-        feature_dim=2048,
-    ),
-    "uniter": Case(
-        "uniter", "cross", "regions",
-        {"text": ("pair", _kinds("embed", ("joint", 2)), "token0"), "image": ("pair", _kinds("embed", ("joint", 2)), "none")},
-        {"text": ("uniter.embeddings", "text"), "image": ("uniter.img_embeddings", "image")},
-        checkpoint="uniter.pt", wrong="lxmert", feature_dim=2048, weights=("uniter.pt",),
-    ),
-    "blip-itm": Case(
-        "blip-itm", "cross", "pixels",
-        {"text": ("text", _kinds("embed", ("self", 3)), "token0"), "image": ("image", _kinds("embed", ("self", 2)), "patch0"),
-         "pair": ("pair", _kinds("embed", ("cross", 3)), "token0")},
-        {"text": ("text_encoder.embeddings", "text"), "image": ("vision_model.embeddings", "image"),
-         "pair": ("text_encoder.embeddings", "text")},
-    ),
-}
+CASES = collect_cases()
 
 
 def _registered_adapters() -> list[str]:
@@ -124,7 +54,7 @@ def test_every_adapter_has_a_case() -> None:
     for name in MODELS.names():
         cls = MODELS.get(name)
         assert name in CASES or (isinstance(cls, type) and issubclass(cls, TextScorer)), name
-    assert set(CASES) <= set(FIXTURE_WRITERS)
+    assert set(CASES) <= set(FIXTURES.names())
 
 
 # -- session-wide: each fixture written once, each adapter loaded once ---------------------------
@@ -138,7 +68,7 @@ def fixture_dirs(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, int
 
     def get(name: str, seed: int = 0) -> Path:
         if (name, seed) not in made:
-            made[(name, seed)] = FIXTURE_WRITERS[name](root / f"{name}-{seed}", seed)
+            made[(name, seed)] = FIXTURES.get(name)(root / f"{name}-{seed}", seed)
         return made[(name, seed)]
 
     return get
@@ -438,7 +368,7 @@ def _weights(folder: Path, files: tuple[str, ...]) -> dict[str, torch.Tensor]:
 def test_fixture_is_deterministic(name: str, fixture_dirs: Callable[[str, int], Path], tmp_path: Path) -> None:
     case = CASES[name]
     first = fixture_dirs(name)
-    again = FIXTURE_WRITERS[name](tmp_path / "again", 0)
+    again = FIXTURES.get(name)(tmp_path / "again", 0)
     a, b = _weights(first, case.weights), _weights(again, case.weights)
     assert a.keys() == b.keys() and a
     for key in a:  # the same writer, seed and machine: identical tensors
