@@ -132,8 +132,8 @@ def hand_written_targets() -> dict[tuple[str, ...], Target]:
     """The library side of every command that is not generated from a declaration."""
     from vlprobe.augment.runner import AugmentConfig
     from vlprobe.augment.wordnet import setup_wordnet
-    from vlprobe.data.sugarcrepe import sugarcrepe_report
     from vlprobe.data.benchmark_fixtures import write_benchmark_fixture
+    from vlprobe.data.sugarcrepe import sugarcrepe_report
     from vlprobe.data.synthetic import make_synthetic_winoground
     from vlprobe.data.valse import valse_report
     from vlprobe.extract.cache.merge import merge_shards
