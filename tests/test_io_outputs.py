@@ -258,3 +258,22 @@ def test_claim_folder_takes_new_empty_or_its_own_folders_only(tmp_path: Path) ->
         claim_folder(tmp_path / "file" / "tb", kind="testbed")
     assert (mine / "notes.txt").read_text() == "mine\n" and (tmp_path / "file").read_text() == "x"
 
+
+
+def test_folders_made_by_a_failed_block_are_removed_when_empty(tmp_path: Path) -> None:
+    from vlprobe.io.paths import ensure_folder, folders_removed_on_failure
+
+    (tmp_path / "was-there").mkdir()
+    with pytest.raises(OSError, match="disk full"):
+        with folders_removed_on_failure():
+            ensure_folder(tmp_path / "was-there" / "a" / "b")
+            ensure_folder(tmp_path / "kept" / "c")
+            (tmp_path / "kept" / "part.h5").write_bytes(b"resumable")  # a folder holding something stays
+            with folders_removed_on_failure():  # nested: its folders are the outer block's too
+                ensure_folder(tmp_path / "inner" / "d")
+            raise OSError(errno.ENOSPC, "disk full")
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
+        "kept", "kept/part.h5", "was-there"]
+    with folders_removed_on_failure():  # success: everything made stays
+        ensure_folder(tmp_path / "ok" / "e")
+    assert (tmp_path / "ok" / "e").is_dir()
