@@ -272,6 +272,10 @@ MODELS.register(
     help="UNITER cross-encoder (official .pt + config JSON) with region features; streams text, image",
 )
 MODELS.register(
+    "visualbert", "vlprobe.extract.models.visualbert:VisualBertAdapter",
+    help="VisualBERT cross-encoder (HF VisualBertForPreTraining, *-coco-pre) with region features; streams text, image",
+)
+MODELS.register(
     "openclip", "vlprobe.extract.models.openclip.adapter:OpenClipAdapter",
     help="OpenCLIP checkpoint loaded natively (hub folder, .pt/.bin/.safetensors state dict; --model-option arch=NAME, "
          "act=quick_gelu); ViT or ModifiedResNet image tower, CLIP or roberta text tower; streams text, image",
@@ -338,6 +342,7 @@ for _name, _target, _help in (
     ("lxmert", "lxmert:write_tiny_lxmert", "Hugging Face LXMERT folder"),
     ("uniter", "uniter:write_tiny_uniter", "official UNITER state dict (uniter.pt) and config JSON"),
     ("blip-itm", "blip:write_tiny_blip_itm", "Hugging Face BLIP image-text matching folder"),
+    ("visualbert", "visualbert:write_tiny_visualbert", "Hugging Face VisualBertForPreTraining folder"),
     ("openclip", "openclip:write_tiny_openclip", "OpenCLIP hub folder (open_clip_pytorch_model.bin, open_clip_config.json); --arch vit|resnet|roberta"),
     ("frcnn", "frcnn:write_tiny_frcnn", "Visual Genome Faster R-CNN in the hub port's format (probe regions extract --detector)"),
     ("blind-lm", "text_models:write_tiny_gpt2", "Hugging Face GPT-2 causal LM folder"),
