@@ -242,6 +242,14 @@ MODELS.register(
     help="Blind baseline: P(acceptable) of any HF sequence classifier (e.g. a CoLA model)",
 )
 MODELS.register(
+    "gpt2", "vlprobe.extract.models.valse_lm:GPT2Scorer",
+    help="VALSE's GPT-2 baseline: minus the caption's perplexity as VALSE computes it (gpt2-large; perplexity=token-mean corrects it)",
+)
+MODELS.register(
+    "openai-gpt", "vlprobe.extract.models.valse_lm:GPT1Scorer",
+    help="VALSE's GPT-1 baseline: minus the caption's perplexity as VALSE computes it (openai-gpt; perplexity=token-mean corrects it)",
+)
+MODELS.register(
     "caption-length", "vlprobe.extract.models.blind:CaptionLengthScorer",
     help="Blind baseline: minus the caption length in characters (no checkpoint)",
 )
@@ -346,6 +354,8 @@ for _name, _target, _help in (
     ("openclip", "openclip:write_tiny_openclip", "OpenCLIP hub folder (open_clip_pytorch_model.bin, open_clip_config.json); --arch vit|resnet|roberta"),
     ("frcnn", "frcnn:write_tiny_frcnn", "Visual Genome Faster R-CNN in the hub port's format (probe regions extract --detector)"),
     ("blind-lm", "text_models:write_tiny_gpt2", "Hugging Face GPT-2 causal LM folder"),
+    ("gpt2", "text_models:write_tiny_gpt2", "Hugging Face GPT-2 causal LM folder"),
+    ("openai-gpt", "text_models:write_tiny_openai_gpt", "Hugging Face GPT-1 (OpenAIGPTLMHeadModel) folder"),
     ("blind-grammar", "text_models:write_tiny_bert_classifier", "Hugging Face BERT sequence classifier folder"),
 ):
     FIXTURES.register(_name, f"vlprobe.fixtures.{_target}", help=_help)

@@ -114,6 +114,12 @@ class CausalLMScorer(TextScorer):
     def load(cls, checkpoint: str | None, *, device: str = "auto", dtype: str = "float32", **options: Any) -> CausalLMScorer:
         if options:
             raise InputError(f"model 'blind-lm' takes no options, got {sorted(options)}")
+        return cls(*cls.load_causal_lm(checkpoint, device, dtype))
+
+    @classmethod
+    def load_causal_lm(cls, checkpoint: str | None, device: str, dtype: str) -> tuple[Any, Any, ResolvedCheckpoint, Any]:
+        """A Hugging Face causal LM, its tokenizer, the resolved checkpoint and the device
+        (a checkpoint of another kind, or one whose LM head would be new, is refused)."""
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
         from vlprobe.extract.models.hf import (
@@ -132,7 +138,7 @@ class CausalLMScorer(TextScorer):
             _refuse_new_weights(loading, checkpoint, "a causal language model")
             model = model.to(dev).eval()
             tokenizer = AutoTokenizer.from_pretrained(ckpt.path)
-        return cls(model, tokenizer, ckpt, dev)
+        return model, tokenizer, ckpt, dev
 
     def _ids(self, text: str) -> list[int]:
         room = self.max_length - (self.context_id is not None)
