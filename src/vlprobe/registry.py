@@ -268,6 +268,16 @@ MODELS.register(
     help="BLIP image-text matching cross-encoder on pixels (ITM probability, or ITC cosine); streams text, image, pair",
 )
 
+# -- generative vision-language models ---------------------------------------------------------------
+MODELS.register(
+    "llava", "vlprobe.extract.models.llava:LlavaAdapter",
+    help="LLaVA-1.5 generative model (HF checkpoints): VQAScore or caption log-prob; streams caption, image, joint",
+)
+MODELS.register(
+    "qwen2-vl", "vlprobe.extract.models.qwen2_vl:Qwen2VLAdapter",
+    help="Qwen2-VL generative model (HF checkpoints): VQAScore or caption log-prob; streams caption, image, joint",
+)
+
 # Probing experiments.
 EXPERIMENTS.register(
     "separability", "vlprobe.experiments.separability:EXPERIMENT",
@@ -325,6 +335,8 @@ for _name, _target, _help in (
     ("lxmert", "lxmert:write_tiny_lxmert", "Hugging Face LXMERT folder"),
     ("uniter", "uniter:write_tiny_uniter", "official UNITER state dict (uniter.pt) and config JSON"),
     ("blip-itm", "blip:write_tiny_blip_itm", "Hugging Face BLIP image-text matching folder"),
+    ("llava", "llava:write_tiny_llava", "Hugging Face LLaVA-1.5 folder (CLIP tower, Llama LM, chat template)"),
+    ("qwen2-vl", "qwen2_vl:write_tiny_qwen2_vl", "Hugging Face Qwen2-VL-Instruct folder (chat template)"),
     ("frcnn", "frcnn:write_tiny_frcnn", "Visual Genome Faster R-CNN in the hub port's format (probe regions extract --detector)"),
     ("blind-lm", "text_models:write_tiny_gpt2", "Hugging Face GPT-2 causal LM folder"),
     ("blind-grammar", "text_models:write_tiny_bert_classifier", "Hugging Face BERT sequence classifier folder"),
