@@ -20,6 +20,10 @@ _SESSION_TMP = Path(tempfile.mkdtemp(prefix="vlprobe-tests-env-"))
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_HOME"] = str(_SESSION_TMP / "hf-home")  # no hit in a developer's real hub cache
 os.environ["VLPROBE_CACHE"] = str(_SESSION_TMP / "vlprobe-cache")
+# A developer's defaults for `probe extract` (VLPROBE_<MODEL>_CHECKPOINT, VLPROBE_<DATASET>) never reach a test.
+for _key in [k for k in os.environ if k.startswith("VLPROBE_") and (
+        k.endswith("_CHECKPOINT") or k in ("VLPROBE_WINOGROUND", "VLPROBE_SUGARCREPE", "VLPROBE_VALSE"))]:
+    del os.environ[_key]
 # Tiny models on a small shared CPU: several threads per 32-wide matmul only add contention.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 

@@ -229,6 +229,10 @@ DATASETS.register(
     "valse", "vlprobe.data.valse:load_valse",
     help="VALSE (11 JSON files; valid items by default; images via --image-root SOURCE=DIR)",
 )
+DATASETS.register(
+    "aro", "vlprobe.data.aro:load_aro",
+    help="ARO: VG-Relation, VG-Attribution (cropped VG images), COCO-Order, Flickr30k-Order (authors' JSON files)",
+)
 MODELS.register(
     "blind-lm", "vlprobe.extract.models.blind:CausalLMScorer",
     help="Blind baseline: token-normalised log-likelihood of the caption under any HF causal LM",
@@ -248,6 +252,10 @@ EXPERIMENTS.register(
 EXPERIMENTS.register(
     "valse", "vlprobe.experiments.benchmark_eval:VALSE",
     help="VALSE acc_r, AUROC, caption/foil rates and precisions (`probe eval valse`)",
+)
+EXPERIMENTS.register(
+    "aro", "vlprobe.experiments.benchmark_eval:ARO",
+    help="ARO macro accuracy (VG-Relation, VG-Attribution) and Precision@1 (COCO/Flickr30k-Order) (`probe eval aro`)",
 )
 EXPERIMENTS.register(
     "refine", "vlprobe.experiments.refine:EXPERIMENT",

@@ -53,9 +53,22 @@ def fixtures_dataset(
     seed: Seed = 0,
     image_size: Annotated[int, typer.Option(help="Image side in pixels.")] = 64,
     split: Annotated[str, typer.Option(help="eval, or train (a seed stream no eval dataset uses).")] = "eval",
+    fmt: Annotated[str, typer.Option(
+        "--format", help="winoground, or a benchmark's own on-disk format: aro.")] = "winoground",
 ) -> None:
-    """Write a deterministic synthetic dataset in Winoground's on-disk format."""
+    """Write a deterministic synthetic dataset in Winoground's on-disk format, or in another
+    benchmark's (``--format``: its annotation files and images, laid out as its authors distribute them)."""
     from vlprobe.data.synthetic import make_synthetic_winoground
+
+    if fmt != "winoground":
+        from vlprobe.data.benchmark_fixtures import write_benchmark_fixture
+
+        if split != "eval":
+            raise InputError("split: only the winoground format has a train split")
+        path = write_benchmark_fixture(out, fmt, n_items=n_items, seed=seed, image_size=image_size)
+        typer.echo(f"wrote a synthetic {fmt} fixture ({n_items} items per file) to {path} "
+                   f"(files listed in {path / 'PROVENANCE.txt'})")
+        return
 
     path = make_synthetic_winoground(out, n_items=n_items, seed=seed, image_size=image_size, split=split)
     typer.echo(

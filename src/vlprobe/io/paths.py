@@ -7,6 +7,7 @@ fixed, so a rerun after a killed run reuses (and removes) it.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import shutil
 import tempfile
@@ -15,13 +16,29 @@ from pathlib import Path
 
 from vlprobe.validation import InputError
 
-__all__ = ["check_folder_writable", "check_writable", "ensure_folder", "output_of", "remove_path", "temp_beside", "temp_name"]
+__all__ = [
+    "check_folder_writable",
+    "check_writable",
+    "ensure_folder",
+    "folders_removed_on_failure",
+    "output_of",
+    "remove_empty_folders",
+    "remove_path",
+    "temp_beside",
+    "temp_name",
+]
 
 _TMP_SUFFIX = ".vlprobe-tmp"
 
 
+# The folders ensure_folder made inside a folders_removed_on_failure block (outermost first).
+_MADE: contextvars.ContextVar[list[Path] | None] = contextvars.ContextVar("vlprobe_made_folders", default=None)
+
+
 def ensure_folder(folder: str | os.PathLike[str], param: str = "out") -> Path:
     """Create ``folder`` (and its parents) unless it exists.
+
+    Inside :func:`folders_removed_on_failure` the folders it creates are recorded.
 
     Raises
     ------
@@ -29,12 +46,51 @@ def ensure_folder(folder: str | os.PathLike[str], param: str = "out") -> Path:
         A part of the path is a regular file.
     """
     p = Path(folder)
+    missing = []
+    a = p
+    while not os.path.lexists(a) and a != a.parent:
+        missing.append(a)
+        a = a.parent
     try:
         p.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
         blocker = next((a for a in [p, *p.parents] if a.exists() and not a.is_dir()), p)
         raise InputError(f"{param}: cannot create folder {str(p)!r}: {str(blocker)!r} is a file, not a folder") from None
+    made = _MADE.get()
+    if made is not None:
+        made.extend(reversed(missing))
     return p
+
+
+@contextlib.contextmanager
+def folders_removed_on_failure() -> Iterator[list[Path]]:
+    """Record the folders :func:`ensure_folder` creates in the block; when the block raises
+    (bad input found late, a full disk, Ctrl-C), remove those of them that are still empty,
+    deepest first, so that a failed command leaves no empty ``--out`` folders behind. A folder
+    that holds anything (another run's files, a resumable part) is kept. Blocks nest: an inner
+    block's folders are also the outer block's.
+    """
+    made: list[Path] = []
+    token = _MADE.set(made)
+    try:
+        yield made
+    except BaseException:
+        remove_empty_folders(made)
+        raise
+    finally:
+        _MADE.reset(token)
+        outer = _MADE.get()
+        if outer is not None:
+            outer.extend(made)
+
+
+def remove_empty_folders(folders: list[Path]) -> None:
+    """Remove each of ``folders`` that is an empty folder, the last given first (children
+    before their parents); anything else is left."""
+    for f in reversed(folders):
+        if f.is_dir() and not f.is_symlink():
+            with contextlib.suppress(OSError):
+                f.rmdir()  # only an empty folder goes
 
 
 def temp_name(target: str | os.PathLike[str]) -> Path:

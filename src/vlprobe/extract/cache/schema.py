@@ -214,6 +214,9 @@ class CacheRecord:
         "every option of the dataset's loader, image folders included", compared=False))
     merged_from: list[str] = field(default_factory=list, metadata=_attr(
         "merged files only: the shard files joined", compared=False))
+    defaults: dict[str, str] = field(default_factory=dict, metadata=_attr(
+        "the inputs not given and what was taken for each (checkpoint, data_dir, variants, out, regions), "
+        "{} when every input was given", compared=False))
 
     def to_attrs(self) -> dict[str, Any]:
         """The HDF5 root attributes of this record (``merged_from`` only when set)."""

@@ -59,6 +59,7 @@ __all__ = [
     "DualEncoder",
     "HFDualEncoder",
     "PairOutput",
+    "ReferenceCheckpoint",
     "StreamBatch",
     "StreamSpec",
     "TextTable",
@@ -67,6 +68,28 @@ __all__ = [
     "cosine_matrix",
     "text_max_length",
 ]
+
+@dataclass(frozen=True)
+class ReferenceCheckpoint:
+    """The checkpoint the papers ran a model with: what ``probe extract --model NAME`` loads when no
+    ``--checkpoint`` is given (see :mod:`vlprobe.extract.defaults`).
+
+    Attributes
+    ----------
+    name : str
+        A hub id (``"unc-nlp/lxmert-base-uncased"``), or the file name of an official checkpoint
+        that is not on the hub (``"uniter-base.pt"``).
+    hub : bool
+        Whether ``name`` is a hub id.
+    source : str
+        Where the checkpoint comes from, said in the message when it cannot be found (for one
+        that is not on the hub: where to download it).
+    """
+
+    name: str
+    hub: bool = True
+    source: str = ""
+
 
 @dataclass(frozen=True)
 class StreamSpec:
@@ -143,6 +166,13 @@ class Adapter(ABC):
     score_kind: str = ""
     #: Extra keyword arguments :meth:`load` accepts (``model_config``, ``tokenizer``, ...).
     load_options: ClassVar[tuple[str, ...]] = ()
+    #: The checkpoint the papers used, the default of ``probe extract --checkpoint``; None: the
+    #: model has none and a checkpoint must be given.
+    reference_checkpoint: ClassVar[ReferenceCheckpoint | None] = None
+    #: Models that read regions: the box-selection preset of the features the model was trained
+    #: on (:mod:`vlprobe.extract.regions.detector.presets`), used when ``probe extract`` makes the
+    #: regions itself.
+    region_preset: ClassVar[str | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

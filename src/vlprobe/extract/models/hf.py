@@ -71,9 +71,13 @@ class ResolvedCheckpoint:
 
 
 def resolve_checkpoint(
-    spec: str, *, param: str = "checkpoint", allow_patterns: list[str] | None = None
+    spec: str, *, param: str = "checkpoint", allow_patterns: list[str] | None = None, default_of: str | None = None,
 ) -> ResolvedCheckpoint:
-    """Find the files of a checkpoint given as a directory or a hub id."""
+    """Find the files of a checkpoint given as a directory or a hub id.
+
+    ``default_of`` says why ``spec`` was taken when the user did not give it (``"reference
+    checkpoint of lxmert"``); the messages then say so.
+    """
     if not spec or not spec.strip():
         raise InputError(f"{param} must be a local directory or a hub id, got {spec!r}")
     p = Path(spec).expanduser()
@@ -82,7 +86,7 @@ def resolve_checkpoint(
     looks_local = spec.startswith((".", "/", "~")) or os.sep + os.sep in spec or spec.count("/") > 1
     if p.exists() or looks_local:
         raise InputError(f"{param}: {spec!r} is not a directory (expected a checkpoint folder or a hub id)")
-    return _resolve_hub(spec, param, allow_patterns)
+    return _resolve_hub(spec, param, allow_patterns, default_of)
 
 
 def fingerprint_dir(path: Path) -> str:
@@ -93,8 +97,10 @@ def fingerprint_dir(path: Path) -> str:
     return h.hexdigest()
 
 
-def _resolve_hub(repo_id: str, param: str, allow_patterns: list[str] | None) -> ResolvedCheckpoint:
-    from huggingface_hub import snapshot_download
+def _resolve_hub(
+    repo_id: str, param: str, allow_patterns: list[str] | None, default_of: str | None = None,
+) -> ResolvedCheckpoint:
+    from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import (
         GatedRepoError,
         HFValidationError,
@@ -102,10 +108,13 @@ def _resolve_hub(repo_id: str, param: str, allow_patterns: list[str] | None) -> 
         RepositoryNotFoundError,
     )
 
+    folder = "models--" + repo_id.replace("/", "--")
     how = (
-        f"download it once online (hf download {repo_id}), or save it with "
-        f"save_pretrained(DIR) and pass --{param} DIR"
+        f"download it on a machine with network (hf download {repo_id}) and copy its hub-cache folder {folder} "
+        f"into {constants.HF_HUB_CACHE} (HF_HUB_CACHE), or save it with save_pretrained(DIR) and pass --{param} DIR"
     )
+    if default_of:
+        param = f"{param} (not given: the {default_of})"
     try:
         local = snapshot_download(repo_id, allow_patterns=allow_patterns)
     except HFValidationError:
