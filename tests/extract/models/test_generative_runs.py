@@ -89,7 +89,10 @@ def test_probing_experiments_run_on_the_cache(model: str, item_caches: Callable[
     from vlprobe.experiments.separability import SeparabilityConfig, run_separability
     from vlprobe.experiments.task_adaptation import TaskAdaptationConfig, run_task_adaptation
     from vlprobe.experiments.variant_probe import VariantProbeConfig, run_variant_probe
-    from vlprobe.experiments.variant_similarity import VariantSimilarityConfig, run_variant_similarity
+    from vlprobe.experiments.variant_similarity import (
+        VariantSimilarityConfig,
+        run_variant_similarity,
+    )
     from vlprobe.experiments.winoground_scores import WinogroundScoresConfig, run_winoground_scores
 
     cache, out = item_caches(model), tmp_path / "results"
