@@ -83,12 +83,21 @@ def fixtures_model(
     name: Annotated[str, typer.Argument(help="Model family with a fixture writer (`probe ls fixtures`).")],
     out: Annotated[Path, typer.Option(help="Directory to write the checkpoint into.")],
     seed: Annotated[int, typer.Option(help="Random seed for the weights.")] = 0,
+    arch: Annotated[
+        str | None, typer.Option(help="Architecture, for a model with several (openclip: vit, resnet, roberta).")
+    ] = None,
 ) -> None:
     """Write a tiny random-initialised checkpoint in the model's real on-disk format."""
     from vlprobe.registry import FIXTURES
 
-    path = FIXTURES.get(name)(out, seed)
-    typer.echo(f"wrote a tiny random {name} checkpoint to {path}")
+    writer = FIXTURES.get(name)
+    if arch is None:
+        path = writer(out, seed)
+    elif "arch" in inspect.signature(writer).parameters:
+        path = writer(out, seed, arch=arch)
+    else:
+        raise InputError(f"arch: the {name} fixture has one architecture; leave arch unset")
+    typer.echo(f"wrote a tiny random {name}{f' ({arch})' if arch else ''} checkpoint to {path}")
 
 
 @fixtures_app.command("regions")

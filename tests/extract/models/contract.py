@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 __all__ = ["Case", "collect_cases", "kinds"]
 
@@ -24,7 +25,8 @@ class Case:
     Attributes
     ----------
     name : str
-        Registered model name (its fixture writer has the same name).
+        The case's name: the registered model name, or for a model with several checkpoint
+        families (OpenCLIP) ``<model>-<family>``.
     kind : {"dual", "cross"}
     image_input : {"pixels", "regions"}
     streams : dict
@@ -42,6 +44,10 @@ class Case:
         Another fixture the adapter must refuse (a different model type).
     feature_dim : int
         Region-feature width (region models).
+    model : str
+        The registered model ("" = ``name``); its fixture writer has that name.
+    fixture_options : dict
+        Keyword arguments of the fixture writer (OpenCLIP's ``arch``).
     """
 
     name: str
@@ -53,16 +59,24 @@ class Case:
     wrong: str = "clip"
     feature_dim: int = 0
     weights: tuple[str, ...] = field(default=("model.safetensors",))
+    model: str = ""
+    fixture_options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def registered(self) -> str:
+        """The registered model the case loads."""
+        return self.model or self.name
 
 
 def collect_cases() -> dict[str, Case]:
-    """Every ``CONTRACT`` case declared by a test module under ``tests/extract/models/``, by name."""
+    """Every ``CONTRACT`` case (or list of ``CONTRACTS``, one per checkpoint family) declared by
+    a test module under ``tests/extract/models/``, by name."""
     here = Path(__file__).parent
     cases: dict[str, Case] = {}
     for path in sorted(here.rglob("test_*.py")):
-        module = ".".join(("tests", "extract", "models", *path.relative_to(here).with_suffix("").parts))
-        case = getattr(importlib.import_module(module), "CONTRACT", None)
-        if case is not None:
+        module = importlib.import_module(".".join(("tests", "extract", "models", *path.relative_to(here).with_suffix("").parts)))
+        one = getattr(module, "CONTRACT", None)
+        for case in [*([one] if one is not None else []), *getattr(module, "CONTRACTS", ())]:
             assert case.name not in cases, f"two contract cases for {case.name!r}"
             cases[case.name] = case
     return cases

@@ -50,11 +50,12 @@ def _registered_adapters() -> list[str]:
 def test_every_adapter_has_a_case() -> None:
     """Every registered model is an adapter with a contract case and a fixture writer, or a blind text scorer."""
     adapters = _registered_adapters()
-    assert sorted(adapters) == sorted(CASES), "add a Case for each new adapter"
+    covered = {case.registered for case in CASES.values()}
+    assert sorted(adapters) == sorted(covered), "add a Case for each new adapter"
     for name in MODELS.names():
         cls = MODELS.get(name)
-        assert name in CASES or (isinstance(cls, type) and issubclass(cls, TextScorer)), name
-    assert set(CASES) <= set(FIXTURES.names())
+        assert name in covered or (isinstance(cls, type) and issubclass(cls, TextScorer)), name
+    assert covered <= set(FIXTURES.names())
 
 
 # -- session-wide: each fixture written once, each adapter loaded once ---------------------------
@@ -68,7 +69,8 @@ def fixture_dirs(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, int
 
     def get(name: str, seed: int = 0) -> Path:
         if (name, seed) not in made:
-            made[(name, seed)] = FIXTURES.get(name)(root / f"{name}-{seed}", seed)
+            case = CASES[name]
+            made[(name, seed)] = FIXTURES.get(case.registered)(root / f"{name}-{seed}", seed, **case.fixture_options)
         return made[(name, seed)]
 
     return get
@@ -86,7 +88,8 @@ def adapters(fixture_dirs: Callable[[str, int], Path]) -> Callable[[str], Adapte
     def get(name: str) -> Adapter:
         if name not in loaded:
             case = CASES[name]
-            loaded[name] = MODELS.get(name).load(_checkpoint(case, fixture_dirs(name)), device="cpu", dtype="float32")
+            loaded[name] = MODELS.get(case.registered).load(_checkpoint(case, fixture_dirs(name)), device="cpu",
+                                                            dtype="float32")
         return loaded[name]
 
     return get
@@ -160,10 +163,10 @@ params = pytest.mark.parametrize("name", sorted(CASES))
 @params
 def test_registered_and_of_its_kind(name: str, adapters: Callable[[str], Adapter]) -> None:
     case = CASES[name]
-    cls = MODELS.get(name)
+    cls = MODELS.get(case.registered)
     assert model_kind(cls) == case.kind
     assert issubclass(cls, DualEncoder if case.kind == "dual" else CrossEncoder)
-    assert cls.name == name
+    assert cls.name == case.registered
     assert cls.image_input == case.image_input
     adapter = adapters(name)
     assert isinstance(adapter, cls)
@@ -306,7 +309,7 @@ def test_left_padding_tokenizer_gives_the_same_states(name: str, adapters: Calla
 @params
 def test_float16_load(name: str, fixture_dirs: Callable[[str, int], Path], adapters: Callable[[str], Adapter]) -> None:
     case = CASES[name]
-    half = MODELS.get(name).load(_checkpoint(case, fixture_dirs(name)), device="cpu", dtype="float16")
+    half = MODELS.get(case.registered).load(_checkpoint(case, fixture_dirs(name)), device="cpu", dtype="float16")
     params_ = [p for p in half.model.parameters() if p.is_floating_point()]
     assert params_ and all(p.dtype == torch.float16 for p in params_)
     full = adapters(name)
@@ -329,7 +332,7 @@ def test_wrong_model_type_is_refused(name: str, fixture_dirs: Callable[[str, int
     case = CASES[name]
     other = fixture_dirs(case.wrong)
     with pytest.raises(InputError) as err:
-        MODELS.get(name).load(str(other), device="cpu")
+        MODELS.get(case.registered).load(str(other), device="cpu")
     msg = str(err.value)
     assert "\n" not in msg and msg.startswith("checkpoint: "), msg
 
@@ -348,7 +351,7 @@ def offline_empty_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_offline_hub_id_fails_fast_saying_how_to_provide_it(
     name: str, offline_empty_hub: None, fixture_dirs: Callable[[str, int], Path], tmp_path: Path,
 ) -> None:
-    cls = MODELS.get(name)
+    cls = MODELS.get(CASES[name].registered)
     with pytest.raises(InputError) as err:
         cls.load("vlprobe-tests/no-such-model", device="cpu")
     msg = str(err.value)
@@ -384,7 +387,7 @@ def _weights(folder: Path, files: tuple[str, ...]) -> dict[str, torch.Tensor]:
 def test_fixture_is_deterministic(name: str, fixture_dirs: Callable[[str, int], Path], tmp_path: Path) -> None:
     case = CASES[name]
     first = fixture_dirs(name)
-    again = FIXTURES.get(name)(tmp_path / "again", 0)
+    again = FIXTURES.get(case.registered)(tmp_path / "again", 0, **case.fixture_options)
     a, b = _weights(first, case.weights), _weights(again, case.weights)
     assert a.keys() == b.keys() and a
     for key in a:  # the same writer, seed and machine: identical tensors
