@@ -272,6 +272,10 @@ MODELS.register(
     help="UNITER cross-encoder (official .pt + config JSON) with region features; streams text, image",
 )
 MODELS.register(
+    "visualbert", "vlprobe.extract.models.visualbert:VisualBertAdapter",
+    help="VisualBERT cross-encoder (HF VisualBertForPreTraining, *-coco-pre) with region features; streams text, image",
+)
+MODELS.register(
     "openclip", "vlprobe.extract.models.openclip.adapter:OpenClipAdapter",
     help="OpenCLIP checkpoint loaded natively (hub folder, .pt/.bin/.safetensors state dict; --model-option arch=NAME, "
          "act=quick_gelu); ViT or ModifiedResNet image tower, CLIP or roberta text tower; streams text, image",
@@ -350,6 +354,7 @@ for _name, _target, _help in (
     ("blip-itm", "blip:write_tiny_blip_itm", "Hugging Face BLIP image-text matching folder"),
     ("llava", "llava:write_tiny_llava", "Hugging Face LLaVA-1.5 folder (CLIP tower, Llama LM, chat template)"),
     ("qwen2-vl", "qwen2_vl:write_tiny_qwen2_vl", "Hugging Face Qwen2-VL-Instruct folder (chat template)"),
+    ("visualbert", "visualbert:write_tiny_visualbert", "Hugging Face VisualBertForPreTraining folder"),
     ("openclip", "openclip:write_tiny_openclip", "OpenCLIP hub folder (open_clip_pytorch_model.bin, open_clip_config.json); --arch vit|resnet|roberta"),
     ("frcnn", "frcnn:write_tiny_frcnn", "Visual Genome Faster R-CNN in the hub port's format (probe regions extract --detector)"),
     ("blind-lm", "text_models:write_tiny_gpt2", "Hugging Face GPT-2 causal LM folder"),
