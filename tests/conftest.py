@@ -345,6 +345,22 @@ def tiny_blip_itm(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_llava(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Tiny random LLaVA-1.5 checkpoint (seed 0)."""
+    from vlprobe.fixtures.llava import write_tiny_llava
+
+    return write_tiny_llava(tmp_path_factory.mktemp("models") / "tiny-llava", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2_vl(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Tiny random Qwen2-VL-Instruct checkpoint (seed 0)."""
+    from vlprobe.fixtures.qwen2_vl import write_tiny_qwen2_vl
+
+    return write_tiny_qwen2_vl(tmp_path_factory.mktemp("models") / "tiny-qwen2-vl", seed=0)
+
+
+@pytest.fixture(scope="session")
 def sugarcrepe_regions(sugarcrepe_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Random regions (3 to 8 boxes) for the SugarCrepe items of ``tests.extract.helpers.SC_SELECTION``,
     written through the CLI from the JSON files alone (no image files)."""

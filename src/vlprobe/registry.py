@@ -293,6 +293,16 @@ MODELS.register(
     help="BLIP image-text matching cross-encoder on pixels (ITM probability, or ITC cosine); streams text, image, pair",
 )
 
+# -- generative vision-language models ---------------------------------------------------------------
+MODELS.register(
+    "llava", "vlprobe.extract.models.llava:LlavaAdapter",
+    help="LLaVA-1.5 generative model (HF checkpoints): VQAScore or caption log-prob; streams caption, image, joint",
+)
+MODELS.register(
+    "qwen2-vl", "vlprobe.extract.models.qwen2_vl:Qwen2VLAdapter",
+    help="Qwen2-VL generative model (HF checkpoints): VQAScore or caption log-prob; streams caption, image, joint",
+)
+
 # Probing experiments.
 EXPERIMENTS.register(
     "separability", "vlprobe.experiments.separability:EXPERIMENT",
@@ -350,6 +360,8 @@ for _name, _target, _help in (
     ("lxmert", "lxmert:write_tiny_lxmert", "Hugging Face LXMERT folder"),
     ("uniter", "uniter:write_tiny_uniter", "official UNITER state dict (uniter.pt) and config JSON"),
     ("blip-itm", "blip:write_tiny_blip_itm", "Hugging Face BLIP image-text matching folder"),
+    ("llava", "llava:write_tiny_llava", "Hugging Face LLaVA-1.5 folder (CLIP tower, Llama LM, chat template)"),
+    ("qwen2-vl", "qwen2_vl:write_tiny_qwen2_vl", "Hugging Face Qwen2-VL-Instruct folder (chat template)"),
     ("visualbert", "visualbert:write_tiny_visualbert", "Hugging Face VisualBertForPreTraining folder"),
     ("openclip", "openclip:write_tiny_openclip", "OpenCLIP hub folder (open_clip_pytorch_model.bin, open_clip_config.json); --arch vit|resnet|roberta"),
     ("frcnn", "frcnn:write_tiny_frcnn", "Visual Genome Faster R-CNN in the hub port's format (probe regions extract --detector)"),

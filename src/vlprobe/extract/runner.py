@@ -397,7 +397,7 @@ def _extract(
     if not dual:
         image, text = pair_rows(tables, plan)
         start, stop = _block(len(image), k, n_shards)
-        pairs = PairLayout(image, text, start, stop)
+        pairs = PairLayout(image, text, start, stop, position_columns=getattr(adapter, "position_columns", ()))
     for name, spec in streams.items():
         if name not in layers:
             continue
@@ -518,4 +518,4 @@ def _run_pairs(
                            poolings=token_poolings, batch_size=config.batch_size, progress=config.progress):
         states = {s: {p: v for p, v in d.items() if p in kept[s]} for s, d in got.states.items() if s in kept}
         pooled = {s: v for s, v in got.pooled.items() if "pooled" in kept.get(s, ())}
-        writer.write_pairs(todo[got.index], got.scores, states, pooled)
+        writer.write_pairs(todo[got.index], got.scores, states, pooled, got.positions)

@@ -33,7 +33,11 @@ class Case:
         Golden streams: name -> (modality, layer kinds, cls rule).
     embeddings : dict
         Stream -> (attribute path of the module whose output is layer 0, what its rows are:
-        ``"text"`` tokens or ``"image"`` tokens/regions).
+        ``"text"`` tokens, ``"image"`` tokens/regions, or, for a view of a joint sequence whose
+        parts sit at per-pair positions (generative models, ``PairOutput.positions``), ``"caption"``:
+        the module's output over the joint sequence at the caption's positions, ``"image_features"``:
+        the module's output per image (``(N, n, H)``, or ``(sum n_i, H)`` split image by image), the
+        features the image positions take).
     checkpoint : str
         The file inside the fixture folder to pass as ``checkpoint`` ("" = the folder).
     wrong : str

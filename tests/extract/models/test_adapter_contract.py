@@ -203,7 +203,12 @@ def test_layer_0_is_the_embedding_output(name: str, adapters: Callable[[str], Ad
                 want = captured[-1]
             else:
                 layers = _pair_layers(adapter, lambda s: [0])
-                got = _pairs(adapter, case, layers, poolings=("mean",)).states[stream]["mean"][:, 0]
+                out = _pairs(adapter, case, layers, poolings=("mean",))
+                got = out.states[stream]["mean"][:, 0]
+                if rows in ("caption", "image_features"):
+                    want = _joint_view(captured[-1], out.positions, adapter.position_columns, rows)
+                    _close(got.float(), want.float(), f"{name}/{stream} layer 0")
+                    continue
                 if rows == "text":
                     _, mask = adapter.prepare_texts(TEXTS).take(np.arange(3))
                 else:
@@ -213,6 +218,17 @@ def test_layer_0_is_the_embedding_output(name: str, adapters: Callable[[str], Ad
         finally:
             hook.remove()
         _close(got.float(), want.float(), f"{name}/{stream} layer 0")
+
+
+def _joint_view(emb: torch.Tensor, positions: torch.Tensor, columns: tuple[str, ...], rows: str) -> torch.Tensor:
+    """The mean over a joint-sequence view's tokens of a module's captured output (pair r = image r)."""
+    pos = {c: positions[:, k] for k, c in enumerate(columns)}
+    if rows == "caption":  # emb: (B, T, H) over the joint sequences; the caption's positions
+        return torch.stack([emb[r, int(pos["caption_start"][r]):int(pos["caption_stop"][r])].mean(0)
+                            for r in range(emb.shape[0])])
+    counts = (pos["image_stop"] - pos["image_start"]).tolist()  # features per image, in image order
+    per_image = list(emb) if emb.ndim == 3 else list(torch.split(emb, counts))
+    return torch.stack([f.mean(0) for f in per_image])
 
 
 @params

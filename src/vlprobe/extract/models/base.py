@@ -332,12 +332,17 @@ class PairOutput:
     logits : Tensor, shape (B, 2), optional
         The raw (no match, match) logits of a binary image-text matching head, whose softmax gives
         ``scores`` (LXMERT, UNITER's ITM head); None for a model without such a head.
+    positions : Tensor of int64, shape (B, K), optional
+        Where each pair's parts sit in its joint sequence, one column per name of the adapter's
+        ``position_columns`` (generative models: the image tokens, the caption, the scored
+        tokens); None for models without a joint token sequence to record.
     """
 
     scores: torch.Tensor
     states: dict[str, dict[str, torch.Tensor]]
     pooled: dict[str, torch.Tensor]
     logits: torch.Tensor | None = None
+    positions: torch.Tensor | None = None
 
 
 @dataclass
@@ -386,6 +391,9 @@ class CrossEncoder(Adapter):
     #: How many prepared images the engine holds at once (a region table is small; a table of
     #: vision-transformer outputs is not).
     image_block: ClassVar[int] = 512
+    #: Names of the columns of :attr:`PairOutput.positions` (recorded in the cache as
+    #: ``/pairs/positions``); empty for models that return no positions.
+    position_columns: ClassVar[tuple[str, ...]] = ()
     #: Set by subclasses: the tokenizer and the longest token sequence it may produce; models
     #: that read regions also set the region-feature width they read (``feature_dim``).
     tokenizer: Any
@@ -432,6 +440,11 @@ class CrossEncoder(Adapter):
         poolings : sequence of str
             Token poolings (``cls``, ``mean``, ``max``) to compute where the stream offers them.
         """
+
+    def pair_lengths(self, texts: Any, images: Any, text_idx: np.ndarray, image_idx: np.ndarray) -> np.ndarray | None:
+        """Each pair's input length, shape (B,), for the engine to batch pairs of similar length
+        together (less padding); None (the default) keeps the pairs in their order."""
+        return None
 
     def plain_pair_scores(self, texts: Any, images: Any, text_idx: np.ndarray, image_idx: np.ndarray) -> torch.Tensor:
         """Scores (B,) of a batch of pairs from one plain forward pass in which every layer runs
