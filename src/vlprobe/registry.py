@@ -250,6 +250,14 @@ MODELS.register(
     help="VALSE's GPT-1 baseline: minus the caption's perplexity as VALSE computes it (openai-gpt; perplexity=token-mean corrects it)",
 )
 MODELS.register(
+    "vera", "vlprobe.extract.models.vera:VeraScorer",
+    help="SugarCrepe's Vera baseline: calibrated plausibility of the caption (liujch1998/vera, T5 encoder + head)",
+)
+MODELS.register(
+    "grammar", "vlprobe.extract.models.blind:GrammarScorer",
+    help="SugarCrepe's grammar baseline: P(LABEL_1) of textattack/distilbert-base-uncased-CoLA",
+)
+MODELS.register(
     "caption-length", "vlprobe.extract.models.blind:CaptionLengthScorer",
     help="Blind baseline: minus the caption length in characters (no checkpoint)",
 )
@@ -367,6 +375,8 @@ for _name, _target, _help in (
     ("frcnn", "frcnn:write_tiny_frcnn", "Visual Genome Faster R-CNN in the hub port's format (probe regions extract --detector)"),
     ("blind-lm", "text_models:write_tiny_gpt2", "Hugging Face GPT-2 causal LM folder"),
     ("gpt2", "text_models:write_tiny_gpt2", "Hugging Face GPT-2 causal LM folder"),
+    ("vera", "text_models:write_tiny_vera", "Hugging Face T5 encoder folder (Vera's shape: 32,100 embedding rows)"),
+    ("grammar", "text_models:write_tiny_bert_classifier", "Hugging Face BERT sequence classifier folder"),
     ("openai-gpt", "text_models:write_tiny_openai_gpt", "Hugging Face GPT-1 (OpenAIGPTLMHeadModel) folder"),
     ("blind-grammar", "text_models:write_tiny_bert_classifier", "Hugging Face BERT sequence classifier folder"),
 ):
