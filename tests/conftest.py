@@ -26,6 +26,10 @@ from vlprobe.shards import launcher_free  # noqa: E402
 
 for _name in set(os.environ) - set(launcher_free(os.environ)):
     del os.environ[_name]
+# A developer's defaults for `probe extract` (VLPROBE_<MODEL>_CHECKPOINT, VLPROBE_<DATASET>) never reach a test.
+for _key in [k for k in os.environ if k.startswith("VLPROBE_") and (
+        k.endswith("_CHECKPOINT") or k in ("VLPROBE_WINOGROUND", "VLPROBE_SUGARCREPE", "VLPROBE_VALSE"))]:
+    del os.environ[_key]
 # Tiny models on a small shared CPU: several threads per 32-wide matmul only add contention.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -51,6 +55,12 @@ if "wordnet" in _HIDE:
     import vlprobe.augment.wordnet as _wordnet
 
     _wordnet.DEBIAN_DIR = _SESSION_TMP / "no-wordnet"
+# ``VLPROBE_TEST_REQUIRE=spacy,wordnet`` (CI, which installs both) turns the skip of a test that
+# needs one of them into a failure, so that a CI machine that lost a resource cannot go green by
+# skipping the tests that use it.
+_REQUIRE = {r.strip() for r in os.environ.get("VLPROBE_TEST_REQUIRE", "").split(",") if r.strip()}
+if _REQUIRE - {"spacy", "wordnet"}:
+    raise pytest.UsageError(f"VLPROBE_TEST_REQUIRE: unknown resource(s) {sorted(_REQUIRE - {'spacy', 'wordnet'})}")
 
 from vlprobe.data.synthetic import make_synthetic_winoground  # noqa: E402
 from vlprobe.extract.runner import ExtractConfig, extract  # noqa: E402
@@ -95,6 +105,29 @@ def _one_error_line(result: Any, *needles: str) -> str:
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
     return lines[0]
+
+
+def _missing(resource: str, reason: str) -> None:
+    """Skip the test for want of ``resource`` (saying why), or fail it where the run requires it."""
+    if resource in _REQUIRE:
+        pytest.fail(f"{reason} (VLPROBE_TEST_REQUIRE={','.join(sorted(_REQUIRE))}: this run must have {resource})")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def missing_resource() -> Callable[[str, str], None]:
+    """``missing_resource("wordnet", reason)``: skip, or fail under ``VLPROBE_TEST_REQUIRE``."""
+    return _missing
+
+
+@pytest.fixture(scope="session")
+def wordnet_dict() -> Path | None:
+    """The WordNet dict folder this machine has (Debian's), or None (also under
+    ``VLPROBE_TEST_HIDE=wordnet``)."""
+    import vlprobe.augment.wordnet as wordnet_mod
+
+    debian = wordnet_mod.DEBIAN_DIR  # read at call time: VLPROBE_TEST_HIDE=wordnet moves it
+    return debian if (debian / "index.sense").is_file() else None
 
 
 @pytest.fixture(scope="session")
@@ -315,6 +348,22 @@ def tiny_blip_itm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from vlprobe.fixtures.blip import write_tiny_blip_itm
 
     return write_tiny_blip_itm(tmp_path_factory.mktemp("models") / "tiny-blip-itm", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_llava(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Tiny random LLaVA-1.5 checkpoint (seed 0)."""
+    from vlprobe.fixtures.llava import write_tiny_llava
+
+    return write_tiny_llava(tmp_path_factory.mktemp("models") / "tiny-llava", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2_vl(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Tiny random Qwen2-VL-Instruct checkpoint (seed 0)."""
+    from vlprobe.fixtures.qwen2_vl import write_tiny_qwen2_vl
+
+    return write_tiny_qwen2_vl(tmp_path_factory.mktemp("models") / "tiny-qwen2-vl", seed=0)
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vlprobe.data.benchmark_fixtures import write_benchmark_fixture
 from vlprobe.experiments.benchmark_eval import EvalConfig, run_eval
 from vlprobe.experiments.conditional import ConditionalConfig, run_conditional
 from vlprobe.experiments.erasure import ErasureConfig, run_erasure
@@ -46,6 +47,9 @@ def build_every_experiment(root: Path, reference_cache: Path, tiny_clip: Path, s
                         scores=pair_scores(root / "sc.scores.jsonl", "sugarcrepe", ("swap_obj", "add_att"), 10, 0)))
     run_eval(EvalConfig(benchmark="valse", out=out, bootstrap=50, threshold=0.5,
                         scores=pair_scores(root / "valse.scores.jsonl", "valse", ("existence", "plurals"), 10, 1)))
+    aro = write_benchmark_fixture(root / "aro-data", "aro", n_items=6)
+    run_eval(EvalConfig(benchmark="aro", out=out, model="caption-length", data_dir=aro,
+                        subsets="vg_relation,vg_attribution", bootstrap=50, progress=False))
     run_mdl(MDLConfig(out=out, cache=planted, seeds=1, progress=False, **MLP))
     run_conditional(ConditionalConfig(out=out, cache=planted, seeds=1, bootstrap=50, progress=False, **MLP))
     run_patch(PatchConfig(out=out, model="clip", checkpoint=str(tiny_clip), data_dir=synthetic_dir, limit=3,

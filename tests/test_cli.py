@@ -54,7 +54,7 @@ def with_option(args: list[str], option: str, value: str) -> list[str]:
 
 
 @pytest.mark.parametrize(("what", "reg"), [("models", registry.MODELS), ("datasets", registry.DATASETS),
-                                          ("experiments", registry.EXPERIMENTS)])
+                                          ("experiments", registry.EXPERIMENTS), ("fixtures", registry.FIXTURES)])
 def test_ls(runner: CliRunner, what: str, reg: registry.Registry) -> None:
     result = run(runner, "ls", what)
     assert result.exit_code == 0, result.output

@@ -182,6 +182,33 @@ def test_a_second_writer_of_the_same_output_is_refused(tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir())  # the lock file went with the lock
 
 
+def test_another_thread_waits_for_the_lock_or_is_refused(tmp_path: Path) -> None:
+    """The lock is re-entrant within a thread only: another thread of the process is another writer."""
+    import threading
+
+    target = tmp_path / "m.json"
+    held, release = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with output_lock(target), output_lock(target):  # re-entrant in its own thread
+            held.set()
+            release.wait(60)
+
+    t = threading.Thread(target=holder)
+    t.start()
+    try:
+        assert held.wait(60)
+        with pytest.raises(InputError, match=r"being written by another vlprobe process \(another thread of this one\)"):
+            with output_lock(target, wait=False):
+                pass
+    finally:
+        release.set()
+        t.join(60)
+    with output_lock(target, wait=False):
+        pass
+    assert not list(tmp_path.iterdir())
+
+
 # -- a full disk ------------------------------------------------------------------------------
 
 
@@ -231,3 +258,22 @@ def test_claim_folder_takes_new_empty_or_its_own_folders_only(tmp_path: Path) ->
         claim_folder(tmp_path / "file" / "tb", kind="testbed")
     assert (mine / "notes.txt").read_text() == "mine\n" and (tmp_path / "file").read_text() == "x"
 
+
+
+def test_folders_made_by_a_failed_block_are_removed_when_empty(tmp_path: Path) -> None:
+    from vlprobe.io.paths import ensure_folder, folders_removed_on_failure
+
+    (tmp_path / "was-there").mkdir()
+    with pytest.raises(OSError, match="disk full"):
+        with folders_removed_on_failure():
+            ensure_folder(tmp_path / "was-there" / "a" / "b")
+            ensure_folder(tmp_path / "kept" / "c")
+            (tmp_path / "kept" / "part.h5").write_bytes(b"resumable")  # a folder holding something stays
+            with folders_removed_on_failure():  # nested: its folders are the outer block's too
+                ensure_folder(tmp_path / "inner" / "d")
+            raise OSError(errno.ENOSPC, "disk full")
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == [
+        "kept", "kept/part.h5", "was-there"]
+    with folders_removed_on_failure():  # success: everything made stays
+        ensure_folder(tmp_path / "ok" / "e")
+    assert (tmp_path / "ok" / "e").is_dir()

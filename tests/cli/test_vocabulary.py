@@ -70,6 +70,8 @@ ALLOWED: dict[tuple[tuple[str, ...] | str, str], str] = {
                                            "instead of random ones (random_regions_for_dataset)",
     (("fixtures", "regions"), "--n-boxes"): "unset means 36 random boxes; --oracle refuses a box count, so the command "
                                             "must see whether one was given",
+    (("fixtures", "dataset"), "--format"): "sets the parameter `fmt` of write_benchmark_fixture: a parameter named "
+                                           "`format` would shadow the builtin",
     (("report",), "--format"): "sets the parameter `fmt`: a parameter named `format` would shadow the builtin",
 }
 
@@ -130,6 +132,7 @@ def hand_written_targets() -> dict[tuple[str, ...], Target]:
     """The library side of every command that is not generated from a declaration."""
     from vlprobe.augment.runner import AugmentConfig
     from vlprobe.augment.wordnet import setup_wordnet
+    from vlprobe.data.benchmark_fixtures import write_benchmark_fixture
     from vlprobe.data.sugarcrepe import sugarcrepe_report
     from vlprobe.data.synthetic import make_synthetic_winoground
     from vlprobe.data.valse import valse_report
@@ -168,7 +171,7 @@ def hand_written_targets() -> dict[tuple[str, ...], Target]:
         ("report",): callable_target(write_report),
         ("collect",): callable_target(write_collected),
         ("augment",): config_target(AugmentConfig, {"strategies": lambda v: names(v) if v else ()}, **datasets),
-        ("fixtures", "dataset"): callable_target(make_synthetic_winoground),
+        ("fixtures", "dataset"): callable_target(make_synthetic_winoground, write_benchmark_fixture),
         ("fixtures", "model"): callable_target(write_tiny_clip),
         ("fixtures", "regions"): callable_target(random_regions_for_dataset, oracle_regions, **datasets),
         ("fixtures", "train", "clip"): config_target(ClipTrainConfig),

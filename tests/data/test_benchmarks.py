@@ -194,7 +194,7 @@ def test_cli_data_info(sugarcrepe_dir: Path, valse_dir: Path) -> None:
 
 def test_cli_data_info_errors(one_error_line: Callable[..., str], tmp_path: Path, valse_dir: Path) -> None:
     runner = CliRunner()
-    one_error_line(runner.invoke(app, ["data", "info", "crepe", "--data-dir", str(tmp_path)]), "sugarcrepe or valse")
+    one_error_line(runner.invoke(app, ["data", "info", "crepes", "--data-dir", str(tmp_path)]), "benchmark must be one of")
     one_error_line(runner.invoke(app, ["data", "info", "valse", "--data-dir", str(tmp_path / "none")]), "no such directory")
     one_error_line(runner.invoke(app, ["data", "info", "valse", "--data-dir", str(valse_dir), "--image-root", "x=/tmp"]),
                    "unknown source 'x'")

@@ -350,7 +350,8 @@ def test_a_full_disk_is_one_line_leaves_nothing_half_written_and_resumes(
                               np.random.default_rng(seed).normal(size=2 * len(ids)))
     with _small_disk(tmp_path, "2m") as disk:
         filler = _fill(disk, leave_kib)
-        argv = [str(a) for a in DISK_FULL_RUNS[command](small, kit, disk)]
+        # under folders the command makes: a failed command must not leave them behind, empty
+        argv = [str(a) for a in DISK_FULL_RUNS[command](small, kit, disk / "new" / "sub")]
         result = CliRunner().invoke(app, argv)
         assert result.exit_code == 2 and "Traceback" not in result.output, result.output
         # progress bars may precede it on stderr (separability has no --quiet); the error is one line, last
@@ -361,7 +362,10 @@ def test_a_full_disk_is_one_line_leaves_nothing_half_written_and_resumes(
         assert line.startswith(f"error: no space left on device: {disk}"), line
         assert line.endswith("(free some space, then rerun the same command)"), line
         left = sorted(str(p.relative_to(disk)) for p in disk.rglob("*") if p.is_file() and p != filler)
-        assert not [n for n in left if "vlprobe-tmp" in n or "vlprobe-lock" in n], left
+        assert not [n for n in left if "vlprobe-tmp" in n or "vlprobe-lock" in n or "staging" in n], left
+        # and no folder it made for outputs it never wrote (an empty --out folder, OUT/<experiment>/)
+        empty = sorted(str(p.relative_to(disk)) for p in disk.rglob("*") if p.is_dir() and not any(p.iterdir()))
+        assert not empty, f"empty folders left behind: {empty}"
         filler.unlink()  # space freed: the same command now finishes
         again = CliRunner().invoke(app, argv)
         assert again.exit_code == 0, again.output

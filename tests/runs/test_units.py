@@ -27,7 +27,7 @@ def value_columns(path: Path, row: dict[str, str]) -> list[str]:
 
 def test_every_metric_of_every_csv_has_one_declared_unit(every_experiment: Path) -> None:
     experiments = sorted(p.name for p in every_experiment.iterdir())
-    assert experiments == ["conditional", "erasure", "mdl", "patch", "recall", "separability", "sugarcrepe",
+    assert experiments == ["aro", "conditional", "erasure", "mdl", "patch", "recall", "separability", "sugarcrepe",
                            "task-adaptation", "valse", "variant-probe", "variant-similarity", "winoground-scores"]
     seen: dict[str, str] = {}  # metric -> unit, over every experiment
     n_files = 0

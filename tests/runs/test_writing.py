@@ -334,3 +334,77 @@ def test_the_run_guard_compares_inputs_by_content_not_by_path_spelling(
     cache.write_bytes(b"another cache, copied over the same path")
     with pytest.raises(InputError, match=r"made from another cache file \('c\.h5' had sha256 "):
         check_run_slot(tmp_path / "res", "exp", "clip", config)
+
+
+# -- two writers of one manifest at once --------------------------------------------------------
+
+_SLOW_CSV = (  # the run's CSV takes 0.3 s: both writers are between reading and rewriting the manifest
+    "import sys, time\n"
+    "import vlprobe.runs.writing as w\n"
+    "_write = w.write_tidy_csv\n"
+    "def slow(*a, **k):\n"
+    "    time.sleep(0.3)\n"
+    "    return _write(*a, **k)\n"
+    "w.write_tidy_csv = slow\n"
+    "from vlprobe.cli import app\n"
+    "sys.argv[0] = 'probe'\n"
+    "app()\n"
+)
+
+
+def test_runs_written_at_once_from_threads_keep_every_manifest_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import threading
+    import time
+
+    import vlprobe.runs.writing as writing
+
+    write = writing.write_tidy_csv
+
+    def slow(*args: Any, **kwargs: Any) -> Path:
+        time.sleep(0.2)  # every thread has read the manifest by now, unless the manifest is locked
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(writing, "write_tidy_csv", slow)
+    names = [f"model{k}" for k in range(4)]
+    start = threading.Barrier(len(names))
+    errors: list[BaseException] = []
+
+    def one(name: str) -> None:
+        try:
+            start.wait()
+            write_results(tmp_path, "exp", name, [{"metric": "a", "value": 1}], _manifest(name))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    runs = json.loads((tmp_path / "exp" / "manifest.json").read_text(encoding="utf-8"))["runs"]
+    assert sorted(runs) == names
+    assert not [p for p in (tmp_path / "exp").iterdir() if "vlprobe-lock" in p.name or "vlprobe-tmp" in p.name]
+
+
+def test_two_probe_runs_into_one_out_at_once_keep_both_manifest_entries(reference_cache: Path, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "res"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _SLOW_CSV, "run", "winoground-scores", "--cache", str(reference_cache), "--out",
+             str(out), "--bootstrap", "0", "--name", name],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )
+        for name in ("first", "second")
+    ]
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    runs = json.loads((out / "winoground-scores" / "manifest.json").read_text(encoding="utf-8"))["runs"]
+    assert sorted(runs) == ["first@bootstrap=0", "second@bootstrap=0"]
+    assert len(list((out / "winoground-scores").glob("*.csv"))) == 2

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vlprobe.io.paths import check_folder_writable
 from vlprobe.validation import InputError
 
 __all__ = [
@@ -163,16 +164,25 @@ def setup_wordnet(
     Path
         The nltk data root (put it on ``NLTK_DATA`` to use it outside vlprobe).
     """
-    src = wordnet_source(source)
     root = Path(root) if root is not None else default_root()
     target = root / "corpora" / "wordnet"
-    if not force and _complete(target) and (target / "SOURCE").read_text(encoding="utf-8").strip() == src.name:
-        return root
+    # The output first: a bad --root is refused as such whether or not WordNet is on this machine.
     if target.exists() and (not target.is_dir() or (any(target.iterdir()) and not (target / "SOURCE").is_file())):
         raise InputError(
             f"root: {str(target)!r} exists and was not built by vlprobe (no SOURCE file); refusing to "
             "replace it: use it as it is (NLTK_DATA) or choose another --root"
         )
+    if not force and _complete(target):
+        built = (target / "SOURCE").read_text(encoding="utf-8").strip()
+        try:
+            if wordnet_source(source).name == built:
+                return root
+        except WordNetUnavailable:
+            if source is not None:
+                raise
+            return root  # built earlier; nothing here to rebuild it from
+    check_folder_writable(root / "corpora", "root")
+    src = wordnet_source(source)
     staging = root / "corpora" / ".wordnet.partial"
     if staging.exists():
         shutil.rmtree(staging)

@@ -28,7 +28,9 @@ AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 # -- datasets ----------------------------------------------------------------------------------------
 Dataset = Annotated[str, typer.Option(help="Registered dataset (see `probe ls datasets`).")]
-DataDir = Annotated[Path | None, typer.Option(help="Local copy of the dataset; without it, the hub.")]
+DataDir = Annotated[
+    Path | None, typer.Option(help="Local copy of the dataset (default: $VLPROBE_<DATASET>, e.g. VLPROBE_WINOGROUND; else the hub).")
+]
 Subsets = Annotated[str | None, typer.Option(help="SugarCrepe/VALSE: comma-separated subsets (file stems).")]
 Limit = Annotated[int | None, typer.Option(help="SugarCrepe/VALSE: first N items per subset.")]
 AllItems = Annotated[bool, typer.Option("--all-items", help="VALSE: keep invalid items too.")]

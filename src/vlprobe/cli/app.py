@@ -22,6 +22,7 @@ import typer
 from vlprobe import __version__
 from vlprobe.cli.declared import DeclaredGroup
 from vlprobe.io.errors import is_disk_full, no_space_error
+from vlprobe.io.paths import folders_removed_on_failure
 from vlprobe.validation import InputError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -140,7 +141,8 @@ def guarded(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            with folders_removed_on_failure():  # a failed command leaves no empty folder it made
+                return fn(*args, **kwargs)
         except (typer.Exit, typer.Abort, typer.TyperException):  # click's own ways out: as they are
             raise
         except KeyboardInterrupt:

@@ -14,11 +14,15 @@ from vlprobe.cli.declared import declared_group
 from vlprobe.validation import InputError
 
 eval_app = typer.Typer(
-    name="eval", cls=declared_group({"sugarcrepe": "sugarcrepe", "valse": "valse"}, guarded), no_args_is_help=True,
-    help="Score SugarCrepe or VALSE with a model (or re-read saved scores): tidy CSV, per-item scores, manifest.",
+    name="eval", cls=declared_group({"sugarcrepe": "sugarcrepe", "valse": "valse", "aro": "aro"}, guarded), no_args_is_help=True,
+    help="Score a benchmark (SugarCrepe, VALSE, ARO) with a model (or re-read saved scores): tidy CSV, per-item "
+         "scores, manifest.",
 )
+#: ``probe data info NAME`` of the benchmarks beside SugarCrepe and VALSE: NAME -> "module:function"
+#: taking (data_dir, image_root).
+REPORTS = {"aro": "vlprobe.data.aro:aro_report"}
 data_app = typer.Typer(name="data", help="Validate and count benchmark files.", no_args_is_help=True)
-Benchmark = Annotated[str, typer.Argument(help="sugarcrepe or valse.")]
+Benchmark = Annotated[str, typer.Argument(help="sugarcrepe, valse, aro.")]
 
 
 @data_app.command("info")
@@ -27,7 +31,7 @@ def data_info(
     benchmark: Benchmark,
     data_dir: Annotated[Path, typer.Option(help="Folder of the benchmark's JSON files.")],
     image_dir: Annotated[Path | None, typer.Option(help="SugarCrepe: check the COCO val2017 images too.")] = None,
-    image_root: Annotated[list[str] | None, typer.Option(help="VALSE: SOURCE=DIR (repeatable); check the images too.")] = None,
+    image_root: Annotated[list[str] | None, typer.Option(help="VALSE, ARO: SOURCE=DIR (repeatable); check the images too.")] = None,
     as_json: AsJson = False,
 ) -> None:
     """Validate a benchmark's files and count items per subset, ids and problems found."""
@@ -47,8 +51,16 @@ def data_info(
             raise InputError("image_dir applies to sugarcrepe; VALSE takes --image-root SOURCE=DIR")
         reports = valse_report(data_dir, image_root)
         kept_name = "valid"
+    elif benchmark in REPORTS:
+        import importlib
+
+        if image_dir is not None:
+            raise InputError(f"image_dir applies to sugarcrepe; {benchmark} takes --image-root SOURCE=DIR")
+        module, func = REPORTS[benchmark].split(":")
+        reports = getattr(importlib.import_module(module), func)(data_dir, image_root)
+        kept_name = "kept"
     else:
-        raise InputError(f"benchmark must be sugarcrepe or valse, got {benchmark!r}")
+        raise InputError(f"benchmark must be one of sugarcrepe, valse, {', '.join(REPORTS)}, got {benchmark!r}")
     if as_json:
         typer.echo(json.dumps([asdict(r) for r in reports], indent=2))
         return

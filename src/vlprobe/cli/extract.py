@@ -35,12 +35,21 @@ cache_app = typer.Typer(name="cache", help="Inspect and merge activation caches.
 @renamed(Renamed("--pooling", "poolings"), Renamed("--pairs", "pair_plan"), Renamed("--uniter-config", "model_config"))
 def extract_cmd(
     model: Annotated[str, typer.Option(help="Registered model adapter (see `probe ls models`).")],
-    checkpoint: Annotated[str, typer.Option(help="Local checkpoint directory or hub id.")],
-    out: Annotated[Path, typer.Option(help="Cache file to write or resume (.h5).")],
+    checkpoint: Annotated[
+        str | None,
+        typer.Option(help="Local checkpoint directory or hub id (default: $VLPROBE_<MODEL>_CHECKPOINT, else the "
+                          "checkpoint the papers used, e.g. unc-nlp/lxmert-base-uncased; UNITER's uniter-base.pt "
+                          "is not on the hub)."),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Cache file to write or resume (.h5; default caches/<model>-<dataset>.h5).")
+    ] = None,
     dataset: Dataset = "winoground",
     data_dir: DataDir = None,
     tags: Annotated[Path | None, typer.Option(help="'Why is Winoground Hard?' tag file.")] = None,
-    variants: Annotated[Path | None, typer.Option(help="Caption variants file (JSONL).")] = None,
+    variants: Annotated[
+        Path | None, typer.Option(help="Caption variants file (JSONL; default: variants.jsonl in the folder $VLPROBE_<DATASET> names, if any).")
+    ] = None,
     layers: Annotated[str, typer.Option(help="Layers: all | 0,4,-1 | 2:6 | text=all;image=-1")] = "all",
     poolings: Annotated[str, typer.Option(metavar="A,B", help="Poolings: any of cls,mean,max,pooled.")] = "cls,mean,max",
     batch_size: Annotated[int, typer.Option(help="Rows per forward pass.")] = 32,
@@ -52,7 +61,9 @@ def extract_cmd(
     pair_plan: Annotated[str, typer.Option(help="Pair plan for cross-encoders: item or all.")] = "item",
     progress: Progress = True,
     regions: Annotated[
-        Path | None, typer.Option(help="Region features (vlprobe HDF5) for lxmert/uniter; see `probe regions`.")
+        Path | None,
+        typer.Option(help="Region features (vlprobe HDF5) for lxmert/uniter (default: made from the dataset's images "
+                          "by the built-in detector into <dataset>-<preset>-regions.h5 beside the cache, then reused)."),
     ] = None,
     model_config: ModelConfig = None,
     tokenizer: Tokenizer = None,
@@ -87,6 +98,8 @@ def extract_cmd(
     result = extract(config)
     done = ", ".join(f"{s} {result.rows_written[s]}/{result.rows_total[s]} rows" for s in result.rows_total)
     typer.echo(f"wrote {result.path} ({done} computed this run, {result.seconds:.1f} s)")
+    if result.defaults:
+        typer.echo(f"defaults taken: {', '.join(result.defaults)} (probe cache info {result.path} shows what each was)")
 
 
 @cache_app.command("info")

@@ -53,9 +53,22 @@ def fixtures_dataset(
     seed: Seed = 0,
     image_size: Annotated[int, typer.Option(help="Image side in pixels.")] = 64,
     split: Annotated[str, typer.Option(help="eval, or train (a seed stream no eval dataset uses).")] = "eval",
+    fmt: Annotated[str, typer.Option(
+        "--format", help="winoground, or a benchmark's own on-disk format: aro.")] = "winoground",
 ) -> None:
-    """Write a deterministic synthetic dataset in Winoground's on-disk format."""
+    """Write a deterministic synthetic dataset in Winoground's on-disk format, or in another
+    benchmark's (``--format``: its annotation files and images, laid out as its authors distribute them)."""
     from vlprobe.data.synthetic import make_synthetic_winoground
+
+    if fmt != "winoground":
+        from vlprobe.data.benchmark_fixtures import write_benchmark_fixture
+
+        if split != "eval":
+            raise InputError("split: only the winoground format has a train split")
+        path = write_benchmark_fixture(out, fmt, n_items=n_items, seed=seed, image_size=image_size)
+        typer.echo(f"wrote a synthetic {fmt} fixture ({n_items} items per file) to {path} "
+                   f"(files listed in {path / 'PROVENANCE.txt'})")
+        return
 
     path = make_synthetic_winoground(out, n_items=n_items, seed=seed, image_size=image_size, split=split)
     typer.echo(
@@ -67,17 +80,24 @@ def fixtures_dataset(
 @fixtures_app.command("model")
 @guarded
 def fixtures_model(
-    name: Annotated[str, typer.Argument(help="Model family (clip, siglip, lxmert, uniter, blip-itm, frcnn, blind-lm, blind-grammar).")],
+    name: Annotated[str, typer.Argument(help="Model family with a fixture writer (`probe ls fixtures`).")],
     out: Annotated[Path, typer.Option(help="Directory to write the checkpoint into.")],
     seed: Annotated[int, typer.Option(help="Random seed for the weights.")] = 0,
+    arch: Annotated[
+        str | None, typer.Option(help="Architecture, for a model with several (openclip: vit, resnet, roberta).")
+    ] = None,
 ) -> None:
     """Write a tiny random-initialised checkpoint in the model's real on-disk format."""
-    from vlprobe.fixtures.models import FIXTURE_WRITERS
+    from vlprobe.registry import FIXTURES
 
-    if name not in FIXTURE_WRITERS:
-        raise InputError(f"model: no fixture writer for {name!r} (available: {', '.join(sorted(FIXTURE_WRITERS))})")
-    path = FIXTURE_WRITERS[name](out, seed)
-    typer.echo(f"wrote a tiny random {name} checkpoint to {path}")
+    writer = FIXTURES.get(name)
+    if arch is None:
+        path = writer(out, seed)
+    elif "arch" in inspect.signature(writer).parameters:
+        path = writer(out, seed, arch=arch)
+    else:
+        raise InputError(f"arch: the {name} fixture has one architecture; leave arch unset")
+    typer.echo(f"wrote a tiny random {name}{f' ({arch})' if arch else ''} checkpoint to {path}")
 
 
 @fixtures_app.command("regions")

@@ -12,13 +12,13 @@ from vlprobe.validation import InputError
 
 @app.command("ls")
 @guarded
-def ls(what: Annotated[str, typer.Argument(help="models, datasets, experiments or strategies")]) -> None:
-    """List registered models, datasets, experiments or strategies."""
+def ls(what: Annotated[str, typer.Argument(help="models, datasets, experiments, strategies or fixtures")]) -> None:
+    """List registered models, datasets, experiments, strategies or model fixtures."""
     from vlprobe import registry
 
     registries = {
         "models": registry.MODELS, "datasets": registry.DATASETS, "experiments": registry.EXPERIMENTS,
-        "strategies": registry.STRATEGIES,
+        "strategies": registry.STRATEGIES, "fixtures": registry.FIXTURES,
     }
     if what not in registries:
         raise InputError(f"ls: expected one of {', '.join(registries)}, got {what!r}")

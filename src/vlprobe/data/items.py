@@ -45,17 +45,28 @@ class ImageRef:
         The benchmark's own image name (``ex_17_img_0``); region-feature files key on it.
     path : Path or None
         Image file on disk, if the pixels are available.
+    crop : (x, y, width, height) or None
+        The part of the file the benchmark shows (ARO's VG-Relation and VG-Attribution, CREPE: a
+        box around the objects named), in pixels of the decoded image; None for the whole image.
+        :meth:`load` returns the crop, as ``PIL.Image.crop((x, y, x + width, y + height))`` (a
+        box reaching past the border is padded with black, as PIL does).
     """
 
     id: str
     name: str
     path: Path | None = None
+    crop: tuple[float, float, float, float] | None = None
 
     def load(self, orientation: str = "stored") -> Image.Image:
-        """Open the image as RGB (decoded eagerly, file closed); ``orientation`` as in :func:`decode_rgb`."""
+        """Open the image as RGB (decoded eagerly, file closed), cropped to :attr:`crop` when it has
+        one; ``orientation`` as in :func:`decode_rgb`."""
         if self.path is None:
             raise InputError(f"image {self.id!r} has no file path; pixels are not available")
-        return read_rgb(self.path, orientation=orientation)
+        img = read_rgb(self.path, orientation=orientation)
+        if self.crop is None:
+            return img
+        x, y, w, h = self.crop
+        return img.crop((x, y, x + w, y + h))
 
 
 def read_rgb(path: str | os.PathLike[str], *, orientation: str = "stored") -> Image.Image:

@@ -6,6 +6,10 @@ through :func:`load_dataset`: the loader is looked up in the dataset registry, t
 Winoground ``tags``) are checked against its signature, an item list (``items``: a JSONL of
 ``{"item": id}`` lines, as ``probe refine`` writes) keeps only those items, and a variants file
 is attached.
+
+A dataset's folder not given comes from the environment variable ``VLPROBE_<DATASET>``
+(``VLPROBE_WINOGROUND=/data/winoground``, ``VLPROBE_SUGARCREPE``, ``VLPROBE_VALSE``) when it is
+set (:func:`resolve_data_dir`); without either, a loader that can reads the hub (Winoground).
 """
 
 from __future__ import annotations
@@ -23,7 +27,50 @@ from vlprobe.data.variants import attach_variants
 from vlprobe.registry import DATASETS
 from vlprobe.validation import InputError, check_file
 
-__all__ = ["check_dataset_options", "load_dataset", "loader_options", "read_item_ids", "select_items"]
+__all__ = [
+    "check_dataset_options",
+    "data_dir_env",
+    "load_dataset",
+    "loader_options",
+    "read_item_ids",
+    "resolve_data_dir",
+    "select_items",
+]
+
+
+def data_dir_env(name: str) -> str:
+    """``VLPROBE_<DATASET>``: the environment variable naming a dataset's local folder."""
+    import re
+
+    return "VLPROBE_" + re.sub(r"[^A-Z0-9]+", "_", name.upper()).strip("_")
+
+
+def resolve_data_dir(name: str, data_dir: str | os.PathLike[str] | None) -> tuple[Path | None, str | None]:
+    """The folder a dataset is read from, and where it came from.
+
+    Returns
+    -------
+    data_dir : Path or None
+        ``data_dir`` if given, else the folder ``VLPROBE_<DATASET>`` names, else None (the hub,
+        for a loader that reads it).
+    origin : str or None
+        The environment variable's name when the folder came from it, else None.
+
+    Raises
+    ------
+    InputError
+        The environment variable names something that is not a folder.
+    """
+    if data_dir is not None:
+        return Path(data_dir), None
+    env = data_dir_env(name)
+    value = os.environ.get(env, "").strip()
+    if not value:
+        return None, None
+    path = Path(value).expanduser()
+    if not path.is_dir():
+        raise InputError(f"data_dir: {env}={value!r} is not a folder (expected a local copy of {name})")
+    return path, env
 
 
 def loader_options(name: str) -> tuple[str, ...]:
@@ -97,7 +144,8 @@ def load_dataset(
     name : str
         A registered dataset (``winoground``, ``sugarcrepe``, ``valse``).
     data_dir : path, optional
-        The folder of its files; required by loaders that have no default.
+        The folder of its files; default the folder ``VLPROBE_<DATASET>`` names
+        (:func:`resolve_data_dir`); required by loaders that have no default.
     tags : path, optional
         The ``tags`` option (Winoground's tag file).
     variants : path, optional
@@ -109,9 +157,12 @@ def load_dataset(
     """
     loader = DATASETS.get(name)
     kwargs = check_dataset_options(name, {**(options or {}), **({} if tags is None else {"tags": tags})})
+    data_dir, _ = resolve_data_dir(name, data_dir)
     data_param = inspect.signature(loader).parameters.get("data_dir")
     if data_dir is None and data_param is not None and data_param.default is inspect.Parameter.empty:
-        raise InputError(f"data_dir: dataset {name!r} needs --data-dir (the folder of its files)")
+        raise InputError(
+            f"data_dir: dataset {name!r} needs --data-dir (the folder of its files), or {data_dir_env(name)} set to it"
+        )
     dataset = loader(data_dir=data_dir, **kwargs)
     if items is not None:
         dataset = select_items(dataset, read_item_ids(items))

@@ -6,7 +6,7 @@ Every error is one line that starts with the parameter the file came from (``dat
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,10 @@ from vlprobe.io.text import text_lines
 from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError
 
-__all__ = ["find_json_dir", "hash_image_files", "iter_json_lines", "read_json_object", "read_subset_file"]
+__all__ = [
+    "find_json_dir", "hash_image_files", "iter_json_lines", "parse_source_roots", "read_json_list", "read_json_object",
+    "read_subset_file", "record_error",
+]
 
 
 def find_json_dir(data_dir: Path, names: tuple[str, ...], param: str = "data_dir") -> Path:
@@ -40,6 +43,60 @@ def read_json_object(path: Path, param: str = "data_dir", holds: str = "key -> r
     if not isinstance(raw, dict):
         raise InputError(f"{param}: {path.name} must hold one JSON object of {holds}")
     return raw
+
+
+def read_json_list(path: Path, param: str = "data_dir", holds: str = "records") -> list[Any]:
+    """The one JSON array a file holds (``holds`` says what it lists, for the error)."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{param}: {path.name} is not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{param}: {path.name} is not a UTF-8 text file") from None
+    if not isinstance(raw, list):
+        raise InputError(f"{param}: {path.name} must hold one JSON array of {holds}")
+    return raw
+
+
+def record_error(param: str, where: str, field: str, expected: str) -> InputError:
+    """The one-line error of a record lacking a field: ``data_dir: <file> record 12: field 'x' must be ...``."""
+    return InputError(f"{param}: {where}: field {field!r} must be {expected}")
+
+
+def parse_source_roots(
+    specs: Iterable[str] | Mapping[str, Any] | None, sources: tuple[str, ...], param: str = "image_root",
+) -> dict[str, Path]:
+    """``["vg=DIR", "coco=DIR"]`` (or ``["DIR"]`` for every source, key ``"*"``) -> {source: folder}.
+
+    Raises
+    ------
+    InputError
+        An unknown source (the known ones are named).
+    FileNotFoundError
+        A folder that does not exist.
+    """
+    if specs is None:
+        return {}
+    if isinstance(specs, Mapping):
+        pairs = [(str(k), Path(v)) for k, v in specs.items()]
+    else:
+        pairs = []
+        for spec in specs:
+            name, sep, text = str(spec).partition("=")
+            if not sep:
+                name, text = "*", str(spec)
+            pairs.append((name.strip(), Path(text)))
+    out: dict[str, Path] = {}
+    for source, folder in pairs:
+        if source != "*" and source not in sources:
+            raise InputError(
+                f"{param}: unknown source {source!r} (expected SOURCE=DIR with SOURCE one of "
+                f"{', '.join(sources)}, or a bare DIR for all)"
+            )
+        if not folder.is_dir():
+            raise FileNotFoundError(f"{param}: no such directory {str(folder)!r} (for source {source!r})")
+        out[source] = folder
+    return out
 
 
 def read_subset_file(root: Path, name: str, h: Any) -> dict[str, Any]:

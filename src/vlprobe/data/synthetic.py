@@ -102,6 +102,7 @@ from vlprobe.data.tags import WWH_TAGS
 from vlprobe.data.variants import Variant, VariantSet, write_variants
 from vlprobe.data.winoground import WINOGROUND_FIELDS
 from vlprobe.io.atomic import atomic_path, atomic_write
+from vlprobe.io.paths import ensure_folder
 from vlprobe.validation import InputError, check_choice, check_int, check_positive_int, check_seed
 
 __all__ = [
@@ -241,12 +242,12 @@ def make_synthetic_winoground(
         for k in (0, 1)
     ]
 
-    root.mkdir(parents=True, exist_ok=True)
+    ensure_folder(root)
     # Provenance first: an interrupted run still leaves a directory this function may reuse.
     with atomic_write(root / "PROVENANCE.txt") as fh:
         fh.write(_provenance(n_items, seed, image_size, split))
     images = root / "images"
-    images.mkdir(exist_ok=True)
+    ensure_folder(images)
     for stale in images.iterdir():  # from an earlier, larger run
         stale.unlink()
     layouts = []

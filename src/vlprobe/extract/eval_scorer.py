@@ -96,7 +96,7 @@ class PairScorer:
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """Scores of the pairs (images[p], texts[p]), and a binary matching head's raw logits.
 
-        Distinct texts (by string) and distinct images (by file for pixels, by normalised name for
+        Distinct texts (by string) and distinct images (by file and crop for pixels, by normalised name for
         region features) are encoded or read once.
 
         Parameters
@@ -136,7 +136,7 @@ class PairScorer:
             return out, logits
         if self.image_input == "pixels":
             require_image_files(self.model, images)
-            keys: list[Any] = [im.path for im in images]
+            keys: list[Any] = [(im.path, im.crop) for im in images]  # a crop is an image of its own
         else:
             from vlprobe.extract.regions.boxes import normalise_image_id
 

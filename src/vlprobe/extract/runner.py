@@ -53,6 +53,16 @@ from vlprobe.extract.cache.schema import (
     StreamLayout,
 )
 from vlprobe.extract.cache.writer import CacheWriter
+from vlprobe.extract.defaults import (
+    FIXTURE_MARKER,
+    RegionPlan,
+    default_cache_path,
+    default_checkpoint,
+    default_detector,
+    default_region_path,
+    default_variants,
+    is_hub_id,
+)
 from vlprobe.extract.model_inputs import check_model_inputs, check_region_width, require_image_files
 from vlprobe.extract.models.base import Adapter, CrossEncoder, DualEncoder, StreamSpec
 from vlprobe.extract.models.pooling import parse_poolings
@@ -60,7 +70,7 @@ from vlprobe.extract.scoring import ImageSource, encode_stream, pooled_score_fn,
 from vlprobe.layers import parse_stream_layers
 from vlprobe.provenance import git_revision, package_versions
 from vlprobe.registry import MODELS
-from vlprobe.shards import auto_device, job_entry, resolve_shard, shard_path
+from vlprobe.shards import Placement, auto_device, job_entry, parse_shard, resolve_shard, shard_path
 from vlprobe.validation import InputError, check_choice, check_positive_int
 
 __all__ = [
@@ -80,11 +90,17 @@ class ExtractConfig:
     """Everything one extraction run depends on (the CLI builds this, then calls :func:`extract`)."""
 
     model: str
-    checkpoint: str
-    out: Path
+    #: A folder, a hub id or (UNITER) a file; None: the model's reference checkpoint
+    #: (:func:`vlprobe.extract.defaults.default_checkpoint`).
+    checkpoint: str | None = None
+    #: The cache to write or resume; None: ``caches/<model>-<dataset>.h5``.
+    out: Path | None = None
     dataset: str = "winoground"
+    #: The dataset's folder; None: the folder ``VLPROBE_<DATASET>`` names, else the hub.
     data_dir: Path | None = None
     tags: Path | None = None
+    #: A variants file; None: ``variants.jsonl`` in the folder ``VLPROBE_<DATASET>`` names when the
+    #: dataset's folder came from it (an explicit ``data_dir`` attaches no variants by itself).
     variants: Path | None = None
     layers: str = "all"
     poolings: tuple[str, ...] = ("cls", "mean", "max")
@@ -94,7 +110,8 @@ class ExtractConfig:
     shard: str = "0/1"
     pair_plan: str = "item"
     progress: bool = True
-    #: Region-feature file (vlprobe HDF5) for models that read regions (LXMERT, UNITER).
+    #: Region-feature file (vlprobe HDF5) for models that read regions (LXMERT, UNITER); None:
+    #: made from the dataset's images by the built-in detector, beside the cache.
     regions: Path | None = None
     #: A model config file given apart from the checkpoint (UNITER's JSON).
     model_config: Path | None = None
@@ -113,13 +130,14 @@ class ExtractConfig:
 
 @dataclass(frozen=True)
 class ExtractResult:
-    """What a run did."""
+    """What a run did (``defaults``: each input not given -> what was taken, as the cache records it)."""
 
     path: Path
     rows_written: dict[str, int]
     rows_total: dict[str, int]
     seconds: float
     complete: bool
+    defaults: dict[str, str] = field(default_factory=dict)
 
 
 def tables_from_dataset(dataset: Dataset) -> CacheTables:
@@ -192,33 +210,138 @@ def extract(config: ExtractConfig) -> ExtractResult:
     ExtractResult
     """
     t0 = time.perf_counter()
-    _validate(config)
-    config, k, n_shards, jobs = _placed(config)
-    CacheWriter.check_out(config.out)  # before the model loads
-    poolings = parse_poolings(config.poolings, param="poolings")
     adapter_cls = MODELS.get(config.model)
     if not (isinstance(adapter_cls, type) and issubclass(adapter_cls, Adapter)):
         raise InputError(
             f"model: {config.model!r} has no hidden-state streams to extract (a blind text-only baseline "
             "is scored with `probe eval`)"
         )
+    config, k, n_shards, placement = _placed(config)  # before any default is looked up
+    config, taken, plan = _with_defaults(config, adapter_cls)
+    _validate(config)
+    assert config.out is not None and config.checkpoint is not None  # _with_defaults fills them
+    jobs = [job_entry(k, n_shards, placement)] if placement is not None else []
+    if placement is not None:
+        _say(config, f"shard {k}/{n_shards} under {placement.source}: {config.out}")
+    CacheWriter.check_out(config.out)  # before the model loads
+    poolings = parse_poolings(config.poolings, param="poolings")
+    image_options = {k: config.dataset_options.get(k) for k in ("image_dir", "image_root")}
     options = check_model_inputs(
-        config.model, adapter_cls, regions=config.regions,
-        image_options={k: config.dataset_options.get(k) for k in ("image_dir", "image_root")},
+        config.model, adapter_cls, regions=plan.path if plan is not None else config.regions,
+        image_options={} if plan is not None else image_options,
         load_options={"model_config": config.model_config, "tokenizer": config.tokenizer, **config.model_options},
     )
-    dataset = load_dataset(config.dataset, config.data_dir, config.tags, config.variants, config.dataset_options)
+    if "checkpoint" in taken:  # a default that is not there fails now, in one line, before any work
+        origin = taken["checkpoint"]
+        taken["checkpoint"] = f"{config.checkpoint} ({origin}{_check_default_checkpoint(config.checkpoint, origin)})"
+    if plan is not None:
+        _check_default_checkpoint(plan.detector, plan.detector_origin, param="detector")
+    _say_defaults(config, taken)
+    cache_options = {k: v for k, v in config.dataset_options.items() if plan is None or k not in image_options}
+    dataset = load_dataset(config.dataset, config.data_dir, config.tags, config.variants, cache_options)
     if adapter_cls.image_input == "pixels":
         require_image_files(config.model, dataset.images(), config.dataset, loader_options(config.dataset))
+    if plan is not None:
+        taken["regions"] = _make_regions(config, plan)
+        config = dataclasses.replace(config, regions=plan.path)
+        _say_defaults(config, {"regions": taken["regions"]})
     store = _open_regions(config, adapter_cls, dataset)
     try:
+        assert config.checkpoint is not None
         adapter: Adapter = adapter_cls.load(config.checkpoint, device=config.device, dtype=config.dtype, **options)
         if store is not None:
             check_region_width(config.model, adapter, store)
-        return _extract(config, adapter, dataset, store, poolings, k, n_shards, t0, jobs)
+        return _extract(config, adapter, dataset, store, poolings, k, n_shards, t0, taken, jobs)
     finally:
         if store is not None:
             store.close()
+
+
+def _with_defaults(
+    config: ExtractConfig, adapter_cls: type[Adapter],
+) -> tuple[ExtractConfig, dict[str, str], RegionPlan | None]:
+    """The config with every input not given filled in (:mod:`vlprobe.extract.defaults`), what
+    was taken for each (field -> description, as the cache records it), and the regions to make."""
+    from vlprobe.data.loading import resolve_data_dir
+
+    taken: dict[str, str] = {}
+    changes: dict[str, Any] = {}
+    if config.checkpoint is None:
+        spec, origin = default_checkpoint(config.model, adapter_cls)
+        changes["checkpoint"] = spec
+        taken["checkpoint"] = origin  # completed once the checkpoint is found
+    data_dir, env = resolve_data_dir(config.dataset, config.data_dir)
+    if env is not None:
+        changes["data_dir"] = data_dir
+        taken["data_dir"] = f"{Path(data_dir).resolve()} ({env})" if data_dir is not None else env
+    if config.variants is None and env is not None:  # a folder given explicitly attaches only what variants names
+        variants = default_variants(data_dir)
+        if variants is not None:
+            changes["variants"] = variants
+            taken["variants"] = f"{variants.resolve()} ({variants.name} in the dataset's folder)"
+    out = config.out
+    if out is None:
+        out = default_cache_path(config.model, config.dataset, config.shard)
+        changes["out"] = out
+        taken["out"] = str(out)
+    plan = None
+    if adapter_cls.image_input == "regions" and config.regions is None:
+        preset = adapter_cls.region_preset
+        if preset is None:
+            raise RuntimeError(f"adapter bug: {adapter_cls.__name__} reads regions but declares no region_preset")
+        if parse_shard(config.shard)[1] > 1:
+            raise InputError(
+                f"regions: a sharded extraction of {config.model} needs a region file; make it first with "
+                f"`probe regions extract --dataset {config.dataset} --preset {preset}` (itself shardable) and pass "
+                "--regions FILE"
+            )
+        detector, detector_origin = default_detector()
+        path = default_region_path(out, config.dataset, preset, config.dataset_options)
+        plan = RegionPlan(path, detector, detector_origin, preset)
+    return dataclasses.replace(config, **changes), taken, plan
+
+
+def _check_default_checkpoint(spec: str, origin: str, param: str = "checkpoint") -> str:
+    """Fail now when a checkpoint taken by default is a hub id the hub cache lacks offline (one
+    line saying what to download and where to put it); returns a note for the record when the
+    checkpoint found is a vlprobe test fixture (tiny random weights under the real name)."""
+    from vlprobe.extract.models.hf import resolve_checkpoint
+    if not is_hub_id(spec):
+        return ""
+    resolved = resolve_checkpoint(spec, param=param, allow_patterns=["*.json", "*.yaml", "*.txt"], default_of=origin)
+    if (resolved.path / FIXTURE_MARKER).is_file():
+        print(f"note: {param} {spec} in the hub cache ({resolved.path}) is a vlprobe test fixture: tiny random weights, "
+              "not the real model", file=sys.stderr)
+        return ", a vlprobe test fixture: random weights"
+    return ""
+
+
+def _make_regions(config: ExtractConfig, plan: RegionPlan) -> str:
+    """Make (or resume, or reuse) the regions of ``plan`` from the dataset's images; what the cache records."""
+    from vlprobe.extract.regions.extraction import RegionExtractConfig, extract_regions
+
+    assert config.out is not None
+    Path(config.out).parent.mkdir(parents=True, exist_ok=True)
+    options = {k: v for k, v in config.dataset_options.items() if v is not None}
+    _say(config, f"regions: {plan.path} (the {plan.preset} boxes of the {config.dataset} images, detector {plan.detector})")
+    try:
+        got = extract_regions(RegionExtractConfig(
+            detector=plan.detector, out=plan.path, dataset=config.dataset, data_dir=config.data_dir,
+            dataset_options=options, preset=plan.preset, device=config.device, progress=config.progress,
+        ))
+    except InputError as exc:
+        raise InputError(
+            f"regions (made by vlprobe into {plan.path}, as none was given): {exc}; pass --regions FILE, or move "
+            f"{plan.path} away to make it again"
+        ) from None
+    if got.images_written:
+        _say(config, f"regions: wrote {got.images_written} of {got.images_total} images into {plan.path} ({got.seconds:.1f} s)")
+    return f"{plan.path} (made by vlprobe: detector {plan.detector} ({plan.detector_origin}), preset {plan.preset})"
+
+
+def _say_defaults(config: ExtractConfig, taken: Mapping[str, str]) -> None:
+    for name, what in taken.items():
+        _say(config, f"default {name}: {what}")
 
 
 def _open_regions(config: ExtractConfig, adapter_cls: type[Adapter], dataset: Dataset) -> Any:
@@ -240,7 +363,8 @@ def _open_regions(config: ExtractConfig, adapter_cls: type[Adapter], dataset: Da
 
 def _extract(
     config: ExtractConfig, adapter: Adapter, dataset: Dataset, store: Any,
-    poolings: tuple[str, ...], k: int, n_shards: int, t0: float, jobs: list[dict[str, str]],
+    poolings: tuple[str, ...], k: int, n_shards: int, t0: float, taken: Mapping[str, str],
+    jobs: list[dict[str, str]],
 ) -> ExtractResult:
     dual = isinstance(adapter, DualEncoder)
     streams = adapter.streams
@@ -253,6 +377,7 @@ def _extract(
         layers = {s: v for s, v in layers.items() if streams[s].modality != "pair"}
     fingerprints = adapter.input_fingerprints()
     model_options = adapter.model_options()
+    assert config.checkpoint is not None
     header = CacheHeader(
         model=config.model,
         checkpoint=config.checkpoint,
@@ -278,7 +403,7 @@ def _extract(
     if not dual:
         image, text = pair_rows(tables, plan)
         start, stop = _block(len(image), k, n_shards)
-        pairs = PairLayout(image, text, start, stop)
+        pairs = PairLayout(image, text, start, stop, position_columns=getattr(adapter, "position_columns", ()))
     for name, spec in streams.items():
         if name not in layers:
             continue
@@ -297,10 +422,12 @@ def _extract(
         model_info=info,
         batch_size=config.batch_size,
         dataset_options={k: _plain(v) for k, v in config.dataset_options.items() if v is not None},
+        defaults=dict(taken),
         job_ids=jobs,
     )
     written: dict[str, int] = {}
     totals: dict[str, int] = {}
+    assert config.out is not None
     with CacheWriter.open(
         config.out, header, tables, layouts, record, with_scores=(n_shards == 1 or not dual), pairs=pairs, score_kind=adapter.score_kind,
     ) as writer:
@@ -327,18 +454,19 @@ def _extract(
         elif n_shards == 1 and isinstance(adapter, DualEncoder):
             writer.scores_from_pooled(pooled_score_fn(type(adapter), info), adapter.score_kind)
         writer.update_record(complete=True)
-    return ExtractResult(Path(config.out), written, totals, time.perf_counter() - t0, True)
+    return ExtractResult(Path(config.out), written, totals, time.perf_counter() - t0, True, dict(taken))
 
 
-def _placed(config: ExtractConfig) -> tuple[ExtractConfig, int, int, list[dict[str, str]]]:
-    """The run's shard (``auto``: from the launcher's environment, into ``<out stem>.shard-K-of-N.h5``),
-    its device (``auto`` under a launcher: the process's GPU) and its ``job_ids`` entries."""
+def _placed(config: ExtractConfig) -> tuple[ExtractConfig, int, int, Placement | None]:
+    """The run's shard (``auto``: from the launcher's environment, and a given ``out`` becomes
+    ``<out stem>.shard-K-of-N.h5``; a default one names the shard already) and its device
+    (``auto`` under a launcher: the process's GPU), with the launcher's placement."""
     k, n, placement = resolve_shard(config.shard)
-    out = shard_path(config.out, k, n) if str(config.shard).strip().lower() == "auto" else Path(config.out)
+    out = config.out
+    if out is not None and str(config.shard).strip().lower() == "auto":
+        out = shard_path(out, k, n)
     config = dataclasses.replace(config, out=out, shard=f"{k}/{n}", device=auto_device(config.device, placement))
-    if placement is not None:
-        _say(config, f"shard {k}/{n} under {placement.source}: {out}")
-    return config, k, n, [job_entry(k, n, placement)] if placement is not None else []
+    return config, k, n, placement
 
 
 def _dataset_selection(options: Mapping[str, Any]) -> str:
@@ -359,6 +487,7 @@ def _plain(value: Any) -> Any:
 
 
 def _validate(config: ExtractConfig) -> None:
+    assert config.out is not None
     check_positive_int(config.batch_size, "batch_size")
     check_choice(config.pair_plan, "pair_plan", PAIR_PLANS, kind="pair plan")
     if Path(config.out).suffix.lower() not in (".h5", ".hdf5"):
@@ -408,4 +537,4 @@ def _run_pairs(
                            poolings=token_poolings, batch_size=config.batch_size, progress=config.progress):
         states = {s: {p: v for p, v in d.items() if p in kept[s]} for s, d in got.states.items() if s in kept}
         pooled = {s: v for s, v in got.pooled.items() if "pooled" in kept.get(s, ())}
-        writer.write_pairs(todo[got.index], got.scores, states, pooled)
+        writer.write_pairs(todo[got.index], got.scores, states, pooled, got.positions)

@@ -9,11 +9,13 @@ streams when asked, whatever kind of model scores them:
   every distinct text used is encoded once, in batches (:func:`encode_stream`), keeping their
   pooled embeddings; each batch of pairs is scored by ``scores_from_pooled`` on the distinct rows
   of that batch only, never on the full image x text matrix;
-* a :class:`~vlprobe.extract.models.base.CrossEncoder` (LXMERT, UNITER, BLIP-ITM): every distinct
-  text is tokenised once (``prepare_texts``); the distinct images are prepared once each, in
-  blocks of ``image_block`` images (``prepare_images``: region features read once from the
-  region store, or pixels loaded once and encoded by the model); the pairs of each block run in
-  batches through ``encode_pairs`` (never one forward per pair);
+* a :class:`~vlprobe.extract.models.base.CrossEncoder` (LXMERT, UNITER, BLIP-ITM, the generative
+  models): every distinct text is tokenised once (``prepare_texts``); the distinct images are
+  prepared once each, in blocks of ``image_block`` images (``prepare_images``: region features
+  read once from the region store, or pixels loaded once and encoded by the model); the pairs of
+  each block run in batches through ``encode_pairs`` (never one forward per pair), sorted by
+  length first where the adapter gives the pairs' lengths (``pair_lengths``: generative models,
+  whose joint sequences differ in length), so that a batch pads little;
 * a blind text scorer (:class:`~vlprobe.extract.models.blind.TextScorer`): every distinct text is
   scored once, the image ignored.
 
@@ -182,7 +184,8 @@ class PairBatch:
     Attributes
     ----------
     index : ndarray of int, shape (B,)
-        Positions in the ``text_idx``/``image_idx`` given to :func:`score_pairs`, ascending.
+        Positions in the ``text_idx``/``image_idx`` given to :func:`score_pairs`, ascending
+        within the batch.
     scores : ndarray of float32, shape (B,)
     states : dict of str to dict of str to ndarray
         Pair stream -> pooling -> (B, L, H) float32; empty unless ``layers`` were asked.
@@ -191,6 +194,9 @@ class PairBatch:
     logits : ndarray of float32, shape (B, 2), or None
         The raw (no match, match) logits of a binary matching head whose softmax is the score
         (LXMERT, UNITER's and BLIP's ITM heads); None for other models.
+    positions : ndarray of int64, shape (B, K), or None
+        Where each pair's parts sit in its joint sequence (the adapter's ``position_columns``);
+        None for models without one.
     """
 
     index: np.ndarray
@@ -198,6 +204,7 @@ class PairBatch:
     states: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     pooled: dict[str, np.ndarray] = field(default_factory=dict)
     logits: np.ndarray | None = None
+    positions: np.ndarray | None = None
 
 
 def _check_indices(text_idx: Any, image_idx: Any, n_texts: int, n_images: int | None) -> tuple[np.ndarray, np.ndarray]:
@@ -323,12 +330,17 @@ def _cross_pairs(
             del read
             first = int(block[0])
             in_block = np.flatnonzero((i_inv >= first) & (i_inv <= int(block[-1])))
+            lengths = adapter.pair_lengths(text_table, image_table, t_inv[in_block], i_inv[in_block] - first)
+            if lengths is not None:  # batches of similar lengths pad little
+                in_block = in_block[np.argsort(np.asarray(lengths), kind="stable")]
             for sel in _batches(in_block, batch_size):
+                sel = np.sort(sel)  # each batch's pairs ascending (what the cache writer takes)
                 out = adapter.encode_pairs(text_table, image_table, t_inv[sel], i_inv[sel] - first, layers, token)
                 states = {s: {p: v.cpu().numpy() for p, v in d.items()} for s, d in out.states.items()}
                 pooled = {s: v.float().cpu().numpy() for s, v in out.pooled.items()}
                 logits = None if out.logits is None else out.logits.float().cpu().numpy()
-                yield PairBatch(sel, out.scores.float().cpu().numpy(), states, pooled, logits)
+                positions = None if out.positions is None else out.positions.cpu().numpy()
+                yield PairBatch(sel, out.scores.float().cpu().numpy(), states, pooled, logits, positions)
                 bar.update(len(sel))
             del image_table
     bar.close()

@@ -3,7 +3,8 @@
 The lock file is removed when the writer is done. Short writes wait for another writer of the
 same file; long runs (an extraction) refuse to start beside one. On a file system without
 ``flock`` (some network mounts) the write goes ahead unlocked. The lock is re-entrant within a
-process.
+thread; another thread of the same process waits for it (or is refused) as another process does
+(``flock`` locks belong to an open file, and each thread opens its own).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ _LOCK_SUFFIX = ".vlprobe-lock"
 _NO_LOCKING = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL})
 
 _THREAD_LOCK = threading.RLock()
-_HELD: dict[str, list[Any]] = {}  # lock file -> [fd or None, depth]
+_HELD: dict[tuple[str, int], list[Any]] = {}  # (lock file, thread) -> [fd or None, depth]
 
 
 def _lock_name(target: Path) -> Path:
@@ -35,7 +36,7 @@ def _lock_name(target: Path) -> Path:
 
 @contextlib.contextmanager
 def output_lock(target: str | os.PathLike[str], *, wait: bool = True, param: str = "out") -> Iterator[None]:
-    """Hold the write lock of ``target`` (re-entrant within a process).
+    """Hold the write lock of ``target`` (re-entrant within a thread).
 
     Parameters
     ----------
@@ -49,7 +50,7 @@ def output_lock(target: str | os.PathLike[str], *, wait: bool = True, param: str
     """
     t = Path(target)
     lock = _lock_name(t)
-    key = os.path.abspath(lock)
+    key = (os.path.abspath(lock), threading.get_ident())
     with _THREAD_LOCK:
         held = _HELD.get(key)
         if held is not None:
@@ -89,7 +90,10 @@ def _acquire(lock: Path, target: Path, wait: bool, param: str) -> int | None:
         except BlockingIOError:
             holder = _read_pid(fd)
             os.close(fd)
-            who = f" (pid {holder})" if holder else ""
+            if not holder:
+                who = ""
+            else:
+                who = f" (pid {holder})" if holder != os.getpid() else " (another thread of this one)"
             raise InputError(
                 f"{param}: {str(target)!r} is being written by another vlprobe process{who}; "
                 f"wait for it to finish or choose another --{param.replace('_', '-')}"

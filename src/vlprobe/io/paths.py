@@ -7,6 +7,7 @@ fixed, so a rerun after a killed run reuses (and removes) it.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import shutil
 import tempfile
@@ -15,13 +16,29 @@ from pathlib import Path
 
 from vlprobe.validation import InputError
 
-__all__ = ["check_writable", "ensure_folder", "output_of", "remove_path", "temp_beside", "temp_name"]
+__all__ = [
+    "check_folder_writable",
+    "check_writable",
+    "ensure_folder",
+    "folders_removed_on_failure",
+    "output_of",
+    "remove_empty_folders",
+    "remove_path",
+    "temp_beside",
+    "temp_name",
+]
 
 _TMP_SUFFIX = ".vlprobe-tmp"
 
 
+# The folders ensure_folder made inside a folders_removed_on_failure block (outermost first).
+_MADE: contextvars.ContextVar[list[Path] | None] = contextvars.ContextVar("vlprobe_made_folders", default=None)
+
+
 def ensure_folder(folder: str | os.PathLike[str], param: str = "out") -> Path:
     """Create ``folder`` (and its parents) unless it exists.
+
+    Inside :func:`folders_removed_on_failure` the folders it creates are recorded.
 
     Raises
     ------
@@ -29,12 +46,51 @@ def ensure_folder(folder: str | os.PathLike[str], param: str = "out") -> Path:
         A part of the path is a regular file.
     """
     p = Path(folder)
+    missing = []
+    a = p
+    while not os.path.lexists(a) and a != a.parent:
+        missing.append(a)
+        a = a.parent
     try:
         p.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
         blocker = next((a for a in [p, *p.parents] if a.exists() and not a.is_dir()), p)
         raise InputError(f"{param}: cannot create folder {str(p)!r}: {str(blocker)!r} is a file, not a folder") from None
+    made = _MADE.get()
+    if made is not None:
+        made.extend(reversed(missing))
     return p
+
+
+@contextlib.contextmanager
+def folders_removed_on_failure() -> Iterator[list[Path]]:
+    """Record the folders :func:`ensure_folder` creates in the block; when the block raises
+    (bad input found late, a full disk, Ctrl-C), remove those of them that are still empty,
+    deepest first, so that a failed command leaves no empty ``--out`` folders behind. A folder
+    that holds anything (another run's files, a resumable part) is kept. Blocks nest: an inner
+    block's folders are also the outer block's.
+    """
+    made: list[Path] = []
+    token = _MADE.set(made)
+    try:
+        yield made
+    except BaseException:
+        remove_empty_folders(made)
+        raise
+    finally:
+        _MADE.reset(token)
+        outer = _MADE.get()
+        if outer is not None:
+            outer.extend(made)
+
+
+def remove_empty_folders(folders: list[Path]) -> None:
+    """Remove each of ``folders`` that is an empty folder, the last given first (children
+    before their parents); anything else is left."""
+    for f in reversed(folders):
+        if f.is_dir() and not f.is_symlink():
+            with contextlib.suppress(OSError):
+                f.rmdir()  # only an empty folder goes
 
 
 def temp_name(target: str | os.PathLike[str]) -> Path:
@@ -98,14 +154,28 @@ def check_writable(path: str | os.PathLike[str], param: str = "out") -> None:
                 pass
         except OSError as exc:
             raise InputError(f"{param}: cannot write {str(target)!r} ({exc.strerror or exc})") from None
-    base = target.parent
+    _check_creatable(target.parent, target, param)
+
+
+def check_folder_writable(folder: str | os.PathLike[str], param: str = "out") -> None:
+    """InputError naming ``param`` unless files can be created in ``folder`` (created or not).
+
+    The folder, or the nearest existing folder above a missing one, must be a folder that takes a
+    new file (a scratch file is created and removed there); nothing else is created.
+    """
+    f = Path(folder)
+    _check_creatable(f, f, param)
+
+
+def _check_creatable(folder: Path, shown: Path, param: str) -> None:
+    base = folder
     while not os.path.lexists(base) and base != base.parent:
         base = base.parent
     if not base.is_dir():
-        raise InputError(f"{param}: cannot create folder {str(target.parent)!r}: {str(base)!r} is a file, not a folder")
+        raise InputError(f"{param}: cannot create folder {str(folder)!r}: {str(base)!r} is a file, not a folder")
     try:  # the folder too: outputs are renamed into it, and their lock files live there
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".probe", dir=base)
+        fd, tmp = tempfile.mkstemp(prefix=f".{shown.name}.", suffix=".probe", dir=base)
     except OSError as exc:
-        raise InputError(f"{param}: cannot create {str(target)!r} ({exc.strerror or exc})") from None
+        raise InputError(f"{param}: cannot create {str(shown)!r} ({exc.strerror or exc})") from None
     os.close(fd)
     os.unlink(tmp)

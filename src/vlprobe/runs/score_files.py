@@ -45,6 +45,7 @@ __all__ = [
     "caption_foil_logits",
     "caption_foil_scores",
     "is_item_scores_file",
+    "item_score_matrices",
     "read_item_scores",
     "read_score_matrix",
     "winoground_from_item_scores",
@@ -220,6 +221,48 @@ def caption_foil_logits(scores: ItemScores, ids: Sequence[str]) -> tuple[np.ndar
     caption = scores.logits[[row[(i, f"{i}/c0")] for i in ids]]
     foil = scores.logits[[row[(i, f"{i}/c1")] for i in ids]]
     return caption, foil
+
+
+def item_score_matrices(
+    scores: ItemScores, items: Sequence[tuple[str, Sequence[str], Sequence[str]]], *, param: str = "scores",
+) -> list[np.ndarray]:
+    """Per item, the scores of its every text with its every image, from a per-item score file.
+
+    Parameters
+    ----------
+    items : sequence of (item id, text ids, image ids)
+        The dataset's items, in the order wanted.
+
+    Returns
+    -------
+    list of ndarray, shape (texts, images) each
+        ``m[k, j]`` = score of text k with image j.
+
+    Raises
+    ------
+    InputError
+        The file scores an item that is not listed, or lacks a pair of a listed item (naming it).
+    """
+    where: dict[tuple[str, str], float] = {}
+    seen_items: set[str] = set()
+    for it, im, tx, sc in zip(scores.item, scores.image, scores.text, scores.score, strict=True):
+        where[(str(tx), str(im))] = float(sc)
+        seen_items.add(str(it))
+    wanted = {item_id for item_id, _, _ in items}
+    extra = sorted(seen_items - wanted)
+    if extra:
+        raise InputError(f"{param}: {len(extra)} scored item(s) are not in the dataset, e.g. {extra[0]!r}")
+    out = []
+    for item_id, texts, images in items:
+        m = np.empty((len(texts), len(images)))
+        for k, tx in enumerate(texts):
+            for j, im in enumerate(images):
+                value = where.get((tx, im))
+                if value is None:
+                    raise InputError(f"{param}: missing the score of text {tx} with image {im} (item {item_id!r})")
+                m[k, j] = value
+        out.append(m)
+    return out
 
 
 def winoground_from_item_scores(scores: ItemScores, *, param: str = "scores") -> tuple[list[int], np.ndarray]:

@@ -118,15 +118,33 @@ def read_tidy_csv(path: str | os.PathLike[str]) -> list[dict[str, str]]:
     p = check_file(path, "csv")
     try:
         with open(p, encoding="utf-8", newline="") as fh:
-            reader = csv.DictReader(fh)
-            header = list(reader.fieldnames or [])
+            reader = csv.reader(fh)
+            header = next(reader, [])
             # ``kind`` and ``note`` came later: results written before them read with the column empty.
             missing = [c for c in TIDY_COLUMNS if c not in header and c not in LATER_TIDY_COLUMNS]
             if missing:
                 raise InputError(
                     f"csv: {p.name} is not a vlprobe tidy results CSV (missing column(s) {', '.join(missing)})"
                 )
-            rows = [{"kind": "", "note": "", **r} for r in reader]
+            rows = []
+            for fields in reader:
+                if not fields:  # a blank line (as csv.DictReader skips it)
+                    continue
+                if len(fields) != len(header):  # a row cut short (or run into the next one)
+                    raise InputError(
+                        f"csv: {p.name} line {reader.line_num} has {len(fields)} fields where the header has "
+                        f"{len(header)}: the file is cut short or damaged"
+                    )
+                rows.append({"kind": "", "note": "", **dict(zip(header, fields, strict=True))})
+        with open(p, "rb") as fb:  # a cut inside the last field leaves the right number of fields
+            fb.seek(0, os.SEEK_END)
+            if fb.tell() > 0:
+                fb.seek(-1, os.SEEK_END)
+                if fb.read(1) not in (b"\n", b"\r"):
+                    raise InputError(
+                        f"csv: {p.name} ends in the middle of a row (no line end after its last row): "
+                        "the file is cut short"
+                    )
     except UnicodeDecodeError:
         raise InputError(f"csv: {p.name} is not a text CSV file") from None
     except csv.Error as exc:

@@ -46,6 +46,8 @@ _UNITS: dict[str, str] = {
     "score_change": SCORE_CHANGE, "full_change": SCORE_CHANGE, "recovered": SHARE,
     # MLP probes, SugarCrepe
     "accuracy": PERCENT,
+    # ARO
+    "macro_accuracy": PERCENT, "precision_at_1": PERCENT,
     # VALSE
     "acc_r": PERCENT, "acc_r_valse": PERCENT, "auroc": PERCENT, "caption_tpr": PERCENT,
     "foil_tnr": PERCENT, "acc": PERCENT, "min_rate": PERCENT, "ppv": PERCENT, "npv": PERCENT,

@@ -41,7 +41,9 @@ from typing import Any
 
 from vlprobe import __version__
 from vlprobe.io.atomic import atomic_write, write_json
+from vlprobe.io.locks import output_lock
 from vlprobe.io.ownership import check_output
+from vlprobe.io.paths import ensure_folder
 from vlprobe.provenance import git_revision, package_versions, sha256_file
 from vlprobe.validation import InputError
 
@@ -439,15 +441,23 @@ def write_results(
         From :func:`check_run_slot`, before anything is written.
     """
     folder = Path(out_dir) / experiment
-    run = check_run_slot(out_dir, experiment, model, manifest.get("config"), ignore=ignore, upgrade=upgrade,
-                         settings=settings)
     manifest_path = folder / "manifest.json"
-    runs = _recorded_runs(manifest_path)
-    csv_path = write_tidy_csv(folder / f"{result_stem(run)}.csv", rows, settings)
-    entry = dict(manifest)
-    if settings is not None:
-        entry.update(run=run, settings=settings.values, settings_changed=settings.changed,
-                     setting_columns={**settings.columns, **{c: c for c in settings.row_columns}})
-    runs[run] = entry
-    write_json(manifest_path, {"experiment": experiment, "runs": runs}, kind=RESULTS_KIND)
+    if not folder.is_dir():  # a bad --out is refused before a folder is made (cheap: nothing recorded yet)
+        check_run_slot(out_dir, experiment, model, manifest.get("config"), ignore=ignore, upgrade=upgrade,
+                       settings=settings)
+        ensure_folder(folder)
+    # The manifest is read, changed and rewritten under its lock: a run of the same experiment
+    # into the same folder at the same time (another process or thread) waits, and its entry is
+    # added to the manifest this one wrote instead of being lost.
+    with output_lock(manifest_path):
+        run = check_run_slot(out_dir, experiment, model, manifest.get("config"), ignore=ignore, upgrade=upgrade,
+                             settings=settings)
+        runs = _recorded_runs(manifest_path)
+        csv_path = write_tidy_csv(folder / f"{result_stem(run)}.csv", rows, settings)
+        entry = dict(manifest)
+        if settings is not None:
+            entry.update(run=run, settings=settings.values, settings_changed=settings.changed,
+                         setting_columns={**settings.columns, **{c: c for c in settings.row_columns}})
+        runs[run] = entry
+        write_json(manifest_path, {"experiment": experiment, "runs": runs}, kind=RESULTS_KIND)
     return csv_path, manifest_path

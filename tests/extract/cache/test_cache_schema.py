@@ -81,7 +81,7 @@ GOLDEN_ROOT_ATTRS = {
     "complete",
     # recorded only
     "checkpoint", "created", "vlprobe_version", "versions", "git_revision", "device",
-    "dataset_source", "tags_fingerprint", "model_info", "batch_size", "dataset_options", "job_ids",
+    "dataset_source", "tags_fingerprint", "model_info", "batch_size", "dataset_options", "defaults", "job_ids",
 }
 GOLDEN_STREAM_ATTRS = {
     "modality", "layer_kinds", "cls_rule", "hidden_size", "pooled_size", "n_rows", "row_start", "row_stop",

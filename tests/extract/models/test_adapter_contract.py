@@ -1,8 +1,9 @@
 """The adapter contract: every registered model adapter, loaded from its own tiny fixture, passes
 the same checks (in the spirit of scikit-learn's ``parametrize_with_checks``).
 
-A new adapter gets a :class:`Case` below (its golden streams, where its embedding outputs come
-from, a checkpoint of another model type); ``test_every_adapter_has_a_case`` fails until it does.
+A new adapter declares ``CONTRACT = Case(...)`` in its own test module (its golden streams, where
+its embedding outputs come from, a checkpoint of another model type; see
+``tests/extract/models/contract.py``); ``test_every_adapter_has_a_case`` fails until it does.
 
 Floating point: comparisons between two computation paths (a batch vs its rows one by one, one
 layer order vs another, left vs right padding) use tolerances, never bit equality: different
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +25,14 @@ import torch
 from PIL import Image
 
 from tests.extract.helpers import random_region_batch
+from tests.extract.models.contract import Case, collect_cases
 from vlprobe.extract.model_inputs import model_kind
 from vlprobe.extract.models.base import Adapter, CrossEncoder, DualEncoder
 from vlprobe.extract.models.blind import TextScorer
 from vlprobe.extract.models.pooling import pool_states
 from vlprobe.extract.regions.store import RegionBatch
-from vlprobe.fixtures.models import FIXTURE_WRITERS
 from vlprobe.fixtures.staging import FIXTURE_MARKER
-from vlprobe.registry import MODELS
+from vlprobe.registry import FIXTURES, MODELS
 from vlprobe.validation import InputError
 
 TEXTS = ["a red circle left of a blue square", "a square", "two green triangles above a small yellow star"]
@@ -40,77 +40,7 @@ TEXTS = ["a red circle left of a blue square", "a square", "two green triangles 
 ATOL, RTOL = 1e-5, 1e-4
 
 
-def _kinds(first: str, *rest: tuple[str, int]) -> tuple[str, ...]:
-    return (first, *(k for kind, n in rest for k in [kind] * n))
-
-
-@dataclass(frozen=True)
-class Case:
-    """What the contract needs to know about one adapter.
-
-    Attributes
-    ----------
-    name : str
-        Registered model name (its fixture writer has the same name).
-    kind : {"dual", "cross"}
-    image_input : {"pixels", "regions"}
-    streams : dict
-        Golden streams: name -> (modality, layer kinds, cls rule).
-    embeddings : dict
-        Stream -> (attribute path of the module whose output is layer 0, what its rows are:
-        ``"text"`` tokens or ``"image"`` tokens/regions).
-    checkpoint : str
-        The file inside the fixture folder to pass as ``checkpoint`` ("" = the folder).
-    wrong : str
-        Another fixture the adapter must refuse (a different model type).
-    feature_dim : int
-        Region-feature width (region models).
-    """
-
-    name: str
-    kind: str
-    image_input: str
-    streams: dict[str, tuple[str, tuple[str, ...], str]]
-    embeddings: dict[str, tuple[str, str]]
-    checkpoint: str = ""
-    wrong: str = "clip"
-    feature_dim: int = 0
-    weights: tuple[str, ...] = field(default=("model.safetensors",))
-
-
-CASES = {
-    "clip": Case(
-        "clip", "dual", "pixels",
-        {"text": ("text", _kinds("embed", ("self", 3)), "eos"), "image": ("image", _kinds("embed", ("self", 2)), "patch0")},
-        {"text": ("text_model.embeddings", "text"), "image": ("vision_model.pre_layrnorm", "image")},
-        wrong="siglip",
-    ),
-    "siglip": Case(
-        "siglip", "dual", "pixels",
-        {"text": ("text", _kinds("embed", ("self", 3)), "last"), "image": ("image", _kinds("embed", ("self", 2)), "none")},
-        {"text": ("text_model.embeddings", "text"), "image": ("vision_model.embeddings", "image")},
-    ),
-    "lxmert": Case(
-        "lxmert", "cross", "regions",
-        {"lang": ("pair", _kinds("embed", ("lang", 9), ("cross", 5)), "token0"),
-         "vision": ("pair", _kinds("embed", ("rel", 5), ("cross", 5)), "none")},
-        {"lang": ("lxmert.embeddings", "text"), "vision": ("lxmert.encoder.visn_fc", "image")},
-        feature_dim=2048,
-    ),
-    "uniter": Case(
-        "uniter", "cross", "regions",
-        {"text": ("pair", _kinds("embed", ("joint", 2)), "token0"), "image": ("pair", _kinds("embed", ("joint", 2)), "none")},
-        {"text": ("uniter.embeddings", "text"), "image": ("uniter.img_embeddings", "image")},
-        checkpoint="uniter.pt", wrong="lxmert", feature_dim=2048, weights=("uniter.pt",),
-    ),
-    "blip-itm": Case(
-        "blip-itm", "cross", "pixels",
-        {"text": ("text", _kinds("embed", ("self", 3)), "token0"), "image": ("image", _kinds("embed", ("self", 2)), "patch0"),
-         "pair": ("pair", _kinds("embed", ("cross", 3)), "token0")},
-        {"text": ("text_encoder.embeddings", "text"), "image": ("vision_model.embeddings", "image"),
-         "pair": ("text_encoder.embeddings", "text")},
-    ),
-}
+CASES = collect_cases()
 
 
 def _registered_adapters() -> list[str]:
@@ -120,11 +50,12 @@ def _registered_adapters() -> list[str]:
 def test_every_adapter_has_a_case() -> None:
     """Every registered model is an adapter with a contract case and a fixture writer, or a blind text scorer."""
     adapters = _registered_adapters()
-    assert sorted(adapters) == sorted(CASES), "add a Case for each new adapter"
+    covered = {case.registered for case in CASES.values()}
+    assert sorted(adapters) == sorted(covered), "add a Case for each new adapter"
     for name in MODELS.names():
         cls = MODELS.get(name)
-        assert name in CASES or (isinstance(cls, type) and issubclass(cls, TextScorer)), name
-    assert set(CASES) <= set(FIXTURE_WRITERS)
+        assert name in covered or (isinstance(cls, type) and issubclass(cls, TextScorer)), name
+    assert covered <= set(FIXTURES.names())
 
 
 # -- session-wide: each fixture written once, each adapter loaded once ---------------------------
@@ -138,7 +69,8 @@ def fixture_dirs(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, int
 
     def get(name: str, seed: int = 0) -> Path:
         if (name, seed) not in made:
-            made[(name, seed)] = FIXTURE_WRITERS[name](root / f"{name}-{seed}", seed)
+            case = CASES[name]
+            made[(name, seed)] = FIXTURES.get(case.registered)(root / f"{name}-{seed}", seed, **case.fixture_options)
         return made[(name, seed)]
 
     return get
@@ -156,7 +88,8 @@ def adapters(fixture_dirs: Callable[[str, int], Path]) -> Callable[[str], Adapte
     def get(name: str) -> Adapter:
         if name not in loaded:
             case = CASES[name]
-            loaded[name] = MODELS.get(name).load(_checkpoint(case, fixture_dirs(name)), device="cpu", dtype="float32")
+            loaded[name] = MODELS.get(case.registered).load(_checkpoint(case, fixture_dirs(name)), device="cpu",
+                                                            dtype="float32")
         return loaded[name]
 
     return get
@@ -230,10 +163,10 @@ params = pytest.mark.parametrize("name", sorted(CASES))
 @params
 def test_registered_and_of_its_kind(name: str, adapters: Callable[[str], Adapter]) -> None:
     case = CASES[name]
-    cls = MODELS.get(name)
+    cls = MODELS.get(case.registered)
     assert model_kind(cls) == case.kind
     assert issubclass(cls, DualEncoder if case.kind == "dual" else CrossEncoder)
-    assert cls.name == name
+    assert cls.name == case.registered
     assert cls.image_input == case.image_input
     adapter = adapters(name)
     assert isinstance(adapter, cls)
@@ -270,7 +203,12 @@ def test_layer_0_is_the_embedding_output(name: str, adapters: Callable[[str], Ad
                 want = captured[-1]
             else:
                 layers = _pair_layers(adapter, lambda s: [0])
-                got = _pairs(adapter, case, layers, poolings=("mean",)).states[stream]["mean"][:, 0]
+                out = _pairs(adapter, case, layers, poolings=("mean",))
+                got = out.states[stream]["mean"][:, 0]
+                if rows in ("caption", "image_features"):
+                    want = _joint_view(captured[-1], out.positions, adapter.position_columns, rows)
+                    _close(got.float(), want.float(), f"{name}/{stream} layer 0")
+                    continue
                 if rows == "text":
                     _, mask = adapter.prepare_texts(TEXTS).take(np.arange(3))
                 else:
@@ -280,6 +218,17 @@ def test_layer_0_is_the_embedding_output(name: str, adapters: Callable[[str], Ad
         finally:
             hook.remove()
         _close(got.float(), want.float(), f"{name}/{stream} layer 0")
+
+
+def _joint_view(emb: torch.Tensor, positions: torch.Tensor, columns: tuple[str, ...], rows: str) -> torch.Tensor:
+    """The mean over a joint-sequence view's tokens of a module's captured output (pair r = image r)."""
+    pos = {c: positions[:, k] for k, c in enumerate(columns)}
+    if rows == "caption":  # emb: (B, T, H) over the joint sequences; the caption's positions
+        return torch.stack([emb[r, int(pos["caption_start"][r]):int(pos["caption_stop"][r])].mean(0)
+                            for r in range(emb.shape[0])])
+    counts = (pos["image_stop"] - pos["image_start"]).tolist()  # features per image, in image order
+    per_image = list(emb) if emb.ndim == 3 else list(torch.split(emb, counts))
+    return torch.stack([f.mean(0) for f in per_image])
 
 
 @params
@@ -360,7 +309,7 @@ def test_left_padding_tokenizer_gives_the_same_states(name: str, adapters: Calla
 @params
 def test_float16_load(name: str, fixture_dirs: Callable[[str, int], Path], adapters: Callable[[str], Adapter]) -> None:
     case = CASES[name]
-    half = MODELS.get(name).load(_checkpoint(case, fixture_dirs(name)), device="cpu", dtype="float16")
+    half = MODELS.get(case.registered).load(_checkpoint(case, fixture_dirs(name)), device="cpu", dtype="float16")
     params_ = [p for p in half.model.parameters() if p.is_floating_point()]
     assert params_ and all(p.dtype == torch.float16 for p in params_)
     full = adapters(name)
@@ -383,7 +332,7 @@ def test_wrong_model_type_is_refused(name: str, fixture_dirs: Callable[[str, int
     case = CASES[name]
     other = fixture_dirs(case.wrong)
     with pytest.raises(InputError) as err:
-        MODELS.get(name).load(str(other), device="cpu")
+        MODELS.get(case.registered).load(str(other), device="cpu")
     msg = str(err.value)
     assert "\n" not in msg and msg.startswith("checkpoint: "), msg
 
@@ -402,7 +351,7 @@ def offline_empty_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_offline_hub_id_fails_fast_saying_how_to_provide_it(
     name: str, offline_empty_hub: None, fixture_dirs: Callable[[str, int], Path], tmp_path: Path,
 ) -> None:
-    cls = MODELS.get(name)
+    cls = MODELS.get(CASES[name].registered)
     with pytest.raises(InputError) as err:
         cls.load("vlprobe-tests/no-such-model", device="cpu")
     msg = str(err.value)
@@ -438,7 +387,7 @@ def _weights(folder: Path, files: tuple[str, ...]) -> dict[str, torch.Tensor]:
 def test_fixture_is_deterministic(name: str, fixture_dirs: Callable[[str, int], Path], tmp_path: Path) -> None:
     case = CASES[name]
     first = fixture_dirs(name)
-    again = FIXTURE_WRITERS[name](tmp_path / "again", 0)
+    again = FIXTURES.get(case.registered)(tmp_path / "again", 0, **case.fixture_options)
     a, b = _weights(first, case.weights), _weights(again, case.weights)
     assert a.keys() == b.keys() and a
     for key in a:  # the same writer, seed and machine: identical tensors

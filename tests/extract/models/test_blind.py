@@ -18,9 +18,8 @@ from vlprobe.extract.models.blind import (
     CausalLMScorer,
     SequenceClassifierScorer,
 )
-from vlprobe.fixtures.models import FIXTURE_WRITERS
 from vlprobe.fixtures.staging import FIXTURE_MARKER
-from vlprobe.registry import MODELS
+from vlprobe.registry import FIXTURES, MODELS
 
 TEXTS = ["a red circle left of a blue square", "a dog", "two people riding horses near a tree", "x"]
 
@@ -128,14 +127,14 @@ def test_wrong_model_kind_and_offline_hub_id(tiny_clip: Path, tiny_gpt2: Path, t
 def test_fixture_writers_cli_and_determinism(tmp_path: Path) -> None:
     runner = CliRunner()
     for name, kind in (("blind-lm", "gpt2"), ("blind-grammar", "bert-classifier")):
-        assert name in FIXTURE_WRITERS
+        assert name in FIXTURES
         res = runner.invoke(app, ["fixtures", "model", name, "--out", str(tmp_path / name), "--seed", "3"])
         assert res.exit_code == 0, res.output
         marker = json.loads((tmp_path / name / FIXTURE_MARKER).read_text(encoding="utf-8"))
         assert marker["kind"] == kind and marker["seed"] == 3
-        again = FIXTURE_WRITERS[name](tmp_path / f"{name}-again", 3)
+        again = FIXTURES.get(name)(tmp_path / f"{name}-again", 3)
         assert (again / "model.safetensors").read_bytes() == (tmp_path / name / "model.safetensors").read_bytes()
-    assert "clip" in FIXTURE_WRITERS  # the existing fixture stays
+    assert "clip" in FIXTURES  # the existing fixture stays
 
 
 def test_extract_refuses_blind_models(one_error_line: Callable[..., str], synthetic_dir: Path, tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from tests.extract.helpers import (
     sugarcrepe_pictures,
     winoground_percentages,
 )
+from tests.extract.models.contract import Case, kinds
 from vlprobe.cli import app
 from vlprobe.data.sugarcrepe import load_sugarcrepe
 from vlprobe.data.winoground import load_winoground
@@ -27,6 +28,15 @@ from vlprobe.extract.cache.reader import ActivationCache
 from vlprobe.extract.models.blip import BlipItmAdapter
 from vlprobe.extract.scoring import ImageSource, score_pairs
 from vlprobe.validation import InputError
+
+# The adapter contract (tests/extract/models/test_adapter_contract.py) checks this adapter with these facts.
+CONTRACT = Case(
+    "blip-itm", "cross", "pixels",
+    {"text": ("text", kinds("embed", ("self", 3)), "token0"), "image": ("image", kinds("embed", ("self", 2)), "patch0"),
+     "pair": ("pair", kinds("embed", ("cross", 3)), "token0")},
+    {"text": ("text_encoder.embeddings", "text"), "image": ("vision_model.embeddings", "image"),
+     "pair": ("text_encoder.embeddings", "text")},
+)
 
 
 @pytest.fixture(scope="module")

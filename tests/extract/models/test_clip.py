@@ -11,9 +11,18 @@ import pytest
 import torch
 from PIL import Image
 
+from tests.extract.models.contract import Case, kinds
 from vlprobe.extract.models.base import DualEncoder, StreamSpec
 from vlprobe.extract.models.clip import CLIPAdapter
 from vlprobe.fixtures.clip import write_tiny_clip
+
+# The adapter contract (tests/extract/models/test_adapter_contract.py) checks this adapter with these facts.
+CONTRACT = Case(
+    "clip", "dual", "pixels",
+    {"text": ("text", kinds("embed", ("self", 3)), "eos"), "image": ("image", kinds("embed", ("self", 2)), "patch0")},
+    {"text": ("text_model.embeddings", "text"), "image": ("vision_model.pre_layrnorm", "image")},
+    wrong="siglip",
+)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -11,13 +11,22 @@ import pytest
 import torch
 
 from tests.extract.helpers import random_region_arrays, random_region_batch, region_batch
+from tests.extract.models.contract import Case, kinds
 from vlprobe.extract.models.base import CrossEncoder
 from vlprobe.extract.models.lxmert import MATCH_INDEX, LxmertAdapter
 from vlprobe.extract.models.pooling import pool_states
 from vlprobe.fixtures.lxmert import write_tiny_lxmert
-from vlprobe.fixtures.models import FIXTURE_WRITERS
 from vlprobe.fixtures.staging import FIXTURE_MARKER
-from vlprobe.registry import MODELS
+from vlprobe.registry import FIXTURES, MODELS
+
+# The adapter contract (tests/extract/models/test_adapter_contract.py) checks this adapter with these facts.
+CONTRACT = Case(
+    "lxmert", "cross", "regions",
+    {"lang": ("pair", kinds("embed", ("lang", 9), ("cross", 5)), "token0"),
+     "vision": ("pair", kinds("embed", ("rel", 5), ("cross", 5)), "none")},
+    {"lang": ("lxmert.embeddings", "text"), "vision": ("lxmert.encoder.visn_fc", "image")},
+    feature_dim=2048,
+)
 
 CAPTIONS = [
     "a red circle left of a blue square",
@@ -48,7 +57,7 @@ def _reference(adapter: LxmertAdapter, texts, images, t_idx, i_idx) -> tuple[tor
 def test_registered_lazily() -> None:
     assert "lxmert" in MODELS
     assert MODELS.get("lxmert") is LxmertAdapter
-    assert FIXTURE_WRITERS["lxmert"] is write_tiny_lxmert
+    assert FIXTURES.get("lxmert") is write_tiny_lxmert
 
 
 def test_golden_streams(adapter: LxmertAdapter) -> None:

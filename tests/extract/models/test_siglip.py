@@ -16,11 +16,19 @@ from tests.extract.helpers import (
     recall_i2t_at_1,
     winoground_percentages,
 )
+from tests.extract.models.contract import Case, kinds
 from vlprobe.cli import app
 from vlprobe.data.winoground import load_winoground
 from vlprobe.extract.cache.reader import ActivationCache
 from vlprobe.extract.models.siglip import SiglipAdapter
 from vlprobe.validation import InputError
+
+# The adapter contract (tests/extract/models/test_adapter_contract.py) checks this adapter with these facts.
+CONTRACT = Case(
+    "siglip", "dual", "pixels",
+    {"text": ("text", kinds("embed", ("self", 3)), "last"), "image": ("image", kinds("embed", ("self", 2)), "none")},
+    {"text": ("text_model.embeddings", "text"), "image": ("vision_model.embeddings", "image")},
+)
 
 
 @pytest.fixture(scope="module")

@@ -75,7 +75,8 @@ def _write_merged(target: Path, header: CacheHeader, shards: list[Shard[CacheHea
     pairs = None
     if first.has_pairs:
         parts = [c.pairs() for c in caches]
-        pairs = PairLayout(np.concatenate([p["image"] for p in parts]), np.concatenate([p["text"] for p in parts]))
+        pairs = PairLayout(np.concatenate([p["image"] for p in parts]), np.concatenate([p["text"] for p in parts]),
+                           position_columns=first.position_columns())
     with CacheWriter.open(
         target, header, tables, layouts, record, with_scores=True, pairs=pairs, score_kind=first.score_kind,
     ) as w:
@@ -88,7 +89,8 @@ def _write_merged(target: Path, header: CacheHeader, shards: list[Shard[CacheHea
         if pairs is not None:
             offset = 0
             for c in caches:
-                offset = w.copy_rows(c.f["pairs"], "pairs", ["score"], offset)
+                offset = w.copy_rows(c.f["pairs"], "pairs", ["score", *(["positions"] if pairs.position_columns else [])],
+                                     offset)
             w.scores_from_pairs(first.score_kind)
         else:  # a dual encoder (cross-encoders always keep /pairs)
             scorer = MODELS.get(header.model)

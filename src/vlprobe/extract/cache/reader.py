@@ -164,6 +164,27 @@ class ActivationCache(OpenH5):
         g = self.f["pairs"]
         return {k: g[k][()] for k in ("image", "text", "score", "done")}
 
+    def position_columns(self) -> tuple[str, ...]:
+        """The columns of ``/pairs/positions`` (empty where the file keeps none)."""
+        if not self.has_pairs or "positions" not in self.f["pairs"]:
+            return ()
+        return tuple(json.loads(attr_str(self.f["pairs"].attrs["position_columns"])))
+
+    def positions(self) -> dict[str, np.ndarray]:
+        """Where each pair's parts sit in its joint sequence: column name -> (P,) int32 (-1 for
+        pairs not done); generative models' caches only.
+
+        Raises
+        ------
+        InputError
+            The cache keeps no positions.
+        """
+        columns = self.position_columns()
+        if not columns:
+            raise InputError(f"cache {self.path.name} holds no pair positions (only generative models record them)")
+        data = self.f["pairs/positions"][()]
+        return {c: data[:, k] for k, c in enumerate(columns)}
+
     def scores(self) -> tuple[np.ndarray, np.ndarray]:
         """(matrix (n_images, n_texts) float32, done (n_images, n_texts) bool)."""
         if "scores" not in self.f:

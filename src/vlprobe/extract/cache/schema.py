@@ -54,6 +54,11 @@ Cross-encoders (one forward per pair) also keep the pair plan, ``/pairs`` (attrs
     text      (P,)  int32    row in /texts
     score     (P,)  float32  the pair's score (NaN until done)
     done      (P,)  bool     True once the pair's score and states are written
+    positions (P, K) int32   models with a joint token sequence (generative models) only: where
+                             each pair's parts sit in it, one column per name of the ``/pairs``
+                             attribute ``position_columns`` (JSON: length, image_start,
+                             image_stop, caption_start, caption_stop, answer, target_start,
+                             target_stop; -1 until done)
 
 Each batch writes its pairs' states (every pair stream) and scores, flushes, then marks them
 done; ``/scores/matrix`` is filled from ``/pairs`` when the run completes. With ``pair_states``
@@ -209,6 +214,9 @@ class CacheRecord:
         "every option of the dataset's loader, image folders included", compared=False))
     merged_from: list[str] = field(default_factory=list, metadata=_attr(
         "merged files only: the shard files joined", compared=False))
+    defaults: dict[str, str] = field(default_factory=dict, metadata=_attr(
+        "the inputs not given and what was taken for each (checkpoint, data_dir, variants, out, regions), "
+        "{} when every input was given", compared=False))
     job_ids: list[dict[str, str]] = field(default_factory=list, metadata=_attr(
         'one entry per run under a launcher that wrote the file (created or resumed it): its "shard", '
         '"source" and the job ids set (SLURM_JOB_ID, SLURM_ARRAY_JOB_ID, TORCHELASTIC_RUN_ID, ...); a '
@@ -390,6 +398,9 @@ class PairLayout(_RowBlock):
     text: np.ndarray
     row_start: int = 0
     row_stop: int | None = None
+    #: The columns of ``/pairs/positions`` (the adapter's ``position_columns``); empty: no
+    #: positions are stored.
+    position_columns: tuple[str, ...] = ()
 
 
 def attr_str(value: Any) -> str:

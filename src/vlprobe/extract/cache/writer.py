@@ -37,7 +37,11 @@ from vlprobe.extract.sharded_h5 import ShardedH5Writer, allocate, row_selection
 from vlprobe.io.h5 import schema_attrs
 from vlprobe.validation import InputError
 
-__all__ = ["CacheWriter"]
+__all__ = ["STORED_DTYPES", "CacheWriter"]
+
+#: The dtype states are stored in for a run's ``dtype`` where HDF5 has no such type: bfloat16
+#: states are stored as float32 (exactly: every bfloat16 value is a float32 value).
+STORED_DTYPES: dict[str, str] = {"bfloat16": "float32"}
 
 
 class CacheWriter(ShardedH5Writer[CacheHeader]):
@@ -180,7 +184,7 @@ class CacheWriter(ShardedH5Writer[CacheHeader]):
 
     def write_pairs(
         self, rows: np.ndarray, scores: np.ndarray, states: Mapping[str, Mapping[str, np.ndarray]],
-        pooled: Mapping[str, np.ndarray],
+        pooled: Mapping[str, np.ndarray], positions: np.ndarray | None = None,
     ) -> None:
         """Write one chunk of pairs (scores and every pair stream), flush, then mark them done.
 
@@ -192,6 +196,9 @@ class CacheWriter(ShardedH5Writer[CacheHeader]):
         states : dict of stream to dict of pooling to ndarray (B, L, H)
             Empty for a scores-only run.
         pooled : dict of stream to ndarray (B, D)
+        positions : ndarray of int, shape (B, K), optional
+            Where each pair's parts sit in its joint sequence (stored where the file keeps
+            ``/pairs/positions``).
         """
         data: dict[str, np.ndarray] = {}
         streams = [s for s in states if f"streams/{s}" in self.f]
@@ -201,6 +208,8 @@ class CacheWriter(ShardedH5Writer[CacheHeader]):
             if s in pooled and "pooled" in g:
                 data[f"streams/{s}/pooled"] = pooled[s]
         data["pairs/score"] = np.asarray(scores, dtype=np.float32)
+        if positions is not None and "positions" in self.f["pairs"]:
+            data["pairs/positions"] = np.asarray(positions, dtype=np.int32)
         self.commit(data, [*(f"streams/{s}/done" for s in streams), "pairs/done"], row_selection(rows))
 
     def scores_from_pairs(self, kind: str) -> None:
@@ -283,6 +292,9 @@ def _create_pairs(f: h5py.File, pairs: PairLayout) -> None:
     g.create_dataset("text", data=np.asarray(pairs.text[local], dtype=np.int32))
     _allocate(g, "score", (n,), np.dtype(np.float32))
     _allocate(g, "done", (n,), np.dtype(bool), chunks=None)
+    if pairs.position_columns:
+        allocate(g, "positions", (n, len(pairs.position_columns)), np.int32, fill=-1)
+        g.attrs["position_columns"] = json.dumps(list(pairs.position_columns))
 
 
 def _create_stream(f: h5py.File, lay: StreamLayout, dtype: str) -> None:
@@ -302,7 +314,7 @@ def _create_stream(f: h5py.File, lay: StreamLayout, dtype: str) -> None:
     g.create_dataset("image", data=np.asarray(lay.image[local], dtype=np.int32))
     g.create_dataset("text", data=np.asarray(lay.text[local], dtype=np.int32))
     _allocate(g, "done", (n,), np.dtype(bool), chunks=None)
-    np_dtype = np.dtype(dtype)
+    np_dtype = np.dtype(STORED_DTYPES.get(dtype, dtype))
     shape_l = (n, len(lay.layers), spec.hidden_size)
     for pooling in lay.poolings:
         if pooling == "pooled":

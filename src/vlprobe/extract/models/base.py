@@ -59,6 +59,7 @@ __all__ = [
     "DualEncoder",
     "HFDualEncoder",
     "PairOutput",
+    "ReferenceCheckpoint",
     "StreamBatch",
     "StreamSpec",
     "TextTable",
@@ -67,6 +68,28 @@ __all__ = [
     "cosine_matrix",
     "text_max_length",
 ]
+
+@dataclass(frozen=True)
+class ReferenceCheckpoint:
+    """The checkpoint the papers ran a model with: what ``probe extract --model NAME`` loads when no
+    ``--checkpoint`` is given (see :mod:`vlprobe.extract.defaults`).
+
+    Attributes
+    ----------
+    name : str
+        A hub id (``"unc-nlp/lxmert-base-uncased"``), or the file name of an official checkpoint
+        that is not on the hub (``"uniter-base.pt"``).
+    hub : bool
+        Whether ``name`` is a hub id.
+    source : str
+        Where the checkpoint comes from, said in the message when it cannot be found (for one
+        that is not on the hub: where to download it).
+    """
+
+    name: str
+    hub: bool = True
+    source: str = ""
+
 
 @dataclass(frozen=True)
 class StreamSpec:
@@ -143,6 +166,13 @@ class Adapter(ABC):
     score_kind: str = ""
     #: Extra keyword arguments :meth:`load` accepts (``model_config``, ``tokenizer``, ...).
     load_options: ClassVar[tuple[str, ...]] = ()
+    #: The checkpoint the papers used, the default of ``probe extract --checkpoint``; None: the
+    #: model has none and a checkpoint must be given.
+    reference_checkpoint: ClassVar[ReferenceCheckpoint | None] = None
+    #: Models that read regions: the box-selection preset of the features the model was trained
+    #: on (:mod:`vlprobe.extract.regions.detector.presets`), used when ``probe extract`` makes the
+    #: regions itself.
+    region_preset: ClassVar[str | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -302,12 +332,17 @@ class PairOutput:
     logits : Tensor, shape (B, 2), optional
         The raw (no match, match) logits of a binary image-text matching head, whose softmax gives
         ``scores`` (LXMERT, UNITER's ITM head); None for a model without such a head.
+    positions : Tensor of int64, shape (B, K), optional
+        Where each pair's parts sit in its joint sequence, one column per name of the adapter's
+        ``position_columns`` (generative models: the image tokens, the caption, the scored
+        tokens); None for models without a joint token sequence to record.
     """
 
     scores: torch.Tensor
     states: dict[str, dict[str, torch.Tensor]]
     pooled: dict[str, torch.Tensor]
     logits: torch.Tensor | None = None
+    positions: torch.Tensor | None = None
 
 
 @dataclass
@@ -356,6 +391,9 @@ class CrossEncoder(Adapter):
     #: How many prepared images the engine holds at once (a region table is small; a table of
     #: vision-transformer outputs is not).
     image_block: ClassVar[int] = 512
+    #: Names of the columns of :attr:`PairOutput.positions` (recorded in the cache as
+    #: ``/pairs/positions``); empty for models that return no positions.
+    position_columns: ClassVar[tuple[str, ...]] = ()
     #: Set by subclasses: the tokenizer and the longest token sequence it may produce; models
     #: that read regions also set the region-feature width they read (``feature_dim``).
     tokenizer: Any
@@ -402,6 +440,11 @@ class CrossEncoder(Adapter):
         poolings : sequence of str
             Token poolings (``cls``, ``mean``, ``max``) to compute where the stream offers them.
         """
+
+    def pair_lengths(self, texts: Any, images: Any, text_idx: np.ndarray, image_idx: np.ndarray) -> np.ndarray | None:
+        """Each pair's input length, shape (B,), for the engine to batch pairs of similar length
+        together (less padding); None (the default) keeps the pairs in their order."""
+        return None
 
     def plain_pair_scores(self, texts: Any, images: Any, text_idx: np.ndarray, image_idx: np.ndarray) -> torch.Tensor:
         """Scores (B,) of a batch of pairs from one plain forward pass in which every layer runs

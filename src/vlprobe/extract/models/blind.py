@@ -31,7 +31,7 @@ import numpy as np
 from vlprobe.extract.models.hf import ResolvedCheckpoint, resolve_checkpoint
 from vlprobe.validation import InputError, check_positive_int
 
-__all__ = ["CaptionLengthScorer", "CausalLMScorer", "SequenceClassifierScorer", "TextScorer"]
+__all__ = ["CaptionLengthScorer", "CausalLMScorer", "GrammarScorer", "SequenceClassifierScorer", "TextScorer"]
 
 _ALLOW = ["*.json", "*.txt", "*.safetensors", "*.model", "*.bin"]
 _ACCEPTABLE = re.compile(r"^(acceptable|grammatical|correct|ok|yes|positive)$", re.IGNORECASE)
@@ -114,6 +114,12 @@ class CausalLMScorer(TextScorer):
     def load(cls, checkpoint: str | None, *, device: str = "auto", dtype: str = "float32", **options: Any) -> CausalLMScorer:
         if options:
             raise InputError(f"model 'blind-lm' takes no options, got {sorted(options)}")
+        return cls(*cls.load_causal_lm(checkpoint, device, dtype))
+
+    @classmethod
+    def load_causal_lm(cls, checkpoint: str | None, device: str, dtype: str) -> tuple[Any, Any, ResolvedCheckpoint, Any]:
+        """A Hugging Face causal LM, its tokenizer, the resolved checkpoint and the device
+        (a checkpoint of another kind, or one whose LM head would be new, is refused)."""
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
         from vlprobe.extract.models.hf import (
@@ -132,7 +138,7 @@ class CausalLMScorer(TextScorer):
             _refuse_new_weights(loading, checkpoint, "a causal language model")
             model = model.to(dev).eval()
             tokenizer = AutoTokenizer.from_pretrained(ckpt.path)
-        return cls(model, tokenizer, ckpt, dev)
+        return model, tokenizer, ckpt, dev
 
     def _ids(self, text: str) -> list[int]:
         room = self.max_length - (self.context_id is not None)
@@ -215,7 +221,7 @@ class SequenceClassifierScorer(TextScorer):
         acceptable_label: str | int | None = None, **options: Any,
     ) -> SequenceClassifierScorer:
         if options:
-            raise InputError(f"model 'blind-grammar' takes only acceptable_label, got {sorted(options)}")
+            raise InputError(f"model {cls.name!r} takes only acceptable_label, got {sorted(options)}")
         from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
         from vlprobe.extract.models.hf import (
@@ -257,6 +263,22 @@ class SequenceClassifierScorer(TextScorer):
     def describe(self) -> dict[str, Any]:
         return {"model_class": type(self.model).__name__, "acceptable_index": self.label_index,
                 "acceptable_label": str(self.model.config.id2label[self.label_index])}
+
+
+class GrammarScorer(SequenceClassifierScorer):
+    """SugarCrepe's grammar baseline: P(LABEL_1) of textattack/distilbert-base-uncased-CoLA (by default)."""
+
+    name = "grammar"
+    #: The checkpoint SugarCrepe's ``text_model_eval.py`` loads, taken when none is given.
+    default_checkpoint = "textattack/distilbert-base-uncased-CoLA"
+
+    @classmethod
+    def load(
+        cls, checkpoint: str | None, *, device: str = "auto", dtype: str = "float32",
+        acceptable_label: str | int | None = None, **options: Any,
+    ) -> SequenceClassifierScorer:
+        return super().load(checkpoint or cls.default_checkpoint, device=device, dtype=dtype,
+                            acceptable_label=acceptable_label, **options)
 
 
 class CaptionLengthScorer(TextScorer):

@@ -40,6 +40,7 @@ import torch
 from vlprobe.extract.models.base import (
     CrossEncoder,
     PairOutput,
+    ReferenceCheckpoint,
     StreamBatch,
     StreamSpec,
     TextTable,
@@ -86,6 +87,8 @@ class BlipItmAdapter(CrossEncoder):
 
     name = "blip-itm"
     image_input = "pixels"
+    reference_checkpoint = ReferenceCheckpoint(
+        "Salesforce/blip-itm-base-coco", source="BLIP base ITM (no paper reproduced here ran BLIP)")
     load_options = ("score_head", "first_token")
     #: A block of ViT outputs is (N, 577, 768) floats for BLIP base: keep blocks small.
     image_block = 64

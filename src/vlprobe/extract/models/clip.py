@@ -22,7 +22,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from vlprobe.extract.models.base import HFDualEncoder, StreamBatch, StreamSpec, cosine_matrix
+from vlprobe.extract.models.base import (
+    HFDualEncoder,
+    ReferenceCheckpoint,
+    StreamBatch,
+    StreamSpec,
+    cosine_matrix,
+)
 from vlprobe.extract.models.hf import load_hf
 from vlprobe.extract.models.hooks import LayerSite
 from vlprobe.validation import InputError
@@ -37,6 +43,8 @@ class CLIPAdapter(HFDualEncoder):
 
     name = "clip"
     image_input = "pixels"
+    reference_checkpoint = ReferenceCheckpoint(
+        "openai/clip-vit-base-patch32", source="CLIP ViT-B/32, as 'Why is Winoground Hard?' and VALSE ran it")
     score_kind = "cosine"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

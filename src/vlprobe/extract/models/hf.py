@@ -27,9 +27,11 @@ from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError
 
 __all__ = [
+    "DEVICE_MAPS",
     "IMAGE_BACKEND",
     "LoadedModel",
     "ResolvedCheckpoint",
+    "check_device_map",
     "fingerprint_dir",
     "from_pretrained_with_info",
     "image_backend_of",
@@ -69,9 +71,13 @@ class ResolvedCheckpoint:
 
 
 def resolve_checkpoint(
-    spec: str, *, param: str = "checkpoint", allow_patterns: list[str] | None = None
+    spec: str, *, param: str = "checkpoint", allow_patterns: list[str] | None = None, default_of: str | None = None,
 ) -> ResolvedCheckpoint:
-    """Find the files of a checkpoint given as a directory or a hub id."""
+    """Find the files of a checkpoint given as a directory or a hub id.
+
+    ``default_of`` says why ``spec`` was taken when the user did not give it (``"reference
+    checkpoint of lxmert"``); the messages then say so.
+    """
     if not spec or not spec.strip():
         raise InputError(f"{param} must be a local directory or a hub id, got {spec!r}")
     p = Path(spec).expanduser()
@@ -80,7 +86,7 @@ def resolve_checkpoint(
     looks_local = spec.startswith((".", "/", "~")) or os.sep + os.sep in spec or spec.count("/") > 1
     if p.exists() or looks_local:
         raise InputError(f"{param}: {spec!r} is not a directory (expected a checkpoint folder or a hub id)")
-    return _resolve_hub(spec, param, allow_patterns)
+    return _resolve_hub(spec, param, allow_patterns, default_of)
 
 
 def fingerprint_dir(path: Path) -> str:
@@ -91,8 +97,10 @@ def fingerprint_dir(path: Path) -> str:
     return h.hexdigest()
 
 
-def _resolve_hub(repo_id: str, param: str, allow_patterns: list[str] | None) -> ResolvedCheckpoint:
-    from huggingface_hub import snapshot_download
+def _resolve_hub(
+    repo_id: str, param: str, allow_patterns: list[str] | None, default_of: str | None = None,
+) -> ResolvedCheckpoint:
+    from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import (
         GatedRepoError,
         HFValidationError,
@@ -100,10 +108,13 @@ def _resolve_hub(repo_id: str, param: str, allow_patterns: list[str] | None) -> 
         RepositoryNotFoundError,
     )
 
+    folder = "models--" + repo_id.replace("/", "--")
     how = (
-        f"download it once online (hf download {repo_id}), or save it with "
-        f"save_pretrained(DIR) and pass --{param} DIR"
+        f"download it on a machine with network (hf download {repo_id}) and copy its hub-cache folder {folder} "
+        f"into {constants.HF_HUB_CACHE} (HF_HUB_CACHE), or save it with save_pretrained(DIR) and pass --{param} DIR"
     )
+    if default_of:
+        param = f"{param} (not given: the {default_of})"
     try:
         local = snapshot_download(repo_id, allow_patterns=allow_patterns)
     except HFValidationError:
@@ -123,7 +134,7 @@ def _resolve_hub(repo_id: str, param: str, allow_patterns: list[str] | None) -> 
     return ResolvedCheckpoint(repo_id, path, f"hub:{repo_id}@{path.name}")
 
 
-def load_hf_config(path: Any, checkpoint: str, model_type: str) -> Any:
+def load_hf_config(path: Any, checkpoint: str, model_type: str | tuple[str, ...]) -> Any:
     """A checkpoint's transformers config, refused unless its ``model_type`` is ``model_type``.
 
     Parameters
@@ -132,8 +143,8 @@ def load_hf_config(path: Any, checkpoint: str, model_type: str) -> Any:
         The resolved checkpoint folder.
     checkpoint : str
         What the user passed (named in the errors).
-    model_type : str
-        E.g. ``"clip"``, ``"lxmert"``.
+    model_type : str or tuple of str
+        E.g. ``"clip"``, ``"lxmert"``; a tuple: any of them.
     """
     from transformers import AutoConfig
 
@@ -141,8 +152,10 @@ def load_hf_config(path: Any, checkpoint: str, model_type: str) -> Any:
         config = AutoConfig.from_pretrained(path)
     except (OSError, ValueError) as exc:
         raise InputError(f"checkpoint: {checkpoint!r} has no readable config.json ({exc})") from None
-    if config.model_type != model_type:
-        raise InputError(f"checkpoint: {checkpoint!r} is a {config.model_type!r} model, expected {model_type!r}")
+    types = (model_type,) if isinstance(model_type, str) else tuple(model_type)
+    if config.model_type not in types:
+        expected = " or ".join(repr(t) for t in types)
+        raise InputError(f"checkpoint: {checkpoint!r} is a {config.model_type!r} model, expected {expected}")
     return config
 
 
@@ -160,8 +173,9 @@ class LoadedModel:
 
 
 def load_hf(
-    checkpoint: str, model_type: str, model_cls: Any, *, device: str, dtype: str, allow_patterns: list[str],
-    needed: tuple[str, ...] = (), image_processor: bool = False, check: Callable[[Any], None] | None = None,
+    checkpoint: str, model_type: str | tuple[str, ...], model_cls: Any, *, device: str, dtype: str,
+    allow_patterns: list[str], needed: tuple[str, ...] = (), image_processor: bool = False,
+    check: Callable[[Any], None] | None = None, device_map: str | None = None,
 ) -> LoadedModel:
     """Load a transformers model, its tokenizer and (optionally) image processor from a directory
     or hub id, as every Hugging Face adapter does.
@@ -185,16 +199,26 @@ def load_hf(
     check : callable, optional
         Called with the config before the weights load; raises InputError for a config the
         adapter cannot use.
+    device_map : str, optional
+        Place the model with accelerate (``"auto"``: over every visible GPU, then the CPU) instead
+        of on ``device`` (which must then be ``"auto"``); the adapter's device is then where the
+        input embeddings are.
     """
     from vlprobe.devices import resolve_device, resolve_dtype
 
     dev, torch_dtype = resolve_device(device), resolve_dtype(dtype)
+    if device_map is not None:
+        check_device_map(device_map, device)
     ckpt = resolve_checkpoint(checkpoint, allow_patterns=allow_patterns)
     with quiet_transformers(), reading_weights(checkpoint):
         config = load_hf_config(ckpt.path, checkpoint, model_type)
         if check is not None:
             check(config)
-        model = load_hf_model(model_cls, ckpt.path, checkpoint, torch_dtype, needed).to(dev)
+        if device_map is None:
+            model = load_hf_model(model_cls, ckpt.path, checkpoint, torch_dtype, needed).to(dev)
+        else:
+            model = load_hf_model(model_cls, ckpt.path, checkpoint, torch_dtype, needed, device_map=device_map)
+            dev = model.get_input_embeddings().weight.device
         tokenizer = load_hf_tokenizer(ckpt.path, checkpoint)
         processor = load_image_processor(ckpt.path, checkpoint) if image_processor else None
     return LoadedModel(model, tokenizer, processor, ckpt, dev, torch_dtype)
@@ -255,7 +279,36 @@ def from_pretrained_with_info(model_cls: Any, path: Any, **kwargs: Any) -> tuple
     return model, info
 
 
-def load_hf_model(model_cls: Any, path: Any, checkpoint: str, dtype: Any, needed: tuple[str, ...]) -> Any:
+#: What ``device_map`` takes (accelerate's placements).
+DEVICE_MAPS: tuple[str, ...] = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
+def check_device_map(device_map: str, device: str = "auto") -> str:
+    """``device_map`` checked: one of :data:`DEVICE_MAPS`, with accelerate importable and ``device``
+    left at ``"auto"``.
+
+    Raises
+    ------
+    InputError
+        One line: another value, accelerate missing (how to install it), or a device given too.
+    """
+    import importlib.util
+
+    if device_map not in DEVICE_MAPS:
+        raise InputError(f"device_map must be one of {', '.join(DEVICE_MAPS)}, got {device_map!r}")
+    if importlib.util.find_spec("accelerate") is None:
+        raise InputError(
+            f"device_map: {device_map!r} places the model with the accelerate package, which is not installed "
+            "(pip install 'vlprobe[accelerate]')"
+        )
+    if (device or "auto").strip().lower() != "auto":
+        raise InputError(f"device: device_map={device_map!r} places the model itself; leave device at auto, got {device!r}")
+    return device_map
+
+
+def load_hf_model(
+    model_cls: Any, path: Any, checkpoint: str, dtype: Any, needed: tuple[str, ...], device_map: str | None = None,
+) -> Any:
     """``model_cls.from_pretrained(path)``, refused when weights under the ``needed`` prefixes are missing.
 
     A checkpoint of the right ``model_type`` but another head (BLIP's captioner for its retrieval
@@ -273,7 +326,8 @@ def load_hf_model(model_cls: Any, path: Any, checkpoint: str, dtype: Any, needed
     needed : tuple of str
         Weight-name prefixes the adapter reads.
     """
-    model, info = from_pretrained_with_info(model_cls, path, dtype=dtype)
+    extra = {} if device_map is None else {"device_map": device_map}
+    model, info = from_pretrained_with_info(model_cls, path, dtype=dtype, **extra)
     missing = sorted(k for k in info["missing_keys"] if k.startswith(needed))
     if missing:
         raise InputError(

@@ -46,6 +46,7 @@ import torch
 from vlprobe.extract.models.base import (
     CrossEncoder,
     PairOutput,
+    ReferenceCheckpoint,
     StreamSpec,
     TextTable,
     check_pair_indices,
@@ -114,6 +115,9 @@ class LxmertAdapter(CrossEncoder):
 
     name = "lxmert"
     image_input = "regions"
+    reference_checkpoint = ReferenceCheckpoint(
+        "unc-nlp/lxmert-base-uncased", source="LXMERT, as 'Why is Winoground Hard?' and VALSE ran it")
+    region_preset = "lxmert-36"
     score_kind = "match_probability"
     text_table = LxmertTexts
 

@@ -25,7 +25,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from vlprobe.extract.models.base import HFDualEncoder, StreamBatch, StreamSpec, cosine_matrix
+from vlprobe.extract.models.base import (
+    HFDualEncoder,
+    ReferenceCheckpoint,
+    StreamBatch,
+    StreamSpec,
+    cosine_matrix,
+)
 from vlprobe.extract.models.hf import load_hf
 from vlprobe.extract.models.hooks import LayerSite
 from vlprobe.validation import InputError
@@ -40,6 +46,8 @@ class SiglipAdapter(HFDualEncoder):
 
     name = "siglip"
     image_input = "pixels"
+    reference_checkpoint = ReferenceCheckpoint(
+        "google/siglip-base-patch16-224", source="SigLIP base (no paper reproduced here ran SigLIP)")
     score_kind = "match_probability"
 
     @staticmethod

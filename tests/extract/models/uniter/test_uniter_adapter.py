@@ -11,10 +11,19 @@ import pytest
 import torch
 
 from tests.extract.helpers import random_region_arrays, random_region_batch, region_batch
+from tests.extract.models.contract import Case, kinds
 from vlprobe.extract.models.pooling import pool_states
 from vlprobe.extract.models.uniter.adapter import UniterAdapter
 from vlprobe.extract.regions.boxes import boxes_to_7d
 from vlprobe.registry import MODELS
+
+# The adapter contract (tests/extract/models/test_adapter_contract.py) checks this adapter with these facts.
+CONTRACT = Case(
+    "uniter", "cross", "regions",
+    {"text": ("pair", kinds("embed", ("joint", 2)), "token0"), "image": ("pair", kinds("embed", ("joint", 2)), "none")},
+    {"text": ("uniter.embeddings", "text"), "image": ("uniter.img_embeddings", "image")},
+    checkpoint="uniter.pt", wrong="lxmert", feature_dim=2048, weights=("uniter.pt",),
+)
 
 CAPTIONS = [
     "A red circle left of a blue square",

@@ -42,6 +42,7 @@ from vlprobe.devices import resolve_device, resolve_dtype
 from vlprobe.extract.models.base import (
     CrossEncoder,
     PairOutput,
+    ReferenceCheckpoint,
     StreamSpec,
     TextTable,
     check_pair_indices,
@@ -89,6 +90,12 @@ class UniterAdapter(CrossEncoder):
 
     name = "uniter"
     image_input = "regions"
+    reference_checkpoint = ReferenceCheckpoint(
+        "uniter-base.pt", hub=False,
+        source="the official pretrained UNITER-base of ChenRocks/UNITER (download_pretrained.sh), not on the "
+               "Hugging Face hub, with its config uniter-base.json beside it",
+    )
+    region_preset = "uniter-10-100"
     score_kind = "match_probability"
     load_options = ("model_config", "tokenizer")
 

@@ -1,0 +1,194 @@
+"""Tiny synthetic copies of benchmarks in their exact on-disk formats (``probe fixtures dataset
+--format NAME``), so loaders, ``probe data info`` and ``probe eval`` run offline on files laid
+out as the authors distribute them.
+
+Each writer fills a new (or empty) folder with the benchmark's annotation files, field for field,
+and small PIL-drawn images at the paths those files name, under the folder layout the loader's
+``image_root`` expects. Captions come from a small grammar (coloured shapes and their relations);
+everything is drawn from ``numpy.random.default_rng(seed)``, so one ``(format, n_items, seed)``
+gives byte-identical files. ``PROVENANCE.txt`` says the data are synthetic and lists every file
+written; a folder is only ever overwritten when it holds a previous fixture and nothing else.
+
+=========  ======================================================================================
+format     what is written (``n`` = ``n_items``)
+=========  ======================================================================================
+aro        ``visual_genome_relation.json`` and ``visual_genome_attribution.json`` (n records each,
+           boxes inside ``images/<id>.jpg``), ``coco_karpathy_test.json`` (n images x 5
+           captions; images ``coco/val2014/COCO_val2014_<12 digits>.jpg``),
+           ``flickr30k_test.json`` (n images x 5; ``flickr30k/flickr30k-images/<id>.jpg``);
+           ``image_root``: ``coco=<out>/coco``, ``flickr30k=<out>/flickr30k`` (``vg`` is the
+           default ``<out>/images``)
+=========  ======================================================================================
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+from vlprobe.io.atomic import atomic_path, atomic_write
+from vlprobe.validation import InputError, check_choice, check_int, check_positive_int, check_seed
+
+__all__ = ["FIXTURE_FORMATS", "write_benchmark_fixture"]
+
+_MARK = "vlprobe synthetic benchmark fixture"
+COLOURS = {"red": (220, 30, 30), "green": (30, 170, 60), "blue": (30, 70, 220), "yellow": (230, 200, 20),
+           "purple": (140, 40, 170), "orange": (240, 130, 20)}
+SHAPES = ("circle", "square", "triangle", "star")
+OBJECTS = ("dog", "cat", "table", "cup", "shirt", "horse", "car", "tree")
+RELATIONS = ("on", "behind", "under", "holding", "near", "wearing")
+ATTRIBUTES = ("white", "black", "wooden", "small", "large", "red")
+
+
+class _Writer:
+    """Writes a fixture's files under ``root`` and remembers them for ``PROVENANCE.txt``."""
+
+    def __init__(self, root: Path, fmt: str, n_items: int, seed: int, image_size: int) -> None:
+        self.root, self.fmt, self.size = root, fmt, image_size
+        self.header = f"format={fmt} n_items={n_items} seed={seed} image_size={image_size}"
+        self.files: list[str] = []
+
+    def json(self, rel: str, obj: Any) -> None:
+        path = self._path(rel)
+        with atomic_write(path) as fh:
+            fh.write(json.dumps(obj, ensure_ascii=False))
+
+    def text(self, rel: str, text: str) -> None:
+        path = self._path(rel)
+        with atomic_write(path) as fh:
+            fh.write(text)
+
+    def image(self, rel: str, rng: np.random.Generator, *, size: tuple[int, int] | None = None) -> tuple[int, int]:
+        """A picture of two or three coloured shapes on a grey ground; returns its (width, height)."""
+        w, h = size or (self.size, self.size)
+        img = Image.new("RGB", (w, h), tuple(int(v) for v in rng.integers(150, 230, size=3)))
+        draw = ImageDraw.Draw(img)
+        for _ in range(int(rng.integers(2, 4))):
+            colour = list(COLOURS.values())[int(rng.integers(len(COLOURS)))]
+            r = int(rng.integers(max(2, min(w, h) // 10), max(3, min(w, h) // 4)))
+            cx, cy = int(rng.integers(r, w - r)), int(rng.integers(r, h - r))
+            draw.ellipse((cx - r, cy - r, cx + r, cy + r), fill=colour)
+        path = self._path(rel)
+        with atomic_path(path) as tmp:
+            img.save(tmp, format="PNG" if rel.endswith(".png") else "JPEG", quality=90)
+        return w, h
+
+    def _path(self, rel: str) -> Path:
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.files.append(rel)
+        return path
+
+    def finish(self) -> None:
+        with atomic_write(self.root / "PROVENANCE.txt") as fh:
+            fh.write(f"{_MARK} (made by vlprobe; synthetic, safe to share)\n{self.header}\n")
+            fh.write("".join(f"{f}\n" for f in self.files))
+
+
+def _check_out(root: Path) -> None:
+    """A new or empty folder, or one that holds a previous fixture (and nothing else): emptied."""
+    if not root.exists():
+        return
+    if not root.is_dir():
+        raise InputError(f"out: {str(root)!r} exists and is not a directory")
+    entries = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() or p.is_symlink())
+    if not entries:
+        return
+    prov = root / "PROVENANCE.txt"
+    lines = prov.read_text(encoding="utf-8", errors="replace").splitlines() if prov.is_file() else []
+    listed = set(lines[2:]) | {"PROVENANCE.txt"}
+    if not lines or not lines[0].startswith(_MARK) or not set(entries) <= listed:
+        raise InputError(
+            f"out: {str(root)!r} is not empty and does not hold (only) a benchmark fixture made by vlprobe; "
+            "refusing to overwrite it: choose an empty or new directory"
+        )
+    for rel in entries:
+        (root / rel).unlink()
+
+
+def _caption_shape(rng: np.random.Generator) -> str:
+    colours = list(COLOURS)
+    a, b = rng.choice(len(colours), 2, replace=False)
+    s, t = rng.choice(len(SHAPES), 2, replace=False)
+    return f"A {colours[a]} {SHAPES[s]} next to a {colours[b]} {SHAPES[t]}."
+
+
+def _aro(w: _Writer, rng: np.random.Generator, n: int) -> None:
+    relation, attribution = [], []
+    for i in range(n):
+        image_id = str(2300000 + i)
+        width, height = w.image(f"images/{image_id}.jpg", rng, size=(w.size + 16, w.size))
+        o1, o2 = (OBJECTS[int(k)] for k in rng.choice(len(OBJECTS), 2, replace=False))
+        rel = RELATIONS[i % len(RELATIONS)]
+        x, y = int(rng.integers(0, width // 4)), int(rng.integers(0, height // 4))
+        box = {"bbox_x": x, "bbox_y": y, "bbox_w": int(rng.integers(width // 2, width - x)),
+               "bbox_h": int(rng.integers(height // 2, height - y))}
+        relation.append({"image_id": image_id, "relation_name": rel, **box,
+                         "true_caption": f"the {o1} is {rel} the {o2}", "false_caption": f"the {o2} is {rel} the {o1}",
+                         "image_path": f"{image_id}.jpg"})
+        a1, a2 = (ATTRIBUTES[int(k)] for k in rng.choice(len(ATTRIBUTES), 2, replace=False))
+        if i % 2:  # repeat pairs so that some reach the macro average's 25-item floor at larger n
+            a1, a2 = ATTRIBUTES[0], ATTRIBUTES[1]
+        attribution.append({"image_id": image_id, "attributes": [a1, a2], **box,
+                            "true_caption": f"the {a1} {o1} and the {a2} {o2}",
+                            "false_caption": f"the {a2} {o1} and the {a1} {o2}", "image_path": f"{image_id}.jpg"})
+    w.json("visual_genome_relation.json", relation)
+    w.json("visual_genome_attribution.json", attribution)
+    coco, flickr = [], []
+    for i in range(n):
+        name = f"val2014/COCO_val2014_{391895 + i:012d}.jpg"
+        w.image(f"coco/{name}", rng)
+        coco.append({"image": name, "caption": [_caption_shape(rng) for _ in range(5)]})
+        fname = f"flickr30k-images/{1000092795 + i}.jpg"
+        w.image(f"flickr30k/{fname}", rng)
+        flickr.append({"image": fname, "caption": [_caption_shape(rng) for _ in range(5)]})
+    w.json("coco_karpathy_test.json", coco)
+    w.json("flickr30k_test.json", flickr)
+
+
+#: Format -> writer of its files.
+_WRITERS: dict[str, Callable[[_Writer, np.random.Generator, int], None]] = {"aro": _aro}
+FIXTURE_FORMATS: tuple[str, ...] = tuple(_WRITERS)
+
+
+def write_benchmark_fixture(
+    out: str | os.PathLike[str], fmt: str, *, n_items: int = 8, seed: int = 0, image_size: int = 48,
+) -> Path:
+    """Write a synthetic copy of benchmark ``fmt`` in its on-disk format (module docstring).
+
+    Parameters
+    ----------
+    out : path
+        A new or empty folder, or one holding a previous fixture.
+    fmt : str
+        One of :data:`FIXTURE_FORMATS`.
+    n_items : int
+        Items per file (per subset).
+    seed : int
+    image_size : int
+        Image side in pixels (16 to 1024).
+
+    Returns
+    -------
+    Path
+        ``out``.
+    """
+    fmt = check_choice(fmt, "format", FIXTURE_FORMATS)
+    n_items = check_positive_int(n_items, "n_items")
+    seed = check_seed(seed)
+    image_size = check_int(image_size, "image_size", low=16, high=1024)
+    root = Path(out)
+    _check_out(root)
+    root.mkdir(parents=True, exist_ok=True)
+    w = _Writer(root, fmt, n_items, seed, image_size)
+    w.text("PROVENANCE.txt", f"{_MARK} (being written)\n")
+    w.files.remove("PROVENANCE.txt")
+    _WRITERS[fmt](w, np.random.default_rng(seed), n_items)
+    w.finish()
+    return root

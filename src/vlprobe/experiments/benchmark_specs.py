@@ -1,0 +1,188 @@
+"""What ``probe eval`` computes for the benchmarks whose items hold more than two texts or their own
+metric: ARO, and the benchmarks added beside it (:data:`SPECS`).
+
+A :class:`BenchmarkSpec` turns each item's score matrix (texts x images) into per-item outcomes,
+and outcomes into the benchmark's metrics per subset, exactly as its authors' evaluation code
+computes them (definitions and sources in :mod:`vlprobe.stats.benchmark_metrics`). The rows are
+built by :func:`spec_rows`: per subset every metric with its 95% bootstrap interval, per group
+(an ARO relation or attribute pair) its accuracy (subset ``<subset>/<tag>=<value>``), and each
+subset's bag-of-words slices (``<subset>/bow=same``, ``<subset>/bow=different``). Items are
+resampled within their subset and group, so a macro average keeps every group it averages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from vlprobe.stats.benchmark_metrics import (
+    ARO_EXCLUDED_RELATIONS,
+    ARO_MIN_ATTRIBUTE_ITEMS,
+    first_is_best,
+    macro_accuracy,
+    pair_right,
+)
+from vlprobe.stats.metrics import bootstrap_indices, ci95_rows
+
+__all__ = ["SPECS", "BenchmarkSpec", "spec_rows"]
+
+#: (subset, per-item outcomes at the chosen columns (..., n), group of each column (n,)) ->
+#: {metric: values of shape (...)} in [0, 1].
+MetricFn = Callable[[str, Mapping[str, np.ndarray], np.ndarray], dict[str, np.ndarray]]
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    """One benchmark's evaluation.
+
+    Attributes
+    ----------
+    name : str
+        The registered dataset and experiment name.
+    subsets : tuple of str
+        Its subsets, in the paper's order (what an item id's second part may be).
+    outcomes : callable
+        (subset, (N, texts, images) scores of that subset's items) -> {outcome: (N,) array}.
+    metrics : MetricFn
+    group_tag : dict of str to str
+        Subset -> the tag family its macro average runs over (ARO: ``relation``, ``attributes``).
+    notes : dict of str to str
+        ``(metric)`` or ``(subset, metric)`` key -> the note column of its rows.
+    chance : dict of str to float
+        Metric -> chance level in percent (for the chart), where one fits every subset.
+    """
+
+    name: str
+    subsets: tuple[str, ...]
+    outcomes: Callable[[str, np.ndarray], dict[str, np.ndarray]]
+    metrics: MetricFn
+    group_tag: dict[str, str] = field(default_factory=dict)
+    notes: dict[Any, str] = field(default_factory=dict)
+    chance: dict[str, float] = field(default_factory=dict)
+
+    def note(self, subset: str, metric: str) -> str:
+        return self.notes.get((subset, metric), self.notes.get(metric, ""))
+
+
+# -- ARO ---------------------------------------------------------------------------------------------
+
+_ARO_VG = ("vg_relation", "vg_attribution")
+
+
+def _aro_outcomes(subset: str, scores: np.ndarray) -> dict[str, np.ndarray]:
+    s = scores[:, :, 0]
+    return {"correct": pair_right(s) if subset in _ARO_VG else first_is_best(s)}
+
+
+def _aro_metrics(subset: str, out: Mapping[str, np.ndarray], groups: np.ndarray) -> dict[str, np.ndarray]:
+    correct = out["correct"].astype(np.float64)
+    if subset == "vg_relation":
+        macro, _ = macro_accuracy(correct, groups, exclude=ARO_EXCLUDED_RELATIONS)
+        return {"macro_accuracy": macro, "accuracy": correct.mean(axis=-1)}
+    if subset == "vg_attribution":
+        macro, _ = macro_accuracy(correct, groups, min_items=ARO_MIN_ATTRIBUTE_ITEMS)
+        return {"macro_accuracy": macro, "accuracy": correct.mean(axis=-1)}
+    return {"precision_at_1": correct.mean(axis=-1)}
+
+
+_ARO_TIE_VG = "a tie is wrong (the authors' np.argmax over [false, true])"
+ARO = BenchmarkSpec(
+    "aro",
+    ("vg_relation", "vg_attribution", "coco_order", "flickr30k_order"),
+    _aro_outcomes,
+    _aro_metrics,
+    group_tag={"vg_relation": "relation", "vg_attribution": "attributes"},
+    notes={
+        ("vg_relation", "macro_accuracy"): "the paper's number: mean over relations of each relation's accuracy, "
+        f"the {len(ARO_EXCLUDED_RELATIONS)} relations the authors' notebook lists left out; " + _ARO_TIE_VG,
+        ("vg_attribution", "macro_accuracy"): "the paper's number: mean over attribute pairs with at least "
+        f"{ARO_MIN_ATTRIBUTE_ITEMS} items of each pair's accuracy; " + _ARO_TIE_VG,
+        ("vg_relation", "accuracy"): "every item (micro; not the paper's number); " + _ARO_TIE_VG,
+        ("vg_attribution", "accuracy"): "every item (micro; not the paper's number); " + _ARO_TIE_VG,
+        "group_accuracy": "this group's items; " + _ARO_TIE_VG,
+        "precision_at_1": "the caption scores at least as high as its four perturbations (the authors' "
+        "np.argmax == 0: a tie goes to the caption); perturbations drawn from order_seed",
+    },
+    chance={"macro_accuracy": 50.0, "accuracy": 50.0, "precision_at_1": 20.0},
+)
+
+#: The benchmarks ``probe eval`` evaluates through a spec.
+SPECS: dict[str, BenchmarkSpec] = {s.name: s for s in (ARO,)}
+
+
+# -- rows --------------------------------------------------------------------------------------------
+
+
+def _resamples(cols: np.ndarray, strata: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
+    """Resampled positions of a set of items (within their strata), as many resamples as asked."""
+    local = bootstrap_indices(len(cols), n_boot, seed, strata=strata[cols])
+    return cols[local]
+
+
+def spec_rows(
+    spec: BenchmarkSpec, subsets: Sequence[str], groups: Sequence[str], scores: Sequence[np.ndarray],
+    base: dict[str, Any], n_boot: int, seed: int, slices: Sequence[str] | None = None,
+) -> tuple[list[dict[str, Any]], np.ndarray]:
+    """The tidy rows of one run (values in percent) and the strata its items were resampled in.
+
+    Parameters
+    ----------
+    subsets, groups : sequence of str, length N
+        Each item's subset and group ("" where its subset has none).
+    scores : sequence of ndarray, shape (texts, images) each
+    base : dict
+        The rows' other columns.
+    n_boot, seed : int
+        Bootstrap resamples (0: no intervals) and seed.
+    slices : sequence of str, optional
+        Each item's bag-of-words value (``same``, ``different``, or "" for none); None: no slices.
+    """
+    sub = np.asarray(subsets)
+    grp = np.asarray(groups)
+    strata = np.char.add(np.char.add(sub.astype(str), "\x1f"), grp.astype(str))
+    outcomes: dict[str, np.ndarray] = {}
+    for subset in dict.fromkeys(sub.tolist()):
+        cols = np.flatnonzero(sub == subset)
+        members = [scores[int(i)] for i in cols]
+        width = max(m.shape[0] for m in members)
+        block = np.full((len(cols), width, members[0].shape[1]), np.nan)
+        for r, m in enumerate(members):
+            block[r, :m.shape[0]] = m
+        for key, values in spec.outcomes(subset, block).items():
+            outcomes.setdefault(key, np.zeros(len(sub), dtype=values.dtype))[cols] = values
+    rows: list[dict[str, Any]] = []
+    slice_values = None if slices is None else np.asarray(slices)
+
+    def emit(scope: str, subset: str, cols: np.ndarray) -> None:
+        at = _resamples(cols, strata, n_boot, seed)
+        point = spec.metrics(subset, {k: v[cols] for k, v in outcomes.items()}, grp[cols])
+        boot = spec.metrics(subset, {k: v[at] for k, v in outcomes.items()}, grp[cols])
+        for metric, value in point.items():
+            row = {**base, "subset": scope, "n": len(cols)}
+            note = spec.note(subset, metric)
+            rows.append({**row, "metric": metric, "value": 100.0 * float(value), **({"note": note} if note else {})})
+            rows.extend(ci95_rows(row, metric, 100.0 * np.asarray(boot[metric]).reshape(-1), seed))
+
+    for subset in dict.fromkeys(sub.tolist()):
+        cols = np.flatnonzero(sub == subset)
+        emit(subset, subset, cols)
+        tag = spec.group_tag.get(subset)
+        if tag:
+            for g in sorted(dict.fromkeys(grp[cols].tolist())):
+                gcols = cols[grp[cols] == g]
+                at = _resamples(gcols, strata, n_boot, seed)
+                correct = outcomes["correct"].astype(np.float64)
+                row = {**base, "subset": f"{subset}/{tag}={g}", "n": len(gcols)}
+                note = spec.note(subset, "group_accuracy")
+                rows.append({**row, "metric": "accuracy", "value": 100.0 * float(correct[gcols].mean()),
+                             **({"note": note} if note else {})})
+                rows.extend(ci95_rows(row, "accuracy", 100.0 * correct[at].mean(axis=-1).reshape(-1), seed))
+        if slice_values is not None:
+            for v in ("same", "different"):
+                scols = cols[slice_values[cols] == v]
+                if len(scols):
+                    emit(f"{subset}/bow={v}", subset, scols)
+    return rows, strata

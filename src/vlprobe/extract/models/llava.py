@@ -1,0 +1,96 @@
+"""LLaVA (Liu et al. 2023; LLaVA-1.5) through ``transformers.LlavaForConditionalGeneration``: a
+CLIP vision tower, a projector, and a Llama/Vicuna language model over the joint sequence.
+
+A generative model (:mod:`vlprobe.extract.models.generative`: the joint sequence, the streams
+``caption``, ``image``, ``joint``, the scores and the positions recorded). Checkpoints in the
+Hugging Face layout (``llava-hf/llava-1.5-7b-hf``, ``llava-hf/llava-1.5-13b-hf``): ``config.json``
+(``model_type`` ``llava``), the weights, the tokenizer, ``preprocessor_config.json`` (a CLIP image
+processor), and the chat template (``chat_template.json`` or ``chat_template.jinja``).
+
+Image features: the vision tower's layer ``vision_feature_layer`` (-2 for LLaVA-1.5) without its
+class token (``vision_feature_select_strategy="default"``), through ``multi_modal_projector``: 576
+tokens for a 336-pixel image in 14-pixel patches.
+
+Defaults (load options) follow t2v_metrics' VQAScore for LLaVA-1.5 (``llava-v1.5-7b``/``-13b``):
+
+* ``question``: ``Does this figure show "{}"? Please answer yes or no.``
+* ``system``: Vicuna's system message, ``A chat between a curious user and an artificial
+  intelligence assistant. ...`` (t2v_metrics' ``chat`` conversation style), so the prompt reads
+  ``<system> USER: <image>\\n<question> ASSISTANT:``;
+* ``answer_tokens="all+eos"``: the score is exp(mean log P) of ``Yes`` and ``</s>`` after the
+  prompt, t2v_metrics' ``exp(-CrossEntropy)`` over the answer ``Yes</s>``; ``first`` gives
+  P(Yes) from the next-token distribution alone;
+* ``image_pad="square"``: the image is padded to a square with the processor's mean colour before
+  the processor resizes it (LLaVA-1.5's ``image_aspect_ratio="pad"``, t2v_metrics'
+  ``expand2square``); ``none`` leaves it to the processor's resize and centre crop.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+
+from vlprobe.extract.models.generative import GenerativeVLM
+
+__all__ = ["T2V_LLAVA_QUESTION", "T2V_LLAVA_SYSTEM", "LlavaAdapter", "pad_to_square"]
+
+#: t2v_metrics' VQAScore question for LLaVA-1.5.
+T2V_LLAVA_QUESTION = 'Does this figure show "{}"? Please answer yes or no.'
+#: The system message of t2v_metrics' LLaVA-1.5 prompts (Vicuna v1's).
+T2V_LLAVA_SYSTEM = (
+    "A chat between a curious user and an artificial intelligence assistant. The assistant gives helpful, "
+    "detailed, and polite answers to the user's questions."
+)
+
+
+def pad_to_square(image: Any, mean: Any) -> Any:
+    """``image`` (PIL) centred on a square of its longer side filled with ``mean`` (the image
+    processor's mean, 0..1 per channel, as integers 0..255 truncated), as LLaVA's ``expand2square``."""
+    from PIL import Image
+
+    width, height = image.size
+    if width == height:
+        return image
+    fill = tuple(int(x * 255) for x in mean)
+    side = max(width, height)
+    out = Image.new(image.mode, (side, side), fill)
+    out.paste(image, ((side - width) // 2, (side - height) // 2))
+    return out
+
+
+class LlavaAdapter(GenerativeVLM):
+    """LLaVA generative model (LLaVA-1.5 HF checkpoints); VQAScore or caption log-prob; streams caption, image, joint."""
+
+    name = "llava"
+    model_types = ("llava",)
+    load_options = (*GenerativeVLM.load_options, "image_pad")
+    defaults: ClassVar[dict[str, str]] = {
+        "score": "vqascore", "question": T2V_LLAVA_QUESTION, "answer": "Yes", "answer_tokens": "all+eos",
+        "system": T2V_LLAVA_SYSTEM, "caption_prompt": "", "image_pad": "square",
+    }
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {"image_pad": ("square", "none")}
+    needed = ("model.vision_tower.", "model.multi_modal_projector.", "model.language_model.", "lm_head.")
+
+    @classmethod
+    def model_class(cls) -> Any:
+        from transformers import LlavaForConditionalGeneration
+
+        return LlavaForConditionalGeneration
+
+    def _image_features(self, images: list[Any]) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
+        if self.options["image_pad"] == "square":
+            images = [pad_to_square(im, self.processor.image_mean) for im in images]
+        pixels = self.processor(images=images, return_tensors="pt")["pixel_values"]
+        tower = self.model.model.vision_tower
+        pixels = pixels.to(next(tower.parameters()).device, self.dtype)
+        out = self.model.model.get_image_features(pixel_values=pixels)
+        return list(out.pooler_output), {}
+
+    def describe(self) -> dict[str, Any]:
+        cfg = self.model.config
+        return {
+            **super().describe(),
+            "vision_feature_layer": cfg.vision_feature_layer,
+            "vision_feature_select_strategy": cfg.vision_feature_select_strategy,
+        }

@@ -1,0 +1,103 @@
+"""Vera (Liu et al. 2023), SugarCrepe's blind plausibility baseline, as SugarCrepe's
+``text_model_eval.py`` runs it.
+
+Vera (``liujch1998/vera``) is a T5 encoder whose scoring head lives in three rows of its shared
+embedding: weight = ``shared.weight[32099]`` (D), bias = ``shared.weight[32098, 0]``,
+temperature ``t = shared.weight[32097, 0]`` (the rows of T5's ``<extra_id_0..2>``). A statement is
+tokenised (T5's tokenizer appends ``</s>``; at most 128 tokens), encoded, and the last token's
+state (the ``</s>``) scored: ``sigmoid((w . h + b) / t)``, the calibrated plausibility. A caption
+beats its negative when its score is strictly higher. Batches are right-padded and read at each
+row's last real token, as the reference's batched ``runs`` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from vlprobe.extract.models.blind import TextScorer, _check_texts, _load_hf, _refuse_new_weights
+from vlprobe.extract.models.hf import ResolvedCheckpoint
+from vlprobe.validation import InputError
+
+__all__ = ["HEAD_ROWS", "MAX_LENGTH", "VeraScorer"]
+
+#: Rows of ``shared.weight`` holding the head: (weight, bias [0], temperature [0]).
+HEAD_ROWS: tuple[int, int, int] = (32099, 32098, 32097)
+#: The reference's truncation length.
+MAX_LENGTH = 128
+
+
+class VeraScorer(TextScorer):
+    """Blind baseline: Vera's calibrated plausibility of the caption (liujch1998/vera by default)."""
+
+    name = "vera"
+    score_kind = "p_plausible"
+    #: The checkpoint SugarCrepe used, taken when none is given.
+    default_checkpoint = "liujch1998/vera"
+
+    def __init__(self, model: Any, tokenizer: Any, checkpoint: ResolvedCheckpoint, device: Any) -> None:
+        import torch
+
+        self.model, self.tokenizer, self.checkpoint, self.device = model, tokenizer, checkpoint, device
+        shared = model.shared.weight.detach()
+        w, b, t = HEAD_ROWS
+        self.weight, self.bias = shared[w].float(), float(shared[b, 0])
+        self.temperature = float(shared[t, 0])
+        if not np.isfinite(self.temperature) or self.temperature == 0.0:
+            raise InputError(f"checkpoint: {checkpoint.spec!r}: Vera's temperature (shared.weight[{t}, 0]) is {self.temperature}")
+        self._torch = torch
+
+    @classmethod
+    def load(cls, checkpoint: str | None = None, *, device: str = "auto", dtype: str = "float32",
+             **options: Any) -> VeraScorer:
+        if options:
+            raise InputError(f"model 'vera' takes no options, got {sorted(options)}")
+        from transformers import AutoConfig, AutoTokenizer, T5EncoderModel
+
+        from vlprobe.extract.models.hf import (
+            from_pretrained_with_info,
+            quiet_transformers,
+            reading_weights,
+        )
+
+        spec = checkpoint or cls.default_checkpoint
+        ckpt, dev, torch_dtype = _load_hf(spec, cls.name, device, dtype)
+        with quiet_transformers(), reading_weights(spec):
+            try:
+                config = AutoConfig.from_pretrained(ckpt.path)
+            except (OSError, ValueError, KeyError) as exc:
+                raise InputError(f"checkpoint: {spec!r} has no readable config.json ({exc})") from None
+            if config.model_type != "t5":
+                raise InputError(f"checkpoint: {spec!r} is a {config.model_type!r} model, expected Vera's 't5' encoder")
+            if int(config.vocab_size) <= max(HEAD_ROWS):
+                raise InputError(
+                    f"checkpoint: {spec!r} has {config.vocab_size} embedding rows; Vera's head reads rows "
+                    f"{min(HEAD_ROWS)}..{max(HEAD_ROWS)} (a T5 vocabulary of 32,100)"
+                )
+            model, loading = from_pretrained_with_info(T5EncoderModel, ckpt.path, dtype=torch_dtype)
+            _refuse_new_weights(loading, spec, "a T5 encoder")
+            tokenizer = AutoTokenizer.from_pretrained(ckpt.path)
+        return cls(model.to(dev).eval(), tokenizer, ckpt, dev)
+
+    def score_texts(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
+        torch = self._torch
+        texts = _check_texts(texts, batch_size)
+        out = np.empty(len(texts), dtype=np.float64)
+        with torch.inference_mode():
+            for start in range(0, len(texts), batch_size):
+                batch = texts[start : start + batch_size]
+                tok = self.tokenizer(batch, return_tensors="pt", padding="longest", truncation=True,
+                                     max_length=MAX_LENGTH, padding_side="right")
+                ids, mask = tok["input_ids"].to(self.device), tok["attention_mask"].to(self.device)
+                hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state.float()
+                last = hidden[torch.arange(len(batch), device=hidden.device), mask.sum(dim=1) - 1]
+                logits = last @ self.weight.to(last.device) + self.bias
+                out[start : start + len(batch)] = torch.sigmoid(logits / self.temperature).double().cpu().numpy()
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        return {"model_class": type(self.model).__name__, "head_rows": list(HEAD_ROWS), "max_length": MAX_LENGTH,
+                "temperature": self.temperature,
+                "score": "sigmoid((shared[32099] . h_last + shared[32098, 0]) / shared[32097, 0])"}

@@ -1,0 +1,115 @@
+"""Checks shared by the generative models' test modules (``test_llava.py``, ``test_qwen2_vl.py``):
+each score against an independent computation from the model's own logits, the recorded positions,
+and the input checks of the load options.
+
+The independent computation builds each pair's input the way transformers' own examples do (the
+prompt rendered by the chat template, the image placeholder repeated once per image feature, the
+pixels from the image processor), runs the model's plain ``forward`` on one pair at a time, and
+reads the log-softmax of its logits; the adapter builds the joint sequence itself, batches pairs
+of different lengths with right padding and runs the language model on its own embeddings. Both
+are float32 on the same weights: they agree to 1e-5 (absolute, on probabilities) / 1e-4 (on mean
+log-probabilities), the differences being summation orders of padded vs unpadded batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from vlprobe.extract.models.generative import POSITION_COLUMNS, GenerativeVLM
+
+CAPTIONS = ["a red circle left of a blue square", "a square", "two green triangles above a small yellow star"]
+#: Probabilities (VQAScore) and mean log-probabilities from two float32 paths (module docstring).
+PROB_ATOL, LOGPROB_ATOL = 1e-5, 1e-4
+
+
+def images(n: int = 3) -> list[Image.Image]:
+    """Seeded RGB images of different sizes and aspect ratios."""
+    sizes = [(40, 48), (32, 32), (50, 36), (45, 45)]
+    return [Image.fromarray(np.random.default_rng(i).integers(0, 256, size=(*sizes[i % 4], 3), dtype=np.uint8))
+            for i in range(n)]
+
+
+def adapter_scores(adapter: GenerativeVLM, pairs: list[tuple[int, int]], pics: list[Image.Image]) -> tuple[np.ndarray, np.ndarray]:
+    """(scores, positions) of the pairs (caption t, image i) in one batch through the adapter."""
+    texts = adapter.prepare_texts(CAPTIONS)
+    table = adapter.prepare_images(pics)
+    t = np.asarray([p[0] for p in pairs])
+    i = np.asarray([p[1] for p in pairs])
+    out = adapter.encode_pairs(texts, table, t, i, None, ())
+    assert out.positions is not None
+    return out.scores.numpy().astype(np.float64), out.positions.numpy()
+
+
+def reference_logprobs(
+    adapter: GenerativeVLM, caption: str, image: Image.Image, n_image_tokens: int, pixels: Callable[[Image.Image], dict[str, Any]],
+) -> np.ndarray:
+    """Log-probabilities of the scored tokens of one pair from the model's own forward and logits.
+
+    ``pixels(image)`` gives the model's image keyword arguments (``pixel_values``, ...). The prompt
+    is the chat template's rendering (no vlprobe code but the template's messages), followed by the
+    scored tokens: the answer's (VQAScore) or the caption's (caption log-prob).
+    """
+    tok = adapter.tokenizer
+    if adapter.score == "vqascore":
+        question = adapter.question.replace("{}", caption)
+        content: list[dict[str, Any]] = [{"type": "image"}, {"type": "text", "text": question}]
+        answer = tok(adapter.answer, add_special_tokens=False)["input_ids"]
+        scored = answer[:1] if adapter.answer_tokens == "first" else [*answer, tok.eos_token_id]
+    else:
+        content = [{"type": "image"}] + ([{"type": "text", "text": adapter.caption_prompt}] if adapter.caption_prompt else [])
+        scored = tok(caption, add_special_tokens=False)["input_ids"]
+    messages = ([{"role": "system", "content": [{"type": "text", "text": adapter.system}]}] if adapter.system else [])
+    messages.append({"role": "user", "content": content})
+    prompt = tok.apply_chat_template(messages, chat_template=adapter.chat_template, tokenize=False, add_generation_prompt=True)
+    placeholder = tok.convert_ids_to_tokens(adapter.image_token_id)
+    prompt = prompt.replace(placeholder, placeholder * n_image_tokens)
+    ids = tok(prompt, add_special_tokens=not prompt.startswith(tok.bos_token or "\0"))["input_ids"]
+    input_ids = torch.tensor([[*ids, *scored]])
+    extra = pixels(image)
+    if "image_grid_thw" in extra:  # Qwen2-VL: M-RoPE needs the image tokens' type ids
+        extra["mm_token_type_ids"] = (input_ids == adapter.image_token_id).int()
+    with torch.no_grad():
+        logits = adapter.model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **extra).logits[0]
+    lp = torch.log_softmax(logits.float(), dim=-1)
+    steps = range(len(ids) - 1, len(ids) - 1 + len(scored))
+    return np.asarray([float(lp[k, s]) for k, s in zip(steps, scored, strict=True)])
+
+
+def check_scores_match_reference(adapter: GenerativeVLM, pixels: Callable[[Image.Image], dict[str, Any]]) -> np.ndarray:
+    """The adapter's scores of pairs of different lengths in one batch equal the reference's; returns them."""
+    pics = images(3)
+    pairs = [(0, 0), (1, 0), (2, 2), (1, 1)]
+    got, positions = adapter_scores(adapter, pairs, pics)
+    n_img = positions[:, POSITION_COLUMNS.index("image_stop")] - positions[:, POSITION_COLUMNS.index("image_start")]
+    for k, (t, i) in enumerate(pairs):
+        lp = reference_logprobs(adapter, CAPTIONS[t], pics[i], int(n_img[k]), pixels)
+        if adapter.score == "vqascore":
+            np.testing.assert_allclose(got[k], np.exp(lp.mean()), atol=PROB_ATOL, rtol=0)
+        else:
+            np.testing.assert_allclose(got[k], lp.mean(), atol=LOGPROB_ATOL, rtol=0)
+    return got
+
+
+def check_positions(adapter: GenerativeVLM) -> None:
+    """Positions: the image tokens hold the placeholder, the caption's tokens are the caption's,
+    the scored tokens end the sequence and the answer position precedes them."""
+    texts = adapter.prepare_texts(CAPTIONS)
+    pics = images(3)
+    table = adapter.prepare_images(pics)
+    t, i = np.array([0, 1, 2]), np.array([0, 1, 2])
+    batch = adapter._batch(texts, table, t, i)
+    col = {c: batch.positions[:, k] for k, c in enumerate(POSITION_COLUMNS)}
+    for r in range(3):
+        ids = batch.ids[r].tolist()
+        assert col["length"][r] == int(batch.mask[r].sum())
+        a, b = col["image_start"][r], col["image_stop"][r]
+        assert b - a == table.n_tokens[i[r]] and set(ids[a:b]) == {adapter.image_token_id}
+        assert adapter.image_token_id not in ids[:a] + ids[b:col["length"][r]]
+        caption = adapter.tokenizer.decode(ids[col["caption_start"][r]:col["caption_stop"][r]]).strip().strip('"')
+        assert caption == CAPTIONS[t[r]], caption
+        assert col["answer"][r] == col["target_start"][r] - 1 and col["target_stop"][r] == col["length"][r]

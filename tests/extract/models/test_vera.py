@@ -1,0 +1,90 @@
+"""SugarCrepe's blind baselines: Vera against a literal re-implementation of SugarCrepe's
+``Vera.run`` (one statement at a time, the head built from the shared embedding), and the
+grammar model's P(LABEL_1) against transformers' text-classification pipeline.
+
+Tolerance: batched right-padded statements vs one at a time (T5's masked attention; other
+summation orders): 1e-5 absolute on probabilities.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from vlprobe.extract.models.blind import GrammarScorer
+from vlprobe.extract.models.vera import VeraScorer
+from vlprobe.fixtures.text_models import write_tiny_bert_classifier, write_tiny_vera
+from vlprobe.validation import InputError
+
+TEXTS = ["a red circle left of a blue square", "two", "A cat sits on the mat, next to a big green star.",
+         "there is an orange star above a small green triangle in the picture " * 12]
+
+
+@pytest.fixture(scope="module")
+def vera_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_vera(tmp_path_factory.mktemp("vera") / "vera", 0)
+
+
+def sugarcrepe_vera_run(model: object, tokenizer: object, statement: str) -> float:
+    """SugarCrepe's ``Vera.run``, written out."""
+    shared = model.shared.weight  # type: ignore[attr-defined]
+    linear = torch.nn.Linear(shared.shape[1], 1)
+    linear.weight = torch.nn.Parameter(shared[32099, :].unsqueeze(0))
+    linear.bias = torch.nn.Parameter(shared[32098, 0].unsqueeze(0))
+    t = shared[32097, 0].item()
+    # batch_encode_plus in the reference; transformers 5 has only the call, which it was an alias of
+    ids = tokenizer([statement], return_tensors="pt", padding="longest",  # type: ignore[operator]
+                    truncation="longest_first", max_length=128).input_ids
+    with torch.no_grad():
+        hidden = model(ids).last_hidden_state[0, -1, :]  # type: ignore[operator]
+        return float((linear(hidden).squeeze(-1) / t).sigmoid())
+
+
+def test_vera_matches_sugarcrepes_code(vera_dir: Path) -> None:
+    scorer = VeraScorer.load(str(vera_dir), device="cpu")
+    got = scorer.score_texts(TEXTS, batch_size=3)
+    want = [sugarcrepe_vera_run(scorer.model, scorer.tokenizer, t) for t in TEXTS]
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert len(set(np.round(got, 6))) == len(TEXTS)  # the fixture's scores do not saturate
+    assert len(scorer.tokenizer(TEXTS[-1], truncation=True, max_length=128)["input_ids"]) == 128
+
+
+def test_vera_refusals(vera_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gpt = write_tiny_bert_classifier(tmp_path / "bert", 0)
+    with pytest.raises(InputError, match=r"^checkpoint: .*'bert' model, expected Vera's 't5' encoder"):
+        VeraScorer.load(str(gpt), device="cpu")
+    with pytest.raises(InputError, match=r"takes no options"):
+        VeraScorer.load(str(vera_dir), device="cpu", max_length=64)
+    import huggingface_hub.constants as hc
+
+    monkeypatch.setattr(hc, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    with pytest.raises(InputError, match=r"^checkpoint: 'liujch1998/vera' is not in the local hub cache"):
+        VeraScorer.load(None, device="cpu")
+
+
+def test_grammar_is_the_pipelines_p_label_1(tmp_path: Path) -> None:
+    """SugarCrepe's GrammarModel: the pipeline's score if LABEL_1 won, else 1 - score."""
+    from transformers import pipeline
+
+    folder = write_tiny_bert_classifier(tmp_path / "cola", 0)
+    scorer = GrammarScorer.load(str(folder), device="cpu")
+    pipe = pipeline("text-classification", model=str(folder), device="cpu")
+    acceptable = scorer.model.config.id2label[scorer.label_index]
+    want = [o["score"] if o["label"] == acceptable else 1 - o["score"] for o in pipe(TEXTS[:3])]
+    np.testing.assert_allclose(scorer.score_texts(TEXTS[:3]), want, atol=1e-5)
+
+
+def test_cli_eval_sugarcrepe_blind(vera_dir: Path, sugarcrepe_dir: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from vlprobe.cli import app
+
+    res = CliRunner().invoke(app, [
+        "eval", "sugarcrepe", "--data-dir", str(sugarcrepe_dir), "--subsets", "swap_att", "--limit", "6", "--model",
+        "vera", "--checkpoint", str(vera_dir), "--device", "cpu", "--bootstrap", "0", "--out", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert "swap_att" in res.stdout
