@@ -151,6 +151,7 @@ def hand_written_targets() -> dict[tuple[str, ...], Target]:
     from vlprobe.fixtures.regions import random_regions_for_dataset
     from vlprobe.fixtures.train_clip import ClipTrainConfig
     from vlprobe.fixtures.train_lxmert import LxmertTrainConfig
+    from vlprobe.launch.sharded import launch_local, launch_slurm
     from vlprobe.launch.testbed import KnownAnswerConfig
     from vlprobe.results.collect import write_collected
     from vlprobe.results.compare import CompareConfig
@@ -184,6 +185,8 @@ def hand_written_targets() -> dict[tuple[str, ...], Target]:
         ("regions", "info"): callable_target(region_info, top_detections),
         ("data", "info"): callable_target(sugarcrepe_report, valse_report),
         ("setup", "wordnet"): callable_target(setup_wordnet),
+        ("launch", "local"): callable_target(launch_local),
+        ("launch", "slurm"): callable_target(launch_slurm),
     }
 
 

@@ -81,7 +81,8 @@ def test_uniter_reference_is_not_on_the_hub(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_default_paths() -> None:
     assert default_cache_path("lxmert", "winoground") == Path("caches/lxmert-winoground.h5")
-    assert default_cache_path("clip", "winoground", "2/4") == Path("caches/clip-winoground.shard2of4.h5")
+    # the name --shard auto gives, so that probe cache merge --out caches/clip-winoground.h5 finds it
+    assert default_cache_path("clip", "winoground", "2/4") == Path("caches/clip-winoground.shard-2-of-4.h5")
     cache = Path("caches/lxmert-winoground.h5")
     assert default_region_path(cache, "winoground", "lxmert-36") == Path("caches/winoground-lxmert-36-regions.h5")
     # item-choosing options give each selection its own file; image folders do not choose items

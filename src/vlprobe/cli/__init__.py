@@ -15,11 +15,21 @@ import sys
 
 # Registration: top-level commands in import order (ls, extract, augment, plot, compare, report,
 # collect, refine), then the command groups in the order `probe --help` lists them.
-from vlprobe.cli import augment, benchmarks, experiments, extract, fixtures, ls, regions, results  # noqa: F401
+from vlprobe.cli import (  # noqa: F401
+    augment,
+    benchmarks,
+    experiments,
+    extract,
+    fixtures,
+    launch,
+    ls,
+    regions,
+    results,
+)
 from vlprobe.cli.app import OneLineErrors, app, guarded
 
 for _group in (fixtures.fixtures_app, extract.cache_app, experiments.run_app, benchmarks.eval_app,
-               regions.regions_app, benchmarks.data_app, augment.setup_app):
+               regions.regions_app, launch.launch_app, benchmarks.data_app, augment.setup_app):
     app.add_typer(_group)
 del _group
 

@@ -22,7 +22,7 @@ from vlprobe.extract.sharded_h5 import Shard, merge_files
 from vlprobe.registry import MODELS
 from vlprobe.validation import InputError
 
-__all__ = ["merge_shards"]
+__all__ = ["merge_shards", "shard_state"]
 
 #: The datasets of a stream that hold its rows (the ones of its poolings that the file stores).
 _ROW_DATASETS = ("cls", "mean", "max", "pooled")
@@ -37,6 +37,24 @@ def merge_shards(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike
         A shard is missing, repeated, incomplete, or was made with other settings.
     """
     return merge_files(paths, out, open_shard=_open_shard, read_merged=_read_merged, write=_write_merged)
+
+
+def shard_state(path: str | os.PathLike[str], shard: str) -> str:
+    """``""`` when ``path`` is a complete cache of shard ``shard`` ("K/N"), else what it lacks
+    (``"no file yet"``, ``"incomplete in stream 'image'"``, ``"is shard 0/2"``, an unreadable file's error)."""
+    p = Path(path)
+    if not p.exists():
+        return "no file yet"
+    try:
+        s = _open_shard(p)
+    except (InputError, OSError) as exc:
+        return str(exc)
+    try:
+        if s.header.shard != shard:
+            return f"is shard {s.header.shard}, not {shard}"
+        return f"incomplete {s.incomplete}" if s.incomplete else ""
+    finally:
+        s.close()
 
 
 def _open_shard(path: Path) -> Shard[CacheHeader]:

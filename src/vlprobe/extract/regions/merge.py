@@ -21,7 +21,7 @@ from vlprobe.extract.regions.store import RegionStore
 from vlprobe.extract.sharded_h5 import Shard, merge_files
 from vlprobe.validation import InputError
 
-__all__ = ["merge_region_shards"]
+__all__ = ["merge_region_shards", "region_shard_state"]
 
 
 def merge_region_shards(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]) -> Path:
@@ -39,6 +39,23 @@ def merge_region_shards(paths: Sequence[str | os.PathLike[str]], out: str | os.P
     """
     return merge_files(paths, out, open_shard=_open_shard, read_merged=_read_merged, write=_write_merged,
                        check=_check_images)
+
+
+def region_shard_state(path: str | os.PathLike[str], shard: str) -> str:
+    """``""`` when ``path`` is a complete region file of shard ``shard`` ("K/N"), else what it lacks."""
+    p = Path(path)
+    if not p.exists():
+        return "no file yet"
+    try:
+        s = _open_shard(p)
+    except (InputError, OSError) as exc:
+        return str(exc)
+    try:
+        if s.header.shard != shard:
+            return f"is shard {s.header.shard}, not {shard}"
+        return f"incomplete {s.incomplete}" if s.incomplete else ""
+    finally:
+        s.close()
 
 
 def _open_shard(path: Path) -> Shard[RegionRunHeader]:

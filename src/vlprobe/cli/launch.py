@@ -1,0 +1,80 @@
+"""``probe launch local|slurm -- COMMAND``: a sharded extraction run to the end, on this machine
+or as a Slurm job array; ``probe sweep PLAN``: models x datasets x experiments."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from vlprobe.cli.app import guarded
+
+launch_app = typer.Typer(
+    name="launch",
+    help="Run `probe extract` / `probe regions extract` as shards to the end: retries, then the merge.",
+    no_args_is_help=True,
+)
+
+_EXTRA = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+Shards = Annotated[int, typer.Option("--shards", "--array", help="Shards (processes or array tasks).")]
+Retries = Annotated[int, typer.Option(help="Times a shard that died is started again (it resumes).")]
+Merge = Annotated[bool, typer.Option("--merge/--no-merge", help="Merge the shards at the end (or leave them).")]
+
+
+def _echo(line: str) -> None:
+    typer.echo(line, err=True)
+
+
+def _said(result: dict) -> None:
+    typer.echo(str(result["out"] or " ".join(map(str, result["shards"]))))
+
+
+@launch_app.command("local", context_settings=_EXTRA)
+@guarded
+def launch_local(
+    ctx: typer.Context,
+    shards: Shards = 2,
+    jobs: Annotated[int | None, typer.Option(help="Shards at once (default: one per GPU, else 1).")] = None,
+    threads: Annotated[int | None, typer.Option(help="CPU threads per shard (default: torch's choice).")] = None,
+    retries: Retries = 2,
+    merge: Merge = True,
+) -> None:
+    """Run COMMAND (after --) as shards in processes on this machine, one GPU each, then merge.
+
+    Example: probe launch local --shards 4 -- probe extract --model clip ... --out all.h5
+    """
+    from vlprobe.launch.sharded import launch_local as run
+
+    _said(run(ctx.args, shards=shards, jobs=jobs, threads=threads, retries=retries, merge=merge, echo=_echo))
+
+
+@launch_app.command("slurm", context_settings=_EXTRA)
+@guarded
+def launch_slurm(
+    ctx: typer.Context,
+    shards: Shards = 8,
+    partition: Annotated[str | None, typer.Option(help="Slurm partition.")] = None,
+    gpus_per_task: Annotated[int, typer.Option(help="GPUs of each array task.")] = 1,
+    cpus_per_task: Annotated[int | None, typer.Option(help="CPUs of each array task.")] = None,
+    mem_gb: Annotated[int | None, typer.Option(help="Memory of each array task, GB.")] = None,
+    timeout_min: Annotated[int, typer.Option(help="Time limit of each array task, minutes.")] = 240,
+    parallel: Annotated[int | None, typer.Option(help="Array tasks running at once (sbatch --array=...%N).")] = None,
+    account: Annotated[str | None, typer.Option(help="Slurm account.")] = None,
+    qos: Annotated[str | None, typer.Option(help="Slurm QOS.")] = None,
+    folder: Annotated[Path | None, typer.Option(help="submitit's folder (default: <out stem>.launch/submitit).")] = None,
+    cluster: Annotated[str, typer.Option(help="slurm, or local: submitit's local processes (a trial run here).")] = "slurm",
+    retries: Retries = 2,
+    merge: Merge = True,
+) -> None:
+    """Submit COMMAND (after --) as a Slurm job array through submitit, follow it, resubmit the
+    shards that did not finish, then merge. Needs `pip install 'vlprobe[slurm]'`.
+
+    Example: probe launch slurm --array 8 --partition gpu --gpus-per-task 1 -- probe extract ... --out all.h5
+    """
+    from vlprobe.launch.sharded import launch_slurm as run
+
+    _said(run(ctx.args, shards=shards, partition=partition, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task,
+              mem_gb=mem_gb, timeout_min=timeout_min, parallel=parallel, account=account, qos=qos, folder=folder,
+              cluster=cluster, retries=retries, merge=merge, echo=_echo))

@@ -1,0 +1,260 @@
+"""Where a step runs: a ``probe`` command as a process on this machine, or as a Slurm job.
+
+Both executors run a step as the command ``python -m vlprobe ARGS`` in a fresh process, so a
+step that dies (killed, out of memory) takes nothing else with it, and the scheduler
+(:mod:`vlprobe.launch.steps`) sees only an exit code and a log:
+
+:class:`LocalExecutor`
+    Up to ``jobs`` processes at once on this machine, each with ``threads`` CPU threads and,
+    when there are GPUs, its own GPU (``CUDA_VISIBLE_DEVICES``, so that ``--device auto`` is
+    ``cuda`` in it). The launcher's own variables (Slurm, torchrun) are removed from a step's
+    environment: the step is placed by the scheduler, not by the job that runs the scheduler.
+:class:`SubmititExecutor`
+    Each step a job submitted with submitit (``pip install vlprobe[slurm]``): on Slurm the steps
+    that start together go as one job array (``sbatch --array``), with the partition, GPUs, time
+    and memory given; submitit's ``local`` cluster runs the same jobs as local processes. The
+    job runs the same command line as the local executor, keeping the job's Slurm variables
+    (outputs record the job ids).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from vlprobe.shards import launcher_free
+from vlprobe.validation import InputError, check_positive_int
+
+__all__ = ["Executor", "Finished", "LocalExecutor", "SubmititExecutor", "run_probe"]
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A step's end: its exit code (negative: killed by that signal) and CPU seconds (None when
+    the executor cannot tell)."""
+
+    rc: int
+    cpu: float | None = None
+
+
+class Executor(Protocol):
+    """What the scheduler needs of an executor."""
+
+    @property
+    def slots(self) -> int:
+        """Steps running at once at most."""
+        ...
+
+    #: Seconds between two looks at the running steps.
+    poll_interval: float
+
+    def start(self, batch: Sequence[tuple[Sequence[str], Path]]) -> list[Any]:
+        """Start every ``(probe args, log file)`` of ``batch``; a handle for each."""
+        ...
+
+    def poll(self, handle: Any) -> Finished | None:
+        """The step's end, or None while it runs."""
+        ...
+
+    def cancel(self, handle: Any) -> None:
+        """Stop the step (a best effort)."""
+        ...
+
+    def describe(self) -> str:
+        """One line for messages: where the steps run."""
+        ...
+
+
+def _visible_gpus() -> list[str]:
+    """The GPUs this process may use, as ``CUDA_VISIBLE_DEVICES`` entries (none without CUDA)."""
+    given = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if given is not None:
+        return [g.strip() for g in given.split(",") if g.strip() and g.strip() != "-1"]
+    try:
+        import torch
+
+        return [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+    except Exception:  # torch without a working CUDA runtime: no GPUs
+        return []
+
+
+@dataclass
+class _Process:
+    proc: subprocess.Popen[bytes]
+    log: Any
+    gpu: str | None
+
+
+@dataclass
+class LocalExecutor:
+    """Steps as processes on this machine (module docstring).
+
+    Parameters
+    ----------
+    jobs : int, optional
+        Steps at once (default: one per GPU, else 1).
+    threads : int, optional
+        CPU threads of each step (``OMP_NUM_THREADS``; default: torch's own choice).
+    python : sequence of str
+        The command that runs ``probe`` (its arguments follow).
+    gpus : sequence of str, optional
+        GPU ids to hand out, one per running step (default: the visible ones).
+    """
+
+    jobs: int | None = None
+    threads: int | None = None
+    python: Sequence[str] = (sys.executable, "-m", "vlprobe")
+    gpus: Sequence[str] | None = None
+    poll_interval: float = 0.05
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._gpus = list(self.gpus) if self.gpus is not None else _visible_gpus()
+        if self.jobs is None:
+            self.jobs = max(1, len(self._gpus))
+        check_positive_int(self.jobs, "jobs")
+        if self.threads is not None:
+            check_positive_int(self.threads, "threads")
+        self._free = list(self._gpus)
+
+    @property
+    def slots(self) -> int:
+        assert self.jobs is not None
+        return self.jobs
+
+    def describe(self) -> str:
+        gpus = f", GPUs {','.join(self._gpus)}" if self._gpus else ""
+        return f"local processes ({self.jobs} at once{gpus})"
+
+    def start(self, batch: Sequence[tuple[Sequence[str], Path]]) -> list[Any]:
+        return [self._start(args, log) for args, log in batch]
+
+    def _start(self, args: Sequence[str], log: Path) -> _Process:
+        env = launcher_free(os.environ)
+        env.update(self.env)
+        if self.threads is not None:
+            env["OMP_NUM_THREADS"] = str(self.threads)
+        gpu = self._free.pop(0) if self._free else None
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpu
+        fh = open(log, "ab")  # closed when the step ends (poll)
+        try:
+            proc = subprocess.Popen([*self.python, *args], stdout=fh, stderr=subprocess.STDOUT, env=env,
+                                    stdin=subprocess.DEVNULL)
+        except BaseException:
+            fh.close()
+            if gpu is not None:
+                self._free.append(gpu)
+            raise
+        return _Process(proc, fh, gpu)
+
+    def poll(self, handle: _Process) -> Finished | None:
+        pid, status, usage = os.wait4(handle.proc.pid, os.WNOHANG)
+        if pid == 0:
+            return None
+        rc = os.waitstatus_to_exitcode(status)
+        handle.proc.returncode = rc  # reaped here: Popen must not wait for it again
+        handle.log.close()
+        if handle.gpu is not None:
+            self._free.append(handle.gpu)
+        return Finished(rc, usage.ru_utime + usage.ru_stime)
+
+    def cancel(self, handle: _Process) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            handle.proc.terminate()
+
+
+def run_probe(args: Sequence[str]) -> int:
+    """Run ``python -m vlprobe ARGS`` in a child process of this one and return its exit code (the
+    function a submitit job runs; the job's environment, Slurm's variables included, is kept)."""
+    env = dict(os.environ)
+    return subprocess.run([sys.executable, "-m", "vlprobe", *args], env=env, check=False).returncode
+
+
+@dataclass
+class SubmititExecutor:
+    """Steps as submitit jobs (module docstring).
+
+    Parameters
+    ----------
+    folder : Path
+        submitit's folder (job scripts, pickles, the jobs' logs).
+    cluster : str
+        ``"slurm"``, or ``"local"`` (submitit's local processes: the same jobs without Slurm).
+    parameters : dict
+        submitit's ``update_parameters`` (``slurm_partition``, ``gpus_per_node``, ``timeout_min``,
+        ``mem_gb``, ``cpus_per_task``, ``slurm_array_parallelism``, ...).
+    max_jobs : int
+        Jobs queued or running at once.
+    """
+
+    folder: Path
+    cluster: str = "slurm"
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+    max_jobs: int = 256
+    poll_interval: float = 5.0
+
+    def __post_init__(self) -> None:
+        try:
+            import submitit
+        except ImportError:
+            raise InputError(
+                "launcher: the Slurm launcher needs submitit; install it with `pip install 'vlprobe[slurm]'`"
+            ) from None
+        if self.cluster not in ("slurm", "local"):
+            raise InputError(f"cluster must be slurm or local, got {self.cluster!r}")
+        self._executor = submitit.AutoExecutor(folder=str(self.folder), cluster=self.cluster)
+        try:
+            self._executor.update_parameters(**dict(self.parameters))
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"launcher: submitit refused the job parameters ({exc})") from None
+        if self.cluster == "local":
+            self.poll_interval = min(self.poll_interval, 0.2)
+
+    @property
+    def slots(self) -> int:
+        return self.max_jobs
+
+    def describe(self) -> str:
+        return f"submitit {self.cluster} jobs (logs in {self.folder})"
+
+    def start(self, batch: Sequence[tuple[Sequence[str], Path]]) -> list[Any]:
+        jobs = []
+        with self._executor.batch():  # one sbatch --array for steps that start together
+            for args, _ in batch:
+                jobs.append(self._executor.submit(run_probe, list(args)))
+        for job, (_, log) in zip(jobs, batch, strict=True):
+            with open(log, "a", encoding="utf-8") as fh:
+                fh.write(f"submitit job {job.job_id}; its output: {job.paths.stdout} and {job.paths.stderr}\n")
+        return jobs
+
+    def poll(self, handle: Any) -> Finished | None:
+        if not handle.done():
+            return None
+        try:
+            rc = handle.result()
+        except Exception:  # the job died before run_probe returned (killed, preempted, timed out)
+            return Finished(-9)
+        return Finished(int(rc))
+
+    def cancel(self, handle: Any) -> None:
+        with contextlib.suppress(Exception):
+            handle.cancel(check=False)
+
+
+def wait_all(executor: Executor, handles: Sequence[Any]) -> list[Finished]:
+    """Every handle's end, waiting as long as it takes (for tests and simple callers)."""
+    out: list[Finished | None] = [None] * len(handles)
+    while any(o is None for o in out):
+        for i, h in enumerate(handles):
+            if out[i] is None:
+                out[i] = executor.poll(h)
+        time.sleep(executor.poll_interval)
+    return [o for o in out if o is not None]

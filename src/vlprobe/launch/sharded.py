@@ -1,0 +1,199 @@
+"""``probe launch local|slurm -- probe extract ... --out all.h5``: one sharded run, start to merge.
+
+The command (``probe extract`` or ``probe regions extract``, without ``--shard``) runs as N
+shards, each a step of :mod:`vlprobe.launch.steps` with ``--shard K/N --out
+<stem>.shard-K-of-N.h5`` (the names ``--shard auto`` gives, so ``probe cache merge --out`` finds
+them too), on an executor (:mod:`vlprobe.launch.executors`: local processes, or a Slurm job
+array through submitit). A shard is done when its file's done masks are full: a shard that
+died (killed, preempted, out of memory) is started again up to ``retries`` times and resumes
+from its done mask; a rerun of the whole launch skips the shards already complete. Once every
+shard is complete the shards are merged into ``--out`` (``probe cache merge`` /
+``probe regions merge``). The logs and the record of finished shards are in
+``<out stem>.launch/`` beside ``--out``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vlprobe.launch.executors import Executor
+from vlprobe.launch.steps import Step, run_steps
+from vlprobe.shards import shard_path
+from vlprobe.validation import InputError, check_positive_int
+
+__all__ = ["ShardedCommand", "launch_local", "launch_shards", "launch_slurm"]
+
+
+@dataclass(frozen=True)
+class ShardedCommand:
+    """A ``probe`` command that runs in shards.
+
+    Attributes
+    ----------
+    kind : str
+        ``"cache"`` (``probe extract``) or ``"regions"`` (``probe regions extract``).
+    args : tuple of str
+        Its arguments after ``probe``, without ``--out``.
+    out : Path
+        Its ``--out``: the merged file.
+    """
+
+    kind: str
+    args: tuple[str, ...]
+    out: Path
+
+    @classmethod
+    def parse(cls, argv: Sequence[str]) -> ShardedCommand:
+        """``probe extract ...`` (also ``vlprobe ...``, ``python -m vlprobe ...``) -> the command.
+
+        Raises
+        ------
+        InputError
+            Not a sharded command, no ``--out``, or a ``--shard`` of its own.
+        """
+        args = list(argv)
+        if args and Path(args[0]).name in ("probe", "vlprobe"):
+            args = args[1:]
+        elif len(args) >= 3 and Path(args[0]).name.startswith("python") and args[1:3] == ["-m", "vlprobe"]:
+            args = args[3:]
+        if args[:1] == ["extract"]:
+            kind = "cache"
+        elif args[:2] == ["regions", "extract"]:
+            kind = "regions"
+        else:
+            raise InputError(
+                "command: probe launch runs `probe extract ...` or `probe regions extract ...` in shards, got "
+                f"{' '.join(argv)!r}" if argv else "command: give the command to run after --, e.g. -- probe extract ..."
+            )
+        out: str | None = None
+        kept: list[str] = []
+        i = 0
+        while i < len(args):
+            a = args[i]
+            if a == "--shard" or a.startswith("--shard="):
+                raise InputError("command: leave --shard out; the launcher gives each shard its own")
+            if a == "--out":
+                if i + 1 >= len(args):
+                    raise InputError("command: --out needs a file name")
+                out, i = args[i + 1], i + 2
+                continue
+            if a.startswith("--out="):
+                out, i = a.split("=", 1)[1], i + 1
+                continue
+            kept.append(a)
+            i += 1
+        if out is None:
+            raise InputError("command: give the merged file with --out (its shards are written beside it)")
+        if Path(out).suffix.lower() not in (".h5", ".hdf5"):
+            raise InputError(f"out must be an HDF5 file name ending in .h5, got {out!r}")
+        return cls(kind, tuple(kept), Path(out))
+
+    def shard_file(self, k: int, n: int) -> Path:
+        return shard_path(self.out, k, n)
+
+    def shard_args(self, k: int, n: int) -> tuple[str, ...]:
+        """The arguments of shard K of N."""
+        return (*self.args, "--shard", f"{k}/{n}", "--out", str(self.shard_file(k, n)))
+
+    def state(self, k: int, n: int) -> str:
+        """``""`` when shard K of N is complete, else what it lacks."""
+        if self.kind == "cache":
+            from vlprobe.extract.cache.merge import shard_state
+
+            return shard_state(self.shard_file(k, n), f"{k}/{n}")
+        from vlprobe.extract.regions.merge import region_shard_state
+
+        return region_shard_state(self.shard_file(k, n), f"{k}/{n}")
+
+    def merge(self, n: int) -> Path:
+        files = [self.shard_file(k, n) for k in range(n)]
+        if self.kind == "cache":
+            from vlprobe.extract.cache.merge import merge_shards
+
+            return merge_shards(files, self.out)
+        from vlprobe.extract.regions.merge import merge_region_shards
+
+        return merge_region_shards(files, self.out)
+
+    def steps(self, n: int) -> list[Step]:
+        """One step per shard, done when its file is complete."""
+        return [
+            Step(f"shard {k}/{n}", self.shard_args(k, n), group="shards",
+                 done=functools.partial(self.state, k, n))
+            for k in range(n)
+        ]
+
+
+def launch_shards(
+    command: ShardedCommand, shards: int, executor: Executor, *, retries: int = 2, merge: bool = True,
+    echo: Callable[[str], Any] = print,
+) -> dict[str, Any]:
+    """Run ``command`` as ``shards`` shards on ``executor`` and merge them (module docstring).
+
+    Returns
+    -------
+    dict
+        ``out`` (the merged file, None without ``merge``), ``shards`` (their files), ``timings``
+        (:func:`vlprobe.launch.steps.run_steps`).
+
+    Raises
+    ------
+    StepFailed
+        A shard did not finish after its retries (or its command was refused: exit 2).
+    """
+    check_positive_int(shards, "shards")
+    if retries < 0:
+        raise InputError(f"retries must be 0 or more, got {retries}")
+    root = command.out.with_name(f"{command.out.stem}.launch")
+    echo(f"{shards} shards of `probe {' '.join(command.args)}` on {executor.describe()}; logs in {root}")
+    timings = run_steps(command.steps(shards), executor, root, retries=retries, echo=echo)
+    files = [command.shard_file(k, shards) for k in range(shards)]
+    out = None
+    if merge:
+        out = command.merge(shards) if shards > 1 else command.out
+        echo(f"merged {shards} shards into {out}" if shards > 1 else f"wrote {out}")
+    return {"out": out, "shards": files, "timings": timings}
+
+
+
+def launch_local(
+    command: Sequence[str], *, shards: int = 2, jobs: int | None = None, threads: int | None = None,
+    retries: int = 2, merge: bool = True, echo: Callable[[str], Any] = print,
+) -> dict[str, Any]:
+    """``probe launch local``: ``command`` (``probe extract ... --out F``) as ``shards`` processes on
+    this machine, ``jobs`` at once with ``threads`` CPU threads and a GPU each (:func:`launch_shards`)."""
+    from vlprobe.launch.executors import LocalExecutor
+
+    return launch_shards(ShardedCommand.parse(command), shards, LocalExecutor(jobs=jobs, threads=threads),
+                         retries=retries, merge=merge, echo=echo)
+
+
+def launch_slurm(
+    command: Sequence[str], *, shards: int = 8, partition: str | None = None, gpus_per_task: int = 1,
+    cpus_per_task: int | None = None, mem_gb: int | None = None, timeout_min: int = 240, parallel: int | None = None,
+    account: str | None = None, qos: str | None = None, folder: Path | None = None, cluster: str = "slurm",
+    retries: int = 2, merge: bool = True, echo: Callable[[str], Any] = print,
+) -> dict[str, Any]:
+    """``probe launch slurm``: ``command`` as a Slurm job array of ``shards`` tasks through submitit
+    (``cluster="local"``: submitit's local processes), each task with ``gpus_per_task`` GPUs;
+    ``folder`` holds submitit's files (default ``<out stem>.launch/submitit``)."""
+    from vlprobe.launch.executors import SubmititExecutor
+
+    parsed = ShardedCommand.parse(command)
+    params: dict[str, Any] = {"timeout_min": timeout_min, "gpus_per_node": gpus_per_task, "tasks_per_node": 1,
+                              "nodes": 1, "name": f"vlprobe-{parsed.out.stem}"}
+    if cpus_per_task is not None:
+        params["cpus_per_task"] = cpus_per_task
+    if mem_gb is not None:
+        params["mem_gb"] = mem_gb
+    if cluster != "local":  # submitit's local cluster takes no Slurm parameters
+        optional = {"slurm_partition": partition, "slurm_array_parallelism": parallel, "slurm_account": account,
+                    "slurm_qos": qos}
+        params.update({k: v for k, v in optional.items() if v is not None})
+    where = folder or parsed.out.with_name(f"{parsed.out.stem}.launch") / "submitit"
+    executor = SubmititExecutor(Path(where), cluster=cluster, parameters=params)
+    return launch_shards(parsed, shards, executor, retries=retries, merge=merge, echo=echo)

@@ -1,0 +1,282 @@
+"""Steps (``probe`` commands) run as a dependency graph on an executor, resumably.
+
+A :class:`Step` is one ``probe`` command with the steps it waits for. :func:`run_steps` starts
+every step whose inputs are done as soon as the executor has room, the step with the costliest
+chain of work behind it first; steps with the same ``exclusive`` key never run at once (runs of
+one experiment share its ``manifest.json``). Each step writes ``logs/<name>.log`` (the command,
+its output, its time).
+
+Resuming
+    A finished step is recorded in ``state/<name>.json`` with its fingerprint: the sha256 of
+    its command and of the fingerprints of the steps it waits for, so a step whose command or any
+    input's command changed runs again, and everything after it. A rerun skips recorded steps
+    whose fingerprint is the same (and whose ``done`` check, if any, passes). A step with a
+    ``done`` check (a shard: its file's done mask) is skipped when the check passes, recorded or
+    not.
+Retries
+    A step that ends badly is run again, up to ``retries`` more times (a shard resumes from its
+    done mask): killed, out of memory, exit 1, or exit 0 with its ``done`` check failing. A step
+    that refused its input (exit 2) is not retried: the same input is refused again. Once a step
+    has failed for good no new step starts; the running ones finish, then :class:`StepFailed`
+    names the step, its exit and its log's last line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vlprobe.io.atomic import write_json
+from vlprobe.launch.executors import Executor
+from vlprobe.validation import InputError
+
+__all__ = ["Step", "StepFailed", "run_steps", "step_fingerprints"]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One ``probe`` command of a run.
+
+    Attributes
+    ----------
+    name : str
+        Unique within the run (``"extract clip-trained"``, ``"shard 3/8"``).
+    args : tuple of str
+        The arguments of ``probe``.
+    after : tuple of str
+        Steps that must be done first.
+    group : str
+        What timings add it up under.
+    cost : float
+        Estimated seconds (orders ready steps: the costliest remaining chain first).
+    exclusive : str
+        Steps with the same non-empty key never run at once.
+    done : callable, optional
+        ``() -> ""`` when the step's output is complete, else what is missing; checked before a
+        step starts (complete: skipped) and after it ends.
+    """
+
+    name: str
+    args: tuple[str, ...]
+    after: tuple[str, ...] = ()
+    group: str = ""
+    cost: float = 1.0
+    exclusive: str = ""
+    done: Callable[[], str] | None = field(default=None, compare=False)
+
+
+class StepFailed(InputError):
+    """A step did not finish (after its retries): one line naming it, its exit and its log."""
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "." for c in name)
+
+
+def step_fingerprints(steps: Sequence[Step]) -> dict[str, str]:
+    """Each step's fingerprint: sha256 of its command and its inputs' fingerprints."""
+    out: dict[str, str] = {}
+    for s in steps:  # inputs come first
+        blob = json.dumps({"args": list(s.args), "after": {a: out[a] for a in s.after}}, sort_keys=True)
+        out[s.name] = "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
+    return out
+
+
+def _ordered(steps: Sequence[Step]) -> list[Step]:
+    """``steps`` with every step after the steps it waits for; InputError for unknown names or cycles."""
+    by_name: dict[str, Step] = {}
+    for s in steps:
+        if s.name in by_name:
+            raise InputError(f"steps: two steps are named {s.name!r}")
+        by_name[s.name] = s
+    for s in steps:
+        unknown = [a for a in s.after if a not in by_name]
+        if unknown:
+            raise InputError(f"steps: {s.name!r} waits for {', '.join(map(repr, unknown))}, which no step is")
+    out: list[Step] = []
+    state: dict[str, int] = {}
+
+    def visit(s: Step, path: tuple[str, ...]) -> None:
+        if state.get(s.name) == 2:
+            return
+        if state.get(s.name) == 1:
+            raise InputError(f"steps: they wait for each other in a circle: {' -> '.join([*path, s.name])}")
+        state[s.name] = 1
+        for a in s.after:
+            visit(by_name[a], (*path, s.name))
+        state[s.name] = 2
+        out.append(s)
+
+    for s in steps:
+        visit(s, ())
+    return out
+
+
+def _priorities(steps: Sequence[Step]) -> dict[str, float]:
+    """Each step's cost plus the costliest chain of steps waiting on it."""
+    waiting: dict[str, list[str]] = {s.name: [] for s in steps}
+    for s in steps:
+        for a in s.after:
+            waiting[a].append(s.name)
+    rank: dict[str, float] = {}
+    for s in reversed(steps):
+        rank[s.name] = s.cost + max((rank[n] for n in waiting[s.name]), default=0.0)
+    return rank
+
+
+def _last_line(log: Path) -> str:
+    try:
+        lines = [line.strip() for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    said = [line for line in lines if not line.startswith("(") and not line.startswith("$ ")]
+    return said[-1] if said else ""
+
+
+def run_steps(
+    steps: Sequence[Step], executor: Executor, root: Path, *, retries: int = 2, echo: Callable[[str], Any] = print,
+    show_output: bool = False,
+) -> dict[str, Any]:
+    """Run ``steps`` (module docstring), logs in ``root/logs``, the record of finished steps in
+    ``root/state``.
+
+    Returns
+    -------
+    dict
+        ``steps``: name -> {group, start, end (seconds from the start), wall, cpu, tries} of the
+        steps run now; ``skipped``: the names of steps done before; ``wall``: seconds.
+
+    Raises
+    ------
+    StepFailed
+        A step did not finish after its retries, or refused its input.
+    """
+    ordered = _ordered(steps)
+    prints = step_fingerprints(ordered)
+    rank = _priorities(ordered)
+    logs, state = Path(root) / "logs", Path(root) / "state"
+    logs.mkdir(parents=True, exist_ok=True)
+    state.mkdir(parents=True, exist_ok=True)
+    done: set[str] = set()
+    skipped: list[str] = []
+    pending: list[Step] = []
+    for s in ordered:
+        if _finished_before(s, state, prints, done):
+            done.add(s.name)
+            skipped.append(s.name)
+        else:
+            pending.append(s)
+    if skipped:
+        echo(f"{len(skipped)} of {len(ordered)} steps done before (skipped): {', '.join(skipped)}")
+    pending.sort(key=lambda s: -rank[s.name])
+    tries: dict[str, int] = {}
+    running: dict[str, tuple[Any, Step, float]] = {}
+    record: dict[str, dict[str, Any]] = {}
+    failure: StepFailed | None = None
+    t0 = time.perf_counter()
+    total = len(pending)
+    while pending or running:
+        if failure is None:
+            busy = {s.exclusive for _, s, _ in running.values() if s.exclusive}
+            batch: list[Step] = []
+            for s in list(pending):
+                if len(running) + len(batch) >= executor.slots:
+                    break
+                if set(s.after) <= done and not (s.exclusive and s.exclusive in busy):
+                    pending.remove(s)
+                    busy.add(s.exclusive)
+                    batch.append(s)
+            if batch:
+                _start(batch, executor, logs, tries, running, record, t0)
+        if not running:
+            if failure is None and pending:
+                raise RuntimeError(f"steps: nothing can start, yet {[s.name for s in pending]} wait")  # _ordered prevents it
+            break
+        time.sleep(executor.poll_interval)
+        for name, (handle, s, started) in list(running.items()):
+            end = executor.poll(handle)
+            if end is None:
+                continue
+            del running[name]
+            wall = time.perf_counter() - started
+            log = logs / f"{_safe(name)}.log"
+            missing = s.done() if s.done is not None and end.rc == 0 else ""
+            cpu = f", {end.cpu:.1f} s CPU" if end.cpu is not None else ""
+            with open(log, "a", encoding="utf-8") as fh:
+                fh.write(f"(exit {end.rc}, {wall:.1f} s{cpu})\n")
+            if end.rc == 0 and not missing:
+                done.add(name)
+                record[name].update(end=time.perf_counter() - t0, wall=wall, cpu=end.cpu, tries=tries[name])
+                write_json(state / f"{_safe(name)}.json", {
+                    "name": name, "fingerprint": prints[name], "args": list(s.args), "wall": wall,
+                    "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, kind="step-state")
+                echo(f"[{len(done) - len(skipped)}/{total}] {name} ({wall:.1f} s{cpu})")
+                if show_output:
+                    echo(_indented(log))
+                continue
+            why = f"exit {end.rc}" if end.rc != 0 else f"exit 0 but {missing}"
+            if end.rc < 0:
+                why = f"killed by signal {-end.rc}"
+            said = _last_line(log)
+            if end.rc != 2 and tries[name] <= retries:
+                echo(f"{name}: {why} (try {tries[name]} of {retries + 1}); running it again"
+                     + (f" [{said}]" if said else ""))
+                pending.insert(0, s)
+                continue
+            failure = failure or StepFailed(
+                f"step {name!r} did not finish: {why}"
+                + (f" after {tries[name]} tries" if end.rc != 2 and tries[name] > 1 else "")
+                + f" (log {log})" + (f": {said}" if said else "")
+            )
+            if running:
+                echo(f"{name} failed; waiting for {', '.join(running)} to finish")
+    if failure is not None:
+        raise failure
+    return {"steps": record, "skipped": skipped, "wall": time.perf_counter() - t0}
+
+
+def _start(
+    batch: list[Step], executor: Executor, logs: Path, tries: dict[str, int],
+    running: dict[str, tuple[Any, Step, float]], record: dict[str, dict[str, Any]], t0: float,
+) -> None:
+    items = []
+    for s in batch:
+        tries[s.name] = tries.get(s.name, 0) + 1
+        log = logs / f"{_safe(s.name)}.log"
+        mode = "w" if tries[s.name] == 1 else "a"
+        with open(log, mode, encoding="utf-8") as fh:
+            fh.write(f"$ probe {' '.join(s.args)}\n" + (f"# try {tries[s.name]}\n" if tries[s.name] > 1 else ""))
+        items.append((s.args, log))
+    now = time.perf_counter()
+    handles = executor.start(items)
+    for s, h in zip(batch, handles, strict=True):
+        running[s.name] = (h, s, now)
+        record.setdefault(s.name, {"group": s.group, "start": now - t0})
+
+
+def _indented(log: Path) -> str:
+    try:
+        text = log.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    lines = [line for line in text.splitlines() if line.strip()]
+    return "\n".join(line if line.startswith("$ ") else f"  {line}" for line in lines)
+
+
+def _finished_before(s: Step, state: Path, prints: dict[str, str], done: set[str]) -> bool:
+    """Whether step ``s`` may be skipped: its inputs are (skipped), and its ``done`` check passes
+    or its recorded fingerprint is this run's."""
+    if not set(s.after) <= done:
+        return False
+    if s.done is not None:
+        return not s.done()
+    try:
+        recorded = json.loads((state / f"{_safe(s.name)}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(recorded, dict) and recorded.get("fingerprint") == prints[s.name]

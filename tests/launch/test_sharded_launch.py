@@ -1,0 +1,132 @@
+"""``probe launch``: a sharded extraction as local processes (a shard killed on purpose is run
+again and resumes; a refused command is not retried), through submitit's local cluster, and the
+parsing of the launched command."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from vlprobe.cli import app
+from vlprobe.extract.cache.reader import ActivationCache
+from vlprobe.launch.executors import LocalExecutor
+from vlprobe.launch.sharded import ShardedCommand, launch_shards
+from vlprobe.launch.steps import StepFailed
+from vlprobe.validation import InputError
+
+HERE = Path(__file__).resolve().parent
+
+
+def _extract(tiny_clip: Path, synthetic_dir: Path, out: Path, *extra: str) -> list[str]:
+    return ["probe", "extract", "--model", "clip", "--checkpoint", str(tiny_clip), "--dataset", "winoground",
+            "--data-dir", str(synthetic_dir), "--variants", str(synthetic_dir / "variants.jsonl"),
+            "--poolings", "cls,mean,max", "--batch-size", "7", "--device", "cpu", "--quiet", "--out", str(out),
+            *extra]
+
+
+def _killer(marker: Path, shard: str) -> LocalExecutor:
+    return LocalExecutor(jobs=2, threads=1, python=(sys.executable, str(HERE / "kill_run.py")),
+                         env={"VLPROBE_TEST_KILL": f"{shard}:{marker}"})
+
+
+def test_a_killed_shard_is_run_again_and_the_merge_equals_one_run(
+    tiny_clip: Path, synthetic_dir: Path, reference_cache: Path, assert_caches_equal: Callable[..., None],
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "all.h5"
+    said: list[str] = []
+    command = ShardedCommand.parse(_extract(tiny_clip, synthetic_dir, out))
+    result = launch_shards(command, 3, _killer(tmp_path / "killed-once", "1/3"), retries=1, echo=said.append)
+    assert (tmp_path / "killed-once").exists()
+    assert any(line.startswith("shard 1/3: killed by signal 9 (try 1 of 2); running it again") for line in said), said
+    assert result["out"] == out and result["timings"]["steps"]["shard 1/3"]["tries"] == 2
+    # the retry resumed: the first chunk written before the kill was not computed again
+    log = (tmp_path / "all.launch" / "logs" / "shard.1.3.log").read_text()
+    assert "# try 2" in log and "(exit -9" in log and "(exit 0" in log
+    # 7-row batches against the reference's 16 (other float reductions): equal to tolerance
+    assert_caches_equal(out, reference_cache)
+    with ActivationCache(out) as c:
+        assert c.record.merged_from == [f"all.shard-{k}-of-3.h5" for k in range(3)]
+    # a rerun finds every shard complete (done masks) and only merges again
+    said.clear()
+    again = launch_shards(command, 3, LocalExecutor(jobs=1), echo=said.append)
+    assert again["timings"]["skipped"] == ["shard 0/3", "shard 1/3", "shard 2/3"] and not again["timings"]["steps"]
+
+
+@pytest.mark.slow  # two shard processes: about 20 s on two shared cores
+def test_without_retries_the_killed_shard_fails_in_one_line(
+    tiny_clip: Path, synthetic_dir: Path, tmp_path: Path,
+) -> None:
+    out = tmp_path / "all.h5"
+    command = ShardedCommand.parse(_extract(tiny_clip, synthetic_dir, out))
+    with pytest.raises(StepFailed, match=r"step 'shard 0/2' did not finish: killed by signal 9 \(log .*shard\.0\.2\.log\)"):
+        launch_shards(command, 2, _killer(tmp_path / "m", "0/2"), retries=0, echo=lambda _: None)
+    assert not out.exists()
+    assert (tmp_path / "all.shard-1-of-2.h5").exists()  # the other shard ran to its end
+
+
+@pytest.mark.slow  # two shard processes: about 20 s on two shared cores
+def test_a_refused_command_is_not_retried(tiny_clip: Path, synthetic_dir: Path, tmp_path: Path) -> None:
+    argv = _extract(tiny_clip, synthetic_dir, tmp_path / "all.h5", "--layers", "99")
+    said: list[str] = []
+    with pytest.raises(StepFailed, match=r"did not finish: exit 2 \(log .*\): error: .*layer"):
+        launch_shards(ShardedCommand.parse(argv), 2, LocalExecutor(jobs=2, threads=1), retries=3, echo=said.append)
+    assert not any("running it again" in line for line in said)
+
+
+@pytest.mark.slow  # two shard processes and the CLI: about 15 s on two shared cores
+def test_probe_launch_local_cli(tiny_clip: Path, synthetic_dir: Path, reference_cache: Path,
+                                assert_caches_equal: Callable[..., None], tmp_path: Path) -> None:
+    out = tmp_path / "c.h5"
+    r = CliRunner().invoke(app, ["launch", "local", "--shards", "2", "--jobs", "2", "--threads", "1", "--",
+                                 *_extract(tiny_clip, synthetic_dir, out)])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip().splitlines()[-1] == str(out)
+    assert_caches_equal(out, reference_cache)  # to tolerance: other batches than the reference's
+
+
+@pytest.mark.slow  # submitit's local cluster: each shard a pickled job in its own process (about 20 s)
+def test_probe_launch_slurm_on_submitits_local_cluster(
+    tiny_clip: Path, synthetic_dir: Path, reference_cache: Path, assert_caches_equal: Callable[..., None],
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("submitit", reason="submitit is the optional extra vlprobe[slurm]")
+    out = tmp_path / "s.h5"
+    r = CliRunner().invoke(app, ["launch", "slurm", "--cluster", "local", "--array", "2", "--gpus-per-task", "0",
+                                 "--timeout-min", "10", "--", *_extract(tiny_clip, synthetic_dir, out)])
+    assert r.exit_code == 0, r.output
+    assert_caches_equal(out, reference_cache)  # to tolerance: other batches than the reference's
+    assert list((tmp_path / "s.launch" / "submitit").glob("*_log.out"))
+
+
+@pytest.mark.parametrize(("argv", "match"), [
+    ([], "give the command to run after --"),
+    (["probe", "run", "recall", "--out", "x"], "runs `probe extract ...` or `probe regions extract ...`"),
+    (["probe", "extract", "--model", "clip"], "give the merged file with --out"),
+    (["probe", "extract", "--out", "a.h5", "--shard", "0/2"], "leave --shard out"),
+    (["probe", "extract", "--shard=auto", "--out", "a.h5"], "leave --shard out"),
+    (["probe", "extract", "--out", "a.csv"], "ending in .h5"),
+])
+def test_command_refusals(argv: list[str], match: str) -> None:
+    with pytest.raises(InputError, match=match):
+        ShardedCommand.parse(argv)
+
+
+def test_command_forms(tmp_path: Path) -> None:
+    c = ShardedCommand.parse([sys.executable, "-m", "vlprobe", "regions", "extract", "--detector", "d",
+                              f"--out={tmp_path / 'r.h5'}", "--quiet"])
+    assert c.kind == "regions" and c.out == tmp_path / "r.h5"
+    assert c.shard_args(2, 4) == ("regions", "extract", "--detector", "d", "--quiet", "--shard", "2/4",
+                                  "--out", str(tmp_path / "r.shard-2-of-4.h5"))
+    assert c.state(2, 4) == "no file yet"
+    assert ShardedCommand.parse(["vlprobe", "extract", "--out", "x.h5"]).kind == "cache"
+
+
+def test_cli_refusal_is_one_line(tmp_path: Path, one_error_line: Callable[..., str]) -> None:
+    r = CliRunner().invoke(app, ["launch", "local", "--", "probe", "extract", "--shard", "0/2", "--out",
+                                 str(tmp_path / "a.h5")])
+    one_error_line(r, "leave --shard out")
