@@ -84,19 +84,13 @@ def fixtures_model(
     out: Annotated[Path, typer.Option(help="Directory to write the checkpoint into.")],
     seed: Annotated[int, typer.Option(help="Random seed for the weights.")] = 0,
     arch: Annotated[
-        str | None, typer.Option(help="Architecture, for a model with several (openclip: vit, resnet, roberta).")
+        str | None, typer.Option(help="Architecture, for a model with several (openclip: vit, resnet, roberta; vilbert: pretrained, multitask).")
     ] = None,
 ) -> None:
     """Write a tiny random-initialised checkpoint in the model's real on-disk format."""
-    from vlprobe.registry import FIXTURES
+    from vlprobe.fixtures.model_fixture import write_model_fixture
 
-    writer = FIXTURES.get(name)
-    if arch is None:
-        path = writer(out, seed)
-    elif "arch" in inspect.signature(writer).parameters:
-        path = writer(out, seed, arch=arch)
-    else:
-        raise InputError(f"arch: the {name} fixture has one architecture; leave arch unset")
+    path = write_model_fixture(name, out, seed, arch)
     typer.echo(f"wrote a tiny random {name}{f' ({arch})' if arch else ''} checkpoint to {path}")
 
 

@@ -48,6 +48,12 @@ class Case:
         The registered model ("" = ``name``); its fixture writer has that name.
     fixture_options : dict
         Keyword arguments of the fixture writer (OpenCLIP's ``arch``).
+    load_options : dict
+        Load options the checkpoint needs (12-in-1's ``task_id``).
+    text_prefix, image_prefix : int
+        Positions the model puts before the caption's tokens or the regions that are not in
+        their masks (12-in-1's task token after [CLS] counts here as one more valid token;
+        ViLBERT's global image region before the regions).
     """
 
     name: str
@@ -61,6 +67,9 @@ class Case:
     weights: tuple[str, ...] = field(default=("model.safetensors",))
     model: str = ""
     fixture_options: dict[str, Any] = field(default_factory=dict)
+    load_options: dict[str, Any] = field(default_factory=dict)
+    text_prefix: int = 0
+    image_prefix: int = 0
 
     @property
     def registered(self) -> str:

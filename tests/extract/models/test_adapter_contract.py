@@ -89,7 +89,7 @@ def adapters(fixture_dirs: Callable[[str, int], Path]) -> Callable[[str], Adapte
         if name not in loaded:
             case = CASES[name]
             loaded[name] = MODELS.get(case.registered).load(_checkpoint(case, fixture_dirs(name)), device="cpu",
-                                                            dtype="float32")
+                                                            dtype="float32", **case.load_options)
         return loaded[name]
 
     return get
@@ -213,6 +213,8 @@ def test_layer_0_is_the_embedding_output(name: str, adapters: Callable[[str], Ad
                     _, mask = adapter.prepare_texts(TEXTS).take(np.arange(3))
                 else:
                     mask = torch.from_numpy(_regions(3, case.feature_dim).mask)
+                prefix = case.text_prefix if rows == "text" else case.image_prefix
+                mask = torch.cat([torch.ones_like(mask[:, :prefix]), mask], dim=1) if prefix else mask
                 emb = captured[-1]
                 want = pool_states(emb[:, None], mask[:, : emb.shape[1]], None, ["mean"])["mean"][:, 0]
         finally:
@@ -309,7 +311,8 @@ def test_left_padding_tokenizer_gives_the_same_states(name: str, adapters: Calla
 @params
 def test_float16_load(name: str, fixture_dirs: Callable[[str, int], Path], adapters: Callable[[str], Adapter]) -> None:
     case = CASES[name]
-    half = MODELS.get(case.registered).load(_checkpoint(case, fixture_dirs(name)), device="cpu", dtype="float16")
+    half = MODELS.get(case.registered).load(_checkpoint(case, fixture_dirs(name)), device="cpu", dtype="float16",
+                                            **case.load_options)
     params_ = [p for p in half.model.parameters() if p.is_floating_point()]
     assert params_ and all(p.dtype == torch.float16 for p in params_)
     full = adapters(name)
@@ -366,7 +369,7 @@ def test_offline_hub_id_fails_fast_saying_how_to_provide_it(
             if f.is_file() and f.name != FIXTURE_MARKER:
                 (alone / f.name).write_bytes(f.read_bytes())
         with pytest.raises(InputError) as err:
-            cls.load(str(alone / CASES[name].checkpoint), device="cpu")
+            cls.load(str(alone / CASES[name].checkpoint), device="cpu", **CASES[name].load_options)
         msg = str(err.value)
         assert "\n" not in msg and "--tokenizer" in msg, msg
     else:
