@@ -54,7 +54,7 @@ def test_tree_has_every_command() -> None:
         "fixtures dataset", "fixtures model", "fixtures regions", "fixtures train clip", "fixtures train lxmert",
         "fixtures testbed", "cache info", "cache merge",
         *(f"run {name}" for name in EXPERIMENTS.names()), *(f"eval {name}" for name in BENCHMARKS),
-        "regions extract", "regions merge", "launch local", "launch slurm", "regions import", "regions export", "regions info", "data info", "setup wordnet",
+        "regions extract", "regions merge", "launch local", "launch slurm", "sweep", "regions import", "regions export", "regions info", "data info", "setup wordnet",
     }
 
 

@@ -152,6 +152,7 @@ def hand_written_targets() -> dict[tuple[str, ...], Target]:
     from vlprobe.fixtures.train_clip import ClipTrainConfig
     from vlprobe.fixtures.train_lxmert import LxmertTrainConfig
     from vlprobe.launch.sharded import launch_local, launch_slurm
+    from vlprobe.launch.sweep import run_sweep
     from vlprobe.launch.testbed import KnownAnswerConfig
     from vlprobe.results.collect import write_collected
     from vlprobe.results.compare import CompareConfig
@@ -187,6 +188,7 @@ def hand_written_targets() -> dict[tuple[str, ...], Target]:
         ("setup", "wordnet"): callable_target(setup_wordnet),
         ("launch", "local"): callable_target(launch_local),
         ("launch", "slurm"): callable_target(launch_slurm),
+        ("sweep",): callable_target(run_sweep),
     }
 
 

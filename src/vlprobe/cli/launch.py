@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from vlprobe.cli.app import guarded
+from vlprobe.cli.app import app, guarded
 
 launch_app = typer.Typer(
     name="launch",
@@ -78,3 +78,20 @@ def launch_slurm(
     _said(run(ctx.args, shards=shards, partition=partition, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task,
               mem_gb=mem_gb, timeout_min=timeout_min, parallel=parallel, account=account, qos=qos, folder=folder,
               cluster=cluster, retries=retries, merge=merge, echo=_echo))
+
+
+@app.command("sweep")
+@guarded
+def sweep_cmd(
+    plan: Annotated[Path, typer.Argument(help="The plan (TOML): models, datasets, experiments, other steps.")],
+    out: Annotated[Path | None, typer.Option(help="Output root (default: the plan's out).")] = None,
+    launcher: Annotated[str, typer.Option(help="local (processes here) or slurm (submitit jobs).")] = "local",
+    jobs: Annotated[int | None, typer.Option(help="Local steps at once (default: one per GPU, else 1).")] = None,
+    threads: Annotated[int | None, typer.Option(help="CPU threads per local step.")] = None,
+    retries: Annotated[int, typer.Option(help="Times a step that died is started again.")] = 1,
+) -> None:
+    """Run a plan of models x datasets x experiments as a dependency graph; a rerun resumes."""
+    from vlprobe.launch.sweep import run_sweep
+
+    result = run_sweep(plan, out=out, launcher=launcher, jobs=jobs, threads=threads, retries=retries, echo=_echo)
+    typer.echo(str(result["results"]))

@@ -1,0 +1,186 @@
+"""``probe sweep PLAN.toml``: models x datasets x experiments as one resumable dependency graph.
+
+A plan names models, datasets and experiments; every (model, dataset) pair is one ``probe
+extract`` step (its cache ``OUT/caches/<model>-<dataset>.h5``), every experiment one ``probe run``
+step per pair, after the extraction it reads (``OUT/results/<dataset>/<experiment>/<model>.csv``;
+runs of one experiment on one dataset never overlap, as they share its ``manifest.json``). Further
+``[[steps]]`` are any other ``probe`` commands (making data, training a model) that models and
+datasets may wait for (``after``). At the end one ``probe collect`` gathers every run into
+``OUT/results.csv``. The steps run on :mod:`vlprobe.launch.steps` (local processes, or Slurm
+jobs through submitit): a rerun skips every step whose command and inputs' commands are
+unchanged, so an interrupted sweep resumes where it stopped.
+
+The plan (TOML; paths relative to the plan file)::
+
+    out = "sweep-out"              # default: the plan's name beside it
+    shards = 1                     # extraction shards per pair (launched with the other steps)
+
+    [models.clip-b32]
+    model = "clip"
+    checkpoint = "openai/clip-vit-base-patch32"
+    extract = ["--poolings", "cls,mean,max,pooled"]   # more probe extract arguments
+    run = []                                          # more arguments of its probe run steps
+    after = []                                        # steps it waits for
+
+    [datasets.winoground]
+    dataset = "winoground"          # the registered name (default: the table's name)
+    data_dir = "winoground/"
+    extract = ["--variants", "winoground/variants.jsonl"]
+
+    [experiments.separability]
+    args = ["--seeds", "3"]
+    models = ["clip-b32"]           # default: every model
+
+    [[steps]]
+    name = "data"
+    args = ["fixtures", "dataset", "--out", "data"]
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vlprobe.launch.steps import Step
+from vlprobe.shards import shard_path
+from vlprobe.validation import InputError
+
+__all__ = ["SweepPlan", "load_plan", "plan_steps", "run_sweep"]
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """A parsed plan (module docstring): tables as dicts, ``out`` resolved."""
+
+    out: Path
+    models: Mapping[str, Mapping[str, Any]]
+    datasets: Mapping[str, Mapping[str, Any]]
+    experiments: Mapping[str, Mapping[str, Any]]
+    steps: Sequence[Mapping[str, Any]]
+    shards: int = 1
+
+
+def _strings(value: Any, where: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, (str, int, float)) for v in value):
+        raise InputError(f"plan: {where} must be a list of strings, got {value!r}")
+    return [str(v) for v in value]
+
+
+def _table(raw: Mapping[str, Any], key: str) -> dict[str, dict[str, Any]]:
+    got = raw.get(key, {})
+    if not isinstance(got, dict) or not all(isinstance(v, dict) for v in got.values()):
+        raise InputError(f"plan: [{key}.NAME] tables expected under {key!r}")
+    for name in got:
+        if not _NAME.match(name):
+            raise InputError(f"plan: {key} name {name!r} must be letters, digits, '.', '_' or '-'")
+    return {k: dict(v) for k, v in got.items()}
+
+
+def load_plan(path: str | Path, *, out: Path | None = None) -> SweepPlan:
+    """Read a plan file; InputError naming the key for anything malformed."""
+    import tomllib
+
+    p = Path(path)
+    try:
+        raw = tomllib.loads(p.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"plan: {str(p)!r} is not valid TOML ({exc})") from None
+    known = {"out", "shards", "models", "datasets", "experiments", "steps"}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise InputError(f"plan: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    base = p.parent
+    where = out if out is not None else base / str(raw.get("out", p.stem))
+    models, datasets, experiments = _table(raw, "models"), _table(raw, "datasets"), _table(raw, "experiments")
+    if not models or not datasets:
+        raise InputError("plan: it needs at least one [models.NAME] and one [datasets.NAME]")
+    for name, m in models.items():
+        if "model" not in m:
+            raise InputError(f"plan: models.{name} needs model = \"<registered model>\"")
+    steps = raw.get("steps", [])
+    if not isinstance(steps, list) or not all(isinstance(s, dict) and "name" in s and "args" in s for s in steps):
+        raise InputError("plan: every [[steps]] needs name and args")
+    shards = raw.get("shards", 1)
+    if not isinstance(shards, int) or shards < 1:
+        raise InputError(f"plan: shards must be a positive integer, got {shards!r}")
+    return SweepPlan(Path(where), models, datasets, experiments, steps, shards)
+
+
+def plan_steps(plan: SweepPlan) -> list[Step]:
+    """The plan's steps (module docstring), in an order where each comes after its inputs."""
+    out = plan.out
+    steps: list[Step] = []
+    for s in plan.steps:
+        steps.append(Step(str(s["name"]), tuple(_strings(s["args"], f"steps {s['name']!r} args")),
+                          tuple(_strings(s.get("after", []), f"steps {s['name']!r} after")), group="steps",
+                          cost=float(s.get("cost", 1.0))))
+    runs: list[str] = []
+    for mname, m in plan.models.items():
+        for dname, d in plan.datasets.items():
+            pair = f"{mname}-{dname}"
+            cache = out / "caches" / f"{pair}.h5"
+            args = ["extract", "--model", str(m["model"]), "--dataset", str(d.get("dataset", dname)), "--quiet"]
+            if "checkpoint" in m:
+                args += ["--checkpoint", str(m["checkpoint"])]
+            if "data_dir" in d:
+                args += ["--data-dir", str(d["data_dir"])]
+            args += _strings(m.get("extract", []), f"models.{mname}.extract")
+            args += _strings(d.get("extract", []), f"datasets.{dname}.extract")
+            after = (*_strings(m.get("after", []), f"models.{mname}.after"),
+                     *_strings(d.get("after", []), f"datasets.{dname}.after"))
+            extracted = [f"extract {pair}"]
+            if plan.shards == 1:
+                steps.append(Step(f"extract {pair}", (*args, "--out", str(cache)), after, group="extract", cost=3.0))
+            else:
+                shard_steps = [f"extract {pair} {k}/{plan.shards}" for k in range(plan.shards)]
+                for k, name in enumerate(shard_steps):
+                    steps.append(Step(name, (*args, "--shard", f"{k}/{plan.shards}", "--out",
+                                             str(shard_path(cache, k, plan.shards))), after, group="extract", cost=3.0))
+                steps.append(Step(f"extract {pair}", ("cache", "merge", "--out", str(cache)), tuple(shard_steps),
+                                  group="extract"))
+            for ename, e in plan.experiments.items():
+                wanted = e.get("models")
+                if wanted is not None and mname not in _strings(wanted, f"experiments.{ename}.models"):
+                    continue
+                run = ["run", ename, "--cache", str(cache), "--out", str(out / "results" / dname), "--name", mname,
+                       *_strings(e.get("args", []), f"experiments.{ename}.args"),
+                       *_strings(m.get("run", []), f"models.{mname}.run")]
+                name = f"{ename} {pair}"
+                steps.append(Step(name, tuple(run), tuple(extracted), group="experiments",
+                                  cost=float(e.get("cost", 1.0)), exclusive=f"{ename} {dname}"))
+                runs.append(name)
+    if runs:
+        steps.append(Step("collect", ("collect", *(str(out / "results" / d) for d in plan.datasets), "--out",
+                                      str(out / "results.csv")), tuple(runs), group="collect", cost=0.5))
+    return steps
+
+
+def run_sweep(
+    plan: str | Path, *, out: Path | None = None, launcher: str = "local", jobs: int | None = None,
+    threads: int | None = None, retries: int = 1, echo: Any = print,
+) -> dict[str, Any]:
+    """``probe sweep``: run (or resume) the plan's steps on ``launcher`` (``local`` processes, ``jobs``
+    at once with ``threads`` threads each; ``slurm``: submitit jobs). Returns the timings of
+    :func:`vlprobe.launch.steps.run_steps` with ``out`` and ``results`` (the collected CSV)."""
+    from vlprobe.launch.executors import Executor, LocalExecutor, SubmititExecutor
+    from vlprobe.launch.steps import run_steps
+
+    parsed = load_plan(plan, out=out)
+    steps = plan_steps(parsed)
+    executor: Executor
+    if launcher == "local":
+        executor = LocalExecutor(jobs=jobs, threads=threads)
+    elif launcher == "slurm":
+        executor = SubmititExecutor(parsed.out / "submitit", cluster="slurm", parameters={"timeout_min": 240})
+    else:
+        raise InputError(f"launcher must be local or slurm, got {launcher!r}")
+    parsed.out.mkdir(parents=True, exist_ok=True)
+    (parsed.out / "caches").mkdir(exist_ok=True)
+    echo(f"{len(steps)} steps of {plan} on {executor.describe()}; logs in {parsed.out / 'logs'}")
+    timings = run_steps(steps, executor, parsed.out, retries=retries, echo=echo)
+    return {**timings, "out": parsed.out, "results": parsed.out / "results.csv"}
