@@ -216,7 +216,8 @@ class ProgressOption(Options):
 class ResultsOptions(Options):
     """Where the results go and the label that names them."""
 
-    out: Path = option(help="Results folder; writes OUT/{experiment}/<name>.csv and manifest.json.", role="output")
+    out: Path = option(Path("results"), help="Results folder; writes OUT/{experiment}/<name>.csv and manifest.json.",
+                       role="output")
     name: str | None = option(
         None, role="output", aliases=("--model",),
         help="Results label: names the run and its files (default: the input's model name).",
