@@ -432,12 +432,13 @@ def test_both_spellings_at_once_are_refused(tmp_path: Path) -> None:
     assert result.stderr.splitlines()[-1] == "error: scores: give --scores or its old spelling --scores-file, not both"
 
 
-def test_the_readme_lists_every_old_spelling() -> None:
-    """README's "Renamed options" table holds exactly the app's (old, new) pairs."""
+def test_the_docs_list_every_old_spelling() -> None:
+    """The "Renamed options" table (docs/commands.md) holds exactly the app's (old, new) pairs."""
     import re
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### Renamed options", 1)[1].split("\n## ", 1)[0]
+    from tests.docs_text import doc_page
+
+    section = doc_page("commands.md").split("## Renamed options", 1)[1].split("\n## ", 1)[0]
     documented = set(re.findall(r"^\| `(--[a-z-]+)` \| `(--[a-z-]+)` \|", section, flags=re.M))
     found = set()
     for cmd in TREE.values():
