@@ -1,5 +1,6 @@
 """The ``probe`` command tree: every command's --help renders, the documentation's command list
-(docs/commands.md) and examples (README and docs/) are real, and the fast paths (``--help``, ``ls``, ``run --help``) import no torch and no numpy."""
+(docs/commands.md) and examples (README and docs/) are real, and the fast paths (``--help``,
+``ls``, ``run --help``) import no torch and no numpy."""
 
 from __future__ import annotations
 
@@ -36,10 +37,9 @@ def _tree() -> dict[tuple[str, ...], Any]:
 TREE = _tree()
 
 
-def _flags(cmd: Any, *, hidden: bool = False) -> set[str]:
-    """The command's flags (hidden ones, the old spellings, only with ``hidden``)."""
-    return {o for p in cmd.params if hidden or not getattr(p, "hidden", False)
-            for o in (*p.opts, *p.secondary_opts) if o.startswith("-")}
+def _flags(cmd: Any) -> set[str]:
+    """The command's flags."""
+    return {o for p in cmd.params for o in (*p.opts, *p.secondary_opts) if o.startswith("-")}
 
 
 def test_tree_has_every_command() -> None:
@@ -51,21 +51,28 @@ def test_tree_has_every_command() -> None:
         "ls", "extract", "refine", "plot", "compare", "report", "collect", "augment",
         "fixtures dataset", "fixtures model", "fixtures regions", "fixtures train clip", "fixtures train lxmert",
         "fixtures testbed", "cache info", "cache merge",
-        *(f"run {name}" for name in EXPERIMENTS.names()), *(f"eval {name}" for name in BENCHMARKS),
+        *(f"run {name}" for name in EXPERIMENTS.names() if name not in {"refine", *BENCHMARKS}),
+        *(f"eval {name}" for name in BENCHMARKS),
         "regions extract", "regions merge", "launch local", "launch slurm", "sweep", "regions import", "regions export", "regions info", "data info", "setup wordnet",
     }
 
 
-def test_every_listed_experiment_runs() -> None:
-    """`probe ls experiments` and `probe run` list the same names; the aliases are the same commands."""
+def test_every_listed_experiment_has_one_command() -> None:
+    """Every experiment `probe ls experiments` lists runs under exactly one command name:
+    `probe run NAME`, `probe eval NAME` (the benchmarks) or `probe refine`."""
     from vlprobe.registry import EXPERIMENTS
 
     listed = CliRunner().invoke(app, ["ls", "experiments"]).stdout.split()
     assert set(EXPERIMENTS.names()) <= set(listed)
-    assert {p[1] for p in TREE if len(p) == 2 and p[0] == "run"} == set(EXPERIMENTS.names())
-    for alias, name in ((("eval", "sugarcrepe"), "sugarcrepe"), (("eval", "valse"), "valse"), (("refine",), "refine")):
-        assert TREE[alias].experiment == name
-        assert _flags(TREE[alias], hidden=True) == _flags(TREE[("run", name)], hidden=True)
+    commands: dict[str, list[tuple[str, ...]]] = {}
+    for path, cmd in TREE.items():
+        if getattr(cmd, "experiment", None) is not None:
+            commands.setdefault(cmd.experiment, []).append(path)
+    assert {name: len(paths) for name, paths in commands.items()} == dict.fromkeys(EXPERIMENTS.names(), 1)
+    assert commands["refine"] == [("refine",)] and commands["sugarcrepe"] == [("eval", "sugarcrepe")]
+    for name in ("sugarcrepe", "valse", "aro", "refine"):
+        result = CliRunner().invoke(app, ["run", name, "--help"])
+        assert result.exit_code == 2 and "No such command" in result.stderr, (name, result.output)
 
 
 @pytest.mark.parametrize("path", sorted(TREE), ids=lambda p: " ".join(p) or "probe")
@@ -120,7 +127,7 @@ def test_readme_commands_exist() -> None:
         flags = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", line))
         for path in paths:
             unknown = flags - _flags(TREE[path])
-            assert not unknown, f"docs: `probe {' '.join(path)}` has no {sorted(unknown)} (or only an old spelling): {line}"
+            assert not unknown, f"docs: `probe {' '.join(path)}` has no {sorted(unknown)}: {line}"
     undocumented = {p for p, c in TREE.items() if not isinstance(c, TyperGroup)} - documented
     assert not undocumented, f"the Commands list (docs/commands.md) lacks {sorted(' '.join(p) for p in undocumented)}"
 
@@ -133,7 +140,7 @@ def _example_words(line: str) -> list[str]:
 
 def test_readme_examples_parse() -> None:
     """Every example line parses as its command would (options exist, values convert, required
-    options given), with no old spelling; lines with a ``...`` placeholder only name real flags."""
+    options given); lines with a ``...`` placeholder only name real flags."""
     examples = _readme_examples()
     assert len(examples) > 20, examples
     for line in examples:
@@ -141,8 +148,6 @@ def test_readme_examples_parse() -> None:
         path = paths[0]
         cmd = TREE[path]
         flags = {w.split("=", 1)[0] for w in args if w.startswith("--")}
-        old = flags & (_flags(cmd, hidden=True) - _flags(cmd))
-        assert not old, f"the docs use the old spelling {sorted(old)}: {line}"
         if "..." in args:
             unknown = flags - _flags(cmd)
             assert not unknown, f"docs: `probe {' '.join(path)}` has no {sorted(unknown)}: {line}"
@@ -171,7 +176,7 @@ def test_fast_paths_import_no_torch_and_no_experiment(args: tuple[str, ...], ban
 
 
 def test_make_demo_commands_parse() -> None:
-    """`make demo` uses today's spellings and every command it runs parses."""
+    """Every command `make demo` runs parses."""
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     lines = re.sub(r"\\\n\s*", " ", makefile).splitlines()
     demo = [line.split("$(PROBE) ", 1)[1].split(";")[0].split(" > ")[0] for line in lines if "$(PROBE) " in line]
@@ -179,6 +184,4 @@ def test_make_demo_commands_parse() -> None:
     for line in demo:
         paths, args = _command_of(_example_words("probe " + line), line)
         cmd = TREE[paths[0]]
-        flags = {w for w in args if w.startswith("--")}
-        assert not flags & (_flags(cmd, hidden=True) - _flags(cmd)), f"make demo uses an old spelling: {line}"
         assert cmd.make_context(" ".join(("probe", *paths[0])), list(args)).params, line
