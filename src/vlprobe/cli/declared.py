@@ -1,4 +1,4 @@
-"""Commands generated from experiment declarations (``probe run NAME`` and its aliases).
+"""Commands generated from experiment declarations (``probe run NAME``, ``probe eval NAME``, ``probe refine``).
 
 Each experiment's options are declared once, on its config dataclass
 (:mod:`vlprobe.runs.declare`); :func:`command_function` turns the declaration into a
@@ -23,9 +23,26 @@ from typer.core import TyperCommand, TyperGroup
 
 __all__ = ["DeclaredCommand", "DeclaredGroup", "build_command", "command_function", "declared_group"]
 
+#: The parameter through which typer hands a command function its context.
+CONTEXT_PARAM = "vlprobe_ctx"
 #: Wraps a command function (the app's error handling); declared here as a type only, so that
 #: this module needs nothing of the app that uses it.
 Wrap = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def context_parameter() -> inspect.Parameter:
+    """A keyword parameter typer fills with the command's context."""
+    return inspect.Parameter(CONTEXT_PARAM, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
+
+
+def given_params(ctx: typer.Context) -> set[str]:
+    """Parameters given explicitly: on the command line or in the environment."""
+    given = set()
+    for name in ctx.params:
+        source = ctx.get_parameter_source(name)
+        if source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT"):
+            given.add(name)
+    return given
 
 
 def _unwrapped(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -82,11 +99,12 @@ class DeclaredGroup(TyperGroup):
     """A typer command group that also holds :class:`DeclaredCommand` entries.
 
     ``declared`` maps command names to experiment names; None means every registered
-    experiment under its own name (``probe run``). :meth:`wrap` is applied to each generated
-    command function.
+    experiment under its own name but those in ``elsewhere``, which have a command of their own
+    (``probe run``). :meth:`wrap` is applied to each generated command function.
     """
 
     declared: ClassVar[Mapping[str, str] | None] = {}
+    elsewhere: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -105,13 +123,16 @@ class DeclaredGroup(TyperGroup):
         if cls.declared is None:
             from vlprobe.registry import EXPERIMENTS
 
-            return {name: name for name in EXPERIMENTS.names()}
+            return {name: name for name in EXPERIMENTS.names() if name not in cls.elsewhere}
         return dict(cls.declared)
 
 
-def declared_group(commands: Mapping[str, str] | None, wrap: Wrap = _unwrapped) -> type[DeclaredGroup]:
-    """A :class:`DeclaredGroup` class holding ``commands`` (None: every experiment), each wrapped in ``wrap``."""
-    return type("DeclaredGroup", (DeclaredGroup,), {"declared": commands, "wrap": staticmethod(wrap)})
+def declared_group(commands: Mapping[str, str] | None, wrap: Wrap = _unwrapped,
+                   elsewhere: frozenset[str] = frozenset()) -> type[DeclaredGroup]:
+    """A :class:`DeclaredGroup` class holding ``commands`` (None: every experiment not in
+    ``elsewhere``), each wrapped in ``wrap``."""
+    return type("DeclaredGroup", (DeclaredGroup,),
+                {"declared": commands, "wrap": staticmethod(wrap), "elsewhere": elsewhere})
 
 
 def build_command(name: str, experiment: str, wrap: Wrap = _unwrapped) -> Any:
@@ -134,13 +155,6 @@ def command_function(exp: Any, wrap: Wrap = _unwrapped) -> Callable[..., None]:
     then the options given), runs the experiment and prints the report. ``wrap`` goes around it
     (the app's error handling).
     """
-    from vlprobe.cli.aliases import (
-        CONTEXT_PARAM,
-        Renamed,
-        context_parameter,
-        given_params,
-        with_renamed,
-    )
     from vlprobe.runs.each_cache import CACHE_OPTION
 
     options = exp.options()
@@ -189,8 +203,7 @@ def command_function(exp: Any, wrap: Wrap = _unwrapped) -> Callable[..., None]:
     command.__annotations__ = {}
     command.__name__ = exp.name.replace("-", "_")
     command.vlprobe_experiment = exp  # type: ignore[attr-defined]
-    renamed = [Renamed(a.flag, o.name, a.value) for o in options for a in o.spec.aliases]
-    wrapped = wrap(with_renamed(command, renamed))
+    wrapped = wrap(command)
     wrapped.vlprobe_experiment = exp  # type: ignore[attr-defined]
     return wrapped
 

@@ -114,7 +114,7 @@ class EvalConfig(ModelLoadOptions, BootstrapOptions, ProgressOption, ResultsOpti
     )
     checkpoint: str | None = option(None, role="input", help="Checkpoint directory or hub id.")
     scores: Path | None = option(
-        None, role="input", aliases=("--scores-file",),
+        None, role="input",
         help="A saved per-item score file instead of a model: recompute the metrics.",
     )
     data_dir: Path | None = option(None, role="input", help="Folder of the benchmark's JSON files.")
@@ -139,7 +139,7 @@ class EvalConfig(ModelLoadOptions, BootstrapOptions, ProgressOption, ResultsOpti
         None, role="input", help="Only these items (a JSONL of {item: id}, e.g. from probe refine).",
     )
     name: str | None = ResultsOptions.redeclare(
-        "name", aliases=(), help="Results label: names the run and its files (default: the model or score file).",
+        "name", help="Results label: names the run and its files (default: the model or score file).",
     )
     threshold: float | None = option(None, help="VALSE: match threshold of the score (default: from the score kind).")
     keep_foil_ties: bool = option(

@@ -51,7 +51,7 @@ class PairModelOptions(ModelLoadOptions):
                          help="cpu, cuda, cuda:N, mps or auto (the manifest records the one used).")
     dtype: str = option("float32", choices=("float32", "float16"), help="Weights' dtype.")
     name: str | None = ResultsOptions.redeclare(
-        "name", aliases=(), help="Results label: names the run and its files (default: the model).",
+        "name", help="Results label: names the run and its files (default: the model).",
     )
 
 

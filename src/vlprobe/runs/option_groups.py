@@ -89,7 +89,7 @@ class ModelLoadOptions(Options):
     config file, the tokenizer and the load options a model declares (its ``load_options``)."""
 
     model_config: Path | None = option(
-        None, role="input", aliases=("--uniter-config",), help="UNITER: the model config JSON (uniter-base.json).",
+        None, role="input", help="UNITER: the model config JSON (uniter-base.json).",
     )
     tokenizer: str | None = option(
         None, role="input", help="UNITER: tokenizer dir or hub id (default: tokenizer/ beside the checkpoint).",
@@ -122,7 +122,6 @@ class StateOptions(Options):
 
     streams: tuple[str, ...] | None = option(
         None, parse=names, metavar="A,B", help="Streams to read, comma-separated (default: text, else every text or pair stream).",
-        aliases=("--stream",),
     )
     pooling: str = option("cls", choices=POOLINGS, help="Pooling to read.")
     layers: str = option(
@@ -188,7 +187,7 @@ class BootstrapOptions(Options):
 
     bootstrap: int = option(1000, check=check_bootstrap,
                             help="Bootstrap resamples for the 95% intervals (0: no intervals).")
-    bootstrap_seed: int = option(0, check=check_seed, help="Seed of the bootstrap resamples.", aliases=("--seed",))
+    bootstrap_seed: int = option(0, check=check_seed, help="Seed of the bootstrap resamples.")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -219,7 +218,7 @@ class ResultsOptions(Options):
     out: Path = option(Path("results"), help="Results folder; writes OUT/{experiment}/<name>.csv and manifest.json.",
                        role="output")
     name: str | None = option(
-        None, role="output", aliases=("--model",),
+        None, role="output",
         help="Results label: names the run and its files (default: the input's model name).",
     )
 
