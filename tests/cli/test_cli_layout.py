@@ -1,5 +1,6 @@
-"""The ``probe`` command tree: every command's --help renders, README's command list and examples
-are real, and the fast paths (``--help``, ``ls``, ``run --help``) import no torch and no numpy."""
+"""The ``probe`` command tree: every command's --help renders, the documentation's command list
+(docs/commands.md) and examples (README and docs/) are real, and the fast paths (``--help``,
+``ls``, ``run --help``) import no torch and no numpy."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import re
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,9 +16,8 @@ import typer
 from typer.core import TyperGroup
 from typer.testing import CliRunner
 
+from tests.docs_text import ROOT, doc_page, documentation_files
 from vlprobe.cli import app
-
-README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def _tree() -> dict[tuple[str, ...], Any]:
@@ -91,18 +90,20 @@ def _probe_lines(block: str) -> list[str]:
     return [line.split("  #", 1)[0].strip() for line in joined.splitlines() if line.startswith("probe ")]
 
 
+def _commands_block() -> str:
+    """The "Commands" block of docs/commands.md."""
+    return doc_page("commands.md").split("## Commands", 1)[1].split("```", 2)[1]
+
+
 def _readme_commands() -> list[str]:
-    """The lines of README's "Commands" block."""
-    text = README.read_text(encoding="utf-8")
-    section = text.split("## Commands", 1)[1].split("\n## ", 1)[0]
-    return _probe_lines(section.split("```", 2)[1])
+    """The lines of the documentation's "Commands" block."""
+    return _probe_lines(_commands_block())
 
 
 def _readme_examples() -> list[str]:
-    """Every other ``probe ...`` line of README's code blocks: examples meant to be run."""
-    text = README.read_text(encoding="utf-8")
-    commands = text.split("## Commands", 1)[1].split("```", 2)[1]
-    blocks = text.split("```")[1::2]
+    """Every other ``probe ...`` line of the README's and the docs' code blocks: examples meant to be run."""
+    commands = _commands_block()
+    blocks = [b for path in documentation_files() for b in path.read_text(encoding="utf-8").split("```")[1::2]]
     return [line for block in blocks if block != commands for line in _probe_lines(block)]
 
 
@@ -110,10 +111,10 @@ def _command_of(words: list[str], line: str) -> tuple[list[tuple[str, ...]], lis
     """The command paths a line names (``eval sugarcrepe|valse``: both) and its other words."""
     paths: list[tuple[str, ...]] = [()]
     while isinstance(TREE[paths[0]], TyperGroup):
-        assert words, f"README names no command of `probe {' '.join(paths[0])}`: {line}"
+        assert words, f"the docs name no command of `probe {' '.join(paths[0])}`: {line}"
         paths = [(*paths[0], word) for word in words[0].split("|")]
         for path in paths:
-            assert path in TREE, f"README names no command `probe {' '.join(path)}`: {line}"
+            assert path in TREE, f"the docs name no command `probe {' '.join(path)}`: {line}"
         words = words[1:]
     return paths, words
 
@@ -126,9 +127,9 @@ def test_readme_commands_exist() -> None:
         flags = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", line))
         for path in paths:
             unknown = flags - _flags(TREE[path])
-            assert not unknown, f"README: `probe {' '.join(path)}` has no {sorted(unknown)}: {line}"
+            assert not unknown, f"docs: `probe {' '.join(path)}` has no {sorted(unknown)}: {line}"
     undocumented = {p for p, c in TREE.items() if not isinstance(c, TyperGroup)} - documented
-    assert not undocumented, f"README's Commands list lacks {sorted(' '.join(p) for p in undocumented)}"
+    assert not undocumented, f"the Commands list (docs/commands.md) lacks {sorted(' '.join(p) for p in undocumented)}"
 
 
 def _example_words(line: str) -> list[str]:
@@ -149,7 +150,7 @@ def test_readme_examples_parse() -> None:
         flags = {w.split("=", 1)[0] for w in args if w.startswith("--")}
         if "..." in args:
             unknown = flags - _flags(cmd)
-            assert not unknown, f"README: `probe {' '.join(path)}` has no {sorted(unknown)}: {line}"
+            assert not unknown, f"docs: `probe {' '.join(path)}` has no {sorted(unknown)}: {line}"
             continue
         ctx = cmd.make_context(" ".join(("probe", *path)), list(args))
         assert ctx.params, line
@@ -176,7 +177,7 @@ def test_fast_paths_import_no_torch_and_no_experiment(args: tuple[str, ...], ban
 
 def test_make_demo_commands_parse() -> None:
     """Every command `make demo` runs parses."""
-    makefile = (README.parent / "Makefile").read_text(encoding="utf-8")
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     lines = re.sub(r"\\\n\s*", " ", makefile).splitlines()
     demo = [line.split("$(PROBE) ", 1)[1].split(";")[0].split(" > ")[0] for line in lines if "$(PROBE) " in line]
     assert len(demo) > 10, demo
