@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 DEMO ?= out/demo
 DEMO_TINY ?= out/demo-tiny
 
-.PHONY: help install demo demo-tiny test test-fast test-testbed lint bench clean
+.PHONY: help install demo demo-tiny test test-fast test-testbed lint docs bench clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 12
@@ -102,6 +102,10 @@ lint: $(STAMP)  ## ruff and mypy (settings in pyproject.toml; cache in .mypy_cac
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy
 
+docs: $(STAMP)  ## the documentation site into site/ (MkDocs, offline; warnings are errors)
+	@$(PY) -c "import mkdocs, material, mkdocstrings_handlers.python" 2>/dev/null || $(PY) -m pip install -q -e ".[docs]"
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
 bench: $(STAMP)  ## performance ratios (printed, not asserted)
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/bench_extract.py
 	$(PY) benchmarks/bench_regions.py
@@ -113,4 +117,4 @@ bench: $(STAMP)  ## performance ratios (printed, not asserted)
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/augment.py
 
 clean:  ## remove the venv and outputs
-	rm -rf $(VENV) out .pytest_cache .mypy_cache
+	rm -rf $(VENV) out site .pytest_cache .mypy_cache

@@ -51,10 +51,10 @@ def build_inputs(work: Path) -> Path:
     if cache.is_file():
         return cache
     from vlprobe.data.synthetic import make_synthetic_winoground
-    from vlprobe.fixtures.models import FIXTURE_WRITERS
+    from vlprobe.fixtures.model_fixture import write_model_fixture
 
     data = make_synthetic_winoground(work / "data", n_items=40, seed=0)
-    FIXTURE_WRITERS["clip"](work / "tiny-clip", 0)
+    write_model_fixture("clip", work / "tiny-clip", 0)
     _probe(SRC, ["extract", "--model", "clip", "--checkpoint", str(work / "tiny-clip"), "--dataset", "winoground",
                  "--data-dir", str(data), "--variants", str(data / "variants.jsonl"), "--layers", "all",
                  "--poolings", "cls,mean,max", "--device", "cpu", "--out", str(cache), "--quiet"])

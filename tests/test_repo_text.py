@@ -1,6 +1,6 @@
 """The repository's own text stands alone: a clone has only what is in it.
 
-Code, docstrings, messages, the README and CONTRIBUTING.md never point at documents outside the
+Code, docstrings, messages, the README, the docs and CONTRIBUTING.md never point at documents outside the
 repository (the team's notes beside the clone) or at this project's issue tracker by number.
 References to a third-party project's issue that explain a workaround are fine when they name the
 project (``transformers issue #7266``, ``RAIVNLab/sugar-crepe#3``).
@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 #: Files whose text is the project's own record.
 SCANNED = ("src/**/*.py", "tests/**/*.py", "benchmarks/**/*.py", "README.md", "CONTRIBUTING.md",
-           "Makefile", "pyproject.toml", ".ci/run")
+           "docs/**/*.md", "docs/**/*.ipynb", "mkdocs.yml", "Makefile", "pyproject.toml", ".ci/run")
 #: Documents outside the repository.
 OUTSIDE = re.compile(r"\.\./shared|\b(?:DESIGN|REFERENCE|TEAM)\.md\b")
 #: References to an issue by number, and the architecture steps' ``N/7`` labels.
@@ -58,6 +58,7 @@ def _hits(path: Path, root: Path = ROOT) -> list[str]:
 def test_the_scan_sees_the_sources() -> None:
     names = {p.relative_to(ROOT).as_posix() for p in _files()}
     assert "README.md" in names
+    assert "docs/commands.md" in names
     assert "src/vlprobe/registry.py" in names
     assert sum(n.startswith("src/") for n in names) > 50
 
@@ -92,7 +93,7 @@ def test_the_patterns(tmp_path: Path, text: str, flagged: bool) -> None:
 
 
 #: A repository path in backticks; ``<name>`` parts are what a contributor creates.
-PATH = re.compile(r"`((?:src|tests|benchmarks|requirements|\.ci)/[^`\s]*|[\w-]+\.(?:toml|md)|Makefile)`")
+PATH = re.compile(r"`((?:src|tests|benchmarks|requirements|docs|\.ci)/[^`\s]*|[\w-]+\.(?:toml|md)|Makefile)`")
 
 
 def _missing(named: str, root: Path) -> bool:

@@ -1,5 +1,6 @@
-"""The ``probe`` command tree: every command's --help renders, README's command list and examples
-are real, and the fast paths (``--help``, ``ls``, ``run --help``) import no torch and no numpy."""
+"""The ``probe`` command tree: every command's --help renders, the documentation's command list
+(docs/commands.md) and examples (README and docs/) are real, and the fast paths (``--help``,
+``ls``, ``run --help``) import no torch and no numpy."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import re
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,9 +16,8 @@ import typer
 from typer.core import TyperGroup
 from typer.testing import CliRunner
 
+from tests.docs_text import ROOT, doc_page, documentation_files
 from vlprobe.cli import app
-
-README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def _tree() -> dict[tuple[str, ...], Any]:
@@ -38,10 +37,9 @@ def _tree() -> dict[tuple[str, ...], Any]:
 TREE = _tree()
 
 
-def _flags(cmd: Any, *, hidden: bool = False) -> set[str]:
-    """The command's flags (hidden ones, the old spellings, only with ``hidden``)."""
-    return {o for p in cmd.params if hidden or not getattr(p, "hidden", False)
-            for o in (*p.opts, *p.secondary_opts) if o.startswith("-")}
+def _flags(cmd: Any) -> set[str]:
+    """The command's flags."""
+    return {o for p in cmd.params for o in (*p.opts, *p.secondary_opts) if o.startswith("-")}
 
 
 def test_tree_has_every_command() -> None:
@@ -53,21 +51,28 @@ def test_tree_has_every_command() -> None:
         "ls", "extract", "refine", "plot", "compare", "report", "collect", "augment",
         "fixtures dataset", "fixtures model", "fixtures regions", "fixtures train clip", "fixtures train lxmert",
         "fixtures testbed", "cache info", "cache merge",
-        *(f"run {name}" for name in EXPERIMENTS.names()), *(f"eval {name}" for name in BENCHMARKS),
+        *(f"run {name}" for name in EXPERIMENTS.names() if name not in {"refine", *BENCHMARKS}),
+        *(f"eval {name}" for name in BENCHMARKS),
         "regions extract", "regions merge", "launch local", "launch slurm", "sweep", "regions import", "regions export", "regions info", "data info", "setup wordnet",
     }
 
 
-def test_every_listed_experiment_runs() -> None:
-    """`probe ls experiments` and `probe run` list the same names; the aliases are the same commands."""
+def test_every_listed_experiment_has_one_command() -> None:
+    """Every experiment `probe ls experiments` lists runs under exactly one command name:
+    `probe run NAME`, `probe eval NAME` (the benchmarks) or `probe refine`."""
     from vlprobe.registry import EXPERIMENTS
 
     listed = CliRunner().invoke(app, ["ls", "experiments"]).stdout.split()
     assert set(EXPERIMENTS.names()) <= set(listed)
-    assert {p[1] for p in TREE if len(p) == 2 and p[0] == "run"} == set(EXPERIMENTS.names())
-    for alias, name in ((("eval", "sugarcrepe"), "sugarcrepe"), (("eval", "valse"), "valse"), (("refine",), "refine")):
-        assert TREE[alias].experiment == name
-        assert _flags(TREE[alias], hidden=True) == _flags(TREE[("run", name)], hidden=True)
+    commands: dict[str, list[tuple[str, ...]]] = {}
+    for path, cmd in TREE.items():
+        if getattr(cmd, "experiment", None) is not None:
+            commands.setdefault(cmd.experiment, []).append(path)
+    assert {name: len(paths) for name, paths in commands.items()} == dict.fromkeys(EXPERIMENTS.names(), 1)
+    assert commands["refine"] == [("refine",)] and commands["sugarcrepe"] == [("eval", "sugarcrepe")]
+    for name in ("sugarcrepe", "valse", "aro", "refine"):
+        result = CliRunner().invoke(app, ["run", name, "--help"])
+        assert result.exit_code == 2 and "No such command" in result.stderr, (name, result.output)
 
 
 @pytest.mark.parametrize("path", sorted(TREE), ids=lambda p: " ".join(p) or "probe")
@@ -85,18 +90,20 @@ def _probe_lines(block: str) -> list[str]:
     return [line.split("  #", 1)[0].strip() for line in joined.splitlines() if line.startswith("probe ")]
 
 
+def _commands_block() -> str:
+    """The "Commands" block of docs/commands.md."""
+    return doc_page("commands.md").split("## Commands", 1)[1].split("```", 2)[1]
+
+
 def _readme_commands() -> list[str]:
-    """The lines of README's "Commands" block."""
-    text = README.read_text(encoding="utf-8")
-    section = text.split("## Commands", 1)[1].split("\n## ", 1)[0]
-    return _probe_lines(section.split("```", 2)[1])
+    """The lines of the documentation's "Commands" block."""
+    return _probe_lines(_commands_block())
 
 
 def _readme_examples() -> list[str]:
-    """Every other ``probe ...`` line of README's code blocks: examples meant to be run."""
-    text = README.read_text(encoding="utf-8")
-    commands = text.split("## Commands", 1)[1].split("```", 2)[1]
-    blocks = text.split("```")[1::2]
+    """Every other ``probe ...`` line of the README's and the docs' code blocks: examples meant to be run."""
+    commands = _commands_block()
+    blocks = [b for path in documentation_files() for b in path.read_text(encoding="utf-8").split("```")[1::2]]
     return [line for block in blocks if block != commands for line in _probe_lines(block)]
 
 
@@ -104,10 +111,10 @@ def _command_of(words: list[str], line: str) -> tuple[list[tuple[str, ...]], lis
     """The command paths a line names (``eval sugarcrepe|valse``: both) and its other words."""
     paths: list[tuple[str, ...]] = [()]
     while isinstance(TREE[paths[0]], TyperGroup):
-        assert words, f"README names no command of `probe {' '.join(paths[0])}`: {line}"
+        assert words, f"the docs name no command of `probe {' '.join(paths[0])}`: {line}"
         paths = [(*paths[0], word) for word in words[0].split("|")]
         for path in paths:
-            assert path in TREE, f"README names no command `probe {' '.join(path)}`: {line}"
+            assert path in TREE, f"the docs name no command `probe {' '.join(path)}`: {line}"
         words = words[1:]
     return paths, words
 
@@ -120,9 +127,9 @@ def test_readme_commands_exist() -> None:
         flags = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", line))
         for path in paths:
             unknown = flags - _flags(TREE[path])
-            assert not unknown, f"README: `probe {' '.join(path)}` has no {sorted(unknown)} (or only an old spelling): {line}"
+            assert not unknown, f"docs: `probe {' '.join(path)}` has no {sorted(unknown)}: {line}"
     undocumented = {p for p, c in TREE.items() if not isinstance(c, TyperGroup)} - documented
-    assert not undocumented, f"README's Commands list lacks {sorted(' '.join(p) for p in undocumented)}"
+    assert not undocumented, f"the Commands list (docs/commands.md) lacks {sorted(' '.join(p) for p in undocumented)}"
 
 
 def _example_words(line: str) -> list[str]:
@@ -133,7 +140,7 @@ def _example_words(line: str) -> list[str]:
 
 def test_readme_examples_parse() -> None:
     """Every example line parses as its command would (options exist, values convert, required
-    options given), with no old spelling; lines with a ``...`` placeholder only name real flags."""
+    options given); lines with a ``...`` placeholder only name real flags."""
     examples = _readme_examples()
     assert len(examples) > 20, examples
     for line in examples:
@@ -141,11 +148,9 @@ def test_readme_examples_parse() -> None:
         path = paths[0]
         cmd = TREE[path]
         flags = {w.split("=", 1)[0] for w in args if w.startswith("--")}
-        old = flags & (_flags(cmd, hidden=True) - _flags(cmd))
-        assert not old, f"README uses the old spelling {sorted(old)}: {line}"
         if "..." in args:
             unknown = flags - _flags(cmd)
-            assert not unknown, f"README: `probe {' '.join(path)}` has no {sorted(unknown)}: {line}"
+            assert not unknown, f"docs: `probe {' '.join(path)}` has no {sorted(unknown)}: {line}"
             continue
         ctx = cmd.make_context(" ".join(("probe", *path)), list(args))
         assert ctx.params, line
@@ -171,14 +176,12 @@ def test_fast_paths_import_no_torch_and_no_experiment(args: tuple[str, ...], ban
 
 
 def test_make_demo_commands_parse() -> None:
-    """`make demo` uses today's spellings and every command it runs parses."""
-    makefile = (README.parent / "Makefile").read_text(encoding="utf-8")
+    """Every command `make demo` runs parses."""
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     lines = re.sub(r"\\\n\s*", " ", makefile).splitlines()
     demo = [line.split("$(PROBE) ", 1)[1].split(";")[0].split(" > ")[0] for line in lines if "$(PROBE) " in line]
     assert len(demo) > 10, demo
     for line in demo:
         paths, args = _command_of(_example_words("probe " + line), line)
         cmd = TREE[paths[0]]
-        flags = {w for w in args if w.startswith("--")}
-        assert not flags & (_flags(cmd, hidden=True) - _flags(cmd)), f"make demo uses an old spelling: {line}"
         assert cmd.make_context(" ".join(("probe", *paths[0])), list(args)).params, line

@@ -7,12 +7,14 @@ The rules, checked by :func:`check_command` on every command of ``probe``:
    repeatable one possibly in the singular (``--model-option`` sets ``model_options``);
 2. the field exists on the command's library side (an experiment's config, ``ExtractConfig``,
    ``AugmentConfig``, or the function the command calls);
-3. the command line's default, parsed as the command parses it, equals the library's default;
+3. the command line's default, parsed as the command parses it, equals the library's default (an
+   experiment's ``--cache`` is optional: not given, the experiment runs on every cache under
+   ``caches/``, :mod:`vlprobe.runs.each_cache`);
 4. shared concepts have one spelling: a banned synonym (``--stream``, ``--scores-file``, ``--pairs``,
    ...) never appears, a bootstrap's seed is ``--bootstrap-seed``, ``--model`` is a registered
    model, ``--device`` defaults to ``auto``, ``--streams`` and ``--poolings`` take lists, ``--pooling``
    one value, ``--layers`` goes through the one layer-spec check;
-5. hidden options are old spellings registered with :mod:`vlprobe.cli.aliases` (each prints a note);
+5. no option is hidden (there are no old spellings);
 6. an on/off option that defaults to on has an off switch.
 
 Deliberate exceptions are in :data:`ALLOWED`, each with its reason. ``test_the_checker_flags_*``
@@ -36,6 +38,7 @@ from typer.testing import CliRunner
 from vlprobe.cli import app
 from vlprobe.cli.declared import command_function
 from vlprobe.runs.declare import Experiment, declared_options, key_values, names, option
+from vlprobe.runs.each_cache import CACHE_OPTION
 from vlprobe.runs.option_groups import (
     BootstrapOptions,
     ResultsOptions,
@@ -210,11 +213,6 @@ def _allowed(path: tuple[str, ...], flag: str, allow: Mapping[tuple[Any, str], s
     return (path, flag) in allow or ("*", flag) in allow
 
 
-def _renamed_params(cmd: Any) -> set[str]:
-    renamed = getattr(cmd.callback, "vlprobe_renamed", ())
-    return {r.hidden_name for r in renamed}
-
-
 def _flags_of(name: str, repeatable: bool) -> set[str]:
     """The spellings of field ``name``: ``--`` + it with ``-`` for ``_``; a repeatable option may
     take the singular (``--model-option NAME=VALUE`` sets ``model_options``)."""
@@ -230,12 +228,10 @@ def check_command(path: tuple[str, ...], cmd: Any, target: Target,
     where = "probe " + " ".join(path)
     problems: list[str] = []
     options = [p for p in cmd.params if p.param_type_name == "option" and p.name != "help"]
-    renamed = _renamed_params(cmd)
-    flags = {o for p in options if not p.hidden for o in (*p.opts, *p.secondary_opts)}
+    flags = {o for p in options for o in (*p.opts, *p.secondary_opts)}
     for p in options:
         if p.hidden:  # rule 5
-            if p.name not in renamed:
-                problems.append(f"{where}: hidden option {p.opts[0]} is not a registered old spelling")
+            problems.append(f"{where}: option {p.opts[0]} is hidden")
             continue
         flag = next((o for o in p.opts if o.startswith("--")), p.opts[0])
         if flag in SYNONYMS:  # rule 4
@@ -248,7 +244,9 @@ def check_command(path: tuple[str, ...], cmd: Any, target: Target,
             continue
         lib = target.params[p.name]  # rule 3
         if lib is REQUIRED:
-            if not p.required and not _allowed(path, flag, allow):
+            # an experiment's cache: not given, the experiment runs on every cache under caches/
+            each_cache = p.name == CACHE_OPTION and hasattr(cmd.callback, "vlprobe_experiment")
+            if not p.required and not each_cache and not _allowed(path, flag, allow):
                 problems.append(f"{where}: {flag} is optional but the library requires {p.name!r}")
         else:
             cli = target.parse.get(p.name, lambda v: v)(p.default)
@@ -368,7 +366,7 @@ def test_the_checker_flags_a_command_that_breaks_each_rule() -> None:
         "--stream is spelled --streams", "--pairs is spelled --pair-plan", "--pairs sets 'pairs'",
         "--seed beside --bootstrap", "--device defaults to auto", "--model is a registered model",
         "--threads sets 'threads', which the library side does not have", "--batch-size defaults to 16, the library to 32",
-        "the off switch of --strict is --lenient", "hidden option --old is not a registered old spelling",
+        "the off switch of --strict is --lenient", "option --old is hidden",
     ):
         assert needle in problems, (needle, problems)
 
@@ -399,54 +397,25 @@ def test_the_checker_passes_a_declared_experiment_that_follows_the_vocabulary() 
     assert check_command(("good",), _command(command_function(exp)), experiment_target(exp), allow={}) == []
 
 
-# -- old spellings -----------------------------------------------------------------------------------
+# -- one meaning per flag -----------------------------------------------------------------------------
 
 
-def test_an_old_spelling_prints_a_note_and_sets_the_new_option(tmp_path: Path) -> None:
-    missing = tmp_path / "m.npy"
-    result = CliRunner().invoke(app, ["run", "recall", "--scores-file", str(missing), "--out", str(tmp_path)])
+def test_seed_is_not_the_bootstrap_seed(tmp_path: Path) -> None:
+    """``--seed`` is never a second name of ``--bootstrap-seed``: a command with a bootstrap refuses it."""
+    result = CliRunner().invoke(app, ["run", "separability", "--cache", str(tmp_path / "c.h5"), "--out", str(tmp_path),
+                                      "--seed", "3"])
     assert result.exit_code == 2
-    assert result.stderr.splitlines() == [  # the old spelling reached --scores, whose file is missing
-        "note: --scores-file is deprecated and goes away in vlprobe 0.2.0; use --scores",
-        f"error: scores: no such file {str(missing)!r}",
-    ]
+    assert len(result.stderr.splitlines()) == 1
+    assert result.stderr.startswith("error: No such option: --seed"), result.stderr
 
 
-def test_an_old_on_off_flag_sets_its_value(tmp_path: Path) -> None:
-    cmd = TREE[("run", "variant-similarity")]
-    ctx = cmd.make_context("variant-similarity", ["--cache", "c.h5", "--out", "o", "--no-original"])
-    assert ctx.params["renamed_no_original"] is True and ctx.params["variants_only"] is False
-    config: dict[str, Any] = {}
-    exp = cmd.callback.vlprobe_experiment
-    monkey = dataclasses.replace(exp, compute=lambda c: config.update(variants_only=c.variants_only), label=None,
-                                 report=None)
-    result = CliRunner().invoke(_app(command_function(monkey)), ["--cache", "c.h5", "--out", "o", "--no-original"])
-    assert result.exit_code == 0, result.output
-    assert config == {"variants_only": True}
-
-
-def test_both_spellings_at_once_are_refused(tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, ["run", "recall", "--scores", "a.npy", "--scores-file", "b.npy",
-                                      "--out", str(tmp_path)])
+def test_name_is_not_spelled_model(tmp_path: Path) -> None:
+    """``--model`` is a registered model wherever it exists; it never sets the results label."""
+    result = CliRunner().invoke(app, ["run", "separability", "--cache", str(tmp_path / "c.h5"), "--out", str(tmp_path),
+                                      "--model", "clip"])
     assert result.exit_code == 2
-    assert result.stderr.splitlines()[-1] == "error: scores: give --scores or its old spelling --scores-file, not both"
-
-
-def test_the_readme_lists_every_old_spelling() -> None:
-    """README's "Renamed options" table holds exactly the app's (old, new) pairs."""
-    import re
-
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### Renamed options", 1)[1].split("\n## ", 1)[0]
-    documented = set(re.findall(r"^\| `(--[a-z-]+)` \| `(--[a-z-]+)` \|", section, flags=re.M))
-    found = set()
-    for cmd in TREE.values():
-        new_flags = {p.name: next(o for o in (*p.opts,) if o.startswith("--")) for p in cmd.params
-                     if p.param_type_name == "option"}
-        for r in getattr(cmd.callback, "vlprobe_renamed", ()):
-            flag = new_flags[r.param]
-            found.add((r.old, flag if r.takes_value or r.value is not False else f"--no-{flag[2:]}"))
-    assert documented == found
+    assert len(result.stderr.splitlines()) == 1
+    assert result.stderr.startswith("error: No such option: --model"), result.stderr
 
 
 # -- library defaults equal the command line's --------------------------------------------------------

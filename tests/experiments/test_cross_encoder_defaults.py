@@ -105,7 +105,7 @@ def test_task_adaptation_sweeps_of_unequal_length_pair_by_relative_depth(
 def test_task_adaptation_paper_cls_recipe_runs_with_vision_on_its_default(
     cross_reference: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """The README's §3.2 recipe: cls at lang 14 and vision 10 (vision has no cls: mean)."""
+    """The §3.2 recipe of docs/reproducing.md: cls at lang 14 and vision 10 (vision has no cls: mean)."""
     csv_path, manifest_path, _ = run_task_adaptation(TaskAdaptationConfig(
         cache=cross_reference("lxmert"), out=tmp_path, pooling="cls", layers="lang=14;vision=10", **SHORT))
     run = _run(manifest_path, "lxmert")

@@ -109,7 +109,7 @@ def test_lxmert_cache_golden_tree(cross_reference: Callable[[str], Path], h5_tre
 def test_uniter_cache_golden_header(
     cross_reference: Callable[[str], Path], tiny_uniter: Path, synthetic_regions: Path,
 ) -> None:
-    """The header fields cross-encoders add (cache.py's schema and README's cache section)."""
+    """The header fields cross-encoders add (cache.py's schema and docs/caches.md)."""
     from vlprobe.extract.cache.schema import COMPARED_FIELDS
     from vlprobe.provenance import sha256_file
 

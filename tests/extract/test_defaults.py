@@ -36,6 +36,10 @@ REFERENCE = {
     "blip-itm": ("Salesforce/blip-itm-base-coco", True),
 }
 
+#: Region models trained on another detector's features (ResNeXt-152 Detectron): no preset of the
+#: built-in detector stands in for them, so they need --regions.
+OTHER_DETECTOR = {"vilbert", "visualbert"}
+
 
 def adapters() -> dict[str, type[Adapter]]:
     out = {}
@@ -51,7 +55,7 @@ def test_every_adapter_declares_its_reference_checkpoint() -> None:
            for name, cls in adapters().items() if cls.reference_checkpoint is not None}
     assert got == REFERENCE
     for name, cls in adapters().items():
-        if cls.image_input == "regions":
+        if cls.image_input == "regions" and name not in OTHER_DETECTOR:
             assert cls.region_preset in PRESETS, name
         else:
             assert cls.region_preset is None, name
@@ -200,3 +204,12 @@ def test_a_sharded_region_model_needs_a_region_file(tmp_path: Path, small_data: 
     with pytest.raises(InputError, match=r"^regions: a sharded extraction of lxmert needs a region file"):
         extract(ExtractConfig(model="lxmert", checkpoint=str(tiny_lxmert), data_dir=small_data,
                               out=tmp_path / "c.h5", shard="0/2", device="cpu", progress=False))
+
+
+@pytest.mark.parametrize("model", sorted(OTHER_DETECTOR))
+def test_a_region_model_of_another_detector_needs_a_region_file(tmp_path: Path, small_data: Path, model: str) -> None:
+    # The checkpoint is not read: the missing region file is refused before the model loads.
+    with pytest.raises(InputError, match=rf"^regions: {model} was trained on region features that the built-in detector"):
+        extract(ExtractConfig(model=model, checkpoint=str(tmp_path / "any"), data_dir=small_data,
+                              out=tmp_path / "c.h5", device="cpu", progress=False))
+    assert not (tmp_path / "c.h5").exists()

@@ -198,16 +198,6 @@ def test_manifest_records_the_declaration(tmp_path: Path) -> None:
     json.dumps(m)
 
 
-def test_a_run_recorded_under_old_field_names_compares_with_a_new_one(tmp_path: Path) -> None:
-    """A config recorded before a rename (``seed``, ``model``, ``stream``) is read with today's names."""
-    old = {**TOY.record(_toy()), "seed": 0, "model": "clip", "stream": "text"}
-    for key in ("bootstrap_seed", "name", "streams"):
-        del old[key]
-    new = TOY.upgrade_record(old)
-    assert new["bootstrap_seed"] == 0 and new["name"] == "clip" and new["streams"] == ["text"]
-    assert "seed" not in new and "model" not in new and "stream" not in new
-
-
 # -- the command built from it -----------------------------------------------------------------------
 
 

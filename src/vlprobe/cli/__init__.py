@@ -3,8 +3,8 @@
 Bad input ends with one line on stderr (``error: ...``) and exit code 2, never a traceback.
 :mod:`.app` holds the typer app and its error handling; the commands live in one module per
 group (``ls``, ``extract``, ``fixtures``, ``regions``, ``experiments``, ``benchmarks``,
-``augment``, ``results``), each registering itself on the app when imported here. ``probe run NAME`` and its
-aliases (``probe eval``, ``probe refine``) are generated from the experiments' declarations
+``augment``, ``results``), each registering itself on the app when imported here. ``probe run NAME``,
+``probe eval NAME`` and ``probe refine`` are generated from the experiments' declarations
 (:mod:`.declared`). Command modules import the library lazily, inside the commands, so that
 ``probe --help`` and ``probe ls`` stay fast (no torch, no numpy).
 """

@@ -32,8 +32,8 @@ class OneLineErrors(DeclaredGroup):
     """A command group whose usage errors (unknown option, bad value) are one ``error:`` line.
 
     Typer/click would print a usage box; vlprobe promises one line and exit code 2 for every
-    kind of bad input, whether click or the library finds it. It also holds ``probe refine``,
-    the top-level name of ``probe run refine`` (built from its declaration).
+    kind of bad input, whether click or the library finds it. It also holds ``probe refine``
+    (built from its experiment's declaration).
     """
 
     declared: ClassVar[Mapping[str, str] | None] = {"refine": "refine"}

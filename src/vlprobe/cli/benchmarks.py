@@ -1,4 +1,4 @@
-"""``probe eval sugarcrepe|valse`` (the names of ``probe run sugarcrepe|valse``) and ``probe data info``."""
+"""``probe eval sugarcrepe|valse|aro`` (generated from the experiments' declarations) and ``probe data info``."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ from vlprobe.cli.app import guarded
 from vlprobe.cli.declared import declared_group
 from vlprobe.validation import InputError
 
+#: ``probe eval NAME`` -> the experiment it runs (these have no ``probe run NAME``).
+EVAL_COMMANDS = {"sugarcrepe": "sugarcrepe", "valse": "valse", "aro": "aro"}
 eval_app = typer.Typer(
-    name="eval", cls=declared_group({"sugarcrepe": "sugarcrepe", "valse": "valse", "aro": "aro"}, guarded), no_args_is_help=True,
+    name="eval", cls=declared_group(EVAL_COMMANDS, guarded), no_args_is_help=True,
     help="Score a benchmark (SugarCrepe, VALSE, ARO) with a model (or re-read saved scores): tidy CSV, per-item "
          "scores, manifest.",
 )

@@ -24,7 +24,6 @@ from vlprobe.cli._common import (
     _model_options,
     _names,
 )
-from vlprobe.cli.aliases import Renamed, renamed
 from vlprobe.cli.app import app, guarded
 
 cache_app = typer.Typer(name="cache", help="Inspect and merge activation caches.", no_args_is_help=True)
@@ -32,7 +31,6 @@ cache_app = typer.Typer(name="cache", help="Inspect and merge activation caches.
 
 @app.command("extract")
 @guarded
-@renamed(Renamed("--pooling", "poolings"), Renamed("--pairs", "pair_plan"), Renamed("--uniter-config", "model_config"))
 def extract_cmd(
     model: Annotated[str, typer.Option(help="Registered model adapter (see `probe ls models`).")],
     checkpoint: Annotated[

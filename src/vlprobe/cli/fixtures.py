@@ -20,7 +20,6 @@ from vlprobe.cli._common import (
     Subsets,
     _dataset_options,
 )
-from vlprobe.cli.aliases import Renamed, renamed
 from vlprobe.cli.app import guarded
 from vlprobe.validation import InputError
 
@@ -46,7 +45,6 @@ Untrained = Annotated[
 
 @fixtures_app.command("dataset")
 @guarded
-@renamed(Renamed("--items", "n_items"))
 def fixtures_dataset(
     out: Annotated[Path, typer.Option(help="Directory to write (new, or a previous synthetic dataset).")],
     n_items: Annotated[int, typer.Option(help="Number of items.")] = 40,
@@ -96,7 +94,6 @@ def fixtures_model(
 
 @fixtures_app.command("regions")
 @guarded
-@renamed(Renamed("--boxes", "n_boxes"))
 def fixtures_regions(
     data_dir: Annotated[Path, typer.Option(help="Local dataset copy (e.g. from `probe fixtures dataset`).")],
     out: RegionOut,
@@ -208,7 +205,6 @@ _train_command(
 
 @fixtures_app.command("testbed")
 @guarded
-@renamed(Renamed("--models", "models_dir"))
 def fixtures_testbed(
     out: Annotated[Path, typer.Option(help="Output folder (data, caches, results, report, logs).")],
     models_dir: Annotated[

@@ -61,7 +61,7 @@ class RecallConfig(BootstrapOptions, ProgressOption, ResultsOptions):
         None, role="input", help="A vlprobe cache with the full score matrix (a dual encoder, or --pair-plan all).",
     )
     scores: Path | None = option(
-        None, role="input", aliases=("--scores-file",),
+        None, role="input",
         help="A caption x image score matrix (.npy/.npz, canonical order) instead of a cache.",
     )
     ks: tuple[int, ...] = option((1, 2, 5, 10), parse=ints, check=_check_ks, metavar="K,K", help="k values.")

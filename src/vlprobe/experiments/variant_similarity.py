@@ -32,7 +32,7 @@ from vlprobe.data.bow import table_tags
 from vlprobe.experiments.cache_features import cache_label
 from vlprobe.progress import format_bytes, say
 from vlprobe.runs.charts import WINOGROUND_CHANCE, Chart
-from vlprobe.runs.declare import Alias, Experiment, floats, names, option
+from vlprobe.runs.declare import Experiment, floats, names, option
 from vlprobe.runs.option_groups import (
     BootstrapOptions,
     CacheInput,
@@ -71,14 +71,14 @@ class VariantSimilarityConfig(CacheInput, BootstrapOptions, ProgressOption, Resu
 
     cache: Path = CacheInput.redeclare("cache", help="A vlprobe Winoground cache extracted with --variants.")
     aggs: tuple[str, ...] = option(
-        AGGS, parse=names, choices=AGGS, check=_check_aggs, metavar="A,B", aliases=("--agg",),
+        AGGS, parse=names, choices=AGGS, check=_check_aggs, metavar="A,B",
         help="Aggregations over a caption's variants.",
     )
     lambdas: tuple[float, ...] = option(
         (0.0, 0.25, 0.5, 0.75, 1.0), parse=floats, check=_check_lambdas, metavar="L,L", help="Blend weights in [0, 1].",
     )
     variants_only: bool = option(
-        False, aliases=(Alias("--no-original", True),),
+        False,
         help="Aggregate over the caption's variants only (the paper's code includes the caption).",
     )
 

@@ -88,7 +88,7 @@ class WinogroundScoresConfig(BootstrapOptions, ProgressOption, ResultsOptions):
 
     cache: Path | None = option(None, role="input", help="A vlprobe cache of Winoground.")
     scores: Path | None = option(
-        None, role="input", aliases=("--scores-file",),
+        None, role="input",
         help="A score file instead of a cache: official model_scores JSONL ({label: <id>_c<k>_i<j>, score}), "
              "a vlprobe per-item score file, or a 2N x 2N caption x image .npy/.npz matrix.",
     )

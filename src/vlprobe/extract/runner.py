@@ -289,7 +289,10 @@ def _with_defaults(
     if adapter_cls.image_input == "regions" and config.regions is None:
         preset = adapter_cls.region_preset
         if preset is None:
-            raise RuntimeError(f"adapter bug: {adapter_cls.__name__} reads regions but declares no region_preset")
+            raise InputError(
+                f"regions: {config.model} was trained on region features that the built-in detector does not "
+                "make (no region_preset); give --regions FILE (`probe regions extract` or `probe regions import`)"
+            )
         if parse_shard(config.shard)[1] > 1:
             raise InputError(
                 f"regions: a sharded extraction of {config.model} needs a region file; make it first with "

@@ -42,8 +42,7 @@ if TYPE_CHECKING:
     from vlprobe.runs.charts import Chart
 
 __all__ = [
-    "TAKES_VALUE",
-    "Alias",
+    "REQUIRED",
     "DeclaredOption",
     "Experiment",
     "OptionSpec",
@@ -60,30 +59,10 @@ __all__ = [
 
 #: Key of a field's metadata that holds its :class:`OptionSpec`.
 METADATA_KEY = "vlprobe.option"
-#: An old spelling takes a value, as the option does (not an on/off flag that sets one).
-TAKES_VALUE: Any = object()
 C = TypeVar("C", bound="Options")
-
-
-@dataclass(frozen=True)
-class Alias:
-    """An old spelling of an option, kept hidden for one release with a note on stderr.
-
-    Attributes
-    ----------
-    flag : str
-        The old flag (``--scores-file``).
-    value : Any
-        For an old on/off flag (``--no-original``), the value it sets; by default the alias
-        takes a value as the option does.
-    """
-
-    flag: str
-    value: Any = TAKES_VALUE
-
-    @property
-    def takes_value(self) -> bool:
-        return self.value is TAKES_VALUE
+#: :meth:`Options.redeclare`'s default that makes an option required.
+REQUIRED: Any = dataclasses.MISSING
+_KEEP: Any = object()
 
 
 @dataclass(frozen=True)
@@ -96,7 +75,6 @@ class OptionSpec:
     check: Callable[[Any, str], Any] | None = None
     repeat: bool = False
     metavar: str | None = None
-    aliases: tuple[Alias, ...] = ()
     role: str = "setting"
     off: tuple[str, ...] = ()
 
@@ -118,7 +96,6 @@ def option(
     check: Callable[[Any, str], Any] | None = None,
     repeat: bool = False,
     metavar: str | None = None,
-    aliases: Sequence[str | Alias] = (),
     role: str = "setting",
     off: Sequence[str] = (),
 ) -> Any:
@@ -144,8 +121,6 @@ def option(
         :class:`~vlprobe.validation.InputError` naming ``param``.
     repeat : bool
         A repeatable option (``--image-root A --image-root B``) of a tuple field.
-    aliases : sequence of str or Alias
-        Old spellings, hidden and deprecated.
     role : {"setting", "input", "runtime", "output"}
         See :data:`ROLES`. Runtime and output options do not count when a rerun is compared
         with the recorded run.
@@ -155,8 +130,7 @@ def option(
     """
     spec = OptionSpec(
         help=help, parse=parse, choices=tuple(choices) if choices is not None else None, check=check,
-        repeat=repeat, metavar=metavar, aliases=tuple(a if isinstance(a, Alias) else Alias(a) for a in aliases),
-        role=role, off=tuple(off),
+        repeat=repeat, metavar=metavar, role=role, off=tuple(off),
     )
     if role not in ROLES:
         raise TypeError(f"option role must be one of {ROLES}, got {role!r}")
@@ -368,21 +342,23 @@ class Options:
         """Rules that involve several fields (override; raise InputError)."""
 
     @classmethod
-    def redeclare(cls, name: str, default: Any = dataclasses.MISSING, *, help: str | None = None,
-                  aliases: Sequence[str | Alias] | None = None) -> Any:
-        """Field ``name`` of this group with another default, help or old spellings, for a config
-        that inherits it.
+    def redeclare(cls, name: str, default: Any = _KEEP, *, help: str | None = None,
+                  choices: Sequence[Any] | None = None) -> Any:
+        """Field ``name`` of this group with another default, help or (fewer) choices, for a
+        config that inherits it.
 
         Write ``depth: int = MLPOptions.redeclare("depth", 3)`` in the config's body; the field
-        keeps its place, type, checks and group.
+        keeps its place, checks and group (the config's annotation gives its type: ``str | None``
+        with a default of None makes a required option optional). ``default=REQUIRED`` makes it
+        required.
         """
         f = cls.__dataclass_fields__[name]  # type: ignore[attr-defined]
         spec = f.metadata[METADATA_KEY]
         if help is not None:
             spec = dataclasses.replace(spec, help=help)
-        if aliases is not None:
-            spec = dataclasses.replace(spec, aliases=tuple(a if isinstance(a, Alias) else Alias(a) for a in aliases))
-        value = f.default if default is dataclasses.MISSING else default
+        if choices is not None:
+            spec = dataclasses.replace(spec, choices=tuple(choices))
+        value = f.default if default is _KEEP else default
         return field(default=value, metadata={METADATA_KEY: spec})
 
     def replace(self: C, **changes: Any) -> C:
@@ -649,7 +625,7 @@ class Experiment:
         from vlprobe.runs.writing import check_run_slot
 
         return check_run_slot(config.out, self.name, label, self.record(config), ignore=self.ignored_on_rerun(),
-                              upgrade=self.upgrade_record, settings=self.run_settings(config))
+                              settings=self.run_settings(config))
 
     def manifest(
         self, config: Any, inputs: Mapping[str, Mapping[str, Any]], seeds: Iterable[int] = (),
@@ -671,21 +647,7 @@ class Experiment:
         from vlprobe.runs.writing import write_results
 
         return write_results(config.out, self.name, label, rows, manifest, ignore=self.ignored_on_rerun(),
-                             upgrade=self.upgrade_record, settings=self.run_settings(config))
-
-    def upgrade_record(self, record: dict[str, Any]) -> dict[str, Any]:
-        """A config recorded under an old option's field name (``seed``, ``model``, ``stream``)
-        with today's names, so that reruns compare with runs recorded by the last release."""
-        out = dict(record)
-        current = {o.name: o for o in declared_options(self.config)}
-        for opt in current.values():
-            for alias in opt.spec.aliases:
-                old = alias.flag.lstrip("-").replace("-", "_")
-                if alias.takes_value and old in out and old not in current and opt.name not in out:
-                    value = out.pop(old)
-                    is_list = typing.get_origin(opt.base) is tuple
-                    out[opt.name] = [value] if is_list and value is not None and not isinstance(value, list) else value
-        return out
+                             settings=self.run_settings(config))
 
 
 def _option(cls: type, name: str) -> DeclaredOption:

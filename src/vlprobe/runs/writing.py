@@ -337,8 +337,7 @@ def _recorded_runs(manifest_path: Path) -> dict[str, Any]:
 
 def check_run_slot(
     out_dir: str | os.PathLike[str], experiment: str, model: str, config: Mapping[str, Any] | None,
-    *, ignore: Iterable[str] = RUN_NEUTRAL, upgrade: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-    settings: RunSettings | None = None,
+    *, ignore: Iterable[str] = RUN_NEUTRAL, settings: RunSettings | None = None,
 ) -> str:
     """The run's name (:meth:`RunSettings.key`); refuse to replace a recorded run of that name
     made from other inputs (module docstring).
@@ -350,8 +349,6 @@ def check_run_slot(
     ----------
     ignore : iterable of str
         Config fields not compared (runtime and output options, the label's own field).
-    upgrade : callable, optional
-        Maps a config recorded by an older release to today's field names before comparing.
     settings : RunSettings, optional
         The run's settings; the run is named by the label and the ones it changed.
 
@@ -378,8 +375,6 @@ def check_run_slot(
         old = recorded.get("config") if isinstance(recorded, dict) else None
         if config is None or not isinstance(old, dict):
             continue  # nothing recorded to compare against
-        if upgrade is not None:
-            old = upgrade(old)
         new = json.loads(json.dumps(dict(config), default=str))
         hashes = _input_hashes(recorded)
         differ = sorted(
@@ -430,7 +425,7 @@ def _same_input(old: Any, new: Any, hashes: Mapping[str, str]) -> bool:
 def write_results(
     out_dir: str | os.PathLike[str], experiment: str, model: str,
     rows: Iterable[Mapping[str, Any]], manifest: Mapping[str, Any], *, ignore: Iterable[str] = RUN_NEUTRAL,
-    upgrade: Callable[[dict[str, Any]], dict[str, Any]] | None = None, settings: RunSettings | None = None,
+    settings: RunSettings | None = None,
 ) -> tuple[Path, Path]:
     """Write ``OUT/<experiment>/<run>.csv`` (with the setting columns) and the run's entry of
     ``manifest.json`` (with ``run``, ``settings`` and ``settings_changed``).
@@ -443,15 +438,13 @@ def write_results(
     folder = Path(out_dir) / experiment
     manifest_path = folder / "manifest.json"
     if not folder.is_dir():  # a bad --out is refused before a folder is made (cheap: nothing recorded yet)
-        check_run_slot(out_dir, experiment, model, manifest.get("config"), ignore=ignore, upgrade=upgrade,
-                       settings=settings)
+        check_run_slot(out_dir, experiment, model, manifest.get("config"), ignore=ignore, settings=settings)
         ensure_folder(folder)
     # The manifest is read, changed and rewritten under its lock: a run of the same experiment
     # into the same folder at the same time (another process or thread) waits, and its entry is
     # added to the manifest this one wrote instead of being lost.
     with output_lock(manifest_path):
-        run = check_run_slot(out_dir, experiment, model, manifest.get("config"), ignore=ignore, upgrade=upgrade,
-                             settings=settings)
+        run = check_run_slot(out_dir, experiment, model, manifest.get("config"), ignore=ignore, settings=settings)
         runs = _recorded_runs(manifest_path)
         csv_path = write_tidy_csv(folder / f"{result_stem(run)}.csv", rows, settings)
         entry = dict(manifest)

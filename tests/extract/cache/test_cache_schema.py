@@ -13,6 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
+from tests.docs_text import doc_page
 from vlprobe.extract.cache.reader import ActivationCache
 from vlprobe.extract.cache.schema import (
     COMPARED_FIELDS,
@@ -572,12 +573,12 @@ def test_newer_versions_and_incomplete_headers_are_refused(
         ActivationCache(regions)
 
 
-def test_readme_table_is_made_from_the_declaration() -> None:
-    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
+def test_docs_table_is_made_from_the_declaration() -> None:
+    readme = doc_page("caches.md")
     start = readme.index("<!-- cache-root-attrs:")
     start = readme.index("\n", start) + 1
     stop = readme.index("<!-- /cache-root-attrs -->")
-    assert readme[start:stop] == root_attrs_table(), "regenerate the README table with root_attrs_table()"
+    assert readme[start:stop] == root_attrs_table(), "regenerate the table in docs/caches.md with root_attrs_table()"
     for a in ROOT_ATTRS:
         assert f"| `{a.name}` |" in readme
 

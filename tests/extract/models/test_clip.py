@@ -309,7 +309,7 @@ def test_load_bad_device(clip_dir: Path, device: str) -> None:
         CLIPAdapter.load(str(clip_dir), device=device)
 
 
-@pytest.mark.parametrize("dtype", ["bfloat16", "fp16", "float64", ""])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "float64", ""])
 def test_load_bad_dtype(clip_dir: Path, dtype: str) -> None:
     with pytest.raises(ValueError, match=r"^dtype must be one of float32, float16"):
         CLIPAdapter.load(str(clip_dir), dtype=dtype)

@@ -6,8 +6,8 @@ Root attributes (``/``): ``schema`` = ``"vlprobe-cache"`` and ``schema_version``
 same two names as vlprobe's region files), then the attributes declared once in this module:
 :class:`CacheHeader` (the settings that identify a run; all but ``checkpoint`` are compared on
 resume and merge) and :class:`CacheRecord` (what a run records without comparing it), each
-field with its type and meaning. :data:`ROOT_ATTRS` lists them; the README's table is made from
-it (:func:`root_attrs_table`). Lists and mappings are stored as JSON text, the rest as plain
+field with its type and meaning. :data:`ROOT_ATTRS` lists them; the documentation's table
+(``docs/caches.md``) is made from it (:func:`root_attrs_table`). Lists and mappings are stored as JSON text, the rest as plain
 HDF5 scalars. Older files still read, with the header fields added since at their defaults:
 version 1 (``vlprobe_schema`` = 1, without ``pair_states``, ``regions_fingerprint``,
 ``config_fingerprint``, ``tokenizer_fingerprint``, ``dataset_selection``), version 2
@@ -241,7 +241,7 @@ class AttrField:
     :class:`CacheRecord`)."""
 
     name: str
-    #: As the README names it: ``str``, ``bool``, ``int``, ``JSON list``, ``JSON object``.
+    #: As the documentation names it: ``str``, ``bool``, ``int``, ``JSON list``, ``JSON object``.
     type: str
     compared: bool
     doc: str
@@ -318,7 +318,8 @@ def _from_attrs(cls: type, attrs: Mapping[str, Any], version: int, where: str) -
 
 
 def root_attrs_table() -> str:
-    """The README's table of root attributes, made from :data:`ROOT_ATTRS` (a test compares them)."""
+    """The documentation's table of root attributes (``docs/caches.md``), made from :data:`ROOT_ATTRS`
+    (a test compares them)."""
     rows = ["| attribute | type | compared on resume | meaning |", "|---|---|---|---|"]
     for a in ROOT_ATTRS:
         doc = re.sub(r'"[^"]*"', lambda m: f"`{m.group(0)}`", a.doc)  # literals as code

@@ -171,7 +171,8 @@ class Adapter(ABC):
     reference_checkpoint: ClassVar[ReferenceCheckpoint | None] = None
     #: Models that read regions: the box-selection preset of the features the model was trained
     #: on (:mod:`vlprobe.extract.regions.detector.presets`), used when ``probe extract`` makes the
-    #: regions itself.
+    #: regions itself. None for a model whose features came from another detector (ViLBERT's and
+    #: VisualBERT's ResNeXt-152 Detectron models): ``--regions`` must then be given.
     region_preset: ClassVar[str | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -189,10 +189,14 @@ def _device(device: str | torch.device) -> torch.device:
 
 
 def _dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """float32 or float16: bfloat16's 8-bit mantissa would move box scores across the selection
+    thresholds, so the detector refuses it although the models take it."""
     if isinstance(dtype, torch.dtype):
         if dtype not in (torch.float32, torch.float16):
-            raise DetectorInputError(f"dtype must be float32 or float16, got {dtype}")
+            raise DetectorInputError(f"dtype must be one of float32, float16 (the detector's), got {dtype}")
         return dtype
+    if dtype == "bfloat16":
+        raise DetectorInputError("dtype must be one of float32, float16 (the detector's), got 'bfloat16'")
     from vlprobe.devices import resolve_dtype
 
     return resolve_dtype(dtype)
