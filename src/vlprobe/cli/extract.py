@@ -14,6 +14,8 @@ from vlprobe.cli._common import (
     DataDir,
     Dataset,
     Device,
+    ImageDir,
+    ImageRoot,
     Limit,
     ModelConfig,
     ModelOption,
@@ -73,10 +75,8 @@ def extract_cmd(
             help="Cross-encoders: store pair states besides scores (default: yes for --pair-plan item, no for all).",
         ),
     ] = None,
-    image_dir: Annotated[Path | None, typer.Option(help="SugarCrepe: the COCO val2017 image folder (pixel models).")] = None,
-    image_root: Annotated[
-        list[str] | None, typer.Option(help="VALSE: SOURCE=DIR per image source, repeatable; a bare DIR for all (pixel models).")
-    ] = None,
+    image_dir: ImageDir = None,
+    image_root: ImageRoot = None,
     subsets: Subsets = None,
     limit: Limit = None,
     all_items: AllItems = False,

@@ -98,10 +98,11 @@ def fixtures_regions(
     data_dir: Annotated[Path, typer.Option(help="Local dataset copy (e.g. from `probe fixtures dataset`).")],
     out: RegionOut,
     dataset: Dataset = "winoground",
-    n_boxes: Annotated[int | None, typer.Option(help="Boxes per image (the maximum with --min-boxes); default 36.")] = None,
+    boxes: Annotated[str | None, typer.Option(
+        metavar="N|MIN:MAX", help="Boxes per image: N (exactly) or MIN:MAX (each image a seeded count); default 36.",
+    )] = None,
     dim: Annotated[int, typer.Option(help="Feature width.")] = 2048,
     seed: Seed = 0,
-    min_boxes: Annotated[int | None, typer.Option(help="Vary the box count per image from this to --n-boxes.")] = None,
     dtype: Annotated[str, typer.Option(help="float32 | float16")] = "float32",
     subsets: Subsets = None,
     limit: Limit = None,
@@ -119,7 +120,7 @@ def fixtures_regions(
     if oracle:
         from vlprobe.fixtures.oracle_regions import oracle_regions
 
-        given = [name for name, v in (("--n-boxes", n_boxes), ("--min-boxes", min_boxes), ("--subsets", subsets),
+        given = [name for name, v in (("--boxes", boxes), ("--subsets", subsets),
                                       ("--limit", limit)) if v is not None]
         if given or all_items or dataset != "winoground":
             wrong = given[0] if given else "--all-items" if all_items else f"--dataset {dataset}"
@@ -134,8 +135,13 @@ def fixtures_regions(
         typer.echo(f"wrote oracle region features for {n} images to {path} (shapes + {background_boxes} "
                    f"background boxes, dim {dim}, noise {noise}, seed {seed})")
         return
-    n_boxes = 36 if n_boxes is None else n_boxes
+    from vlprobe.extract.regions.extraction import parse_boxes
     from vlprobe.fixtures.regions import random_regions_for_dataset
+
+    least, n_boxes = parse_boxes(boxes) if boxes is not None else (36, 36)
+    if not 1 <= least <= n_boxes:
+        raise InputError(f"boxes: expected N >= 1 or MIN:MAX with 1 <= MIN <= MAX, got {boxes!r}")
+    min_boxes = least if least != n_boxes else None
 
     path = random_regions_for_dataset(
         out, data_dir, dataset=dataset, n_boxes=n_boxes, dim=dim, seed=seed, min_boxes=min_boxes, dtype=dtype,

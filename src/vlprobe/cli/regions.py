@@ -12,6 +12,8 @@ from vlprobe.cli._common import (
     AllItems,
     AsJson,
     Device,
+    ImageDir,
+    ImageRoot,
     Limit,
     Progress,
     RegionFile,
@@ -46,10 +48,8 @@ def regions_extract(
         "Run block K of N (K/N), or auto: K/N from Slurm, torchrun, accelerate or MPI, written to "
         "OUT's <stem>.shard-K-of-N.h5; join with `probe regions merge`."))] = "0/1",
     progress: Progress = True,
-    image_dir: Annotated[Path | None, typer.Option(help="SugarCrepe: the COCO val2017 image folder.")] = None,
-    image_root: Annotated[
-        list[str] | None, typer.Option(help="VALSE: SOURCE=DIR per image source, repeatable; a bare DIR for all.")
-    ] = None,
+    image_dir: ImageDir = None,
+    image_root: ImageRoot = None,
     subsets: Subsets = None,
     limit: Limit = None,
     all_items: AllItems = False,
