@@ -437,10 +437,11 @@ SPECIFIC: list[Row] = [
         "collect", _folder(w / "empty"), "--out", w / "all.csv"])),
     Row("plot", "unknown subset", _missing("'nope'", lambda k, w: [
         "plot", k.results_csv, "--out", w / "p.png", "--subset", "nope"])),
-    Row("plot", "a folder given for the CSV", _missing("is a folder", lambda k, w: [
+    Row("plot", "a folder without results given for the CSV", _missing("holds no vlprobe results", lambda k, w: [
         "plot", _folder(w / "x.csv"), "--out", w / "p.png"])),
-    Row("run winoground-scores", "a folder given for the cache", _missing("is a folder", lambda k, w: [
-        "run", "winoground-scores", "--cache", _folder(w / "c.h5"), "--out", w / "res"])),
+    Row("run winoground-scores", "a folder without caches given for the cache", _missing(
+        "holds no finished activation cache", lambda k, w: [
+            "run", "winoground-scores", "--cache", _folder(w / "c.h5"), "--out", w / "res"])),
     # the testbed's commands
     Row("fixtures train clip", "evaluation split as training data", _missing("evaluation split", lambda k, w: [
         "fixtures", "train", "clip", "--data-dir", k.syn, "--out", w / "m", "--steps", 1, "--device", "cpu"])),

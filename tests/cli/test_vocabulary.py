@@ -7,7 +7,9 @@ The rules, checked by :func:`check_command` on every command of ``probe``:
    repeatable one possibly in the singular (``--model-option`` sets ``model_options``);
 2. the field exists on the command's library side (an experiment's config, ``ExtractConfig``,
    ``AugmentConfig``, or the function the command calls);
-3. the command line's default, parsed as the command parses it, equals the library's default;
+3. the command line's default, parsed as the command parses it, equals the library's default (an
+   experiment's ``--cache`` is optional: not given, the experiment runs on every cache under
+   ``caches/``, :mod:`vlprobe.runs.each_cache`);
 4. shared concepts have one spelling: a banned synonym (``--stream``, ``--scores-file``, ``--pairs``,
    ...) never appears, a bootstrap's seed is ``--bootstrap-seed``, ``--model`` is a registered
    model, ``--device`` defaults to ``auto``, ``--streams`` and ``--poolings`` take lists, ``--pooling``
@@ -36,6 +38,7 @@ from typer.testing import CliRunner
 from vlprobe.cli import app
 from vlprobe.cli.declared import command_function
 from vlprobe.runs.declare import Experiment, declared_options, key_values, names, option
+from vlprobe.runs.each_cache import CACHE_OPTION
 from vlprobe.runs.option_groups import (
     BootstrapOptions,
     ResultsOptions,
@@ -241,7 +244,9 @@ def check_command(path: tuple[str, ...], cmd: Any, target: Target,
             continue
         lib = target.params[p.name]  # rule 3
         if lib is REQUIRED:
-            if not p.required and not _allowed(path, flag, allow):
+            # an experiment's cache: not given, the experiment runs on every cache under caches/
+            each_cache = p.name == CACHE_OPTION and hasattr(cmd.callback, "vlprobe_experiment")
+            if not p.required and not each_cache and not _allowed(path, flag, allow):
                 problems.append(f"{where}: {flag} is optional but the library requires {p.name!r}")
         else:
             cli = target.parse.get(p.name, lambda v: v)(p.default)

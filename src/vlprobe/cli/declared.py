@@ -155,11 +155,16 @@ def command_function(exp: Any, wrap: Wrap = _unwrapped) -> Callable[..., None]:
     then the options given), runs the experiment and prints the report. ``wrap`` goes around it
     (the app's error handling).
     """
+    from vlprobe.runs.each_cache import CACHE_OPTION
+
     options = exp.options()
+    # ``--cache`` not given (or a folder): the experiment runs on every cache of the folder
+    # (vlprobe.runs.each_cache), so the command line asks for no cache.
+    each_cache = any(o.name == CACHE_OPTION for o in options)
     params = [context_parameter()] + [
         inspect.Parameter(
             o.name, inspect.Parameter.KEYWORD_ONLY, annotation=_annotation(o, exp.name),
-            default=inspect.Parameter.empty if o.required else o.cli_default(),
+            default=None if o.name == CACHE_OPTION else inspect.Parameter.empty if o.required else o.cli_default(),
         )
         for o in options
     ]
@@ -184,7 +189,11 @@ def command_function(exp: Any, wrap: Wrap = _unwrapped) -> Callable[..., None]:
         ctx = values.pop(CONTEXT_PARAM)
         preset = _chosen_preset(values.pop("preset", None), [p for p in names if values.pop(p, False)])
         given = given_params(ctx) & set(values)
-        config = exp.make_config({o.name: o.from_cli(values[o.name]) for o in options}, preset=preset, given=given)
+        parsed = {o.name: o.from_cli(values[o.name]) for o in options}
+        if each_cache and _on_each_cache(parsed):
+            _run_each_cache(exp, parsed, preset, given)
+            return
+        config = exp.make_config(parsed, preset=preset, given=given)
         result = exp.run(config)
         if exp.report is not None:
             for line in exp.report(config, result):
@@ -199,6 +208,34 @@ def command_function(exp: Any, wrap: Wrap = _unwrapped) -> Callable[..., None]:
     return wrapped
 
 
+def _on_each_cache(values: Mapping[str, Any]) -> bool:
+    """No cache given (nor a score file instead), or a folder given as the cache."""
+    from vlprobe.runs.each_cache import CACHE_OPTION, INSTEAD_OF_CACHE
+
+    cache = values.get(CACHE_OPTION)
+    if cache is None:
+        return not any(values.get(k) is not None for k in INSTEAD_OF_CACHE)
+    return Path(cache).is_dir()
+
+
+def _run_each_cache(exp: Any, values: dict[str, Any], preset: str | None, given: set[str]) -> None:
+    """The experiment on every cache of the folder given as ``--cache`` (default ``caches/``):
+    each run's report, then one summary line per model; exit code 2 when a run was refused."""
+    from vlprobe.extract.defaults import CACHES_DIR
+    from vlprobe.runs.each_cache import CACHE_OPTION, run_on_caches, summary_lines
+    from vlprobe.validation import InputError
+
+    folder = Path(values.pop(CACHE_OPTION) or CACHES_DIR)
+    runs = run_on_caches(exp, values, folder, preset=preset, given=given - {CACHE_OPTION}, report=typer.echo)
+    typer.echo("")
+    for line in summary_lines(exp, runs):
+        typer.echo(line)
+    failed = [r for r in runs if not r.ok and not r.skipped]
+    if failed:
+        raise InputError(f"cache: {exp.name} failed on {len(failed)} of {len(runs)} caches under {folder} "
+                         f"({', '.join(str(r.cache.name) for r in failed)}; see above)")
+
+
 def _chosen_preset(preset: str | None, flags: list[str]) -> str | None:
     """The preset of ``--preset NAME`` or of its shorthand ``--NAME``; two different ones are refused."""
     from vlprobe.validation import InputError
@@ -211,6 +248,8 @@ def _chosen_preset(preset: str | None, flags: list[str]) -> str | None:
 
 def _annotation(opt: Any, experiment: str) -> Any:
     """``Annotated[type, typer.Option(...)]`` of one declared option."""
+    from vlprobe.runs.each_cache import CACHE_OPTION
+
     spec, base = opt.spec, opt.base
     flag = opt.flag
     decls = [flag]
@@ -228,9 +267,11 @@ def _annotation(opt: Any, experiment: str) -> Any:
         kind = base
     else:
         raise TypeError(f"option {opt.name}: declare a parser for type {opt.hint!r}")
-    if (opt.optional or opt.default is None) and base is not bool and not spec.repeat:
+    if (opt.optional or opt.default is None or opt.name == CACHE_OPTION) and base is not bool and not spec.repeat:
         kind = kind | None
     help_text = spec.help.replace("{experiment}", experiment)
+    if opt.name == CACHE_OPTION:
+        help_text += " A folder: every cache under it, one run per model; not given: every cache under caches/."
     metavar = spec.metavar
     if spec.choices is not None:
         if base is str and spec.parse is None:  # one value: the choices are the metavar

@@ -42,11 +42,12 @@ from vlprobe.provenance import sha256_file
 from vlprobe.runs.charts import Chart
 from vlprobe.runs.declare import Experiment, option
 from vlprobe.runs.option_groups import (
+    AllItemsOption,
     BootstrapOptions,
-    ModelLoadOptions,
+    ItemOptions,
+    ModelOptions,
     ProgressOption,
     ResultsOptions,
-    check_device,
 )
 from vlprobe.runs.printout import metric_lines
 from vlprobe.runs.score_files import (
@@ -65,7 +66,7 @@ from vlprobe.stats.metrics import (
     valse_counts,
     valse_metrics_batched,
 )
-from vlprobe.validation import InputError, check_float, check_positive_int, check_seed
+from vlprobe.validation import InputError, check_float, check_seed
 
 __all__ = ["BENCHMARKS", "EXPERIMENTS", "EvalConfig", "run_eval"]
 
@@ -102,34 +103,21 @@ VALSE_NOTES = {
 
 
 @dataclass(frozen=True, kw_only=True)
-class EvalConfig(ModelLoadOptions, BootstrapOptions, ProgressOption, ResultsOptions):
-    """One evaluation run (``probe eval sugarcrepe|valse`` builds this, then calls :func:`run_eval`).
+class EvalConfig(ModelOptions, ItemOptions, AllItemsOption, BootstrapOptions, ProgressOption, ResultsOptions):
+    """One evaluation run (``probe eval sugarcrepe|valse|aro`` builds this, then calls :func:`run_eval`).
 
     Give ``model`` (score the pairs now) or ``scores`` (a saved per-item score file).
     """
 
     benchmark: str = option(choices=BENCHMARKS, help="The benchmark: " + ", ".join(BENCHMARKS) + ".", role="input")
-    model: str | None = option(
-        None, role="input", help="Registered model (see `probe ls models`): clip, lxmert, uniter, blind-lm, ...",
+    model: str | None = ModelOptions.redeclare(  # type: ignore[assignment]  # optional here: or --scores
+        "model", None, help="Registered model (see `probe ls models`): clip, lxmert, uniter, blind-lm, ...",
     )
-    checkpoint: str | None = option(None, role="input", help="Checkpoint directory or hub id.")
     scores: Path | None = option(
         None, role="input",
         help="A saved per-item score file instead of a model: recompute the metrics.",
     )
-    data_dir: Path | None = option(None, role="input", help="Folder of the benchmark's JSON files.")
-    image_dir: Path | None = option(None, role="input", help="SugarCrepe: the COCO val2017 image folder.")
-    image_root: tuple[str, ...] = option(
-        (), repeat=True, role="input", metavar="[SOURCE=]DIR",
-        help="SOURCE=DIR per image source, repeatable; a bare DIR for all. VALSE: visual7w, coco2017, coco2014, "
-             "swig, visdial; ARO: vg, coco, flickr30k.",
-    )
-    # The item selection is part of the input: a rerun with another one under the same name is refused.
-    subsets: str | None = option(
-        None, role="input", metavar="A,B", help="Comma-separated subsets (file stems); default all.",
-    )
-    limit: int | None = option(None, check=check_positive_int, role="input", help="First N items per subset (quick runs).")
-    all_items: bool = option(False, role="input", help="VALSE: keep invalid items too.")
+    data_dir: Path | None = ItemOptions.redeclare("data_dir", help="Folder of the benchmark's JSON files.")
     order_seed: int = option(0, check=check_seed, help="ARO: seed of the order subsets' caption perturbations.")
     spacy_model: str | None = option(
         None, role="input", help="ARO: the spaCy pipeline tagging the order subsets' nouns and adjectives "
@@ -149,16 +137,8 @@ class EvalConfig(ModelLoadOptions, BootstrapOptions, ProgressOption, ResultsOpti
     acceptable_label: str | None = option(
         None, help="blind-grammar: the label (name or index) meaning acceptable.",
     )
-    batch_size: int = option(32, check=check_positive_int, role="runtime", help="Pairs or texts per forward pass.")
-    device: str = option(
-        "auto", check=check_device, role="runtime", help="cpu, cuda, cuda:N, mps or auto (the manifest records the one used).",
-    )
-    dtype: str = option("float32", choices=("float32", "float16"), help="Weights' dtype.")
-    #: Cross-encoders that read regions (LXMERT, UNITER); the config file and tokenizer: ModelLoadOptions.
-    regions: Path | None = option(
-        None, role="input", help="lxmert/uniter: region features (vlprobe HDF5) keyed by the benchmark's image names.",
-    )
-
+    batch_size: int = ModelOptions.redeclare("batch_size", help="Pairs or texts per forward pass.")
+    dtype: str = ModelOptions.redeclare("dtype", choices=("float32", "float16"))
 
 
 def _subset_of(item_id: str, benchmark: str, known: tuple[str, ...], param: str) -> str:
