@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -32,7 +32,9 @@ cache_app = typer.Typer(name="cache", help="Inspect and merge activation caches.
 @app.command("extract")
 @guarded
 def extract_cmd(
-    model: Annotated[str, typer.Option(help="Registered model adapter (see `probe ls models`).")],
+    model: Annotated[
+        str | None, typer.Option(help="Registered model adapter (see `probe ls models`); or give --models.")
+    ] = None,
     checkpoint: Annotated[
         str | None,
         typer.Option(help="Local checkpoint directory or hub id (default: $VLPROBE_<MODEL>_CHECKPOINT, else the "
@@ -80,12 +82,23 @@ def extract_cmd(
     subsets: Subsets = None,
     limit: Limit = None,
     all_items: AllItems = False,
+    models: Annotated[Path | None, typer.Option(help=(
+        "A models file (TOML, [models.NAME] with model, checkpoint, options) instead of --model: each model "
+        "extracted into OUT/<name>-<dataset>.h5 (OUT: a folder, default caches/), each resumed as one run is."))] = None,
 ) -> None:
     """Run a model over a dataset and cache layer-wise states and scores to HDF5."""
     from vlprobe.extract.runner import ExtractConfig, extract
+    from vlprobe.validation import InputError
 
+    if (model is None) == (models is None):
+        raise InputError("model: give a registered model (--model) or a models file (--models), one of them")
+    if models is not None:
+        given = [n for n, v in (("checkpoint", checkpoint), ("regions", regions), ("model_config", model_config),
+                                ("tokenizer", tokenizer), ("model_options", model_options)) if v]
+        if given:
+            raise InputError(f"{given[0]}: give it per model in the models file ({models}), not beside models")
     config = ExtractConfig(
-        model=model, checkpoint=checkpoint, out=out, dataset=dataset, data_dir=data_dir, tags=tags,
+        model=model or "", checkpoint=checkpoint, out=out, dataset=dataset, data_dir=data_dir, tags=tags,
         variants=variants, layers=layers, poolings=_names(poolings), batch_size=batch_size,
         device=device, dtype=dtype, shard=shard, pair_plan=pair_plan, progress=progress,
         regions=regions, model_config=model_config, tokenizer=tokenizer, pair_states=pair_states,
@@ -93,7 +106,16 @@ def extract_cmd(
         dataset_options=_dataset_options(image_dir=image_dir, image_root=list(image_root) if image_root else None,
                                          subsets=subsets, limit=limit, all_items=all_items),
     )
-    result = extract(config)
+    if models is not None:
+        from vlprobe.runs.model_lists import extract_models
+
+        for result in extract_models(models, config, out, echo=typer.echo if progress else None):
+            _echo_result(result)
+        return
+    _echo_result(extract(config))
+
+
+def _echo_result(result: Any) -> None:
     done = ", ".join(f"{s} {result.rows_written[s]}/{result.rows_total[s]} rows" for s in result.rows_total)
     typer.echo(f"wrote {result.path} ({done} computed this run, {result.seconds:.1f} s)")
     if result.defaults:
