@@ -297,7 +297,8 @@ def _target(path: tuple[str, ...], cmd: Any, hand: dict[tuple[str, ...], Target]
 
         return experiment_target(EXPERIMENTS.get(exp))
     assert path in hand, f"probe {' '.join(path)}: add its library side to hand_written_targets()"
-    return hand[path]
+    declared = getattr(cmd.callback, "vlprobe_declared", ())  # options from a declaration (declared_options_of)
+    return dataclasses.replace(hand[path], declared={o.name: o for o in declared}) if declared else hand[path]
 
 
 HAND = hand_written_targets()
