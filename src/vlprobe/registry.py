@@ -233,6 +233,11 @@ DATASETS.register(
     "aro", "vlprobe.data.aro:load_aro",
     help="ARO: VG-Relation, VG-Attribution (cropped VG images), COCO-Order, Flickr30k-Order (authors' JSON files)",
 )
+# 2x2 benchmarks after SugarCrepe (keep these lines together)
+DATASETS.register(
+    "mmvp-vlm", "vlprobe.data.mmvp_vlm:load_mmvp_vlm",
+    help="MMVP-VLM: 135 statement pairs x 2 images in 9 categories (Questions.csv + 'MLLM_VLM Images/')",
+)
 MODELS.register(
     "blind-lm", "vlprobe.extract.models.blind:CausalLMScorer",
     help="Blind baseline: token-normalised log-likelihood of the caption under any HF causal LM",
@@ -272,6 +277,11 @@ EXPERIMENTS.register(
 EXPERIMENTS.register(
     "aro", "vlprobe.experiments.benchmark_eval:ARO",
     help="ARO macro accuracy (VG-Relation, VG-Attribution) and Precision@1 (COCO/Flickr30k-Order) (`probe eval aro`)",
+)
+# 2x2 benchmarks after SugarCrepe (keep these lines together)
+EXPERIMENTS.register(
+    "mmvp-vlm", "vlprobe.experiments.benchmark_eval:MMVP_VLM",
+    help="MMVP-VLM pair accuracy per category and their mean (`probe eval mmvp-vlm`)",
 )
 EXPERIMENTS.register(
     "refine", "vlprobe.experiments.refine:EXPERIMENT",

@@ -18,6 +18,9 @@ aro        ``visual_genome_relation.json`` and ``visual_genome_attribution.json`
            ``flickr30k_test.json`` (n images x 5; ``flickr30k/flickr30k-images/<id>.jpg``);
            ``image_root``: ``coco=<out>/coco``, ``flickr30k=<out>/flickr30k`` (``vg`` is the
            default ``<out>/images``)
+mmvp-vlm   ``Questions.csv`` (header, then ``n`` pairs of rows ``qid,type,statement``, at most
+           135; ids 1, 2, 3, ...; categories by position, 15 pairs each) and
+           ``MLLM_VLM Images/<type>/<qid>.jpg``
 =========  ======================================================================================
 """
 
@@ -152,8 +155,31 @@ def _aro(w: _Writer, rng: np.random.Generator, n: int) -> None:
     w.json("flickr30k_test.json", flickr)
 
 
+def _mmvp_vlm(w: _Writer, rng: np.random.Generator, n: int) -> None:
+    from vlprobe.data.mmvp_vlm import (
+        MMVP_CATEGORIES,
+        MMVP_CSV,
+        MMVP_IMAGES,
+        MMVP_PAIRS_PER_CATEGORY,
+    )
+
+    n = min(n, len(MMVP_CATEGORIES) * MMVP_PAIRS_PER_CATEGORY)
+    lines = ["Question ID,Type,Statement"]
+    colours = list(COLOURS)
+    for p in range(n):
+        qtype = MMVP_CATEGORIES[p // MMVP_PAIRS_PER_CATEGORY]
+        a, b = (colours[int(k)] for k in rng.choice(len(colours), 2, replace=False))
+        shape = SHAPES[int(rng.integers(len(SHAPES)))]
+        for k, colour in enumerate((a, b)):
+            qid = 2 * p + 1 + k
+            w.image(f"{MMVP_IMAGES}/{qtype}/{qid}.jpg", rng)
+            statement = f"the {shape} is {colour}"
+            lines.append(f'{qid},{qtype},"{statement}"' if "," in statement else f"{qid},{qtype},{statement}")
+    w.text(MMVP_CSV, "\n".join(lines) + "\n")
+
+
 #: Format -> writer of its files.
-_WRITERS: dict[str, Callable[[_Writer, np.random.Generator, int], None]] = {"aro": _aro}
+_WRITERS: dict[str, Callable[[_Writer, np.random.Generator, int], None]] = {"aro": _aro, "mmvp-vlm": _mmvp_vlm}
 FIXTURE_FORMATS: tuple[str, ...] = tuple(_WRITERS)
 
 

@@ -73,7 +73,7 @@ __all__ = ["BENCHMARKS", "EXPERIMENTS", "EvalConfig", "run_eval"]
 #: The two-text benchmarks with their own code path here, then those evaluated through a
 #: :class:`~vlprobe.experiments.benchmark_specs.BenchmarkSpec`.
 PAIRED = ("sugarcrepe", "valse")
-BENCHMARKS = (*PAIRED, "aro")
+BENCHMARKS = (*PAIRED, "aro", "mmvp-vlm")
 #: Why a run has no bag-of-words slices.
 BOW_NEEDS_CAPTIONS = "the bag-of-words slices need the captions: give data_dir (--data-dir) with a score file"
 #: What each VALSE pairwise metric compares (recorded in the manifest).
@@ -572,4 +572,6 @@ EXPERIMENTS = {
                                     chance={"acc_r": 50.0, "auroc": 50.0, "acc": 50.0, "acc_r_valse": 50.0})),
 }
 EXPERIMENTS["aro"] = _spec_experiment("aro", 1, (), ("macro_accuracy", "precision_at_1"))
+EXPERIMENTS["mmvp-vlm"] = _spec_experiment("mmvp-vlm", 1, ("image_root", *_ONLY_ARO), ("pair_accuracy",))
 SUGARCREPE, VALSE, ARO = EXPERIMENTS["sugarcrepe"], EXPERIMENTS["valse"], EXPERIMENTS["aro"]
+MMVP_VLM = EXPERIMENTS["mmvp-vlm"]

@@ -23,6 +23,7 @@ from vlprobe.stats.benchmark_metrics import (
     ARO_MIN_ATTRIBUTE_ITEMS,
     first_is_best,
     macro_accuracy,
+    mmvp_pair_right,
     pair_right,
 )
 from vlprobe.stats.metrics import bootstrap_indices, ci95_rows
@@ -53,6 +54,9 @@ class BenchmarkSpec:
         ``(metric)`` or ``(subset, metric)`` key -> the note column of its rows.
     chance : dict of str to float
         Metric -> chance level in percent (for the chart), where one fits every subset.
+    summary : str
+        The scope of the unweighted mean over the run's subsets of each metric (MMVP-VLM's
+        average over its categories), "" for none.
     """
 
     name: str
@@ -62,6 +66,7 @@ class BenchmarkSpec:
     group_tag: dict[str, str] = field(default_factory=dict)
     notes: dict[Any, str] = field(default_factory=dict)
     chance: dict[str, float] = field(default_factory=dict)
+    summary: str = ""
 
     def note(self, subset: str, metric: str) -> str:
         return self.notes.get((subset, metric), self.notes.get(metric, ""))
@@ -109,8 +114,35 @@ ARO = BenchmarkSpec(
     chance={"macro_accuracy": 50.0, "accuracy": 50.0, "precision_at_1": 20.0},
 )
 
+# -- MMVP-VLM ----------------------------------------------------------------------------------------
+
+
+def _mmvp_outcomes(subset: str, scores: np.ndarray) -> dict[str, np.ndarray]:
+    return {"correct": mmvp_pair_right(scores)}
+
+
+def _mmvp_metrics(subset: str, out: Mapping[str, np.ndarray], groups: np.ndarray) -> dict[str, np.ndarray]:
+    return {"pair_accuracy": out["correct"].astype(np.float64).mean(axis=-1)}
+
+
+def _mmvp() -> BenchmarkSpec:
+    from vlprobe.data.mmvp_vlm import MMVP_SUBSETS
+
+    tie = ("both statements pick their own image (MMVP's evaluate_vlm.py: softmax over the two images > 0.5 "
+           "picks image 1, else image 2; a tie is wrong for statement 1, right for statement 2)")
+    return BenchmarkSpec(
+        "mmvp-vlm", MMVP_SUBSETS, _mmvp_outcomes, _mmvp_metrics,
+        notes={"pair_accuracy": "pairs whose " + tie,
+               ("mean-of-subsets", "pair_accuracy"): "unweighted mean over the categories evaluated (the paper's "
+                                                     "average over its nine); " + tie},
+        chance={"pair_accuracy": 25.0}, summary="mean-of-subsets",
+    )
+
+
+MMVP_VLM = _mmvp()
+
 #: The benchmarks ``probe eval`` evaluates through a spec.
-SPECS: dict[str, BenchmarkSpec] = {s.name: s for s in (ARO,)}
+SPECS: dict[str, BenchmarkSpec] = {s.name: s for s in (ARO, MMVP_VLM)}
 
 
 # -- rows --------------------------------------------------------------------------------------------
@@ -166,9 +198,16 @@ def spec_rows(
             rows.append({**row, "metric": metric, "value": 100.0 * float(value), **({"note": note} if note else {})})
             rows.extend(ci95_rows(row, metric, 100.0 * np.asarray(boot[metric]).reshape(-1), seed))
 
+    summary: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
     for subset in dict.fromkeys(sub.tolist()):
         cols = np.flatnonzero(sub == subset)
         emit(subset, subset, cols)
+        if spec.summary:
+            at = _resamples(cols, strata, n_boot, seed)
+            point = spec.metrics(subset, {k: v[cols] for k, v in outcomes.items()}, grp[cols])
+            boot = spec.metrics(subset, {k: v[at] for k, v in outcomes.items()}, grp[cols])
+            for metric, value in point.items():
+                summary.setdefault(metric, []).append((np.asarray(value), np.asarray(boot[metric]).reshape(-1)))
         tag = spec.group_tag.get(subset)
         if tag:
             for g in sorted(dict.fromkeys(grp[cols].tolist())):
@@ -185,4 +224,10 @@ def spec_rows(
                 scols = cols[slice_values[cols] == v]
                 if len(scols):
                     emit(f"{subset}/bow={v}", subset, scols)
+    for metric, parts in summary.items():  # each subset's value from its own resamples, then their mean
+        row = {**base, "subset": spec.summary, "n": len(sub)}
+        note = spec.note(spec.summary, metric)
+        mean = float(np.mean([p for p, _ in parts]))
+        rows.append({**row, "metric": metric, "value": 100.0 * mean, **({"note": note} if note else {})})
+        rows.extend(ci95_rows(row, metric, 100.0 * np.mean([b for _, b in parts], axis=0), seed))
     return rows, strata

@@ -24,6 +24,12 @@ retrieval set ``[caption, *hard negatives]``; its rank is its position in
 ``torch.argsort(scores, descending=True)``, a sort that keeps equal scores in input order on the
 CPU (checked with torch 2.x): the rank is the number of negatives scoring strictly higher, **a tie
 goes to the caption** (:func:`rank_of_first`). Recall@k = mean(rank < k).
+
+MMVP-VLM (tsb0601/MMVP, ``scripts/evaluate_vlm.py``): each statement's two image logits go through
+a softmax and the statement picks image 1 iff its probability is ``> 0.5``, else image 2; a pair
+is right iff both statements pick their own image (:func:`mmvp_pair_right`). Equal scores give
+0.5 and pick image 2: **a tie is wrong for the first statement and right for the second**. The
+script reports the percentage of right pairs per category; the paper's average is their mean.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ __all__ = [
     "first_is_best",
     "group_means",
     "macro_accuracy",
+    "mmvp_pair_right",
     "pair_right",
     "rank_of_first",
 ]
@@ -179,3 +186,26 @@ def macro_accuracy(
     if not used:
         return np.full(shape, np.nan), used
     return np.mean([means[name] for name in used], axis=0), used
+
+
+def mmvp_pair_right(scores: np.ndarray) -> np.ndarray:
+    """Per pair: both statements pick their own image, as MMVP's ``evaluate_vlm.py`` decides.
+
+    Parameters
+    ----------
+    scores : ndarray, shape (N, 2, 2)
+        ``[pair, statement, image]``; statement k matches image k.
+
+    Returns
+    -------
+    ndarray of bool, shape (N,)
+        Statement 0 right iff ``score[0, 0] > score[0, 1]`` (softmax probability of image 1
+        above 0.5); statement 1 right iff it does not pick image 1, ``score[1, 0] <= score[1, 1]``
+        (a tie picks image 2).
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    if s.ndim != 3 or s.shape[1:] != (2, 2):
+        raise InputError(f"scores must have shape (N, 2, 2) (pair, statement, image), got {s.shape}")
+    if np.isnan(s).any():
+        raise InputError("scores: some pair scores are missing (NaN)")
+    return (s[:, 0, 0] > s[:, 0, 1]) & ~(s[:, 1, 0] > s[:, 1, 1])
