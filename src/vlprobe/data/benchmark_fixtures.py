@@ -39,6 +39,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from vlprobe.io.atomic import atomic_path, atomic_write
+from vlprobe.io.paths import ensure_folder
 from vlprobe.validation import InputError, check_choice, check_int, check_positive_int, check_seed
 
 __all__ = ["FIXTURE_FORMATS", "write_benchmark_fixture"]
@@ -87,7 +88,7 @@ class _Writer:
 
     def _path(self, rel: str) -> Path:
         path = self.root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
+        ensure_folder(path.parent)
         self.files.append(rel)
         return path
 
@@ -257,7 +258,7 @@ def write_benchmark_fixture(
     image_size = check_int(image_size, "image_size", low=16, high=1024)
     root = Path(out)
     _check_out(root)
-    root.mkdir(parents=True, exist_ok=True)
+    ensure_folder(root)
     w = _Writer(root, fmt, n_items, seed, image_size)
     w.text("PROVENANCE.txt", f"{_MARK} (being written)\n")
     w.files.remove("PROVENANCE.txt")
