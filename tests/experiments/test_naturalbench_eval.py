@@ -150,3 +150,22 @@ def test_eval_with_clip_then_from_its_scores(nb_dir: Path, tiny_clip: Path, tmp_
     _, _, again = run_eval(cfg)
     for r in again:  # the scores round-trip through JSON text: the same floats, the same answers
         assert float(rows[(r["subset"], r["metric"])]["value"]) == pytest.approx(r["value"], abs=1e-9)
+
+
+def test_models_file_table(nb_dir: Path, tiny_clip: Path, tmp_path: Path) -> None:
+    models = tmp_path / "models.toml"
+    models.write_text(f'[models.tiny]\nrow = "Tiny CLIP"\nmodel = "clip"\ncheckpoint = "{tiny_clip}"\n\n'
+                      '[models.length]\nmodel = "caption-length"\n', encoding="utf-8")
+    result = CliRunner().invoke(app, [
+        "eval", "naturalbench", "--models", str(models), "--data-dir", str(nb_dir), "--limit", "3",
+        "--out", str(tmp_path / "out"), "--bootstrap", "0", "--device", "cpu", "--quiet"])
+    assert result.exit_code == 0, result.output
+    with open(tmp_path / "out" / "naturalbench" / "models.table.csv", encoding="utf-8", newline="") as fh:
+        table = list(csv.DictReader(fh))
+    assert [(r["name"], r["metric"]) for r in table if r["metric"] == "group_accuracy"] == [
+        ("tiny", "group_accuracy"), ("length", "group_accuracy")]
+    assert {"yes_no", "multiple_choice", "all"} <= set(table[0])
+    # caption length: both answers of a question differ in length by a fixed amount, so the answer is
+    # the same on both images and no question is right on both (Q-Acc and G-Acc 0)
+    length = {r["metric"]: float(r["all"]) for r in table if r["name"] == "length"}
+    assert length["question_accuracy"] == 0.0 and length["group_accuracy"] == 0.0
