@@ -73,7 +73,7 @@ __all__ = ["BENCHMARKS", "EXPERIMENTS", "EvalConfig", "run_eval"]
 #: The two-text benchmarks with their own code path here, then those evaluated through a
 #: :class:`~vlprobe.experiments.benchmark_specs.BenchmarkSpec`.
 PAIRED = ("sugarcrepe", "valse")
-BENCHMARKS = (*PAIRED, "aro", "mmvp-vlm")
+BENCHMARKS = (*PAIRED, "aro", "mmvp-vlm", "naturalbench")
 #: Why a run has no bag-of-words slices.
 BOW_NEEDS_CAPTIONS = "the bag-of-words slices need the captions: give data_dir (--data-dir) with a score file"
 #: What each VALSE pairwise metric compares (recorded in the manifest).
@@ -416,14 +416,14 @@ def _compute_spec(config: EvalConfig, slot: RunSlot) -> RunRows:
         at += k * j
     subsets = [it.meta["subset"] for it in items]
     groups = [(it.tags.get(spec.group_tag.get(it.meta["subset"], ""), ("",)) or ("",))[0] for it in items]
-    slices = [(bow_tag([t.text for t in it.captions]) or [""])[0] for it in items]
+    slices = [(bow_tag([t.text for t in it.captions]) or [""])[0] for it in items] if spec.bow else None
     base = {"experiment": config.benchmark, "model": slot.label, "task": "target", "split": "test"}
     rows, _ = spec_rows(spec, subsets, groups, mats, base, config.bootstrap, config.bootstrap_seed, slices)
     sub = np.asarray(subsets)
     extra = {
         "units": units_of(rows), "model": slot.label, "n_items": len(items), "score_kind": score_kind,
         "model_info": info, "items_per_subset": {s: int((sub == s).sum()) for s in dict.fromkeys(subsets)},
-        "bow_slices": {
+        "bow_slices": "none: the texts differ by design (the answers)" if slices is None else {
             "definition": "bow=same: every text of the item holds the first one's multiset of lowercased "
                           "[a-z0-9']+ words",
             "items": {v: int(sum(x == v for x in slices)) for v in ("same", "different")}},
@@ -688,4 +688,7 @@ EXPERIMENTS: dict[str, BenchmarkExperiment] = {
 EXPERIMENTS["aro"] = _spec_experiment("aro", 1, (), ("macro_accuracy", "precision_at_1"))
 EXPERIMENTS["mmvp-vlm"] = _spec_experiment("mmvp-vlm", 1, ("image_root", *_ONLY_ARO), ("pair_accuracy",))
 SUGARCREPE, VALSE, ARO = EXPERIMENTS["sugarcrepe"], EXPERIMENTS["valse"], EXPERIMENTS["aro"]
-MMVP_VLM = EXPERIMENTS["mmvp-vlm"]
+EXPERIMENTS["naturalbench"] = _spec_experiment(
+    "naturalbench", 1, ("image_root", *_ONLY_ARO),
+    ("question_accuracy", "image_accuracy", "binary_accuracy", "group_accuracy"))
+MMVP_VLM, NATURALBENCH = EXPERIMENTS["mmvp-vlm"], EXPERIMENTS["naturalbench"]
