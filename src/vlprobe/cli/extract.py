@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -28,7 +28,14 @@ class ExtractOptions(ModelOptions, DatasetOptions, ProgressOption):
     """``probe extract``'s options: the model-loading group, the dataset and its items, and what
     to store (:class:`~vlprobe.extract.runner.ExtractConfig` is the library side)."""
 
-    model: str = ModelOptions.redeclare("model", help="Registered model adapter (see `probe ls models`).")
+    model: str | None = ModelOptions.redeclare(  # type: ignore[assignment]  # optional here: or --models
+        "model", None, help="Registered model adapter (see `probe ls models`); or give --models.",
+    )
+    models: Path | None = option(
+        None, role="input",
+        help="A models file (TOML, [models.NAME] with model, checkpoint, options) instead of --model: each model "
+             "extracted into OUT/<name>-<dataset>.h5 (OUT: a folder, default caches/), each resumed as one run is.",
+    )
     checkpoint: str | None = ModelOptions.redeclare(
         "checkpoint", help="Local checkpoint directory or hub id (default: $VLPROBE_<MODEL>_CHECKPOINT, else the "
                            "checkpoint the papers used, e.g. unc-nlp/lxmert-base-uncased; UNITER's uniter-base.pt "
@@ -67,16 +74,32 @@ class ExtractOptions(ModelOptions, DatasetOptions, ProgressOption):
 def extract_cmd(options: ExtractOptions) -> None:
     """Run a model over a dataset and cache layer-wise states and scores to HDF5."""
     from vlprobe.extract.runner import ExtractConfig, extract
+    from vlprobe.validation import InputError
 
     o = options
+    if (o.model is None) == (o.models is None):
+        raise InputError("model: give a registered model (--model) or a models file (--models), one of them")
+    if o.models is not None:
+        given = [n for n in ("checkpoint", "regions", "model_config", "tokenizer", "model_options") if getattr(o, n)]
+        if given:
+            raise InputError(f"{given[0]}: give it per model in the models file ({o.models}), not beside models")
     config = ExtractConfig(
-        model=o.model, checkpoint=o.checkpoint, out=o.out, dataset=o.dataset, data_dir=o.data_dir, tags=o.tags,
+        model=o.model or "", checkpoint=o.checkpoint, out=o.out, dataset=o.dataset, data_dir=o.data_dir, tags=o.tags,
         variants=o.variants, layers=o.layers, poolings=o.poolings, batch_size=o.batch_size,
         device=o.device, dtype=o.dtype, shard=o.shard, pair_plan=o.pair_plan, progress=o.progress,
         regions=o.regions, model_config=o.model_config, tokenizer=o.tokenizer, pair_states=o.pair_states,
         model_options=key_values(o.model_options, "model_options"), dataset_options=o.loader_options(),
     )
-    result = extract(config)
+    if o.models is not None:
+        from vlprobe.runs.model_lists import extract_models
+
+        for result in extract_models(o.models, config, o.out, echo=typer.echo if o.progress else None):
+            _echo_result(result)
+        return
+    _echo_result(extract(config))
+
+
+def _echo_result(result: Any) -> None:
     done = ", ".join(f"{s} {result.rows_written[s]}/{result.rows_total[s]} rows" for s in result.rows_total)
     typer.echo(f"wrote {result.path} ({done} computed this run, {result.seconds:.1f} s)")
     if result.defaults:
