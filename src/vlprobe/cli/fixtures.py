@@ -1,5 +1,6 @@
-"""``probe fixtures dataset|model|regions|train``: synthetic data, tiny random models and the small
-models trained on synthetic scenes (the known-answer testbed), for tests and demos."""
+"""``probe fixtures dataset|model|hub-cache|regions|train``: synthetic data, tiny random models (also
+laid out as a hub cache under the real repository names) and the small models trained on
+synthetic scenes (the known-answer testbed), for tests and demos."""
 
 from __future__ import annotations
 
@@ -75,6 +76,26 @@ def fixtures_model(
 
     path = write_model_fixture(name, out, seed, arch)
     typer.echo(f"wrote a tiny random {name}{f' ({arch})' if arch else ''} checkpoint to {path}")
+
+
+@fixtures_app.command("hub-cache")
+@guarded
+def fixtures_hub_cache(
+    out: Annotated[Path, typer.Option(help="Hub cache folder to write into (what HF_HUB_CACHE will name).")],
+    models: Annotated[str | None, typer.Option(
+        help="Fixtures to write, comma-separated (default: every model whose reference checkpoint is on the hub, "
+             "and the detector frcnn).")] = None,
+    seed: Annotated[int, typer.Option(help="Random seed for the weights.")] = 0,
+) -> None:
+    """Write tiny random checkpoints into a hub cache under the real repository names
+    (models--openai--clip-vit-base-patch32/snapshots/...), so that the defaults of `probe extract` run offline."""
+    from vlprobe.cli._common import _names
+    from vlprobe.fixtures.hub_cache import write_hub_cache
+
+    written = write_hub_cache(out, _names(models) or None, seed)
+    for repo_id, snapshot in written.items():
+        typer.echo(f"wrote a tiny random {repo_id} into {snapshot}")
+    typer.echo(f"use it with HF_HUB_CACHE={out} HF_HUB_OFFLINE=1 (random weights: for tests and demos only)")
 
 
 @dataclass(frozen=True, kw_only=True)
