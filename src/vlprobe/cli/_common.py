@@ -34,12 +34,6 @@ DataDir = Annotated[
 Subsets = Annotated[str | None, typer.Option(help="SugarCrepe/VALSE: comma-separated subsets (file stems).")]
 Limit = Annotated[int | None, typer.Option(help="SugarCrepe/VALSE: first N items per subset.")]
 AllItems = Annotated[bool, typer.Option("--all-items", help="VALSE: keep invalid items too.")]
-ImageDir = Annotated[Path | None, typer.Option(metavar="DIR", help="SugarCrepe: the COCO val2017 image folder.")]
-ImageRoot = Annotated[
-    list[str] | None,
-    typer.Option(metavar="[SOURCE=]DIR", help="SOURCE=DIR per image source, repeatable; a bare DIR for all. VALSE: "
-                 "visual7w, coco2017, coco2014, swig, visdial; ARO: vg, coco, flickr30k."),
-]
 RegionOut = Annotated[Path, typer.Option(help="Region file to write (.h5).")]
 RegionFile = Annotated[Path, typer.Argument(help="vlprobe region file (.h5).")]
 
