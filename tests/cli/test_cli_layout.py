@@ -49,7 +49,7 @@ def test_tree_has_every_command() -> None:
     leaves = {" ".join(p) for p, c in TREE.items() if not isinstance(c, TyperGroup)}
     assert leaves == {
         "ls", "extract", "refine", "plot", "compare", "report", "collect", "augment",
-        "fixtures dataset", "fixtures model", "fixtures regions", "fixtures train clip", "fixtures train lxmert",
+        "fixtures dataset", "fixtures model", "fixtures hub-cache", "fixtures regions", "fixtures train clip", "fixtures train lxmert",
         "fixtures testbed", "cache info", "cache merge",
         *(f"run {name}" for name in EXPERIMENTS.names() if name not in {"refine", *BENCHMARKS}),
         *(f"eval {name}" for name in BENCHMARKS),

@@ -149,6 +149,7 @@ def hand_written_targets() -> dict[tuple[str, ...], Target]:
     )
     from vlprobe.extract.regions.merge import merge_region_shards
     from vlprobe.extract.runner import ExtractConfig
+    from vlprobe.fixtures.hub_cache import write_hub_cache
     from vlprobe.fixtures.model_fixture import write_model_fixture
     from vlprobe.fixtures.oracle_regions import oracle_regions
     from vlprobe.fixtures.regions import random_regions_for_dataset
@@ -179,6 +180,7 @@ def hand_written_targets() -> dict[tuple[str, ...], Target]:
         ("augment",): config_target(AugmentConfig, {"strategies": lambda v: names(v) if v else ()}, **datasets),
         ("fixtures", "dataset"): callable_target(make_synthetic_winoground, write_benchmark_fixture),
         ("fixtures", "model"): callable_target(write_model_fixture),
+        ("fixtures", "hub-cache"): callable_target(write_hub_cache, parse={"models": lambda v: names(v) if v else None}),
         ("fixtures", "regions"): callable_target(random_regions_for_dataset, oracle_regions, **datasets),
         ("fixtures", "train", "clip"): config_target(ClipTrainConfig),
         ("fixtures", "train", "lxmert"): config_target(LxmertTrainConfig),
