@@ -35,8 +35,9 @@ Benchmark = Annotated[str, typer.Argument(help="sugarcrepe, valse, aro, mmvp-vlm
 def data_info(
     benchmark: Benchmark,
     data_dir: Annotated[Path, typer.Option(help="Folder of the benchmark's JSON files.")],
-    image_dir: Annotated[Path | None, typer.Option(help="SugarCrepe: check the COCO val2017 images too.")] = None,
-    image_root: Annotated[list[str] | None, typer.Option(help="VALSE, ARO: SOURCE=DIR (repeatable); EqBen: DIR; check the images too.")] = None,
+    image_dir: Annotated[Path | None, typer.Option(metavar="DIR", help="SugarCrepe: check the COCO val2017 images too.")] = None,
+    image_root: Annotated[list[str] | None, typer.Option(
+        metavar="[SOURCE=]DIR", help="VALSE, ARO: SOURCE=DIR (repeatable); EqBen: DIR; check the images too.")] = None,
     as_json: AsJson = False,
 ) -> None:
     """Validate a benchmark's files and count items per subset, ids and problems found."""
