@@ -38,7 +38,7 @@ def fixtures_dataset(
     image_size: Annotated[int, typer.Option(help="Image side in pixels.")] = 64,
     split: Annotated[str, typer.Option(help="eval, or train (a seed stream no eval dataset uses).")] = "eval",
     fmt: Annotated[str, typer.Option(
-        "--format", help="winoground, or a benchmark's own on-disk format: aro, mmvp-vlm, naturalbench.")] = "winoground",
+        "--format", help="winoground, or a benchmark's own on-disk format: aro, mmvp-vlm, naturalbench, eqben, colorswap.")] = "winoground",
 ) -> None:
     """Write a deterministic synthetic dataset in Winoground's on-disk format, or in another
     benchmark's (``--format``: its annotation files and images, laid out as its authors distribute them)."""
@@ -106,10 +106,11 @@ class RegionFixtureOptions(DatasetOptions):
     data_dir: Path = DatasetOptions.redeclare(
         "data_dir", REQUIRED, help="Local dataset copy (e.g. from `probe fixtures dataset`).",
     )
-    n_boxes: int | None = option(None, help="Boxes per image (the maximum with --min-boxes); default 36.")
+    boxes: str | None = option(
+        None, metavar="N|MIN:MAX", help="Boxes per image: N (exactly) or MIN:MAX (each image a seeded count); default 36.",
+    )
     dim: int = option(2048, help="Feature width.")
     seed: int = option(0, help="Random seed.")
-    min_boxes: int | None = option(None, help="Vary the box count per image from this to --n-boxes.")
     dtype: str = option("float32", help="float32 | float16")
     oracle: bool = option(
         False, help="Synthetic data: true shape boxes + background, features coding colour/shape/size.",
@@ -131,8 +132,8 @@ def fixtures_regions(options: RegionFixtureOptions) -> None:
     if o.oracle:
         from vlprobe.fixtures.oracle_regions import oracle_regions
 
-        given = [name for name, v in (("--n-boxes", o.n_boxes), ("--min-boxes", o.min_boxes), ("--subsets", o.subsets),
-                                      ("--limit", o.limit)) if v is not None]
+        given = [name for name, v in (("--boxes", o.boxes), ("--subsets", o.subsets), ("--limit", o.limit))
+                 if v is not None]
         if given or o.all_items or o.dataset != "winoground":
             wrong = given[0] if given else "--all-items" if o.all_items else f"--dataset {o.dataset}"
             raise InputError(
@@ -146,11 +147,15 @@ def fixtures_regions(options: RegionFixtureOptions) -> None:
         typer.echo(f"wrote oracle region features for {n} images to {path} (shapes + {o.background_boxes} "
                    f"background boxes, dim {o.dim}, noise {o.noise}, seed {o.seed})")
         return
-    n_boxes = 36 if o.n_boxes is None else o.n_boxes
+    from vlprobe.extract.regions.extraction import parse_boxes
     from vlprobe.fixtures.regions import random_regions_for_dataset
 
+    least, n_boxes = parse_boxes(o.boxes) if o.boxes is not None else (36, 36)
+    if not 1 <= least <= n_boxes:
+        raise InputError(f"boxes: expected N >= 1 or MIN:MAX with 1 <= MIN <= MAX, got {o.boxes!r}")
     path = random_regions_for_dataset(
-        o.out, o.data_dir, dataset=o.dataset, n_boxes=n_boxes, dim=o.dim, seed=o.seed, min_boxes=o.min_boxes,
+        o.out, o.data_dir, dataset=o.dataset, n_boxes=n_boxes, dim=o.dim, seed=o.seed,
+        min_boxes=least if least != n_boxes else None,
         dtype=o.dtype, options=o.loader_options(),
     )
     with RegionStore(path) as store:
