@@ -28,6 +28,9 @@ eqben      ``eqben_subset_10percent_final.json`` (``n`` records of each of the 7
            ``{image0, image1, caption0, caption1}``, sub-datasets interleaved as the shuffled
            release) and ``image_subset/<sub-dataset>/<clip>/<frame>.jpg`` (YouCook2: ``.npy``
            BGR frames, as released)
+colorswap  ``test.json`` and ``train.json`` (``n`` examples each, ids running on across the
+           splits, ``{id, caption_1, caption_2, image_1, image_2, image_source, caption_source}``)
+           and ``images/img_<id>_<k>.png``
 =========  ======================================================================================
 """
 
@@ -254,9 +257,27 @@ def _eqben(w: _Writer, rng: np.random.Generator, n: int) -> None:
     w.json("eqben_subset_10percent_final.json", [records[int(i)] for i in order])
 
 
+def _colorswap(w: _Writer, rng: np.random.Generator, n: int) -> None:
+    for s, split in enumerate(("test", "train")):
+        records = []
+        for k in range(n):
+            ident = s * n + k
+            for j in (1, 2):
+                w.image(f"images/img_{ident}_{j}.png", rng)
+            words = _caption_shape(rng).rstrip(".").split()
+            first = " ".join(words)
+            words[1], words[6] = words[6], words[1]  # the colour words swapped
+            records.append({"id": ident, "caption_1": first, "caption_2": " ".join(words),
+                            "image_1": f"images/img_{ident}_1.png", "image_2": f"images/img_{ident}_2.png",
+                            "image_source": ("midjourney", "dalle3", "stable-diffusion")[int(rng.integers(3))],
+                            "caption_source": ("human", "gpt-4")[int(rng.integers(2))]})
+        w.json(f"{split}.json", records)
+
+
 #: Format -> writer of its files.
 _WRITERS: dict[str, Callable[[_Writer, np.random.Generator, int], None]] = {
-    "aro": _aro, "mmvp-vlm": _mmvp_vlm, "naturalbench": _naturalbench, "eqben": _eqben}
+    "aro": _aro, "mmvp-vlm": _mmvp_vlm, "naturalbench": _naturalbench, "eqben": _eqben,
+    "colorswap": _colorswap}
 FIXTURE_FORMATS: tuple[str, ...] = tuple(_WRITERS)
 
 

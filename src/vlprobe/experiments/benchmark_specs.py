@@ -179,7 +179,7 @@ NATURALBENCH = BenchmarkSpec(
     pooled="all", bow=False,
 )
 
-# -- Winoground-style 2 x 2 benchmarks (EqBen) -------------------------------------------------------
+# -- Winoground-style 2 x 2 benchmarks (EqBen, ColorSwap) ----------------------------------------------------
 
 
 def _wino_outcomes(subset: str, scores: np.ndarray) -> dict[str, np.ndarray]:
@@ -211,8 +211,20 @@ def _eqben() -> BenchmarkSpec:
 
 EQBEN = _eqben()
 
+
+def _colorswap() -> BenchmarkSpec:
+    from vlprobe.data.colorswap import COLORSWAP_SUBSETS
+
+    source = " (Winoground's scores, which ColorSwap follows: its main ITM metric is the group score)"
+    return BenchmarkSpec("colorswap", COLORSWAP_SUBSETS, _wino_outcomes, _wino_metrics,
+                         notes={m: n + source for m, n in _WINO_NOTES.items()},
+                         chance={"text": 25.0, "image": 25.0, "group": 100.0 / 6})
+
+
+COLORSWAP = _colorswap()
+
 #: The benchmarks ``probe eval`` evaluates through a spec.
-SPECS: dict[str, BenchmarkSpec] = {s.name: s for s in (ARO, MMVP_VLM, NATURALBENCH, EQBEN)}
+SPECS: dict[str, BenchmarkSpec] = {s.name: s for s in (ARO, MMVP_VLM, NATURALBENCH, EQBEN, COLORSWAP)}
 
 
 # -- rows --------------------------------------------------------------------------------------------
