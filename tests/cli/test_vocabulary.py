@@ -71,8 +71,9 @@ ALLOWED: dict[tuple[tuple[str, ...] | str, str], str] = {
     (("augment",), "--out"): "optional on the command line because --text prints instead; required by AugmentConfig",
     (("fixtures", "regions"), "--oracle"): "a mode of the command: the perfect detector's regions (oracle_regions) "
                                            "instead of random ones (random_regions_for_dataset)",
-    (("fixtures", "regions"), "--n-boxes"): "unset means 36 random boxes; --oracle refuses a box count, so the command "
-                                            "must see whether one was given",
+    (("fixtures", "regions"), "--boxes"): "N or MIN:MAX as regions extract's --boxes, parsed into n_boxes (the most) "
+                                          "and min_boxes; unset means 36, and --oracle refuses a box count, so the "
+                                          "command must see whether one was given",
     (("fixtures", "dataset"), "--format"): "sets the parameter `fmt` of write_benchmark_fixture: a parameter named "
                                            "`format` would shadow the builtin",
     (("report",), "--format"): "sets the parameter `fmt`: a parameter named `format` would shadow the builtin",
