@@ -111,7 +111,7 @@ class RegionFixtureOptions(DatasetOptions):
     )
     dim: int = option(2048, help="Feature width.")
     seed: int = option(0, help="Random seed.")
-    dtype: str = option("float32", help="float32 | float16")
+    dtype: str = ModelOptions.redeclare("dtype", choices=("float32", "float16"), help="Stored features' dtype.")
     oracle: bool = option(
         False, help="Synthetic data: true shape boxes + background, features coding colour/shape/size.",
     )
