@@ -239,6 +239,10 @@ DATASETS.register(
     help="MMVP-VLM: 135 statement pairs x 2 images in 9 categories (Questions.csv + 'MLLM_VLM Images/')",
 )
 DATASETS.register(
+    "sugarcrepe-pp", "vlprobe.data.sugarcrepe_pp:load_sugarcrepe_pp",
+    help="SugarCrepe++: COCO image, two positive captions and a hard negative (5 JSON files + COCO val2017)",
+)
+DATASETS.register(
     "colorswap", "vlprobe.data.colorswap:load_colorswap",
     help="ColorSwap: 2 images x 2 captions with colour words swapped (test.json/train.json + images/)",
 )
@@ -294,6 +298,10 @@ EXPERIMENTS.register(
 EXPERIMENTS.register(
     "mmvp-vlm", "vlprobe.experiments.benchmark_eval:MMVP_VLM",
     help="MMVP-VLM pair accuracy per category and their mean (`probe eval mmvp-vlm`)",
+)
+EXPERIMENTS.register(
+    "sugarcrepe-pp", "vlprobe.experiments.benchmark_eval:SUGARCREPE_PP",
+    help="SugarCrepe++ image-to-text accuracy (ITT) and each positive against the negative (`probe eval sugarcrepe-pp`)",
 )
 EXPERIMENTS.register(
     "colorswap", "vlprobe.experiments.benchmark_eval:COLORSWAP",
