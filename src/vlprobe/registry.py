@@ -238,6 +238,10 @@ DATASETS.register(
     "mmvp-vlm", "vlprobe.data.mmvp_vlm:load_mmvp_vlm",
     help="MMVP-VLM: 135 statement pairs x 2 images in 9 categories (Questions.csv + 'MLLM_VLM Images/')",
 )
+DATASETS.register(
+    "naturalbench", "vlprobe.data.naturalbench:load_naturalbench",
+    help="NaturalBench: 2 questions x 2 images per sample, yes/no or A/B (the dataset's parquet shards)",
+)
 MODELS.register(
     "blind-lm", "vlprobe.extract.models.blind:CausalLMScorer",
     help="Blind baseline: token-normalised log-likelihood of the caption under any HF causal LM",
@@ -282,6 +286,10 @@ EXPERIMENTS.register(
 EXPERIMENTS.register(
     "mmvp-vlm", "vlprobe.experiments.benchmark_eval:MMVP_VLM",
     help="MMVP-VLM pair accuracy per category and their mean (`probe eval mmvp-vlm`)",
+)
+EXPERIMENTS.register(
+    "naturalbench", "vlprobe.experiments.benchmark_eval:NATURALBENCH",
+    help="NaturalBench question, image, binary and group accuracies (`probe eval naturalbench`)",
 )
 EXPERIMENTS.register(
     "bias-gap", "vlprobe.experiments.bias_gap:EXPERIMENT",

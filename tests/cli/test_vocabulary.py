@@ -166,9 +166,10 @@ def hand_written_targets() -> dict[tuple[str, ...], Target]:
     image_root = {"image_root": lambda v: list(v) if v else None}
     return {
         ("ls",): Target({}),
+        # --models FILE: vlprobe.runs.model_lists.extract_models instead of one model (--model optional then)
         ("extract",): config_target(ExtractConfig, {"poolings": names, **image_root,
                                                     "model_options": lambda v: key_values(v or (), "model_options")},
-                                    **datasets),
+                                    **datasets, model=None, models=None),
         ("cache", "info"): Target({}),
         ("cache", "merge"): callable_target(merge_shards),
         ("plot",): callable_target(plot_results),
@@ -296,7 +297,8 @@ def _target(path: tuple[str, ...], cmd: Any, hand: dict[tuple[str, ...], Target]
 
         return experiment_target(EXPERIMENTS.get(exp))
     assert path in hand, f"probe {' '.join(path)}: add its library side to hand_written_targets()"
-    return hand[path]
+    declared = getattr(cmd.callback, "vlprobe_declared", ())  # options from a declaration (declared_options_of)
+    return dataclasses.replace(hand[path], declared={o.name: o for o in declared}) if declared else hand[path]
 
 
 HAND = hand_written_targets()

@@ -1,4 +1,4 @@
-"""``probe eval sugarcrepe|valse|aro|mmvp-vlm`` (generated from the experiments' declarations) and ``probe data info``."""
+"""``probe eval sugarcrepe|valse|aro|mmvp-vlm|naturalbench`` (generated from the experiments' declarations) and ``probe data info``."""
 
 from __future__ import annotations
 
@@ -14,17 +14,19 @@ from vlprobe.cli.declared import declared_group
 from vlprobe.validation import InputError
 
 #: ``probe eval NAME`` -> the experiment it runs (these have no ``probe run NAME``).
-EVAL_COMMANDS = {"sugarcrepe": "sugarcrepe", "valse": "valse", "aro": "aro", "mmvp-vlm": "mmvp-vlm"}
+EVAL_COMMANDS = {"sugarcrepe": "sugarcrepe", "valse": "valse", "aro": "aro", "mmvp-vlm": "mmvp-vlm",
+                 "naturalbench": "naturalbench"}
 eval_app = typer.Typer(
     name="eval", cls=declared_group(EVAL_COMMANDS, guarded), no_args_is_help=True,
-    help="Score a benchmark (SugarCrepe, VALSE, ARO, MMVP-VLM) with a model (or re-read saved scores): tidy CSV, per-item "
+    help="Score a benchmark (SugarCrepe, VALSE, ARO, MMVP-VLM, NaturalBench) with a model (or re-read saved scores): tidy CSV, per-item "
          "scores, manifest.",
 )
 #: ``probe data info NAME`` of the benchmarks beside SugarCrepe and VALSE: NAME -> "module:function"
 #: taking (data_dir, image_root).
-REPORTS = {"aro": "vlprobe.data.aro:aro_report", "mmvp-vlm": "vlprobe.data.mmvp_vlm:mmvp_vlm_report"}
+REPORTS = {"aro": "vlprobe.data.aro:aro_report", "mmvp-vlm": "vlprobe.data.mmvp_vlm:mmvp_vlm_report",
+           "naturalbench": "vlprobe.data.naturalbench:naturalbench_report"}
 data_app = typer.Typer(name="data", help="Validate and count benchmark files.", no_args_is_help=True)
-Benchmark = Annotated[str, typer.Argument(help="sugarcrepe, valse, aro, mmvp-vlm.")]
+Benchmark = Annotated[str, typer.Argument(help="sugarcrepe, valse, aro, mmvp-vlm, naturalbench.")]
 
 
 @data_app.command("info")

@@ -1,10 +1,13 @@
-"""Commands generated from experiment declarations (``probe run NAME``, ``probe eval NAME``, ``probe refine``).
+"""Commands generated from option declarations (``probe run NAME``, ``probe eval NAME``, ``probe
+refine``, and the options of ``probe extract``, ``probe regions extract``, ``probe fixtures ...``).
 
 Each experiment's options are declared once, on its config dataclass
 (:mod:`vlprobe.runs.declare`); :func:`command_function` turns the declaration into a
 function whose signature typer reads (one ``Annotated`` parameter per option: the field's flag,
 type, default, help, choices and group), so the command line, the library and the manifest
-cannot drift apart.
+cannot drift apart. A hand-written command takes its options from a declaration the same way
+with :func:`declared_options_of` (the shared groups of :mod:`vlprobe.runs.option_groups`: one
+model-loading group, one item selection, ...).
 
 A :class:`DeclaredCommand` is listed by name and the registry's one-line help, and builds itself
 from the declaration only when it runs or shows its own help, so ``probe --help``, ``probe run
@@ -13,16 +16,19 @@ from the declaration only when it runs or shows its own help, so ``probe --help`
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-__all__ = ["DeclaredCommand", "DeclaredGroup", "build_command", "command_function", "declared_group"]
+__all__ = ["DeclaredCommand", "DeclaredGroup", "build_command", "command_function", "declared_group",
+           "declared_options_of"]
 
+F = TypeVar("F", bound=Callable[..., Any])
 #: The parameter through which typer hands a command function its context.
 CONTEXT_PARAM = "vlprobe_ctx"
 #: Wraps a command function (the app's error handling); declared here as a type only, so that
@@ -236,6 +242,46 @@ def _run_each_cache(exp: Any, values: dict[str, Any], preset: str | None, given:
                          f"({', '.join(str(r.cache.name) for r in failed)}; see above)")
 
 
+def declared_options_of(config: type, *, omit: Iterable[str] = (), param: str = "options") -> Callable[[F], F]:
+    """Decorator: a hand-written command whose options (but ``omit``) are the declared fields of
+    ``config`` (an :class:`~vlprobe.runs.declare.Options` class), after its own parameters.
+
+    The command function takes its own parameters (arguments, modes) and ``param``: the checked
+    ``config`` instance built from the options given (omitted fields keep their defaults). Put it
+    below ``@guarded``, so that a refused value is one line. The command keeps the options it
+    offers as ``vlprobe_declared``.
+    """
+    from vlprobe.runs.declare import declared_options
+
+    left_out = set(omit)
+    options = [o for o in declared_options(config) if o.name not in left_out]
+
+    def decorate(fn: F) -> F:
+        sig = inspect.signature(fn, eval_str=True)
+        if param not in sig.parameters:
+            raise TypeError(f"{fn.__name__}: declared options go to a parameter named {param!r}")
+        own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in sig.parameters.values() if p.name != param]
+        clash = {p.name for p in own} & {o.name for o in options}
+        if clash:
+            raise TypeError(f"{fn.__name__}: parameters {sorted(clash)} are declared options of {config.__name__}")
+        name = fn.__name__.replace("_", "-")
+        declared = [inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, annotation=_annotation(o, name),
+                                      default=inspect.Parameter.empty if o.required else o.cli_default())
+                    for o in options]
+
+        @functools.wraps(fn)
+        def command(**values: Any) -> Any:
+            built = config(**{o.name: o.from_cli(values.pop(o.name)) for o in options})
+            return fn(**values, **{param: built})
+
+        command.__signature__ = inspect.Signature([*own, *declared])  # type: ignore[attr-defined]
+        command.__annotations__ = {}
+        command.vlprobe_declared = tuple(options)  # type: ignore[attr-defined]  # read by the vocabulary test
+        return command  # type: ignore[return-value]
+
+    return decorate
+
+
 def _chosen_preset(preset: str | None, flags: list[str]) -> str | None:
     """The preset of ``--preset NAME`` or of its shorthand ``--NAME``; two different ones are refused."""
     from vlprobe.validation import InputError
@@ -255,8 +301,8 @@ def _annotation(opt: Any, experiment: str) -> Any:
     decls = [flag]
     kind: Any
     if base is bool:
-        kind = bool
-        if opt.default is True:
+        kind = bool if opt.default is not None else bool | None  # None: neither switch given
+        if opt.default is True or opt.default is None:
             off = spec.off or (f"--no-{flag[2:]}",)
             decls = [f"{flag}/{off[0]}", *(f" /{o}" for o in off[1:])]
     elif spec.repeat:

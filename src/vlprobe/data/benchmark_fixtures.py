@@ -21,6 +21,9 @@ aro        ``visual_genome_relation.json`` and ``visual_genome_attribution.json`
 mmvp-vlm   ``Questions.csv`` (header, then ``n`` pairs of rows ``qid,type,statement``, at most
            135; ids 1, 2, 3, ...; categories by position, 15 pairs each) and
            ``MLLM_VLM Images/<type>/<qid>.jpg``
+naturalbench  ``data/train-00000-of-00001.parquet``: ``n`` samples of each question type, the
+           dataset's columns, images embedded as ``{"bytes", "path"}`` structs (JPEG), answers
+           in the pattern the authors' scoring assumes
 =========  ======================================================================================
 """
 
@@ -36,6 +39,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from vlprobe.io.atomic import atomic_path, atomic_write
+from vlprobe.io.paths import ensure_folder
 from vlprobe.validation import InputError, check_choice, check_int, check_positive_int, check_seed
 
 __all__ = ["FIXTURE_FORMATS", "write_benchmark_fixture"]
@@ -84,7 +88,7 @@ class _Writer:
 
     def _path(self, rel: str) -> Path:
         path = self.root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
+        ensure_folder(path.parent)
         self.files.append(rel)
         return path
 
@@ -178,8 +182,51 @@ def _mmvp_vlm(w: _Writer, rng: np.random.Generator, n: int) -> None:
     w.text(MMVP_CSV, "\n".join(lines) + "\n")
 
 
+def _naturalbench(w: _Writer, rng: np.random.Generator, n: int) -> None:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from vlprobe.data.naturalbench import (
+        NATURALBENCH_ANSWERS,
+        NATURALBENCH_COLUMNS,
+        NATURALBENCH_PATTERN,
+    )
+
+    rows: dict[str, list[Any]] = {c: [] for c in NATURALBENCH_COLUMNS}
+    colours = list(COLOURS)
+    for k in range(2 * n):
+        qtype = "yes_no" if k % 2 == 0 else "multiple_choice"
+        for j in (0, 1):
+            img = Image.new("RGB", (w.size, w.size), tuple(int(v) for v in rng.integers(0, 255, size=3)))
+            buf = io.BytesIO()
+            img.save(buf, format="JPEG", quality=90)
+            rows[f"Image_{j}"].append({"bytes": buf.getvalue(), "path": None})
+        a, b = (colours[int(c)] for c in rng.choice(len(colours), 2, replace=False))
+        shape = SHAPES[int(rng.integers(len(SHAPES)))]
+        if qtype == "yes_no":
+            questions = (f"Is the {shape} {a}?", f"Is the {shape} {b}?")
+        else:
+            questions = (f"What colour is the {shape}? A. {a} B. {b}", f"What colour is the {shape}? A. {b} B. {a}")
+        for q in (0, 1):
+            rows[f"Question_{q}"].append(questions[q])
+            for i in (0, 1):
+                rows[f"Image_{i}_Question_{q}"].append(NATURALBENCH_ANSWERS[qtype][1 - NATURALBENCH_PATTERN[q][i]])
+        rows["Index"].append(k)
+        rows["Question Type"].append(qtype)
+        rows["Source"].append(("Flickr30K", "DOCCI")[int(rng.integers(2))])
+    image = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    schema = pa.schema([(c, pa.int64() if c == "Index" else image if c.startswith("Image_") and len(c) == 7
+                         else pa.string()) for c in NATURALBENCH_COLUMNS])
+    path = w._path("data/train-00000-of-00001.parquet")
+    with atomic_path(path) as tmp:
+        pq.write_table(pa.table(rows, schema=schema), tmp)
+
+
 #: Format -> writer of its files.
-_WRITERS: dict[str, Callable[[_Writer, np.random.Generator, int], None]] = {"aro": _aro, "mmvp-vlm": _mmvp_vlm}
+_WRITERS: dict[str, Callable[[_Writer, np.random.Generator, int], None]] = {
+    "aro": _aro, "mmvp-vlm": _mmvp_vlm, "naturalbench": _naturalbench}
 FIXTURE_FORMATS: tuple[str, ...] = tuple(_WRITERS)
 
 
@@ -211,7 +258,7 @@ def write_benchmark_fixture(
     image_size = check_int(image_size, "image_size", low=16, high=1024)
     root = Path(out)
     _check_out(root)
-    root.mkdir(parents=True, exist_ok=True)
+    ensure_folder(root)
     w = _Writer(root, fmt, n_items, seed, image_size)
     w.text("PROVENANCE.txt", f"{_MARK} (being written)\n")
     w.files.remove("PROVENANCE.txt")

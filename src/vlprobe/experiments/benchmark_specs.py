@@ -24,6 +24,8 @@ from vlprobe.stats.benchmark_metrics import (
     first_is_best,
     macro_accuracy,
     mmvp_pair_right,
+    naturalbench_answers,
+    naturalbench_outcomes,
     pair_right,
 )
 from vlprobe.stats.metrics import bootstrap_indices, ci95_rows
@@ -57,6 +59,12 @@ class BenchmarkSpec:
     summary : str
         The scope of the unweighted mean over the run's subsets of each metric (MMVP-VLM's
         average over its categories), "" for none.
+    pooled : str
+        The scope of each metric over every item of the run (NaturalBench's scores pool all
+        samples), "" for none.
+    bow : bool
+        Whether the bag-of-words slices mean anything (False where the texts differ by design,
+        as NaturalBench's answers).
     """
 
     name: str
@@ -67,6 +75,8 @@ class BenchmarkSpec:
     notes: dict[Any, str] = field(default_factory=dict)
     chance: dict[str, float] = field(default_factory=dict)
     summary: str = ""
+    pooled: str = ""
+    bow: bool = True
 
     def note(self, subset: str, metric: str) -> str:
         return self.notes.get((subset, metric), self.notes.get(metric, ""))
@@ -141,8 +151,36 @@ def _mmvp() -> BenchmarkSpec:
 
 MMVP_VLM = _mmvp()
 
+
+# -- NaturalBench ------------------------------------------------------------------------------------
+
+
+def _naturalbench_outcomes(subset: str, scores: np.ndarray) -> dict[str, np.ndarray]:
+    return naturalbench_outcomes(naturalbench_answers(scores))
+
+
+def _naturalbench_metrics(subset: str, out: Mapping[str, np.ndarray], groups: np.ndarray) -> dict[str, np.ndarray]:
+    return {name: np.asarray(out[name], dtype=np.float64).mean(axis=-1)
+            for name in ("question_accuracy", "image_accuracy", "binary_accuracy", "group_accuracy")}
+
+
+_NB_TIE = ("answers read off the scores: question q + Yes/A against + No/B on each image; a tie is no answer, "
+           "wrong everywhere (the authors' -1)")
+NATURALBENCH = BenchmarkSpec(
+    "naturalbench", ("yes_no", "multiple_choice"), _naturalbench_outcomes, _naturalbench_metrics,
+    notes={
+        "question_accuracy": "the paper's Q-Acc (get_scores' question_score): a question right on both images; "
+                             + _NB_TIE,
+        "image_accuracy": "the paper's I-Acc (image_score): an image right for both questions; " + _NB_TIE,
+        "binary_accuracy": "the paper's Acc (binary_score): every (question, image) answer; " + _NB_TIE,
+        "group_accuracy": "the paper's G-Acc (group_score): all four answers right; " + _NB_TIE,
+    },
+    chance={"question_accuracy": 25.0, "image_accuracy": 25.0, "binary_accuracy": 50.0, "group_accuracy": 6.25},
+    pooled="all", bow=False,
+)
+
 #: The benchmarks ``probe eval`` evaluates through a spec.
-SPECS: dict[str, BenchmarkSpec] = {s.name: s for s in (ARO, MMVP_VLM)}
+SPECS: dict[str, BenchmarkSpec] = {s.name: s for s in (ARO, MMVP_VLM, NATURALBENCH)}
 
 
 # -- rows --------------------------------------------------------------------------------------------
@@ -224,6 +262,8 @@ def spec_rows(
                 scols = cols[slice_values[cols] == v]
                 if len(scols):
                     emit(f"{subset}/bow={v}", subset, scols)
+    if spec.pooled:
+        emit(spec.pooled, str(sub[0]), np.arange(len(sub)))
     for metric, parts in summary.items():  # each subset's value from its own resamples, then their mean
         row = {**base, "subset": spec.summary, "n": len(sub)}
         note = spec.note(spec.summary, metric)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vlprobe.io.paths import ensure_folder
 from vlprobe.validation import InputError, check_positive_int, check_seed
 
 __all__ = ["GROUPS", "QUICK_SETTINGS", "KnownAnswerConfig", "Task", "plan_commands", "run_testbed"]
@@ -311,7 +312,7 @@ def run_testbed(config: KnownAnswerConfig, *, echo: Any = print) -> dict[str, An
     # OUT's results, report and caches are cleared below: only a folder of the testbed's own.
     out = claim_folder(config.out, kind=TESTBED_KIND, recognise=_earlier_testbed)
     logs = out / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    ensure_folder(logs)
     for sub in ("results", "report", "caches"):
         _clear(out / sub)
     (out / "caches").mkdir()  # extract writes its cache into an existing folder

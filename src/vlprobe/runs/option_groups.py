@@ -34,6 +34,8 @@ __all__ = [
     "BootstrapOptions",
     "BootstrapTestOptions",
     "CacheInput",
+    "DatasetOption",
+    "DatasetOptions",
     "ItemOptions",
     "MLPOptions",
     "MLPProbeRunOptions",
@@ -172,6 +174,20 @@ class AllItemsOption(Options):
     """VALSE's invalid items (a command that loads VALSE whole takes it beside :class:`ItemOptions`)."""
 
     all_items: bool = option(False, role="input", help="VALSE: keep invalid items too.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatasetOption(Options):
+    """A registered dataset by name."""
+
+    dataset: str = option("winoground", role="input", help="Registered dataset (see `probe ls datasets`).")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatasetOptions(AllItemsOption, ItemOptions, DatasetOption):
+    """A registered dataset and its items, for the hand-written commands that load one (``probe
+    extract``, ``probe augment``, ``probe regions extract``, ``probe fixtures regions``): the
+    dataset, then :class:`ItemOptions` and :class:`AllItemsOption` (fields in that order)."""
 
 
 def item_loader_options(**options: Any) -> dict[str, Any]:

@@ -51,6 +51,8 @@ _UNITS: dict[str, str] = {
     "macro_accuracy": PERCENT, "precision_at_1": PERCENT,
     # MMVP-VLM
     "pair_accuracy": PERCENT,
+    # NaturalBench
+    "question_accuracy": PERCENT, "image_accuracy": PERCENT, "binary_accuracy": PERCENT, "group_accuracy": PERCENT,
     # VALSE
     "acc_r": PERCENT, "acc_r_valse": PERCENT, "auroc": PERCENT, "caption_tpr": PERCENT,
     "foil_tnr": PERCENT, "acc": PERCENT, "min_rate": PERCENT, "ppv": PERCENT, "npv": PERCENT,
