@@ -239,6 +239,10 @@ DATASETS.register(
     help="MMVP-VLM: 135 statement pairs x 2 images in 9 categories (Questions.csv + 'MLLM_VLM Images/')",
 )
 DATASETS.register(
+    "eqben", "vlprobe.data.eqben:load_eqben",
+    help="EqBen: 2 images x 2 captions per item in 7 sub-datasets (the labelled 10% subset's JSON + its images)",
+)
+DATASETS.register(
     "naturalbench", "vlprobe.data.naturalbench:load_naturalbench",
     help="NaturalBench: 2 questions x 2 images per sample, yes/no or A/B (the dataset's parquet shards)",
 )
@@ -286,6 +290,10 @@ EXPERIMENTS.register(
 EXPERIMENTS.register(
     "mmvp-vlm", "vlprobe.experiments.benchmark_eval:MMVP_VLM",
     help="MMVP-VLM pair accuracy per category and their mean (`probe eval mmvp-vlm`)",
+)
+EXPERIMENTS.register(
+    "eqben", "vlprobe.experiments.benchmark_eval:EQBEN",
+    help="EqBen text, image and group scores per sub-dataset (`probe eval eqben`)",
 )
 EXPERIMENTS.register(
     "naturalbench", "vlprobe.experiments.benchmark_eval:NATURALBENCH",

@@ -101,7 +101,7 @@ def kit(
 ) -> Iterator[Kit]:
     root = tmp_path_factory.mktemp("matrix-kit")
     regions = root / "regions.h5"
-    assert _run("fixtures", "regions", "--data-dir", synthetic_dir, "--out", regions, "--n-boxes", 3,
+    assert _run("fixtures", "regions", "--data-dir", synthetic_dir, "--out", regions, "--boxes", 3,
                 "--dim", 8).exit_code == 0
     detector = write_tiny_frcnn(root / "detector", 0)
     region_shards = []
@@ -191,7 +191,7 @@ WRITERS: dict[str, Writer] = {w.command: w for w in [
            "nltk", folder_out=True, needs="wordnet"),
     Writer("fixtures dataset", lambda k, out: ["fixtures", "dataset", "--out", out, "--n-items", 2], "d", folder_out=True),
     Writer("fixtures model", lambda k, out: ["fixtures", "model", "clip", "--out", out], "m", folder_out=True),
-    Writer("fixtures regions", lambda k, out: ["fixtures", "regions", "--data-dir", k.syn, "--out", out, "--n-boxes", 3,
+    Writer("fixtures regions", lambda k, out: ["fixtures", "regions", "--data-dir", k.syn, "--out", out, "--boxes", 3,
                                                "--dim", 8], "r.h5"),
 ]}
 

@@ -26,7 +26,7 @@ def test_every_writer_creates_missing_parent_folders(
     monkeypatch.chdir(tmp_path)  # relative paths, as a user types them in an empty folder
     _ok("fixtures", "dataset", "--out", "new/data", "--n-items", "4")
     _ok("fixtures", "regions", "--dataset", "winoground", "--data-dir", synthetic_dir, "--out", "r/a/regions.h5",
-        "--n-boxes", "3", "--dim", "8")
+        "--boxes", "3", "--dim", "8")
     _ok("regions", "export", "r/a/regions.h5", "--format", "lxmert-tsv", "--out", "tsv/a/regions.tsv")
     _ok("extract", "--model", "clip", "--checkpoint", tiny_clip, "--data-dir", synthetic_dir, "--device", "cpu",
         "--quiet", "--out", "caches/clip-winoground.h5")

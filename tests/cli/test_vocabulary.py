@@ -71,8 +71,9 @@ ALLOWED: dict[tuple[tuple[str, ...] | str, str], str] = {
     (("augment",), "--out"): "optional on the command line because --text prints instead; required by AugmentConfig",
     (("fixtures", "regions"), "--oracle"): "a mode of the command: the perfect detector's regions (oracle_regions) "
                                            "instead of random ones (random_regions_for_dataset)",
-    (("fixtures", "regions"), "--n-boxes"): "unset means 36 random boxes; --oracle refuses a box count, so the command "
-                                            "must see whether one was given",
+    (("fixtures", "regions"), "--boxes"): "N or MIN:MAX as regions extract's --boxes, parsed into n_boxes (the most) "
+                                          "and min_boxes; unset means 36, and --oracle refuses a box count, so the "
+                                          "command must see whether one was given",
     (("fixtures", "dataset"), "--format"): "sets the parameter `fmt` of write_benchmark_fixture: a parameter named "
                                            "`format` would shadow the builtin",
     (("report",), "--format"): "sets the parameter `fmt`: a parameter named `format` would shadow the builtin",
@@ -149,6 +150,7 @@ def hand_written_targets() -> dict[tuple[str, ...], Target]:
     )
     from vlprobe.extract.regions.merge import merge_region_shards
     from vlprobe.extract.runner import ExtractConfig
+    from vlprobe.fixtures.hub_cache import write_hub_cache
     from vlprobe.fixtures.model_fixture import write_model_fixture
     from vlprobe.fixtures.oracle_regions import oracle_regions
     from vlprobe.fixtures.regions import random_regions_for_dataset
@@ -179,6 +181,7 @@ def hand_written_targets() -> dict[tuple[str, ...], Target]:
         ("augment",): config_target(AugmentConfig, {"strategies": lambda v: names(v) if v else ()}, **datasets),
         ("fixtures", "dataset"): callable_target(make_synthetic_winoground, write_benchmark_fixture),
         ("fixtures", "model"): callable_target(write_model_fixture),
+        ("fixtures", "hub-cache"): callable_target(write_hub_cache, parse={"models": lambda v: names(v) if v else None}),
         ("fixtures", "regions"): callable_target(random_regions_for_dataset, oracle_regions, **datasets),
         ("fixtures", "train", "clip"): config_target(ClipTrainConfig),
         ("fixtures", "train", "lxmert"): config_target(LxmertTrainConfig),

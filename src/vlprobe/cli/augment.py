@@ -63,14 +63,15 @@ def augment_cmd(
     out: Annotated[Path | None, typer.Option(help="Variants file to write (JSONL).")] = None,
     dataset: Dataset = "winoground",
     data_dir: DataDir = None,
-    preset: Annotated[str | None, typer.Option(help="why-winoground-hard or lexical.")] = None,
+    preset: Annotated[str | None, typer.Option(
+        metavar="NAME", help="why-winoground-hard (the default without --strategies) or lexical.")] = None,
     strategies: Annotated[str | None, typer.Option(help="Comma-separated strategies (see `probe ls strategies`).")] = None,
     max_per_strategy: Annotated[int | None, typer.Option(help="At most this many variants per strategy and caption.")] = None,
     seed: Annotated[int, typer.Option(help="Seed; per caption and strategy a generator is derived from it.")] = 0,
-    text: Annotated[list[str] | None, typer.Option(help="Augment this text and print (repeatable); nothing written.")] = None,
+    text: Annotated[list[str] | None, typer.Option(metavar="TEXT", help="Augment this text and print (repeatable); nothing written.")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Fail when a requested strategy is unavailable.")] = False,
     option: Annotated[
-        list[str] | None, typer.Option(help="Strategy option STRATEGY.KEY=VALUE (repeatable), e.g. paraphrase.model=DIR.")
+        list[str] | None, typer.Option(metavar="STRATEGY.KEY=VALUE", help="Strategy option STRATEGY.KEY=VALUE (repeatable), e.g. paraphrase.model=DIR.")
     ] = None,
     nl_augmenter: Annotated[Path | None, typer.Option(help="NL-Augmenter source checkout, for nlaugmenter:<module>.<Class>.")] = None,
     subsets: Subsets = None,

@@ -1,4 +1,4 @@
-"""``probe eval sugarcrepe|valse|aro|mmvp-vlm|naturalbench`` (generated from the experiments' declarations) and ``probe data info``."""
+"""``probe eval sugarcrepe|valse|aro|mmvp-vlm|naturalbench|eqben`` (generated from the experiments' declarations) and ``probe data info``."""
 
 from __future__ import annotations
 
@@ -15,18 +15,18 @@ from vlprobe.validation import InputError
 
 #: ``probe eval NAME`` -> the experiment it runs (these have no ``probe run NAME``).
 EVAL_COMMANDS = {"sugarcrepe": "sugarcrepe", "valse": "valse", "aro": "aro", "mmvp-vlm": "mmvp-vlm",
-                 "naturalbench": "naturalbench"}
+                 "naturalbench": "naturalbench", "eqben": "eqben"}
 eval_app = typer.Typer(
     name="eval", cls=declared_group(EVAL_COMMANDS, guarded), no_args_is_help=True,
-    help="Score a benchmark (SugarCrepe, VALSE, ARO, MMVP-VLM, NaturalBench) with a model (or re-read saved scores): tidy CSV, per-item "
+    help="Score a benchmark (SugarCrepe, VALSE, ARO, MMVP-VLM, NaturalBench, EqBen) with a model (or re-read saved scores): tidy CSV, per-item "
          "scores, manifest.",
 )
 #: ``probe data info NAME`` of the benchmarks beside SugarCrepe and VALSE: NAME -> "module:function"
 #: taking (data_dir, image_root).
 REPORTS = {"aro": "vlprobe.data.aro:aro_report", "mmvp-vlm": "vlprobe.data.mmvp_vlm:mmvp_vlm_report",
-           "naturalbench": "vlprobe.data.naturalbench:naturalbench_report"}
+           "naturalbench": "vlprobe.data.naturalbench:naturalbench_report", "eqben": "vlprobe.data.eqben:eqben_report"}
 data_app = typer.Typer(name="data", help="Validate and count benchmark files.", no_args_is_help=True)
-Benchmark = Annotated[str, typer.Argument(help="sugarcrepe, valse, aro, mmvp-vlm, naturalbench.")]
+Benchmark = Annotated[str, typer.Argument(help="sugarcrepe, valse, aro, mmvp-vlm, naturalbench, eqben.")]
 
 
 @data_app.command("info")
@@ -34,8 +34,9 @@ Benchmark = Annotated[str, typer.Argument(help="sugarcrepe, valse, aro, mmvp-vlm
 def data_info(
     benchmark: Benchmark,
     data_dir: Annotated[Path, typer.Option(help="Folder of the benchmark's JSON files.")],
-    image_dir: Annotated[Path | None, typer.Option(help="SugarCrepe: check the COCO val2017 images too.")] = None,
-    image_root: Annotated[list[str] | None, typer.Option(help="VALSE, ARO: SOURCE=DIR (repeatable); check the images too.")] = None,
+    image_dir: Annotated[Path | None, typer.Option(metavar="DIR", help="SugarCrepe: check the COCO val2017 images too.")] = None,
+    image_root: Annotated[list[str] | None, typer.Option(
+        metavar="[SOURCE=]DIR", help="VALSE, ARO: SOURCE=DIR (repeatable); EqBen: DIR; check the images too.")] = None,
     as_json: AsJson = False,
 ) -> None:
     """Validate a benchmark's files and count items per subset, ids and problems found."""

@@ -24,6 +24,10 @@ mmvp-vlm   ``Questions.csv`` (header, then ``n`` pairs of rows ``qid,type,statem
 naturalbench  ``data/train-00000-of-00001.parquet``: ``n`` samples of each question type, the
            dataset's columns, images embedded as ``{"bytes", "path"}`` structs (JPEG), answers
            in the pattern the authors' scoring assumes
+eqben      ``eqben_subset_10percent_final.json`` (``n`` records of each of the 7 sub-datasets,
+           ``{image0, image1, caption0, caption1}``, sub-datasets interleaved as the shuffled
+           release) and ``image_subset/<sub-dataset>/<clip>/<frame>.jpg`` (YouCook2: ``.npy``
+           BGR frames, as released)
 =========  ======================================================================================
 """
 
@@ -224,9 +228,35 @@ def _naturalbench(w: _Writer, rng: np.random.Generator, n: int) -> None:
         pq.write_table(pa.table(rows, schema=schema), tmp)
 
 
+def _eqben(w: _Writer, rng: np.random.Generator, n: int) -> None:
+    from vlprobe.data.eqben import EQBEN_SUBSETS
+
+    records = []
+    for k in range(n):
+        for subset in EQBEN_SUBSETS:
+            pair = []
+            for j in (0, 1):
+                if subset == "eqbenyoucook2":
+                    rel = f"image_subset/{subset}/clip{k:03d}/{j:04d}.npy"
+                    frame = rng.integers(0, 256, size=(w.size, w.size + 8, 3), dtype=np.uint8)
+                    with atomic_path(w._path(rel)) as tmp, open(tmp, "wb") as fh:
+                        np.save(fh, frame, allow_pickle=False)
+                else:
+                    rel = f"image_subset/{subset}/clip{k:03d}/{j:04d}.jpg"
+                    w.image(rel, rng)
+                pair.append(rel.removeprefix("image_subset/"))
+            first = _caption_shape(rng)
+            words = first.rstrip(".").split()
+            words[1], words[6] = words[6], words[1]  # the colours swapped
+            second = " ".join(words) + "."
+            records.append({"image0": pair[0], "image1": pair[1], "caption0": first, "caption1": second})
+    order = rng.permutation(len(records))
+    w.json("eqben_subset_10percent_final.json", [records[int(i)] for i in order])
+
+
 #: Format -> writer of its files.
 _WRITERS: dict[str, Callable[[_Writer, np.random.Generator, int], None]] = {
-    "aro": _aro, "mmvp-vlm": _mmvp_vlm, "naturalbench": _naturalbench}
+    "aro": _aro, "mmvp-vlm": _mmvp_vlm, "naturalbench": _naturalbench, "eqben": _eqben}
 FIXTURE_FORMATS: tuple[str, ...] = tuple(_WRITERS)
 
 

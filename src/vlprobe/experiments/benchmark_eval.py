@@ -73,7 +73,7 @@ __all__ = ["BENCHMARKS", "EXPERIMENTS", "EvalConfig", "run_eval"]
 #: The two-text benchmarks with their own code path here, then those evaluated through a
 #: :class:`~vlprobe.experiments.benchmark_specs.BenchmarkSpec`.
 PAIRED = ("sugarcrepe", "valse")
-BENCHMARKS = (*PAIRED, "aro", "mmvp-vlm", "naturalbench")
+BENCHMARKS = (*PAIRED, "aro", "mmvp-vlm", "naturalbench", "eqben")
 #: Why a run has no bag-of-words slices.
 BOW_NEEDS_CAPTIONS = "the bag-of-words slices need the captions: give data_dir (--data-dir) with a score file"
 #: What each VALSE pairwise metric compares (recorded in the manifest).
@@ -691,4 +691,5 @@ SUGARCREPE, VALSE, ARO = EXPERIMENTS["sugarcrepe"], EXPERIMENTS["valse"], EXPERI
 EXPERIMENTS["naturalbench"] = _spec_experiment(
     "naturalbench", 1, ("image_root", *_ONLY_ARO),
     ("question_accuracy", "image_accuracy", "binary_accuracy", "group_accuracy"))
-MMVP_VLM, NATURALBENCH = EXPERIMENTS["mmvp-vlm"], EXPERIMENTS["naturalbench"]
+EXPERIMENTS["eqben"] = _spec_experiment("eqben", 1, _ONLY_ARO, ("text", "image", "group"))
+MMVP_VLM, NATURALBENCH, EQBEN = EXPERIMENTS["mmvp-vlm"], EXPERIMENTS["naturalbench"], EXPERIMENTS["eqben"]

@@ -28,7 +28,7 @@ from vlprobe.stats.benchmark_metrics import (
     naturalbench_outcomes,
     pair_right,
 )
-from vlprobe.stats.metrics import bootstrap_indices, ci95_rows
+from vlprobe.stats.metrics import bootstrap_indices, ci95_rows, winoground_outcomes
 
 __all__ = ["SPECS", "BenchmarkSpec", "spec_rows"]
 
@@ -179,8 +179,40 @@ NATURALBENCH = BenchmarkSpec(
     pooled="all", bow=False,
 )
 
+# -- Winoground-style 2 x 2 benchmarks (EqBen) -------------------------------------------------------
+
+
+def _wino_outcomes(subset: str, scores: np.ndarray) -> dict[str, np.ndarray]:
+    out = winoground_outcomes(scores)
+    return {name: out[name] for name in ("text", "image", "group")}
+
+
+def _wino_metrics(subset: str, out: Mapping[str, np.ndarray], groups: np.ndarray) -> dict[str, np.ndarray]:
+    return {name: np.asarray(out[name], dtype=np.float64).mean(axis=-1) for name in ("text", "image", "group")}
+
+
+_WINO_TIES = "strict > (a tie is wrong)"
+_WINO_NOTES = {
+    "text": "text score: c0 beats c1 on image 0 and c1 beats c0 on image 1; " + _WINO_TIES,
+    "image": "image score: image 0 beats image 1 for c0 and image 1 beats image 0 for c1; " + _WINO_TIES,
+    "group": "group score: text and image both right; " + _WINO_TIES,
+}
+
+
+def _eqben() -> BenchmarkSpec:
+    from vlprobe.data.eqben import EQBEN_SUBSETS
+
+    source = " (EqBen's cal_wino_score, per sub-dataset as evaluate_eqben_locally.py)"
+    notes: dict[Any, str] = {m: n + source for m, n in _WINO_NOTES.items()}
+    notes.update({("all", m): n + "; every item pooled (not in the paper's table)" for m, n in _WINO_NOTES.items()})
+    return BenchmarkSpec("eqben", EQBEN_SUBSETS, _wino_outcomes, _wino_metrics, notes=notes,
+                         chance={"text": 25.0, "image": 25.0, "group": 100.0 / 6}, pooled="all")
+
+
+EQBEN = _eqben()
+
 #: The benchmarks ``probe eval`` evaluates through a spec.
-SPECS: dict[str, BenchmarkSpec] = {s.name: s for s in (ARO, MMVP_VLM, NATURALBENCH)}
+SPECS: dict[str, BenchmarkSpec] = {s.name: s for s in (ARO, MMVP_VLM, NATURALBENCH, EQBEN)}
 
 
 # -- rows --------------------------------------------------------------------------------------------
@@ -232,7 +264,7 @@ def spec_rows(
         boot = spec.metrics(subset, {k: v[at] for k, v in outcomes.items()}, grp[cols])
         for metric, value in point.items():
             row = {**base, "subset": scope, "n": len(cols)}
-            note = spec.note(subset, metric)
+            note = spec.note(scope if (scope, metric) in spec.notes else subset, metric)
             rows.append({**row, "metric": metric, "value": 100.0 * float(value), **({"note": note} if note else {})})
             rows.extend(ci95_rows(row, metric, 100.0 * np.asarray(boot[metric]).reshape(-1), seed))
 

@@ -32,7 +32,7 @@ class PairModelOptions(ModelOptions, ItemOptions):
 
     model: str = ModelOptions.redeclare(
         "model", help="Registered model (see `probe ls models`) whose states can be edited: clip, siglip, lxmert, "
-                      "uniter, blip-itm.",
+                      "uniter, blip-itm (not the generative llava, qwen2-vl).",
     )
     checkpoint: str = ModelOptions.redeclare("checkpoint", REQUIRED)
     dtype: str = ModelOptions.redeclare("dtype", choices=("float32", "float16"))
@@ -44,11 +44,18 @@ class PairModelOptions(ModelOptions, ItemOptions):
 
 
 def pair_model_class(model: str, experiment: str) -> Any:
-    """The registered adapter class of ``model``; InputError unless it is a dual or cross-encoder."""
+    """The registered adapter class of ``model``; InputError unless it is a dual or cross-encoder
+    whose states can be edited (not a generative model: no sites on its language model's layers yet)."""
     from vlprobe.extract.models.base import CrossEncoder, DualEncoder
+    from vlprobe.extract.models.generative import GenerativeVLM
     from vlprobe.registry import MODELS
 
     cls = MODELS.get(model)
+    if isinstance(cls, type) and issubclass(cls, GenerativeVLM):
+        raise InputError(
+            f"model: {experiment} does not support generative models yet ({model!r}): editing the states of a "
+            "language model's layers (caption tokens, image tokens, the answer position) is not implemented; "
+            "its cache runs the probing experiments (probe extract, then probe run separability, ...)")
     if not (isinstance(cls, type) and issubclass(cls, (DualEncoder, CrossEncoder))):
         raise InputError(f"model: {experiment} runs dual encoders and cross-encoders; {model!r} is neither")
     return cls
