@@ -102,7 +102,7 @@ class BiasGapConfig(ItemOptions, BootstrapOptions, ProgressOption, ResultsOption
         help="A scorer's checkpoint (directory or hub id), SCORER=DIR, repeatable (default: the scorer's own).",
     )
     vlm_results: tuple[Path, ...] = option(
-        (), repeat=True, role="input",
+        (), repeat=True, role="input", metavar="EVAL.csv",
         help="A `probe eval` tidy CSV of the same benchmark, repeatable: its metric per subset beside the "
              "blind scorers' (Figure 2).",
     )
