@@ -239,6 +239,14 @@ DATASETS.register(
     help="MMVP-VLM: 135 statement pairs x 2 images in 9 categories (Questions.csv + 'MLLM_VLM Images/')",
 )
 DATASETS.register(
+    "sugarcrepe-pp", "vlprobe.data.sugarcrepe_pp:load_sugarcrepe_pp",
+    help="SugarCrepe++: COCO image, two positive captions and a hard negative (5 JSON files + COCO val2017)",
+)
+DATASETS.register(
+    "colorswap", "vlprobe.data.colorswap:load_colorswap",
+    help="ColorSwap: 2 images x 2 captions with colour words swapped (test.json/train.json + images/)",
+)
+DATASETS.register(
     "eqben", "vlprobe.data.eqben:load_eqben",
     help="EqBen: 2 images x 2 captions per item in 7 sub-datasets (the labelled 10% subset's JSON + its images)",
 )
@@ -290,6 +298,14 @@ EXPERIMENTS.register(
 EXPERIMENTS.register(
     "mmvp-vlm", "vlprobe.experiments.benchmark_eval:MMVP_VLM",
     help="MMVP-VLM pair accuracy per category and their mean (`probe eval mmvp-vlm`)",
+)
+EXPERIMENTS.register(
+    "sugarcrepe-pp", "vlprobe.experiments.benchmark_eval:SUGARCREPE_PP",
+    help="SugarCrepe++ image-to-text accuracy (ITT) and each positive against the negative (`probe eval sugarcrepe-pp`)",
+)
+EXPERIMENTS.register(
+    "colorswap", "vlprobe.experiments.benchmark_eval:COLORSWAP",
+    help="ColorSwap text, image and group scores per split (`probe eval colorswap`)",
 )
 EXPERIMENTS.register(
     "eqben", "vlprobe.experiments.benchmark_eval:EQBEN",

@@ -27,6 +27,7 @@ from vlprobe.stats.benchmark_metrics import (
     naturalbench_answers,
     naturalbench_outcomes,
     pair_right,
+    sugarcrepe_pp_outcomes,
 )
 from vlprobe.stats.metrics import bootstrap_indices, ci95_rows, winoground_outcomes
 
@@ -179,7 +180,7 @@ NATURALBENCH = BenchmarkSpec(
     pooled="all", bow=False,
 )
 
-# -- Winoground-style 2 x 2 benchmarks (EqBen) -------------------------------------------------------
+# -- Winoground-style 2 x 2 benchmarks (EqBen, ColorSwap) ----------------------------------------------------
 
 
 def _wino_outcomes(subset: str, scores: np.ndarray) -> dict[str, np.ndarray]:
@@ -211,8 +212,46 @@ def _eqben() -> BenchmarkSpec:
 
 EQBEN = _eqben()
 
+
+def _colorswap() -> BenchmarkSpec:
+    from vlprobe.data.colorswap import COLORSWAP_SUBSETS
+
+    source = " (Winoground's scores, which ColorSwap follows: its main ITM metric is the group score)"
+    return BenchmarkSpec("colorswap", COLORSWAP_SUBSETS, _wino_outcomes, _wino_metrics,
+                         notes={m: n + source for m, n in _WINO_NOTES.items()},
+                         chance={"text": 25.0, "image": 25.0, "group": 100.0 / 6})
+
+
+COLORSWAP = _colorswap()
+
+# -- SugarCrepe++ ------------------------------------------------------------------------------------
+
+
+def _scpp_outcomes(subset: str, scores: np.ndarray) -> dict[str, np.ndarray]:
+    return sugarcrepe_pp_outcomes(scores)
+
+
+def _scpp_metrics(subset: str, out: Mapping[str, np.ndarray], groups: np.ndarray) -> dict[str, np.ndarray]:
+    return {name: np.asarray(out[name], dtype=np.float64).mean(axis=-1) for name in ("itt", "image_p1_neg", "image_p2_neg")}
+
+
+def _sugarcrepe_pp() -> BenchmarkSpec:
+    from vlprobe.data.sugarcrepe_pp import SUGARCREPE_PP_SUBSETS
+
+    tie = "strict > (a tie is wrong), as the authors' VLMs/test_*.py"
+    return BenchmarkSpec(
+        "sugarcrepe-pp", SUGARCREPE_PP_SUBSETS, _scpp_outcomes, _scpp_metrics,
+        notes={"itt": "the paper's ITT accuracy: P1 and P2 both score above the negative with the image; " + tie,
+               "image_p1_neg": "the scripts' Image-P1-Neg: P1 above the negative (SugarCrepe's own test); " + tie,
+               "image_p2_neg": "the scripts' Image-P2-Neg: P2 above the negative; " + tie},
+        chance={"itt": 100.0 / 3, "image_p1_neg": 50.0, "image_p2_neg": 50.0},
+    )
+
+
+SUGARCREPE_PP = _sugarcrepe_pp()
+
 #: The benchmarks ``probe eval`` evaluates through a spec.
-SPECS: dict[str, BenchmarkSpec] = {s.name: s for s in (ARO, MMVP_VLM, NATURALBENCH, EQBEN)}
+SPECS: dict[str, BenchmarkSpec] = {s.name: s for s in (ARO, MMVP_VLM, NATURALBENCH, EQBEN, COLORSWAP, SUGARCREPE_PP)}
 
 
 # -- rows --------------------------------------------------------------------------------------------

@@ -45,9 +45,10 @@ from vlprobe.data.items import Dataset, Item
 from vlprobe.progress import say
 from vlprobe.provenance import sha256_file
 from vlprobe.runs.charts import Chart
-from vlprobe.runs.declare import Experiment, check_key_values, key_values, names, option
+from vlprobe.runs.declare import REQUIRED, Experiment, check_key_values, key_values, names, option
 from vlprobe.runs.option_groups import (
     BootstrapOptions,
+    DatasetOption,
     ItemOptions,
     ModelOptions,
     ProgressOption,
@@ -87,11 +88,11 @@ def _check_scorers(value: tuple[str, ...], param: str) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class BiasGapConfig(ItemOptions, BootstrapOptions, ProgressOption, ResultsOptions):
+class BiasGapConfig(DatasetOption, ItemOptions, BootstrapOptions, ProgressOption, ResultsOptions):
     """``probe run bias-gap``: blind scorers' gaps between positive and negative captions."""
 
-    dataset: str = option(role="input", help="A registered dataset whose items have positive and negative "
-                                             "captions (sugarcrepe, aro, valse, ...).")
+    dataset: str = DatasetOption.redeclare("dataset", REQUIRED, help="A registered dataset whose items have positive "
+                                                                   "and negative captions (sugarcrepe, aro, valse, ...).")
     data_dir: Path | None = ItemOptions.redeclare("data_dir", help="Folder of the benchmark's files.")
     scorers: tuple[str, ...] = option(
         ("vera", "grammar"), parse=names, check=_check_scorers, metavar="A,B", role="input",
