@@ -67,6 +67,14 @@ demo-tiny: $(STAMP)  ## synthetic Winoground + tiny random CLIP, detector, LXMER
 	HF_HUB_OFFLINE=1 $(PROBE) extract --model uniter --checkpoint $(DEMO_TINY)/tiny-uniter/uniter.pt --regions $(DEMO_TINY)/regions.h5 \
 	    --dataset winoground --data-dir $(DEMO_TINY)/data --pair-plan all --device cpu --out $(DEMO_TINY)/uniter.h5
 	HF_HUB_OFFLINE=1 $(PROBE) run recall --cache $(DEMO_TINY)/uniter.h5 --out $(DEMO_TINY)/results
+	HF_HUB_OFFLINE=1 $(PROBE) fixtures hub-cache --out $(DEMO_TINY)/hub --models clip,lxmert,frcnn --seed 0
+	mkdir -p $(DEMO_TINY)/card
+	@echo "the design card's commands, typed as written in $(DEMO_TINY)/card/ (HF_HUB_CACHE=$(DEMO_TINY)/hub HF_HUB_OFFLINE=1 VLPROBE_WINOGROUND=$(DEMO_TINY)/data):"
+	@for line in "extract --model lxmert" "extract --model clip" "run separability --layers all" "plot results/separability/"; do \
+	    echo "\$$ probe $$line"; \
+	    (cd $(DEMO_TINY)/card && HF_HUB_OFFLINE=1 HF_HUB_CACHE=$(abspath $(DEMO_TINY)/hub) \
+	        VLPROBE_WINOGROUND=$(abspath $(DEMO_TINY)/data) $(abspath $(PROBE)) $$line) || exit 1; \
+	done
 	@if VLPROBE_CACHE=$(DEMO_TINY)/cache HF_HUB_OFFLINE=1 $(PROBE) setup wordnet; then \
 	    VLPROBE_CACHE=$(DEMO_TINY)/cache HF_HUB_OFFLINE=1 $(PROBE) augment --dataset winoground --data-dir $(DEMO_TINY)/data \
 	        --preset lexical --seed 0 --out $(DEMO_TINY)/lexical-variants.jsonl; \
@@ -84,6 +92,8 @@ demo-tiny: $(STAMP)  ## synthetic Winoground + tiny random CLIP, detector, LXMER
 	@echo "  regions-info.txt  probe regions info: detector, preset, box counts, the top 3 detections per image by name"
 	@echo "  lxmert.h5    tiny LXMERT, item pair plan: lang/vision states per pair and match scores"
 	@echo "  uniter.h5    tiny UNITER (official .pt format), all pairs: scores only (recall in results/recall/)"
+	@echo "  hub/         the tiny fixtures under the real hub ids (openai/clip-vit-base-patch32, unc-nlp/lxmert-base-uncased, the detector)"
+	@echo "  card/        the design card's four commands run there: caches/ (clip, lxmert, the region file), results/separability/ (CSVs, figures)"
 	@if [ -f $(DEMO_TINY)/lexical-variants.jsonl ]; then \
 	    echo "  lexical-variants.jsonl  WordNet synonym/hypernym/hyponym and slang variants of every caption"; \
 	else echo "  (no lexical-variants.jsonl: the augment step was left out, see above)"; fi
@@ -112,9 +122,11 @@ bench: $(STAMP)  ## performance ratios (printed, not asserted)
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/regions_extract.py
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/metrics.py
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/pairs.py
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/generative.py
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/probes.py
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/experiments.py --epochs 5 --quick  # a fraction, extrapolated; drop --epochs for a full run
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/augment.py
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/bench_families.py
 
 clean:  ## remove the venv and outputs
 	rm -rf $(VENV) out site .pytest_cache .mypy_cache

@@ -378,8 +378,7 @@ def sugarcrepe_regions(sugarcrepe_dir: Path, tmp_path_factory: pytest.TempPathFa
     out = tmp_path_factory.mktemp("sc-regions") / "sc.h5"
     res = CliRunner().invoke(app, [
         "fixtures", "regions", "--dataset", "sugarcrepe", "--data-dir", str(sugarcrepe_dir), "--out", str(out),
-        "--subsets", str(SC_SELECTION["subsets"]), "--limit", str(SC_SELECTION["limit"]), "--n-boxes", "8",
-        "--min-boxes", "3",
+        "--subsets", str(SC_SELECTION["subsets"]), "--limit", str(SC_SELECTION["limit"]), "--boxes", "3:8",
     ])
     assert res.exit_code == 0, res.output
     return out

@@ -72,6 +72,39 @@ def test_ls_lists_the_builtin_entries(runner: CliRunner) -> None:
     assert any(line.startswith("winoground ") for line in run(runner, "ls", "datasets").stdout.splitlines())
 
 
+#: Every row of the three papers' model tables: (paper, row as the reproduction table names it).
+PAPER_ROWS = [
+    ("Why is Winoground Hard?", "CLIP ViT-B/32"), ("Why is Winoground Hard?", "LXMERT"),
+    ("Why is Winoground Hard?", "UNITER base, large"),
+    ("VALSE", "CLIP"), ("VALSE", "LXMERT"), ("VALSE", "ViLBERT"), ("VALSE", "ViLBERT 12-in-1"),
+    ("VALSE", "VisualBERT"), ("VALSE", "GPT-1, GPT-2"),
+    ("SugarCrepe", "OpenAI RN50 ... RN50x64, ViT-B-32, ViT-L-14"),
+    ("SugarCrepe", "LAION2B ViT-H-14, ViT-g-14, ViT-bigG-14"),
+    ("SugarCrepe", "LAION2B roberta-ViT-B-32; LAION5B xlm-roberta-base-ViT-B-32, xlm-roberta-large-ViT-H-14"),
+    ("SugarCrepe", "DataComp small, medium, large, xlarge"), ("SugarCrepe", "NegCLIP"),
+    ("SugarCrepe", "Vera (text), Grammar (text)"),
+]
+
+
+def test_ls_models_lists_every_model_of_the_papers_tables(runner: CliRunner) -> None:
+    """The reproduction table (docs) has a row for each model of the three papers' tables; each
+    names models `probe ls models` lists and fixtures `probe ls fixtures` lists."""
+    from tests.docs_text import doc_page
+
+    page = doc_page("reproducing.md")
+    table = page[page.index("## Every model of the papers' tables"):]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()
+            if line.startswith("| ") and not line.startswith("| paper ")]
+    assert [(r[0], r[1]) for r in rows] == PAPER_ROWS
+    listed = {line.split()[0] for line in run(runner, "ls", "models").stdout.splitlines()}
+    fixtures = {line.split()[0] for line in run(runner, "ls", "fixtures").stdout.splitlines()}
+    for paper, row, models, _, fixture in rows:
+        names = [m.strip("` ") for m in models.split(",")]
+        assert names and set(names) <= listed, (paper, row, names)
+        for f in fixture.split(","):
+            assert f.strip("` ").split()[0] in fixtures, (paper, row, f)
+
+
 def test_ls_unknown(one_error_line: Callable[..., str], runner: CliRunner) -> None:
     one_error_line(run(runner, "ls", "bogus"), "'bogus'", "models")
 

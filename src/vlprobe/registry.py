@@ -233,6 +233,27 @@ DATASETS.register(
     "aro", "vlprobe.data.aro:load_aro",
     help="ARO: VG-Relation, VG-Attribution (cropped VG images), COCO-Order, Flickr30k-Order (authors' JSON files)",
 )
+# 2x2 benchmarks after SugarCrepe (keep these lines together)
+DATASETS.register(
+    "mmvp-vlm", "vlprobe.data.mmvp_vlm:load_mmvp_vlm",
+    help="MMVP-VLM: 135 statement pairs x 2 images in 9 categories (Questions.csv + 'MLLM_VLM Images/')",
+)
+DATASETS.register(
+    "sugarcrepe-pp", "vlprobe.data.sugarcrepe_pp:load_sugarcrepe_pp",
+    help="SugarCrepe++: COCO image, two positive captions and a hard negative (5 JSON files + COCO val2017)",
+)
+DATASETS.register(
+    "colorswap", "vlprobe.data.colorswap:load_colorswap",
+    help="ColorSwap: 2 images x 2 captions with colour words swapped (test.json/train.json + images/)",
+)
+DATASETS.register(
+    "eqben", "vlprobe.data.eqben:load_eqben",
+    help="EqBen: 2 images x 2 captions per item in 7 sub-datasets (the labelled 10% subset's JSON + its images)",
+)
+DATASETS.register(
+    "naturalbench", "vlprobe.data.naturalbench:load_naturalbench",
+    help="NaturalBench: 2 questions x 2 images per sample, yes/no or A/B (the dataset's parquet shards)",
+)
 MODELS.register(
     "blind-lm", "vlprobe.extract.models.blind:CausalLMScorer",
     help="Blind baseline: token-normalised log-likelihood of the caption under any HF causal LM",
@@ -272,6 +293,27 @@ EXPERIMENTS.register(
 EXPERIMENTS.register(
     "aro", "vlprobe.experiments.benchmark_eval:ARO",
     help="ARO macro accuracy (VG-Relation, VG-Attribution) and Precision@1 (COCO/Flickr30k-Order) (`probe eval aro`)",
+)
+# 2x2 benchmarks after SugarCrepe (keep these lines together)
+EXPERIMENTS.register(
+    "mmvp-vlm", "vlprobe.experiments.benchmark_eval:MMVP_VLM",
+    help="MMVP-VLM pair accuracy per category and their mean (`probe eval mmvp-vlm`)",
+)
+EXPERIMENTS.register(
+    "sugarcrepe-pp", "vlprobe.experiments.benchmark_eval:SUGARCREPE_PP",
+    help="SugarCrepe++ image-to-text accuracy (ITT) and each positive against the negative (`probe eval sugarcrepe-pp`)",
+)
+EXPERIMENTS.register(
+    "colorswap", "vlprobe.experiments.benchmark_eval:COLORSWAP",
+    help="ColorSwap text, image and group scores per split (`probe eval colorswap`)",
+)
+EXPERIMENTS.register(
+    "eqben", "vlprobe.experiments.benchmark_eval:EQBEN",
+    help="EqBen text, image and group scores per sub-dataset (`probe eval eqben`)",
+)
+EXPERIMENTS.register(
+    "naturalbench", "vlprobe.experiments.benchmark_eval:NATURALBENCH",
+    help="NaturalBench question, image, binary and group accuracies (`probe eval naturalbench`)",
 )
 EXPERIMENTS.register(
     "refine", "vlprobe.experiments.refine:EXPERIMENT",

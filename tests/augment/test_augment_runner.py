@@ -168,7 +168,7 @@ def test_cli_ls_strategies_says_why_and_how(one_error_line) -> None:
 
 @pytest.mark.parametrize(("args", "needles"), [
     (["--text", "x", "--strategies", "synonim"], ("unknown strategy 'synonim'", "did you mean 'synonym'")),
-    (["--text", "x", "--preset", "lexical", "--strategies", "synonym"], ("exactly one of preset",)),
+    (["--text", "x", "--preset", "lexical", "--strategies", "synonym"], ("give --preset or --strategies, not both",)),
     (["--text", "x", "--preset", "nope"], ("unknown preset 'nope'",)),
     (["--text", "x", "--strategies", "synonym", "--seed", "-1"], ("seed must be an integer in [0, 2**32), got -1",)),
     (["--text", "x", "--strategies", "synonym", "--max-per-strategy", "0"], ("max_per_strategy",)),
@@ -193,6 +193,17 @@ def test_paper_preset_runs_offline_with_what_is_available(wordnet_root: Path, nl
     assert "not repeated" in res.provenance["identity"]
     assert [p["strategy"] for p in res.provenance["plan"]] == [
         "original", "role-rewrite", "hyponym", "hypernym", "slang", "synonym"]
+
+
+def test_without_preset_or_strategies_the_paper_preset_runs(wordnet_root: Path, nlp) -> None:
+    assert resolve_plan(None, None, None) == resolve_plan("why-winoground-hard", None, None)
+    r = CliRunner().invoke(app, ["augment", "--text", "The man is riding a horse on the beach", "--seed", "2"])
+    assert r.exit_code == 0, r.output
+    assert "[role-rewrite]" in r.stdout and "skipped paraphrase:" in r.stderr
+    res = augment_texts(["The man is riding a horse on the beach"], seed=2)
+    assert res.provenance["preset"] == "why-winoground-hard"
+    assert res.n_variants == augment_texts(["The man is riding a horse on the beach"], seed=2,
+                                           preset="why-winoground-hard").n_variants
 
 
 def test_cli_augment_takes_the_dataset_selection(sugarcrepe_dir: Path, tmp_path: Path, one_error_line, nlp) -> None:

@@ -101,7 +101,7 @@ def kit(
 ) -> Iterator[Kit]:
     root = tmp_path_factory.mktemp("matrix-kit")
     regions = root / "regions.h5"
-    assert _run("fixtures", "regions", "--data-dir", synthetic_dir, "--out", regions, "--n-boxes", 3,
+    assert _run("fixtures", "regions", "--data-dir", synthetic_dir, "--out", regions, "--boxes", 3,
                 "--dim", 8).exit_code == 0
     detector = write_tiny_frcnn(root / "detector", 0)
     region_shards = []
@@ -191,7 +191,7 @@ WRITERS: dict[str, Writer] = {w.command: w for w in [
            "nltk", folder_out=True, needs="wordnet"),
     Writer("fixtures dataset", lambda k, out: ["fixtures", "dataset", "--out", out, "--n-items", 2], "d", folder_out=True),
     Writer("fixtures model", lambda k, out: ["fixtures", "model", "clip", "--out", out], "m", folder_out=True),
-    Writer("fixtures regions", lambda k, out: ["fixtures", "regions", "--data-dir", k.syn, "--out", out, "--n-boxes", 3,
+    Writer("fixtures regions", lambda k, out: ["fixtures", "regions", "--data-dir", k.syn, "--out", out, "--boxes", 3,
                                                "--dim", 8], "r.h5"),
 ]}
 
@@ -437,10 +437,11 @@ SPECIFIC: list[Row] = [
         "collect", _folder(w / "empty"), "--out", w / "all.csv"])),
     Row("plot", "unknown subset", _missing("'nope'", lambda k, w: [
         "plot", k.results_csv, "--out", w / "p.png", "--subset", "nope"])),
-    Row("plot", "a folder given for the CSV", _missing("is a folder", lambda k, w: [
+    Row("plot", "a folder without results given for the CSV", _missing("holds no vlprobe results", lambda k, w: [
         "plot", _folder(w / "x.csv"), "--out", w / "p.png"])),
-    Row("run winoground-scores", "a folder given for the cache", _missing("is a folder", lambda k, w: [
-        "run", "winoground-scores", "--cache", _folder(w / "c.h5"), "--out", w / "res"])),
+    Row("run winoground-scores", "a folder without caches given for the cache", _missing(
+        "holds no finished activation cache", lambda k, w: [
+            "run", "winoground-scores", "--cache", _folder(w / "c.h5"), "--out", w / "res"])),
     # the testbed's commands
     Row("fixtures train clip", "evaluation split as training data", _missing("evaluation split", lambda k, w: [
         "fixtures", "train", "clip", "--data-dir", k.syn, "--out", w / "m", "--steps", 1, "--device", "cpu"])),

@@ -49,7 +49,7 @@ def test_tree_has_every_command() -> None:
     leaves = {" ".join(p) for p, c in TREE.items() if not isinstance(c, TyperGroup)}
     assert leaves == {
         "ls", "extract", "refine", "plot", "compare", "report", "collect", "augment",
-        "fixtures dataset", "fixtures model", "fixtures regions", "fixtures train clip", "fixtures train lxmert",
+        "fixtures dataset", "fixtures model", "fixtures hub-cache", "fixtures regions", "fixtures train clip", "fixtures train lxmert",
         "fixtures testbed", "cache info", "cache merge",
         *(f"run {name}" for name in EXPERIMENTS.names() if name not in {"refine", *BENCHMARKS}),
         *(f"eval {name}" for name in BENCHMARKS),
@@ -82,6 +82,24 @@ def test_help_renders(path: tuple[str, ...]) -> None:
     assert "Usage: probe" in result.stdout and result.stderr == ""
     for flag in _flags(TREE[path]):
         assert flag in result.stdout, f"{flag} missing from `probe {' '.join(path)} --help`"
+    # a flag takes no value: no placeholder; a repeatable option shows what one value looks like
+    assert "<bool>" not in result.stdout and "<list[str]>" not in result.stdout, result.stdout
+    if "--image-root" in _flags(TREE[path]):
+        assert "[SOURCE=]DIR" in result.stdout
+
+
+def test_a_closed_pipe_ends_quietly() -> None:
+    """`probe ... | head`: the reader closes the pipe before the command has written; no
+    traceback, exit code 141 (SIGPIPE's, as a shell shows it); help, which rich writes, ends with
+    rich's own quiet exit code 1."""
+    for args, code in ((("ls", "models"), 141), (("--help",), 1)):
+        proc = subprocess.Popen([sys.executable, "-m", "vlprobe", *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()  # long before the interpreter has started and written anything
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=60) == code, err
+        assert err == "", err
 
 
 def _probe_lines(block: str) -> list[str]:

@@ -7,7 +7,9 @@ The rules, checked by :func:`check_command` on every command of ``probe``:
    repeatable one possibly in the singular (``--model-option`` sets ``model_options``);
 2. the field exists on the command's library side (an experiment's config, ``ExtractConfig``,
    ``AugmentConfig``, or the function the command calls);
-3. the command line's default, parsed as the command parses it, equals the library's default;
+3. the command line's default, parsed as the command parses it, equals the library's default (an
+   experiment's ``--cache`` is optional: not given, the experiment runs on every cache under
+   ``caches/``, :mod:`vlprobe.runs.each_cache`);
 4. shared concepts have one spelling: a banned synonym (``--stream``, ``--scores-file``, ``--pairs``,
    ...) never appears, a bootstrap's seed is ``--bootstrap-seed``, ``--model`` is a registered
    model, ``--device`` defaults to ``auto``, ``--streams`` and ``--poolings`` take lists, ``--pooling``
@@ -36,6 +38,7 @@ from typer.testing import CliRunner
 from vlprobe.cli import app
 from vlprobe.cli.declared import command_function
 from vlprobe.runs.declare import Experiment, declared_options, key_values, names, option
+from vlprobe.runs.each_cache import CACHE_OPTION
 from vlprobe.runs.option_groups import (
     BootstrapOptions,
     ResultsOptions,
@@ -68,8 +71,9 @@ ALLOWED: dict[tuple[tuple[str, ...] | str, str], str] = {
     (("augment",), "--out"): "optional on the command line because --text prints instead; required by AugmentConfig",
     (("fixtures", "regions"), "--oracle"): "a mode of the command: the perfect detector's regions (oracle_regions) "
                                            "instead of random ones (random_regions_for_dataset)",
-    (("fixtures", "regions"), "--n-boxes"): "unset means 36 random boxes; --oracle refuses a box count, so the command "
-                                            "must see whether one was given",
+    (("fixtures", "regions"), "--boxes"): "N or MIN:MAX as regions extract's --boxes, parsed into n_boxes (the most) "
+                                          "and min_boxes; unset means 36, and --oracle refuses a box count, so the "
+                                          "command must see whether one was given",
     (("fixtures", "dataset"), "--format"): "sets the parameter `fmt` of write_benchmark_fixture: a parameter named "
                                            "`format` would shadow the builtin",
     (("report",), "--format"): "sets the parameter `fmt`: a parameter named `format` would shadow the builtin",
@@ -146,6 +150,7 @@ def hand_written_targets() -> dict[tuple[str, ...], Target]:
     )
     from vlprobe.extract.regions.merge import merge_region_shards
     from vlprobe.extract.runner import ExtractConfig
+    from vlprobe.fixtures.hub_cache import write_hub_cache
     from vlprobe.fixtures.model_fixture import write_model_fixture
     from vlprobe.fixtures.oracle_regions import oracle_regions
     from vlprobe.fixtures.regions import random_regions_for_dataset
@@ -163,9 +168,10 @@ def hand_written_targets() -> dict[tuple[str, ...], Target]:
     image_root = {"image_root": lambda v: list(v) if v else None}
     return {
         ("ls",): Target({}),
+        # --models FILE: vlprobe.runs.model_lists.extract_models instead of one model (--model optional then)
         ("extract",): config_target(ExtractConfig, {"poolings": names, **image_root,
                                                     "model_options": lambda v: key_values(v or (), "model_options")},
-                                    **datasets),
+                                    **datasets, model=None, models=None),
         ("cache", "info"): Target({}),
         ("cache", "merge"): callable_target(merge_shards),
         ("plot",): callable_target(plot_results),
@@ -175,6 +181,7 @@ def hand_written_targets() -> dict[tuple[str, ...], Target]:
         ("augment",): config_target(AugmentConfig, {"strategies": lambda v: names(v) if v else ()}, **datasets),
         ("fixtures", "dataset"): callable_target(make_synthetic_winoground, write_benchmark_fixture),
         ("fixtures", "model"): callable_target(write_model_fixture),
+        ("fixtures", "hub-cache"): callable_target(write_hub_cache, parse={"models": lambda v: names(v) if v else None}),
         ("fixtures", "regions"): callable_target(random_regions_for_dataset, oracle_regions, **datasets),
         ("fixtures", "train", "clip"): config_target(ClipTrainConfig),
         ("fixtures", "train", "lxmert"): config_target(LxmertTrainConfig),
@@ -241,7 +248,9 @@ def check_command(path: tuple[str, ...], cmd: Any, target: Target,
             continue
         lib = target.params[p.name]  # rule 3
         if lib is REQUIRED:
-            if not p.required and not _allowed(path, flag, allow):
+            # an experiment's cache: not given, the experiment runs on every cache under caches/
+            each_cache = p.name == CACHE_OPTION and hasattr(cmd.callback, "vlprobe_experiment")
+            if not p.required and not each_cache and not _allowed(path, flag, allow):
                 problems.append(f"{where}: {flag} is optional but the library requires {p.name!r}")
         else:
             cli = target.parse.get(p.name, lambda v: v)(p.default)
@@ -291,7 +300,8 @@ def _target(path: tuple[str, ...], cmd: Any, hand: dict[tuple[str, ...], Target]
 
         return experiment_target(EXPERIMENTS.get(exp))
     assert path in hand, f"probe {' '.join(path)}: add its library side to hand_written_targets()"
-    return hand[path]
+    declared = getattr(cmd.callback, "vlprobe_declared", ())  # options from a declaration (declared_options_of)
+    return dataclasses.replace(hand[path], declared={o.name: o for o in declared}) if declared else hand[path]
 
 
 HAND = hand_written_targets()
@@ -313,6 +323,68 @@ def test_every_allowed_exception_is_used() -> None:
                     check_command(path, cmd, target):
                 used.add(key)
     assert set(ALLOWED) == used, sorted(map(str, set(ALLOWED) - used))
+
+
+#: (command path, option) that is hand-written although a shared group declares the name: it means
+#: something else there.
+OWN_MEANING: dict[tuple[tuple[str, ...], str], str] = {
+    (("regions", "import"), "dtype"): "the stored features' dtype, None meaning float16 for uniter-npz: no model is loaded",
+    (("regions", "import"), "image_dir"): "uniter-npz: the images whose pixel sizes the npz files lack, not a dataset's",
+}
+
+
+def _shared_option_names() -> set[str]:
+    from vlprobe.runs.option_groups import DatasetOptions, ModelOptions, ProgressOption
+
+    return {o.name for cls in (ModelOptions, DatasetOptions, ProgressOption) for o in declared_options(cls)}
+
+
+def test_shared_options_come_from_the_declarations() -> None:
+    """One option system: a model-loading, dataset or progress option of any command is the
+    declaration of runs.option_groups (an experiment's config, or a hand-written command's
+    ``declared_options_of``), never a second hand-written one; the exceptions mean something else."""
+    shared, hand_written = _shared_option_names(), set()
+    for path, cmd in TREE.items():
+        if getattr(cmd, "experiment", None) is not None:
+            continue  # generated from its config's declaration
+        declared = {o.name for o in getattr(cmd.callback, "vlprobe_declared", ())}
+        hand_written |= {(path, p.name) for p in cmd.params
+                         if p.param_type_name == "option" and p.name in shared and p.name not in declared}
+    assert hand_written == set(OWN_MEANING), sorted(hand_written ^ set(OWN_MEANING))
+
+
+def test_the_model_and_dataset_options_are_declared_once() -> None:
+    """Each shared option is declared in one group; a command changes its default or help with
+    redeclare (same flag, type, checks and role), so the commands cannot drift apart."""
+    from vlprobe.registry import EXPERIMENTS
+    from vlprobe.runs.option_groups import (
+        AllItemsOption,
+        DatasetOptions,
+        ItemOptions,
+        ModelOptions,
+        ProgressOption,
+    )
+
+    classes = (ModelOptions, DatasetOptions, ProgressOption)
+    groups = {o.name: o for cls in classes for o in declared_options(cls)}
+    seen = 0
+    for path, cmd in TREE.items():
+        exp = getattr(cmd, "experiment", None)
+        if exp is None:  # a hand-written command: every shared name it declares is the group's
+            offered, names = getattr(cmd.callback, "vlprobe_declared", ()), set(groups)
+        else:  # an experiment: those of the groups its config takes (MLPOptions has a batch_size of its own)
+            config = EXPERIMENTS.get(exp).config
+            offered = EXPERIMENTS.get(exp).options()
+            names = {o.name for cls in classes if issubclass(config, cls) for o in declared_options(cls)}
+            names |= {o.name for cls in (ItemOptions, AllItemsOption) if issubclass(config, cls)
+                      for o in declared_options(cls)}
+        for o in offered:
+            if o.name in names:
+                g = groups[o.name]
+                assert (o.flag, o.base, o.spec.check, o.spec.parse, o.spec.repeat, o.spec.role) == \
+                    (g.flag, g.base, g.spec.check, g.spec.parse, g.spec.repeat, g.spec.role), (path, o.name)
+                seen += 1
+    assert seen > 100, seen  # every eval, patch and erasure command, extract, regions, fixtures, augment, data info
 
 
 def test_every_declared_field_is_an_option() -> None:

@@ -302,7 +302,7 @@ DISK_FULL_RUNS: dict[str, Callable[[dict[str, Any], Path, Path], list[Any]]] = {
                                           "--out", disk / "r.tsv"],
     "fixtures model": lambda s, k, disk: ["fixtures", "model", "clip", "--out", disk / "m"],
     "fixtures dataset": lambda s, k, disk: ["fixtures", "dataset", "--n-items", 4, "--out", disk / "d"],
-    "fixtures regions": lambda s, k, disk: ["fixtures", "regions", "--data-dir", k / "data", "--n-boxes", 4, "--dim", 64,
+    "fixtures regions": lambda s, k, disk: ["fixtures", "regions", "--data-dir", k / "data", "--boxes", 4, "--dim", 64,
                                             "--out", disk / "r.h5"],
     "regions extract": lambda s, k, disk: ["regions", "extract", "--detector", k / "detector", "--dataset", "winoground",
                                            "--data-dir", k / "data", "--out", disk / "r.h5", "--quiet"],
@@ -336,7 +336,7 @@ def test_a_full_disk_is_one_line_leaves_nothing_half_written_and_resumes(
             (kit / shard.name).symlink_to(shard)
     if command in ("regions import", "regions export"):
         assert CliRunner().invoke(app, ["fixtures", "regions", "--data-dir", str(data), "--out",
-                                        str(kit / "regions.h5"), "--n-boxes", "4", "--dim", "64"]).exit_code == 0
+                                        str(kit / "regions.h5"), "--boxes", "4", "--dim", "64"]).exit_code == 0
     if command in ("plot", "report", "collect"):
         assert CliRunner().invoke(app, ["run", "winoground-scores", "--cache", str(small["reference"]), "--out",
                                         str(kit / "res")]).exit_code == 0

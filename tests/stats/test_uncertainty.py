@@ -203,3 +203,89 @@ def test_sign_flip_is_not_anti_conservative_on_binary_outcomes_under_the_null() 
     p, _ = sign_flip_test(t - c, n_permutations=1000, seed=2)
     for alpha in (0.05, 0.1, 0.25):
         assert np.mean(p <= alpha) <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / reps), alpha
+
+
+# -- against scipy.stats (module docstring of vlprobe.stats.uncertainty: what it uses, and why not) --
+
+
+def _old_mcnemar_exact_p(a_only: int, b_only: int) -> float:
+    """The exact p-value as vlprobe computed it before scipy's binomtest: 2 P(X <= min), capped."""
+    from scipy.stats import binom
+
+    k = a_only + b_only
+    return 1.0 if k == 0 else min(1.0, 2.0 * float(binom.cdf(min(a_only, b_only), k, 0.5)))
+
+
+def test_mcnemar_exact_with_binomtest_is_what_it_was() -> None:
+    """Every split of fewer than 25 discordant pairs: binomtest's p equals the former formula (the
+    symmetric binomial's two-sided p is twice the smaller tail), to float rounding (1e-12)."""
+    for k in range(25):
+        for a_only in range(k + 1):
+            b_only = k - a_only
+            a = np.array([True] * a_only + [False] * b_only + [True, False])
+            b = np.array([False] * a_only + [True] * b_only + [True, False])
+            res = mcnemar_test(a, b)
+            assert res.test == "mcnemar-exact"
+            assert res.p_value == pytest.approx(_old_mcnemar_exact_p(a_only, b_only), abs=1e-12), (a_only, b_only)
+
+
+def _scipy_sign_flip(d: np.ndarray, n_resamples: int, seed: int = 0) -> np.ndarray:
+    from scipy.stats import permutation_test
+
+    def mean(x: np.ndarray, axis: int) -> np.ndarray:  # NaN-aware: an item without a pair counts in no sum
+        return np.nansum(x, axis=axis) / np.maximum(np.isfinite(x).sum(axis=axis), 1)
+
+    res = permutation_test((d,), mean, permutation_type="samples", vectorized=True, n_resamples=n_resamples,
+                           axis=-1, alternative="two-sided", rng=np.random.default_rng(seed))
+    return np.asarray(res.pvalue, dtype=np.float64)
+
+
+def test_sign_flip_exact_equals_scipys_permutation_test() -> None:
+    """All 2**N sign vectors: the same p-values as scipy.stats.permutation_test (to 1e-12), on
+    continuous differences, on the ties of 0/100 outcomes (separability), on zeros and with NaNs."""
+    rng = np.random.default_rng(7)
+    n = 12
+    d = np.stack([rng.normal(0.4, 1, size=n), rng.normal(0, 1, size=n), np.zeros(n),
+                  rng.choice([-100.0, 0.0, 100.0], size=n, p=[0.2, 0.4, 0.4]),
+                  rng.choice([-100.0, -100 / 3, 0.0, 100 / 3, 100.0], size=n)])
+    d[1, [0, 5]] = np.nan
+    ours, method = sign_flip_test(d, n_permutations=2**n)
+    assert method == "exact"
+    np.testing.assert_allclose(ours, _scipy_sign_flip(d, 2**n), rtol=0, atol=1e-12)
+
+
+def test_sign_flip_monte_carlo_agrees_with_scipy_within_monte_carlo_error() -> None:
+    """Random sign vectors (other draws in scipy): p-values agree within 4 standard errors of the
+    difference of two independent estimates, sqrt(2 p (1 - p) / B)."""
+    rng = np.random.default_rng(8)
+    d = rng.normal(0.12, 1, size=(4, 200))
+    B = 4000
+    ours, method = sign_flip_test(d, n_permutations=B, seed=3)
+    theirs = _scipy_sign_flip(d, B, seed=3)
+    assert method == "monte-carlo"
+    se = np.sqrt(2 * np.maximum(ours, 1 / B) * (1 - np.minimum(ours, 1 - 1 / B)) / B)
+    assert (np.abs(ours - theirs) <= 4 * se + 1 / B).all(), (ours, theirs)
+
+
+def test_paired_bootstrap_equals_scipys_paired_percentile_bootstrap() -> None:
+    """Unstratified, the interval equals scipy.stats.bootstrap(paired=True, method="percentile")
+    with the same seed, and the p-value the same formula on scipy's bootstrap distribution (to
+    1e-12: the same resampled indices, other summation orders). If scipy ever draws its
+    resamples otherwise, this fails though both stay right: compare within Monte Carlo error then."""
+    from scipy.stats import bootstrap
+
+    rng = np.random.default_rng(9)
+    for n, shift in ((12, 0.0), (80, 0.3), (400, 0.05)):
+        a = rng.normal(size=n)
+        b = a - shift + rng.normal(0, 0.5, size=n)
+        ours = paired_bootstrap_test(a, b, n_boot=1000, seed=4)
+        res = bootstrap((a, b), lambda x, y, axis: x.mean(axis=axis) - y.mean(axis=axis), paired=True,
+                        vectorized=True, n_resamples=1000, method="percentile", confidence_level=0.95,
+                        rng=np.random.default_rng(4))
+        dist = res.bootstrap_distribution
+        diff = a.mean() - b.mean()
+        p = (1 + np.sum(np.abs(dist - diff) >= abs(diff) - 1e-12 * max(1.0, abs(diff)))) / (1 + len(dist))
+        assert ours.difference == pytest.approx(diff, abs=1e-12)
+        assert (ours.low, ours.high) == pytest.approx((res.confidence_interval.low, res.confidence_interval.high),
+                                                      abs=1e-12)
+        assert ours.p_value == pytest.approx(p, abs=1e-12)

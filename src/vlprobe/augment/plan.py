@@ -37,7 +37,14 @@ from vlprobe.augment.base import Availability, Strategy
 from vlprobe.validation import InputError, check_positive_int
 
 __all__ = [
-    "PRESETS", "StrategyStatus", "build_strategy", "load_plugins", "resolve_plan", "strategy_statuses",
+    "DEFAULT_PRESET",
+    "PRESETS",
+    "StrategyStatus",
+    "build_strategy",
+    "chosen_preset",
+    "load_plugins",
+    "resolve_plan",
+    "strategy_statuses",
 ]
 
 ENTRY_POINT_GROUP = "vlprobe.strategies"
@@ -51,7 +58,18 @@ PRESETS: dict[str, tuple[tuple[str, int], ...]] = {
     "lexical": (("synonym", 3), ("hypernym", 2), ("hyponym", 2), ("slang", 3)),
 }
 
+#: The preset run when neither a preset nor strategies are given: the paper's variants.
+DEFAULT_PRESET = "why-winoground-hard"
+
 _plugins_loaded = False
+
+
+def chosen_preset(preset: str | None, strategies: Sequence[str] | None) -> str | None:
+    """The preset a run uses: ``preset``; :data:`DEFAULT_PRESET` when neither it nor ``strategies``
+    is given; None when strategies are. Both given are refused."""
+    if preset is not None and strategies:
+        raise InputError("preset: give --preset or --strategies, not both")
+    return DEFAULT_PRESET if preset is None and not strategies else preset
 
 
 def load_plugins() -> list[str]:
@@ -82,10 +100,10 @@ def resolve_plan(
     Raises
     ------
     InputError
-        Both or neither of ``preset``/``strategies``; unknown preset; a repeated strategy.
+        Both ``preset`` and ``strategies``; unknown preset; a repeated strategy. Neither given:
+        :data:`DEFAULT_PRESET`.
     """
-    if (preset is None) == (not strategies):
-        raise InputError("give exactly one of preset (see PRESETS) or strategies (a list of names)")
+    preset = chosen_preset(preset, strategies)
     if max_per_strategy is not None:
         check_positive_int(max_per_strategy, "max_per_strategy")
     if preset is not None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from vlprobe import __version__
 from vlprobe.augment.base import Proposal, Strategy, caption_rng
-from vlprobe.augment.plan import build_strategy, resolve_plan
+from vlprobe.augment.plan import build_strategy, chosen_preset, resolve_plan
 from vlprobe.data.loading import load_dataset, loader_options
 from vlprobe.data.variants import VARIANTS_KIND, Variant, VariantSet, write_variants
 from vlprobe.io.ownership import check_output
@@ -181,7 +181,8 @@ def augment(config: AugmentConfig, progress: Callable[[str], None] | None = None
     captions = [(it.id, k, t.text) for it in ds.items for k, t in enumerate(it.captions)]
     sets = _variant_sets(strategies, captions, seed, config.batch_size, progress)
     prov = _provenance(strategies, skipped, seed, {
-        "dataset": ds.name, "dataset_fingerprint": ds.fingerprint, "preset": config.preset,
+        "dataset": ds.name, "dataset_fingerprint": ds.fingerprint,
+        "preset": chosen_preset(config.preset, config.strategies),
         "selection": {**{k: v for k, v in config.dataset_options.items() if v is not None},
                       **({"items": str(config.items)} if config.items is not None else {})},
         "n_items": len(ds.items),
@@ -204,6 +205,6 @@ def augment_texts(
     built, skipped = prepare_strategies(preset, strategies, max_per_strategy, options, strict)
     captions = [(f"text/{i}", 0, t) for i, t in enumerate(texts)]
     sets = _variant_sets(built, captions, seed, 256)
-    prov = _provenance(built, skipped, seed, {"preset": preset})
+    prov = _provenance(built, skipped, seed, {"preset": chosen_preset(preset, strategies)})
     return AugmentResult(None, sets, skipped, sum(len(s.variants) for s in sets),
                          sum(len(s.errors) for s in sets), prov)

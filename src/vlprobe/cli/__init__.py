@@ -11,8 +11,6 @@ group (``ls``, ``extract``, ``fixtures``, ``regions``, ``experiments``, ``benchm
 
 from __future__ import annotations
 
-import sys
-
 # Registration: top-level commands in import order (ls, extract, augment, plot, compare, report,
 # collect, refine), then the command groups in the order `probe --help` lists them.
 from vlprobe.cli import (  # noqa: F401
@@ -26,20 +24,12 @@ from vlprobe.cli import (  # noqa: F401
     regions,
     results,
 )
-from vlprobe.cli.app import OneLineErrors, app, guarded
+from vlprobe.cli.app import OneLineErrors, app, guarded, main
 
 for _group in (fixtures.fixtures_app, extract.cache_app, experiments.run_app, benchmarks.eval_app,
                regions.regions_app, launch.launch_app, benchmarks.data_app, augment.setup_app):
     app.add_typer(_group)
 del _group
-
-
-def main() -> None:
-    """Console-script entry point."""
-    try:
-        app()
-    except BrokenPipeError:  # `probe ... | head`
-        sys.stderr.close()
 
 
 __all__ = ["OneLineErrors", "app", "guarded", "main"]

@@ -3,8 +3,11 @@
 Errors, one rule for every command: bad input (:class:`vlprobe.validation.InputError`, click's
 usage errors) and file-system errors (a missing file, permission denied, no space left, a
 read-only file system, ...) end with one ``error: ...`` line on stderr and exit code 2; Ctrl-C
-with one line and exit code 130; any other exception is a bug in vlprobe: its full traceback,
-then one line saying so, and exit code 1.
+with one line and exit code 130; a reader that closed the pipe (``probe ... | head``) ends the
+command quietly with exit code 141, as a process killed by SIGPIPE; any other exception is a bug
+in vlprobe: its full traceback, then one line saying so, and exit code 1.
+
+Help shows no value placeholder for a flag (``--quiet``, not ``--quiet <bool>``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, ClassVar, TypeVar
 
 import typer
+from typer.core import TyperOption
 
 from vlprobe import __version__
 from vlprobe.cli.declared import DeclaredGroup
@@ -26,6 +30,32 @@ from vlprobe.io.paths import folders_removed_on_failure
 from vlprobe.validation import InputError
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: Exit code of a command whose output pipe was closed by its reader (128 + SIGPIPE, as a shell shows it).
+EXIT_BROKEN_PIPE = 141
+
+
+def _closed_pipe() -> int:
+    """Point stdout at /dev/null (the interpreter's last flush must not fail again); the exit code."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no file descriptor (a test's captured output)
+        pass
+    return EXIT_BROKEN_PIPE
+
+
+_typer_type_column = TyperOption.display_type_rich
+
+
+def _type_column(self: TyperOption, ctx: Any) -> str | None:
+    """The help's value column: nothing for a flag, which takes no value."""
+    if self.is_flag and self.metavar is None:
+        return None
+    return _typer_type_column(self, ctx)
+
+
+TyperOption.display_type_rich = _type_column  # type: ignore[method-assign]
 
 
 class OneLineErrors(DeclaredGroup):
@@ -52,6 +82,8 @@ class OneLineErrors(DeclaredGroup):
         except typer.Abort:
             typer.echo("error: aborted", err=True)
             rv = 130
+        except BrokenPipeError:  # `probe ... | head` (outside a guarded command body)
+            rv = _closed_pipe()
         except typer.TyperException as exc:  # click's ClickException family, vendored by typer
             if type(exc).__name__ == "NoArgsIsHelpError":
                 exc.show()  # type: ignore[attr-defined]
@@ -148,6 +180,8 @@ def guarded(fn: F) -> F:
         except KeyboardInterrupt:
             _say_error("interrupted; finished chunks are kept, rerun the same command to resume")
             raise typer.Exit(130) from None
+        except BrokenPipeError:  # `probe ... | head`: the reader has what it wanted
+            raise typer.Exit(_closed_pipe()) from None
         except Exception as exc:
             raise typer.Exit(_report(exc)) from None
 
@@ -174,7 +208,7 @@ def main() -> None:
     try:
         app()
     except BrokenPipeError:  # `probe ... | head`
-        sys.stderr.close()
+        sys.exit(_closed_pipe())
 
 
-__all__ = ["OneLineErrors", "app", "error_line", "guarded", "is_file_system_error"]
+__all__ = ["OneLineErrors", "app", "error_line", "guarded", "is_file_system_error", "main"]

@@ -1,10 +1,13 @@
-"""Commands generated from experiment declarations (``probe run NAME``, ``probe eval NAME``, ``probe refine``).
+"""Commands generated from option declarations (``probe run NAME``, ``probe eval NAME``, ``probe
+refine``, and the options of ``probe extract``, ``probe regions extract``, ``probe fixtures ...``).
 
 Each experiment's options are declared once, on its config dataclass
 (:mod:`vlprobe.runs.declare`); :func:`command_function` turns the declaration into a
 function whose signature typer reads (one ``Annotated`` parameter per option: the field's flag,
 type, default, help, choices and group), so the command line, the library and the manifest
-cannot drift apart.
+cannot drift apart. A hand-written command takes its options from a declaration the same way
+with :func:`declared_options_of` (the shared groups of :mod:`vlprobe.runs.option_groups`: one
+model-loading group, one item selection, ...).
 
 A :class:`DeclaredCommand` is listed by name and the registry's one-line help, and builds itself
 from the declaration only when it runs or shows its own help, so ``probe --help``, ``probe run
@@ -13,16 +16,19 @@ from the declaration only when it runs or shows its own help, so ``probe --help`
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-__all__ = ["DeclaredCommand", "DeclaredGroup", "build_command", "command_function", "declared_group"]
+__all__ = ["DeclaredCommand", "DeclaredGroup", "build_command", "command_function", "declared_group",
+           "declared_options_of"]
 
+F = TypeVar("F", bound=Callable[..., Any])
 #: The parameter through which typer hands a command function its context.
 CONTEXT_PARAM = "vlprobe_ctx"
 #: Wraps a command function (the app's error handling); declared here as a type only, so that
@@ -155,11 +161,16 @@ def command_function(exp: Any, wrap: Wrap = _unwrapped) -> Callable[..., None]:
     then the options given), runs the experiment and prints the report. ``wrap`` goes around it
     (the app's error handling).
     """
+    from vlprobe.runs.each_cache import CACHE_OPTION
+
     options = exp.options()
+    # ``--cache`` not given (or a folder): the experiment runs on every cache of the folder
+    # (vlprobe.runs.each_cache), so the command line asks for no cache.
+    each_cache = any(o.name == CACHE_OPTION for o in options)
     params = [context_parameter()] + [
         inspect.Parameter(
             o.name, inspect.Parameter.KEYWORD_ONLY, annotation=_annotation(o, exp.name),
-            default=inspect.Parameter.empty if o.required else o.cli_default(),
+            default=None if o.name == CACHE_OPTION else inspect.Parameter.empty if o.required else o.cli_default(),
         )
         for o in options
     ]
@@ -184,7 +195,11 @@ def command_function(exp: Any, wrap: Wrap = _unwrapped) -> Callable[..., None]:
         ctx = values.pop(CONTEXT_PARAM)
         preset = _chosen_preset(values.pop("preset", None), [p for p in names if values.pop(p, False)])
         given = given_params(ctx) & set(values)
-        config = exp.make_config({o.name: o.from_cli(values[o.name]) for o in options}, preset=preset, given=given)
+        parsed = {o.name: o.from_cli(values[o.name]) for o in options}
+        if each_cache and _on_each_cache(parsed):
+            _run_each_cache(exp, parsed, preset, given)
+            return
+        config = exp.make_config(parsed, preset=preset, given=given)
         result = exp.run(config)
         if exp.report is not None:
             for line in exp.report(config, result):
@@ -199,6 +214,74 @@ def command_function(exp: Any, wrap: Wrap = _unwrapped) -> Callable[..., None]:
     return wrapped
 
 
+def _on_each_cache(values: Mapping[str, Any]) -> bool:
+    """No cache given (nor a score file instead), or a folder given as the cache."""
+    from vlprobe.runs.each_cache import CACHE_OPTION, INSTEAD_OF_CACHE
+
+    cache = values.get(CACHE_OPTION)
+    if cache is None:
+        return not any(values.get(k) is not None for k in INSTEAD_OF_CACHE)
+    return Path(cache).is_dir()
+
+
+def _run_each_cache(exp: Any, values: dict[str, Any], preset: str | None, given: set[str]) -> None:
+    """The experiment on every cache of the folder given as ``--cache`` (default ``caches/``):
+    each run's report, then one summary line per model; exit code 2 when a run was refused."""
+    from vlprobe.extract.defaults import CACHES_DIR
+    from vlprobe.runs.each_cache import CACHE_OPTION, run_on_caches, summary_lines
+    from vlprobe.validation import InputError
+
+    folder = Path(values.pop(CACHE_OPTION) or CACHES_DIR)
+    runs = run_on_caches(exp, values, folder, preset=preset, given=given - {CACHE_OPTION}, report=typer.echo)
+    typer.echo("")
+    for line in summary_lines(exp, runs):
+        typer.echo(line)
+    failed = [r for r in runs if not r.ok and not r.skipped]
+    if failed:
+        raise InputError(f"cache: {exp.name} failed on {len(failed)} of {len(runs)} caches under {folder} "
+                         f"({', '.join(str(r.cache.name) for r in failed)}; see above)")
+
+
+def declared_options_of(config: type, *, omit: Iterable[str] = (), param: str = "options") -> Callable[[F], F]:
+    """Decorator: a hand-written command whose options (but ``omit``) are the declared fields of
+    ``config`` (an :class:`~vlprobe.runs.declare.Options` class), after its own parameters.
+
+    The command function takes its own parameters (arguments, modes) and ``param``: the checked
+    ``config`` instance built from the options given (omitted fields keep their defaults). Put it
+    below ``@guarded``, so that a refused value is one line. The command keeps the options it
+    offers as ``vlprobe_declared``.
+    """
+    from vlprobe.runs.declare import declared_options
+
+    left_out = set(omit)
+    options = [o for o in declared_options(config) if o.name not in left_out]
+
+    def decorate(fn: F) -> F:
+        sig = inspect.signature(fn, eval_str=True)
+        if param not in sig.parameters:
+            raise TypeError(f"{fn.__name__}: declared options go to a parameter named {param!r}")
+        own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in sig.parameters.values() if p.name != param]
+        clash = {p.name for p in own} & {o.name for o in options}
+        if clash:
+            raise TypeError(f"{fn.__name__}: parameters {sorted(clash)} are declared options of {config.__name__}")
+        name = fn.__name__.replace("_", "-")
+        declared = [inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, annotation=_annotation(o, name),
+                                      default=inspect.Parameter.empty if o.required else o.cli_default())
+                    for o in options]
+
+        @functools.wraps(fn)
+        def command(**values: Any) -> Any:
+            built = config(**{o.name: o.from_cli(values.pop(o.name)) for o in options})
+            return fn(**values, **{param: built})
+
+        command.__signature__ = inspect.Signature([*own, *declared])  # type: ignore[attr-defined]
+        command.__annotations__ = {}
+        command.vlprobe_declared = tuple(options)  # type: ignore[attr-defined]  # read by the vocabulary test
+        return command  # type: ignore[return-value]
+
+    return decorate
+
+
 def _chosen_preset(preset: str | None, flags: list[str]) -> str | None:
     """The preset of ``--preset NAME`` or of its shorthand ``--NAME``; two different ones are refused."""
     from vlprobe.validation import InputError
@@ -211,13 +294,15 @@ def _chosen_preset(preset: str | None, flags: list[str]) -> str | None:
 
 def _annotation(opt: Any, experiment: str) -> Any:
     """``Annotated[type, typer.Option(...)]`` of one declared option."""
+    from vlprobe.runs.each_cache import CACHE_OPTION
+
     spec, base = opt.spec, opt.base
     flag = opt.flag
     decls = [flag]
     kind: Any
     if base is bool:
-        kind = bool
-        if opt.default is True:
+        kind = bool if opt.default is not None else bool | None  # None: neither switch given
+        if opt.default is True or opt.default is None:
             off = spec.off or (f"--no-{flag[2:]}",)
             decls = [f"{flag}/{off[0]}", *(f" /{o}" for o in off[1:])]
     elif spec.repeat:
@@ -228,9 +313,11 @@ def _annotation(opt: Any, experiment: str) -> Any:
         kind = base
     else:
         raise TypeError(f"option {opt.name}: declare a parser for type {opt.hint!r}")
-    if (opt.optional or opt.default is None) and base is not bool and not spec.repeat:
+    if (opt.optional or opt.default is None or opt.name == CACHE_OPTION) and base is not bool and not spec.repeat:
         kind = kind | None
     help_text = spec.help.replace("{experiment}", experiment)
+    if opt.name == CACHE_OPTION:
+        help_text += " A folder: every cache under it, one run per model; not given: every cache under caches/."
     metavar = spec.metavar
     if spec.choices is not None:
         if base is str and spec.parse is None:  # one value: the choices are the metavar

@@ -3,97 +3,103 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from vlprobe.cli._common import (
-    AllItems,
-    AsJson,
-    DataDir,
-    Dataset,
-    Device,
-    Limit,
-    ModelConfig,
-    ModelOption,
-    Progress,
-    Subsets,
-    Tokenizer,
-    _dataset_options,
-    _model_options,
-    _names,
-)
+from vlprobe.cli._common import AsJson
 from vlprobe.cli.app import app, guarded
+from vlprobe.cli.declared import declared_options_of
+from vlprobe.runs.declare import key_values, names, option
+from vlprobe.runs.option_groups import (
+    DatasetOptions,
+    ModelOptions,
+    ProgressOption,
+    check_layer_spec,
+)
 
 cache_app = typer.Typer(name="cache", help="Inspect and merge activation caches.", no_args_is_help=True)
 
 
+@dataclass(frozen=True, kw_only=True)
+class ExtractOptions(ModelOptions, DatasetOptions, ProgressOption):
+    """``probe extract``'s options: the model-loading group, the dataset and its items, and what
+    to store (:class:`~vlprobe.extract.runner.ExtractConfig` is the library side)."""
+
+    model: str | None = ModelOptions.redeclare(  # type: ignore[assignment]  # optional here: or --models
+        "model", None, help="Registered model adapter (see `probe ls models`); or give --models.",
+    )
+    models: Path | None = option(
+        None, role="input",
+        help="A models file (TOML, [models.NAME] with model, checkpoint, options) instead of --model: each model "
+             "extracted into OUT/<name>-<dataset>.h5 (OUT: a folder, default caches/), each resumed as one run is.",
+    )
+    checkpoint: str | None = ModelOptions.redeclare(
+        "checkpoint", help="Local checkpoint directory or hub id (default: $VLPROBE_<MODEL>_CHECKPOINT, else the "
+                           "checkpoint the papers used, e.g. unc-nlp/lxmert-base-uncased; UNITER's uniter-base.pt "
+                           "is not on the hub).",
+    )
+    regions: Path | None = ModelOptions.redeclare(
+        "regions", help="Region features (vlprobe HDF5) for lxmert/uniter (default: made from the dataset's images "
+                        "by the built-in detector into <dataset>-<preset>-regions.h5 beside the cache, then reused).",
+    )
+    dtype: str = ModelOptions.redeclare("dtype", help="Weights' and stored states' dtype.")
+    batch_size: int = ModelOptions.redeclare("batch_size", help="Rows per forward pass.")
+    out: Path | None = option(
+        None, role="output", help="Cache file to write or resume (.h5; default caches/<model>-<dataset>.h5).",
+    )
+    tags: Path | None = option(None, role="input", help="'Why is Winoground Hard?' tag file.")
+    variants: Path | None = option(
+        None, role="input",
+        help="Caption variants file (JSONL; default: variants.jsonl in the folder $VLPROBE_<DATASET> names, if any).",
+    )
+    layers: str = option("all", check=check_layer_spec, help="Layers: all | 0,4,-1 | 2:6 | text=all;image=-1")
+    poolings: tuple[str, ...] = option(
+        ("cls", "mean", "max"), parse=names, metavar="A,B", help="Poolings: any of cls,mean,max,pooled.",
+    )
+    shard: str = option("0/1", role="runtime", help=(
+        "Run block K of N (K/N), or auto: K/N from Slurm, torchrun, accelerate or MPI, written to "
+        "OUT's <stem>.shard-K-of-N.h5; join with `probe cache merge`."))
+    pair_plan: str = option("item", help="Pair plan for cross-encoders: item or all.")
+    pair_states: bool | None = option(
+        None, help="Cross-encoders: store pair states besides scores (default: yes for --pair-plan item, no for all).",
+    )
+
+
 @app.command("extract")
 @guarded
-def extract_cmd(
-    model: Annotated[str, typer.Option(help="Registered model adapter (see `probe ls models`).")],
-    checkpoint: Annotated[
-        str | None,
-        typer.Option(help="Local checkpoint directory or hub id (default: $VLPROBE_<MODEL>_CHECKPOINT, else the "
-                          "checkpoint the papers used, e.g. unc-nlp/lxmert-base-uncased; UNITER's uniter-base.pt "
-                          "is not on the hub)."),
-    ] = None,
-    out: Annotated[
-        Path | None, typer.Option(help="Cache file to write or resume (.h5; default caches/<model>-<dataset>.h5).")
-    ] = None,
-    dataset: Dataset = "winoground",
-    data_dir: DataDir = None,
-    tags: Annotated[Path | None, typer.Option(help="'Why is Winoground Hard?' tag file.")] = None,
-    variants: Annotated[
-        Path | None, typer.Option(help="Caption variants file (JSONL; default: variants.jsonl in the folder $VLPROBE_<DATASET> names, if any).")
-    ] = None,
-    layers: Annotated[str, typer.Option(help="Layers: all | 0,4,-1 | 2:6 | text=all;image=-1")] = "all",
-    poolings: Annotated[str, typer.Option(metavar="A,B", help="Poolings: any of cls,mean,max,pooled.")] = "cls,mean,max",
-    batch_size: Annotated[int, typer.Option(help="Rows per forward pass.")] = 32,
-    device: Device = "auto",
-    dtype: Annotated[str, typer.Option(help="float32 or float16 (weights and stored states).")] = "float32",
-    shard: Annotated[str, typer.Option(help=(
-        "Run block K of N (K/N), or auto: K/N from Slurm, torchrun, accelerate or MPI, written to "
-        "OUT's <stem>.shard-K-of-N.h5; join with `probe cache merge`."))] = "0/1",
-    pair_plan: Annotated[str, typer.Option(help="Pair plan for cross-encoders: item or all.")] = "item",
-    progress: Progress = True,
-    regions: Annotated[
-        Path | None,
-        typer.Option(help="Region features (vlprobe HDF5) for lxmert/uniter (default: made from the dataset's images "
-                          "by the built-in detector into <dataset>-<preset>-regions.h5 beside the cache, then reused)."),
-    ] = None,
-    model_config: ModelConfig = None,
-    tokenizer: Tokenizer = None,
-    model_options: ModelOption = None,
-    pair_states: Annotated[
-        bool | None,
-        typer.Option(
-            "--pair-states/--no-pair-states",
-            help="Cross-encoders: store pair states besides scores (default: yes for --pair-plan item, no for all).",
-        ),
-    ] = None,
-    image_dir: Annotated[Path | None, typer.Option(help="SugarCrepe: the COCO val2017 image folder (pixel models).")] = None,
-    image_root: Annotated[
-        list[str] | None, typer.Option(help="VALSE: SOURCE=DIR per image source, repeatable; a bare DIR for all (pixel models).")
-    ] = None,
-    subsets: Subsets = None,
-    limit: Limit = None,
-    all_items: AllItems = False,
-) -> None:
+@declared_options_of(ExtractOptions)
+def extract_cmd(options: ExtractOptions) -> None:
     """Run a model over a dataset and cache layer-wise states and scores to HDF5."""
     from vlprobe.extract.runner import ExtractConfig, extract
+    from vlprobe.validation import InputError
 
+    o = options
+    if (o.model is None) == (o.models is None):
+        raise InputError("model: give a registered model (--model) or a models file (--models), one of them")
+    if o.models is not None:
+        given = [n for n in ("checkpoint", "regions", "model_config", "tokenizer", "model_options") if getattr(o, n)]
+        if given:
+            raise InputError(f"{given[0]}: give it per model in the models file ({o.models}), not beside models")
     config = ExtractConfig(
-        model=model, checkpoint=checkpoint, out=out, dataset=dataset, data_dir=data_dir, tags=tags,
-        variants=variants, layers=layers, poolings=_names(poolings), batch_size=batch_size,
-        device=device, dtype=dtype, shard=shard, pair_plan=pair_plan, progress=progress,
-        regions=regions, model_config=model_config, tokenizer=tokenizer, pair_states=pair_states,
-        model_options=_model_options(model_options),
-        dataset_options=_dataset_options(image_dir=image_dir, image_root=list(image_root) if image_root else None,
-                                         subsets=subsets, limit=limit, all_items=all_items),
+        model=o.model or "", checkpoint=o.checkpoint, out=o.out, dataset=o.dataset, data_dir=o.data_dir, tags=o.tags,
+        variants=o.variants, layers=o.layers, poolings=o.poolings, batch_size=o.batch_size,
+        device=o.device, dtype=o.dtype, shard=o.shard, pair_plan=o.pair_plan, progress=o.progress,
+        regions=o.regions, model_config=o.model_config, tokenizer=o.tokenizer, pair_states=o.pair_states,
+        model_options=key_values(o.model_options, "model_options"), dataset_options=o.loader_options(),
     )
-    result = extract(config)
+    if o.models is not None:
+        from vlprobe.runs.model_lists import extract_models
+
+        for result in extract_models(o.models, config, o.out, echo=typer.echo if o.progress else None):
+            _echo_result(result)
+        return
+    _echo_result(extract(config))
+
+
+def _echo_result(result: Any) -> None:
     done = ", ".join(f"{s} {result.rows_written[s]}/{result.rows_total[s]} rows" for s in result.rows_total)
     typer.echo(f"wrote {result.path} ({done} computed this run, {result.seconds:.1f} s)")
     if result.defaults:

@@ -1,26 +1,21 @@
-"""``probe fixtures dataset|model|regions|train``: synthetic data, tiny random models and the small
-models trained on synthetic scenes (the known-answer testbed), for tests and demos."""
+"""``probe fixtures dataset|model|hub-cache|regions|train``: synthetic data, tiny random models (also
+laid out as a hub cache under the real repository names) and the small models trained on
+synthetic scenes (the known-answer testbed), for tests and demos."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
-import inspect
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from vlprobe.cli._common import (
-    AllItems,
-    Dataset,
-    Device,
-    Limit,
-    Progress,
-    RegionOut,
-    Subsets,
-    _dataset_options,
-)
 from vlprobe.cli.app import guarded
+from vlprobe.cli.declared import declared_options_of
+from vlprobe.runs.declare import REQUIRED, option
+from vlprobe.runs.option_groups import DatasetOptions, ModelOptions, ProgressOption
 from vlprobe.validation import InputError
 
 fixtures_app = typer.Typer(
@@ -32,15 +27,6 @@ train_app = typer.Typer(
 )
 fixtures_app.add_typer(train_app)
 Seed = Annotated[int, typer.Option(help="Random seed.")]
-TrainData = Annotated[Path, typer.Option(help="Synthetic training split (`probe fixtures dataset --split train`).")]
-ModelOut = Annotated[
-    Path, typer.Option(help="Model folder (new, or a previous one of this kind: reused if trained the same way).")
-]
-TextOrder = Annotated[str, typer.Option(help="keep, or shuffle (words shuffled every step: bag-of-words control).")]
-Steps = Annotated[int, typer.Option(help="Optimiser steps.")]
-Untrained = Annotated[
-    bool, typer.Option("--untrained", help="Write the initial weights only: the random baseline of the same model.")
-]
 
 
 @fixtures_app.command("dataset")
@@ -52,7 +38,7 @@ def fixtures_dataset(
     image_size: Annotated[int, typer.Option(help="Image side in pixels.")] = 64,
     split: Annotated[str, typer.Option(help="eval, or train (a seed stream no eval dataset uses).")] = "eval",
     fmt: Annotated[str, typer.Option(
-        "--format", help="winoground, or a benchmark's own on-disk format: aro.")] = "winoground",
+        "--format", help="winoground, or a benchmark's own on-disk format: aro, mmvp-vlm, naturalbench, eqben, colorswap, sugarcrepe-pp.")] = "winoground",
 ) -> None:
     """Write a deterministic synthetic dataset in Winoground's on-disk format, or in another
     benchmark's (``--format``: its annotation files and images, laid out as its authors distribute them)."""
@@ -92,58 +78,90 @@ def fixtures_model(
     typer.echo(f"wrote a tiny random {name}{f' ({arch})' if arch else ''} checkpoint to {path}")
 
 
+@fixtures_app.command("hub-cache")
+@guarded
+def fixtures_hub_cache(
+    out: Annotated[Path, typer.Option(help="Hub cache folder to write into (what HF_HUB_CACHE will name).")],
+    models: Annotated[str | None, typer.Option(
+        help="Fixtures to write, comma-separated (default: every model whose reference checkpoint is on the hub, "
+             "and the detector frcnn).")] = None,
+    seed: Annotated[int, typer.Option(help="Random seed for the weights.")] = 0,
+) -> None:
+    """Write tiny random checkpoints into a hub cache under the real repository names
+    (models--openai--clip-vit-base-patch32/snapshots/...), so that the defaults of `probe extract` run offline."""
+    from vlprobe.cli._common import _names
+    from vlprobe.fixtures.hub_cache import write_hub_cache
+
+    written = write_hub_cache(out, _names(models) or None, seed)
+    for repo_id, snapshot in written.items():
+        typer.echo(f"wrote a tiny random {repo_id} into {snapshot}")
+    typer.echo(f"use it with HF_HUB_CACHE={out} HF_HUB_OFFLINE=1 (random weights: for tests and demos only)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RegionFixtureOptions(DatasetOptions):
+    """``probe fixtures regions``'s options: the dataset and its items (no image folders: no image
+    is read), the file, and the random or (``--oracle``) perfect detector's settings."""
+
+    data_dir: Path = DatasetOptions.redeclare(
+        "data_dir", REQUIRED, help="Local dataset copy (e.g. from `probe fixtures dataset`).",
+    )
+    boxes: str | None = option(
+        None, metavar="N|MIN:MAX", help="Boxes per image: N (exactly) or MIN:MAX (each image a seeded count); default 36.",
+    )
+    dim: int = option(2048, help="Feature width.")
+    seed: int = option(0, help="Random seed.")
+    dtype: str = ModelOptions.redeclare("dtype", choices=("float32", "float16"), help="Stored features' dtype.")
+    oracle: bool = option(
+        False, help="Synthetic data: true shape boxes + background, features coding colour/shape/size.",
+    )
+    background_boxes: int = option(3, help="With --oracle: background boxes per image.")
+    noise: float = option(0.1, help="With --oracle: feature noise (standard deviation).")
+    out: Path = option(role="output", help="Region file to write (.h5).")
+
+
 @fixtures_app.command("regions")
 @guarded
-def fixtures_regions(
-    data_dir: Annotated[Path, typer.Option(help="Local dataset copy (e.g. from `probe fixtures dataset`).")],
-    out: RegionOut,
-    dataset: Dataset = "winoground",
-    n_boxes: Annotated[int | None, typer.Option(help="Boxes per image (the maximum with --min-boxes); default 36.")] = None,
-    dim: Annotated[int, typer.Option(help="Feature width.")] = 2048,
-    seed: Seed = 0,
-    min_boxes: Annotated[int | None, typer.Option(help="Vary the box count per image from this to --n-boxes.")] = None,
-    dtype: Annotated[str, typer.Option(help="float32 | float16")] = "float32",
-    subsets: Subsets = None,
-    limit: Limit = None,
-    all_items: AllItems = False,
-    oracle: Annotated[
-        bool, typer.Option("--oracle", help="Synthetic data: true shape boxes + background, features coding colour/shape/size.")
-    ] = False,
-    background_boxes: Annotated[int, typer.Option(help="With --oracle: background boxes per image.")] = 3,
-    noise: Annotated[float, typer.Option(help="With --oracle: feature noise (standard deviation).")] = 0.1,
-) -> None:
+@declared_options_of(RegionFixtureOptions, omit=("image_dir", "image_root"))
+def fixtures_regions(options: RegionFixtureOptions) -> None:
     """Write region features for every image of a dataset: seeded random ones (SugarCrepe/VALSE: no
     image files needed), or with --oracle those of a perfect detector on a synthetic dataset."""
     from vlprobe.extract.regions.store import RegionStore
 
-    if oracle:
+    o = options
+    if o.oracle:
         from vlprobe.fixtures.oracle_regions import oracle_regions
 
-        given = [name for name, v in (("--n-boxes", n_boxes), ("--min-boxes", min_boxes), ("--subsets", subsets),
-                                      ("--limit", limit)) if v is not None]
-        if given or all_items or dataset != "winoground":
-            wrong = given[0] if given else "--all-items" if all_items else f"--dataset {dataset}"
+        given = [name for name, v in (("--boxes", o.boxes), ("--subsets", o.subsets), ("--limit", o.limit))
+                 if v is not None]
+        if given or o.all_items or o.dataset != "winoground":
+            wrong = given[0] if given else "--all-items" if o.all_items else f"--dataset {o.dataset}"
             raise InputError(
                 f"oracle: {wrong} does not apply; --oracle writes one box per drawn shape plus "
                 "--background-boxes of a synthetic Winoground-format dataset"
             )
-        path = oracle_regions(out, data_dir, background_boxes=background_boxes, noise=noise, seed=seed, dim=dim,
-                              dtype=dtype)
+        path = oracle_regions(o.out, o.data_dir, background_boxes=o.background_boxes, noise=o.noise, seed=o.seed,
+                              dim=o.dim, dtype=o.dtype)
         with RegionStore(path) as store:
             n = len(store)
-        typer.echo(f"wrote oracle region features for {n} images to {path} (shapes + {background_boxes} "
-                   f"background boxes, dim {dim}, noise {noise}, seed {seed})")
+        typer.echo(f"wrote oracle region features for {n} images to {path} (shapes + {o.background_boxes} "
+                   f"background boxes, dim {o.dim}, noise {o.noise}, seed {o.seed})")
         return
-    n_boxes = 36 if n_boxes is None else n_boxes
+    from vlprobe.extract.regions.extraction import parse_boxes
     from vlprobe.fixtures.regions import random_regions_for_dataset
 
+    least, n_boxes = parse_boxes(o.boxes) if o.boxes is not None else (36, 36)
+    if not 1 <= least <= n_boxes:
+        raise InputError(f"boxes: expected N >= 1 or MIN:MAX with 1 <= MIN <= MAX, got {o.boxes!r}")
     path = random_regions_for_dataset(
-        out, data_dir, dataset=dataset, n_boxes=n_boxes, dim=dim, seed=seed, min_boxes=min_boxes, dtype=dtype,
-        options=_dataset_options(subsets=subsets, limit=limit, all_items=all_items),
+        o.out, o.data_dir, dataset=o.dataset, n_boxes=n_boxes, dim=o.dim, seed=o.seed,
+        min_boxes=least if least != n_boxes else None,
+        dtype=o.dtype, options=o.loader_options(),
     )
     with RegionStore(path) as store:
         n = len(store)
-    typer.echo(f"wrote random region features for {n} images to {path} ({n_boxes} boxes max, dim {dim}, seed {seed})")
+    typer.echo(f"wrote random region features for {n} images to {path} ({n_boxes} boxes max, dim {o.dim}, "
+               f"seed {o.seed})")
 
 
 def _report_training(name: str, result: object) -> None:
@@ -158,39 +176,46 @@ def _report_training(name: str, result: object) -> None:
     )
 
 
-#: The options of every ``probe fixtures train MODEL`` command, in ``--help`` order, with the defaults
-#: of :class:`vlprobe.fixtures.training.TrainConfig` (the vocabulary test compares them): declared
-#: once, here; a trainer's own options go after ``data_dir`` (LXMERT's ``regions``).
-_TRAIN_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
-    ("data_dir", TrainData, inspect.Parameter.empty),
-    ("out", ModelOut, inspect.Parameter.empty),
-    ("text_order", TextOrder, "keep"),
-    ("steps", Steps, 400),
-    ("seed", Seed, 0),
-    ("device", Device, "auto"),
-    ("untrained", Untrained, False),
-    ("progress", Progress, True),
-)
+@dataclass(frozen=True, kw_only=True)
+class TrainOptions(ProgressOption):
+    """The options of every ``probe fixtures train MODEL`` command, with the defaults of
+    :class:`vlprobe.fixtures.training.TrainConfig` (the vocabulary test compares them)."""
+
+    data_dir: Path = DatasetOptions.redeclare(
+        "data_dir", REQUIRED, help="Synthetic training split (`probe fixtures dataset --split train`).",
+    )
+    text_order: str = option("keep", help="keep, or shuffle (words shuffled every step: bag-of-words control).")
+    steps: int = option(400, help="Optimiser steps.")
+    seed: int = option(0, help="Random seed.")
+    device: str = ModelOptions.redeclare("device")
+    untrained: bool = option(False, help="Write the initial weights only: the random baseline of the same model.")
+    out: Path = option(
+        role="output", help="Model folder (new, or a previous one of this kind: reused if trained the same way).",
+    )
 
 
-def _train_command(model: str, label: str, config: str, help: str, extra: tuple[tuple[str, Any, Any], ...] = ()) -> None:
-    """Add ``probe fixtures train MODEL``: the trainer options (``extra`` after ``data_dir``) make a
-    ``config`` of ``vlprobe.fixtures.train_<model>``, its ``train_<model>`` runs, and the result is
-    printed as ``label``'s."""
-    options = (_TRAIN_OPTIONS[0], *extra, *_TRAIN_OPTIONS[1:])
+@dataclass(frozen=True, kw_only=True)
+class LxmertTrainOptions(TrainOptions):
+    """``probe fixtures train lxmert``: the trainer options and the training images' regions."""
 
-    def command(**values: Any) -> None:
+    regions: Path = ModelOptions.redeclare(
+        "regions", REQUIRED, help="Region features of the training images (--oracle ones).",
+    )
+
+
+def _train_command(model: str, label: str, config: str, help: str, options: type[TrainOptions] = TrainOptions) -> None:
+    """Add ``probe fixtures train MODEL``: ``options`` make a ``config`` of
+    ``vlprobe.fixtures.train_<model>``, its ``train_<model>`` runs, and the result is printed as
+    ``label``'s."""
+
+    def command(options: TrainOptions) -> None:
         module = importlib.import_module(f"vlprobe.fixtures.train_{model}")
+        values = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
         _report_training(label, getattr(module, f"train_{model}")(getattr(module, config)(**values)))
 
-    command.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
-        for name, annotation, default in options
-    ])
-    command.__annotations__ = {}
     command.__name__ = f"fixtures_train_{model}"
     command.__doc__ = help
-    train_app.command(model)(guarded(command))
+    train_app.command(model)(guarded(declared_options_of(options)(command)))
 
 
 _train_command("clip", "CLIP", "ClipTrainConfig", "Train a small CLIP (contrastive loss, swapped captions as hard negatives) on synthetic scenes.")
@@ -198,8 +223,7 @@ _train_command(
     "lxmert", "LXMERT", "LxmertTrainConfig",
     "Train a small LXMERT (matching with swapped captions as hard negatives, masked words, unimodal contrastive) "
     "on synthetic scenes.",
-    extra=(("regions", Annotated[Path, typer.Option(help="Region features of the training images (--oracle ones).")],
-            inspect.Parameter.empty),),
+    options=LxmertTrainOptions,
 )
 
 

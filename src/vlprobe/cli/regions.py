@@ -3,66 +3,62 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from vlprobe.cli._common import (
-    AllItems,
-    AsJson,
-    Device,
-    Limit,
-    Progress,
-    RegionFile,
-    RegionOut,
-    Subsets,
-    _dataset_options,
-)
+from vlprobe.cli._common import AsJson, RegionFile, RegionOut
 from vlprobe.cli.app import guarded
+from vlprobe.cli.declared import declared_options_of
+from vlprobe.runs.declare import option
+from vlprobe.runs.option_groups import DatasetOptions, ModelOptions, ProgressOption
 
 regions_app = typer.Typer(
     name="regions", help="Extract, import and inspect region features (LXMERT, UNITER).", no_args_is_help=True
 )
 
 
+@dataclass(frozen=True, kw_only=True)
+class RegionExtractOptions(DatasetOptions, ProgressOption):
+    """``probe regions extract``'s options: the images (a folder, or a dataset and its items), the
+    detector and its box selection, and the device, dtype and batch size of the model-loading
+    group (:class:`~vlprobe.extract.regions.extraction.RegionExtractConfig` is the library side)."""
+
+    detector: str = option(role="input", help="Faster R-CNN folder (config.yaml + pytorch_model.bin) or hub id.")
+    images: Path | None = option(None, role="input", help="Folder of images (every image file in it).")
+    dataset: str | None = DatasetOptions.redeclare(  # type: ignore[assignment]  # optional here: or --images
+        "dataset", None, help="Registered dataset whose images to use (instead of --images).",
+    )
+    data_dir: Path | None = DatasetOptions.redeclare("data_dir", help="Local copy of the dataset (with --dataset).")
+    preset: str = option("lxmert-36", help="Box selection: lxmert-36 | uniter-10-100 | hf-frcnn.")
+    boxes: str | None = option(None, help="Boxes per image: N (exactly) or MIN:MAX (default: the preset's).")
+    min_score: float | None = option(
+        None, help="Confidence a box needs beyond the minimum count, in [0, 1] (default: the preset's).",
+    )
+    batch_size: int = ModelOptions.redeclare("batch_size", 4, help="Images per detector pass.")
+    device: str = ModelOptions.redeclare("device")
+    dtype: str = ModelOptions.redeclare("dtype", choices=("float32", "float16"),
+                                        help="Detector's and stored features' dtype.")
+    shard: str = option("0/1", role="runtime", help=(
+        "Run block K of N (K/N), or auto: K/N from Slurm, torchrun, accelerate or MPI, written to "
+        "OUT's <stem>.shard-K-of-N.h5; join with `probe regions merge`."))
+    out: Path = option(role="output", help="Region file to write or resume (.h5).")
+
+
 @regions_app.command("extract")
 @guarded
-def regions_extract(
-    detector: Annotated[str, typer.Option(help="Faster R-CNN folder (config.yaml + pytorch_model.bin) or hub id.")],
-    out: Annotated[Path, typer.Option(help="Region file to write or resume (.h5).")],
-    images: Annotated[Path | None, typer.Option(help="Folder of images (every image file in it).")] = None,
-    dataset: Annotated[str | None, typer.Option(help="Registered dataset whose images to use (instead of --images).")] = None,
-    data_dir: Annotated[Path | None, typer.Option(help="Local copy of the dataset (with --dataset).")] = None,
-    preset: Annotated[str, typer.Option(help="Box selection: lxmert-36 | uniter-10-100 | hf-frcnn.")] = "lxmert-36",
-    boxes: Annotated[str | None, typer.Option(help="Boxes per image: N (exactly) or MIN:MAX (default: the preset's).")] = None,
-    min_score: Annotated[
-        float | None, typer.Option(help="Confidence a box needs beyond the minimum count, in [0, 1] (default: the preset's).")
-    ] = None,
-    batch_size: Annotated[int, typer.Option(help="Images per detector pass.")] = 4,
-    device: Device = "auto",
-    dtype: Annotated[str, typer.Option(help="float32 or float16 (detector and stored features).")] = "float32",
-    shard: Annotated[str, typer.Option(help=(
-        "Run block K of N (K/N), or auto: K/N from Slurm, torchrun, accelerate or MPI, written to "
-        "OUT's <stem>.shard-K-of-N.h5; join with `probe regions merge`."))] = "0/1",
-    progress: Progress = True,
-    image_dir: Annotated[Path | None, typer.Option(help="SugarCrepe: the COCO val2017 image folder.")] = None,
-    image_root: Annotated[
-        list[str] | None, typer.Option(help="VALSE: SOURCE=DIR per image source, repeatable; a bare DIR for all.")
-    ] = None,
-    subsets: Subsets = None,
-    limit: Limit = None,
-    all_items: AllItems = False,
-) -> None:
+@declared_options_of(RegionExtractOptions)
+def regions_extract(options: RegionExtractOptions) -> None:
     """Detect boxes and extract 2048-d region features from images (resumable, shardable)."""
     from vlprobe.extract.regions.extraction import RegionExtractConfig, extract_regions
 
+    o = options
     config = RegionExtractConfig(
-        detector=detector, out=out, images=images, dataset=dataset, data_dir=data_dir,
-        dataset_options=_dataset_options(image_dir=image_dir, image_root=list(image_root) if image_root else None,
-                                         subsets=subsets, limit=limit, all_items=all_items),
-        preset=preset, boxes=boxes, min_score=min_score, batch_size=batch_size, device=device, dtype=dtype,
-        shard=shard, progress=progress,
+        detector=o.detector, out=o.out, images=o.images, dataset=o.dataset, data_dir=o.data_dir,
+        dataset_options=o.loader_options(), preset=o.preset, boxes=o.boxes, min_score=o.min_score,
+        batch_size=o.batch_size, device=o.device, dtype=o.dtype, shard=o.shard, progress=o.progress,
     )
     r = extract_regions(config)
     rate = f", {r.images_written / r.seconds:.2f} images/s" if r.images_written and r.seconds > 0 else ""

@@ -14,9 +14,12 @@ from vlprobe.cli.app import app, guarded
 @guarded
 def plot_cmd(
     csvs: Annotated[
-        list[Path], typer.Argument(help="Tidy results CSVs (OUT/<experiment>/<name>.csv) of one experiment; several overlay.")
+        list[Path], typer.Argument(help="Tidy results CSVs (OUT/<experiment>/<name>.csv) of one experiment; several "
+                                        "overlay. Or a results folder (OUT or OUT/<experiment>): one figure per run.")
     ],
-    out: Annotated[Path, typer.Option(help="Figure to write (.png; a .pdf is written beside it).")],
+    out: Annotated[Path | None, typer.Option(
+        help="Figure to write (.png; a .pdf is written beside it); default <name>.png beside one CSV. "
+             "For a results folder: the folder the figures go to (default: beside each CSV).")] = None,
     metric: Annotated[str | None, typer.Option(help="Metric(s) to draw, comma-separated (default: the experiment's).")] = None,
     split: Annotated[str | None, typer.Option(help="Split of layer curves (default: the experiment's, e.g. test).")] = None,
     subset: Annotated[
@@ -24,11 +27,15 @@ def plot_cmd(
     ] = None,
     title: Annotated[str | None, typer.Option(help="Figure title.")] = None,
 ) -> None:
-    """Draw results with the chart that fits the experiment: layer curves, bars with intervals, λ curves (PNG and PDF)."""
+    """Draw results with the chart that fits the experiment: layer curves, bars with intervals, λ curves (PNG and PDF).
+
+    A results folder gets one figure per run (``probe plot results/separability/``: one per model).
+    """
     from vlprobe.results.plots import plot_results
 
     paths = plot_results(csvs, out, metric=metric, split=split, subset=subset, title=title)
-    typer.echo("wrote " + " and ".join(str(p) for p in paths))
+    for png, pdf in zip(paths[::2], paths[1::2], strict=True):  # each figure: its PNG and its PDF
+        typer.echo(f"wrote {png} and {pdf}")
 
 
 @app.command("compare")

@@ -18,6 +18,22 @@ aro        ``visual_genome_relation.json`` and ``visual_genome_attribution.json`
            ``flickr30k_test.json`` (n images x 5; ``flickr30k/flickr30k-images/<id>.jpg``);
            ``image_root``: ``coco=<out>/coco``, ``flickr30k=<out>/flickr30k`` (``vg`` is the
            default ``<out>/images``)
+mmvp-vlm   ``Questions.csv`` (header, then ``n`` pairs of rows ``qid,type,statement``, at most
+           135; ids 1, 2, 3, ...; categories by position, 15 pairs each) and
+           ``MLLM_VLM Images/<type>/<qid>.jpg``
+naturalbench  ``data/train-00000-of-00001.parquet``: ``n`` samples of each question type, the
+           dataset's columns, images embedded as ``{"bytes", "path"}`` structs (JPEG), answers
+           in the pattern the authors' scoring assumes
+eqben      ``eqben_subset_10percent_final.json`` (``n`` records of each of the 7 sub-datasets,
+           ``{image0, image1, caption0, caption1}``, sub-datasets interleaved as the shuffled
+           release) and ``image_subset/<sub-dataset>/<clip>/<frame>.jpg`` (YouCook2: ``.npy``
+           BGR frames, as released)
+colorswap  ``test.json`` and ``train.json`` (``n`` examples each, ids running on across the
+           splits, ``{id, caption_1, caption_2, image_1, image_2, image_source, caption_source}``)
+           and ``images/img_<id>_<k>.png``
+sugarcrepe-pp  ``swap_obj.json``, ``swap_att.json``, ``replace_obj.json``, ``replace_att.json``,
+           ``replace_rel.json`` (``n`` records each, ``{id, filename, caption, caption2,
+           negative_caption}``) and ``val2017/<12 digits>.jpg`` (the ``image_dir``)
 =========  ======================================================================================
 """
 
@@ -33,6 +49,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from vlprobe.io.atomic import atomic_path, atomic_write
+from vlprobe.io.paths import ensure_folder
 from vlprobe.validation import InputError, check_choice, check_int, check_positive_int, check_seed
 
 __all__ = ["FIXTURE_FORMATS", "write_benchmark_fixture"]
@@ -81,7 +98,7 @@ class _Writer:
 
     def _path(self, rel: str) -> Path:
         path = self.root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
+        ensure_folder(path.parent)
         self.files.append(rel)
         return path
 
@@ -152,8 +169,144 @@ def _aro(w: _Writer, rng: np.random.Generator, n: int) -> None:
     w.json("flickr30k_test.json", flickr)
 
 
+def _mmvp_vlm(w: _Writer, rng: np.random.Generator, n: int) -> None:
+    from vlprobe.data.mmvp_vlm import (
+        MMVP_CATEGORIES,
+        MMVP_CSV,
+        MMVP_IMAGES,
+        MMVP_PAIRS_PER_CATEGORY,
+    )
+
+    n = min(n, len(MMVP_CATEGORIES) * MMVP_PAIRS_PER_CATEGORY)
+    lines = ["Question ID,Type,Statement"]
+    colours = list(COLOURS)
+    for p in range(n):
+        qtype = MMVP_CATEGORIES[p // MMVP_PAIRS_PER_CATEGORY]
+        a, b = (colours[int(k)] for k in rng.choice(len(colours), 2, replace=False))
+        shape = SHAPES[int(rng.integers(len(SHAPES)))]
+        for k, colour in enumerate((a, b)):
+            qid = 2 * p + 1 + k
+            w.image(f"{MMVP_IMAGES}/{qtype}/{qid}.jpg", rng)
+            statement = f"the {shape} is {colour}"
+            lines.append(f'{qid},{qtype},"{statement}"' if "," in statement else f"{qid},{qtype},{statement}")
+    w.text(MMVP_CSV, "\n".join(lines) + "\n")
+
+
+def _naturalbench(w: _Writer, rng: np.random.Generator, n: int) -> None:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from vlprobe.data.naturalbench import (
+        NATURALBENCH_ANSWERS,
+        NATURALBENCH_COLUMNS,
+        NATURALBENCH_PATTERN,
+    )
+
+    rows: dict[str, list[Any]] = {c: [] for c in NATURALBENCH_COLUMNS}
+    colours = list(COLOURS)
+    for k in range(2 * n):
+        qtype = "yes_no" if k % 2 == 0 else "multiple_choice"
+        for j in (0, 1):
+            img = Image.new("RGB", (w.size, w.size), tuple(int(v) for v in rng.integers(0, 255, size=3)))
+            buf = io.BytesIO()
+            img.save(buf, format="JPEG", quality=90)
+            rows[f"Image_{j}"].append({"bytes": buf.getvalue(), "path": None})
+        a, b = (colours[int(c)] for c in rng.choice(len(colours), 2, replace=False))
+        shape = SHAPES[int(rng.integers(len(SHAPES)))]
+        if qtype == "yes_no":
+            questions = (f"Is the {shape} {a}?", f"Is the {shape} {b}?")
+        else:
+            questions = (f"What colour is the {shape}? A. {a} B. {b}", f"What colour is the {shape}? A. {b} B. {a}")
+        for q in (0, 1):
+            rows[f"Question_{q}"].append(questions[q])
+            for i in (0, 1):
+                rows[f"Image_{i}_Question_{q}"].append(NATURALBENCH_ANSWERS[qtype][1 - NATURALBENCH_PATTERN[q][i]])
+        rows["Index"].append(k)
+        rows["Question Type"].append(qtype)
+        rows["Source"].append(("Flickr30K", "DOCCI")[int(rng.integers(2))])
+    image = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    schema = pa.schema([(c, pa.int64() if c == "Index" else image if c.startswith("Image_") and len(c) == 7
+                         else pa.string()) for c in NATURALBENCH_COLUMNS])
+    path = w._path("data/train-00000-of-00001.parquet")
+    with atomic_path(path) as tmp:
+        pq.write_table(pa.table(rows, schema=schema), tmp)
+
+
+def _eqben(w: _Writer, rng: np.random.Generator, n: int) -> None:
+    from vlprobe.data.eqben import EQBEN_SUBSETS
+
+    records = []
+    for k in range(n):
+        for subset in EQBEN_SUBSETS:
+            pair = []
+            for j in (0, 1):
+                if subset == "eqbenyoucook2":
+                    rel = f"image_subset/{subset}/clip{k:03d}/{j:04d}.npy"
+                    frame = rng.integers(0, 256, size=(w.size, w.size + 8, 3), dtype=np.uint8)
+                    with atomic_path(w._path(rel)) as tmp, open(tmp, "wb") as fh:
+                        np.save(fh, frame, allow_pickle=False)
+                else:
+                    rel = f"image_subset/{subset}/clip{k:03d}/{j:04d}.jpg"
+                    w.image(rel, rng)
+                pair.append(rel.removeprefix("image_subset/"))
+            first = _caption_shape(rng)
+            words = first.rstrip(".").split()
+            words[1], words[6] = words[6], words[1]  # the colours swapped
+            second = " ".join(words) + "."
+            records.append({"image0": pair[0], "image1": pair[1], "caption0": first, "caption1": second})
+    order = rng.permutation(len(records))
+    w.json("eqben_subset_10percent_final.json", [records[int(i)] for i in order])
+
+
+def _colorswap(w: _Writer, rng: np.random.Generator, n: int) -> None:
+    for s, split in enumerate(("test", "train")):
+        records = []
+        for k in range(n):
+            ident = s * n + k
+            for j in (1, 2):
+                w.image(f"images/img_{ident}_{j}.png", rng)
+            words = _caption_shape(rng).rstrip(".").split()
+            first = " ".join(words)
+            words[1], words[6] = words[6], words[1]  # the colour words swapped
+            records.append({"id": ident, "caption_1": first, "caption_2": " ".join(words),
+                            "image_1": f"images/img_{ident}_1.png", "image_2": f"images/img_{ident}_2.png",
+                            "image_source": ("midjourney", "dalle3", "stable-diffusion")[int(rng.integers(3))],
+                            "caption_source": ("human", "gpt-4")[int(rng.integers(2))]})
+        w.json(f"{split}.json", records)
+
+
+def _sugarcrepe_pp(w: _Writer, rng: np.random.Generator, n: int) -> None:
+    from vlprobe.data.sugarcrepe_pp import SUGARCREPE_PP_SUBSETS
+
+    colours = list(COLOURS)
+    for s, subset in enumerate(SUGARCREPE_PP_SUBSETS):
+        records = []
+        for k in range(n):
+            filename = f"{100000 + s * n + k:012d}.jpg"
+            w.image(f"val2017/{filename}", rng)
+            words = _caption_shape(rng).rstrip(".").split()  # A <c1> <s1> next to a <c2> <s2>
+            caption2 = f"Beside a {words[6]} {words[7]} is a {words[1]} {words[2]}."
+            neg = list(words)
+            if subset.startswith("swap"):
+                i, j = (1, 6) if subset == "swap_att" else (2, 7)
+                neg[i], neg[j] = neg[j], neg[i]
+            elif subset == "replace_rel":
+                neg[3:5] = ["far", "from"]
+            else:
+                i = 1 if subset == "replace_att" else 2
+                pool = colours if i == 1 else list(SHAPES)
+                neg[i] = next(c for c in pool if c not in (words[1], words[6], words[2], words[7]))
+            records.append({"id": k, "filename": filename, "caption": " ".join(words) + ".", "caption2": caption2,
+                            "negative_caption": " ".join(neg) + "."})
+        w.json(f"{subset}.json", records)
+
+
 #: Format -> writer of its files.
-_WRITERS: dict[str, Callable[[_Writer, np.random.Generator, int], None]] = {"aro": _aro}
+_WRITERS: dict[str, Callable[[_Writer, np.random.Generator, int], None]] = {
+    "aro": _aro, "mmvp-vlm": _mmvp_vlm, "naturalbench": _naturalbench, "eqben": _eqben,
+    "colorswap": _colorswap, "sugarcrepe-pp": _sugarcrepe_pp}
 FIXTURE_FORMATS: tuple[str, ...] = tuple(_WRITERS)
 
 
@@ -185,7 +338,7 @@ def write_benchmark_fixture(
     image_size = check_int(image_size, "image_size", low=16, high=1024)
     root = Path(out)
     _check_out(root)
-    root.mkdir(parents=True, exist_ok=True)
+    ensure_folder(root)
     w = _Writer(root, fmt, n_items, seed, image_size)
     w.text("PROVENANCE.txt", f"{_MARK} (being written)\n")
     w.files.remove("PROVENANCE.txt")

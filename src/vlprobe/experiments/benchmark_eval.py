@@ -42,11 +42,12 @@ from vlprobe.provenance import sha256_file
 from vlprobe.runs.charts import Chart
 from vlprobe.runs.declare import Experiment, option
 from vlprobe.runs.option_groups import (
+    AllItemsOption,
     BootstrapOptions,
-    ModelLoadOptions,
+    ItemOptions,
+    ModelOptions,
     ProgressOption,
     ResultsOptions,
-    check_device,
 )
 from vlprobe.runs.printout import metric_lines
 from vlprobe.runs.score_files import (
@@ -65,14 +66,14 @@ from vlprobe.stats.metrics import (
     valse_counts,
     valse_metrics_batched,
 )
-from vlprobe.validation import InputError, check_float, check_positive_int, check_seed
+from vlprobe.validation import InputError, check_float, check_seed
 
 __all__ = ["BENCHMARKS", "EXPERIMENTS", "EvalConfig", "run_eval"]
 
 #: The two-text benchmarks with their own code path here, then those evaluated through a
 #: :class:`~vlprobe.experiments.benchmark_specs.BenchmarkSpec`.
 PAIRED = ("sugarcrepe", "valse")
-BENCHMARKS = (*PAIRED, "aro")
+BENCHMARKS = (*PAIRED, "aro", "mmvp-vlm", "naturalbench", "eqben", "colorswap", "sugarcrepe-pp")
 #: Why a run has no bag-of-words slices.
 BOW_NEEDS_CAPTIONS = "the bag-of-words slices need the captions: give data_dir (--data-dir) with a score file"
 #: What each VALSE pairwise metric compares (recorded in the manifest).
@@ -102,34 +103,27 @@ VALSE_NOTES = {
 
 
 @dataclass(frozen=True, kw_only=True)
-class EvalConfig(ModelLoadOptions, BootstrapOptions, ProgressOption, ResultsOptions):
-    """One evaluation run (``probe eval sugarcrepe|valse`` builds this, then calls :func:`run_eval`).
+class EvalConfig(ModelOptions, ItemOptions, AllItemsOption, BootstrapOptions, ProgressOption, ResultsOptions):
+    """One evaluation run (``probe eval sugarcrepe|valse|aro`` builds this, then calls :func:`run_eval`).
 
     Give ``model`` (score the pairs now) or ``scores`` (a saved per-item score file).
     """
 
     benchmark: str = option(choices=BENCHMARKS, help="The benchmark: " + ", ".join(BENCHMARKS) + ".", role="input")
-    model: str | None = option(
-        None, role="input", help="Registered model (see `probe ls models`): clip, lxmert, uniter, blind-lm, ...",
+    model: str | None = ModelOptions.redeclare(  # type: ignore[assignment]  # optional here: or --scores
+        "model", None, help="Registered model (see `probe ls models`): clip, lxmert, uniter, blind-lm, ...",
     )
-    checkpoint: str | None = option(None, role="input", help="Checkpoint directory or hub id.")
     scores: Path | None = option(
         None, role="input",
         help="A saved per-item score file instead of a model: recompute the metrics.",
     )
-    data_dir: Path | None = option(None, role="input", help="Folder of the benchmark's JSON files.")
-    image_dir: Path | None = option(None, role="input", help="SugarCrepe: the COCO val2017 image folder.")
-    image_root: tuple[str, ...] = option(
-        (), repeat=True, role="input", metavar="[SOURCE=]DIR",
-        help="SOURCE=DIR per image source, repeatable; a bare DIR for all. VALSE: visual7w, coco2017, coco2014, "
-             "swig, visdial; ARO: vg, coco, flickr30k.",
+    models: Path | None = option(
+        None, role="input",
+        help="A models file (TOML, [models.NAME] with model, checkpoint, options) instead of one model: each is "
+             "run as --model with --name NAME, then one table of the paper's layout, OUT/{experiment}/<file "
+             "stem>.table.csv; a rerun runs only the models not yet done.",
     )
-    # The item selection is part of the input: a rerun with another one under the same name is refused.
-    subsets: str | None = option(
-        None, role="input", metavar="A,B", help="Comma-separated subsets (file stems); default all.",
-    )
-    limit: int | None = option(None, check=check_positive_int, role="input", help="First N items per subset (quick runs).")
-    all_items: bool = option(False, role="input", help="VALSE: keep invalid items too.")
+    data_dir: Path | None = ItemOptions.redeclare("data_dir", help="Folder of the benchmark's JSON files.")
     order_seed: int = option(0, check=check_seed, help="ARO: seed of the order subsets' caption perturbations.")
     spacy_model: str | None = option(
         None, role="input", help="ARO: the spaCy pipeline tagging the order subsets' nouns and adjectives "
@@ -149,16 +143,8 @@ class EvalConfig(ModelLoadOptions, BootstrapOptions, ProgressOption, ResultsOpti
     acceptable_label: str | None = option(
         None, help="blind-grammar: the label (name or index) meaning acceptable.",
     )
-    batch_size: int = option(32, check=check_positive_int, role="runtime", help="Pairs or texts per forward pass.")
-    device: str = option(
-        "auto", check=check_device, role="runtime", help="cpu, cuda, cuda:N, mps or auto (the manifest records the one used).",
-    )
-    dtype: str = option("float32", choices=("float32", "float16"), help="Weights' dtype.")
-    #: Cross-encoders that read regions (LXMERT, UNITER); the config file and tokenizer: ModelLoadOptions.
-    regions: Path | None = option(
-        None, role="input", help="lxmert/uniter: region features (vlprobe HDF5) keyed by the benchmark's image names.",
-    )
-
+    batch_size: int = ModelOptions.redeclare("batch_size", help="Pairs or texts per forward pass.")
+    dtype: str = ModelOptions.redeclare("dtype", choices=("float32", "float16"))
 
 
 def _subset_of(item_id: str, benchmark: str, known: tuple[str, ...], param: str) -> str:
@@ -198,8 +184,9 @@ def _load(config: EvalConfig) -> Any:
 
 
 def _validate(config: EvalConfig) -> None:
-    if (config.model is None) == (config.scores is None):
-        raise InputError("give exactly one of model (score the pairs now) or scores (a saved per-item score file)")
+    if (config.model is not None) + (config.scores is not None) + (config.models is not None) != 1:
+        raise InputError("give exactly one of model (score the pairs now), scores (a saved per-item score file) "
+                         "or models (a models file)")
     if config.benchmark != "valse" and (config.threshold is not None or config.all_items or config.keep_foil_ties):
         raise InputError("threshold, keep_foil_ties and all_items apply to valse only")
     if config.benchmark not in PAIRED and config.data_dir is None:
@@ -429,14 +416,14 @@ def _compute_spec(config: EvalConfig, slot: RunSlot) -> RunRows:
         at += k * j
     subsets = [it.meta["subset"] for it in items]
     groups = [(it.tags.get(spec.group_tag.get(it.meta["subset"], ""), ("",)) or ("",))[0] for it in items]
-    slices = [(bow_tag([t.text for t in it.captions]) or [""])[0] for it in items]
+    slices = [(bow_tag([t.text for t in it.captions]) or [""])[0] for it in items] if spec.bow else None
     base = {"experiment": config.benchmark, "model": slot.label, "task": "target", "split": "test"}
     rows, _ = spec_rows(spec, subsets, groups, mats, base, config.bootstrap, config.bootstrap_seed, slices)
     sub = np.asarray(subsets)
     extra = {
         "units": units_of(rows), "model": slot.label, "n_items": len(items), "score_kind": score_kind,
         "model_info": info, "items_per_subset": {s: int((sub == s).sum()) for s in dict.fromkeys(subsets)},
-        "bow_slices": {
+        "bow_slices": "none: the texts differ by design (the answers)" if slices is None else {
             "definition": "bow=same: every text of the item holds the first one's multiset of lowercased "
                           "[a-z0-9']+ words",
             "items": {v: int(sum(x == v for x in slices)) for v in ("same", "different")}},
@@ -554,8 +541,103 @@ def _logits_at(logits: tuple[np.ndarray, np.ndarray] | None, at: np.ndarray) -> 
     return {"caption_logits": logits[0][at], "foil_logits": logits[1][at]}
 
 
+# -- a models file: many models, one table -----------------------------------------------------------
+
+
+#: Fields a models file gives per model, refused beside it on the command line.
+_PER_MODEL = ("model", "checkpoint", "scores", "model_config", "tokenizer", "model_options", "regions", "name",
+              "acceptable_label")
+
+
+class BenchmarkExperiment(Experiment):
+    """A benchmark's experiment: one model (:meth:`Experiment.run`), or every model of a models
+    file and their table (:func:`run_model_table`)."""
+
+    def run(self, config: Any) -> Any:
+        if getattr(config, "models", None) is None:
+            return super().run(config)
+        return run_model_table(self, config)
+
+
+def run_model_table(exp: Experiment, config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
+    """Every model of ``config.models`` on the benchmark, then their table
+    (:mod:`vlprobe.runs.model_lists`).
+
+    Each model runs as ``--model ... --name <its table's name>`` would, into the same results
+    folder; a model whose run is recorded there with the same settings and inputs is read back
+    instead of run again (:meth:`Experiment.claim` refuses one recorded with others).
+
+    Returns
+    -------
+    table_path, table_manifest_path : Path
+    rows : list of dict
+        The table's rows (:func:`~vlprobe.runs.model_lists.table_rows`).
+    """
+    from vlprobe.extract.model_inputs import image_input
+    from vlprobe.io.atomic import write_json
+    from vlprobe.io.ownership import check_output
+    from vlprobe.registry import MODELS
+    from vlprobe.runs.model_lists import load_models_file, table_rows, write_table
+    from vlprobe.runs.summary import read_tidy_csv
+    from vlprobe.runs.writing import RESULTS_KIND, build_manifest, config_record, result_stem
+
+    assert config.models is not None
+    given = [k for k in _PER_MODEL if getattr(config, k) not in (None, ())]
+    if given:
+        raise InputError(f"{given[0]}: give it per model in the models file ({config.models}), not beside models")
+    entries = load_models_file(config.models)
+    folder = Path(config.out) / exp.name
+    stem = config.models.stem
+    table_path, table_manifest = folder / f"{stem}.table.csv", folder / f"{stem}.table.json"
+    for path in (table_path, table_manifest):
+        check_output(path, RESULTS_KIND)
+    runs: list[tuple[Any, list[dict[str, Any]]]] = []
+    recorded: dict[str, str] = {}
+    for i, entry in enumerate(entries, 1):
+        reads_pixels = image_input(MODELS.get(entry.model)) == "pixels"
+        one = config.replace(
+            models=None, model=entry.model, checkpoint=entry.checkpoint, model_options=entry.model_option_args(),
+            model_config=None if entry.model_config is None else Path(entry.model_config),
+            tokenizer=entry.tokenizer, regions=None if entry.regions is None else Path(entry.regions),
+            name=entry.name, **({} if reads_pixels else {"image_dir": None, "image_root": ()}),
+        )
+        try:
+            run = exp.claim(one, entry.name)
+            csv_path = folder / f"{result_stem(run)}.csv"
+            if run in _recorded_run_names(folder) and csv_path.is_file():
+                say(config.progress, f"[{i}/{len(entries)}] {entry.name}: done before, read from {csv_path}")
+                rows: list[dict[str, Any]] = list(read_tidy_csv(csv_path))
+            else:
+                say(config.progress, f"[{i}/{len(entries)}] {entry.name}: {entry.model} {entry.checkpoint or ''}".rstrip())
+                csv_path, _, rows = Experiment.run(exp, one)
+        except (InputError, FileNotFoundError) as exc:  # the model it concerns, named
+            raise InputError(f"models: {config.models.name}: models.{entry.name}: {exc}") from None
+        recorded[entry.name] = run
+        runs.append((entry, rows))
+    columns, rows = table_rows(runs)
+    write_table(table_path, columns, rows)
+    manifest = build_manifest(
+        exp.name, exp.version, config_record(config),
+        {"models": {"path": str(config.models), "sha256": sha256_file(config.models)}},
+        seeds=[config.bootstrap_seed],
+        extra={"table": table_path.name, "columns": columns,
+               "runs": recorded, "layout": "one row per model and metric, one column per subset (percent); "
+               "each model's run, intervals and slices in OUT/" + exp.name + "/<run>.csv"},
+    )
+    write_json(table_manifest, manifest, kind=RESULTS_KIND)
+    return table_path, table_manifest, rows
+
+
+def _recorded_run_names(folder: Path) -> set[str]:
+    from vlprobe.runs.writing import _recorded_runs
+
+    return set(_recorded_runs(folder / "manifest.json"))
+
+
 def report(config: EvalConfig, result: tuple[Path, Path, list[dict[str, Any]]]) -> list[str]:
-    """Every metric per subset with its interval, then the files written."""
+    """Every metric per subset with its interval, then the files written (a models file: the table)."""
+    if config.models is not None:
+        return _table_lines(*result)
     csv_path, _, rows = result
     shown = None
     if config.benchmark not in PAIRED:  # per-group rows (aro/vg_relation/relation=on) stay in the CSV
@@ -566,6 +648,18 @@ def report(config: EvalConfig, result: tuple[Path, Path, list[dict[str, Any]]]) 
     return lines
 
 
+def _table_lines(table_path: Path, manifest_path: Path, rows: list[dict[str, Any]]) -> list[str]:
+    """The table as text (values to two decimals), then its files."""
+    subsets = [c for c in dict.fromkeys(k for r in rows for k in r) if c not in ("name", "row", "model", "metric")]
+    width = max([len(r["name"]) for r in rows] + [5])
+    mwidth = max([len(r["metric"]) for r in rows] + [6])
+    lines = [f"{'model':<{width}} {'metric':<{mwidth}} " + " ".join(f"{s:>11}" for s in subsets)]
+    for r in rows:
+        cells = " ".join(f"{r[s]:>11.2f}" if isinstance(r.get(s), float) else f"{'':>11}" for s in subsets)
+        lines.append(f"{r['name']:<{width}} {r['metric']:<{mwidth}} {cells}")
+    return [*lines, f"table: {table_path}", f"manifest: {manifest_path}"]
+
+
 #: The two benchmarks share one config; each experiment fixes its benchmark and leaves out the
 #: other's options. Version 2: VALSE acc_r_valse (VALSE's own acc_r) from a matching head's
 #: logits; logits in the score file. Version 3: bow=same / bow=different slices.
@@ -573,23 +667,35 @@ _ONLY_ARO = ("order_seed", "spacy_model")
 _ONLY_VALSE = ("all_items", "threshold", "keep_foil_ties")
 
 
-def _spec_experiment(name: str, version: int, omit: tuple[str, ...], metrics: tuple[str, ...]) -> Experiment:
+def _spec_experiment(name: str, version: int, omit: tuple[str, ...], metrics: tuple[str, ...],
+                     image_dir: bool = False) -> BenchmarkExperiment:
+    """A spec benchmark's experiment; ``image_dir``: it takes ``--image-dir`` (COCO images)."""
     from vlprobe.experiments.benchmark_specs import SPECS
 
-    return Experiment(name, version, EvalConfig, compute_eval, report, label=_label, fixed={"benchmark": name},
-                      omit=("image_dir", *_ONLY_VALSE, *omit),
-                      chart=Chart("bars", metrics, subsets=None, categories="subset", chance=SPECS[name].chance))
+    return BenchmarkExperiment(name, version, EvalConfig, compute_eval, report, label=_label, fixed={"benchmark": name},
+                               omit=(*(() if image_dir else ("image_dir",)), *_ONLY_VALSE, *omit),
+                               chart=Chart("bars", metrics, subsets=None, categories="subset", chance=SPECS[name].chance))
 
 
-EXPERIMENTS = {
-    "sugarcrepe": Experiment("sugarcrepe", 3, EvalConfig, compute_eval, report, label=_label, fixed={"benchmark": "sugarcrepe"},
+EXPERIMENTS: dict[str, BenchmarkExperiment] = {
+    "sugarcrepe": BenchmarkExperiment("sugarcrepe", 3, EvalConfig, compute_eval, report, label=_label, fixed={"benchmark": "sugarcrepe"},
                              omit=("image_root", *_ONLY_VALSE, *_ONLY_ARO),
                              chart=Chart("bars", ("accuracy",), subsets=None, categories="subset",
                                          chance={"accuracy": 50.0})),
-    "valse": Experiment("valse", 3, EvalConfig, compute_eval, report, label=_label, fixed={"benchmark": "valse"},
+    "valse": BenchmarkExperiment("valse", 3, EvalConfig, compute_eval, report, label=_label, fixed={"benchmark": "valse"},
                         omit=("image_dir", *_ONLY_ARO),
                         chart=Chart("bars", ("acc_r", "auroc", "acc", "acc_r_valse"), subsets=None, categories="subset",
                                     chance={"acc_r": 50.0, "auroc": 50.0, "acc": 50.0, "acc_r_valse": 50.0})),
 }
 EXPERIMENTS["aro"] = _spec_experiment("aro", 1, (), ("macro_accuracy", "precision_at_1"))
+EXPERIMENTS["mmvp-vlm"] = _spec_experiment("mmvp-vlm", 1, ("image_root", *_ONLY_ARO), ("pair_accuracy",))
 SUGARCREPE, VALSE, ARO = EXPERIMENTS["sugarcrepe"], EXPERIMENTS["valse"], EXPERIMENTS["aro"]
+EXPERIMENTS["naturalbench"] = _spec_experiment(
+    "naturalbench", 1, ("image_root", *_ONLY_ARO),
+    ("question_accuracy", "image_accuracy", "binary_accuracy", "group_accuracy"))
+EXPERIMENTS["eqben"] = _spec_experiment("eqben", 1, _ONLY_ARO, ("text", "image", "group"))
+EXPERIMENTS["colorswap"] = _spec_experiment("colorswap", 1, ("image_root", *_ONLY_ARO), ("text", "image", "group"))
+MMVP_VLM, NATURALBENCH, EQBEN = EXPERIMENTS["mmvp-vlm"], EXPERIMENTS["naturalbench"], EXPERIMENTS["eqben"]
+EXPERIMENTS["sugarcrepe-pp"] = _spec_experiment(
+    "sugarcrepe-pp", 1, ("image_root", *_ONLY_ARO), ("itt", "image_p1_neg", "image_p2_neg"), image_dir=True)
+COLORSWAP, SUGARCREPE_PP = EXPERIMENTS["colorswap"], EXPERIMENTS["sugarcrepe-pp"]

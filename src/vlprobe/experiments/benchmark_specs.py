@@ -23,9 +23,13 @@ from vlprobe.stats.benchmark_metrics import (
     ARO_MIN_ATTRIBUTE_ITEMS,
     first_is_best,
     macro_accuracy,
+    mmvp_pair_right,
+    naturalbench_answers,
+    naturalbench_outcomes,
     pair_right,
+    sugarcrepe_pp_outcomes,
 )
-from vlprobe.stats.metrics import bootstrap_indices, ci95_rows
+from vlprobe.stats.metrics import bootstrap_indices, ci95_rows, winoground_outcomes
 
 __all__ = ["SPECS", "BenchmarkSpec", "spec_rows"]
 
@@ -53,6 +57,15 @@ class BenchmarkSpec:
         ``(metric)`` or ``(subset, metric)`` key -> the note column of its rows.
     chance : dict of str to float
         Metric -> chance level in percent (for the chart), where one fits every subset.
+    summary : str
+        The scope of the unweighted mean over the run's subsets of each metric (MMVP-VLM's
+        average over its categories), "" for none.
+    pooled : str
+        The scope of each metric over every item of the run (NaturalBench's scores pool all
+        samples), "" for none.
+    bow : bool
+        Whether the bag-of-words slices mean anything (False where the texts differ by design,
+        as NaturalBench's answers).
     """
 
     name: str
@@ -62,6 +75,9 @@ class BenchmarkSpec:
     group_tag: dict[str, str] = field(default_factory=dict)
     notes: dict[Any, str] = field(default_factory=dict)
     chance: dict[str, float] = field(default_factory=dict)
+    summary: str = ""
+    pooled: str = ""
+    bow: bool = True
 
     def note(self, subset: str, metric: str) -> str:
         return self.notes.get((subset, metric), self.notes.get(metric, ""))
@@ -109,8 +125,133 @@ ARO = BenchmarkSpec(
     chance={"macro_accuracy": 50.0, "accuracy": 50.0, "precision_at_1": 20.0},
 )
 
+# -- MMVP-VLM ----------------------------------------------------------------------------------------
+
+
+def _mmvp_outcomes(subset: str, scores: np.ndarray) -> dict[str, np.ndarray]:
+    return {"correct": mmvp_pair_right(scores)}
+
+
+def _mmvp_metrics(subset: str, out: Mapping[str, np.ndarray], groups: np.ndarray) -> dict[str, np.ndarray]:
+    return {"pair_accuracy": out["correct"].astype(np.float64).mean(axis=-1)}
+
+
+def _mmvp() -> BenchmarkSpec:
+    from vlprobe.data.mmvp_vlm import MMVP_SUBSETS
+
+    tie = ("both statements pick their own image (MMVP's evaluate_vlm.py: softmax over the two images > 0.5 "
+           "picks image 1, else image 2; a tie is wrong for statement 1, right for statement 2)")
+    return BenchmarkSpec(
+        "mmvp-vlm", MMVP_SUBSETS, _mmvp_outcomes, _mmvp_metrics,
+        notes={"pair_accuracy": "pairs whose " + tie,
+               ("mean-of-subsets", "pair_accuracy"): "unweighted mean over the categories evaluated (the paper's "
+                                                     "average over its nine); " + tie},
+        chance={"pair_accuracy": 25.0}, summary="mean-of-subsets",
+    )
+
+
+MMVP_VLM = _mmvp()
+
+
+# -- NaturalBench ------------------------------------------------------------------------------------
+
+
+def _naturalbench_outcomes(subset: str, scores: np.ndarray) -> dict[str, np.ndarray]:
+    return naturalbench_outcomes(naturalbench_answers(scores))
+
+
+def _naturalbench_metrics(subset: str, out: Mapping[str, np.ndarray], groups: np.ndarray) -> dict[str, np.ndarray]:
+    return {name: np.asarray(out[name], dtype=np.float64).mean(axis=-1)
+            for name in ("question_accuracy", "image_accuracy", "binary_accuracy", "group_accuracy")}
+
+
+_NB_TIE = ("answers read off the scores: question q + Yes/A against + No/B on each image; a tie is no answer, "
+           "wrong everywhere (the authors' -1)")
+NATURALBENCH = BenchmarkSpec(
+    "naturalbench", ("yes_no", "multiple_choice"), _naturalbench_outcomes, _naturalbench_metrics,
+    notes={
+        "question_accuracy": "the paper's Q-Acc (get_scores' question_score): a question right on both images; "
+                             + _NB_TIE,
+        "image_accuracy": "the paper's I-Acc (image_score): an image right for both questions; " + _NB_TIE,
+        "binary_accuracy": "the paper's Acc (binary_score): every (question, image) answer; " + _NB_TIE,
+        "group_accuracy": "the paper's G-Acc (group_score): all four answers right; " + _NB_TIE,
+    },
+    chance={"question_accuracy": 25.0, "image_accuracy": 25.0, "binary_accuracy": 50.0, "group_accuracy": 6.25},
+    pooled="all", bow=False,
+)
+
+# -- Winoground-style 2 x 2 benchmarks (EqBen, ColorSwap) ----------------------------------------------------
+
+
+def _wino_outcomes(subset: str, scores: np.ndarray) -> dict[str, np.ndarray]:
+    out = winoground_outcomes(scores)
+    return {name: out[name] for name in ("text", "image", "group")}
+
+
+def _wino_metrics(subset: str, out: Mapping[str, np.ndarray], groups: np.ndarray) -> dict[str, np.ndarray]:
+    return {name: np.asarray(out[name], dtype=np.float64).mean(axis=-1) for name in ("text", "image", "group")}
+
+
+_WINO_TIES = "strict > (a tie is wrong)"
+_WINO_NOTES = {
+    "text": "text score: c0 beats c1 on image 0 and c1 beats c0 on image 1; " + _WINO_TIES,
+    "image": "image score: image 0 beats image 1 for c0 and image 1 beats image 0 for c1; " + _WINO_TIES,
+    "group": "group score: text and image both right; " + _WINO_TIES,
+}
+
+
+def _eqben() -> BenchmarkSpec:
+    from vlprobe.data.eqben import EQBEN_SUBSETS
+
+    source = " (EqBen's cal_wino_score, per sub-dataset as evaluate_eqben_locally.py)"
+    notes: dict[Any, str] = {m: n + source for m, n in _WINO_NOTES.items()}
+    notes.update({("all", m): n + "; every item pooled (not in the paper's table)" for m, n in _WINO_NOTES.items()})
+    return BenchmarkSpec("eqben", EQBEN_SUBSETS, _wino_outcomes, _wino_metrics, notes=notes,
+                         chance={"text": 25.0, "image": 25.0, "group": 100.0 / 6}, pooled="all")
+
+
+EQBEN = _eqben()
+
+
+def _colorswap() -> BenchmarkSpec:
+    from vlprobe.data.colorswap import COLORSWAP_SUBSETS
+
+    source = " (Winoground's scores, which ColorSwap follows: its main ITM metric is the group score)"
+    return BenchmarkSpec("colorswap", COLORSWAP_SUBSETS, _wino_outcomes, _wino_metrics,
+                         notes={m: n + source for m, n in _WINO_NOTES.items()},
+                         chance={"text": 25.0, "image": 25.0, "group": 100.0 / 6})
+
+
+COLORSWAP = _colorswap()
+
+# -- SugarCrepe++ ------------------------------------------------------------------------------------
+
+
+def _scpp_outcomes(subset: str, scores: np.ndarray) -> dict[str, np.ndarray]:
+    return sugarcrepe_pp_outcomes(scores)
+
+
+def _scpp_metrics(subset: str, out: Mapping[str, np.ndarray], groups: np.ndarray) -> dict[str, np.ndarray]:
+    return {name: np.asarray(out[name], dtype=np.float64).mean(axis=-1) for name in ("itt", "image_p1_neg", "image_p2_neg")}
+
+
+def _sugarcrepe_pp() -> BenchmarkSpec:
+    from vlprobe.data.sugarcrepe_pp import SUGARCREPE_PP_SUBSETS
+
+    tie = "strict > (a tie is wrong), as the authors' VLMs/test_*.py"
+    return BenchmarkSpec(
+        "sugarcrepe-pp", SUGARCREPE_PP_SUBSETS, _scpp_outcomes, _scpp_metrics,
+        notes={"itt": "the paper's ITT accuracy: P1 and P2 both score above the negative with the image; " + tie,
+               "image_p1_neg": "the scripts' Image-P1-Neg: P1 above the negative (SugarCrepe's own test); " + tie,
+               "image_p2_neg": "the scripts' Image-P2-Neg: P2 above the negative; " + tie},
+        chance={"itt": 100.0 / 3, "image_p1_neg": 50.0, "image_p2_neg": 50.0},
+    )
+
+
+SUGARCREPE_PP = _sugarcrepe_pp()
+
 #: The benchmarks ``probe eval`` evaluates through a spec.
-SPECS: dict[str, BenchmarkSpec] = {s.name: s for s in (ARO,)}
+SPECS: dict[str, BenchmarkSpec] = {s.name: s for s in (ARO, MMVP_VLM, NATURALBENCH, EQBEN, COLORSWAP, SUGARCREPE_PP)}
 
 
 # -- rows --------------------------------------------------------------------------------------------
@@ -162,13 +303,20 @@ def spec_rows(
         boot = spec.metrics(subset, {k: v[at] for k, v in outcomes.items()}, grp[cols])
         for metric, value in point.items():
             row = {**base, "subset": scope, "n": len(cols)}
-            note = spec.note(subset, metric)
+            note = spec.note(scope if (scope, metric) in spec.notes else subset, metric)
             rows.append({**row, "metric": metric, "value": 100.0 * float(value), **({"note": note} if note else {})})
             rows.extend(ci95_rows(row, metric, 100.0 * np.asarray(boot[metric]).reshape(-1), seed))
 
+    summary: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
     for subset in dict.fromkeys(sub.tolist()):
         cols = np.flatnonzero(sub == subset)
         emit(subset, subset, cols)
+        if spec.summary:
+            at = _resamples(cols, strata, n_boot, seed)
+            point = spec.metrics(subset, {k: v[cols] for k, v in outcomes.items()}, grp[cols])
+            boot = spec.metrics(subset, {k: v[at] for k, v in outcomes.items()}, grp[cols])
+            for metric, value in point.items():
+                summary.setdefault(metric, []).append((np.asarray(value), np.asarray(boot[metric]).reshape(-1)))
         tag = spec.group_tag.get(subset)
         if tag:
             for g in sorted(dict.fromkeys(grp[cols].tolist())):
@@ -185,4 +333,12 @@ def spec_rows(
                 scols = cols[slice_values[cols] == v]
                 if len(scols):
                     emit(f"{subset}/bow={v}", subset, scols)
+    if spec.pooled:
+        emit(spec.pooled, str(sub[0]), np.arange(len(sub)))
+    for metric, parts in summary.items():  # each subset's value from its own resamples, then their mean
+        row = {**base, "subset": spec.summary, "n": len(sub)}
+        note = spec.note(spec.summary, metric)
+        mean = float(np.mean([p for p, _ in parts]))
+        rows.append({**row, "metric": metric, "value": 100.0 * mean, **({"note": note} if note else {})})
+        rows.extend(ci95_rows(row, metric, 100.0 * np.mean([b for _, b in parts], axis=0), seed))
     return rows, strata

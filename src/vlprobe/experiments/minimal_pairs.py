@@ -10,15 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from vlprobe.data.loading import load_dataset
-from vlprobe.runs.declare import option
-from vlprobe.runs.option_groups import ModelLoadOptions, ResultsOptions, check_device
-from vlprobe.validation import InputError, check_positive_int
+from vlprobe.runs.declare import REQUIRED
+from vlprobe.runs.option_groups import DatasetOption, ItemOptions, ModelOptions, ResultsOptions
+from vlprobe.validation import InputError
 
 __all__ = ["PAIR_DATASETS", "PairModel", "PairModelOptions", "editable_streams", "load_pair_model", "pair_items",
            "pair_label", "pair_model_class", "pair_regions", "tower_scores"]
@@ -27,40 +26,36 @@ PAIR_DATASETS = ("winoground", "sugarcrepe", "valse")
 
 
 @dataclass(frozen=True, kw_only=True)
-class PairModelOptions(ModelLoadOptions):
-    """A model run on a benchmark's minimal pairs: the model, its inputs (loaded as ``probe
-    extract`` loads it: ``model_config``, ``tokenizer``, ``model_options``) and the items."""
+class PairModelOptions(ModelOptions, ItemOptions):
+    """A model run on a benchmark's minimal pairs: the model-loading group (the model and its
+    checkpoint required, loaded as ``probe extract`` loads it) and the benchmark's items."""
 
-    panel = "Model and benchmark"
-    rank = 1
-
-    model: str = option(role="input", help="Registered model (see `probe ls models`) whose states can be edited: clip, siglip, lxmert, uniter, blip-itm.")
-    checkpoint: str = option(role="input", help="Checkpoint directory or hub id (UNITER: the .pt file).")
-    dataset: str = option("winoground", choices=PAIR_DATASETS, role="input", help="The benchmark.")
-    data_dir: Path | None = option(None, role="input", help="Folder of the benchmark's files.")
-    # The item selection is part of the input, as in probe eval.
-    subsets: str | None = option(None, role="input", metavar="A,B", help="SugarCrepe / VALSE subsets, comma-separated.")
-    limit: int | None = option(None, check=check_positive_int, role="input",
-                               help="At most N items (SugarCrepe / VALSE: per subset).")
-    image_dir: Path | None = option(None, role="input", help="SugarCrepe: the COCO val2017 image folder.")
-    image_root: tuple[str, ...] = option((), repeat=True, role="input", metavar="[SOURCE=]DIR",
-                                         help="VALSE: SOURCE=DIR per image source, repeatable.")
-    regions: Path | None = option(None, role="input", help="lxmert/uniter: region features of the benchmark's images.")
-    batch_size: int = option(32, check=check_positive_int, role="runtime", help="Inputs per forward pass.")
-    device: str = option("auto", check=check_device, role="runtime",
-                         help="cpu, cuda, cuda:N, mps or auto (the manifest records the one used).")
-    dtype: str = option("float32", choices=("float32", "float16"), help="Weights' dtype.")
+    model: str = ModelOptions.redeclare(
+        "model", help="Registered model (see `probe ls models`) whose states can be edited: clip, siglip, lxmert, "
+                      "uniter, blip-itm (not the generative llava, qwen2-vl).",
+    )
+    checkpoint: str = ModelOptions.redeclare("checkpoint", REQUIRED)
+    dtype: str = ModelOptions.redeclare("dtype", choices=("float32", "float16"))
+    dataset: str = DatasetOption.redeclare("dataset", choices=PAIR_DATASETS, help="The benchmark.")
+    limit: int | None = ItemOptions.redeclare("limit", help="At most N items (SugarCrepe / VALSE: per subset).")
     name: str | None = ResultsOptions.redeclare(
         "name", help="Results label: names the run and its files (default: the model).",
     )
 
 
 def pair_model_class(model: str, experiment: str) -> Any:
-    """The registered adapter class of ``model``; InputError unless it is a dual or cross-encoder."""
+    """The registered adapter class of ``model``; InputError unless it is a dual or cross-encoder
+    whose states can be edited (not a generative model: no sites on its language model's layers yet)."""
     from vlprobe.extract.models.base import CrossEncoder, DualEncoder
+    from vlprobe.extract.models.generative import GenerativeVLM
     from vlprobe.registry import MODELS
 
     cls = MODELS.get(model)
+    if isinstance(cls, type) and issubclass(cls, GenerativeVLM):
+        raise InputError(
+            f"model: {experiment} does not support generative models yet ({model!r}): editing the states of a "
+            "language model's layers (caption tokens, image tokens, the answer position) is not implemented; "
+            "its cache runs the probing experiments (probe extract, then probe run separability, ...)")
     if not (isinstance(cls, type) and issubclass(cls, (DualEncoder, CrossEncoder))):
         raise InputError(f"model: {experiment} runs dual encoders and cross-encoders; {model!r} is neither")
     return cls

@@ -67,6 +67,7 @@ from vlprobe.extract.model_inputs import check_model_inputs, check_region_width,
 from vlprobe.extract.models.base import Adapter, CrossEncoder, DualEncoder, StreamSpec
 from vlprobe.extract.models.pooling import parse_poolings
 from vlprobe.extract.scoring import ImageSource, encode_stream, pooled_score_fn, score_pairs
+from vlprobe.io.paths import ensure_folder
 from vlprobe.layers import parse_stream_layers
 from vlprobe.provenance import git_revision, package_versions
 from vlprobe.registry import MODELS
@@ -324,7 +325,7 @@ def _make_regions(config: ExtractConfig, plan: RegionPlan) -> str:
     from vlprobe.extract.regions.extraction import RegionExtractConfig, extract_regions
 
     assert config.out is not None
-    Path(config.out).parent.mkdir(parents=True, exist_ok=True)
+    ensure_folder(Path(config.out).parent)
     options = {k: v for k, v in config.dataset_options.items() if v is not None}
     _say(config, f"regions: {plan.path} (the {plan.preset} boxes of the {config.dataset} images, detector {plan.detector})")
     try:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from vlprobe.io.atomic import write_json
+from vlprobe.io.paths import ensure_folder
 from vlprobe.launch.executors import Executor
 from vlprobe.validation import InputError
 
@@ -160,8 +161,8 @@ def run_steps(
     prints = step_fingerprints(ordered)
     rank = _priorities(ordered)
     logs, state = Path(root) / "logs", Path(root) / "state"
-    logs.mkdir(parents=True, exist_ok=True)
-    state.mkdir(parents=True, exist_ok=True)
+    ensure_folder(logs)
+    ensure_folder(state)
     done: set[str] = set()
     skipped: list[str] = []
     pending: list[Step] = []

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vlprobe.io.paths import ensure_folder
 from vlprobe.launch.steps import Step
 from vlprobe.shards import shard_path
 from vlprobe.validation import InputError
@@ -189,8 +190,8 @@ def run_sweep(
         executor = SubmititExecutor(parsed.out / "submitit", cluster=cluster, parameters=params)
     else:
         raise InputError(f"launcher must be local or slurm, got {launcher!r}")
-    parsed.out.mkdir(parents=True, exist_ok=True)
-    (parsed.out / "caches").mkdir(exist_ok=True)
+    ensure_folder(parsed.out)
+    ensure_folder(parsed.out / "caches")
     echo(f"{len(steps)} steps of {plan} on {executor.describe()}; logs in {parsed.out / 'logs'}")
     timings = run_steps(steps, executor, parsed.out, retries=retries, echo=echo)
     return {**timings, "out": parsed.out, "results": parsed.out / "results.csv"}

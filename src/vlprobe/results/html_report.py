@@ -15,12 +15,16 @@ Per experiment folder of ``RESULTS_DIR`` (``<experiment>/manifest.json``) and pe
 
 HTML (default): one file, figures embedded as base64 PNG, the style inline, no external asset
 and no script. Markdown: the same sections, figures as ``data:`` image links.
+
+This module decides what the page says (a list of blocks: headings, notes, figures, tables); the
+page's layout and style live in one Jinja2 template, ``templates/report.html.jinja`` (Markdown:
+``templates/report.md.jinja``), rendered with autoescaping (HTML) and undefined names as errors.
 """
 
 from __future__ import annotations
 
 import base64
-import html
+import functools
 import math
 import os
 import time
@@ -41,27 +45,12 @@ FORMATS = ("html", "md")
 #: Most rows one table shows (the CSV holds them all; the page says how many are left out).
 MAX_ROWS = 200
 _DERIVED = (".ci95_low", ".ci95_high", ".p_value")
-_STYLE = """
-body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2em auto; max-width: 1200px;
-       color: rgb(34, 34, 34); padding: 0 1em; }
-h1 { border-bottom: 2px solid #1f77b4; padding-bottom: .2em; }
-h2 { margin-top: 2em; border-bottom: 1px solid #ccc; }
-h3 { margin-top: 1.5em; color: #1f4e79; }
-table { border-collapse: collapse; font-size: 13px; margin: .6em 0 1.2em; }
-th, td { border: 1px solid #d0d0d0; padding: 3px 6px; text-align: right; }
-td { white-space: nowrap; }
-th { background: #f0f4f8; }
-td.t, th.t { text-align: left; }
-tr:nth-child(even) td { background: #fafafa; }
-img { max-width: 100%; border: 1px solid #eee; }
-.note { color: rgb(102, 102, 102); font-size: 13px; }
-nav ul { columns: 2; }
-details { margin: .5em 0 1em; }
-"""
 
 
 @dataclass(frozen=True)
 class _Block:
+    """One piece of the page, in page order; the templates lay each kind out."""
+
     kind: str  # "h", "p", "table", "img", "details"
     level: int = 0
     text: str = ""
@@ -295,33 +284,27 @@ def _anchor(text: str) -> str:
     return "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-")
 
 
-def _html(blocks: Sequence[_Block], title: str) -> str:
-    e = html.escape
-    parts = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
-             f"<title>{e(title)}</title>", f"<style>{_STYLE}</style>", "</head>", "<body>"]
+@functools.cache
+def _templates() -> Any:
+    """The Jinja2 environment of the report's templates (``templates/`` beside this module)."""
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("vlprobe.results", "templates"),
+        autoescape=lambda name: name is not None and name.endswith(".html.jinja"),
+        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+    )
+    env.filters["anchor"] = _anchor
+    env.filters["b64"] = lambda data: base64.b64encode(data).decode("ascii")
+    env.filters["md_cell"] = _md_cell
+    env.tests["numeric"] = _numeric
+    return env
+
+
+def _render(template: str, blocks: Sequence[_Block], title: str) -> str:
     sections = [b.text for b in blocks if b.kind == "h" and b.level == 2]
-    for b in blocks:
-        if b.kind == "h":
-            ident = f' id="{_anchor(b.text)}"' if b.level == 2 else ""
-            parts.append(f"<h{b.level}{ident}>{e(b.text)}</h{b.level}>")
-            if b.level == 1 and sections:
-                links = "".join(f'<li><a href="#{_anchor(s)}">{e(s)}</a></li>' for s in sections)
-                parts.append(f"<nav><ul>{links}</ul></nav>")
-        elif b.kind == "p":
-            parts.append(f'<p class="note">{e(b.text)}</p>')
-        elif b.kind == "img":
-            data = base64.b64encode(b.data).decode("ascii")
-            parts.append(f'<figure><img alt="{e(b.text)}" src="data:image/png;base64,{data}"></figure>')
-        elif b.kind in ("table", "details"):
-            head = "".join(f'<th class="t">{e(h)}</th>' if j == 0 else f"<th>{e(h)}</th>" for j, h in enumerate(b.headers))
-            body = "".join(
-                "<tr>" + "".join(f'<td class="t">{e(v)}</td>' if not _numeric(v) else f"<td>{e(v)}</td>" for v in r) + "</tr>"
-                for r in b.rows
-            )
-            table = f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-            parts.append(f"<details><summary>{e(b.text)}</summary>{table}</details>" if b.kind == "details" else table)
-    parts += ["</body>", "</html>"]
-    return "\n".join(parts) + "\n"
+    text: str = _templates().get_template(template).render(title=title, sections=sections, blocks=blocks)
+    return text
 
 
 def _numeric(v: str) -> bool:
@@ -336,26 +319,6 @@ def _md_cell(v: str) -> str:
     return v.replace("|", "\\|").replace("\n", " ")
 
 
-def _md(blocks: Sequence[_Block]) -> str:
-    parts: list[str] = []
-    for b in blocks:
-        if b.kind == "h":
-            parts.append(f"{'#' * b.level} {b.text}")
-        elif b.kind == "p":
-            parts.append(b.text)
-        elif b.kind == "img":
-            data = base64.b64encode(b.data).decode("ascii")
-            parts.append(f"![{b.text}](data:image/png;base64,{data})")
-        elif b.kind in ("table", "details"):
-            lines = ([f"**{b.text}**", ""] if b.kind == "details" else []) + [
-                "| " + " | ".join(_md_cell(h) for h in b.headers) + " |",
-                "|" + "|".join("---" for _ in b.headers) + "|",
-                *("| " + " | ".join(_md_cell(v) for v in r) + " |" for r in b.rows),
-            ]
-            parts.append("\n".join(lines))
-    return "\n\n".join(parts) + "\n"
-
-
 def build_report(results_dir: str | os.PathLike[str], fmt: str = "html") -> str:
     """The report of a results folder as HTML or Markdown text (module docstring).
 
@@ -368,7 +331,7 @@ def build_report(results_dir: str | os.PathLike[str], fmt: str = "html") -> str:
     root = Path(results_dir)
     runs = find_runs([root], param="results_dir")
     blocks = _blocks(root, runs)
-    return _html(blocks, f"vlprobe results: {root.name}") if fmt == "html" else _md(blocks)
+    return _render(f"report.{fmt}.jinja", blocks, f"vlprobe results: {root.name}")
 
 
 #: What reports are listed as among the files vlprobe wrote (:mod:`vlprobe.io`).

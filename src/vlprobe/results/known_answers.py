@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from vlprobe.io.atomic import atomic_path, atomic_write
+from vlprobe.io.paths import ensure_folder
 from vlprobe.runs.summary import read_tidy_csv, summarize
 from vlprobe.validation import InputError
 
@@ -376,7 +377,7 @@ def write_report(
     """Write ``known_answers.csv``, ``known_answers.json`` (checks), ``comparison.png`` and
     ``summary.txt`` into ``out``; return the table, checks, summary text and paths."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    ensure_folder(out)
     table = known_answer_table(results, data_dir, models, seeds)
     checks = check_expectations(table)
     with atomic_write(out / "known_answers.csv") as fh:

@@ -41,6 +41,7 @@ __all__ = [
     "MAX_PANELS",
     "figure_bytes",
     "make_figure",
+    "plot_folder",
     "plot_results",
     "series_labels",
 ]
@@ -658,7 +659,7 @@ def written_by_vlprobe(path: Path) -> bool:
 
 def plot_results(
     csvs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-    out: str | os.PathLike[str],
+    out: str | os.PathLike[str] | None = None,
     *,
     metric: str | None = None,
     split: str | None = None,
@@ -670,21 +671,32 @@ def plot_results(
     Parameters
     ----------
     csvs : path or sequence of paths
-        ``OUT/<experiment>/<name>.csv`` of one or several runs of one experiment (overlaid).
-    out : path
-        Figure file; must end in ``.png``.
+        ``OUT/<experiment>/<name>.csv`` of one or several runs of one experiment (overlaid); or
+        one results folder (``OUT``, or one experiment's ``OUT/<experiment>``): one figure per run
+        (:func:`plot_folder`).
+    out : path, optional
+        Figure file; must end in ``.png``. Default: ``<name>.png`` beside one CSV (several CSVs
+        need it). For a folder, the folder the figures go to (default: beside each CSV).
     metric, split, subset, title
         See :func:`make_figure`.
 
     Returns
     -------
     list of Path
-        The PNG and the PDF.
+        The PNG and the PDF (of each figure).
     """
+    paths = [Path(csvs)] if isinstance(csvs, str | os.PathLike) else [Path(p) for p in csvs]
+    if any(p.is_dir() for p in paths):
+        if len(paths) != 1:
+            raise InputError("csvs: give one results folder, or tidy CSVs of one experiment (not both)")
+        return plot_folder(paths[0], out, metric=metric, split=split, subset=subset, title=title)
+    if out is None:
+        if len(paths) != 1:
+            raise InputError(f"out: {len(paths)} CSVs overlay in one figure; name it with --out FIG.png")
+        out = paths[0].with_suffix(".png")
     out_png = Path(out)
     if out_png.suffix.lower() != ".png":
         raise InputError(f"out must be a .png file name (a .pdf is written beside it), got {str(out_png)!r}")
-    paths = [csvs] if isinstance(csvs, str | os.PathLike) else list(csvs)
     targets = (out_png, out_png.with_suffix(".pdf"))
     for path in targets:
         check_output(path, PLOT_KIND, recognise=written_by_vlprobe)
@@ -697,4 +709,54 @@ def plot_results(
         with atomic_write(path, "wb", kind=PLOT_KIND, recognise=written_by_vlprobe) as fh:
             fh.write(data)
         written.append(path)
+    return written
+
+
+def plot_folder(
+    folder: str | os.PathLike[str],
+    out: str | os.PathLike[str] | None = None,
+    *,
+    metric: str | None = None,
+    split: str | None = None,
+    subset: str | None = None,
+    title: str | None = None,
+) -> list[Path]:
+    """One figure per run of a results folder: ``<name>.png`` (and ``.pdf``) of each run's tidy CSV.
+
+    Parameters
+    ----------
+    folder : path
+        A results folder (``OUT``, holding ``OUT/<experiment>/manifest.json``) or one experiment's
+        folder (``OUT/<experiment>``). Runs of experiments without a chart are passed over.
+    out : path, optional
+        Where the figures go, laid out as the CSVs are under ``folder``
+        (``probe plot results/separability --out figs`` writes ``figs/clip.png``); default beside each CSV.
+    metric, split, subset, title
+        See :func:`make_figure`; applied to every figure.
+
+    Returns
+    -------
+    list of Path
+        The PNG and the PDF of each run, in run order.
+
+    Raises
+    ------
+    InputError
+        The folder holds no run of an experiment that has a chart.
+    """
+    from vlprobe.results.reading import find_runs
+    from vlprobe.runs.charts import chart_of, charted_experiments
+
+    root = Path(folder)
+    runs = [r for r in find_runs([root], param="csvs") if chart_of(r.experiment) is not None]
+    if out is not None and Path(out).suffix.lower() in (".png", ".pdf"):
+        raise InputError(f"out: for a results folder, out is the folder the figures go to (one per run), got {str(out)!r}")
+    if not runs:
+        raise InputError(f"csvs: {root} holds no run of an experiment with a chart "
+                         f"(charts exist for {', '.join(charted_experiments())})")
+    written: list[Path] = []
+    for run in runs:
+        where = run.csv.with_suffix(".png")
+        target = where if out is None else Path(out) / where.relative_to(root)
+        written += plot_results(run.csv, target, metric=metric, split=split, subset=subset, title=title)
     return written

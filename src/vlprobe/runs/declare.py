@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from vlprobe.runs.charts import Chart
 
 __all__ = [
+    "REQUIRED",
     "DeclaredOption",
     "Experiment",
     "OptionSpec",
@@ -59,6 +60,9 @@ __all__ = [
 #: Key of a field's metadata that holds its :class:`OptionSpec`.
 METADATA_KEY = "vlprobe.option"
 C = TypeVar("C", bound="Options")
+#: :meth:`Options.redeclare`'s default that makes an option required.
+REQUIRED: Any = dataclasses.MISSING
+_KEEP: Any = object()
 
 
 @dataclass(frozen=True)
@@ -338,17 +342,23 @@ class Options:
         """Rules that involve several fields (override; raise InputError)."""
 
     @classmethod
-    def redeclare(cls, name: str, default: Any = dataclasses.MISSING, *, help: str | None = None) -> Any:
-        """Field ``name`` of this group with another default or help, for a config that inherits it.
+    def redeclare(cls, name: str, default: Any = _KEEP, *, help: str | None = None,
+                  choices: Sequence[Any] | None = None) -> Any:
+        """Field ``name`` of this group with another default, help or (fewer) choices, for a
+        config that inherits it.
 
         Write ``depth: int = MLPOptions.redeclare("depth", 3)`` in the config's body; the field
-        keeps its place, type, checks and group.
+        keeps its place, checks and group (the config's annotation gives its type: ``str | None``
+        with a default of None makes a required option optional). ``default=REQUIRED`` makes it
+        required.
         """
         f = cls.__dataclass_fields__[name]  # type: ignore[attr-defined]
         spec = f.metadata[METADATA_KEY]
         if help is not None:
             spec = dataclasses.replace(spec, help=help)
-        value = f.default if default is dataclasses.MISSING else default
+        if choices is not None:
+            spec = dataclasses.replace(spec, choices=tuple(choices))
+        value = f.default if default is _KEEP else default
         return field(default=value, metadata={METADATA_KEY: spec})
 
     def replace(self: C, **changes: Any) -> C:

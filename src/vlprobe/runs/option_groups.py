@@ -30,12 +30,16 @@ from vlprobe.validation import (
 
 __all__ = [
     "POOLINGS",
+    "AllItemsOption",
     "BootstrapOptions",
     "BootstrapTestOptions",
     "CacheInput",
+    "DatasetOption",
+    "DatasetOptions",
+    "ItemOptions",
     "MLPOptions",
     "MLPProbeRunOptions",
-    "ModelLoadOptions",
+    "ModelOptions",
     "ProgressOption",
     "ResultsOptions",
     "SeedsOption",
@@ -44,6 +48,7 @@ __all__ = [
     "check_device",
     "check_layer_spec",
     "check_test_size",
+    "item_loader_options",
 ]
 
 #: Poolings an experiment can read from a cache.
@@ -83,11 +88,26 @@ class CacheInput(Options):
     cache: Path = option(help="A vlprobe cache (`probe extract`).", role="input")
 
 
-@dataclass(frozen=True, kw_only=True)
-class ModelLoadOptions(Options):
-    """What a model is loaded with besides its checkpoint (as ``probe extract`` takes it): the
-    config file, the tokenizer and the load options a model declares (its ``load_options``)."""
+#: The dtypes a model can be loaded in (a command may allow fewer: ``redeclare(..., choices=...)``).
+DTYPES = ("float32", "float16", "bfloat16")
 
+
+@dataclass(frozen=True, kw_only=True)
+class ModelOptions(Options):
+    """The model-loading group, one declaration for every command that runs a model (``probe
+    extract``, ``probe eval``, ``probe run patch|erasure``): the registered model, its checkpoint,
+    what it is loaded with besides (the config file, the tokenizer, the load options it declares,
+    region features), the dtype, the device and the batch size. A command changes a default or a
+    help with :meth:`~vlprobe.runs.declare.Options.redeclare` (``probe eval`` makes ``model``
+    optional, ``patch`` the checkpoint required)."""
+
+    panel = "Model"
+    rank = 1
+
+    model: str = option(role="input", help="Registered model (see `probe ls models`).")
+    checkpoint: str | None = option(
+        None, role="input", help="Checkpoint directory or hub id (UNITER: the .pt file).",
+    )
     model_config: Path | None = option(
         None, role="input", help="UNITER: the model config JSON (uniter-base.json).",
     )
@@ -98,6 +118,14 @@ class ModelLoadOptions(Options):
         (), repeat=True, role="input", metavar="NAME=VALUE", check=check_key_values,
         help="A load option the model declares, NAME=VALUE, repeatable (e.g. blip-itm: score_head=itc).",
     )
+    regions: Path | None = option(
+        None, role="input", help="lxmert/uniter: region features (vlprobe HDF5) of the dataset's images.",
+    )
+    dtype: str = option("float32", choices=DTYPES, help="Weights' dtype.")
+    device: str = option(
+        "auto", check=check_device, role="runtime", help="cpu, cuda, cuda:N, mps or auto (the output records the one used).",
+    )
+    batch_size: int = option(32, check=check_positive_int, role="runtime", help="Inputs per forward pass.")
 
     def load_options(self) -> dict[str, Any]:
         """The keyword arguments of the model's ``load`` (None: not given)."""
@@ -113,6 +141,66 @@ class ModelLoadOptions(Options):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ItemOptions(Options):
+    """Where a dataset's files are and which of its items to take: the dataset loaders'
+    selection options, declared once for every command that loads a benchmark."""
+
+    data_dir: Path | None = option(
+        None, role="input",
+        help="Local copy of the dataset (default: $VLPROBE_<DATASET>, e.g. VLPROBE_WINOGROUND; else the hub).",
+    )
+    # The item selection is part of the input: a rerun with another one under the same name is refused.
+    subsets: str | None = option(
+        None, role="input", metavar="A,B", help="SugarCrepe/VALSE/ARO: comma-separated subsets (file stems); default all.",
+    )
+    limit: int | None = option(
+        None, check=check_positive_int, role="input", help="SugarCrepe/VALSE/ARO: first N items per subset.",
+    )
+    image_dir: Path | None = option(None, role="input", help="SugarCrepe: the COCO val2017 image folder.")
+    image_root: tuple[str, ...] = option(
+        (), repeat=True, role="input", metavar="[SOURCE=]DIR",
+        help="SOURCE=DIR per image source, repeatable; a bare DIR for all. VALSE: visual7w, coco2017, coco2014, "
+             "swig, visdial; ARO: vg, coco, flickr30k.",
+    )
+
+    def loader_options(self) -> dict[str, Any]:
+        """The selection options given, as the dataset loader's keyword arguments."""
+        return item_loader_options(subsets=self.subsets, limit=self.limit, image_dir=self.image_dir,
+                                   image_root=self.image_root, all_items=getattr(self, "all_items", None))
+
+
+@dataclass(frozen=True, kw_only=True)
+class AllItemsOption(Options):
+    """VALSE's invalid items (a command that loads VALSE whole takes it beside :class:`ItemOptions`)."""
+
+    all_items: bool = option(False, role="input", help="VALSE: keep invalid items too.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatasetOption(Options):
+    """A registered dataset by name."""
+
+    dataset: str = option("winoground", role="input", help="Registered dataset (see `probe ls datasets`).")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatasetOptions(AllItemsOption, ItemOptions, DatasetOption):
+    """A registered dataset and its items, for the hand-written commands that load one (``probe
+    extract``, ``probe augment``, ``probe regions extract``, ``probe fixtures regions``): the
+    dataset, then :class:`ItemOptions` and :class:`AllItemsOption` (fields in that order)."""
+
+
+def item_loader_options(**options: Any) -> dict[str, Any]:
+    """Dataset loader options the user gave: None, False and empty ones (the loader's default)
+    left out; ``image_root`` as a list."""
+    out = {k: v for k, v in options.items()
+           if v is not None and v is not False and not (isinstance(v, tuple | list) and not v)}
+    if "image_root" in out:
+        out["image_root"] = list(out["image_root"])
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
 class StateOptions(Options):
     """Which states of the cache a probe reads (shown, and named in a run's name, before the
     probe's own settings)."""
@@ -123,7 +211,11 @@ class StateOptions(Options):
     streams: tuple[str, ...] | None = option(
         None, parse=names, metavar="A,B", help="Streams to read, comma-separated (default: text, else every text or pair stream).",
     )
-    pooling: str = option("cls", choices=POOLINGS, help="Pooling to read.")
+    pooling: str | None = option(
+        None, choices=POOLINGS,
+        help="Pooling to read (default: cls, or a stream's own where it has none, said on stderr); one given is "
+             "read from every stream, or refused where a stream lacks it.",
+    )
     layers: str = option(
         "all", check=check_layer_spec, help="Layers: all | 0,4,-1 | 2:6 | per stream text=all;image=-1.",
     )
@@ -215,7 +307,8 @@ class ProgressOption(Options):
 class ResultsOptions(Options):
     """Where the results go and the label that names them."""
 
-    out: Path = option(help="Results folder; writes OUT/{experiment}/<name>.csv and manifest.json.", role="output")
+    out: Path = option(Path("results"), help="Results folder; writes OUT/{experiment}/<name>.csv and manifest.json.",
+                       role="output")
     name: str | None = option(
         None, role="output",
         help="Results label: names the run and its files (default: the input's model name).",

@@ -48,6 +48,12 @@ _UNITS: dict[str, str] = {
     "accuracy": PERCENT,
     # ARO
     "macro_accuracy": PERCENT, "precision_at_1": PERCENT,
+    # MMVP-VLM
+    "pair_accuracy": PERCENT,
+    # NaturalBench
+    "question_accuracy": PERCENT, "image_accuracy": PERCENT, "binary_accuracy": PERCENT, "group_accuracy": PERCENT,
+    # SugarCrepe++
+    "itt": PERCENT, "image_p1_neg": PERCENT, "image_p2_neg": PERCENT,
     # VALSE
     "acc_r": PERCENT, "acc_r_valse": PERCENT, "auroc": PERCENT, "caption_tpr": PERCENT,
     "foil_tnr": PERCENT, "acc": PERCENT, "min_rate": PERCENT, "ppv": PERCENT, "npv": PERCENT,

@@ -24,6 +24,28 @@ retrieval set ``[caption, *hard negatives]``; its rank is its position in
 ``torch.argsort(scores, descending=True)``, a sort that keeps equal scores in input order on the
 CPU (checked with torch 2.x): the rank is the number of negatives scoring strictly higher, **a tie
 goes to the caption** (:func:`rank_of_first`). Recall@k = mean(rank < k).
+
+MMVP-VLM (tsb0601/MMVP, ``scripts/evaluate_vlm.py``): each statement's two image logits go through
+a softmax and the statement picks image 1 iff its probability is ``> 0.5``, else image 2; a pair
+is right iff both statements pick their own image (:func:`mmvp_pair_right`). Equal scores give
+0.5 and pick image 2: **a tie is wrong for the first statement and right for the second**. The
+script reports the percentage of right pairs per category; the paper's average is their mean.
+
+NaturalBench (Baiqi-Li/NaturalBench, ``example.py``'s ``get_scores``; lmms-eval's copy is the
+same): per sample the answers ``q{q}_i{i}`` are 1 (Yes/A), 0 (No/B) or -1 (no answer), and the
+right ones are fixed: ``q0_i0 = 1, q0_i1 = 0, q1_i0 = 0, q1_i1 = 1``. Question score: per
+question, right on both images (``/ 2N``); image score: per image, right for both questions
+(``/ 2N``); binary score: right (question, image) pairs (``/ 4N``); group score: all four right
+(``/ N``) (:func:`naturalbench_outcomes`). All four pool every sample (micro averages). Here a
+scoring model's answer comes from comparing two texts (:func:`naturalbench_answers`): **a tie is
+no answer, wrong everywhere**, as ``-1`` is in the authors' code.
+
+SugarCrepe++ (Sri-Harsha/scpp, ``VLMs/test_*.py``): per sample the cosine similarities of the
+image with P1, P2 and the negative; the image-to-text task (ITT) is right iff ``cos_p1 > cos_neg
+and cos_p2 > cos_neg``; the scripts also print ``Image-P1-Neg`` (``cos_p1 > cos_neg``) and
+``Image-P2-Neg``. Strict ``>``: **a tie is wrong**. Each is the share of right samples per file
+(:func:`sugarcrepe_pp_outcomes`). The text-only task (TOT) compares text embeddings with each
+other and is not computed from image-text scores.
 """
 
 from __future__ import annotations
@@ -40,8 +62,12 @@ __all__ = [
     "first_is_best",
     "group_means",
     "macro_accuracy",
+    "mmvp_pair_right",
+    "naturalbench_answers",
+    "naturalbench_outcomes",
     "pair_right",
     "rank_of_first",
+    "sugarcrepe_pp_outcomes",
 ]
 
 #: The relations the authors' notebook drops before averaging VG-Relation's accuracies (its list
@@ -179,3 +205,102 @@ def macro_accuracy(
     if not used:
         return np.full(shape, np.nan), used
     return np.mean([means[name] for name in used], axis=0), used
+
+
+def mmvp_pair_right(scores: np.ndarray) -> np.ndarray:
+    """Per pair: both statements pick their own image, as MMVP's ``evaluate_vlm.py`` decides.
+
+    Parameters
+    ----------
+    scores : ndarray, shape (N, 2, 2)
+        ``[pair, statement, image]``; statement k matches image k.
+
+    Returns
+    -------
+    ndarray of bool, shape (N,)
+        Statement 0 right iff ``score[0, 0] > score[0, 1]`` (softmax probability of image 1
+        above 0.5); statement 1 right iff it does not pick image 1, ``score[1, 0] <= score[1, 1]``
+        (a tie picks image 2).
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    if s.ndim != 3 or s.shape[1:] != (2, 2):
+        raise InputError(f"scores must have shape (N, 2, 2) (pair, statement, image), got {s.shape}")
+    if np.isnan(s).any():
+        raise InputError("scores: some pair scores are missing (NaN)")
+    return (s[:, 0, 0] > s[:, 0, 1]) & ~(s[:, 1, 0] > s[:, 1, 1])
+
+
+def naturalbench_answers(scores: np.ndarray) -> np.ndarray:
+    """Per sample, the answer to each question on each image read off the scores of its texts.
+
+    Parameters
+    ----------
+    scores : ndarray, shape (N, 4, 2)
+        ``[sample, text, image]``; texts ``2q`` (question q + Yes/A) and ``2q + 1`` (+ No/B).
+
+    Returns
+    -------
+    ndarray of int64, shape (N, 2, 2)
+        ``[sample, question, image]``: 1 where text ``2q`` scores higher, 0 where lower, -1 on a tie.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    if s.ndim != 3 or s.shape[1:] != (4, 2):
+        raise InputError(f"scores must have shape (N, 4, 2) (sample, text, image), got {s.shape}")
+    if np.isnan(s).any():
+        raise InputError("scores: some sample scores are missing (NaN)")
+    first, second = s[:, 0::2, :], s[:, 1::2, :]
+    return np.where(first > second, 1, np.where(first < second, 0, -1)).astype(np.int64)
+
+
+def naturalbench_outcomes(answers: np.ndarray) -> dict[str, np.ndarray]:
+    """Per sample, its share of each of NaturalBench's four scores (``get_scores``'s counts over
+    their denominators), so that the mean over samples is the authors' pooled score.
+
+    Parameters
+    ----------
+    answers : ndarray of int, shape (N, 2, 2)
+        ``[sample, question, image]`` in {1, 0, -1}.
+
+    Returns
+    -------
+    dict of str to ndarray of float64, shape (N,)
+        ``question_accuracy`` (right questions / 2), ``image_accuracy`` (right images / 2),
+        ``binary_accuracy`` (right answers / 4), ``group_accuracy`` (1 iff all four right).
+    """
+    a = np.asarray(answers)
+    if a.ndim != 3 or a.shape[1:] != (2, 2):
+        raise InputError(f"answers must have shape (N, 2, 2), got {a.shape}")
+    right = a == np.array([[1, 0], [0, 1]])
+    questions = right.all(axis=2).sum(axis=1)  # q0 on i0 and i1; q1 on i0 and i1
+    images = right.all(axis=1).sum(axis=1)  # i0 for q0 and q1; i1 for q0 and q1
+    return {
+        "question_accuracy": questions / 2.0,
+        "image_accuracy": images / 2.0,
+        "binary_accuracy": right.sum(axis=(1, 2)) / 4.0,
+        "group_accuracy": ((questions == 2) & (images == 2)).astype(np.float64),
+    }
+
+
+def sugarcrepe_pp_outcomes(scores: np.ndarray) -> dict[str, np.ndarray]:
+    """Per sample, SugarCrepe++'s image-to-text outcomes as the authors' scripts decide them.
+
+    Parameters
+    ----------
+    scores : ndarray, shape (N, 3) or (N, 3, 1)
+        ``[sample, text]``: P1, P2, the negative, each scored with the sample's image.
+
+    Returns
+    -------
+    dict of str to ndarray of bool, shape (N,)
+        ``itt`` (both positives beat the negative), ``image_p1_neg`` (P1 beats it),
+        ``image_p2_neg`` (P2 beats it); strict ``>``.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    if s.ndim == 3 and s.shape[2] == 1:
+        s = s[:, :, 0]
+    if s.ndim != 2 or s.shape[1] != 3:
+        raise InputError(f"scores must have shape (N, 3) (P1, P2, negative), got {np.asarray(scores).shape}")
+    if np.isnan(s).any():
+        raise InputError("scores: some sample scores are missing (NaN)")
+    p1, p2 = s[:, 0] > s[:, 2], s[:, 1] > s[:, 2]
+    return {"itt": p1 & p2, "image_p1_neg": p1, "image_p2_neg": p2}

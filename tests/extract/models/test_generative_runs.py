@@ -167,3 +167,35 @@ def test_eval_sugarcrepe_with_both_scores(model: str, checkpoints: dict[str, Pat
         got = _accuracy(next((out / "sugarcrepe").glob("*.csv")))
         for subset, wins in by_subset.items():
             assert got[subset] == pytest.approx(100.0 * np.mean(wins)), subset
+
+
+@pytest.mark.parametrize("experiment", ["patch", "erasure"])
+@pytest.mark.parametrize("model", GENERATIVE)
+def test_patch_and_erasure_refuse_a_generative_model_in_one_line(
+    model: str, experiment: str, checkpoints: dict[str, Path], synthetic_dir: Path, tmp_path: Path,
+    one_error_line: Callable[..., str],
+) -> None:
+    """Editing a language model's layer states is not implemented: the command says so before it
+    loads the model or writes anything, not with a traceback from inside the run."""
+    out = tmp_path / "results"
+    res = CliRunner().invoke(app, [
+        "run", experiment, "--model", model, "--checkpoint", str(checkpoints[model]), "--dataset", "winoground",
+        "--data-dir", str(synthetic_dir), "--device", "cpu", "--out", str(out),
+    ])
+    one_error_line(res, f"model: {experiment} does not support generative models yet ({model!r})",
+                   "editing the states of a language model's layers", "is not implemented")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("model", GENERATIVE)
+def test_layer_sites_refuse_every_stream(model: str, checkpoints: dict[str, Path]) -> None:
+    from vlprobe.experiments.minimal_pairs import editable_streams
+    from vlprobe.validation import InputError
+
+    adapter = MODELS.get(model).load(str(checkpoints[model]), device="cpu")
+    for stream in STREAMS:
+        with pytest.raises(InputError, match=rf"^model: {model} does not support editing the states of stream "
+                                             rf"'{stream}' yet \(patching and erasure sites"):
+            adapter.layer_sites(stream)
+    with pytest.raises(InputError, match=r"no layer sites"):
+        editable_streams(adapter)

@@ -218,7 +218,7 @@ def test_cli_eval_valse(folders: dict[str, Path], valse_dir: Path, tmp_path: Pat
     runner = CliRunner()
     regions = tmp_path / "r.h5"
     res = runner.invoke(app, ["fixtures", "regions", "--dataset", "valse", "--data-dir", str(valse_dir), "--out",
-                              str(regions), "--subsets", "counting-hard", "--limit", "4", "--n-boxes", "5"])
+                              str(regions), "--subsets", "counting-hard", "--limit", "4", "--boxes", "5"])
     assert res.exit_code == 0, res.output
     res = runner.invoke(app, ["eval", "valse", "--data-dir", str(valse_dir), "--subsets", "counting-hard", "--limit", "4",
                               "--model", "vilbert", "--checkpoint", str(folders["multitask"] / "vilbert.bin"),

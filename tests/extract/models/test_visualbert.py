@@ -126,7 +126,7 @@ def test_cli_eval_valse(folder: Path, valse_dir: Path, tmp_path: Path, one_error
     runner = CliRunner()
     regions = tmp_path / "valse-regions.h5"
     res = runner.invoke(app, ["fixtures", "regions", "--dataset", "valse", "--data-dir", str(valse_dir), "--out",
-                              str(regions), "--subsets", "existence", "--limit", "4", "--n-boxes", "5"])
+                              str(regions), "--subsets", "existence", "--limit", "4", "--boxes", "5"])
     assert res.exit_code == 0, res.output
     base = ["eval", "valse", "--data-dir", str(valse_dir), "--subsets", "existence", "--limit", "4",
             "--model", "visualbert", "--checkpoint", str(folder), "--device", "cpu", "--bootstrap", "0"]

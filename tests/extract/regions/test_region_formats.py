@@ -270,8 +270,8 @@ def test_cli_import_info_export(tmp_path: Path) -> None:
 
 
 def test_fixtures_regions_on_synthetic_dataset(tmp_path: Path, synthetic_dir: Path) -> None:
-    args = ["fixtures", "regions", "--data-dir", str(synthetic_dir), "--n-boxes", "12", "--dim", "32",
-            "--min-boxes", "4", "--seed", "5"]
+    args = ["fixtures", "regions", "--data-dir", str(synthetic_dir), "--boxes", "4:12", "--dim", "32",
+            "--seed", "5"]
     r1 = runner.invoke(app, [*args, "--out", str(tmp_path / "a.h5")])
     r2 = runner.invoke(app, [*args, "--out", str(tmp_path / "b.h5")])
     assert r1.exit_code == 0 and r2.exit_code == 0, r1.output

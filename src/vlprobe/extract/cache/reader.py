@@ -194,8 +194,9 @@ class ActivationCache(OpenH5):
     def provenance(self) -> dict[str, Any]:
         """What a manifest records about this cache as an input: path, hash, every header field
         (model, checkpoint and input fingerprints, pair plan, layers, ...), the score kind, the
-        device the states were computed on and each stream's layer kinds (every layer of the
-        model, layer 0 first)."""
+        device the states were computed on, each stream's layer kinds (every layer of the
+        model, layer 0 first) and, for a cache ``probe extract`` wrote with inputs not given, the
+        defaults it took (``defaults``: field -> what was taken and why)."""
         from vlprobe.provenance import sha256_file
 
         return {
@@ -203,6 +204,7 @@ class ActivationCache(OpenH5):
             **{k: _plain(v) for k, v in dataclasses.asdict(self.header).items()},
             "score_kind": self.score_kind, "device": self.record.device,
             "layer_kinds": {s: self.model_layer_kinds(s) for s in self.streams},
+            **({"defaults": dict(self.record.defaults)} if self.record.defaults else {}),
         }
 
     def _stream(self, stream: str) -> h5py.Group:

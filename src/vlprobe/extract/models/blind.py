@@ -86,6 +86,11 @@ def _refuse_new_weights(loading: dict[str, Any], checkpoint: str | None, what: s
         )
 
 
+def _first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (transformers' end in long lists of model types)."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 def _check_texts(texts: Sequence[str], batch_size: int) -> list[str]:
     check_positive_int(batch_size, "batch_size")
     out = list(texts)
@@ -134,7 +139,7 @@ class CausalLMScorer(TextScorer):
                 AutoConfig.from_pretrained(ckpt.path)
                 model, loading = from_pretrained_with_info(AutoModelForCausalLM, ckpt.path, dtype=torch_dtype)
             except (OSError, ValueError, KeyError) as exc:
-                raise InputError(f"checkpoint: {checkpoint!r} is not a causal language model ({exc})") from None
+                raise InputError(f"checkpoint: {checkpoint!r} is not a causal language model ({_first_line(exc)})") from None
             _refuse_new_weights(loading, checkpoint, "a causal language model")
             model = model.to(dev).eval()
             tokenizer = AutoTokenizer.from_pretrained(ckpt.path)
@@ -234,10 +239,16 @@ class SequenceClassifierScorer(TextScorer):
         with quiet_transformers(), reading_weights(str(checkpoint)):
             try:
                 config = AutoConfig.from_pretrained(ckpt.path)
-                index = cls.acceptable_index(config.id2label, acceptable_label)
+            except (OSError, ValueError, KeyError) as exc:  # no config.json, or one of no Hugging Face model
+                raise InputError(f"checkpoint: {checkpoint!r} is not a sequence classifier ({_first_line(exc)})") from None
+            index = cls.acceptable_index(getattr(config, "id2label", None) or {}, acceptable_label)
+            try:
                 model, loading = from_pretrained_with_info(AutoModelForSequenceClassification, ckpt.path, dtype=torch_dtype)
-            except (OSError, KeyError) as exc:
-                raise InputError(f"checkpoint: {checkpoint!r} is not a sequence classifier ({exc})") from None
+            except (OSError, ValueError, KeyError) as exc:  # e.g. a CLIP or LXMERT folder: no classifier class
+                raise InputError(
+                    f"checkpoint: {checkpoint!r} is not a sequence classifier (a {config.model_type!r} model: "
+                    f"{_first_line(exc)})"
+                ) from None
             _refuse_new_weights(loading, checkpoint, "a trained sequence classifier")
             model = model.to(dev).eval()
             tokenizer = AutoTokenizer.from_pretrained(ckpt.path)

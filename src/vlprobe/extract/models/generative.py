@@ -504,7 +504,16 @@ class GenerativeVLM(CrossEncoder):
         }
 
     def layer_sites(self, stream: str) -> list[LayerSite]:
-        raise InputError(f"model: {self.name} does not support editing the states of stream {stream!r}")
+        """Not supported yet: patching and erasure sites on the language model's layers (the caption's
+        tokens, the image tokens, the answer position) are not implemented.
+
+        Raises
+        ------
+        InputError
+            Always, naming the stream and what is missing.
+        """
+        raise InputError(f"model: {self.name} does not support editing the states of stream {stream!r} yet "
+                         "(patching and erasure sites on a generative model's language-model layers are not implemented)")
 
     def _sites(self) -> list[torch.nn.Module]:
         """Layer l's module (index = layer): the embedding output, then each decoder block."""

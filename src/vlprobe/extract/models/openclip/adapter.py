@@ -141,12 +141,18 @@ class OpenClipAdapter(DualEncoder):
             raise InputError("arch: give either arch or model_config, not both")
         files = find_checkpoint(str(checkpoint))
         cfg, source, config_fp = _config(files, model_config, arch, act)
-        state = read_state_dict(files.weights, files.spec)
+        meta: dict[str, Any] = {}
+        state = read_state_dict(files.weights, files.spec, meta)
         if cfg.text.hf:
             cfg = _with_hf_text(cfg, state, files)
         with torch.device("meta"):  # no random init: every weight comes from the checkpoint
             model = OpenClipModel(cfg)
         report = fit_state_dict(model, state, files.spec, cfg.name)
+        report["act_note"] = _quick_gelu_note(cfg, act, files, meta)
+        if report["act_note"]:
+            import sys
+
+            print(f"note: {report['act_note']}", file=sys.stderr)
         tok, tok_source, tok_fp = _tokenizer(files, tokenizer, cfg)
         model = model.to(dev, torch_dtype).eval()
         return cls(model, tok, files, dev, torch_dtype, config_source=source, config_fingerprint=config_fp,
@@ -228,8 +234,25 @@ class OpenClipAdapter(DualEncoder):
             "eos": "highest token id (argmax), as OpenCLIP" if not self.config.text.hf else "",
             "logit_scale": float(self.model.logit_scale.exp().item()),
             "ignored_weights": list(self.load_report.get("ignored", [])),
+            "act_note": self.load_report.get("act_note", ""),
             "image_processor": "OpenCLIP eval transform in PIL (resize shorter side, centre crop, normalise)",
         }
+
+
+def _quick_gelu_note(cfg: OpenClipConfig, act: str | None, files: CheckpointFiles, meta: Mapping[str, Any]) -> str:
+    """The NegCLIP trap, said: a training checkpoint run with GELU because its architecture's name
+    says so (no ``act`` given). NegCLIP was fine-tuned from OpenAI's ViT-B-32, which OpenCLIP runs
+    with QuickGELU; loaded as plain ``ViT-B-32`` it runs with GELU, as SugarCrepe's published row
+    did (sugar-crepe issue #7). Returns "" when there is nothing to say."""
+    if act is not None or cfg.act != "gelu" or "training_epoch" not in meta:
+        return ""
+    epoch = meta["training_epoch"]
+    return (
+        f"act: {files.spec!r} is a training checkpoint{'' if epoch is None else f' (epoch {epoch})'} run with GELU, "
+        f"as {cfg.name} says; one fine-tuned from OpenAI's weights (NegCLIP) was trained with QuickGELU: "
+        "--model-option act=quick_gelu runs it so (SugarCrepe's published NegCLIP row ran GELU; act=gelu silences "
+        "this note)"
+    )
 
 
 def _config(

@@ -138,11 +138,13 @@ def _is_torchscript(path: Path) -> bool:
         return any(n.endswith("constants.pkl") or "/code/" in n for n in z.namelist())
 
 
-def read_state_dict(path: Path, spec: str) -> dict[str, torch.Tensor]:
+def read_state_dict(path: Path, spec: str, meta: dict[str, Any] | None = None) -> dict[str, torch.Tensor]:
     """The weights of an OpenCLIP checkpoint file as one flat ``{key: tensor}`` dict.
 
     Unwraps ``{"state_dict": ...}`` and strips a ``module.`` prefix; drops OpenAI's non-weight
-    entries (``input_resolution``, ``context_length``, ``vocab_size``).
+    entries (``input_resolution``, ``context_length``, ``vocab_size``). ``meta``, when given, is
+    filled with ``training_epoch`` (an int, or None) for a training checkpoint of OpenCLIP's
+    ``main.py`` (``{"epoch", "name", "state_dict", ...}``, as NegCLIP's ``negclip.pth``).
 
     Raises
     ------
@@ -166,6 +168,9 @@ def read_state_dict(path: Path, spec: str) -> dict[str, torch.Tensor]:
             except RuntimeError as exc:
                 raise InputError(f"checkpoint: {spec!r} cannot be read as a torch file ({str(exc).splitlines()[0]})") from None
     if isinstance(obj, Mapping) and isinstance(obj.get("state_dict"), Mapping):
+        if meta is not None and "epoch" in obj:
+            epoch = obj["epoch"]
+            meta["training_epoch"] = int(epoch) if isinstance(epoch, int) else None
         obj = obj["state_dict"]
     if not isinstance(obj, Mapping):
         raise InputError(f"checkpoint: {spec!r} holds a {type(obj).__name__}, not a state dict")

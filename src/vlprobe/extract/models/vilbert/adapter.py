@@ -130,6 +130,14 @@ class ViLBertAdapter(CrossEncoder):
         config_path = _config_path(path, model_config)
         cfg = ViLBertConfig.from_json(config_path)
         state = _read_state(path, checkpoint)
+        task_key = "bert.embeddings.task_embeddings.weight"
+        if (task_key in state) != bool(cfg.task_specific_tokens):  # 12-in-1 weights, pretrained config, or back
+            said = "lacks" if cfg.task_specific_tokens else "holds"
+            raise InputError(
+                f"checkpoint: {checkpoint!r} does not fit its ViLBERT config ({config_path.name}): it {said} "
+                f"{task_key} (12-in-1's task tokens), the config's task_specific_tokens is "
+                f"{bool(cfg.task_specific_tokens)}; give the config released with these weights (--model-config)"
+            )
         heads = [h for h, prefix in _HEAD_KEYS.items() if f"{prefix}weight" in state]
         head = check_choice(score_head, "score_head", SCORE_HEADS) if score_head is not None else (heads[0] if heads else "itm")
         if head not in heads:
@@ -262,10 +270,10 @@ def _config_path(checkpoint: Path, given: str | os.PathLike[str] | None) -> Path
     for candidate in (checkpoint.with_suffix(".json"), checkpoint.parent / "vilbert.json", checkpoint.parent / "config.json"):
         if candidate.is_file():
             return candidate
+    looked = ", ".join(dict.fromkeys((checkpoint.with_suffix(".json").name, "vilbert.json", "config.json")))
     raise InputError(
-        f"model_config: ViLBERT needs its config JSON; none beside {checkpoint.name} "
-        f"({checkpoint.with_suffix('.json').name}, vilbert.json or config.json): pass --model-config "
-        "bert_base_6layer_6conect.json"
+        f"model_config: ViLBERT needs its config JSON; none beside {checkpoint.name} ({looked}): pass "
+        "--model-config bert_base_6layer_6conect.json"
     )
 
 
