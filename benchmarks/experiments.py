@@ -215,7 +215,7 @@ def _shapes(cache: Path) -> dict[str, tuple[int, int, int]]:
     with ActivationCache(cache) as c:
         index = load_index(c)
         text = read_stream(c, "text", ("text",), "cls", "all")
-        pooled = sum(read_stream(c, s, ("text", "image"), "pooled", "all").states.shape[2] for s in c.streams)
+        pooled = sum(read_stream(c, s, ("text", "image"), None, "all", preferred="pooled").states.shape[2] for s in c.streams)
     items = [i for i, f in enumerate(index.families) if len(f) >= 2 and len(f[0]) >= 2 and len(f[1]) >= 2]
     n_train = round(len(items) * 0.75)
     return {

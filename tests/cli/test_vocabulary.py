@@ -325,6 +325,68 @@ def test_every_allowed_exception_is_used() -> None:
     assert set(ALLOWED) == used, sorted(map(str, set(ALLOWED) - used))
 
 
+#: (command path, option) that is hand-written although a shared group declares the name: it means
+#: something else there.
+OWN_MEANING: dict[tuple[tuple[str, ...], str], str] = {
+    (("regions", "import"), "dtype"): "the stored features' dtype, None meaning float16 for uniter-npz: no model is loaded",
+    (("regions", "import"), "image_dir"): "uniter-npz: the images whose pixel sizes the npz files lack, not a dataset's",
+}
+
+
+def _shared_option_names() -> set[str]:
+    from vlprobe.runs.option_groups import DatasetOptions, ModelOptions, ProgressOption
+
+    return {o.name for cls in (ModelOptions, DatasetOptions, ProgressOption) for o in declared_options(cls)}
+
+
+def test_shared_options_come_from_the_declarations() -> None:
+    """One option system: a model-loading, dataset or progress option of any command is the
+    declaration of runs.option_groups (an experiment's config, or a hand-written command's
+    ``declared_options_of``), never a second hand-written one; the exceptions mean something else."""
+    shared, hand_written = _shared_option_names(), set()
+    for path, cmd in TREE.items():
+        if getattr(cmd, "experiment", None) is not None:
+            continue  # generated from its config's declaration
+        declared = {o.name for o in getattr(cmd.callback, "vlprobe_declared", ())}
+        hand_written |= {(path, p.name) for p in cmd.params
+                         if p.param_type_name == "option" and p.name in shared and p.name not in declared}
+    assert hand_written == set(OWN_MEANING), sorted(hand_written ^ set(OWN_MEANING))
+
+
+def test_the_model_and_dataset_options_are_declared_once() -> None:
+    """Each shared option is declared in one group; a command changes its default or help with
+    redeclare (same flag, type, checks and role), so the commands cannot drift apart."""
+    from vlprobe.registry import EXPERIMENTS
+    from vlprobe.runs.option_groups import (
+        AllItemsOption,
+        DatasetOptions,
+        ItemOptions,
+        ModelOptions,
+        ProgressOption,
+    )
+
+    classes = (ModelOptions, DatasetOptions, ProgressOption)
+    groups = {o.name: o for cls in classes for o in declared_options(cls)}
+    seen = 0
+    for path, cmd in TREE.items():
+        exp = getattr(cmd, "experiment", None)
+        if exp is None:  # a hand-written command: every shared name it declares is the group's
+            offered, names = getattr(cmd.callback, "vlprobe_declared", ()), set(groups)
+        else:  # an experiment: those of the groups its config takes (MLPOptions has a batch_size of its own)
+            config = EXPERIMENTS.get(exp).config
+            offered = EXPERIMENTS.get(exp).options()
+            names = {o.name for cls in classes if issubclass(config, cls) for o in declared_options(cls)}
+            names |= {o.name for cls in (ItemOptions, AllItemsOption) if issubclass(config, cls)
+                      for o in declared_options(cls)}
+        for o in offered:
+            if o.name in names:
+                g = groups[o.name]
+                assert (o.flag, o.base, o.spec.check, o.spec.parse, o.spec.repeat, o.spec.role) == \
+                    (g.flag, g.base, g.spec.check, g.spec.parse, g.spec.repeat, g.spec.role), (path, o.name)
+                seen += 1
+    assert seen > 100, seen  # every eval, patch and erasure command, extract, regions, fixtures, augment, data info
+
+
 def test_every_declared_field_is_an_option() -> None:
     """An experiment config holds options only, each with its help."""
     from vlprobe.registry import EXPERIMENTS

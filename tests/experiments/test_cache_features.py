@@ -23,6 +23,7 @@ from vlprobe.experiments.cache_features import (
 from vlprobe.extract.cache.reader import ActivationCache
 from vlprobe.extract.runner import pair_rows
 from vlprobe.fixtures.caches import ArrayStream, winoground_tables, write_array_cache
+from vlprobe.validation import InputError
 
 
 @pytest.fixture(scope="module")
@@ -83,18 +84,30 @@ def test_scaling_and_seeds() -> None:
             check_seeds(bad)  # type: ignore[arg-type]
 
 
-def test_a_stream_without_the_asked_pooling_reads_its_default(cache_file: Path) -> None:
-    """cls, else mean, else max, else pooled; from ``pooled`` (no layer axis) the last layer."""
+def test_a_stream_without_the_preferred_pooling_reads_its_default(cache_file: Path) -> None:
+    """No pooling given: the preferred one, else cls, mean, max, pooled; from ``pooled`` (no layer
+    axis) the last layer."""
     with ActivationCache(cache_file) as c:
-        assert stream_pooling(c, "text", "cls") == "cls"
-        assert stream_pooling(c, "joint", "cls") == "mean"
-        assert stream_pooling(c, "text", "mean") == "cls"  # the text stream holds only cls
-        assert stream_layers(c, "joint", "cls", "all") == ("mean", [0, 1])
-        assert stream_layers(c, "joint", "pooled", "all") == ("mean", [1])  # as deep as a pooled output
-        assert stream_layers(c, "joint", "pooled", "0") == ("mean", [0])  # layers named: kept
-        read = read_stream(c, "joint", ("pair",), "cls", "all")
+        assert stream_pooling(c, "text", None) == "cls"
+        assert stream_pooling(c, "joint", None) == "mean"
+        assert stream_pooling(c, "text", None, preferred="mean") == "cls"  # the text stream holds only cls
+        assert stream_layers(c, "joint", None, "all") == ("mean", [0, 1])
+        assert stream_layers(c, "joint", None, "all", preferred="pooled") == ("mean", [1])  # as deep as pooled
+        assert stream_layers(c, "joint", None, "0", preferred="pooled") == ("mean", [0])  # layers named: kept
+        read = read_stream(c, "joint", ("pair",), None, "all")
         assert read.fell_back and (read.pooling, read.asked_pooling) == ("mean", "cls")
         np.testing.assert_array_equal(read.states, load_states(c, "joint", "mean", [0, 1]))
-        assert not read_stream(c, "text", ("text",), "cls", "all").fell_back
+        assert not read_stream(c, "text", ("text",), None, "all").fell_back
         with pytest.raises(ValueError, match="pooling must be one of"):
             stream_pooling(c, "text", "median")
+
+
+def test_a_pooling_given_that_a_stream_lacks_is_refused(cache_file: Path) -> None:
+    """``--pooling mean`` on a stream without mean states: one line, never another pooling read
+    under the asked one's name."""
+    with ActivationCache(cache_file) as c:
+        assert stream_pooling(c, "joint", "mean") == "mean"
+        for stream, pooling in (("text", "mean"), ("joint", "cls")):
+            with pytest.raises(InputError, match=rf"pooling: stream '{stream}' of .* has no '{pooling}' states "
+                                                 r"\(it holds .*\); leave --pooling out"):
+                read_stream(c, stream, ("text", "pair"), pooling, "all")

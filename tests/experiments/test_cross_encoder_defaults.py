@@ -24,6 +24,7 @@ from vlprobe.experiments.variant_similarity import VariantSimilarityConfig, run_
 from vlprobe.experiments.winoground_scores import WinogroundScoresConfig, run_winoground_scores
 from vlprobe.extract.cache.reader import ActivationCache
 from vlprobe.extract.runner import extract
+from vlprobe.validation import InputError
 
 MODELS = ("lxmert", "uniter")
 #: MLP settings that keep the runs short; everything else stays at the experiment's default.
@@ -102,18 +103,19 @@ def test_task_adaptation_sweeps_of_unequal_length_pair_by_relative_depth(
     assert kind[0] == "embed" and kind[14] == "cross" and kind[3] == "lang+rel"
 
 
-def test_task_adaptation_paper_cls_recipe_runs_with_vision_on_its_default(
-    cross_reference: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+def test_task_adaptation_cls_given_is_refused_on_a_stream_without_cls(
+    cross_reference: Callable[[str], Path], tmp_path: Path,
 ) -> None:
-    """The §3.2 recipe of docs/reproducing.md: cls at lang 14 and vision 10 (vision has no cls: mean)."""
-    csv_path, manifest_path, _ = run_task_adaptation(TaskAdaptationConfig(
-        cache=cross_reference("lxmert"), out=tmp_path, pooling="cls", layers="lang=14;vision=10", **SHORT))
+    """--pooling cls over LXMERT's lang and vision (vision has no cls): refused in one line, not run
+    with vision's mean under cls's name; the §3.2 CLS recipe names lang only and runs."""
+    with pytest.raises(InputError, match=r"pooling: stream 'vision' of .* has no 'cls' states .*leave --pooling out"):
+        run_task_adaptation(TaskAdaptationConfig(
+            cache=cross_reference("lxmert"), out=tmp_path, pooling="cls", layers="lang=14;vision=10", **SHORT))
+    assert not (tmp_path / "task-adaptation").exists()
+    _, manifest_path, _ = run_task_adaptation(TaskAdaptationConfig(
+        cache=cross_reference("lxmert"), out=tmp_path, pooling="cls", streams=("lang",), layers="14", **SHORT))
     run = _run(manifest_path, "lxmert")
-    assert run["pooling"] == {"lang": "cls", "vision": "mean"}
-    assert run["pooling_fallback"]["vision"]["used"] == "mean"
-    assert run["layer_positions"] == [{"lang": 14, "vision": 10}]
-    assert {r["pooling"] for r in _csv(csv_path)} == {"cls+mean"}
-    assert "stream vision has no 'cls' states" in capsys.readouterr().err
+    assert run["pooling"] == {"lang": "cls"} and run["pooling_fallback"] == {}
 
 
 def test_task_adaptation_named_stream_without_pooled_reads_its_last_layer(

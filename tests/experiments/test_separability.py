@@ -181,6 +181,22 @@ def test_outputs_summary_and_manifest(dual: Path, tmp_path: Path) -> None:
     assert run["pooling_fallback"] == {}
 
 
+def test_nothing_separable_at_any_layer_is_said_with_the_scaling_to_try(dual: Path, tmp_path: Path) -> None:
+    """A C so small (or states so tiny: the same thing to a soft-margin SVM) that no case is
+    separable anywhere: one line says so, even with --quiet, names the options and is kept in the
+    manifest; a run where some case separates says nothing."""
+    result = CliRunner().invoke(app, ["run", "separability", "--cache", str(dual), "--out", str(tmp_path), "--seeds", "1",
+                                      "--C", "1e-9", "--scale", "none", "--quiet"])
+    assert result.exit_code == 0, result.output
+    line = "separability: no case is separable at any layer of stream text (median state norm "
+    assert line in result.stderr and "try --scale standard" in result.stderr and "--C 1e-05" in result.stderr
+    runs = json.loads((tmp_path / "separability" / "manifest.json").read_text())["runs"]
+    assert [n.split(" (")[0] for n in next(iter(runs.values()))["notes"]] == [
+        "no case is separable at any layer of stream text"]
+    _, manifest, _ = run_separability(SeparabilityConfig(cache=dual, out=tmp_path / "ok", seeds=1))
+    assert next(iter(json.loads(manifest.read_text())["runs"].values()))["notes"] == []
+
+
 def test_cli_on_the_tiny_clip_cache_and_plot(reference_cache: Path, tmp_path: Path) -> None:
     runner = CliRunner()
     result = runner.invoke(app, ["run", "separability", "--cache", str(reference_cache), "--out", str(tmp_path),
@@ -241,13 +257,13 @@ def test_a_sweep_over_one_model_shares_one_folder(
     runner = CliRunner()
     folder = tmp_path / "separability"
     base = ["run", "separability", "--cache", str(reference_cache), "--out", str(tmp_path), "--layers", "-1"]
-    assert runner.invoke(app, [*base, "--pooling", "cls"]).exit_code == 0
+    assert runner.invoke(app, base).exit_code == 0
     first = (folder / "clip@layers=-1.csv").read_bytes()
     # Other settings: another run of the same model beside the first, named by what changed.
     assert runner.invoke(app, [*base, "--pooling", "mean"]).exit_code == 0
     assert runner.invoke(app, [*base, "--C", "1"]).exit_code == 0
     assert (folder / "clip@layers=-1.csv").read_bytes() == first
-    assert runner.invoke(app, [*base, "--pooling", "cls", "--jobs", "2"]).exit_code == 0  # same settings: replaces
+    assert runner.invoke(app, [*base, "--jobs", "2"]).exit_code == 0  # same settings: replaces
     runs = json.loads((folder / "manifest.json").read_text())["runs"]
     assert sorted(runs) == ["clip@layers=-1", "clip@layers=-1,C=1", "clip@pooling=mean,layers=-1"]
     assert {r["pooling"] for r in read(folder / "clip@pooling=mean,layers=-1.csv")} == {"mean"}

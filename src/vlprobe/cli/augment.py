@@ -3,22 +3,16 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from vlprobe.cli._common import (
-    AllItems,
-    DataDir,
-    Dataset,
-    Limit,
-    Progress,
-    Subsets,
-    _dataset_options,
-    _names,
-)
+from vlprobe.cli._common import _names
 from vlprobe.cli.app import app, guarded
+from vlprobe.cli.declared import declared_options_of
+from vlprobe.runs.option_groups import DatasetOptions, ProgressOption
 from vlprobe.validation import InputError
 
 setup_app = typer.Typer(name="setup", help="Prepare offline resources (WordNet for nltk).", no_args_is_help=True)
@@ -57,12 +51,17 @@ def _parse_options(values: list[str] | None) -> dict[str, dict[str, Any]]:
     return out
 
 
+@dataclass(frozen=True, kw_only=True)
+class AugmentOptions(DatasetOptions, ProgressOption):
+    """``probe augment``'s dataset and its items (no image folders: only captions are read) and
+    progress; the command's own options (strategies, modes) are its parameters."""
+
+
 @app.command("augment")
 @guarded
+@declared_options_of(AugmentOptions, omit=("image_dir", "image_root"), param="data")
 def augment_cmd(
     out: Annotated[Path | None, typer.Option(help="Variants file to write (JSONL).")] = None,
-    dataset: Dataset = "winoground",
-    data_dir: DataDir = None,
     preset: Annotated[str | None, typer.Option(
         metavar="NAME", help="why-winoground-hard (the default without --strategies) or lexical.")] = None,
     strategies: Annotated[str | None, typer.Option(help="Comma-separated strategies (see `probe ls strategies`).")] = None,
@@ -74,11 +73,9 @@ def augment_cmd(
         list[str] | None, typer.Option(metavar="STRATEGY.KEY=VALUE", help="Strategy option STRATEGY.KEY=VALUE (repeatable), e.g. paraphrase.model=DIR.")
     ] = None,
     nl_augmenter: Annotated[Path | None, typer.Option(help="NL-Augmenter source checkout, for nlaugmenter:<module>.<Class>.")] = None,
-    subsets: Subsets = None,
-    limit: Limit = None,
-    all_items: AllItems = False,
     items: Annotated[Path | None, typer.Option(help="Only these items (a JSONL of {item: id}, e.g. from probe refine).")] = None,
-    progress: Progress = True,
+    *,
+    data: AugmentOptions,
 ) -> None:
     """Make caption variants: a variants file for a dataset, or printed variants of --text."""
     from vlprobe.augment.runner import AugmentConfig, augment, augment_texts
@@ -109,13 +106,13 @@ def augment_cmd(
         raise InputError("out: give --out FILE (or --text TEXT to print variants)")
 
     def report(msg: str) -> None:
-        if progress:
+        if data.progress:
             typer.echo(msg, err=True)
 
     result = augment(AugmentConfig(
-        out=out, dataset=dataset, data_dir=data_dir, preset=preset, strategies=names,
+        out=out, dataset=data.dataset, data_dir=data.data_dir, preset=preset, strategies=names,
         max_per_strategy=max_per_strategy, seed=seed, strict=strict, options=options,
-        dataset_options=_dataset_options(subsets=subsets, limit=limit, all_items=all_items), items=items,
+        dataset_options=data.loader_options(), items=items,
     ), progress=report)
     for name, why in result.skipped.items():
         typer.echo(f"skipped {name}: {why}", err=True)

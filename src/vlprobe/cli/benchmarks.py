@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -10,7 +11,9 @@ import typer
 
 from vlprobe.cli._common import AsJson
 from vlprobe.cli.app import guarded
-from vlprobe.cli.declared import declared_group
+from vlprobe.cli.declared import declared_group, declared_options_of
+from vlprobe.runs.declare import REQUIRED
+from vlprobe.runs.option_groups import ItemOptions
 from vlprobe.validation import InputError
 
 #: ``probe eval NAME`` -> the experiment it runs (these have no ``probe run NAME``).
@@ -30,18 +33,25 @@ data_app = typer.Typer(name="data", help="Validate and count benchmark files.", 
 Benchmark = Annotated[str, typer.Argument(help="sugarcrepe, valse, aro, mmvp-vlm, naturalbench, eqben, colorswap.")]
 
 
+@dataclass(frozen=True, kw_only=True)
+class DataInfoOptions(ItemOptions):
+    """``probe data info``'s benchmark folder and image folders (the items are all counted)."""
+
+    data_dir: Path = ItemOptions.redeclare("data_dir", REQUIRED, help="Folder of the benchmark's JSON files.")
+    image_dir: Path | None = ItemOptions.redeclare("image_dir", help="SugarCrepe: check the COCO val2017 images too.")
+    image_root: tuple[str, ...] = ItemOptions.redeclare(
+        "image_root", help="VALSE, ARO: SOURCE=DIR (repeatable); EqBen: DIR; check the images too.",
+    )
+
+
 @data_app.command("info")
 @guarded
-def data_info(
-    benchmark: Benchmark,
-    data_dir: Annotated[Path, typer.Option(help="Folder of the benchmark's JSON files.")],
-    image_dir: Annotated[Path | None, typer.Option(metavar="DIR", help="SugarCrepe: check the COCO val2017 images too.")] = None,
-    image_root: Annotated[list[str] | None, typer.Option(
-        metavar="[SOURCE=]DIR", help="VALSE, ARO: SOURCE=DIR (repeatable); EqBen: DIR; check the images too.")] = None,
-    as_json: AsJson = False,
-) -> None:
+@declared_options_of(DataInfoOptions, omit=("subsets", "limit"), param="folders")
+def data_info(benchmark: Benchmark, as_json: AsJson = False, *, folders: DataInfoOptions) -> None:
     """Validate a benchmark's files and count items per subset, ids and problems found."""
     from dataclasses import asdict
+
+    data_dir, image_dir, image_root = folders.data_dir, folders.image_dir, list(folders.image_root) or None
 
     if benchmark == "sugarcrepe":
         from vlprobe.data.sugarcrepe import sugarcrepe_report

@@ -155,9 +155,10 @@ class StreamStates:
         (image row, text row) -> row of ``states`` (see :func:`row_lookup`).
     states : ndarray, shape (R, len(layers), H)
     pooling : str
-        The pooling read: the one asked for, or the stream's default when it lacks it.
+        The pooling read: the one given, or (none given) the preferred one or the stream's
+        default when it lacks it.
     asked_pooling : str
-        The pooling asked for.
+        The pooling given, or the preferred one when none was.
     kinds : list of str
         The kind of each layer read (``embed``, ``self``, ``lang``, ``rel``, ``cross``,
         ``joint``; the model's declaration); None for ``pooled``.
@@ -182,42 +183,64 @@ class StreamStates:
         return self.pooling != self.asked_pooling
 
 
-def stream_pooling(cache: ActivationCache, stream: str, pooling: str) -> str:
-    """``pooling`` when ``stream`` holds it, else the stream's default (:data:`DEFAULT_POOLING_ORDER`)."""
-    if pooling not in POOLINGS:
-        raise InputError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
-    held = cache.poolings(stream)
-    if pooling in held:
+def stream_pooling(cache: ActivationCache, stream: str, pooling: str | None, *, preferred: str = "cls") -> str:
+    """The pooling ``stream`` is read with.
+
+    ``pooling`` given (``--pooling mean``): that one, refused in one line when the stream lacks it
+    (never another pooling under the asked one's name). None (not given): ``preferred`` when the
+    stream holds it, else the stream's default, the first of :data:`DEFAULT_POOLING_ORDER` it holds.
+    """
+    if pooling is not None:
+        if pooling not in POOLINGS:
+            raise InputError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+        held = cache.poolings(stream)
+        if pooling not in held:
+            raise InputError(
+                f"pooling: stream {stream!r} of {cache.path.name} has no {pooling!r} states (it holds "
+                f"{', '.join(held) or 'none'}); leave --pooling out to read each stream's own default, "
+                f"name other --streams, or extract with --poolings including {pooling}"
+            )
         return pooling
+    if preferred not in POOLINGS:
+        raise InputError(f"pooling must be one of {', '.join(POOLINGS)}, got {preferred!r}")
+    held = cache.poolings(stream)
+    if preferred in held:
+        return preferred
     for p in DEFAULT_POOLING_ORDER:
         if p in held:
             return p
     raise InputError(f"stream {stream!r} of {cache.path.name} holds no pooled states")
 
 
-def stream_layers(cache: ActivationCache, stream: str, pooling: str, layers: str) -> tuple[str, list[int | None]]:
+def stream_layers(
+    cache: ActivationCache, stream: str, pooling: str | None, layers: str, *, preferred: str = "cls",
+) -> tuple[str, list[int | None]]:
     """The pooling a stream is read with (:func:`stream_pooling`) and its layers (:func:`resolve_layers`).
 
-    When ``pooled`` was asked (one vector, no layer axis) and the stream falls back to a pooling
-    with layers, a spec of ``all`` reads the stream's last stored layer, as deep as a pooled output.
+    When ``pooled`` was preferred (one vector, no layer axis) and the stream falls back to a
+    pooling with layers, a spec of ``all`` reads the stream's last stored layer, as deep as a
+    pooled output.
     """
-    used = stream_pooling(cache, stream, pooling)
-    if used != pooling and pooling == "pooled" and layers.strip().lower() in ("all", "*"):
+    used = stream_pooling(cache, stream, pooling, preferred=preferred)
+    asked = preferred if pooling is None else pooling
+    if used != asked and asked == "pooled" and layers.strip().lower() in ("all", "*"):
         layers = str(cache.layers(stream)[-1])
     return used, resolve_layers(cache, stream, used, layers)
 
 
 def read_stream(
-    cache: ActivationCache, stream: str | None, modalities: Sequence[str], pooling: str, layers: str,
-    *, param: str = "stream",
+    cache: ActivationCache, stream: str | None, modalities: Sequence[str], pooling: str | None, layers: str,
+    *, param: str = "stream", preferred: str = "cls",
 ) -> StreamStates:
-    """Resolve ``stream`` (:func:`resolve_stream`), its pooling and layers (:func:`stream_layers`); read the states."""
+    """Resolve ``stream`` (:func:`resolve_stream`), its pooling and layers (:func:`stream_layers`;
+    ``pooling`` None: ``preferred``, else the stream's default); read the states."""
     name = resolve_stream(cache, stream, modalities, param=param)
-    used, chosen = stream_layers(cache, name, pooling, layers)
+    used, chosen = stream_layers(cache, name, pooling, layers, preferred=preferred)
     modality, lookup = row_lookup(cache, name)
     model_kinds = cache.model_layer_kinds(name)
     kinds = [None if layer is None else str(model_kinds[layer]) for layer in chosen]
-    return StreamStates(name, modality, chosen, lookup, load_states(cache, name, used, chosen), used, pooling, kinds)
+    asked = preferred if pooling is None else pooling
+    return StreamStates(name, modality, chosen, lookup, load_states(cache, name, used, chosen), used, asked, kinds)
 
 
 def pooling_notes(reads: Sequence[StreamStates], experiment: str) -> list[str]:

@@ -205,7 +205,7 @@ def compute_conditional(config: ConditionalConfig, slot: RunSlot) -> RunRows:
     boot = bootstrap_indices(len(owners), config.bootstrap, config.bootstrap_seed)
     member = [np.flatnonzero(test_owner == o) for o in owners]
 
-    base_row = {"experiment": EXPERIMENT.name, "model": plan.model, "stream": ex.stream, "pooling": config.pooling,
+    base_row = {"experiment": EXPERIMENT.name, "model": plan.model, "stream": ex.stream, "pooling": ex.pooling,
                 "probe": config.probe, "task": "target", "split": "test", "subset": "all"}
     rows: list[dict[str, Any]] = []
     say(config.progress, f"{EXPERIMENT.name}: stream {ex.stream}, {len(ex.labels)} examples ({int(train.sum())} train, "

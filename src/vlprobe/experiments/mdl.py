@@ -128,7 +128,7 @@ def compute_mdl(config: MDLConfig, slot: RunSlot) -> RunRows:
         ex = config_examples(cache, index, config, config.labels)
     n_items = len(ex.items)
     bounds = block_boundaries(n_items)
-    base = {"experiment": EXPERIMENT.name, "model": model, "stream": ex.stream, "pooling": config.pooling, "probe": config.probe,
+    base = {"experiment": EXPERIMENT.name, "model": model, "stream": ex.stream, "pooling": ex.pooling, "probe": config.probe,
             "split": "online", "subset": "all" if config.labels == "variant" else config.labels}
     rows: list[dict[str, Any]] = []
     flips = {s: control_items(n_items, s) for s in seeds}

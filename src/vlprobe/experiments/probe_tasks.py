@@ -88,6 +88,8 @@ class TaskExamples:
         ``variant``: the stream rows of (reference, option 1, option 2).
     read : StreamStates, optional
         ``variant``: the stream read.
+    pooling : str
+        The pooling read (``+``-joined where the streams' differ, as ``stream``).
     extra : dict
         What the manifest records about the examples.
     """
@@ -103,11 +105,12 @@ class TaskExamples:
     skipped: list[str]
     rows: np.ndarray | None = None
     read: StreamStates | None = None
+    pooling: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
 def task_examples(
-    cache: Any, index: CacheIndex, task: str, streams: Sequence[str] | None, pooling: str, layers: str,
+    cache: Any, index: CacheIndex, task: str, streams: Sequence[str] | None, pooling: str | None, layers: str,
     *, draws: int = 4, seed: int = 0, items: Sequence[int] | None = None,
 ) -> TaskExamples:
     """Read one task's examples from an open cache.
@@ -121,7 +124,10 @@ def task_examples(
     streams : sequence of str, optional
         ``variant``: at most one text or pair stream (default: ``text``, else the first);
         the scores: the streams concatenated (default: every stream).
-    pooling, layers : str
+    pooling : str, optional
+        The pooling given (refused where a stream lacks it); None: ``cls``, else each stream's
+        default (:func:`~vlprobe.experiments.cache_features.stream_pooling`).
+    layers : str
         As the probes read them (per-stream layer specs for the scores).
     draws, seed : int
         ``variant``: draws per (caption, order) and the seed of the draws.
@@ -149,7 +155,7 @@ def task_examples(
         skipped = [iid for i, iid in enumerate(index.item_ids) if i not in set(items)]
         return TaskExamples(task, X, labels, example_items, items, list(read.layers),
                             [read.kind(layer) for layer in read.layers], read.name, skipped, rows, read,
-                            {"labels": "0 when option 1 paraphrases the reference, 1 when option 2 does",
+                            read.pooling, {"labels": "0 when option 1 paraphrases the reference, 1 when option 2 does",
                              "draws": draws, "draw_seed": seed})
     chosen = list(streams) if streams else list(cache.streams)
     read_all = {s: read_stream(cache, s, ("text", "image", "pair"), pooling, layers, param="streams") for s in chosen}
@@ -164,8 +170,14 @@ def task_examples(
     skipped = [iid for i, iid in enumerate(index.item_ids) if i not in set(items)]
     return TaskExamples(task, X, labels[0], np.repeat(np.arange(len(items)), 4), items,
                         [f["layer"] for f in fields], [f["kind"] for f in fields], "+".join(chosen), skipped,
+                        pooling=_joined([read_all[s].pooling for s in chosen]),
                         extra={"labels": "1 when option 1 is the mismatched pair",
                                "layer_positions": [{s: p[s] for s in chosen} for p in positions]})
+
+
+def _joined(poolings: list[str]) -> str:
+    """One pooling where the streams agree, else each stream's joined by ``+`` (``cls+mean``)."""
+    return poolings[0] if len(set(poolings)) == 1 else "+".join(poolings)
 
 
 def config_examples(cache: Any, index: CacheIndex, config: Any, task: str, *,

@@ -98,8 +98,18 @@ from vlprobe.stats.metrics import bootstrap_indices, ci95_rows
 from vlprobe.stats.uncertainty import PERMUTATION_TEST, target_control_rows
 from vlprobe.validation import InputError, check_positive_float, check_positive_int
 
-__all__ = ["EXPERIMENT", "PAPER_SCALING", "Case", "SeparabilityConfig", "fit_cases", "resolve_scale", "run_separability",
-           "scaling_record", "separability_cases"]
+__all__ = [
+    "EXPERIMENT",
+    "PAPER_SCALING",
+    "Case",
+    "SeparabilityConfig",
+    "fit_cases",
+    "nothing_separable_note",
+    "resolve_scale",
+    "run_separability",
+    "scaling_record",
+    "separability_cases",
+]
 
 PROBE = "linear-separability"
 HELDOUT_DEFINITION = ("leave-one-out over a case's points: each point predicted by an SVM fitted on the "
@@ -260,6 +270,7 @@ def compute_separability(config: SeparabilityConfig, slot: RunSlot) -> RunRows:
         methods: set[str] = set()
         read_layers: dict[str, dict[str, Any]] = {}
         fallbacks: dict[str, dict[str, str]] = {}
+        notes: list[str] = []
         for stream in streams:  # every stream's layers checked before the first is fitted
             stream_layers(cache, stream, config.pooling, config.layers)
         for stream in streams:
@@ -279,9 +290,13 @@ def compute_separability(config: SeparabilityConfig, slot: RunSlot) -> RunRows:
                                  f"controls)){' and one more per point left out' if config.held_out else ''} "
                                  f"with {_n_workers(config.jobs)} worker(s); states "
                                  f"{format_bytes(read.states.nbytes)}")
+            scaled = scale_states(read.states, scale_mode)
             with progress_bar(config.progress, n_fits, f"{EXPERIMENT.name} {stream}", "fit") as bar:
-                per_layer = _fit_layers(scale_states(read.states, scale_mode), cases, seeds, params, config.jobs,
-                                        bar.update, config.held_out)
+                per_layer = _fit_layers(scaled, cases, seeds, params, config.jobs, bar.update, config.held_out)
+            warning = nothing_separable_note(per_layer, scaled, stream, scale_mode, config.C)
+            if warning:
+                say(True, f"{EXPERIMENT.name}: {warning}")  # a warning, not progress: --quiet keeps it
+                notes.append(warning)
             base = {"experiment": EXPERIMENT.name, "model": model, "stream": stream, "pooling": read.pooling,
                     "probe": PROBE, "split": "train"}
             _rows(per_layer, read.layers, read.kinds, cases, seeds, read.modality, index.item_tags, base, rows,
@@ -295,7 +310,7 @@ def compute_separability(config: SeparabilityConfig, slot: RunSlot) -> RunRows:
     return RunRows(
         rows, {"cache": index.provenance}, seeds=seeds, item_rows=item_rows, summary=True,
         extra={
-            "model": model, "streams": read_layers, "pooling_fallback": fallbacks,
+            "model": model, "streams": read_layers, "pooling_fallback": fallbacks, "notes": notes,
             "probe": {"name": PROBE, "solver": "libsvm SVC(kernel='linear')", **params},
             "scaling": scaling_record(config.scale, index.model, config.C),
             "n_cases": n_cases, "skipped_items": skipped,
@@ -348,6 +363,28 @@ def _fit_layers(
         if progress is not None:
             progress(res.shape[0] * res.shape[1])
     return per_layer
+
+
+def nothing_separable_note(per_layer: np.ndarray, states: np.ndarray, stream: str, scale: str, C: float) -> str | None:
+    """A line when no case is separable at any layer (target fits), else None.
+
+    Usually the states' scale, not the model: with norms far below 1 a soft-margin SVM at this
+    ``C`` prefers a small ``w`` to fitting every point. The line gives the median state norm
+    after scaling and the options that change it.
+
+    Parameters
+    ----------
+    per_layer : ndarray, shape (L, cases, 1 + seeds, len(FIELDS))
+    states : ndarray, shape (R, L, H)
+        The states as fitted (after scaling).
+    """
+    if per_layer.size == 0 or (per_layer[:, :, 0, FIELDS.index("separable")] > 0).any():
+        return None
+    norm = float(np.median(np.linalg.norm(states, axis=-1))) if states.size else 0.0
+    other = "standard" if scale != "standard" else "none"
+    return (f"no case is separable at any layer of stream {stream} (median state norm {norm:.3g} after scaling "
+            f"{scale!r}, C={C:g}); tiny states need a larger C or another scaling: try --scale {other}"
+            + (" or --scale none" if scale == "divide100" else "") + f", or --C {C * 1e4:g}")
 
 
 def tag_subsets(tags: Sequence[dict[str, list[str]]]) -> dict[str, np.ndarray]:

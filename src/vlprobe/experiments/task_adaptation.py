@@ -114,7 +114,11 @@ class TaskAdaptationConfig(MLPProbeRunOptions):
         "streams", help="Streams whose pair embeddings are concatenated, comma-separated (default: every stream; "
                    "with pooled, those that have a pooled output).",
     )
-    pooling: str = StateOptions.redeclare("pooling", "pooled")
+    pooling: str | None = StateOptions.redeclare(
+        "pooling", None,
+        help="Pooling to read (default: pooled, or a stream's own where it has none, at its last layer, said on "
+             "stderr); one given is read from every stream, or refused where a stream lacks it.",
+    )
     layers: str = StateOptions.redeclare(
         "layers", help="Layers: all | 0,4,-1 | 2:6 | per stream lang=all;vision=-1 (ignored for pooled).",
     )
@@ -155,13 +159,14 @@ def compute_task_adaptation(config: TaskAdaptationConfig, slot: RunSlot) -> RunR
 
     modes = ("text", "image") if config.mode == "both" else (config.mode,)
     with ActivationCache(cache_path(config.cache)) as cache:
-        streams = list(config.streams) if config.streams else _default_streams(cache, config.pooling)
+        streams = list(config.streams) if config.streams else _default_streams(cache, config.pooling or "pooled")
         if not streams:
             raise InputError(f"cache: {Path(config.cache).name} holds no streams")
         index = load_index(cache)
         cache_streams = list(cache.streams)
         read = {
-            s: read_stream(cache, s, ("text", "image", "pair"), config.pooling, config.layers, param="streams")
+            s: read_stream(cache, s, ("text", "image", "pair"), config.pooling, config.layers, param="streams",
+                           preferred="pooled")
             for s in streams
         }
     per_stream = {s: read[s].layers for s in streams}
@@ -170,7 +175,7 @@ def compute_task_adaptation(config: TaskAdaptationConfig, slot: RunSlot) -> RunR
         say(config.progress, note)
     left_out = [s for s in cache_streams if s not in streams] if not config.streams else []
     if left_out:
-        say(config.progress, f"{EXPERIMENT.name}: streams {', '.join(streams)} (the ones with a {config.pooling!r} output); "
+        say(config.progress, f"{EXPERIMENT.name}: streams {', '.join(streams)} (the ones with a {config.pooling or 'pooled'!r} output); "
                              f"{', '.join(left_out)} left out (name them in --streams to add their default pooling)")
 
     items = pair_items(index)

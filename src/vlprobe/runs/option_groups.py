@@ -211,7 +211,11 @@ class StateOptions(Options):
     streams: tuple[str, ...] | None = option(
         None, parse=names, metavar="A,B", help="Streams to read, comma-separated (default: text, else every text or pair stream).",
     )
-    pooling: str = option("cls", choices=POOLINGS, help="Pooling to read.")
+    pooling: str | None = option(
+        None, choices=POOLINGS,
+        help="Pooling to read (default: cls, or a stream's own where it has none, said on stderr); one given is "
+             "read from every stream, or refused where a stream lacks it.",
+    )
     layers: str = option(
         "all", check=check_layer_spec, help="Layers: all | 0,4,-1 | 2:6 | per stream text=all;image=-1.",
     )
