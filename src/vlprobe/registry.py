@@ -239,6 +239,10 @@ DATASETS.register(
     help="MMVP-VLM: 135 statement pairs x 2 images in 9 categories (Questions.csv + 'MLLM_VLM Images/')",
 )
 DATASETS.register(
+    "sugarcrepe-pp", "vlprobe.data.sugarcrepe_pp:load_sugarcrepe_pp",
+    help="SugarCrepe++: COCO image, two positive captions and a hard negative (5 JSON files + COCO val2017)",
+)
+DATASETS.register(
     "colorswap", "vlprobe.data.colorswap:load_colorswap",
     help="ColorSwap: 2 images x 2 captions with colour words swapped (test.json/train.json + images/)",
 )
@@ -296,6 +300,10 @@ EXPERIMENTS.register(
     help="MMVP-VLM pair accuracy per category and their mean (`probe eval mmvp-vlm`)",
 )
 EXPERIMENTS.register(
+    "sugarcrepe-pp", "vlprobe.experiments.benchmark_eval:SUGARCREPE_PP",
+    help="SugarCrepe++ image-to-text accuracy (ITT) and each positive against the negative (`probe eval sugarcrepe-pp`)",
+)
+EXPERIMENTS.register(
     "colorswap", "vlprobe.experiments.benchmark_eval:COLORSWAP",
     help="ColorSwap text, image and group scores per split (`probe eval colorswap`)",
 )
@@ -306,6 +314,10 @@ EXPERIMENTS.register(
 EXPERIMENTS.register(
     "naturalbench", "vlprobe.experiments.benchmark_eval:NATURALBENCH",
     help="NaturalBench question, image, binary and group accuracies (`probe eval naturalbench`)",
+)
+EXPERIMENTS.register(
+    "bias-gap", "vlprobe.experiments.bias_gap:EXPERIMENT",
+    help="SugarCrepe's bias analysis: blind scorers' positive-minus-negative gaps per subset, share right, vs VLM results",
 )
 EXPERIMENTS.register(
     "refine", "vlprobe.experiments.refine:EXPERIMENT",

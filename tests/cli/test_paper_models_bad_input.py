@@ -49,7 +49,7 @@ def kit(tmp_path_factory: pytest.TempPathFactory, synthetic_dir: Path, sugarcrep
     fx = {key: write_model_fixture(name, root / key, 0, arch) for key, (name, arch) in FIXTURES.items()}
     regions = root / "regions.h5"
     res = CliRunner().invoke(app, ["fixtures", "regions", "--data-dir", str(synthetic_dir), "--out", str(regions),
-                                   "--n-boxes", "3", "--dim", "2048"])
+                                   "--boxes", "3", "--dim", "2048"])
     assert res.exit_code == 0, res.output
     return Kit(fx=fx, syn=synthetic_dir, regions=regions, sugarcrepe=sugarcrepe_dir)
 

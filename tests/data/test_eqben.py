@@ -39,7 +39,9 @@ def test_records_as_items(eq_dir: Path) -> None:
     records = json.loads((eq_dir / ANN).read_text(encoding="utf-8"))
     ds = DATASETS.get("eqben")(eq_dir)
     assert ds.name == "eqben" and len(ds) == len(records) == 3 * len(EQBEN_SUBSETS)
-    for n, (rec, item) in enumerate(zip(records, ds, strict=True)):  # file order, id = position
+    order = sorted(range(len(records)), key=lambda n: EQBEN_SUBSETS.index(records[n]["image0"].split("/")[0]))
+    for n, item in zip(order, ds, strict=True):  # by sub-dataset in the script's order, file order within
+        rec = records[n]
         subset = rec["image0"].split("/")[0]
         assert item.id == f"eqben/{subset}/{n}" and item.meta["subset"] == subset
         assert [t.text for t in item.texts] == [rec["caption0"], rec["caption1"]]

@@ -203,3 +203,61 @@ def test_sugarcrepe_example_file_lists_every_row_of_the_table() -> None:
         assert (cfg.act == "quick_gelu") == (quick or "QuickGELU" in e.row), e
         assert e.checkpoint is not None
         assert e.checkpoint.startswith("timm/" if openai else "laion/") or e.row.startswith("NegCLIP"), e
+
+
+def test_eval_valse_models_file(valse_dir: Path, tmp_path: Path) -> None:
+    """VALSE's table from a models file: a region reader (its regions given relative to the file),
+    ViLBERT 12-in-1 with its options, and the GPT-1/GPT-2 baselines; the table has the files, then
+    ``all`` and ``mean-of-subsets``, each cell the model's own run's value."""
+    from vlprobe.fixtures.regions import random_regions_for_dataset
+
+    subsets = "existence,counting-hard"
+    random_regions_for_dataset(tmp_path / "valse-regions.h5", valse_dir, dataset="valse", n_boxes=5, dim=2048, seed=0,
+                               options={"subsets": subsets, "limit": 3})
+    for name, arch in (("visualbert", None), ("vilbert", "multitask"), ("gpt2", None), ("openai-gpt", None)):
+        write_model_fixture(name, tmp_path / name, 0, arch)
+    models = tmp_path / "valse-models.toml"
+    models.write_text("""
+[models.visualbert]
+row = "VisualBERT"
+model = "visualbert"
+checkpoint = "visualbert"
+regions = "valse-regions.h5"
+
+[models.12in1]
+row = "ViLBERT 12-in-1"
+model = "vilbert"
+checkpoint = "vilbert/vilbert.bin"
+regions = "valse-regions.h5"
+options = { task_id = 8 }
+
+[models.gpt1]
+row = "GPT-1"
+model = "openai-gpt"
+checkpoint = "openai-gpt"
+
+[models.gpt2]
+row = "GPT-2"
+model = "gpt2"
+checkpoint = "gpt2"
+""", encoding="utf-8")
+    out = tmp_path / "out"
+    res = CliRunner().invoke(app, ["eval", "valse", "--models", str(models), "--data-dir", str(valse_dir), "--subsets",
+                                   subsets, "--limit", "3", "--out", str(out), "--bootstrap", "0", "--device", "cpu",
+                                   "--quiet"])
+    assert res.exit_code == 0, res.output
+    folder = out / "valse"
+    table = _table(folder / "valse-models.table.csv")
+    assert list(table[0])[4:] == ["existence", "counting-hard", "all", "mean-of-subsets"]
+    acc_r = [r for r in table if r["metric"] == "acc_r"]
+    assert [r["name"] for r in acc_r] == ["visualbert", "12in1", "gpt1", "gpt2"]
+    for r in acc_r:  # the mean of the two files' values (a mean of 0-100 values: tolerance)
+        assert float(r["mean-of-subsets"]) == pytest.approx((float(r["existence"]) + float(r["counting-hard"])) / 2,
+                                                            abs=1e-9), r
+    for r in table:
+        own = {row["subset"]: row["value"] for row in _table(folder / f"{r['name']}@bootstrap=0.csv")
+               if row["metric"] == r["metric"]}
+        assert all(r[s] == own.get(s, "") for s in ("existence", "counting-hard", "all", "mean-of-subsets")), r
+    runs = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))["runs"]
+    assert runs["12in1@bootstrap=0"]["config"]["model_options"] == ["task_id=8"]
+    assert runs["visualbert@bootstrap=0"]["config"]["regions"] == str(tmp_path / "valse-regions.h5")

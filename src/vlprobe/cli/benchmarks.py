@@ -1,4 +1,4 @@
-"""``probe eval sugarcrepe|valse|aro|mmvp-vlm|naturalbench|eqben|colorswap`` (generated from the experiments' declarations) and ``probe data info``."""
+"""``probe eval sugarcrepe|valse|aro|mmvp-vlm|naturalbench|eqben|colorswap|sugarcrepe-pp`` (generated from the experiments' declarations) and ``probe data info``."""
 
 from __future__ import annotations
 
@@ -18,19 +18,23 @@ from vlprobe.validation import InputError
 
 #: ``probe eval NAME`` -> the experiment it runs (these have no ``probe run NAME``).
 EVAL_COMMANDS = {"sugarcrepe": "sugarcrepe", "valse": "valse", "aro": "aro", "mmvp-vlm": "mmvp-vlm",
-                 "naturalbench": "naturalbench", "eqben": "eqben", "colorswap": "colorswap"}
+                 "naturalbench": "naturalbench", "eqben": "eqben", "colorswap": "colorswap",
+                 "sugarcrepe-pp": "sugarcrepe-pp"}
 eval_app = typer.Typer(
     name="eval", cls=declared_group(EVAL_COMMANDS, guarded), no_args_is_help=True,
-    help="Score a benchmark (SugarCrepe, VALSE, ARO, MMVP-VLM, NaturalBench, EqBen, ColorSwap) with a model (or re-read saved scores): tidy CSV, per-item "
+    help="Score a benchmark (SugarCrepe, VALSE, ARO, MMVP-VLM, NaturalBench, EqBen, ColorSwap, SugarCrepe++) with a model (or re-read saved scores): tidy CSV, per-item "
          "scores, manifest.",
 )
 #: ``probe data info NAME`` of the benchmarks beside SugarCrepe and VALSE: NAME -> "module:function"
 #: taking (data_dir, image_root).
 REPORTS = {"aro": "vlprobe.data.aro:aro_report", "mmvp-vlm": "vlprobe.data.mmvp_vlm:mmvp_vlm_report",
            "naturalbench": "vlprobe.data.naturalbench:naturalbench_report", "eqben": "vlprobe.data.eqben:eqben_report",
-           "colorswap": "vlprobe.data.colorswap:colorswap_report"}
+           "colorswap": "vlprobe.data.colorswap:colorswap_report",
+           "sugarcrepe-pp": "vlprobe.data.sugarcrepe_pp:sugarcrepe_pp_report"}
+#: The benchmarks of REPORTS whose images are COCO files given by ``--image-dir``.
+TAKES_IMAGE_DIR = frozenset({"sugarcrepe-pp"})
 data_app = typer.Typer(name="data", help="Validate and count benchmark files.", no_args_is_help=True)
-Benchmark = Annotated[str, typer.Argument(help="sugarcrepe, valse, aro, mmvp-vlm, naturalbench, eqben, colorswap.")]
+Benchmark = Annotated[str, typer.Argument(help="sugarcrepe, valse, aro, mmvp-vlm, naturalbench, eqben, colorswap, sugarcrepe-pp.")]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,7 +42,8 @@ class DataInfoOptions(ItemOptions):
     """``probe data info``'s benchmark folder and image folders (the items are all counted)."""
 
     data_dir: Path = ItemOptions.redeclare("data_dir", REQUIRED, help="Folder of the benchmark's JSON files.")
-    image_dir: Path | None = ItemOptions.redeclare("image_dir", help="SugarCrepe: check the COCO val2017 images too.")
+    image_dir: Path | None = ItemOptions.redeclare(
+        "image_dir", help="SugarCrepe, SugarCrepe++: check the COCO val2017 images too.")
     image_root: tuple[str, ...] = ItemOptions.redeclare(
         "image_root", help="VALSE, ARO: SOURCE=DIR (repeatable); EqBen: DIR; check the images too.",
     )
@@ -70,10 +75,11 @@ def data_info(benchmark: Benchmark, as_json: AsJson = False, *, folders: DataInf
     elif benchmark in REPORTS:
         import importlib
 
-        if image_dir is not None:
-            raise InputError(f"image_dir applies to sugarcrepe; {benchmark} takes --image-root SOURCE=DIR")
+        if image_dir is not None and benchmark not in TAKES_IMAGE_DIR:
+            raise InputError(f"image_dir applies to sugarcrepe and sugarcrepe-pp; {benchmark} takes --image-root")
         module, func = REPORTS[benchmark].split(":")
-        reports = getattr(importlib.import_module(module), func)(data_dir, image_root)
+        extra = {"image_dir": image_dir} if benchmark in TAKES_IMAGE_DIR else {}
+        reports = getattr(importlib.import_module(module), func)(data_dir, image_root, **extra)
         kept_name = "kept"
     else:
         raise InputError(f"benchmark must be one of sugarcrepe, valse, {', '.join(REPORTS)}, got {benchmark!r}")

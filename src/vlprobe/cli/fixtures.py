@@ -38,7 +38,7 @@ def fixtures_dataset(
     image_size: Annotated[int, typer.Option(help="Image side in pixels.")] = 64,
     split: Annotated[str, typer.Option(help="eval, or train (a seed stream no eval dataset uses).")] = "eval",
     fmt: Annotated[str, typer.Option(
-        "--format", help="winoground, or a benchmark's own on-disk format: aro, mmvp-vlm, naturalbench, eqben, colorswap.")] = "winoground",
+        "--format", help="winoground, or a benchmark's own on-disk format: aro, mmvp-vlm, naturalbench, eqben, colorswap, sugarcrepe-pp.")] = "winoground",
 ) -> None:
     """Write a deterministic synthetic dataset in Winoground's on-disk format, or in another
     benchmark's (``--format``: its annotation files and images, laid out as its authors distribute them)."""
@@ -111,7 +111,7 @@ class RegionFixtureOptions(DatasetOptions):
     )
     dim: int = option(2048, help="Feature width.")
     seed: int = option(0, help="Random seed.")
-    dtype: str = option("float32", help="float32 | float16")
+    dtype: str = ModelOptions.redeclare("dtype", choices=("float32", "float16"), help="Stored features' dtype.")
     oracle: bool = option(
         False, help="Synthetic data: true shape boxes + background, features coding colour/shape/size.",
     )
@@ -239,7 +239,7 @@ def fixtures_testbed(
     seed: Seed = 0,
     clip_steps: Annotated[int, typer.Option(help="CLIP training steps.")] = 400,
     lxmert_steps: Annotated[int, typer.Option(help="LXMERT training steps.")] = 400,
-    jobs: Annotated[int, typer.Option(help="Worker processes (one torch thread each).")] = 2,
+    jobs: Annotated[int, typer.Option(help="Steps at once (probe processes, one torch thread each).")] = 2,
 ) -> None:
     """Known-answer testbed: train (or reuse) the small models, run every experiment, report."""
     from vlprobe.launch.testbed import KnownAnswerConfig, run_testbed

@@ -31,6 +31,9 @@ eqben      ``eqben_subset_10percent_final.json`` (``n`` records of each of the 7
 colorswap  ``test.json`` and ``train.json`` (``n`` examples each, ids running on across the
            splits, ``{id, caption_1, caption_2, image_1, image_2, image_source, caption_source}``)
            and ``images/img_<id>_<k>.png``
+sugarcrepe-pp  ``swap_obj.json``, ``swap_att.json``, ``replace_obj.json``, ``replace_att.json``,
+           ``replace_rel.json`` (``n`` records each, ``{id, filename, caption, caption2,
+           negative_caption}``) and ``val2017/<12 digits>.jpg`` (the ``image_dir``)
 =========  ======================================================================================
 """
 
@@ -274,10 +277,36 @@ def _colorswap(w: _Writer, rng: np.random.Generator, n: int) -> None:
         w.json(f"{split}.json", records)
 
 
+def _sugarcrepe_pp(w: _Writer, rng: np.random.Generator, n: int) -> None:
+    from vlprobe.data.sugarcrepe_pp import SUGARCREPE_PP_SUBSETS
+
+    colours = list(COLOURS)
+    for s, subset in enumerate(SUGARCREPE_PP_SUBSETS):
+        records = []
+        for k in range(n):
+            filename = f"{100000 + s * n + k:012d}.jpg"
+            w.image(f"val2017/{filename}", rng)
+            words = _caption_shape(rng).rstrip(".").split()  # A <c1> <s1> next to a <c2> <s2>
+            caption2 = f"Beside a {words[6]} {words[7]} is a {words[1]} {words[2]}."
+            neg = list(words)
+            if subset.startswith("swap"):
+                i, j = (1, 6) if subset == "swap_att" else (2, 7)
+                neg[i], neg[j] = neg[j], neg[i]
+            elif subset == "replace_rel":
+                neg[3:5] = ["far", "from"]
+            else:
+                i = 1 if subset == "replace_att" else 2
+                pool = colours if i == 1 else list(SHAPES)
+                neg[i] = next(c for c in pool if c not in (words[1], words[6], words[2], words[7]))
+            records.append({"id": k, "filename": filename, "caption": " ".join(words) + ".", "caption2": caption2,
+                            "negative_caption": " ".join(neg) + "."})
+        w.json(f"{subset}.json", records)
+
+
 #: Format -> writer of its files.
 _WRITERS: dict[str, Callable[[_Writer, np.random.Generator, int], None]] = {
     "aro": _aro, "mmvp-vlm": _mmvp_vlm, "naturalbench": _naturalbench, "eqben": _eqben,
-    "colorswap": _colorswap}
+    "colorswap": _colorswap, "sugarcrepe-pp": _sugarcrepe_pp}
 FIXTURE_FORMATS: tuple[str, ...] = tuple(_WRITERS)
 
 

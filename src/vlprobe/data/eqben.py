@@ -16,7 +16,8 @@ lossless PNG in its cache (``$VLPROBE_CACHE/eqben/npy/``), so models read files.
 
 The image folder is ``data_dir/image_subset`` or ``data_dir/images`` (the first that exists),
 else ``data_dir``; ``image_root DIR`` names another. Item ``eqben/<sub-dataset>/<n>`` (``n``: the
-record's position in the file) has images ``.../i0``, ``.../i1`` and texts ``.../c0``,
+record's position in the file; items go by sub-dataset in the script's order, file order within
+each) has images ``.../i0``, ``.../i1`` and texts ``.../c0``,
 ``.../c1``; tag ``subset``.
 """
 
@@ -148,6 +149,7 @@ def load_eqben(
     -------
     Dataset
         ``fingerprint`` covers the annotation file and every selected image file (each must exist).
+        Items go by sub-dataset (:data:`EQBEN_SUBSETS` order), file order within each.
     """
     if limit is not None:
         check_positive_int(limit, "limit")
@@ -163,6 +165,7 @@ def load_eqben(
             continue
         taken[rec["subset"]] = taken.get(rec["subset"], 0) + 1
         kept.append(rec)
+    kept.sort(key=lambda rec: EQBEN_SUBSETS.index(rec["subset"]))  # the script's order; file order within
     files = [images / rec[f"image{j}"] for rec in kept for j in (0, 1)]
     hash_image_files(h, files, "image_root", f"; expected EqBen's images under {images}")
     items = [_item(rec, [_readable(images / rec["image0"]), _readable(images / rec["image1"])]) for rec in kept]

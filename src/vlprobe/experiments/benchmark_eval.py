@@ -73,7 +73,7 @@ __all__ = ["BENCHMARKS", "EXPERIMENTS", "EvalConfig", "run_eval"]
 #: The two-text benchmarks with their own code path here, then those evaluated through a
 #: :class:`~vlprobe.experiments.benchmark_specs.BenchmarkSpec`.
 PAIRED = ("sugarcrepe", "valse")
-BENCHMARKS = (*PAIRED, "aro", "mmvp-vlm", "naturalbench", "eqben", "colorswap")
+BENCHMARKS = (*PAIRED, "aro", "mmvp-vlm", "naturalbench", "eqben", "colorswap", "sugarcrepe-pp")
 #: Why a run has no bag-of-words slices.
 BOW_NEEDS_CAPTIONS = "the bag-of-words slices need the captions: give data_dir (--data-dir) with a score file"
 #: What each VALSE pairwise metric compares (recorded in the manifest).
@@ -667,11 +667,13 @@ _ONLY_ARO = ("order_seed", "spacy_model")
 _ONLY_VALSE = ("all_items", "threshold", "keep_foil_ties")
 
 
-def _spec_experiment(name: str, version: int, omit: tuple[str, ...], metrics: tuple[str, ...]) -> BenchmarkExperiment:
+def _spec_experiment(name: str, version: int, omit: tuple[str, ...], metrics: tuple[str, ...],
+                     image_dir: bool = False) -> BenchmarkExperiment:
+    """A spec benchmark's experiment; ``image_dir``: it takes ``--image-dir`` (COCO images)."""
     from vlprobe.experiments.benchmark_specs import SPECS
 
     return BenchmarkExperiment(name, version, EvalConfig, compute_eval, report, label=_label, fixed={"benchmark": name},
-                               omit=("image_dir", *_ONLY_VALSE, *omit),
+                               omit=(*(() if image_dir else ("image_dir",)), *_ONLY_VALSE, *omit),
                                chart=Chart("bars", metrics, subsets=None, categories="subset", chance=SPECS[name].chance))
 
 
@@ -694,4 +696,6 @@ EXPERIMENTS["naturalbench"] = _spec_experiment(
 EXPERIMENTS["eqben"] = _spec_experiment("eqben", 1, _ONLY_ARO, ("text", "image", "group"))
 EXPERIMENTS["colorswap"] = _spec_experiment("colorswap", 1, ("image_root", *_ONLY_ARO), ("text", "image", "group"))
 MMVP_VLM, NATURALBENCH, EQBEN = EXPERIMENTS["mmvp-vlm"], EXPERIMENTS["naturalbench"], EXPERIMENTS["eqben"]
-COLORSWAP = EXPERIMENTS["colorswap"]
+EXPERIMENTS["sugarcrepe-pp"] = _spec_experiment(
+    "sugarcrepe-pp", 1, ("image_root", *_ONLY_ARO), ("itt", "image_p1_neg", "image_p2_neg"), image_dir=True)
+COLORSWAP, SUGARCREPE_PP = EXPERIMENTS["colorswap"], EXPERIMENTS["sugarcrepe-pp"]

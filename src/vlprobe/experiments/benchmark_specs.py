@@ -27,6 +27,7 @@ from vlprobe.stats.benchmark_metrics import (
     naturalbench_answers,
     naturalbench_outcomes,
     pair_right,
+    sugarcrepe_pp_outcomes,
 )
 from vlprobe.stats.metrics import bootstrap_indices, ci95_rows, winoground_outcomes
 
@@ -223,8 +224,34 @@ def _colorswap() -> BenchmarkSpec:
 
 COLORSWAP = _colorswap()
 
+# -- SugarCrepe++ ------------------------------------------------------------------------------------
+
+
+def _scpp_outcomes(subset: str, scores: np.ndarray) -> dict[str, np.ndarray]:
+    return sugarcrepe_pp_outcomes(scores)
+
+
+def _scpp_metrics(subset: str, out: Mapping[str, np.ndarray], groups: np.ndarray) -> dict[str, np.ndarray]:
+    return {name: np.asarray(out[name], dtype=np.float64).mean(axis=-1) for name in ("itt", "image_p1_neg", "image_p2_neg")}
+
+
+def _sugarcrepe_pp() -> BenchmarkSpec:
+    from vlprobe.data.sugarcrepe_pp import SUGARCREPE_PP_SUBSETS
+
+    tie = "strict > (a tie is wrong), as the authors' VLMs/test_*.py"
+    return BenchmarkSpec(
+        "sugarcrepe-pp", SUGARCREPE_PP_SUBSETS, _scpp_outcomes, _scpp_metrics,
+        notes={"itt": "the paper's ITT accuracy: P1 and P2 both score above the negative with the image; " + tie,
+               "image_p1_neg": "the scripts' Image-P1-Neg: P1 above the negative (SugarCrepe's own test); " + tie,
+               "image_p2_neg": "the scripts' Image-P2-Neg: P2 above the negative; " + tie},
+        chance={"itt": 100.0 / 3, "image_p1_neg": 50.0, "image_p2_neg": 50.0},
+    )
+
+
+SUGARCREPE_PP = _sugarcrepe_pp()
+
 #: The benchmarks ``probe eval`` evaluates through a spec.
-SPECS: dict[str, BenchmarkSpec] = {s.name: s for s in (ARO, MMVP_VLM, NATURALBENCH, EQBEN, COLORSWAP)}
+SPECS: dict[str, BenchmarkSpec] = {s.name: s for s in (ARO, MMVP_VLM, NATURALBENCH, EQBEN, COLORSWAP, SUGARCREPE_PP)}
 
 
 # -- rows --------------------------------------------------------------------------------------------

@@ -17,8 +17,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from vlprobe.data.loading import load_dataset
-from vlprobe.runs.declare import REQUIRED, option
-from vlprobe.runs.option_groups import ItemOptions, ModelOptions, ResultsOptions
+from vlprobe.runs.declare import REQUIRED
+from vlprobe.runs.option_groups import DatasetOption, ItemOptions, ModelOptions, ResultsOptions
 from vlprobe.validation import InputError
 
 __all__ = ["PAIR_DATASETS", "PairModel", "PairModelOptions", "editable_streams", "load_pair_model", "pair_items",
@@ -38,7 +38,7 @@ class PairModelOptions(ModelOptions, ItemOptions):
     )
     checkpoint: str = ModelOptions.redeclare("checkpoint", REQUIRED)
     dtype: str = ModelOptions.redeclare("dtype", choices=("float32", "float16"))
-    dataset: str = option("winoground", choices=PAIR_DATASETS, role="input", help="The benchmark.")
+    dataset: str = DatasetOption.redeclare("dataset", choices=PAIR_DATASETS, help="The benchmark.")
     limit: int | None = ItemOptions.redeclare("limit", help="At most N items (SugarCrepe / VALSE: per subset).")
     name: str | None = ResultsOptions.redeclare(
         "name", help="Results label: names the run and its files (default: the model).",

@@ -44,7 +44,7 @@ from vlprobe.progress import format_bytes, say
 from vlprobe.provenance import sha256_file
 from vlprobe.runs.charts import WINOGROUND_CHANCE, Chart
 from vlprobe.runs.declare import Experiment, option
-from vlprobe.runs.option_groups import BootstrapOptions, ProgressOption, ResultsOptions
+from vlprobe.runs.option_groups import BootstrapOptions, ItemOptions, ProgressOption, ResultsOptions
 from vlprobe.runs.printout import metric_lines
 from vlprobe.runs.score_files import (
     is_item_scores_file,
@@ -92,7 +92,7 @@ class WinogroundScoresConfig(BootstrapOptions, ProgressOption, ResultsOptions):
         help="A score file instead of a cache: official model_scores JSONL ({label: <id>_c<k>_i<j>, score}), "
              "a vlprobe per-item score file, or a 2N x 2N caption x image .npy/.npz matrix.",
     )
-    data_dir: Path | None = option(None, role="input", help="Winoground copy, for the tags of a score file.")
+    data_dir: Path | None = ItemOptions.redeclare("data_dir", help="Winoground copy, for the tags of a score file.")
     tags: Path | None = option(
         None, role="input", help="'Why is Winoground Hard?' tag file (overrides a cache's).",
     )

@@ -39,6 +39,13 @@ question, right on both images (``/ 2N``); image score: per image, right for bot
 (``/ N``) (:func:`naturalbench_outcomes`). All four pool every sample (micro averages). Here a
 scoring model's answer comes from comparing two texts (:func:`naturalbench_answers`): **a tie is
 no answer, wrong everywhere**, as ``-1`` is in the authors' code.
+
+SugarCrepe++ (Sri-Harsha/scpp, ``VLMs/test_*.py``): per sample the cosine similarities of the
+image with P1, P2 and the negative; the image-to-text task (ITT) is right iff ``cos_p1 > cos_neg
+and cos_p2 > cos_neg``; the scripts also print ``Image-P1-Neg`` (``cos_p1 > cos_neg``) and
+``Image-P2-Neg``. Strict ``>``: **a tie is wrong**. Each is the share of right samples per file
+(:func:`sugarcrepe_pp_outcomes`). The text-only task (TOT) compares text embeddings with each
+other and is not computed from image-text scores.
 """
 
 from __future__ import annotations
@@ -60,6 +67,7 @@ __all__ = [
     "naturalbench_outcomes",
     "pair_right",
     "rank_of_first",
+    "sugarcrepe_pp_outcomes",
 ]
 
 #: The relations the authors' notebook drops before averaging VG-Relation's accuracies (its list
@@ -271,3 +279,28 @@ def naturalbench_outcomes(answers: np.ndarray) -> dict[str, np.ndarray]:
         "binary_accuracy": right.sum(axis=(1, 2)) / 4.0,
         "group_accuracy": ((questions == 2) & (images == 2)).astype(np.float64),
     }
+
+
+def sugarcrepe_pp_outcomes(scores: np.ndarray) -> dict[str, np.ndarray]:
+    """Per sample, SugarCrepe++'s image-to-text outcomes as the authors' scripts decide them.
+
+    Parameters
+    ----------
+    scores : ndarray, shape (N, 3) or (N, 3, 1)
+        ``[sample, text]``: P1, P2, the negative, each scored with the sample's image.
+
+    Returns
+    -------
+    dict of str to ndarray of bool, shape (N,)
+        ``itt`` (both positives beat the negative), ``image_p1_neg`` (P1 beats it),
+        ``image_p2_neg`` (P2 beats it); strict ``>``.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    if s.ndim == 3 and s.shape[2] == 1:
+        s = s[:, :, 0]
+    if s.ndim != 2 or s.shape[1] != 3:
+        raise InputError(f"scores must have shape (N, 3) (P1, P2, negative), got {np.asarray(scores).shape}")
+    if np.isnan(s).any():
+        raise InputError("scores: some sample scores are missing (NaN)")
+    p1, p2 = s[:, 0] > s[:, 2], s[:, 1] > s[:, 2]
+    return {"itt": p1 & p2, "image_p1_neg": p1, "image_p2_neg": p2}
