@@ -808,7 +808,7 @@ def plot_results(
     split: str | None = None,
     subset: str | None = None,
     title: str | None = None,
-    formats: str | Sequence[str] = ("png", "pdf"),
+    formats: str | Sequence[str] = "png,pdf",
     style: str = "screen",
 ) -> list[Path]:
     """Draw tidy results CSVs; write ``out`` in each of ``formats`` (default PNG and PDF).
@@ -882,7 +882,7 @@ def plot_folder(
     split: str | None = None,
     subset: str | None = None,
     title: str | None = None,
-    formats: str | Sequence[str] = ("png", "pdf"),
+    formats: str | Sequence[str] = "png,pdf",
     style: str = "screen",
 ) -> list[Path]:
     """One figure per run of a results folder: ``<name>.png`` (and ``.pdf``) of each run's tidy CSV.
