@@ -7,8 +7,8 @@ Runs :func:`vlprobe.launch.testbed.run_testbed` (the same run as ``probe fixture
    shuffled-words control, its random initial weights, LXMERT trained on oracle regions, its
    random initial weights), and the seeds every number comes from;
 2. each known answer (the checks of :mod:`vlprobe.results.known_answers`) with its values;
-3. the start, end, wall and CPU seconds of every task (grouped: data, training, extraction and
-   probing) and of the report, the lower bound CPU / workers, and ratios measured in this run
+3. the start, end, wall and CPU seconds of every step (grouped: data, training, extraction and
+   probing) and of the report, the lower bound CPU / jobs, and ratios measured in this run
    (training vs extraction and probing, one CLIP vs the whole run). Printed, never asserted: the machine may be
    shared, so compare ratios, not seconds.
 
@@ -71,9 +71,9 @@ def main() -> None:
         print(f"[{state:>3}] {check['claim']}{values}")
     print()
     timings = result["timings"]
-    tasks = timings["tasks"]
+    tasks = timings["steps"]
     print(f"load average at the end: {os.getloadavg()[0]:.2f} (a shared machine's seconds are noisy; compare CPU)")
-    print(f"{'group / task':<36}{'start s':>9}{'end s':>9}{'wall s':>9}{'CPU s':>9}")
+    print(f"{'group / step':<36}{'start s':>9}{'end s':>9}{'wall s':>9}{'CPU s':>9}")
     groups = {}
     for group in GROUPS:
         mine = {n: t for n, t in tasks.items() if t["group"] == group}
@@ -89,13 +89,13 @@ def main() -> None:
     total_cpu = sum(groups.values())
     train_cpu, probe_cpu = groups.get("train", 0.0), groups.get("extract and probe", 0.0)
     clip_cpu = tasks.get("train clip-trained", {}).get("cpu", 0.0)
-    print(f"\ntasks: {timings['wall']:.1f} s wall, {total_cpu:.1f} s CPU in the tasks ({args.jobs} workers);"
+    print(f"\nsteps: {timings['wall']:.1f} s wall, {total_cpu:.1f} s CPU in the steps ({args.jobs} at once);"
           f" lower bound on {args.jobs} idle cores: {total_cpu / args.jobs:.1f} s")
     if probe_cpu:
         print(f"ratio training / (extraction + probing) CPU: {train_cpu / probe_cpu:.2f}")
     if total_cpu:
-        print(f"ratio one CLIP training / all tasks CPU: {clip_cpu / total_cpu:.2f}")
-        print(f"parallel efficiency (task CPU / (wall x workers)): {total_cpu / (timings['wall'] * args.jobs):.2f}")
+        print(f"ratio one CLIP training / all steps CPU: {clip_cpu / total_cpu:.2f}")
+        print(f"parallel efficiency (step CPU / (wall x jobs)): {total_cpu / (timings['wall'] * args.jobs):.2f}")
 
 if __name__ == "__main__":
     main()

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from vlprobe.launch.testbed import KnownAnswerConfig, Task
+from vlprobe.launch.steps import Step
+from vlprobe.launch.testbed import KnownAnswerConfig
 from vlprobe.results.known_answers import CLIP_MODELS
 
 
@@ -32,29 +33,28 @@ class CLIPTestbed(NamedTuple):
     results: Path
 
 
-def _clip_part(task: Task) -> bool:
-    """Whether a testbed task belongs to its CLIP part: the data (both splits, with their oracle
+def _clip_part(step: Step) -> bool:
+    """Whether a testbed step belongs to its CLIP part: the data (both splits, with their oracle
     regions, so that a later testbed run on the same models folder reuses them), the three CLIP
     models, and per CLIP model its extraction and Winoground scores."""
-    if task.group == "train":
-        return task.commands[0][:3] == ("fixtures", "train", "clip")
-    if task.group == "extract and probe":
-        step, model = task.name.split(" ", 1)
-        return model in CLIP_MODELS and step in ("extract", "winoground-scores")
+    if step.group == "train":
+        return step.args[:3] == ("fixtures", "train", "clip")
+    if step.group == "extract and probe":
+        command, model = step.name.split(" ", 1)
+        return model in CLIP_MODELS and command in ("extract", "winoground-scores")
     return True
 
 
 def build_testbed_clip(out: Path, models: Path) -> CLIPTestbed:
     """The known-answer testbed's CLIP models (trained, shuffled-words control, random weights)
     trained by the testbed's own commands (``probe fixtures testbed``'s plan, default settings,
-    seed 0; the LXMERT part left out) in two worker processes, with their caches of the evaluation
+    seed 0; the LXMERT part left out) run by the testbed's step runner, two at once, with their caches of the evaluation
     set and its Winoground scores under ``out``. ``models`` can be handed to a testbed run as its
     ``models_dir``: it then reuses the training split and these models."""
-    from vlprobe.launch.testbed import _schedule, plan_commands
+    from vlprobe.launch.testbed import plan_commands, run_plan
 
     config = KnownAnswerConfig(out=out, models_dir=models, jobs=2)
     (out / "caches").mkdir()
-    (out / "logs").mkdir()
-    _schedule([t for t in plan_commands(config) if _clip_part(t)], config.jobs, out / "logs", lambda text: None)
+    run_plan([s for s in plan_commands(config) if _clip_part(s)], config.jobs, out, lambda text: None)
     return CLIPTestbed(config, config.models, out / "data", {m: out / "caches" / f"{m}.h5" for m in CLIP_MODELS},
                        out / "results")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,3 +87,53 @@ def test_plan_steps_and_refusals(tmp_path: Path) -> None:
         bad.write_text(text)
         with pytest.raises(InputError, match=match):
             load_plan(bad)
+
+
+def test_slurm_job_options() -> None:
+    from vlprobe.launch.executors import slurm_parameters
+
+    got = slurm_parameters(name="vlprobe-x", partition="gpu", gpus_per_task=1, cpus_per_task=8, mem_gb=32,
+                           timeout_min=60, parallel=4, account="lab", qos="normal")
+    assert got == {"timeout_min": 60, "gpus_per_node": 1, "tasks_per_node": 1, "nodes": 1, "name": "vlprobe-x",
+                   "cpus_per_task": 8, "mem_gb": 32, "slurm_partition": "gpu", "slurm_array_parallelism": 4,
+                   "slurm_account": "lab", "slurm_qos": "normal"}
+    local = slurm_parameters(name="x", cluster="local", partition="gpu", gpus_per_task=0, qos="q")
+    assert "slurm_partition" not in local and "slurm_qos" not in local and local["gpus_per_node"] == 0
+    for bad, match in [({"gpus_per_task": -1}, "gpus-per-task"), ({"timeout_min": 0}, "timeout-min"),
+                       ({"mem_gb": 0}, "mem-gb")]:
+        with pytest.raises(InputError, match=match):
+            slurm_parameters(name="x", **bad)
+
+
+def test_sweep_launcher_refusals(tmp_path: Path, one_error_line: Any) -> None:
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from vlprobe.cli import app
+
+    plan = _write(tmp_path, "all")
+    with pytest.raises(InputError, match="partition: a Slurm job option; give it with --launcher slurm"):
+        run_sweep(plan, partition="gpu", echo=lambda _: None)
+    r = CliRunner().invoke(app, ["sweep", str(plan), "--mem-gb", "8"])
+    one_error_line(r, "mem-gb: a Slurm job option")
+    if shutil.which("srun") is None:  # not a Slurm machine: one line, no traceback
+        r = CliRunner().invoke(app, ["sweep", str(plan), "--launcher", "slurm", "--partition", "gpu"])
+        one_error_line(r, "launcher: no Slurm here")
+        r = CliRunner().invoke(app, ["launch", "slurm", "--", "probe", "extract", "--out", str(tmp_path / "a.h5")])
+        one_error_line(r, "launcher: no Slurm here")
+
+
+@pytest.mark.slow  # six submitit jobs, each a pickled probe process: about a minute on two shared cores
+def test_sweep_on_submitits_local_cluster(tmp_path: Path) -> None:
+    pytest.importorskip("submitit", reason="submitit is the optional extra vlprobe[slurm]")
+    text = _write(tmp_path, "all").read_text()
+    plan = tmp_path / "one.toml"  # model a only
+    plan.write_text(text[:text.index("[models.b]")] + text[text.index("[datasets.wino]"):])
+    result = run_sweep(plan, launcher="slurm", cluster="local", gpus_per_task=0, timeout_min=10,
+                       echo=lambda _: None)
+    assert set(result["steps"]) == {"data", "clip", "extract a-wino", "winoground-scores a-wino", "recall a-wino",
+                                    "collect"}
+    with open(result["results"], newline="") as fh:
+        assert {r["experiment"] for r in csv.DictReader(fh)} == {"winoground-scores", "recall"}
+    assert list((tmp_path / "out" / "submitit").glob("*_log.out"))

@@ -10,62 +10,65 @@ from pathlib import Path
 
 import pytest
 
-from vlprobe.launch.testbed import QUICK_SETTINGS, KnownAnswerConfig, plan_commands
+from vlprobe.launch.testbed import GROUPS, QUICK_SETTINGS, KnownAnswerConfig, plan_commands
 from vlprobe.results.known_answers import EXPECTATIONS, check_expectations, known_answer_table
 
 
 def test_plan_runs_every_experiment_on_every_model(tmp_path: Path) -> None:
-    tasks = plan_commands(KnownAnswerConfig(out=tmp_path))
-    by_name = {t.name: t for t in tasks}
-    assert len(by_name) == len(tasks)
+    steps = plan_commands(KnownAnswerConfig(out=tmp_path))
+    by_name = {s.name: s for s in steps}
+    assert len(by_name) == len(steps)
+    assert {s.group for s in steps} == set(GROUPS)
     models = {"clip-trained", "clip-shuffle", "clip-random", "lxmert-trained", "lxmert-random"}
     expected = {"winoground-scores", "separability", "task-adaptation", "variant-probe", "variant-similarity"}
     for name in models:
         extract = by_name[f"extract {name}"]
-        assert extract.commands[0][0] == "extract" and "--variants" in extract.commands[0]
+        assert extract.args[0] == "extract" and "--variants" in extract.args
         assert f"train {name}" in extract.after and "eval dataset" in extract.after
-        runs = {t.commands[0][1] for t in tasks if t.after == (f"extract {name}",)}
+        runs = {s.args[1] for s in steps if s.after == (f"extract {name}",)}
         assert runs == expected | ({"recall"} if name.startswith("clip") else set()), name
-        for t in tasks:
-            if t.after == (f"extract {name}",):
-                assert t.commands[0][t.commands[0].index("--name") + 1] == name
-                assert t.exclusive == t.commands[0][1]  # one experiment's runs share its manifest
-    assert "--shuffle" not in by_name["train clip-trained"].commands[0]
-    assert "shuffle" in by_name["train clip-shuffle"].commands[0]
-    assert all("--untrained" in by_name[f"train {m}"].commands[0] for m in ("clip-random", "lxmert-random"))
+        for s in steps:
+            if s.after == (f"extract {name}",):
+                assert s.args[s.args.index("--name") + 1] == name
+                assert s.exclusive == s.args[1]  # one experiment's runs share its manifest
+    assert "--shuffle" not in by_name["train clip-trained"].args
+    assert "shuffle" in by_name["train clip-shuffle"].args
+    assert all("--untrained" in by_name[f"train {m}"].args for m in ("clip-random", "lxmert-random"))
     assert by_name["train lxmert-trained"].after == ("train regions",)
     seen: set[str] = set()
-    for t in tasks:  # listed after what they wait for
-        assert set(t.after) <= seen, t.name
-        seen.add(t.name)
+    for s in steps:  # listed after what they wait for
+        assert set(s.after) <= seen, s.name
+        seen.add(s.name)
     for experiment, settings in QUICK_SETTINGS.items():  # the small settings are passed explicitly
-        assert all(" ".join(settings) in " ".join(t.commands[0]) for t in tasks if t.commands[0][1:2] == (experiment,))
+        assert all(" ".join(settings) in " ".join(s.args) for s in steps if s.args[1:2] == (experiment,))
 
 
 def test_longest_chain_starts_first(tmp_path: Path) -> None:
-    from vlprobe.launch.testbed import _priorities
+    from vlprobe.launch.steps import _priorities
 
-    tasks = plan_commands(KnownAnswerConfig(out=tmp_path))
-    rank = _priorities(tasks)
+    rank = _priorities(plan_commands(KnownAnswerConfig(out=tmp_path)))
     order = sorted(rank, key=lambda n: -rank[n])
     assert order[:2] == ["train dataset", "train regions"]  # everything waits for them; LXMERT on the regions
     assert order.index("train lxmert-trained") < order.index("train clip-trained") < order.index("train clip-random")
 
 
-def test_schedule_runs_tasks_in_dependency_order_and_keeps_exclusive_ones_apart(tmp_path: Path) -> None:
-    from vlprobe.launch.testbed import Task, _schedule
+def test_plan_runs_on_the_step_runner_in_dependency_order_keeping_exclusive_steps_apart(tmp_path: Path) -> None:
+    from vlprobe.launch.steps import Step
+    from vlprobe.launch.testbed import run_plan
 
-    tasks = [Task("a", "data", (("--version",),), cost=1.0), Task("b", "train", (("--version",),), ("a",), 5.0),
-             Task("c", "train", (("--version",),), ("a",), 1.0, exclusive="x"),
-             Task("d", "train", (("--version",),), ("a",), 1.0, exclusive="x")]
+    steps = [Step("a", ("--version",), group="data", cost=1.0), Step("b", ("--version",), ("a",), "train", 5.0),
+             Step("c", ("--version",), ("a",), "train", 1.0, exclusive="x"),
+             Step("d", ("--version",), ("a",), "train", 1.0, exclusive="x")]
     lines: list[str] = []
-    timings = _schedule(tasks, 2, tmp_path, lines.append)
-    t = timings["tasks"]
+    timings = run_plan(steps, 2, tmp_path, lines.append)
+    t = timings["steps"]
     assert set(t) == {"a", "b", "c", "d"} and timings["wall"] > 0
     assert all(t[n]["start"] >= t["a"]["end"] for n in "bcd")
     first, second = sorted("cd", key=lambda n: t[n]["start"])
     assert t[second]["start"] >= t[first]["end"]  # same exclusive key: never at once
-    assert sum(line.startswith("[") for line in lines) == 4 and (tmp_path / "b.log").is_file()
+    assert sum(line.startswith("[") for line in lines) == 4
+    assert "$ probe --version" in (tmp_path / "logs" / "b.log").read_text()
+    assert any("\n  vlprobe " in text for text in lines)  # each step's command and output are echoed
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:

@@ -239,7 +239,7 @@ def fixtures_testbed(
     seed: Seed = 0,
     clip_steps: Annotated[int, typer.Option(help="CLIP training steps.")] = 400,
     lxmert_steps: Annotated[int, typer.Option(help="LXMERT training steps.")] = 400,
-    jobs: Annotated[int, typer.Option(help="Worker processes (one torch thread each).")] = 2,
+    jobs: Annotated[int, typer.Option(help="Steps at once (probe processes, one torch thread each).")] = 2,
 ) -> None:
     """Known-answer testbed: train (or reuse) the small models, run every experiment, report."""
     from vlprobe.launch.testbed import KnownAnswerConfig, run_testbed

@@ -23,6 +23,18 @@ Retries = Annotated[int, typer.Option(help="Times a shard that died is started a
 Merge = Annotated[bool, typer.Option("--merge/--no-merge", help="Merge the shards at the end (or leave them).")]
 
 
+# The job options of `probe launch slurm` and `probe sweep --launcher slurm` (one declaration each).
+Partition = Annotated[str | None, typer.Option(help="Slurm partition.")]
+GpusPerTask = Annotated[int, typer.Option(help="GPUs of each Slurm job (array task).")]
+CpusPerTask = Annotated[int | None, typer.Option(help="CPUs of each Slurm job (array task).")]
+MemGb = Annotated[int | None, typer.Option(help="Memory of each Slurm job (array task), GB.")]
+TimeoutMin = Annotated[int, typer.Option(help="Time limit of each Slurm job (array task), minutes.")]
+Parallel = Annotated[int | None, typer.Option(help="Slurm jobs running at once (sbatch --array=...%N).")]
+Account = Annotated[str | None, typer.Option(help="Slurm account.")]
+Qos = Annotated[str | None, typer.Option(help="Slurm QOS.")]
+Cluster = Annotated[str, typer.Option(help="slurm, or local: submitit's local processes (a trial run here).")]
+
+
 def _echo(line: str) -> None:
     typer.echo(line, err=True)
 
@@ -55,16 +67,16 @@ def launch_local(
 def launch_slurm(
     ctx: typer.Context,
     shards: Shards = 8,
-    partition: Annotated[str | None, typer.Option(help="Slurm partition.")] = None,
-    gpus_per_task: Annotated[int, typer.Option(help="GPUs of each array task.")] = 1,
-    cpus_per_task: Annotated[int | None, typer.Option(help="CPUs of each array task.")] = None,
-    mem_gb: Annotated[int | None, typer.Option(help="Memory of each array task, GB.")] = None,
-    timeout_min: Annotated[int, typer.Option(help="Time limit of each array task, minutes.")] = 240,
-    parallel: Annotated[int | None, typer.Option(help="Array tasks running at once (sbatch --array=...%N).")] = None,
-    account: Annotated[str | None, typer.Option(help="Slurm account.")] = None,
-    qos: Annotated[str | None, typer.Option(help="Slurm QOS.")] = None,
+    partition: Partition = None,
+    gpus_per_task: GpusPerTask = 1,
+    cpus_per_task: CpusPerTask = None,
+    mem_gb: MemGb = None,
+    timeout_min: TimeoutMin = 240,
+    parallel: Parallel = None,
+    account: Account = None,
+    qos: Qos = None,
     folder: Annotated[Path | None, typer.Option(help="submitit's folder (default: <out stem>.launch/submitit).")] = None,
-    cluster: Annotated[str, typer.Option(help="slurm, or local: submitit's local processes (a trial run here).")] = "slurm",
+    cluster: Cluster = "slurm",
     retries: Retries = 2,
     merge: Merge = True,
 ) -> None:
@@ -89,9 +101,24 @@ def sweep_cmd(
     jobs: Annotated[int | None, typer.Option(help="Local steps at once (default: one per GPU, else 1).")] = None,
     threads: Annotated[int | None, typer.Option(help="CPU threads per local step.")] = None,
     retries: Annotated[int, typer.Option(help="Times a step that died is started again.")] = 1,
+    partition: Partition = None,
+    gpus_per_task: GpusPerTask = 1,
+    cpus_per_task: CpusPerTask = None,
+    mem_gb: MemGb = None,
+    timeout_min: TimeoutMin = 240,
+    parallel: Parallel = None,
+    account: Account = None,
+    qos: Qos = None,
+    cluster: Cluster = "slurm",
 ) -> None:
-    """Run a plan of models x datasets x experiments as a dependency graph; a rerun resumes."""
+    """Run a plan of models x datasets x experiments as a dependency graph; a rerun resumes.
+
+    With --launcher slurm each step is a Slurm job (submitit) with the job options given
+    (--partition, --gpus-per-task, ...); the steps that can start together go as one array.
+    """
     from vlprobe.launch.sweep import run_sweep
 
-    result = run_sweep(plan, out=out, launcher=launcher, jobs=jobs, threads=threads, retries=retries, echo=_echo)
+    result = run_sweep(plan, out=out, launcher=launcher, jobs=jobs, threads=threads, retries=retries, echo=_echo,
+                       partition=partition, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task, mem_gb=mem_gb,
+                       timeout_min=timeout_min, parallel=parallel, account=account, qos=qos, cluster=cluster)
     typer.echo(str(result["results"]))

@@ -1,1 +1,1 @@
-"""Running many commands: the known-answer testbed's task scheduler."""
+"""Running many commands: one step runner (local processes or Slurm jobs) for shards, sweeps and the testbed."""

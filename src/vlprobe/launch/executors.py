@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from vlprobe.shards import launcher_free
 from vlprobe.validation import InputError, check_positive_int
 
-__all__ = ["Executor", "Finished", "LocalExecutor", "SubmititExecutor", "run_probe"]
+__all__ = ["Executor", "Finished", "LocalExecutor", "SubmititExecutor", "run_probe", "slurm_parameters"]
 
 
 @dataclass(frozen=True)
@@ -210,7 +210,13 @@ class SubmititExecutor:
             ) from None
         if self.cluster not in ("slurm", "local"):
             raise InputError(f"cluster must be slurm or local, got {self.cluster!r}")
-        self._executor = submitit.AutoExecutor(folder=str(self.folder), cluster=self.cluster)
+        try:
+            self._executor = submitit.AutoExecutor(folder=str(self.folder), cluster=self.cluster)
+        except RuntimeError as exc:  # submitit's "Could not detect srun": not on a Slurm machine
+            raise InputError(
+                f"launcher: no Slurm here ({exc}); run it where sbatch and srun are, or try the same jobs here "
+                "with --cluster local"
+            ) from None
         try:
             self._executor.update_parameters(**dict(self.parameters))
         except (TypeError, ValueError) as exc:
@@ -247,6 +253,33 @@ class SubmititExecutor:
     def cancel(self, handle: Any) -> None:
         with contextlib.suppress(Exception):
             handle.cancel(check=False)
+
+
+def slurm_parameters(
+    *, name: str, cluster: str = "slurm", partition: str | None = None, gpus_per_task: int = 1,
+    cpus_per_task: int | None = None, mem_gb: int | None = None, timeout_min: int = 240, parallel: int | None = None,
+    account: str | None = None, qos: str | None = None,
+) -> dict[str, Any]:
+    """submitit's parameters of one job per step (one task on one node with ``gpus_per_task``
+    GPUs), as ``probe launch slurm`` and ``probe sweep --launcher slurm`` take them; on submitit's
+    ``local`` cluster the Slurm-only ones (partition, array parallelism, account, QOS) are left out."""
+    if gpus_per_task < 0:
+        raise InputError(f"gpus-per-task must be 0 or more, got {gpus_per_task}")
+    check_positive_int(timeout_min, "timeout-min")
+    params: dict[str, Any] = {"timeout_min": timeout_min, "gpus_per_node": gpus_per_task, "tasks_per_node": 1,
+                              "nodes": 1, "name": name}
+    for key, value in (("cpus_per_task", cpus_per_task), ("mem_gb", mem_gb), ("parallel", parallel)):
+        if value is not None:
+            check_positive_int(value, key.replace("_", "-"))
+    if cpus_per_task is not None:
+        params["cpus_per_task"] = cpus_per_task
+    if mem_gb is not None:
+        params["mem_gb"] = mem_gb
+    if cluster != "local":  # submitit's local cluster takes no Slurm parameters
+        optional = {"slurm_partition": partition, "slurm_array_parallelism": parallel, "slurm_account": account,
+                    "slurm_qos": qos}
+        params.update({k: v for k, v in optional.items() if v is not None})
+    return params
 
 
 def wait_all(executor: Executor, handles: Sequence[Any]) -> list[Finished]:

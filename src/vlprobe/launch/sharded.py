@@ -181,19 +181,12 @@ def launch_slurm(
     """``probe launch slurm``: ``command`` as a Slurm job array of ``shards`` tasks through submitit
     (``cluster="local"``: submitit's local processes), each task with ``gpus_per_task`` GPUs;
     ``folder`` holds submitit's files (default ``<out stem>.launch/submitit``)."""
-    from vlprobe.launch.executors import SubmititExecutor
+    from vlprobe.launch.executors import SubmititExecutor, slurm_parameters
 
     parsed = ShardedCommand.parse(command)
-    params: dict[str, Any] = {"timeout_min": timeout_min, "gpus_per_node": gpus_per_task, "tasks_per_node": 1,
-                              "nodes": 1, "name": f"vlprobe-{parsed.out.stem}"}
-    if cpus_per_task is not None:
-        params["cpus_per_task"] = cpus_per_task
-    if mem_gb is not None:
-        params["mem_gb"] = mem_gb
-    if cluster != "local":  # submitit's local cluster takes no Slurm parameters
-        optional = {"slurm_partition": partition, "slurm_array_parallelism": parallel, "slurm_account": account,
-                    "slurm_qos": qos}
-        params.update({k: v for k, v in optional.items() if v is not None})
+    params = slurm_parameters(name=f"vlprobe-{parsed.out.stem}", cluster=cluster, partition=partition,
+                              gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task, mem_gb=mem_gb,
+                              timeout_min=timeout_min, parallel=parallel, account=account, qos=qos)
     where = folder or parsed.out.with_name(f"{parsed.out.stem}.launch") / "submitit"
     executor = SubmititExecutor(Path(where), cluster=cluster, parameters=params)
     return launch_shards(parsed, shards, executor, retries=retries, merge=merge, echo=echo)

@@ -163,21 +163,31 @@ def plan_steps(plan: SweepPlan) -> list[Step]:
 
 def run_sweep(
     plan: str | Path, *, out: Path | None = None, launcher: str = "local", jobs: int | None = None,
-    threads: int | None = None, retries: int = 1, echo: Any = print,
+    threads: int | None = None, retries: int = 1, echo: Any = print, partition: str | None = None,
+    gpus_per_task: int = 1, cpus_per_task: int | None = None, mem_gb: int | None = None, timeout_min: int = 240,
+    parallel: int | None = None, account: str | None = None, qos: str | None = None, cluster: str = "slurm",
 ) -> dict[str, Any]:
     """``probe sweep``: run (or resume) the plan's steps on ``launcher`` (``local`` processes, ``jobs``
-    at once with ``threads`` threads each; ``slurm``: submitit jobs). Returns the timings of
+    at once with ``threads`` threads each; ``slurm``: a submitit job per step with the job options
+    ``partition`` ... ``qos`` of :func:`vlprobe.launch.executors.slurm_parameters`, on ``cluster``:
+    ``slurm``, or ``local`` for submitit's local processes). Returns the timings of
     :func:`vlprobe.launch.steps.run_steps` with ``out`` and ``results`` (the collected CSV)."""
-    from vlprobe.launch.executors import Executor, LocalExecutor, SubmititExecutor
+    from vlprobe.launch.executors import Executor, LocalExecutor, SubmititExecutor, slurm_parameters
     from vlprobe.launch.steps import run_steps
 
     parsed = load_plan(plan, out=out)
     steps = plan_steps(parsed)
     executor: Executor
+    job: dict[str, Any] = {"partition": partition, "gpus_per_task": gpus_per_task, "cpus_per_task": cpus_per_task,
+                           "mem_gb": mem_gb, "timeout_min": timeout_min, "parallel": parallel, "account": account, "qos": qos}
     if launcher == "local":
+        given = [k for k, v in job.items() if v is not None and k not in ("gpus_per_task", "timeout_min")]
+        if given:  # (the two with defaults are not told apart from unset ones)
+            raise InputError(f"{given[0].replace('_', '-')}: a Slurm job option; give it with --launcher slurm")
         executor = LocalExecutor(jobs=jobs, threads=threads)
     elif launcher == "slurm":
-        executor = SubmititExecutor(parsed.out / "submitit", cluster="slurm", parameters={"timeout_min": 240})
+        params = slurm_parameters(name=f"vlprobe-{parsed.out.name}", cluster=cluster, **job)
+        executor = SubmititExecutor(parsed.out / "submitit", cluster=cluster, parameters=params)
     else:
         raise InputError(f"launcher must be local or slurm, got {launcher!r}")
     ensure_folder(parsed.out)

@@ -16,31 +16,30 @@ example:
 4. the known-answer report (:mod:`vlprobe.results.known_answers`) in ``OUT/report/``: the table,
    the checks, ``comparison.png`` and ``summary.txt``.
 
-The steps are tasks that wait only for their inputs (:func:`plan_commands`), run in ``jobs``
-worker processes (one torch thread each), the task with the longest chain of work behind it
-first: LXMERT trains while the CLIPs train and are probed, and the two cores stay busy to the
-end. The runs of one experiment never overlap (they share its ``manifest.json``). The probe
-experiments run with explicit small settings (:data:`QUICK_SETTINGS`: fewer seeds, epochs and a
-narrower MLP than the paper's defaults) so the whole run fits in minutes on two CPU cores; the
-report says so.
+The steps (:func:`plan_commands`) are a plan run by the step runner of ``probe sweep`` and
+``probe launch`` (:func:`vlprobe.launch.steps.run_steps`): each step a ``probe`` process on this
+machine (``jobs`` at once, one torch thread each) that starts as soon as the steps it waits for
+are done, the one with the longest chain of work behind it first: LXMERT trains while the CLIPs
+train and are probed, and the two cores stay busy to the end. The runs of one experiment never
+overlap (they share its ``manifest.json``). Each run does every step again (``results/``,
+``report/`` and ``caches/`` are replaced; the trained models are reused by the train commands
+themselves). The probe experiments run with explicit small settings (:data:`QUICK_SETTINGS`:
+fewer seeds, epochs and a narrower MLP than the paper's defaults) so the whole run fits in
+minutes on two CPU cores; the report says so.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
-import os
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vlprobe.io.paths import ensure_folder
-from vlprobe.validation import InputError, check_positive_int, check_seed
+from vlprobe.launch.steps import Step
+from vlprobe.validation import check_positive_int, check_seed
 
-__all__ = ["GROUPS", "QUICK_SETTINGS", "KnownAnswerConfig", "Task", "plan_commands", "run_testbed"]
+__all__ = ["GROUPS", "QUICK_SETTINGS", "KnownAnswerConfig", "plan_commands", "run_testbed"]
 
 #: Probe settings of the testbed runs (the paper's defaults take far longer; see the report note).
 #: Separability fits raw states (``--scale none``) for every model, so that the CLIP and LXMERT
@@ -72,7 +71,7 @@ class KnownAnswerConfig:
     clip_steps, lxmert_steps : int
         Training steps.
     jobs : int
-        Worker processes.
+        Steps at once (``probe`` processes).
     """
 
     out: Path
@@ -93,11 +92,11 @@ def _s(value: Any) -> str:
     return str(value)
 
 
-#: Groups of the plan's tasks, in the order the timings list them.
+#: Groups of the plan's steps, in the order the timings list them.
 GROUPS = ("data", "train", "extract and probe")
 
-#: CPU seconds of each kind of task at the default settings (measured on 2 shared cores; a
-#: training task scales with its steps). Used only to order the tasks, never to time out.
+#: CPU seconds of each kind of step at the default settings (measured on 2 shared cores; a
+#: training step scales with its steps). Used only to order the steps, never to time out.
 _COST = {
     "train dataset": 5.0, "train regions": 6.0, "eval dataset": 1.0, "eval regions": 1.0,
     "train clip": 85.0, "train lxmert": 115.0, "untrained": 1.5, "extract": 3.0,
@@ -106,67 +105,39 @@ _COST = {
 }
 
 
-@dataclass(frozen=True)
-class Task:
-    """One step of a run: ``probe`` commands run in order in one worker.
-
-    Attributes
-    ----------
-    name : str
-        Unique within the plan (``"train clip-trained"``, ``"separability lxmert-random"``).
-    group : str
-        One of :data:`GROUPS` (what the timings add up).
-    commands : tuple of tuple of str
-        Argument lists of ``probe``.
-    after : tuple of str
-        Tasks that must have finished first.
-    cost : float
-        Estimated CPU seconds (orders the ready tasks: longest remaining path first).
-    exclusive : str
-        Tasks with the same non-empty key never run at once (runs of one experiment share its
-        ``manifest.json``).
-    """
-
-    name: str
-    group: str
-    commands: tuple[tuple[str, ...], ...]
-    after: tuple[str, ...] = ()
-    cost: float = 1.0
-    exclusive: str = ""
-
-
-def plan_commands(config: KnownAnswerConfig) -> list[Task]:
-    """The tasks of a run and what each waits for (a task starts as soon as its inputs exist, so
+def plan_commands(config: KnownAnswerConfig) -> list[Step]:
+    """The steps of a run and what each waits for (a step starts as soon as its inputs exist, so
     the CLIP models are extracted and probed while LXMERT still trains).
 
     Returns
     -------
-    list of Task
-        In an order where every task comes after the tasks it waits for.
+    list of Step
+        One ``probe`` command each, grouped by :data:`GROUPS`, with its estimated CPU seconds as
+        its cost; in an order where every step comes after the steps it waits for.
     """
     out, models, seed = Path(config.out), config.models, _s(config.seed)
     train, evald = models / "train-data", out / "data"
     train_regions, eval_regions = models / "train-regions.h5", out / "regions.h5"
     caches, results = out / "caches", out / "results"
     q = ("--quiet",)
-    tasks: list[Task] = []
+    steps: list[Step] = []
 
-    def add(name: str, group: str, commands: list[list[str]], after: Sequence[str] = (), cost: float = 1.0,
+    def add(name: str, group: str, args: list[str], after: Sequence[str] = (), cost: float = 1.0,
             exclusive: str = "") -> None:
-        tasks.append(Task(name, group, tuple(tuple(c) for c in commands), tuple(after), cost, exclusive))
+        steps.append(Step(name, tuple(args), tuple(after), group, cost, exclusive))
 
     ready = _training_data_ready(config)  # deterministic files: rewriting them would give the same bytes
     if not ready:
-        add("train dataset", "data", [["fixtures", "dataset", "--split", "train", "--n-items", _s(config.train_items),
-                                       "--seed", seed, "--out", _s(train)]],
+        add("train dataset", "data", ["fixtures", "dataset", "--split", "train", "--n-items", _s(config.train_items),
+                                      "--seed", seed, "--out", _s(train)],
             cost=_COST["train dataset"] * config.train_items / 1500)
-        add("train regions", "data", [["fixtures", "regions", "--oracle", "--data-dir", _s(train), "--out",
-                                       _s(train_regions), "--seed", seed, "--dtype", "float16"]], ["train dataset"],
+        add("train regions", "data", ["fixtures", "regions", "--oracle", "--data-dir", _s(train), "--out",
+                                      _s(train_regions), "--seed", seed, "--dtype", "float16"], ["train dataset"],
             cost=_COST["train regions"] * config.train_items / 1500)
-    add("eval dataset", "data", [["fixtures", "dataset", "--n-items", _s(config.eval_items), "--seed", seed,
-                                  "--out", _s(evald)]], cost=_COST["eval dataset"])
-    add("eval regions", "data", [["fixtures", "regions", "--oracle", "--data-dir", _s(evald), "--out",
-                                  _s(eval_regions), "--seed", seed]], ["eval dataset"], cost=_COST["eval regions"])
+    add("eval dataset", "data", ["fixtures", "dataset", "--n-items", _s(config.eval_items), "--seed", seed,
+                                 "--out", _s(evald)], cost=_COST["eval dataset"])
+    add("eval regions", "data", ["fixtures", "regions", "--oracle", "--data-dir", _s(evald), "--out",
+                                 _s(eval_regions), "--seed", seed], ["eval dataset"], cost=_COST["eval regions"])
     clip = ["fixtures", "train", "clip", "--data-dir", _s(train), "--seed", seed, "--device", "cpu",
             "--steps", _s(config.clip_steps), *q]
     lxmert = ["fixtures", "train", "lxmert", "--data-dir", _s(train), "--regions", _s(train_regions), "--seed", seed,
@@ -184,7 +155,7 @@ def plan_commands(config: KnownAnswerConfig) -> list[Task]:
                           _COST["untrained"]),
     }
     for name, (command, after, cost) in trainers.items():
-        add(f"train {name}", "train", [command], after, cost)
+        add(f"train {name}", "train", command, after, cost)
     for name in trainers:
         cache = _s(caches / f"{name}.h5")
         run = ["--cache", cache, "--out", _s(results), "--name", name]
@@ -198,8 +169,8 @@ def plan_commands(config: KnownAnswerConfig) -> list[Task]:
             stream = ["--streams", "lang"]
             inputs = ["eval dataset", "eval regions"]
         add(f"extract {name}", "extract and probe", [
-            [*extract, "--dataset", "winoground", "--data-dir", _s(evald), "--variants", _s(evald / "variants.jsonl"),
-             "--device", "cpu", "--out", cache, *q]], [f"train {name}", *inputs], _COST["extract"])
+            *extract, "--dataset", "winoground", "--data-dir", _s(evald), "--variants", _s(evald / "variants.jsonl"),
+            "--device", "cpu", "--out", cache, *q], [f"train {name}", *inputs], _COST["extract"])
         experiments: list[tuple[str, list[str]]] = [("winoground-scores", [])]
         if name.startswith("clip"):
             experiments.append(("recall", []))
@@ -210,22 +181,9 @@ def plan_commands(config: KnownAnswerConfig) -> list[Task]:
             ("variant-similarity", []),
         ]
         for experiment, extra in experiments:
-            add(f"{experiment} {name}", "extract and probe", [["run", experiment, *run, *extra]], [f"extract {name}"],
+            add(f"{experiment} {name}", "extract and probe", ["run", experiment, *run, *extra], [f"extract {name}"],
                 _COST[experiment], exclusive=experiment)
-    return tasks
-
-
-def _priorities(tasks: Sequence[Task]) -> dict[str, float]:
-    """Each task's cost plus the costliest chain of tasks waiting on it (its remaining path)."""
-    waiting: dict[str, list[str]] = {t.name: [] for t in tasks}
-    for t in tasks:
-        for before in t.after:
-            waiting[before].append(t.name)
-    cost = {t.name: t.cost for t in tasks}
-    rank: dict[str, float] = {}
-    for t in reversed(tasks):  # tasks come after what they wait for
-        rank[t.name] = cost[t.name] + max((rank[n] for n in waiting[t.name]), default=0.0)
-    return rank
+    return steps
 
 
 def _training_data_ready(config: KnownAnswerConfig) -> bool:
@@ -235,44 +193,6 @@ def _training_data_ready(config: KnownAnswerConfig) -> bool:
     want = {"n_items": config.train_items, "seed": config.seed, "image_size": 64, "split": "train"}
     models = config.models
     return synthetic_provenance(models / "train-data") == want and (models / "train-regions.h5").is_file()
-
-
-def _worker_init() -> None:
-    os.environ["OMP_NUM_THREADS"] = "1"
-    import torch
-
-    torch.set_num_threads(1)
-
-
-def _run_task(name: str, commands: Sequence[Sequence[str]], log: str) -> tuple[str, float, float, str]:
-    """Run ``commands`` in this process, output into ``log``; raise on the first failure (an
-    :class:`InputError` where the command refused its input). Returns the name, wall and CPU
-    seconds and the commands with their output."""
-    from vlprobe.cli import app
-
-    wall, cpu = time.perf_counter(), time.process_time()
-    lines = []
-    with open(log, "w", encoding="utf-8") as fh:
-        for args in commands:
-            shown = "probe " + " ".join(args)
-            lines.append(f"$ {shown}")
-            fh.write(f"$ {shown}\n")
-            fh.flush()
-            buf = io.StringIO()
-            t0, c0 = time.perf_counter(), time.process_time()
-            with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
-                rc = app(list(args), standalone_mode=False)
-            text = buf.getvalue()
-            took = f"({time.perf_counter() - t0:.1f} s, {time.process_time() - c0:.1f} s CPU)"
-            fh.write(f"{text}{took}\n")
-            fh.flush()
-            lines += [f"  {line}" for line in text.splitlines() if line.strip()] + [f"  {took}"]
-            if rc == 2:  # the command refused its input in one line: so does the testbed
-                said = text.strip().splitlines()[-1] if text.strip() else ""
-                raise InputError(f"testbed: `{shown}` was refused (see {log}): {said}")
-            if rc not in (None, 0):
-                raise RuntimeError(f"testbed: `{shown}` failed (exit {rc}); see {log}:\n{text.strip()}")
-    return name, time.perf_counter() - wall, time.process_time() - cpu, "\n".join(lines)
 
 
 #: What a testbed's output folder is listed as among the files vlprobe wrote (:mod:`vlprobe.io`).
@@ -300,7 +220,7 @@ def run_testbed(config: KnownAnswerConfig, *, echo: Any = print) -> dict[str, An
     -------
     dict
         ``report`` (see :func:`vlprobe.results.known_answers.write_report`), ``timings`` (see
-        :func:`_schedule`), ``out``.
+        :func:`run_plan`; with ``report``: its wall and CPU seconds), ``out``.
     """
     from vlprobe.results.known_answers import write_report
 
@@ -311,14 +231,12 @@ def run_testbed(config: KnownAnswerConfig, *, echo: Any = print) -> dict[str, An
 
     # OUT's results, report and caches are cleared below: only a folder of the testbed's own.
     out = claim_folder(config.out, kind=TESTBED_KIND, recognise=_earlier_testbed)
-    logs = out / "logs"
-    ensure_folder(logs)
-    for sub in ("results", "report", "caches"):
+    for sub in ("results", "report", "caches", "state"):  # state: every step runs again
         _clear(out / sub)
     (out / "caches").mkdir()  # extract writes its cache into an existing folder
     if _training_data_ready(config):
         echo(f"reusing the training split and its oracle regions in {config.models}")
-    timings = _schedule(plan_commands(config), config.jobs, logs, echo)
+    timings = run_plan(plan_commands(config), config.jobs, out, echo)
     note = (
         "Probe settings are the testbed's small ones, not the paper defaults: "
         + "; ".join(f"{k} {' '.join(v)}" for k, v in QUICK_SETTINGS.items())
@@ -333,62 +251,24 @@ def run_testbed(config: KnownAnswerConfig, *, echo: Any = print) -> dict[str, An
     return {"report": report, "timings": timings, "out": out}
 
 
-def _schedule(tasks: Sequence[Task], jobs: int, logs: Path, echo: Any) -> dict[str, Any]:
-    """Run ``tasks`` in ``jobs`` worker processes: whenever a worker is free, the ready task
-    (everything it waits for done, no task of its ``exclusive`` key running) with the longest
-    remaining path starts. The first failure stops new starts and is raised once the running
-    tasks have finished (their work is kept: a rerun reuses the models).
+def run_plan(steps: Sequence[Step], jobs: int, root: Path, echo: Any = print) -> dict[str, Any]:
+    """Run testbed steps (all of :func:`plan_commands`, or a part) with the step runner: ``jobs``
+    ``probe`` processes at once, one torch thread each, logs in ``root/logs``, no retries (the
+    steps are deterministic: a failure would repeat). Each step's command and output are echoed.
 
     Returns
     -------
     dict
-        ``tasks``: name -> {group, start, end (seconds from the start), wall, cpu}; ``wall``: the
-        whole schedule's seconds (:func:`run_testbed` adds ``report``: its wall and CPU seconds).
+        :func:`vlprobe.launch.steps.run_steps`'s timings: ``steps``: name -> {group, start, end,
+        wall, cpu, tries}; ``wall``.
+
+    Raises
+    ------
+    vlprobe.launch.steps.StepFailed
+        A step failed (after the running ones finished; their work is kept: a rerun reuses the
+        models).
     """
-    from concurrent.futures import FIRST_COMPLETED, Future, wait
+    from vlprobe.launch.executors import LocalExecutor
+    from vlprobe.launch.steps import run_steps
 
-    rank = _priorities(tasks)
-    pending = sorted(tasks, key=lambda t: -rank[t.name])
-    done: set[str] = set()
-    running: dict[Future[tuple[str, float, float, str]], Task] = {}
-    record: dict[str, dict[str, Any]] = {}
-    failure: BaseException | None = None
-    t0 = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=_spawn_context(), initializer=_worker_init) as pool:
-        while pending or running:
-            busy = {t.exclusive for t in running.values() if t.exclusive}
-            for task in list(pending):
-                if failure is not None or len(running) >= jobs:
-                    break
-                if set(task.after) <= done and not (task.exclusive and task.exclusive in busy):
-                    pending.remove(task)
-                    busy.add(task.exclusive)
-                    log = logs / f"{task.name.replace(' ', '.')}.log"
-                    running[pool.submit(_run_task, task.name, task.commands, str(log))] = task
-                    record[task.name] = {"group": task.group, "start": time.perf_counter() - t0}
-            if not running:
-                if failure is None and pending:  # unreachable with a plan from plan_commands
-                    raise RuntimeError(f"testbed: tasks wait for tasks not in the plan: {[t.name for t in pending]}")
-                break
-            finished, _ = wait(running, return_when=FIRST_COMPLETED)
-            for fut in finished:
-                task = running.pop(fut)
-                try:
-                    name, wall, cpu, text = fut.result()
-                except BaseException as exc:  # re-raised below, once the running tasks have finished
-                    failure = failure or exc
-                    continue
-                done.add(name)
-                record[name].update(end=time.perf_counter() - t0, wall=wall, cpu=cpu)
-                echo(f"[{len(done)}/{len(tasks)}] {name} ({wall:.1f} s, {cpu:.1f} s CPU)")
-                echo(text)
-    if failure is not None:
-        raise failure
-    return {"tasks": record, "wall": time.perf_counter() - t0}
-
-
-def _spawn_context() -> Any:
-    import multiprocessing
-
-    return multiprocessing.get_context("spawn")
-
+    return run_steps(steps, LocalExecutor(jobs=jobs, threads=1), root, retries=0, echo=echo, show_output=True)
