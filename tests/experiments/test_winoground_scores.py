@@ -305,7 +305,8 @@ def test_run_from_scores_file_with_real_tags(tmp_path: Path, real_tags: Path) ->
         assert float(line["value"]) == row["value"]
         assert int(line["n"]) == row["n"]
         assert line["stream"] == line["layer"] == ""
-        assert line["seed"] == ("0" if ".ci95_" in line["metric"] else "")
+        assert line["seed"] == ""  # no probe seed; the intervals' resampling seed is the bootstrap_seed column
+        assert line["bootstrap_seed"] == "0" and line["unit"] == "percent"
 
     manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     assert manifest["experiment"] == "winoground-scores"

@@ -27,6 +27,7 @@ from vlprobe.stats.benchmark_metrics import (
     naturalbench_answers,
     naturalbench_outcomes,
     pair_right,
+    rank_of_first,
     sugarcrepe_pp_outcomes,
 )
 from vlprobe.stats.metrics import bootstrap_indices, ci95_rows, winoground_outcomes
@@ -250,8 +251,40 @@ def _sugarcrepe_pp() -> BenchmarkSpec:
 
 SUGARCREPE_PP = _sugarcrepe_pp()
 
+# -- CREPE -------------------------------------------------------------------------------------------
+
+#: CREPE's Recall@k cut-offs (``crepe_eval_utils.get_one2many_metrics``).
+CREPE_KS = (1, 3, 5, 10)
+
+
+def _crepe_outcomes(subset: str, scores: np.ndarray) -> dict[str, np.ndarray]:
+    s = scores[:, :, 0]
+    if s.shape[1] < 2:  # every item of the subset without hard negatives: the caption is first
+        return {"rank": np.zeros(len(s), dtype=np.int64)}
+    return {"rank": rank_of_first(s)}
+
+
+def _crepe_metrics(subset: str, out: Mapping[str, np.ndarray], groups: np.ndarray) -> dict[str, np.ndarray]:
+    rank = np.asarray(out["rank"])
+    return {f"recall@{k}": (rank < k).astype(np.float64).mean(axis=-1) for k in CREPE_KS}
+
+
+def _crepe() -> BenchmarkSpec:
+    from vlprobe.data.crepe import CREPE_SUBSETS
+
+    tie = ("the caption's rank among [caption, *hard negatives] as get_one2many_rank (torch.argsort descending): "
+           "the negatives scoring strictly higher; a tie goes to the caption")
+    return BenchmarkSpec(
+        "crepe", CREPE_SUBSETS, _crepe_outcomes, _crepe_metrics,
+        notes={**{f"recall@{k}": f"image-to-text Recall@{k} over each item's own retrieval set; " + tie
+                  for k in CREPE_KS}},
+    )
+
+
+CREPE = _crepe()
+
 #: The benchmarks ``probe eval`` evaluates through a spec.
-SPECS: dict[str, BenchmarkSpec] = {s.name: s for s in (ARO, MMVP_VLM, NATURALBENCH, EQBEN, COLORSWAP, SUGARCREPE_PP)}
+SPECS: dict[str, BenchmarkSpec] = {s.name: s for s in (ARO, MMVP_VLM, NATURALBENCH, EQBEN, COLORSWAP, SUGARCREPE_PP, CREPE)}
 
 
 # -- rows --------------------------------------------------------------------------------------------
@@ -305,7 +338,7 @@ def spec_rows(
             row = {**base, "subset": scope, "n": len(cols)}
             note = spec.note(scope if (scope, metric) in spec.notes else subset, metric)
             rows.append({**row, "metric": metric, "value": 100.0 * float(value), **({"note": note} if note else {})})
-            rows.extend(ci95_rows(row, metric, 100.0 * np.asarray(boot[metric]).reshape(-1), seed))
+            rows.extend(ci95_rows(row, metric, 100.0 * np.asarray(boot[metric]).reshape(-1)))
 
     summary: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
     for subset in dict.fromkeys(sub.tolist()):
@@ -327,7 +360,7 @@ def spec_rows(
                 note = spec.note(subset, "group_accuracy")
                 rows.append({**row, "metric": "accuracy", "value": 100.0 * float(correct[gcols].mean()),
                              **({"note": note} if note else {})})
-                rows.extend(ci95_rows(row, "accuracy", 100.0 * correct[at].mean(axis=-1).reshape(-1), seed))
+                rows.extend(ci95_rows(row, "accuracy", 100.0 * correct[at].mean(axis=-1).reshape(-1)))
         if slice_values is not None:
             for v in ("same", "different"):
                 scols = cols[slice_values[cols] == v]
@@ -340,5 +373,5 @@ def spec_rows(
         note = spec.note(spec.summary, metric)
         mean = float(np.mean([p for p, _ in parts]))
         rows.append({**row, "metric": metric, "value": 100.0 * mean, **({"note": note} if note else {})})
-        rows.extend(ci95_rows(row, metric, 100.0 * np.mean([b for _, b in parts], axis=0), seed))
+        rows.extend(ci95_rows(row, metric, 100.0 * np.mean([b for _, b in parts], axis=0)))
     return rows, strata
