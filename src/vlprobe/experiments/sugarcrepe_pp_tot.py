@@ -101,7 +101,7 @@ def compute_tot(config: TotConfig, slot: RunSlot) -> RunRows:
                 "subset": subset, "n": len(cols)}
         rows.append({**base, "metric": "tot", "value": 100.0 * float(right[cols].mean()), "note": TOT_NOTE})
         idx = cols[bootstrap_indices(len(cols), config.bootstrap, config.bootstrap_seed)]
-        rows += ci95_rows(base, "tot", 100.0 * right[idx].mean(axis=-1).reshape(-1), config.bootstrap_seed)
+        rows += ci95_rows(base, "tot", 100.0 * right[idx].mean(axis=-1).reshape(-1))
     return RunRows(rows, {"cache": provenance}, seeds=[config.bootstrap_seed],
                    extra={"units": units_of(rows), "model": slot.label, "n_items": len(ids),
                           "bootstrap": {"resamples": config.bootstrap, "seed": config.bootstrap_seed, "level": 0.95,
