@@ -308,6 +308,10 @@ EXPERIMENTS.register(
     help="MMVP-VLM pair accuracy per category and their mean (`probe eval mmvp-vlm`)",
 )
 EXPERIMENTS.register(
+    "sugarcrepe-pp-tot", "vlprobe.experiments.sugarcrepe_pp_tot:EXPERIMENT",
+    help="SugarCrepe++ text-only task (TOT) from a cache's pooled text embeddings, per file",
+)
+EXPERIMENTS.register(
     "sugarcrepe-pp", "vlprobe.experiments.benchmark_eval:SUGARCREPE_PP",
     help="SugarCrepe++ image-to-text accuracy (ITT) and each positive against the negative (`probe eval sugarcrepe-pp`)",
 )
