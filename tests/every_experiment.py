@@ -9,6 +9,7 @@ import numpy as np
 
 from vlprobe.data.benchmark_fixtures import write_benchmark_fixture
 from vlprobe.experiments.benchmark_eval import EvalConfig, run_eval
+from vlprobe.experiments.bias_gap import BiasGapConfig, run_bias_gap
 from vlprobe.experiments.conditional import ConditionalConfig, run_conditional
 from vlprobe.experiments.erasure import ErasureConfig, run_erasure
 from vlprobe.experiments.mdl import MDLConfig, run_mdl
@@ -50,6 +51,8 @@ def build_every_experiment(root: Path, reference_cache: Path, tiny_clip: Path, s
     aro = write_benchmark_fixture(root / "aro-data", "aro", n_items=6)
     run_eval(EvalConfig(benchmark="aro", out=out, model="caption-length", data_dir=aro,
                         subsets="vg_relation,vg_attribution", bootstrap=50, progress=False))
+    run_bias_gap(BiasGapConfig(dataset="aro", out=out, scorers=("caption-length",), data_dir=aro,
+                               subsets="vg_relation,vg_attribution", bootstrap=50, progress=False))
     run_mdl(MDLConfig(out=out, cache=planted, seeds=1, progress=False, **MLP))
     run_conditional(ConditionalConfig(out=out, cache=planted, seeds=1, bootstrap=50, progress=False, **MLP))
     run_patch(PatchConfig(out=out, model="clip", checkpoint=str(tiny_clip), data_dir=synthetic_dir, limit=3,

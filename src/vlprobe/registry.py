@@ -316,6 +316,10 @@ EXPERIMENTS.register(
     help="NaturalBench question, image, binary and group accuracies (`probe eval naturalbench`)",
 )
 EXPERIMENTS.register(
+    "bias-gap", "vlprobe.experiments.bias_gap:EXPERIMENT",
+    help="SugarCrepe's bias analysis: blind scorers' positive-minus-negative gaps per subset, share right, vs VLM results",
+)
+EXPERIMENTS.register(
     "refine", "vlprobe.experiments.refine:EXPERIMENT",
     help="SugarCrepe's adversarial refinement of two blind scorers' gaps (`probe refine`)",
 )

@@ -305,7 +305,8 @@ def test_run_from_scores_file_with_real_tags(tmp_path: Path, real_tags: Path) ->
         assert float(line["value"]) == row["value"]
         assert int(line["n"]) == row["n"]
         assert line["stream"] == line["layer"] == ""
-        assert line["seed"] == ("0" if ".ci95_" in line["metric"] else "")
+        assert line["seed"] == ""  # no probe seed; the intervals' resampling seed is the bootstrap_seed column
+        assert line["bootstrap_seed"] == "0" and line["unit"] == "percent"
 
     manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     assert manifest["experiment"] == "winoground-scores"
@@ -551,9 +552,13 @@ def test_cli_both_inputs(one_error_line: Callable[..., str], cache_setup: dict[s
     one_error_line(result, "exactly one of cache")
 
 
-def test_cli_neither_input(one_error_line: Callable[..., str], tmp_path: Path) -> None:
+def test_cli_neither_input(one_error_line: Callable[..., str], tmp_path: Path,
+                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # Neither given: the experiment looks for caches/ (runs/each_cache.py); none here, so the
+    # message names both ways in.
+    monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(app, ["run", "winoground-scores", "--out", str(tmp_path / "o")])
-    one_error_line(result, "exactly one of cache")
+    one_error_line(result, "cache: not given, and 'caches' is not a folder of caches", "or --scores FILE")
 
 
 def test_cli_missing_cache(one_error_line: Callable[..., str], tmp_path: Path) -> None:

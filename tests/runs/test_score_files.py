@@ -193,7 +193,8 @@ def test_recall_from_matrix_equals_recall_at_k(tmp_path: Path) -> None:
 # --- CLI: one-line errors ------------------------------------------------------------------------
 
 
-def test_cli_scores_inputs(tmp_path: Path, one_error_line: Callable[..., str]) -> None:
+def test_cli_scores_inputs(tmp_path: Path, one_error_line: Callable[..., str],
+                           monkeypatch: pytest.MonkeyPatch) -> None:
     m = winoground_matrix(10, seed=2)
     np.save(tmp_path / "m.npy", m)
     runner = CliRunner()
@@ -219,4 +220,6 @@ def test_cli_scores_inputs(tmp_path: Path, one_error_line: Callable[..., str]) -
     (tmp_path / "missing.jsonl").write_text("\n".join(lines[:-1]) + "\n", encoding="utf-8")
     one_error_line(runner.invoke(app, ["run", "winoground-scores", "--scores", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "o")]),
                    "3 of 4 scores for id 9")
-    one_error_line(runner.invoke(app, ["run", "recall", "--out", str(tmp_path / "o")]), "exactly one of cache")
+    # neither a cache nor scores, and no caches/ folder in the working directory (a tmp folder)
+    monkeypatch.chdir(tmp_path)
+    one_error_line(runner.invoke(app, ["run", "recall", "--out", str(tmp_path / "o")]), "cache: not given", "or --scores FILE")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from vlprobe.runs.units import MARGIN, P_VALUE, PERCENT, RANK, base_metric, metric_unit
+from vlprobe.runs.units import MARGIN, NOT_MEANS, P_VALUE, PERCENT, RANK, base_metric, metric_unit
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
@@ -27,8 +27,9 @@ def value_columns(path: Path, row: dict[str, str]) -> list[str]:
 
 def test_every_metric_of_every_csv_has_one_declared_unit(every_experiment: Path) -> None:
     experiments = sorted(p.name for p in every_experiment.iterdir())
-    assert experiments == ["aro", "conditional", "erasure", "mdl", "patch", "recall", "separability", "sugarcrepe",
-                           "task-adaptation", "valse", "variant-probe", "variant-similarity", "winoground-scores"]
+    assert experiments == ["aro", "bias-gap", "conditional", "erasure", "mdl", "patch", "recall", "separability",
+                           "sugarcrepe", "task-adaptation", "valse", "variant-probe", "variant-similarity",
+                           "winoground-scores"]
     seen: dict[str, str] = {}  # metric -> unit, over every experiment
     n_files = 0
     for folder in sorted(every_experiment.iterdir()):
@@ -83,7 +84,7 @@ def test_per_case_values_average_to_the_aggregate(every_experiment: Path) -> Non
                  r.get("agg", ""), r.get("lambda", "")): r
                 for r in read_csv(items_path.with_name(items_path.name.replace(".items", "")))
                 if r["subset"] in groups and r["task"] in ("target", "control") and base_metric(r["metric"]) == r["metric"]
-                and not r["metric"].endswith(".p_value")}
+                and not r["metric"].endswith(".p_value") and r["metric"] not in NOT_MEANS}
         assert set(per_case) == set(tidy), items_path.name
         for key, values in per_case.items():
             finite = [v for v in values if not math.isnan(v)]

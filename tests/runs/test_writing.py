@@ -36,14 +36,14 @@ def read_csv(path: Path) -> tuple[list[str], list[dict[str, str]]]:
 def test_tidy_columns() -> None:
     assert TIDY_COLUMNS == (
         "experiment", "model", "stream", "layer", "kind", "pooling", "probe", "task", "seed", "split",
-        "subset", "metric", "value", "n", "note",
+        "subset", "metric", "value", "unit", "n", "note",
     )
 
 
 def test_write_tidy_csv_header_rows_and_empty_cells(tmp_path: Path) -> None:
     rows = [
-        {"experiment": "e", "model": "m", "layer": 3, "metric": "acc", "value": 0.25, "n": 4},
-        {"experiment": "e", "model": "m", "subset": "tag=a,b", "metric": "acc", "value": float("nan")},
+        {"experiment": "e", "model": "m", "layer": 3, "metric": "accuracy", "value": 0.25, "n": 4},
+        {"experiment": "e", "model": "m", "subset": "tag=a,b", "metric": "undeclared", "value": float("nan")},
         {"experiment": "e", "model": "m", "seed": None, "metric": "acc", "value": np.float64(0.1), "n": np.int64(7)},
     ]
     path = write_tidy_csv(tmp_path / "sub" / "out.csv", rows)
@@ -53,8 +53,10 @@ def test_write_tidy_csv_header_rows_and_empty_cells(tmp_path: Path) -> None:
     assert len(got) == 3
     assert got[0] == {
         "experiment": "e", "model": "m", "stream": "", "layer": "3", "kind": "", "pooling": "", "probe": "",
-        "task": "", "seed": "", "split": "", "subset": "", "metric": "acc", "value": "0.25", "n": "4", "note": "",
+        "task": "", "seed": "", "split": "", "subset": "", "metric": "accuracy", "value": "0.25", "unit": "percent",
+        "n": "4", "note": "",
     }
+    assert got[1]["unit"] == ""  # a name without a declared unit (vlprobe.runs.units) is left blank
     assert got[1]["subset"] == "tag=a,b"  # quoted by the csv module, read back whole
     assert got[1]["value"] == "nan"
     assert got[1]["n"] == ""

@@ -444,7 +444,7 @@ def _with_ci(rows: list[dict[str, Any]], base: dict[str, Any], subset: str, metr
     """A metric's row (in percent, with its ``note``) and its interval rows."""
     row = {**base, "subset": subset, "n": n}
     rows.append({**row, "metric": metric, "value": 100.0 * value, **({"note": note} if note else {})})
-    rows += ci95_rows(row, metric, 100.0 * boot, seed)
+    rows += ci95_rows(row, metric, 100.0 * boot)
 
 
 def _slice_masks(slices: np.ndarray | None) -> dict[str, np.ndarray]:

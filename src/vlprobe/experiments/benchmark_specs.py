@@ -305,7 +305,7 @@ def spec_rows(
             row = {**base, "subset": scope, "n": len(cols)}
             note = spec.note(scope if (scope, metric) in spec.notes else subset, metric)
             rows.append({**row, "metric": metric, "value": 100.0 * float(value), **({"note": note} if note else {})})
-            rows.extend(ci95_rows(row, metric, 100.0 * np.asarray(boot[metric]).reshape(-1), seed))
+            rows.extend(ci95_rows(row, metric, 100.0 * np.asarray(boot[metric]).reshape(-1)))
 
     summary: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
     for subset in dict.fromkeys(sub.tolist()):
@@ -327,7 +327,7 @@ def spec_rows(
                 note = spec.note(subset, "group_accuracy")
                 rows.append({**row, "metric": "accuracy", "value": 100.0 * float(correct[gcols].mean()),
                              **({"note": note} if note else {})})
-                rows.extend(ci95_rows(row, "accuracy", 100.0 * correct[at].mean(axis=-1).reshape(-1), seed))
+                rows.extend(ci95_rows(row, "accuracy", 100.0 * correct[at].mean(axis=-1).reshape(-1)))
         if slice_values is not None:
             for v in ("same", "different"):
                 scols = cols[slice_values[cols] == v]
@@ -340,5 +340,5 @@ def spec_rows(
         note = spec.note(spec.summary, metric)
         mean = float(np.mean([p for p, _ in parts]))
         rows.append({**row, "metric": metric, "value": 100.0 * mean, **({"note": note} if note else {})})
-        rows.extend(ci95_rows(row, metric, 100.0 * np.mean([b for _, b in parts], axis=0), seed))
+        rows.extend(ci95_rows(row, metric, 100.0 * np.mean([b for _, b in parts], axis=0)))
     return rows, strata

@@ -227,8 +227,7 @@ def compute_conditional(config: ConditionalConfig, slot: RunSlot) -> RunRows:
                     rows.append({**row, "metric": metric, "value": float(per_example.mean())})
                     if seed == seeds[0]:
                         per_item = np.array([per_example[m].mean() for m in member])
-                        rows += ci95_rows({**row, "n": len(owners)}, metric, per_item[boot].mean(axis=1),
-                                          config.bootstrap_seed)
+                        rows += ci95_rows({**row, "n": len(owners)}, metric, per_item[boot].mean(axis=1))
                 bar.update()
     return RunRows(rows, inputs, seeds=seeds, summary=True, extra={
         "model": plan.model, "stream": ex.stream, "layers": ex.layers, "n_examples": len(ex.labels),

@@ -292,7 +292,7 @@ def compute_erasure(config: ErasureConfig, slot: RunSlot) -> RunRows:
     def add(outcomes: dict[str, np.ndarray], row: dict[str, Any]) -> None:
         for metric, v in outcomes.items():
             rows.append({**row, "metric": metric, "value": float(100.0 * v.mean())})
-            rows.extend(ci95_rows(row, metric, 100.0 * v[idx].mean(axis=1), config.bootstrap_seed))
+            rows.extend(ci95_rows(row, metric, 100.0 * v[idx].mean(axis=1)))
 
     add(metrics(base_scores), {**base, "layer": None, "probe": "none", "task": "target", "seed": None})
     say(config.progress, f"{EXPERIMENT.name}: {config.model} on {n} {config.dataset} items, stream {stream}: "

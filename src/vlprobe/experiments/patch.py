@@ -368,7 +368,7 @@ def _rows(change: np.ndarray, full: np.ndarray, subsets: dict[str, np.ndarray], 
                      "recovered": (c / f if f else float("nan"), np.where(bf != 0, bc / bf, np.nan))}
         for metric, (value, boot) in stats.items():
             out.append({**row, "metric": metric, "value": float(value)})
-            out += ci95_rows(row, metric, np.asarray(boot, dtype=np.float64), config.bootstrap_seed)
+            out += ci95_rows(row, metric, np.asarray(boot, dtype=np.float64))
     return out
 
 

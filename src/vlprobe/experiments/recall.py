@@ -124,13 +124,13 @@ def compute_recall(config: RecallConfig, slot: RunSlot) -> RunRows:
         for k in config.ks:
             hit = ranks <= int(k)
             rows.append({**base, "metric": f"recall@{int(k)}", "value": 100.0 * float(hit.mean()), "note": RECALL_NOTE})
-            intervals += ci95_rows(base, f"recall@{int(k)}", 100.0 * hit[idx].mean(axis=1), config.bootstrap_seed)
+            intervals += ci95_rows(base, f"recall@{int(k)}", 100.0 * hit[idx].mean(axis=1))
         resampled = ranks[idx].astype(np.float64)
         for metric, point, boot in (("median_rank", np.median(ranks), np.median(resampled, axis=1)),
                                     ("mean_rank", ranks.mean(), resampled.mean(axis=1))):
             rows.append({**base, "metric": metric, "value": float(point),
                          **({"note": MEAN_RANK_NOTE} if metric == "mean_rank" else {})})
-            intervals += ci95_rows(base, metric, boot, config.bootstrap_seed)
+            intervals += ci95_rows(base, metric, boot)
     rows += intervals
     return RunRows(
         rows, inputs, seeds=[config.bootstrap_seed], files={".scores.npy": lambda path: _save_matrix(path, m)},

@@ -511,7 +511,7 @@ def _heldout_intervals(
             n = int(np.isfinite(values[members]).sum())
             rows.extend(ci95_rows({**base, "layer": layer, "kind": kinds[li], "task": "target", "subset": subset,
                                    "split": "heldout",
-                                   "n": n}, "heldout_accuracy", boot, config.bootstrap_seed))
+                                   "n": n}, "heldout_accuracy", boot))
 
 
 def _aggregate(res: np.ndarray, row: dict[str, Any]) -> list[dict[str, Any]]:

@@ -216,7 +216,7 @@ def compute_variant_similarity(config: VariantSimilarityConfig, slot: RunSlot) -
                     hit = 100.0 * outcomes[metric][mask]
                     rows.append({**row, "metric": metric, "value": float(hit.mean()) if n else float("nan")})
                     if n:
-                        rows += ci95_rows(row, metric, hit[idx[subset]].mean(axis=1), config.bootstrap_seed)
+                        rows += ci95_rows(row, metric, hit[idx[subset]].mean(axis=1))
             for metric in ("text", "image", "group"):
                 item_rows += [{"experiment": EXPERIMENT.name, "model": model, "agg": agg, "lambda": lam, "task": "target",
                                "split": "all", "subset": item_id, "metric": metric, "value": 100.0 * float(v), "n": 1}

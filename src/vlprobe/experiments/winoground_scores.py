@@ -302,7 +302,7 @@ def compute_winoground_scores(config: WinogroundScoresConfig, slot: RunSlot) -> 
     for metric in METRICS:
         hit = outcomes.get(metric)
         boot = 100.0 * hit[idx].mean(axis=1) if hit is not None else np.full(len(idx), np.nan)
-        rows += ci95_rows(base, metric, boot, config.bootstrap_seed)
+        rows += ci95_rows(base, metric, boot)
     return RunRows(
         rows, inputs, seeds=[config.bootstrap_seed],
         files={".scores.jsonl": lambda path: _write_winoground_item_scores(path, ids, s)},

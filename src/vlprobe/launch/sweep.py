@@ -84,7 +84,7 @@ def _table(raw: Mapping[str, Any], key: str) -> dict[str, dict[str, Any]]:
 
 def load_plan(path: str | Path, *, out: Path | None = None) -> SweepPlan:
     """Read a plan file; InputError naming the key for anything malformed."""
-    import tomllib
+    from vlprobe.io import toml as tomllib
 
     p = Path(path)
     try:

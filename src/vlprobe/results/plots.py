@@ -584,6 +584,97 @@ def _draw_lambda(results: Sequence[RunResult], labels: Sequence[str], chart: Cha
     return fig, handles, names
 
 
+# -- gap histograms (bias-gap) --------------------------------------------------------------------------
+
+
+def _item_gaps(result: RunResult) -> dict[tuple[str, str], list[float]]:
+    """(scorer, subset) -> the run's per-item gaps, read from its ``<run>.items.csv``."""
+    import csv
+
+    path = result.side_file(".items.csv")
+    if not path.is_file():
+        raise InputError(f"csv: the gap histograms of {result.csv.name} are drawn from {path.name}, which is missing")
+    out: dict[tuple[str, str], list[float]] = {}
+    with open(path, encoding="utf-8", newline="") as fh:
+        for r in csv.DictReader(fh):
+            if r.get("metric") != "gap":
+                continue
+            subset = r["subset"].split(":", 1)[0]  # <subset>:<item id>
+            out.setdefault((r["probe"], subset), []).append(_float(r["value"]))
+    return out
+
+
+def _draw_gaps(results: Sequence[RunResult], labels: Sequence[str], chart: Chart, metrics: list[str],
+               wanted: list[str] | None) -> tuple[Any, list[Any], list[str]]:
+    """SugarCrepe's Figures 1 and 2: per subset the histogram of each blind scorer's gaps (positive
+    minus negative; one panel per subset), then a panel of bars: the share of items each scorer (and
+    each VLM run compared) gets right per subset."""
+    import numpy as np
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    if len(results) > 1:
+        raise InputError("csvs: bias-gap runs are drawn one at a time (each holds its scorers already)")
+    res = results[0]
+    gaps = _item_gaps(res)
+    present = list(dict.fromkeys(s for _, s in gaps))
+    subsets = _pick_subsets(present, wanted, chart)
+    scorers = list(dict.fromkeys(p for p, _ in gaps))
+    _too_many(len(subsets) + 1, "subsets and the accuracy bars")
+    fig, axes = _new_figure(len(subsets) + 1)
+    every = [v for vals in gaps.values() for v in vals if math.isfinite(v)]
+    half = 1.0 if all(abs(v) <= 1.0 for v in every) else max((abs(v) for v in every), default=1.0) or 1.0
+    bins = int((res.manifest.get("config") or {}).get("bins") or 20)
+    edges = np.linspace(-half, half, bins + 1)
+    colors = {p: SERIES_COLORS[i % len(SERIES_COLORS)] for i, p in enumerate(scorers)}
+    for ax, subset in zip(axes, subsets, strict=False):
+        for p in scorers:
+            vals = np.asarray(gaps.get((p, subset), []), dtype=np.float64)
+            if not len(vals):
+                continue
+            weights = np.full(len(vals), 100.0 / len(vals))
+            ax.hist(vals, bins=edges, weights=weights, histtype="step", lw=1.5, color=colors[p], zorder=3)
+            ax.hist(vals, bins=edges, weights=weights, histtype="stepfilled", alpha=0.12, color=colors[p], zorder=2)
+        ax.axvline(0.0, color="0.27", ls=":", lw=1.1, zorder=4)
+        ax.set_xlim(-half, half)
+        ax.set_xlabel("score gap (positive - negative)")
+        ax.set_ylabel("% of items")
+        ax.set_title(_wrap(subset or "all", 44), fontsize=9)
+        ax.grid(alpha=0.3, zorder=0)
+    # Figure 2: the share right per subset, blind scorers and the VLM runs compared
+    values = {}
+    for r in res.rows:
+        if r.get("task", "target") in ("target", "") and r["subset"] in subsets and "." not in r["metric"] and (
+                r["metric"] in metrics or r["probe"].startswith("vlm:")):
+            values[(r["probe"], r["subset"])] = _float(r["value"])
+    series = list(dict.fromkeys(p for p, _ in values))
+    ax = axes[-1]
+    width = 0.8 / max(1, len(series))
+    for i, p in enumerate(series):
+        color = colors.get(p, SERIES_COLORS[(len(scorers) + i) % len(SERIES_COLORS)])
+        colors[p] = color
+        xs = [c - 0.4 + width * (i + 0.5) for c in range(len(subsets))]
+        ax.bar(xs, [values.get((p, s), float("nan")) for s in subsets], width * 0.92, color=color, zorder=2,
+               hatch="//" if p.startswith("vlm:") else None)
+    chance = res.manifest.get("chance_percent") or {}
+    for c, s in enumerate(subsets):
+        if isinstance(chance.get(s), int | float):
+            ax.hlines(chance[s], c - 0.45, c + 0.45, colors="0.27", linestyles=":", lw=1.1, zorder=3)
+    ax.set_xticks(range(len(subsets)), subsets, rotation=35 if len(subsets) > 3 else 0,
+                  ha="right" if len(subsets) > 3 else "center", fontsize=8)
+    ax.set_ylim(0, 100)
+    ax.set_ylabel("items right (%)")
+    ax.set_title("share right: blind scorers" + (" vs VLMs" if any(p.startswith("vlm:") for p in series) else ""),
+                 fontsize=9)
+    ax.grid(axis="y", alpha=0.3, zorder=0)
+    handles: list[Any] = [Patch(facecolor=colors[p], hatch="//" if p.startswith("vlm:") else None)
+                          for p in dict.fromkeys([*scorers, *series])]
+    names = list(dict.fromkeys([*scorers, *series]))
+    handles.append(Line2D([], [], color="0.27", ls=":"))
+    names.append("gap 0; chance (random scores)")
+    return fig, handles, names
+
+
 # -- entry points -------------------------------------------------------------------------------------
 
 
@@ -626,6 +717,9 @@ def make_figure(
     elif chart.kind == "bars":
         fig, handles, names = _draw_bars(results, labels, chart, metrics, wanted)
         note = ""
+    elif chart.kind == "gaps":
+        fig, handles, names = _draw_gaps(results, labels, chart, metrics, wanted)
+        note = "histograms: each blind scorer's gaps per subset (SugarCrepe Fig. 1); bars: share of items right (Fig. 2)"
     else:
         fig, handles, names = _draw_lambda(results, labels, chart, metrics, wanted)
         note = "S'(I,T) = (1-λ) S(I,T) + λ agg over variants S(I,T_v)"

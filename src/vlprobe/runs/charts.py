@@ -12,7 +12,10 @@ CSV. Three kinds:
   (Winoground text / image / group; recall@k) or the subsets (SugarCrepe, VALSE); one panel per
   subset or per metric;
 * ``lambda`` — variant similarity: a score against λ, one line per aggregation, one panel per
-  metric.
+  metric;
+* ``gaps`` — bias-gap: per subset the histogram of each blind scorer's per-item gaps (read from the
+  run's ``<run>.items.csv``), and a panel of bars of each scorer's (and each VLM run's) share
+  right per subset.
 
 Percent metrics are drawn on a fixed 0–100 axis.
 """
@@ -33,7 +36,7 @@ class Chart:
 
     Attributes
     ----------
-    kind : {"layers", "bars", "lambda"}
+    kind : {"layers", "bars", "lambda", "gaps"}
     metrics : tuple of str
         The metrics drawn by default (the first one the CSV holds, for ``layers``; every one it
         holds, in this order, for ``bars`` and ``lambda``).

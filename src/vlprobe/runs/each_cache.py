@@ -59,9 +59,11 @@ class CacheRun:
         return self.result is not None
 
 
-def cache_files(folder: str | Path) -> tuple[list[tuple[Path, str]], list[CacheRun]]:
+def cache_files(folder: str | Path, *, instead: str = "") -> tuple[list[tuple[Path, str]], list[CacheRun]]:
     """The activation caches under ``folder`` (recursively, in name order) with their models, and
     the ones skipped (shards of an extraction not merged yet, unfinished caches).
+
+    ``instead`` names what the experiment takes in place of a cache (``--scores FILE``), for the message.
 
     Raises
     ------
@@ -74,7 +76,7 @@ def cache_files(folder: str | Path) -> tuple[list[tuple[Path, str]], list[CacheR
     from vlprobe.extract.cache.schema import LEGACY_VERSION_ATTR, SCHEMA, attr_str
 
     root = Path(folder)
-    how = "`probe extract --model MODEL` writes caches/<model>-<dataset>.h5; or pass --cache FILE"
+    how = "`probe extract --model MODEL` writes caches/<model>-<dataset>.h5; or pass --cache FILE" + (f" or {instead}" if instead else "")
     if not root.is_dir():
         raise InputError(f"cache: not given, and {str(root)!r} is not a folder of caches; {how}")
     found: list[tuple[Path, str]] = []
@@ -134,7 +136,11 @@ def run_on_caches(
         No cache under ``folder``; ``name`` given for several caches; options the config refuses
         (before any run).
     """
-    found, skipped = cache_files(folder)
+    import dataclasses
+
+    fields = {f.name for f in dataclasses.fields(exp.config)} if dataclasses.is_dataclass(exp.config) else set()
+    instead = " or ".join(f"--{k} FILE" for k in INSTEAD_OF_CACHE if k in fields)
+    found, skipped = cache_files(folder, instead=instead)
     if values.get("name") and len(found) > 1:
         raise InputError(f"name: one results label for {len(found)} caches under {folder}; pass --cache FILE to "
                          "name one run, or leave --name out (each run is named by its model)")

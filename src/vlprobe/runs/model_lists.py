@@ -106,9 +106,8 @@ def load_models_file(path: str | os.PathLike[str], param: str = "models") -> lis
         an unknown registered model, an option the model does not declare, or inputs the model
         does not read (each naming the entry).
     """
-    import tomllib
-
     from vlprobe.extract.model_inputs import check_model_inputs
+    from vlprobe.io import toml as tomllib
     from vlprobe.registry import MODELS
     from vlprobe.validation import check_file
 

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["BITS", "BITS_PER_EXAMPLE", "MARGIN", "PERCENT", "P_VALUE", "RANK", "RATIO", "SCORE_CHANGE", "SHARE",
+__all__ = ["BITS", "BITS_PER_EXAMPLE", "GAP", "MARGIN", "NOT_MEANS", "PERCENT", "P_VALUE", "RANK", "RATIO", "SCORE_CHANGE", "SHARE",
            "base_metric", "metric_unit", "units_of"]
 
 PERCENT = "percent"
@@ -27,6 +27,7 @@ BITS_PER_EXAMPLE = "bits per example (held-out cross-entropy, log base 2)"
 RATIO = "ratio (uniform code length / online code length)"
 SCORE_CHANGE = "the model's own score (cosine or match probability), difference"
 SHARE = "fraction of the full change (1 = the donor's score)"
+GAP = "the blind scorer's own score, positive minus negative caption"
 
 _UNITS: dict[str, str] = {
     # Winoground scores (winoground-scores, variant-similarity)
@@ -58,7 +59,13 @@ _UNITS: dict[str, str] = {
     "acc_r": PERCENT, "acc_r_valse": PERCENT, "auroc": PERCENT, "caption_tpr": PERCENT,
     "foil_tnr": PERCENT, "acc": PERCENT, "min_rate": PERCENT, "ppv": PERCENT, "npv": PERCENT,
     "min_precision": PERCENT,
+    # bias-gap (gap: the mean gap; gap_q05 ... gap_q95 and gap_median: its quantiles)
+    "ties": PERCENT, "gap": GAP, "gap_std": GAP, "gap_q05": GAP, "gap_q25": GAP, "gap_median": GAP,
+    "gap_q75": GAP, "gap_q95": GAP,
 }
+#: Metrics that summarise the per-case values otherwise than by their mean (spread, quantiles): a
+#: per-case file holds none of them (every other metric of a per-case file averages to its aggregate).
+NOT_MEANS: frozenset[str] = frozenset({"gap_std", "gap_q05", "gap_q25", "gap_median", "gap_q75", "gap_q95"})
 _RECALL = re.compile(r"^recall@\d+$")
 _INTERVAL = re.compile(r"\.ci95_(low|high)$")
 _P_VALUE = re.compile(r"\.p_value$")

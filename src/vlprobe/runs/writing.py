@@ -1,7 +1,12 @@
 """Tidy CSVs and manifests: what every experiment writes.
 
 ``OUT/<experiment>/<run>.csv`` holds one row per measured value, with the columns of
-:data:`TIDY_COLUMNS` (empty where a column does not apply; ``note`` says, on the rows it concerns,
+:data:`TIDY_COLUMNS` (empty where a column does not apply; ``unit`` is the metric's unit
+(:mod:`vlprobe.runs.units`), filled in when the file is written; ``seed`` is a probe's or a
+control's seed, blank on rows that are not one seed's: means over seeds, selectivity, intervals and
+p-values, whose resampling seed is the ``bootstrap_seed`` setting column; ``n`` is how many the
+value is over: items or cases in a run's CSV, one case's points or examples in its
+``.items.csv``; ``note`` says, on the rows it concerns,
 what a number is where its name alone could mislead: a metric undefined for this run and why,
 an aggregate's weighting, which of two variants is the paper's number, a metric no reference
 computes) followed by the run's *setting
@@ -68,10 +73,10 @@ __all__ = [
 
 TIDY_COLUMNS: tuple[str, ...] = (
     "experiment", "model", "stream", "layer", "kind", "pooling", "probe", "task", "seed", "split",
-    "subset", "metric", "value", "n", "note",
+    "subset", "metric", "value", "unit", "n", "note",
 )
-#: Tidy columns that results written before them lack (read as empty): ``kind``, ``note``.
-LATER_TIDY_COLUMNS: tuple[str, ...] = ("kind", "note")
+#: Tidy columns that results written before them lack (read as empty): ``kind``, ``unit``, ``note``.
+LATER_TIDY_COLUMNS: tuple[str, ...] = ("kind", "unit", "note")
 #: The tidy columns every vlprobe results CSV has.
 REQUIRED_TIDY_COLUMNS: tuple[str, ...] = tuple(c for c in TIDY_COLUMNS if c not in LATER_TIDY_COLUMNS)
 
@@ -275,8 +280,20 @@ def write_tidy_csv(
             if extra:
                 raise ValueError(f"rows: unknown tidy column(s) {sorted(extra)}")
             full = {**constant, **row}
+            if not full.get("unit") and full.get("metric"):
+                full["unit"] = _unit(str(full["metric"]))
             writer.writerow([format_cell(full.get(c)) for c in columns])
     return target
+
+
+def _unit(metric: str) -> str:
+    """The ``unit`` cell of a metric (:func:`~vlprobe.runs.units.metric_unit`; blank if undeclared)."""
+    from vlprobe.runs.units import metric_unit
+
+    try:
+        return metric_unit(metric)
+    except KeyError:
+        return ""
 
 
 def build_manifest(

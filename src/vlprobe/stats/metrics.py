@@ -468,7 +468,7 @@ def bootstrap_ci(values: np.ndarray, level: float = 0.95) -> tuple[float, float]
     return float(low), float(high)
 
 
-def ci95_rows(base: dict[str, Any], metric: str, values: np.ndarray, seed: int) -> list[dict[str, Any]]:
+def ci95_rows(base: dict[str, Any], metric: str, values: np.ndarray) -> list[dict[str, Any]]:
     """The tidy rows ``<metric>.ci95_low`` and ``<metric>.ci95_high`` of a statistic's bootstrap values.
 
     Parameters
@@ -477,16 +477,16 @@ def ci95_rows(base: dict[str, Any], metric: str, values: np.ndarray, seed: int) 
         The row's other columns (experiment, model, subset, n, ...).
     values : ndarray, shape (B,)
         The statistic on each resample, already in the reported unit (e.g. percent).
-    seed : int
-        The bootstrap seed, written to the ``seed`` column.
 
     Returns
     -------
     list of dict
-        Empty when there are no resamples (``bootstrap`` = 0: no intervals).
+        Empty when there are no resamples (``bootstrap`` = 0: no intervals). The ``seed`` column
+        is ``base``'s (a probe's seed, or none): the bootstrap's seed is the ``bootstrap_seed``
+        setting column.
     """
     if not len(values):
         return []
     low, high = bootstrap_ci(values)
-    return [{**base, "metric": f"{metric}.ci95_{bound}", "value": value, "seed": seed}
+    return [{"seed": None, **base, "metric": f"{metric}.ci95_{bound}", "value": value}
             for bound, value in (("low", low), ("high", high))]

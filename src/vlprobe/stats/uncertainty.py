@@ -320,15 +320,15 @@ def target_control_rows(
     boot = resampled_means(np.stack([t, c]), idx)
     rows: list[dict[str, Any]] = []
     for task, values, b in (("target", t, boot[0]), ("control", c, boot[1])):
-        rows += ci95_rows({**base, "task": task, "n": int(np.isfinite(values).sum())}, metric, b, bootstrap_seed)
+        rows += ci95_rows({**base, "task": task, "n": int(np.isfinite(values).sum())}, metric, b)
     paired = np.isfinite(t) & np.isfinite(c)
     sel = {**base, "task": "selectivity", "n": int(paired.sum())}
     rows.append({**sel, "metric": metric, "value": _nanmean(t) - _nanmean(c), "seed": None})
-    rows += ci95_rows(sel, metric, boot[0] - boot[1], bootstrap_seed)
+    rows += ci95_rows(sel, metric, boot[0] - boot[1])
     method = None
     p = float("nan")
     if paired.any():
         pv, method = sign_flip_test(np.where(paired, t - c, np.nan)[None, :], n_permutations, permutation_seed)
         p = float(pv[0])
-    rows.append({**sel, "metric": f"{metric}.p_value", "value": p, "seed": permutation_seed})
+    rows.append({**sel, "metric": f"{metric}.p_value", "value": p, "seed": None})
     return rows, method

@@ -78,7 +78,7 @@ def _load_hf(checkpoint: str | None, name: str, device: str, dtype: str) -> tupl
 
 def _refuse_new_weights(loading: dict[str, Any], checkpoint: str | None, what: str) -> None:
     """A checkpoint of another kind loads with a freshly initialised head: refuse it, naming the weights."""
-    missing = list(loading.get("missing_keys", []))
+    missing = sorted(loading.get("missing_keys", []))  # a set in transformers: sorted, the message is the same each run
     if missing:
         raise InputError(
             f"checkpoint: {checkpoint!r} is not {what}: it lacks {len(missing)} weight(s) such as {missing[0]!r}, "
