@@ -254,6 +254,10 @@ DATASETS.register(
     "naturalbench", "vlprobe.data.naturalbench:load_naturalbench",
     help="NaturalBench: 2 questions x 2 images per sample, yes/no or A/B (the dataset's parquet shards)",
 )
+DATASETS.register(
+    "crepe", "vlprobe.data.crepe:load_crepe",
+    help="CREPE: systematicity and productivity hard-negative CSVs (cropped Visual Genome regions; --image-root vg=DIR)",
+)
 MODELS.register(
     "blind-lm", "vlprobe.extract.models.blind:CausalLMScorer",
     help="Blind baseline: token-normalised log-likelihood of the caption under any HF causal LM",
@@ -300,6 +304,10 @@ EXPERIMENTS.register(
     help="MMVP-VLM pair accuracy per category and their mean (`probe eval mmvp-vlm`)",
 )
 EXPERIMENTS.register(
+    "sugarcrepe-pp-tot", "vlprobe.experiments.sugarcrepe_pp_tot:EXPERIMENT",
+    help="SugarCrepe++ text-only task (TOT) from a cache's pooled text embeddings, per file",
+)
+EXPERIMENTS.register(
     "sugarcrepe-pp", "vlprobe.experiments.benchmark_eval:SUGARCREPE_PP",
     help="SugarCrepe++ image-to-text accuracy (ITT) and each positive against the negative (`probe eval sugarcrepe-pp`)",
 )
@@ -314,6 +322,10 @@ EXPERIMENTS.register(
 EXPERIMENTS.register(
     "naturalbench", "vlprobe.experiments.benchmark_eval:NATURALBENCH",
     help="NaturalBench question, image, binary and group accuracies (`probe eval naturalbench`)",
+)
+EXPERIMENTS.register(
+    "crepe", "vlprobe.experiments.benchmark_eval:CREPE",
+    help="CREPE image-to-text Recall@1/3/5/10 over hard negatives per file (`probe eval crepe`)",
 )
 EXPERIMENTS.register(
     "bias-gap", "vlprobe.experiments.bias_gap:EXPERIMENT",

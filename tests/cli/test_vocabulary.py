@@ -77,6 +77,8 @@ ALLOWED: dict[tuple[tuple[str, ...] | str, str], str] = {
     (("fixtures", "dataset"), "--format"): "sets the parameter `fmt` of write_benchmark_fixture: a parameter named "
                                            "`format` would shadow the builtin",
     (("report",), "--format"): "sets the parameter `fmt`: a parameter named `format` would shadow the builtin",
+    (("plot",), "--format"): "sets plot_results' `formats` (png,pdf,svg: several): `--format` as report's, and a "
+                             "parameter named `format` would shadow the builtin",
 }
 
 

@@ -27,13 +27,16 @@ from vlprobe.registry import MODELS
 from vlprobe.validation import InputError
 
 #: What each registered adapter loads without --checkpoint: the papers' checkpoints (CLIP ViT-B/32,
-#: LXMERT as "Why is Winoground Hard?" ran them), the base models of the others, UNITER's official file.
+#: LXMERT as "Why is Winoground Hard?" ran them), the base models of the others, UNITER's official file,
+#: the 7B generative models t2v_metrics scores.
 REFERENCE = {
     "clip": ("openai/clip-vit-base-patch32", True),
     "lxmert": ("unc-nlp/lxmert-base-uncased", True),
     "uniter": ("uniter-base.pt", False),
     "siglip": ("google/siglip-base-patch16-224", True),
     "blip-itm": ("Salesforce/blip-itm-base-coco", True),
+    "llava": ("llava-hf/llava-1.5-7b-hf", True),
+    "qwen2-vl": ("Qwen/Qwen2-VL-7B-Instruct", True),
 }
 
 #: Region models trained on another detector's features (ResNeXt-152 Detectron): no preset of the
@@ -213,3 +216,26 @@ def test_a_region_model_of_another_detector_needs_a_region_file(tmp_path: Path, 
         extract(ExtractConfig(model=model, checkpoint=str(tmp_path / "any"), data_dir=small_data,
                               out=tmp_path / "c.h5", device="cpu", progress=False))
     assert not (tmp_path / "c.h5").exists()
+
+
+def test_the_generative_references_load_offline_from_the_hub_cache(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    """``--model llava|qwen2-vl`` without --checkpoint: the 7B hub ids t2v_metrics scores, found in the
+    hub cache (here the tiny fixtures under those names, ``probe fixtures hub-cache``)."""
+    from huggingface_hub import constants
+
+    from vlprobe.fixtures.hub_cache import write_hub_cache
+
+    hub = tmp_path / "hub"
+    written = write_hub_cache(hub, ("llava", "qwen2-vl"), seed=0)
+    assert set(written) == {"llava-hf/llava-1.5-7b-hf", "Qwen/Qwen2-VL-7B-Instruct"}
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hub))
+    for model, repo_id in (("llava", "llava-hf/llava-1.5-7b-hf"), ("qwen2-vl", "Qwen/Qwen2-VL-7B-Instruct")):
+        monkeypatch.delenv(checkpoint_env(model), raising=False)
+        spec, origin = default_checkpoint(model, MODELS.get(model))
+        assert (spec, origin) == (repo_id, f"reference checkpoint of {model}")
+        adapter = MODELS.get(model).load(spec, device="cpu")
+        assert adapter.checkpoint.path == written[repo_id]
+        assert adapter.checkpoint.fingerprint.startswith(f"hub:{repo_id}@")

@@ -181,3 +181,21 @@ def test_siglip_towers(stream: str, tiny_siglip: Path, synthetic_dir: Path) -> N
     torch.testing.assert_close(patched_run(run, sites, [1], torch.full_like(source, -1)), base, rtol=1e-5, atol=1e-6)
     assert not torch.allclose(base[:n], base[n:], atol=1e-4)
     assert hook_count(siglip.model) == before
+
+
+def test_joint_sources_move_a_stream_map_into_the_sequence() -> None:
+    """A stream at varying offsets of a joint sequence (a generative model's caption after the image
+    tokens): stream position p of recipient r takes stream position q of its donor, i.e. sequence
+    position index_r[p] takes the donor's index_d[q]; padding and unmapped positions keep."""
+    from vlprobe.extract.patching import joint_sources
+
+    source = torch.tensor([[0, 1, -1], [-1, 2, 0]])
+    rec = torch.tensor([[5, 6, -1], [3, 4, 5]])
+    don = torch.tensor([[7, 8, 9], [2, 3, 4]])
+    out = joint_sources(source, rec, don, width=10)
+    want = torch.full((2, 10), -1)
+    want[0, 5], want[0, 6] = 7, 8
+    want[1, 4], want[1, 5] = 4, 2
+    assert torch.equal(out, want)
+    with pytest.raises(ValueError, match="outside the stream's tokens"):
+        joint_sources(torch.tensor([[0, 0, 2]]), rec[:1], don[:1], width=10)  # recipient position 2 is padding

@@ -94,6 +94,42 @@ def test_layer_curves_one_panel_per_stream_with_pooling_fixed_percent_axis_and_c
     assert "chance (50)" in legend_texts(fig)
 
 
+def test_legend_swatches_take_the_colours_they_stand_for(tmp_path: Path) -> None:
+    """The seed band's swatch is the band's colour (not grey, which a layer-kind shade could be);
+    kind shades are light tints, none grey; a short legend is laid out in rows, not one column."""
+    from matplotlib.colors import to_rgb
+
+    from vlprobe.results.plots import KIND_COLORS, TASK_COLORS
+
+    for colour in KIND_COLORS.values():
+        r, g, b = to_rgb(colour)
+        assert min(r, g, b) > 0.85 and max(r, g, b) - min(r, g, b) > 0.02, colour  # light, and tinted
+    fig = make_figure([read_result(write_run(tmp_path, ROWS))])
+    (legend,) = fig.legends
+    handles = dict(zip(legend_texts(fig), legend.legend_handles, strict=True))
+    assert to_rgb(handles["min–max over seeds"].get_facecolor()) == to_rgb(TASK_COLORS["target"])
+    assert legend._ncols >= 2
+
+
+def test_format_and_paper_style(tmp_path: Path) -> None:
+    """--format png,pdf,svg writes each under the out name's stem; --style paper makes a one-panel
+    figure one journal column wide (3.4 in) and a two-panel one two columns (7 in)."""
+    csv_path = write_run(tmp_path, ROWS)
+    written = plot_results(csv_path, tmp_path / "fig.svg", formats="svg,png", style="paper")
+    assert written == [tmp_path / "fig.svg", tmp_path / "fig.png"]
+    assert b"<svg" in written[0].read_bytes()[:2000] and b"vlprobe" in written[0].read_bytes()
+    from PIL import Image
+
+    with Image.open(written[1]) as im:  # 300 dpi
+        assert abs(im.size[0] / 300 - 7.0) < 0.3, im.size  # two panels (lang, vision): two columns
+    one = [r for r in ROWS if r["stream"] == "lang"]
+    fig = make_figure([read_result(write_run(tmp_path / "one", one))], style="paper")
+    assert abs(fig.get_figwidth() - 3.4) < 1e-9
+    r = CliRunner().invoke(app, ["plot", str(csv_path), "--out", str(tmp_path / "c.png"), "--format", "png,pdf,svg"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == f"wrote {tmp_path / 'c.png'}, {tmp_path / 'c.pdf'}, {tmp_path / 'c.svg'}"
+
+
 def test_a_single_layer_gets_one_integer_tick(tmp_path: Path) -> None:
     rows = [tidy("text", 7, t, 0, v) for t, v in (("target", 70.0), ("control", 50.0))]
     (ax,) = [a for a in make_figure([read_result(write_run(tmp_path, rows))]).axes if a.get_visible()]
@@ -122,7 +158,7 @@ def test_a_margin_is_not_drawn_on_a_percent_axis_and_intervals_are_error_bars(tm
     (ax,) = [a for a in fig.axes if a.get_visible()]
     low, high = ax.get_ylim()
     assert low == 0.0 and 4.5 <= high < 10  # auto-scaled from 0, not fixed at 100
-    assert ax.get_ylabel().startswith("separable_margin (2/||w||")
+    assert ax.get_ylabel() == "separable_margin (2/‖w‖, scaled states), train"  # whole, not cut at " ("
     assert len(ax.collections) >= 1 and "95% CI over items" in legend_texts(fig)
 
 
@@ -304,7 +340,12 @@ def test_cli_plot_overlays_and_bad_input_is_one_error_line(tmp_path: Path, one_e
     binary = tmp_path / "bin.csv"
     binary.write_bytes(b"\xff\xfe\x00garbage")
     one_error_line(runner.invoke(app, ["plot", str(binary), "--out", str(tmp_path / "g.png")]), "csv:")
-    one_error_line(runner.invoke(app, ["plot", str(a), "--out", str(tmp_path / "g.svg")]), "must be a .png")
+    one_error_line(runner.invoke(app, ["plot", str(a), "--out", str(tmp_path / "g.jpg")]),
+                   "must be a figure file name ending in .png, .pdf or .svg")
+    one_error_line(runner.invoke(app, ["plot", str(a), "--out", str(tmp_path / "g.png"), "--format", "png,gif"]),
+                   "format: unknown format 'gif'")
+    one_error_line(runner.invoke(app, ["plot", str(a), "--out", str(tmp_path / "g.png"), "--style", "poster"]),
+                   "style: unknown style 'poster'")
     one_error_line(runner.invoke(app, ["plot", str(a), "--out", str(tmp_path / "g.png"), "--metric", "f1"]),
                    "metric 'f1' is not in the CSV")
     one_error_line(runner.invoke(app, ["plot", str(tmp_path / "nope.csv"), "--out", str(tmp_path / "g.png")]),

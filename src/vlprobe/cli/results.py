@@ -26,16 +26,25 @@ def plot_cmd(
         str | None, typer.Option(help="Subsets, comma-separated: names (collapsed_tag=Object, image=0) or a tag family (wwh, image).")
     ] = None,
     title: Annotated[str | None, typer.Option(help="Figure title.")] = None,
+    formats: Annotated[str, typer.Option(
+        "--format", metavar="png,pdf,svg", help="Figure formats, comma-separated, each written under --out's stem.",
+    )] = "png,pdf",
+    style: Annotated[str, typer.Option(
+        metavar="screen|paper", help="paper: one journal column (3.4 in) for one panel, two (7 in) for more; small text.",
+    )] = "screen",
 ) -> None:
     """Draw results with the chart that fits the experiment: layer curves, bars with intervals, λ curves (PNG and PDF).
 
     A results folder gets one figure per run (``probe plot results/separability/``: one per model).
     """
-    from vlprobe.results.plots import plot_results
+    from vlprobe.results.plots import _check_formats, plot_results
 
-    paths = plot_results(csvs, out, metric=metric, split=split, subset=subset, title=title)
-    for png, pdf in zip(paths[::2], paths[1::2], strict=True):  # each figure: its PNG and its PDF
-        typer.echo(f"wrote {png} and {pdf}")
+    fmts = _check_formats(formats)
+    paths = plot_results(csvs, out, metric=metric, split=split, subset=subset, title=title, formats=fmts,
+                         style=style)
+    for k in range(0, len(paths), len(fmts)):  # each figure: its files, one per format
+        files = [str(p) for p in paths[k:k + len(fmts)]]
+        typer.echo(f"wrote {' and '.join(files) if len(files) <= 2 else ', '.join(files)}")
 
 
 @app.command("compare")

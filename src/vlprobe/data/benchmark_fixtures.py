@@ -34,6 +34,14 @@ colorswap  ``test.json`` and ``train.json`` (``n`` examples each, ids running on
 sugarcrepe-pp  ``swap_obj.json``, ``swap_att.json``, ``replace_obj.json``, ``replace_att.json``,
            ``replace_rel.json`` (``n`` records each, ``{id, filename, caption, caption2,
            negative_caption}``) and ``val2017/<12 digits>.jpg`` (the ``image_dir``)
+crepe      ``syst_hard_negatives/syst_vg_hard_negs_<seen|unseen>_compounds_in_<cc12m|yfcc|laion>.csv``
+           (``n`` rows each: ``region_id, caption, x, y, width, height, valid_hard_negs_comp,
+           valid_hard_negs_atom, image_id, valid_hard_negs_combined``; the last row of each has no
+           compound negatives) and ``prod_hard_negatives/<atom|negate|swap>/
+           prod_vg_hard_negs_<neg>_complexity_<4..12>.csv`` (``n`` rows: ``region_id, image_id,
+           caption, x, y, width, height, hard_negs``, five negatives each); images
+           ``vg/VG_100K/<id>.jpg`` (even ids) and ``vg/VG_100K_2/<id>.jpg`` (odd); ``image_root``:
+           ``vg=<out>/vg``
 =========  ======================================================================================
 """
 
@@ -303,10 +311,84 @@ def _sugarcrepe_pp(w: _Writer, rng: np.random.Generator, n: int) -> None:
         w.json(f"{subset}.json", records)
 
 
+def _crepe(w: _Writer, rng: np.random.Generator, n: int) -> None:
+    import csv
+    import io
+
+    from vlprobe.data.crepe import (
+        CREPE_COMPLEXITIES,
+        CREPE_PROD_NEGATIVES,
+        CREPE_SYST_SPLITS,
+        CREPE_TRAIN_DATASETS,
+        crepe_file,
+    )
+
+    colours = list(COLOURS)
+    sizes: dict[int, tuple[int, int]] = {}
+    for k in range(n):
+        image_id = 2 + k
+        sizes[image_id] = w.image(f"vg/{'VG_100K' if image_id % 2 == 0 else 'VG_100K_2'}/{image_id}.jpg", rng,
+                                  size=(w.size + 8, w.size))
+
+    def table(header: list[str], rows: list[list[Any]]) -> str:
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(header)
+        writer.writerows(rows)
+        return buf.getvalue()
+
+    def region(k: int) -> tuple[int, int, int, int, int]:
+        image_id = 2 + k % n
+        width, height = sizes[image_id]
+        x, y = int(rng.integers(0, width // 4)), int(rng.integers(0, height // 4))
+        return image_id, x, y, int(rng.integers(width // 2, width - x)), int(rng.integers(height // 2, height - y))
+
+    def phrase(parts: int) -> list[str]:  # distinct words, so that every negative differs from the caption
+        cs, os_ = rng.choice(len(colours), parts, replace=False), rng.choice(len(OBJECTS), parts, replace=False)
+        return [w for c, o in zip(cs, os_, strict=True) for w in (colours[int(c)], OBJECTS[int(o)])]
+
+    for train in CREPE_TRAIN_DATASETS:
+        for split in CREPE_SYST_SPLITS:
+            rows = []
+            for k in range(n):
+                image_id, x, y, bw, bh = region(k)
+                a, o1, b, o2 = phrase(2)
+                caption = f"a {a} {o1} and a {b} {o2}"
+                others = [c for c in colours if c not in (a, b)]
+                atom = [f"a {c} {o1} and a {b} {o2}" for c in others[:2]]
+                comp = [] if k == n - 1 else [f"a {a} {o2} and a {b} {o1}", f"a {b} {o1} and a {a} {o2}"]
+                rows.append([str(100 + k), caption, x, y, bw, bh, repr(comp), repr(atom), str(image_id),
+                             repr(atom + comp)])
+            rel = crepe_file(f"syst_{train}_{split}_atom")[0]
+            w.text(rel, table(["region_id", "caption", "x", "y", "width", "height", "valid_hard_negs_comp",
+                               "valid_hard_negs_atom", "image_id", "valid_hard_negs_combined"], rows))
+    for neg in CREPE_PROD_NEGATIVES:
+        for complexity in CREPE_COMPLEXITIES:
+            rows = []
+            for k in range(n):
+                image_id, x, y, bw, bh = region(k)
+                words = phrase(max(1, complexity // 3))
+                caption = "a " + " ".join(words)
+                negs = []
+                for j in range(5):
+                    alt = list(words)
+                    if neg == "atom":
+                        alt[0] = colours[(colours.index(words[0]) + j + 1) % len(colours)]
+                    elif neg == "swap":
+                        i1, i2 = (int(v) for v in rng.choice(len(alt), 2, replace=False))
+                        alt[i1], alt[i2] = alt[i2], alt[i1]
+                    else:
+                        alt.insert(min(j, len(alt)), "no")
+                    negs.append("a " + " ".join(alt))
+                rows.append([str(500 + k), str(image_id), caption, x, y, bw, bh, repr(negs)])
+            rel = crepe_file(f"prod_{neg}_{complexity}")[0]
+            w.text(rel, table(["region_id", "image_id", "caption", "x", "y", "width", "height", "hard_negs"], rows))
+
+
 #: Format -> writer of its files.
 _WRITERS: dict[str, Callable[[_Writer, np.random.Generator, int], None]] = {
     "aro": _aro, "mmvp-vlm": _mmvp_vlm, "naturalbench": _naturalbench, "eqben": _eqben,
-    "colorswap": _colorswap, "sugarcrepe-pp": _sugarcrepe_pp}
+    "colorswap": _colorswap, "sugarcrepe-pp": _sugarcrepe_pp, "crepe": _crepe}
 FIXTURE_FORMATS: tuple[str, ...] = tuple(_WRITERS)
 
 

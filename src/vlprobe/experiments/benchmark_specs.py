@@ -27,6 +27,7 @@ from vlprobe.stats.benchmark_metrics import (
     naturalbench_answers,
     naturalbench_outcomes,
     pair_right,
+    rank_of_first,
     sugarcrepe_pp_outcomes,
 )
 from vlprobe.stats.metrics import bootstrap_indices, ci95_rows, winoground_outcomes
@@ -250,8 +251,40 @@ def _sugarcrepe_pp() -> BenchmarkSpec:
 
 SUGARCREPE_PP = _sugarcrepe_pp()
 
+# -- CREPE -------------------------------------------------------------------------------------------
+
+#: CREPE's Recall@k cut-offs (``crepe_eval_utils.get_one2many_metrics``).
+CREPE_KS = (1, 3, 5, 10)
+
+
+def _crepe_outcomes(subset: str, scores: np.ndarray) -> dict[str, np.ndarray]:
+    s = scores[:, :, 0]
+    if s.shape[1] < 2:  # every item of the subset without hard negatives: the caption is first
+        return {"rank": np.zeros(len(s), dtype=np.int64)}
+    return {"rank": rank_of_first(s)}
+
+
+def _crepe_metrics(subset: str, out: Mapping[str, np.ndarray], groups: np.ndarray) -> dict[str, np.ndarray]:
+    rank = np.asarray(out["rank"])
+    return {f"recall@{k}": (rank < k).astype(np.float64).mean(axis=-1) for k in CREPE_KS}
+
+
+def _crepe() -> BenchmarkSpec:
+    from vlprobe.data.crepe import CREPE_SUBSETS
+
+    tie = ("the caption's rank among [caption, *hard negatives] as get_one2many_rank (torch.argsort descending): "
+           "the negatives scoring strictly higher; a tie goes to the caption")
+    return BenchmarkSpec(
+        "crepe", CREPE_SUBSETS, _crepe_outcomes, _crepe_metrics,
+        notes={**{f"recall@{k}": f"image-to-text Recall@{k} over each item's own retrieval set; " + tie
+                  for k in CREPE_KS}},
+    )
+
+
+CREPE = _crepe()
+
 #: The benchmarks ``probe eval`` evaluates through a spec.
-SPECS: dict[str, BenchmarkSpec] = {s.name: s for s in (ARO, MMVP_VLM, NATURALBENCH, EQBEN, COLORSWAP, SUGARCREPE_PP)}
+SPECS: dict[str, BenchmarkSpec] = {s.name: s for s in (ARO, MMVP_VLM, NATURALBENCH, EQBEN, COLORSWAP, SUGARCREPE_PP, CREPE)}
 
 
 # -- rows --------------------------------------------------------------------------------------------

@@ -374,7 +374,7 @@ def compute_bias_gap(config: BiasGapConfig, slot: RunSlot) -> RunRows:
             right = (g > 0).astype(np.float64)
             note = acc_note + ("; " + NOTES["all"] if subset == "all" else "")
             rows.append({**base, "metric": "accuracy", "value": 100.0 * float(right[cols].mean()), "note": note})
-            rows.extend(ci95_rows(base, "accuracy", 100.0 * right[idx[:, cols]].mean(axis=1), config.bootstrap_seed))
+            rows.extend(ci95_rows(base, "accuracy", 100.0 * right[idx[:, cols]].mean(axis=1)))
             rows.append({**base, "metric": "ties", "value": 100.0 * float((gs == 0).mean()), "note": NOTES["ties"]})
             rows.append({**base, "metric": "gap", "value": float(gs.mean()), "note": "mean gap"})
             rows.append({**base, "metric": "gap_std", "value": float(gs.std(ddof=1)) if len(gs) > 1 else math.nan})

@@ -21,7 +21,9 @@ Dual encoders (CLIP, SigLIP; BLIP-ITM with ``score_head=itc``): the text tower, 
 layer on. Cross-encoders (LXMERT ``lang``,
 UNITER's ``text`` view, BLIP-ITM's ``pair`` stream): the text side's states depend on the image,
 so the eraser is fitted on every pair's text-token states (each caption with each of its item's
-images) and applied to the text positions while the model's plain pass runs on. Rows (``OUT/erasure/``): per layer
+images) and applied to the text positions while the model's plain pass runs on. Generative
+models (LLaVA, Qwen2-VL): the same at the caption's tokens (stream ``caption``) of each pair's joint
+sequence, wherever they sit. Rows (``OUT/erasure/``): per layer
 (and ``layer`` empty for the unedited model, ``probe`` = ``none``), ``probe`` = ``leace``, task =
 target | control (per seed): Winoground ``text``, ``image``, ``group``; SugarCrepe and VALSE
 ``accuracy`` (the caption scored above its foil); percentages with 95% bootstrap intervals over
@@ -80,7 +82,7 @@ class ErasureConfig(PairModelOptions, SeedsOption, BootstrapOptions, ProgressOpt
     ----------
     model, checkpoint : str
         A registered model whose adapter names its layer sites (``clip``, ``siglip``, ``lxmert``,
-        ``uniter``, ``blip-itm``) and its checkpoint.
+        ``uniter``, ``blip-itm``, ``llava``, ``qwen2-vl``) and its checkpoint.
     dataset, data_dir, subsets, limit, image_dir, image_root, regions
         The benchmark, its items and the region features of cross-encoders that read them.
     layers : str
@@ -205,6 +207,7 @@ class _CrossRuns:
         from vlprobe.extract.scoring import ImageSource
 
         self.adapter, self.n, self.n_img, self.batch_size = adapter, len(items), n_img, batch_size
+        self.stream = stream
         self.sites = adapter.layer_sites(stream)
         self.text_table = adapter.prepare_texts([it.captions[k].text for it in items for k in (0, 1)])
         refs = [it.images[j] for it in items for j in range(n_img)]
@@ -222,26 +225,40 @@ class _CrossRuns:
             return self.adapter.plain_pair_scores(self.text_table, self.image_table, self.t_idx[sl],
                                                   self.i_idx[sl]).float().cpu().numpy()
 
+    def _positions(self, sl: slice) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mask (B, W) of the text tokens, index (B, W) of each in the pass's sequence, -1: none) of a
+        batch: the first W positions (LXMERT's language side, UNITER's text before its regions), or
+        a generative model's caption tokens wherever they sit in its joint sequence."""
+        if hasattr(self.adapter, "stream_positions"):
+            at = self.adapter.stream_positions(self.stream, self.text_table, self.image_table, self.t_idx[sl],
+                                               self.i_idx[sl])
+            return at.mask, at.index
+        _, mask = self.text_table.take(self.t_idx[sl])
+        return mask, torch.arange(mask.shape[1]).expand(mask.shape[0], -1)
+
     def states(self, layers: list[int]) -> tuple[dict[int, list[torch.Tensor]], list[torch.Tensor]]:
         states: dict[int, list[torch.Tensor]] = {layer: [] for layer in layers}
         masks = []
         for sl in self._batches():
-            _, mask = self.text_table.take(self.t_idx[sl])
+            mask, index = self._positions(sl)
             got: dict[int, torch.Tensor] = {}
             self._run(sl, {layer: _recorder(got, layer) for layer in layers})
             masks.append(mask)
+            rows = torch.arange(len(index))[:, None]
             for layer in layers:
-                states[layer].append(got[layer][:, : mask.shape[1]])  # the text positions of a joint sequence
+                states[layer].append(got[layer][rows, index.clamp(min=0)])  # the text positions of the sequence
         return states, masks
 
     def scores(self, layer: int | None = None, eraser: Any = None) -> np.ndarray:
         out = []
         for sl in self._batches():
-            t = int(self.text_table.take(self.t_idx[sl])[1].shape[1])
+            _, index = self._positions(sl)
 
-            def erase(h: torch.Tensor, t: int = t) -> torch.Tensor:
+            def erase(h: torch.Tensor, index: torch.Tensor = index) -> torch.Tensor:
+                r, p = torch.nonzero(index >= 0, as_tuple=True)
+                r, at = r.to(h.device), index[r, p].to(h.device)
                 h = h.clone()
-                h[:, :t] = eraser(h[:, :t].double()).to(h.dtype)
+                h[r, at] = eraser(h[r, at].double()).to(h.dtype)
                 return h
 
             out.append(self._run(sl, {} if eraser is None else {int(layer): erase}))  # type: ignore[arg-type]

@@ -1,8 +1,10 @@
 """What the experiments that run a model on each benchmark's minimal pairs share (``patch``,
 ``erasure``): the benchmarks they read, the dual-encoder check and the items with two captions.
 
-Models: dual encoders and cross-encoders whose adapters name their layer sites. A minimal pair is an item's two captions: Winoground caption 0 / 1 (two images), SugarCrepe's
-positive / negative and VALSE's caption / foil (one image).
+Models: dual encoders and cross-encoders whose adapters name their layer sites, generative models
+included (their language model's layers, over the joint sequence). A minimal pair is an item's two
+captions: Winoground caption 0 / 1 (two images), SugarCrepe's positive / negative and VALSE's
+caption / foil (one image).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from vlprobe.runs.option_groups import DatasetOption, ItemOptions, ModelOptions,
 from vlprobe.validation import InputError
 
 __all__ = ["PAIR_DATASETS", "PairModel", "PairModelOptions", "editable_streams", "load_pair_model", "pair_items",
-           "pair_label", "pair_model_class", "pair_regions", "tower_scores"]
+           "pair_label", "pair_model_class", "pair_regions", "text_side_streams", "tower_scores"]
 
 PAIR_DATASETS = ("winoground", "sugarcrepe", "valse")
 
@@ -32,7 +34,7 @@ class PairModelOptions(ModelOptions, ItemOptions):
 
     model: str = ModelOptions.redeclare(
         "model", help="Registered model (see `probe ls models`) whose states can be edited: clip, siglip, lxmert, "
-                      "uniter, blip-itm (not the generative llava, qwen2-vl).",
+                      "uniter, blip-itm, llava, qwen2-vl.",
     )
     checkpoint: str = ModelOptions.redeclare("checkpoint", REQUIRED)
     dtype: str = ModelOptions.redeclare("dtype", choices=("float32", "float16"))
@@ -45,17 +47,11 @@ class PairModelOptions(ModelOptions, ItemOptions):
 
 def pair_model_class(model: str, experiment: str) -> Any:
     """The registered adapter class of ``model``; InputError unless it is a dual or cross-encoder
-    whose states can be edited (not a generative model: no sites on its language model's layers yet)."""
+    (generative models are cross-encoders over their joint sequence)."""
     from vlprobe.extract.models.base import CrossEncoder, DualEncoder
-    from vlprobe.extract.models.generative import GenerativeVLM
     from vlprobe.registry import MODELS
 
     cls = MODELS.get(model)
-    if isinstance(cls, type) and issubclass(cls, GenerativeVLM):
-        raise InputError(
-            f"model: {experiment} does not support generative models yet ({model!r}): editing the states of a "
-            "language model's layers (caption tokens, image tokens, the answer position) is not implemented; "
-            "its cache runs the probing experiments (probe extract, then probe run separability, ...)")
     if not (isinstance(cls, type) and issubclass(cls, (DualEncoder, CrossEncoder))):
         raise InputError(f"model: {experiment} runs dual encoders and cross-encoders; {model!r} is neither")
     return cls
@@ -75,6 +71,13 @@ def editable_streams(adapter: Any) -> list[str]:
     if not out:
         raise InputError(f"model: {adapter.name} does not support editing its states (no layer sites)")
     return out
+
+
+def text_side_streams(adapter: Any, editable: list[str]) -> list[str]:
+    """The editable streams on a minimal pair's caption side (patching swaps captions there, the
+    image fixed): the first editable stream, or a generative model's ``caption`` and ``joint``."""
+    declared = getattr(adapter, "text_side_streams", None)
+    return [s for s in editable if s in declared] if declared else editable[:1]
 
 
 def tower_scores(adapter: Any, a: np.ndarray, b: np.ndarray) -> np.ndarray:

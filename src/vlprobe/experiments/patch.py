@@ -24,7 +24,11 @@ encoder (Winoground only: two images) swaps images instead, the caption fixed, w
 Dual encoders (CLIP, SigLIP; BLIP-ITM with ``score_head=itc``, its ITC towers): the text tower,
 and the image tower on Winoground, scored with the model's own score of the pooled embeddings.
 Cross-encoders: LXMERT ``lang`` and ``vision``, UNITER's ``text`` and ``image`` views, BLIP-ITM's
-``pair`` stream (``score_head=itm``). Subsets: ``all`` and the
+``pair`` stream (``score_head=itm``). Generative models (LLaVA, Qwen2-VL; VQAScore): their
+language model's layers at the caption's tokens (``caption``; ``cls`` = its last token), at every
+token (``joint``; ``cls`` = the answer position), both with the captions swapped, and at the image
+tokens (``image``, Winoground); each stream's positions are found in every pair's joint sequence.
+Subsets: ``all`` and the
 bag-of-words slices (``bow=same`` / ``bow=different``, :mod:`vlprobe.data.bow`). 95% bootstrap
 intervals resample items (``bootstrap``, ``bootstrap_seed``). Outputs in ``OUT/patch/``:
 ``<model>.csv`` (tidy, split ``all``) and ``manifest.json``.
@@ -47,9 +51,10 @@ from vlprobe.experiments.minimal_pairs import (
     load_pair_model,
     pair_label,
     pair_regions,
+    text_side_streams,
     tower_scores,
 )
-from vlprobe.extract.patching import POSITION_GROUPS, patched_run, position_sources
+from vlprobe.extract.patching import POSITION_GROUPS, joint_sources, patched_run, position_sources
 from vlprobe.layers import parse_layers, stream_part
 from vlprobe.progress import progress_bar, say
 from vlprobe.runs.charts import Chart
@@ -84,7 +89,7 @@ class PatchConfig(PairModelOptions, BootstrapOptions, ProgressOption, ResultsOpt
     ----------
     model, checkpoint : str
         A registered model whose adapter names its layer sites (``clip``, ``siglip``, ``lxmert``,
-        ``uniter``, ``blip-itm``) and its checkpoint; ``model_config``, ``tokenizer``,
+        ``uniter``, ``blip-itm``, ``llava``, ``qwen2-vl``) and its checkpoint; ``model_config``, ``tokenizer``,
         ``model_options`` load it as ``probe extract`` does.
     dataset, data_dir, subsets, limit, image_dir, image_root
         The benchmark and its items (``limit``: SugarCrepe / VALSE per subset, as their loaders count).
@@ -92,7 +97,7 @@ class PatchConfig(PairModelOptions, BootstrapOptions, ProgressOption, ResultsOpt
         Region features of the dataset's images (cross-encoders that read regions: LXMERT, UNITER).
     streams : tuple of str, optional
         Default: the text side (CLIP/SigLIP ``text``, LXMERT ``lang``, UNITER ``text``, BLIP-ITM
-        ``pair``, or ``text`` with ``score_head=itc``) and, on Winoground, the image side where
+        ``pair``, or ``text`` with ``score_head=itc``; generative ``caption`` and ``joint``) and, on Winoground, the image side where
         the adapter can edit it (``image``; LXMERT ``vision``).
     layers : str
         Layer spec per stream (``all``, ``0,4,-1``, ``lang=all;vision=-1``).
@@ -218,7 +223,7 @@ def _cross_cases(n_items: int, n_img: int, text_side: bool) -> tuple[np.ndarray,
     return txt.ravel(), (n * n_img + a).ravel(), txt.ravel(), (n * n_img + 1 - a).ravel()
 
 
-def _cross_patch(adapter: Any, config: PatchConfig, items: list[Any], streams: list[str], text_stream: str,
+def _cross_patch(adapter: Any, config: PatchConfig, items: list[Any], streams: list[str], text_streams: list[str],
                  layer_sets: dict[str, list[int]], store: Any, bar: Any
                  ) -> dict[tuple[str, int, str], tuple[np.ndarray, np.ndarray]]:
     """A cross-encoder's cases (every recipient and donor is an image-caption pair run through
@@ -233,7 +238,7 @@ def _cross_patch(adapter: Any, config: PatchConfig, items: list[Any], streams: l
         refs = [it.images[j] for it in block for j in range(n_img)]
         images = adapter.prepare_images(ImageSource(adapter.image_input, refs, store).read(np.arange(len(refs))))
         for s in streams:
-            text_side = s == text_stream
+            text_side = s in text_streams
             groups = _stream_groups(adapter, s, text_side, config.groups)
             rec_t, rec_i, don_t, don_i = _cross_cases(len(block), n_img, text_side)
             shape = (2, len(block), n_img if text_side else 2)
@@ -253,7 +258,11 @@ def _cross_patch(adapter: Any, config: PatchConfig, items: list[Any], streams: l
                 with torch.inference_mode():
                     first = run().float().cpu().numpy()
                 own[sl], donor[sl] = first[:m], first[m:]
-                if text_side:
+                at = None
+                if hasattr(adapter, "stream_positions"):  # a view of a joint sequence at varying positions
+                    at = adapter.stream_positions(s, texts, images, t_idx, i_idx)
+                    ids, mask, zero = at.ids, at.mask, at.cls
+                elif text_side:
                     ids, mask = texts.take(t_idx)
                     zero = torch.zeros(2 * m, dtype=torch.long)  # the summary token of BERT-style text: 0
                 else:
@@ -263,6 +272,8 @@ def _cross_patch(adapter: Any, config: PatchConfig, items: list[Any], streams: l
                     source, defined = position_sources(ids[:m], ids[m:], mask[:m], mask[m:], g,
                                                        None if zero is None else zero[:m],
                                                        None if zero is None else zero[m:])
+                    if at is not None:
+                        source = joint_sources(source, at.index[:m], at.index[m:], at.width)
                     for layer in layer_sets[s]:
                         with torch.inference_mode():
                             out = patched_run(run, sites, [layer], source)[:m].float().cpu().numpy()
@@ -290,28 +301,33 @@ def run_patch(config: PatchConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
 def compute_patch(config: PatchConfig, slot: RunSlot) -> RunRows:
     """Patch every stream, layer and position group: tidy rows and the manifest's entries."""
     adapter, cross, label, items, inputs = load_pair_model(config, EXPERIMENT)
+    if getattr(adapter, "score", "vqascore") != "vqascore":
+        raise InputError(f"model_options: patch reads {config.model}'s VQAScore (score=vqascore); with "
+                         f"score={adapter.score} each caption scores its own tokens, so a donor's states cannot give "
+                         "the donor's score")
     editable = editable_streams(adapter)
-    text_stream = editable[0]
-    streams = list(config.streams) if config.streams else editable[:1 if config.dataset != "winoground" else None]
+    text_streams = text_side_streams(adapter, editable)
+    streams = list(config.streams) if config.streams else (
+        editable if config.dataset == "winoground" else text_streams)
     for s in streams:
         if s not in adapter.streams:
             raise InputError(f"streams: {config.model} has streams {', '.join(adapter.streams)}, got {s!r}")
-        if s != text_stream and config.dataset != "winoground":
+        if s not in text_streams and config.dataset != "winoground":
             raise InputError(f"streams: the {s} stream swaps an item's two images; {config.dataset} has one")
         adapter.layer_sites(s)  # refuses a stream the adapter cannot edit
     layer_sets = {s: parse_layers(stream_part(config.layers, s, streams), adapter.streams[s].n_layers,
                                   param=f"layers[{s}]") for s in streams}
     total = sum(2 * len(items) * (2 if config.dataset == "winoground" else 1) * len(layer_sets[s])
-                * len(_stream_groups(adapter, s, s == text_stream, config.groups)) for s in streams)
+                * len(_stream_groups(adapter, s, s in text_streams, config.groups)) for s in streams)
     say(config.progress, f"{EXPERIMENT.name}: {config.model} on {len(items)} {config.dataset} items, streams "
                          f"{', '.join(streams)}: {total} patched runs (cases x layers x position groups), batch "
                          f"{config.batch_size}, on {adapter.device}")
     with progress_bar(config.progress, total, EXPERIMENT.name, "case") as bar:
         if cross and adapter.image_input == "regions":
             with pair_regions(config, adapter, items, 2 if config.dataset == "winoground" else 1, inputs) as store:
-                cases = _cross_patch(adapter, config, items, streams, text_stream, layer_sets, store, bar)
+                cases = _cross_patch(adapter, config, items, streams, text_streams, layer_sets, store, bar)
         elif cross:
-            cases = _cross_patch(adapter, config, items, streams, text_stream, layer_sets, None, bar)
+            cases = _cross_patch(adapter, config, items, streams, text_streams, layer_sets, None, bar)
         else:
             cases = _dual_patch(adapter, config, items, streams, layer_sets, bar)
     tags = [{"bow": bow_tag([it.captions[0].text, it.captions[1].text])} for it in items]
@@ -335,7 +351,8 @@ def compute_patch(config: PatchConfig, slot: RunSlot) -> RunRows:
                      "signed toward its donor (score_change), full_change = |donor - recipient|",
         "position_groups": {"all": "every token", "swapped": "tokens where the two captions' ids differ",
                             "rest": "tokens where they agree",
-                            "cls": "the summary token (CLIP text: EOS; BERT-style text: token 0; CLIP image: patch 0)",
+                            "cls": "the summary token (CLIP text: EOS; BERT-style text: token 0; CLIP image: patch 0; "
+                                   "generative caption: its last token, joint: the answer position)",
                             "requires": "all/swapped/rest: equal token counts (cases without are left out); "
                                         "a cross-encoder's image side: equal region counts, group all only"},
         "bootstrap": {"resamples": config.bootstrap, "seed": config.bootstrap_seed, "level": 0.95,

@@ -14,6 +14,10 @@ group* by :func:`position_sources` from the two inputs' token ids:
 * ``cls``: the stream's summary position (CLIP text: the EOS token; BERT-style: token 0), the
   recipient's from the donor's, whatever the lengths.
 
+A stream that is a view of a longer sequence at positions that vary from pair to pair (a
+generative model's caption or image tokens in its joint sequence) builds the source map in the
+stream's positions, then moves it into the sequence's with :func:`joint_sources`.
+
 Patching every layer at every position gives the recipient the donor's states everywhere, hence
 the donor's output; patching nothing changes nothing (both checked in the tests).
 """
@@ -27,7 +31,7 @@ import torch
 
 from vlprobe.extract.models.hooks import LayerSite, edited_layers
 
-__all__ = ["POSITION_GROUPS", "patched_run", "position_sources"]
+__all__ = ["POSITION_GROUPS", "joint_sources", "patched_run", "position_sources"]
 
 POSITION_GROUPS = ("all", "swapped", "rest", "cls")
 
@@ -73,6 +77,36 @@ def position_sources(
     positions = torch.arange(t).expand(n, t)
     source[pick] = positions[pick]
     return source, defined
+
+
+def joint_sources(source: torch.Tensor, recipient_index: torch.Tensor, donor_index: torch.Tensor,
+                  width: int) -> torch.Tensor:
+    """A source map in a stream's positions moved into the joint sequence's.
+
+    Parameters
+    ----------
+    source : Tensor of int64, shape (n, W)
+        Donor stream position per recipient stream position, ``-1``: keep (:func:`position_sources`).
+    recipient_index, donor_index : Tensor of int64, shape (n, W)
+        Each stream position's index in the joint sequence of the recipient / the donor (``-1``
+        past the stream's tokens).
+    width : int
+        The joint sequence's length ``T`` (with padding).
+
+    Returns
+    -------
+    Tensor of int64, shape (n, T)
+        Donor sequence position per recipient sequence position, ``-1``: keep.
+    """
+    n = source.shape[0]
+    out = torch.full((n, width), -1, dtype=torch.long)
+    r, p = torch.nonzero(source >= 0, as_tuple=True)
+    q = source[r, p]
+    to, frm = recipient_index[r, p], donor_index[r, q]
+    if bool((to < 0).any() or (frm < 0).any()):
+        raise ValueError("source maps a position outside the stream's tokens")
+    out[r, to] = frm
+    return out
 
 
 def patched_run(

@@ -33,12 +33,14 @@ from vlprobe.io.ownership import check_output
 from vlprobe.results.reading import RunResult, read_result
 from vlprobe.runs.charts import Chart, chart_for
 from vlprobe.runs.summary import summarize
-from vlprobe.runs.units import PERCENT, metric_unit
-from vlprobe.validation import InputError
+from vlprobe.runs.units import MARGIN, P_VALUE, PERCENT, metric_unit
+from vlprobe.validation import InputError, check_choice
 
 __all__ = [
+    "FORMATS",
     "KIND_COLORS",
     "MAX_PANELS",
+    "STYLES",
     "figure_bytes",
     "make_figure",
     "plot_folder",
@@ -48,11 +50,17 @@ __all__ = [
 
 #: Most panels one figure holds; more are refused (choose subsets or a metric).
 MAX_PANELS = 12
-#: Background shade per layer kind.
+#: Background shade per layer kind: light tints, none of them grey (grey is the seed band's).
 KIND_COLORS = {
-    "embed": "#e6e6e6", "self": "#deebf7", "lang": "#e5f5e0", "rel": "#fee6ce", "cross": "#efedf5",
-    "joint": "#fde0dd",
+    "embed": "#fbf3dc", "self": "#ecf3fa", "lang": "#eef8ea", "rel": "#fef1e4", "cross": "#f4f2f8",
+    "joint": "#fdeeec",
 }
+#: Figure file formats ``probe plot --format`` writes.
+FORMATS = ("png", "pdf", "svg")
+#: Figure styles: ``screen`` (panels 4.4 x 3.3 in) and ``paper`` (a column 3.4 in wide, two
+#: columns 7 in; 7-8 pt text), as ``probe plot --style`` names them.
+STYLES = ("screen", "paper")
+_style = {"name": "screen"}
 TASK_COLORS = {"target": "#1f77b4", "control": "#d62728"}
 SERIES_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f")
 _DERIVED = (".ci95_low", ".ci95_high", ".p_value")
@@ -166,13 +174,21 @@ def _percent(metric: str) -> bool:
         return False
 
 
+#: Axis labels of units too long for an axis.
+_SHORT_UNITS = {MARGIN: "2/‖w‖, scaled states", P_VALUE: "p-value"}
+
+
 def _unit_label(metric: str) -> str:
     if _percent(metric):
         return "%"
     try:
-        return metric_unit(metric).split(" (")[0]
+        unit = metric_unit(metric)
     except KeyError:
         return ""
+    if unit in _SHORT_UNITS:
+        return _SHORT_UNITS[unit]
+    head = unit.split(" (")[0]
+    return head if head.count("(") == head.count(")") else unit
 
 
 def _grid(n: int, *, cols: int | None = None) -> tuple[int, int]:
@@ -187,6 +203,9 @@ def _new_figure(n_panels: int, *, cols: int | None = None, panel: tuple[float, f
     from matplotlib.figure import Figure
 
     nrows, ncols = _grid(n_panels, cols=cols)
+    if _style["name"] == "paper":  # one column (3.4 in) for one panel, both (7 in) for more
+        width = 3.4 if ncols == 1 else 7.0
+        panel = (width / ncols, min(2.6, 0.78 * width / ncols))
     fig = Figure(figsize=(panel[0] * ncols, panel[1] * nrows + 1.3), layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel().tolist()
     for ax in axes[n_panels:]:
@@ -201,12 +220,18 @@ def _too_many(n: int, what: str) -> None:
 
 def _finish(fig: Any, title: str, note: str, handles: list[Any], labels: list[str]) -> None:
     width = max(40, int(fig.get_figwidth() * 11))
-    fig.suptitle(_wrap(title, width) + ("\n" + _wrap(note, int(width * 1.25)) if note else ""), fontsize=10)
+    fig.suptitle(_wrap(title, width) + ("\n" + _wrap(note, int(width * 1.25)) if note else ""),
+                 fontsize=8 if _style["name"] == "paper" else 10)
     if handles:
+        size = 7 if _style["name"] == "paper" else 8
         longest = max(len(x) for x in labels)
-        per_row = max(1, int(fig.get_figwidth() * 72 / (7 * longest + 40)))  # entries that fit a row at 8 pt
-        fig.legend(handles, labels, loc="outside lower center", ncol=min(len(handles), per_row, 4), fontsize=8,
-                   frameon=False)
+        # entries that fit a row: a character is about 0.55 of the font size wide, plus the swatch
+        per_row = max(1, int(fig.get_figwidth() * 72 / (0.55 * size * longest + 3.5 * size)))
+        ncol = min(len(handles), per_row, 4)
+        if ncol < len(handles) and len(handles) <= 2 * ncol:
+            ncol = -(-len(handles) // 2)  # two even rows rather than a full row and a short one
+        fig.legend(handles, labels, loc="outside lower center", ncol=ncol, fontsize=size, frameon=False,
+                   handlelength=1.6, columnspacing=1.2)
 
 
 def _float(value: str | None) -> float:
@@ -276,7 +301,7 @@ def _shade_kinds(ax: Any, xs: Mapping[str, float], kinds: Mapping[str, str]) -> 
     for lo, hi, kind in runs:
         if not kind:
             continue
-        ax.axvspan(lo - 0.5, hi + 0.5, color=KIND_COLORS.get(kind, "#f0f0f0"), alpha=0.9, zorder=0, lw=0)
+        ax.axvspan(lo - 0.5, hi + 0.5, color=KIND_COLORS.get(kind, "#f7f7f2"), zorder=0, lw=0)
         ax.text((lo + hi) / 2, 1.01, kind, transform=trans, ha="center", va="bottom", fontsize=7, color="0.33")
         shown.append(kind)
     return shown
@@ -332,8 +357,9 @@ def _draw_layers(results: Sequence[RunResult], labels: Sequence[str], chart: Cha
                 mean = [r[f"{task}_mean"] for r in recs]
                 if any(math.isfinite(m) for m in mean):
                     tasks_drawn.add(task)
-                ax.plot(x, mean, style, marker="o" if task == "target" else "s", ms=3.5, color=color, lw=1.6,
-                        clip_on=False, zorder=3)
+                # one layer: a point (larger), no line to draw
+                ax.plot(x, mean, style, marker="o" if task == "target" else "s", ms=3.5 if len(x) > 1 else 6.5,
+                        color=color, lw=1.6, clip_on=False, zorder=3)
                 lo, hi = [r[f"{task}_min"] for r in recs], [r[f"{task}_max"] for r in recs]
                 if any(h > m for h, m in zip(hi, lo, strict=True)):
                     has_band = True
@@ -385,11 +411,13 @@ def _draw_layers(results: Sequence[RunResult], labels: Sequence[str], chart: Cha
             if "control" in tasks_drawn:
                 handles.append(Line2D([], [], color=color, ls="--", marker="s", ms=3.5))
                 names.append(f"{label}: control")
-    if has_band:
-        handles.append(Patch(color="0.53", alpha=0.3))
+    if has_band:  # the swatch in the band's own colour (one run: the target's; several: grey)
+        handles.append(Patch(color=TASK_COLORS["target"] if single else "0.53", alpha=0.18 if single else 0.3,
+                             lw=0))
         names.append("min–max over seeds")
     if has_ci:
-        handles.append(Line2D([], [], color="0.27", marker="|", ls="none", ms=8))
+        handles.append(Line2D([], [], color=TASK_COLORS["target"] if single else "0.27", marker="|", ls="none",
+                              ms=8))
         names.append("95% CI over items")
     if metric in chart.chance:
         handles.append(Line2D([], [], color="0.27", ls=":"))
@@ -398,7 +426,7 @@ def _draw_layers(results: Sequence[RunResult], labels: Sequence[str], chart: Cha
         handles.append(Line2D([], [], color="0.2", ls="-."))
         names.append(f"probe={chart.reference} (no layer edited)")
     for kind in kinds_seen:
-        handles.append(Patch(color=KIND_COLORS.get(kind, "#f0f0f0")))
+        handles.append(Patch(facecolor=KIND_COLORS.get(kind, "#f7f7f2"), edgecolor="0.75", lw=0.5))
         names.append(f"{kind} layers")
     return fig, handles, names
 
@@ -575,8 +603,9 @@ def _draw_lambda(results: Sequence[RunResult], labels: Sequence[str], chart: Cha
     for agg in aggs_seen:
         handles.append(Line2D([], [], color="0.2", ls=styles.get(agg, "-.")))
         names.append(f"agg = {agg}")
-    if has_ci:
-        handles.append(Patch(color="0.53", alpha=0.3))
+    if has_ci:  # the band's colour: one run's own, several runs' a neutral grey
+        handles.append(Patch(color=SERIES_COLORS[0] if len(labels) == 1 else "0.53",
+                             alpha=0.2 if len(labels) == 1 else 0.3, lw=0))
         names.append("95% CI over items")
     if any(m in chart.chance for m in metrics):
         handles.append(Line2D([], [], color="0.27", ls=":"))
@@ -680,7 +709,7 @@ def _draw_gaps(results: Sequence[RunResult], labels: Sequence[str], chart: Chart
 
 def make_figure(
     results: Sequence[RunResult], *, metric: str | None = None, split: str | None = None,
-    subset: str | Sequence[str] | None = None, title: str | None = None,
+    subset: str | Sequence[str] | None = None, title: str | None = None, style: str = "screen",
 ) -> Any:
     """The matplotlib Figure of one or several runs of one experiment (module docstring).
 
@@ -696,13 +725,33 @@ def make_figure(
         Subsets (comma-separated): exact names (``collapsed_tag=Object``, ``image=0``) or a tag
         family (``collapsed_tag``, ``wwh``, ``image``) for all of its values.
     title : str, optional
+    style : {"screen", "paper"}
+        ``paper``: one journal column (3.4 in) for one panel, two columns (7 in) for more, 7-8 pt text.
 
     Returns
     -------
     matplotlib.figure.Figure
     """
+    from matplotlib import rc_context
+
+    check_choice(style, "style", STYLES)
     if not results:
         raise InputError("csvs: give at least one CSV")
+    paper = {"font.size": 7, "axes.titlesize": 8, "axes.labelsize": 7, "xtick.labelsize": 6.5,
+             "ytick.labelsize": 6.5, "lines.linewidth": 1.2, "lines.markersize": 3}
+    _style["name"] = style
+    try:
+        rc: Any = paper if style == "paper" else {}
+        with rc_context(rc):
+            return _make_figure(results, metric=metric, split=split, subset=subset, title=title)
+    finally:
+        _style["name"] = "screen"
+
+
+def _make_figure(
+    results: Sequence[RunResult], *, metric: str | None, split: str | None,
+    subset: str | Sequence[str] | None, title: str | None,
+) -> Any:
     experiment = _check_same_experiment(results)
     chart = chart_for(experiment, results[0].csv.name)
     labels = series_labels(results)
@@ -759,8 +808,10 @@ def plot_results(
     split: str | None = None,
     subset: str | None = None,
     title: str | None = None,
+    formats: str | Sequence[str] = "png,pdf",
+    style: str = "screen",
 ) -> list[Path]:
-    """Draw tidy results CSVs; write ``out`` (PNG) and the same name with ``.pdf``.
+    """Draw tidy results CSVs; write ``out`` in each of ``formats`` (default PNG and PDF).
 
     Parameters
     ----------
@@ -769,41 +820,58 @@ def plot_results(
         one results folder (``OUT``, or one experiment's ``OUT/<experiment>``): one figure per run
         (:func:`plot_folder`).
     out : path, optional
-        Figure file; must end in ``.png``. Default: ``<name>.png`` beside one CSV (several CSVs
-        need it). For a folder, the folder the figures go to (default: beside each CSV).
-    metric, split, subset, title
+        Figure file, ending in ``.png``, ``.pdf`` or ``.svg``; each format is written under its
+        stem. Default: ``<name>.png`` beside one CSV (several CSVs need it). For a folder, the
+        folder the figures go to (default: beside each CSV).
+    metric, split, subset, title, style
         See :func:`make_figure`.
+    formats : str or sequence of str
+        Any of :data:`FORMATS` (``"png,svg"`` or a list).
 
     Returns
     -------
     list of Path
-        The PNG and the PDF (of each figure).
+        The files of each figure, in ``formats`` order.
     """
+    fmts = _check_formats(formats)
+    check_choice(style, "style", STYLES)
     paths = [Path(csvs)] if isinstance(csvs, str | os.PathLike) else [Path(p) for p in csvs]
     if any(p.is_dir() for p in paths):
         if len(paths) != 1:
             raise InputError("csvs: give one results folder, or tidy CSVs of one experiment (not both)")
-        return plot_folder(paths[0], out, metric=metric, split=split, subset=subset, title=title)
+        return plot_folder(paths[0], out, metric=metric, split=split, subset=subset, title=title, formats=fmts,
+                           style=style)
     if out is None:
         if len(paths) != 1:
             raise InputError(f"out: {len(paths)} CSVs overlay in one figure; name it with --out FIG.png")
         out = paths[0].with_suffix(".png")
-    out_png = Path(out)
-    if out_png.suffix.lower() != ".png":
-        raise InputError(f"out must be a .png file name (a .pdf is written beside it), got {str(out_png)!r}")
-    targets = (out_png, out_png.with_suffix(".pdf"))
+    out_path = Path(out)
+    if out_path.suffix.lower().lstrip(".") not in FORMATS:
+        raise InputError(f"out must be a figure file name ending in .png, .pdf or .svg (each --format is written "
+                         f"under its stem), got {str(out_path)!r}")
+    targets = [out_path.with_suffix(f".{f}") for f in fmts]
     for path in targets:
         check_output(path, PLOT_KIND, recognise=written_by_vlprobe)
     results = [read_result(p) for p in paths]
-    fig = make_figure(results, metric=metric, split=split, subset=subset, title=title)
+    fig = make_figure(results, metric=metric, split=split, subset=subset, title=title, style=style)
 
     written = []
     for path in targets:
-        data = figure_bytes(fig, path.suffix[1:], dpi=150)
+        data = figure_bytes(fig, path.suffix[1:], dpi=300 if style == "paper" else 150)
         with atomic_write(path, "wb", kind=PLOT_KIND, recognise=written_by_vlprobe) as fh:
             fh.write(data)
         written.append(path)
     return written
+
+
+def _check_formats(formats: str | Sequence[str]) -> tuple[str, ...]:
+    """``"png,pdf"`` or a list -> the formats, each one of :data:`FORMATS`, none twice."""
+    names = [f.strip().lower() for f in (formats.split(",") if isinstance(formats, str) else formats) if f.strip()]
+    if not names:
+        raise InputError(f"format: give one or more of {', '.join(FORMATS)}, got {formats!r}")
+    for f in names:
+        check_choice(f, "format", FORMATS)
+    return tuple(dict.fromkeys(names))
 
 
 def plot_folder(
@@ -814,6 +882,8 @@ def plot_folder(
     split: str | None = None,
     subset: str | None = None,
     title: str | None = None,
+    formats: str | Sequence[str] = "png,pdf",
+    style: str = "screen",
 ) -> list[Path]:
     """One figure per run of a results folder: ``<name>.png`` (and ``.pdf``) of each run's tidy CSV.
 
@@ -825,8 +895,8 @@ def plot_folder(
     out : path, optional
         Where the figures go, laid out as the CSVs are under ``folder``
         (``probe plot results/separability --out figs`` writes ``figs/clip.png``); default beside each CSV.
-    metric, split, subset, title
-        See :func:`make_figure`; applied to every figure.
+    metric, split, subset, title, formats, style
+        See :func:`plot_results`; applied to every figure.
 
     Returns
     -------
@@ -843,7 +913,7 @@ def plot_folder(
 
     root = Path(folder)
     runs = [r for r in find_runs([root], param="csvs") if chart_of(r.experiment) is not None]
-    if out is not None and Path(out).suffix.lower() in (".png", ".pdf"):
+    if out is not None and Path(out).suffix.lower() in (".png", ".pdf", ".svg"):
         raise InputError(f"out: for a results folder, out is the folder the figures go to (one per run), got {str(out)!r}")
     if not runs:
         raise InputError(f"csvs: {root} holds no run of an experiment with a chart "
@@ -852,5 +922,6 @@ def plot_folder(
     for run in runs:
         where = run.csv.with_suffix(".png")
         target = where if out is None else Path(out) / where.relative_to(root)
-        written += plot_results(run.csv, target, metric=metric, split=split, subset=subset, title=title)
+        written += plot_results(run.csv, target, metric=metric, split=split, subset=subset, title=title,
+                                formats=formats, style=style)
     return written

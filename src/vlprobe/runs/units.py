@@ -54,7 +54,7 @@ _UNITS: dict[str, str] = {
     # NaturalBench
     "question_accuracy": PERCENT, "image_accuracy": PERCENT, "binary_accuracy": PERCENT, "group_accuracy": PERCENT,
     # SugarCrepe++
-    "itt": PERCENT, "image_p1_neg": PERCENT, "image_p2_neg": PERCENT,
+    "itt": PERCENT, "image_p1_neg": PERCENT, "image_p2_neg": PERCENT, "tot": PERCENT,
     # VALSE
     "acc_r": PERCENT, "acc_r_valse": PERCENT, "auroc": PERCENT, "caption_tpr": PERCENT,
     "foil_tnr": PERCENT, "acc": PERCENT, "min_rate": PERCENT, "ppv": PERCENT, "npv": PERCENT,

@@ -45,10 +45,11 @@ def adapter_scores(adapter: GenerativeVLM, pairs: list[tuple[int, int]], pics: l
     return out.scores.numpy().astype(np.float64), out.positions.numpy()
 
 
-def reference_logprobs(
+def reference_inputs(
     adapter: GenerativeVLM, caption: str, image: Image.Image, n_image_tokens: int, pixels: Callable[[Image.Image], dict[str, Any]],
-) -> np.ndarray:
-    """Log-probabilities of the scored tokens of one pair from the model's own forward and logits.
+) -> tuple[torch.Tensor, dict[str, Any], list[int]]:
+    """One pair's input to the model's own ``forward``: ``input_ids`` (1, T) (the prompt, then the
+    scored tokens), the image keyword arguments, and the scored tokens.
 
     ``pixels(image)`` gives the model's image keyword arguments (``pixel_values``, ...). The prompt
     is the chat template's rendering (no vlprobe code but the template's messages), followed by the
@@ -73,11 +74,24 @@ def reference_logprobs(
     extra = pixels(image)
     if "image_grid_thw" in extra:  # Qwen2-VL: M-RoPE needs the image tokens' type ids
         extra["mm_token_type_ids"] = (input_ids == adapter.image_token_id).int()
+    return input_ids, extra, list(scored)
+
+
+def forward_logprobs(adapter: GenerativeVLM, input_ids: torch.Tensor, extra: dict[str, Any], scored: list[int]) -> np.ndarray:
+    """Log-probabilities of the scored tokens (which end ``input_ids``) from the model's own forward."""
     with torch.no_grad():
         logits = adapter.model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **extra).logits[0]
     lp = torch.log_softmax(logits.float(), dim=-1)
-    steps = range(len(ids) - 1, len(ids) - 1 + len(scored))
-    return np.asarray([float(lp[k, s]) for k, s in zip(steps, scored, strict=True)])
+    first = input_ids.shape[1] - len(scored) - 1
+    return np.asarray([float(lp[first + k, s]) for k, s in enumerate(scored)])
+
+
+def reference_logprobs(
+    adapter: GenerativeVLM, caption: str, image: Image.Image, n_image_tokens: int, pixels: Callable[[Image.Image], dict[str, Any]],
+) -> np.ndarray:
+    """Log-probabilities of the scored tokens of one pair from the model's own forward and logits
+    (:func:`reference_inputs`, :func:`forward_logprobs`)."""
+    return forward_logprobs(adapter, *reference_inputs(adapter, caption, image, n_image_tokens, pixels))
 
 
 def check_scores_match_reference(adapter: GenerativeVLM, pixels: Callable[[Image.Image], dict[str, Any]]) -> np.ndarray:

@@ -169,33 +169,59 @@ def test_eval_sugarcrepe_with_both_scores(model: str, checkpoints: dict[str, Pat
             assert got[subset] == pytest.approx(100.0 * np.mean(wins)), subset
 
 
-@pytest.mark.parametrize("experiment", ["patch", "erasure"])
 @pytest.mark.parametrize("model", GENERATIVE)
-def test_patch_and_erasure_refuse_a_generative_model_in_one_line(
-    model: str, experiment: str, checkpoints: dict[str, Path], synthetic_dir: Path, tmp_path: Path,
-    one_error_line: Callable[..., str],
+def test_patch_refuses_the_caption_logprob_score_in_one_line(
+    model: str, checkpoints: dict[str, Path], synthetic_dir: Path, tmp_path: Path, one_error_line: Callable[..., str],
 ) -> None:
-    """Editing a language model's layer states is not implemented: the command says so before it
-    loads the model or writes anything, not with a traceback from inside the run."""
+    """With score=caption-logprob each caption scores its own tokens: a donor's states cannot give
+    the donor's score, so patching refuses it (erasure runs on either score)."""
     out = tmp_path / "results"
     res = CliRunner().invoke(app, [
-        "run", experiment, "--model", model, "--checkpoint", str(checkpoints[model]), "--dataset", "winoground",
-        "--data-dir", str(synthetic_dir), "--device", "cpu", "--out", str(out),
+        "run", "patch", "--model", model, "--checkpoint", str(checkpoints[model]), "--model-option",
+        "score=caption-logprob", "--dataset", "winoground", "--data-dir", str(synthetic_dir), "--limit", "1",
+        "--device", "cpu", "--out", str(out),
     ])
-    one_error_line(res, f"model: {experiment} does not support generative models yet ({model!r})",
-                   "editing the states of a language model's layers", "is not implemented")
-    assert not out.exists()
+    one_error_line(res, f"model_options: patch reads {model}'s VQAScore (score=vqascore)",
+                   "score=caption-logprob", "cannot give the donor's score")
+    assert not list(out.glob("patch/*.csv"))
 
 
 @pytest.mark.parametrize("model", GENERATIVE)
-def test_layer_sites_refuse_every_stream(model: str, checkpoints: dict[str, Path]) -> None:
-    from vlprobe.experiments.minimal_pairs import editable_streams
+def test_layer_sites_are_the_language_models_layers(model: str, checkpoints: dict[str, Path], synthetic_dir: Path) -> None:
+    """Every stream edits the same modules (the input embeddings, then each decoder block); its
+    positions in each pair's joint sequence come with the batch (stream_positions)."""
+    from vlprobe.experiments.minimal_pairs import editable_streams, text_side_streams
     from vlprobe.validation import InputError
 
     adapter = MODELS.get(model).load(str(checkpoints[model]), device="cpu")
+    blocks = list(adapter.language_model.layers)
     for stream in STREAMS:
-        with pytest.raises(InputError, match=rf"^model: {model} does not support editing the states of stream "
-                                             rf"'{stream}' yet \(patching and erasure sites"):
-            adapter.layer_sites(stream)
-    with pytest.raises(InputError, match=r"no layer sites"):
-        editable_streams(adapter)
+        sites = adapter.layer_sites(stream)
+        assert len(sites) == adapter.streams[stream].n_layers == len(blocks) + 1
+        assert sites[0].module is adapter.embedding_output and [s.module for s in sites[1:]] == blocks
+        assert all(s.index is None and not s.tail for s in sites)
+    with pytest.raises(InputError, match=rf"^stream: {model} has streams caption, image, joint, got 'pair'$"):
+        adapter.layer_sites("pair")
+    assert editable_streams(adapter) == list(STREAMS)
+    assert text_side_streams(adapter, list(STREAMS)) == ["caption", "joint"]
+    items = [it for it in load_dataset("winoground", synthetic_dir).items][:2]
+    texts = adapter.prepare_texts([it.captions[k].text for it in items for k in (0, 1)])
+    images = adapter.prepare_images([it.images[0].load() for it in items])
+    t_idx, i_idx = np.array([0, 1, 2, 3]), np.array([0, 0, 1, 1])
+    batch = adapter._batch(texts, images, t_idx, i_idx)
+    col = {c: batch.positions[:, k] for k, c in enumerate(POSITION_COLUMNS)}
+    for stream, (a, b, cls) in {"caption": ("caption_start", "caption_stop", "caption_stop"),
+                                "image": ("image_start", "image_stop", None),
+                                "joint": (None, "length", "answer")}.items():
+        at = adapter.stream_positions(stream, texts, images, t_idx, i_idx)
+        assert at.width == batch.ids.shape[1]
+        for r in range(4):
+            start = 0 if a is None else int(col[a][r])
+            want = list(range(start, int(col[b][r])))
+            assert at.index[r, : len(want)].tolist() == want and (at.index[r, len(want):] == -1).all()
+            assert at.mask[r].sum() == len(want)
+            assert at.ids[r, : len(want)].tolist() == batch.ids[r, want].tolist()
+            if cls is None:
+                assert at.cls is None
+            else:  # caption: its last token; joint: the answer position
+                assert int(at.index[r, int(at.cls[r])]) == int(col[cls][r]) - (cls == "caption_stop")

@@ -35,6 +35,11 @@ norm):
 ``joint``    every token of the sequence; ``cls`` = the answer position (``cls_rule="answer"``),
              whose last-layer state the language-model head reads for the score's first token.
 
+Patching and erasure (``probe run patch|erasure``) edit the same layers (:meth:`GenerativeVLM.layer_sites`:
+the input embeddings, then each decoder block), at the stream's positions in each pair's joint
+sequence (:meth:`GenerativeVLM.stream_positions`): the caption's tokens, the image tokens, every
+token; the answer position is ``joint``'s ``cls``.
+
 Positions (where the image tokens, the caption and the scored tokens sit in each pair's joint
 sequence) come with every batch (:data:`POSITION_COLUMNS`) and are recorded in the cache
 (``/pairs/positions``).
@@ -77,6 +82,7 @@ __all__ = [
     "GenerativeImages",
     "GenerativeTexts",
     "GenerativeVLM",
+    "StreamPositions",
     "load_chat_template",
 ]
 
@@ -191,6 +197,32 @@ class _Batch:
     targets: list[np.ndarray]
 
 
+@dataclass
+class StreamPositions:
+    """A stream's tokens in a batch of joint sequences (:meth:`GenerativeVLM.stream_positions`).
+
+    Attributes
+    ----------
+    ids : Tensor of int64, shape (B, W)
+        The token ids at the stream's positions (left-aligned, padded with the pad id).
+    mask : Tensor of int64, shape (B, W)
+        1 for the stream's tokens.
+    cls : Tensor of int64, shape (B,), or None
+        The stream's summary token, as an index into its ``W`` positions (``caption``: its last
+        token; ``joint``: the answer position; ``image``: none).
+    index : Tensor of int64, shape (B, W)
+        Each stream position's index in the joint sequence, ``-1`` past the stream's tokens.
+    width : int
+        The batch's joint-sequence length (``T``, with padding).
+    """
+
+    ids: torch.Tensor
+    mask: torch.Tensor
+    cls: torch.Tensor | None
+    index: torch.Tensor
+    width: int
+
+
 class GenerativeVLM(CrossEncoder):
     """Base class of generative vision-language models (see the module docstring).
 
@@ -217,6 +249,9 @@ class GenerativeVLM(CrossEncoder):
     #: The family's own load options with a fixed set of values (LLaVA's ``image_pad``).
     choices: ClassVar[dict[str, tuple[str, ...]]] = {}
     position_columns = POSITION_COLUMNS
+    #: The streams on a minimal pair's caption side: patching swaps captions there (the caption's
+    #: tokens; the joint sequence, whose ``cls`` is the answer position), the image stays.
+    text_side_streams: ClassVar[tuple[str, ...]] = ("caption", "joint")
 
     def __init__(self, hf: LoadedModel, chat_template: str, options: Mapping[str, str | None],
                  device_map: str | None = None) -> None:
@@ -504,16 +539,45 @@ class GenerativeVLM(CrossEncoder):
         }
 
     def layer_sites(self, stream: str) -> list[LayerSite]:
-        """Not supported yet: patching and erasure sites on the language model's layers (the caption's
-        tokens, the image tokens, the answer position) are not implemented.
+        """Where each layer's states come out, for patching and erasure: the language model's input
+        embeddings (layer 0, the image features in place), then each decoder block's output.
+
+        Every stream is a view of the one joint sequence, so the sites are the same modules for
+        each; which positions an edit touches (the caption's tokens, the image tokens, the answer
+        position, every token) comes with each batch from :meth:`stream_positions`.
 
         Raises
         ------
         InputError
-            Always, naming the stream and what is missing.
+            A stream the model does not have.
         """
-        raise InputError(f"model: {self.name} does not support editing the states of stream {stream!r} yet "
-                         "(patching and erasure sites on a generative model's language-model layers are not implemented)")
+        if stream not in self._streams:
+            raise InputError(f"stream: {self.name} has streams {', '.join(self._streams)}, got {stream!r}")
+        return [LayerSite(m) for m in self._sites()]
+
+    def stream_positions(self, stream: str, texts: GenerativeTexts, images: GenerativeImages, text_idx: np.ndarray,
+                         image_idx: np.ndarray) -> StreamPositions:
+        """Where a stream's tokens sit in each pair's joint sequence, for the batch the plain pass of
+        these pairs (:meth:`plain_pair_scores`, same order) runs.
+
+        ``caption``: the caption's tokens (``cls`` = its last); ``image``: the image tokens (no
+        ``cls``); ``joint``: every token (``cls`` = the answer position).
+        """
+        if stream not in self._streams:
+            raise InputError(f"stream: {self.name} has streams {', '.join(self._streams)}, got {stream!r}")
+        text_idx, image_idx = check_pair_indices(text_idx, image_idx)
+        batch = self._batch(texts, images, text_idx, image_idx)
+        mask_j, cls_j = self._stream_masks(batch)[stream]
+        counts = mask_j.sum(1)
+        width = int(counts.max()) if len(counts) else 0
+        index = torch.full((len(counts), width), -1, dtype=torch.long)
+        for r in range(len(counts)):
+            at = torch.nonzero(mask_j[r], as_tuple=False)[:, 0]
+            index[r, : len(at)] = at
+        mask = (index >= 0).long()
+        ids = torch.where(index >= 0, batch.ids.gather(1, index.clamp(min=0)), torch.full_like(index, self.pad_id))
+        cls = None if cls_j is None else (index == cls_j[:, None].long()).long().argmax(1)
+        return StreamPositions(ids, mask, cls, index, int(batch.ids.shape[1]))
 
     def _sites(self) -> list[torch.nn.Module]:
         """Layer l's module (index = layer): the embedding output, then each decoder block."""

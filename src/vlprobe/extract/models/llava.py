@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from vlprobe.extract.models.base import ReferenceCheckpoint
 from vlprobe.extract.models.generative import GenerativeVLM
 
 __all__ = ["T2V_LLAVA_QUESTION", "T2V_LLAVA_SYSTEM", "LlavaAdapter", "pad_to_square"]
@@ -64,6 +65,8 @@ class LlavaAdapter(GenerativeVLM):
 
     name = "llava"
     model_types = ("llava",)
+    reference_checkpoint = ReferenceCheckpoint(
+        "llava-hf/llava-1.5-7b-hf", source="LLaVA-1.5-7B, the model t2v_metrics scores as llava-v1.5-7b")
     load_options = (*GenerativeVLM.load_options, "image_pad")
     defaults: ClassVar[dict[str, str]] = {
         "score": "vqascore", "question": T2V_LLAVA_QUESTION, "answer": "Yes", "answer_tokens": "all+eos",

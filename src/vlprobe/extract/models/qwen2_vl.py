@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from vlprobe.extract.models.base import ReferenceCheckpoint
 from vlprobe.extract.models.generative import GenerativeImages, GenerativeVLM, _Batch
 
 __all__ = ["T2V_QWEN2_VL_QUESTION", "Qwen2VLAdapter"]
@@ -38,6 +39,8 @@ class Qwen2VLAdapter(GenerativeVLM):
 
     name = "qwen2-vl"
     model_types = ("qwen2_vl",)
+    reference_checkpoint = ReferenceCheckpoint(
+        "Qwen/Qwen2-VL-7B-Instruct", source="Qwen2-VL-7B-Instruct, the model t2v_metrics scores as qwen2-vl-7b")
     defaults: ClassVar[dict[str, str]] = {
         "score": "vqascore", "question": T2V_QWEN2_VL_QUESTION, "answer": "Yes", "answer_tokens": "first",
         "system": "", "caption_prompt": "",
