@@ -127,6 +127,7 @@ bench: $(STAMP)  ## performance ratios (printed, not asserted)
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/experiments.py --epochs 5 --quick  # a fraction, extrapolated; drop --epochs for a full run
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/augment.py
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/bench_families.py
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/launch.py
 
 clean:  ## remove the venv and outputs
 	rm -rf $(VENV) out site .pytest_cache .mypy_cache

@@ -186,7 +186,13 @@ def _probe_shim(folder: Path) -> Path:
 
 def _run_shell_block(block: Block, folder: Path) -> None:
     bin_dir = _probe_shim(folder) if not (folder / ".bin").exists() else folder / ".bin"
-    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", HF_HUB_OFFLINE="1", MPLBACKEND="Agg")
+    # probe, then this interpreter's own scripts (torchrun) and vlprobe: the tested source tree
+    import vlprobe
+
+    src = str(Path(vlprobe.__file__).resolve().parents[1])
+    path = os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent), os.environ["PATH"]])
+    python_path = os.pathsep.join([src, *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = dict(os.environ, PATH=path, PYTHONPATH=python_path, HF_HUB_OFFLINE="1", MPLBACKEND="Agg")
     proc = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block.text], cwd=folder, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"{block.where} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"

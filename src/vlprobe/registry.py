@@ -255,6 +255,10 @@ DATASETS.register(
     help="NaturalBench: 2 questions x 2 images per sample, yes/no or A/B (the dataset's parquet shards)",
 )
 DATASETS.register(
+    "vl-checklist", "vlprobe.data.vl_checklist:load_vl_checklist",
+    help="VL-CheckList: 56 annotation files (Object/Attribute/Relation x VG, VAW, HAKE, SWiG; --image-root DIR)",
+)
+DATASETS.register(
     "crepe", "vlprobe.data.crepe:load_crepe",
     help="CREPE: systematicity and productivity hard-negative CSVs (cropped Visual Genome regions; --image-root vg=DIR)",
 )
@@ -322,6 +326,10 @@ EXPERIMENTS.register(
 EXPERIMENTS.register(
     "naturalbench", "vlprobe.experiments.benchmark_eval:NATURALBENCH",
     help="NaturalBench question, image, binary and group accuracies (`probe eval naturalbench`)",
+)
+EXPERIMENTS.register(
+    "vl-checklist", "vlprobe.experiments.benchmark_eval:VL_CHECKLIST",
+    help="VL-CheckList ITC accuracy per file, per aspect (the radar's 13) and per category (`probe eval vl-checklist`)",
 )
 EXPERIMENTS.register(
     "crepe", "vlprobe.experiments.benchmark_eval:CREPE",

@@ -137,3 +137,20 @@ def test_sweep_on_submitits_local_cluster(tmp_path: Path) -> None:
     with open(result["results"], newline="") as fh:
         assert {r["experiment"] for r in csv.DictReader(fh)} == {"winoground-scores", "recall"}
     assert list((tmp_path / "out" / "submitit").glob("*_log.out"))
+
+
+def test_the_worked_example_plan_of_the_docs(tmp_path: Path) -> None:
+    """docs/scaling-out.md's Winoground x 3 models plan: 8 shards and a merge per model, 5 runs per
+    model after its cache, LXMERT after the regions, one collect."""
+    from tests.docs_text import doc_page
+
+    page = doc_page("scaling-out.md")
+    text = page[page.index("# winoground-3.toml"):]
+    plan = tmp_path / "winoground-3.toml"
+    plan.write_text(text[:text.index("```")])
+    steps = {s.name: s for s in plan_steps(load_plan(plan))}
+    assert len(steps) == 2 + 3 * (8 + 1) + 3 * 5 + 1
+    assert steps["extract lxmert-winoground 3/8"].after == ("regions", "variants")
+    assert steps["extract clip-l14-winoground"].after == tuple(f"extract clip-l14-winoground {k}/8" for k in range(8))
+    assert steps["variant-probe clip-b32-winoground"].after == ("extract clip-b32-winoground",)
+    assert len(steps["collect"].after) == 15

@@ -1,4 +1,4 @@
-"""``probe eval sugarcrepe|valse|aro|mmvp-vlm|naturalbench|eqben|colorswap|sugarcrepe-pp|crepe`` (generated from the experiments' declarations) and ``probe data info``."""
+"""``probe eval sugarcrepe|valse|aro|mmvp-vlm|naturalbench|eqben|colorswap|sugarcrepe-pp|crepe|vl-checklist`` (generated from the experiments' declarations) and ``probe data info``."""
 
 from __future__ import annotations
 
@@ -19,10 +19,11 @@ from vlprobe.validation import InputError
 #: ``probe eval NAME`` -> the experiment it runs (these have no ``probe run NAME``).
 EVAL_COMMANDS = {"sugarcrepe": "sugarcrepe", "valse": "valse", "aro": "aro", "mmvp-vlm": "mmvp-vlm",
                  "naturalbench": "naturalbench", "eqben": "eqben", "colorswap": "colorswap",
-                 "sugarcrepe-pp": "sugarcrepe-pp", "crepe": "crepe"}
+                 "sugarcrepe-pp": "sugarcrepe-pp", "crepe": "crepe",
+                 "vl-checklist": "vl-checklist"}
 eval_app = typer.Typer(
     name="eval", cls=declared_group(EVAL_COMMANDS, guarded), no_args_is_help=True,
-    help="Score a benchmark (SugarCrepe, VALSE, ARO, MMVP-VLM, NaturalBench, EqBen, ColorSwap, SugarCrepe++, CREPE) with a model (or re-read saved scores): tidy CSV, per-item "
+    help="Score a benchmark (SugarCrepe, VALSE, ARO, MMVP-VLM, NaturalBench, EqBen, ColorSwap, SugarCrepe++, CREPE, VL-CheckList) with a model (or re-read saved scores): tidy CSV, per-item "
          "scores, manifest.",
 )
 #: ``probe data info NAME`` of the benchmarks beside SugarCrepe and VALSE: NAME -> "module:function"
@@ -31,11 +32,12 @@ REPORTS = {"aro": "vlprobe.data.aro:aro_report", "mmvp-vlm": "vlprobe.data.mmvp_
            "naturalbench": "vlprobe.data.naturalbench:naturalbench_report", "eqben": "vlprobe.data.eqben:eqben_report",
            "colorswap": "vlprobe.data.colorswap:colorswap_report",
            "sugarcrepe-pp": "vlprobe.data.sugarcrepe_pp:sugarcrepe_pp_report",
-           "crepe": "vlprobe.data.crepe:crepe_report"}
+           "crepe": "vlprobe.data.crepe:crepe_report",
+           "vl-checklist": "vlprobe.data.vl_checklist:vl_checklist_report"}
 #: The benchmarks of REPORTS whose images are COCO files given by ``--image-dir``.
 TAKES_IMAGE_DIR = frozenset({"sugarcrepe-pp"})
 data_app = typer.Typer(name="data", help="Validate and count benchmark files.", no_args_is_help=True)
-Benchmark = Annotated[str, typer.Argument(help="sugarcrepe, valse, aro, mmvp-vlm, naturalbench, eqben, colorswap, sugarcrepe-pp, crepe.")]
+Benchmark = Annotated[str, typer.Argument(help="sugarcrepe, valse, aro, mmvp-vlm, naturalbench, eqben, colorswap, sugarcrepe-pp, crepe, vl-checklist.")]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -38,7 +38,7 @@ def fixtures_dataset(
     image_size: Annotated[int, typer.Option(help="Image side in pixels.")] = 64,
     split: Annotated[str, typer.Option(help="eval, or train (a seed stream no eval dataset uses).")] = "eval",
     fmt: Annotated[str, typer.Option(
-        "--format", help="winoground, or a benchmark's own on-disk format: aro, mmvp-vlm, naturalbench, eqben, colorswap, sugarcrepe-pp, crepe.")] = "winoground",
+        "--format", help="winoground, or a benchmark's own on-disk format: aro, mmvp-vlm, naturalbench, eqben, colorswap, sugarcrepe-pp, crepe, vl-checklist.")] = "winoground",
 ) -> None:
     """Write a deterministic synthetic dataset in Winoground's on-disk format, or in another
     benchmark's (``--format``: its annotation files and images, laid out as its authors distribute them)."""

@@ -42,6 +42,10 @@ crepe      ``syst_hard_negatives/syst_vg_hard_negs_<seen|unseen>_compounds_in_<c
            caption, x, y, width, height, hard_negs``, five negatives each); images
            ``vg/VG_100K/<id>.jpg`` (even ids) and ``vg/VG_100K_2/<id>.jpg`` (odd); ``image_root``:
            ``vg=<out>/vg``
+vl-checklist  ``data/<the 56 annotation files>`` (``n`` records each, ``[image path, {"POS": [...],
+           "NEG": [...]}]``) and ``n`` images per source under ``vg/VG_100K/``,
+           ``hake/hake_images_20200614/`` and ``swig/``; ``image_root``: ``<out>`` (the authors'
+           ``$DATASET``)
 =========  ======================================================================================
 """
 
@@ -385,10 +389,40 @@ def _crepe(w: _Writer, rng: np.random.Generator, n: int) -> None:
             w.text(rel, table(["region_id", "image_id", "caption", "x", "y", "width", "height", "hard_negs"], rows))
 
 
+def _vl_checklist(w: _Writer, rng: np.random.Generator, n: int) -> None:
+    from vlprobe.data.vl_checklist import VLC_FILES, VLC_SOURCES
+
+    colours = list(COLOURS)
+    images: dict[str, list[str]] = {}
+    for source in ("vg", "hake", "swig"):
+        names = []
+        for k in range(n):
+            rel = {"vg": f"VG_100K/{2 + k}.jpg", "hake": f"hake_images_20200614/img_{k:04d}.jpg",
+                   "swig": f"{('jumping', 'riding', 'carrying')[k % 3]}_{100 + k}.jpg"}[source]
+            w.image(f"{source}/{rel}", rng)
+            names.append(rel)
+        images[source] = names
+    for subset, rel in VLC_FILES.items():
+        records = []
+        for k in range(n):
+            a, b = (colours[int(c)] for c in rng.choice(len(colours), 2, replace=False))
+            o1, o2 = (OBJECTS[int(c)] for c in rng.choice(len(OBJECTS), 2, replace=False))
+            if subset.startswith("Attribute"):
+                pos, neg = [f"the {a} {o1}", f"a {a} {o1}"], [f"the {b} {o1}"]
+            elif subset.startswith("Object"):
+                pos, neg = [f"a {o1} next to a {a} {SHAPES[k % len(SHAPES)]}"], [f"a {o2} next to a {a} {SHAPES[k % len(SHAPES)]}"]
+            else:
+                r1, r2 = (RELATIONS[int(c)] for c in rng.choice(len(RELATIONS), 2, replace=False))
+                pos, neg = [f"the {o1} {r1} the {o2}"], [f"the {o1} {r2} the {o2}", f"the {o2} {r2} the {o1}"]
+            records.append([images[VLC_SOURCES[subset]][k], {"POS": pos, "NEG": neg}])
+        w.json(f"data/{rel}", records)
+
+
 #: Format -> writer of its files.
 _WRITERS: dict[str, Callable[[_Writer, np.random.Generator, int], None]] = {
     "aro": _aro, "mmvp-vlm": _mmvp_vlm, "naturalbench": _naturalbench, "eqben": _eqben,
-    "colorswap": _colorswap, "sugarcrepe-pp": _sugarcrepe_pp, "crepe": _crepe}
+    "colorswap": _colorswap, "sugarcrepe-pp": _sugarcrepe_pp, "crepe": _crepe,
+    "vl-checklist": _vl_checklist}
 FIXTURE_FORMATS: tuple[str, ...] = tuple(_WRITERS)
 
 

@@ -73,7 +73,7 @@ __all__ = ["BENCHMARKS", "EXPERIMENTS", "EvalConfig", "run_eval"]
 #: The two-text benchmarks with their own code path here, then those evaluated through a
 #: :class:`~vlprobe.experiments.benchmark_specs.BenchmarkSpec`.
 PAIRED = ("sugarcrepe", "valse")
-BENCHMARKS = (*PAIRED, "aro", "mmvp-vlm", "naturalbench", "eqben", "colorswap", "sugarcrepe-pp", "crepe")
+BENCHMARKS = (*PAIRED, "aro", "mmvp-vlm", "naturalbench", "eqben", "colorswap", "sugarcrepe-pp", "crepe", "vl-checklist")
 #: Why a run has no bag-of-words slices.
 BOW_NEEDS_CAPTIONS = "the bag-of-words slices need the captions: give data_dir (--data-dir) with a score file"
 #: What each VALSE pairwise metric compares (recorded in the manifest).
@@ -701,3 +701,5 @@ EXPERIMENTS["sugarcrepe-pp"] = _spec_experiment(
 COLORSWAP, SUGARCREPE_PP = EXPERIMENTS["colorswap"], EXPERIMENTS["sugarcrepe-pp"]
 EXPERIMENTS["crepe"] = _spec_experiment("crepe", 1, _ONLY_ARO, ("recall@1",))
 CREPE = EXPERIMENTS["crepe"]
+EXPERIMENTS["vl-checklist"] = _spec_experiment("vl-checklist", 1, _ONLY_ARO, ("accuracy",))
+VL_CHECKLIST = EXPERIMENTS["vl-checklist"]

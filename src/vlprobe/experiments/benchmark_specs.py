@@ -67,6 +67,10 @@ class BenchmarkSpec:
     bow : bool
         Whether the bag-of-words slices mean anything (False where the texts differ by design,
         as NaturalBench's answers).
+    means : tuple of (scope, members)
+        Unweighted means over members, in order: a member is a subset or an earlier scope;
+        members the run lacks are left out, a scope with none is skipped (VL-CheckList's radar:
+        per aspect the mean over image corpora of each corpus's mean over its files).
     """
 
     name: str
@@ -79,6 +83,7 @@ class BenchmarkSpec:
     summary: str = ""
     pooled: str = ""
     bow: bool = True
+    means: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def note(self, subset: str, metric: str) -> str:
         return self.notes.get((subset, metric), self.notes.get(metric, ""))
@@ -283,8 +288,48 @@ def _crepe() -> BenchmarkSpec:
 
 CREPE = _crepe()
 
+# -- VL-CheckList ------------------------------------------------------------------------------------
+
+
+def _vlc_outcomes(subset: str, scores: np.ndarray) -> dict[str, np.ndarray]:
+    return {"correct": pair_right(scores[:, :, 0])}
+
+
+def _vlc_metrics(subset: str, out: Mapping[str, np.ndarray], groups: np.ndarray) -> dict[str, np.ndarray]:
+    return {"accuracy": out["correct"].astype(np.float64).mean(axis=-1)}
+
+
+def _vlc() -> BenchmarkSpec:
+    from vlprobe.data.vl_checklist import VLC_ASPECTS, VLC_SUBSETS
+
+    means: list[tuple[str, tuple[str, ...]]] = []
+    notes: dict[Any, str] = {"accuracy": "the file's total_acc of the authors' ITC evaluation (evaluate.py): "
+                                         "score(POS[0]) > score(NEG[0]); a tie is wrong"}
+    for aspect, corpora in VLC_ASPECTS.items():
+        members = []
+        for corpus, files in corpora.items():
+            if len(files) > 1:
+                means.append((f"{aspect}_{corpus}", files))
+                notes[(f"{aspect}_{corpus}", "accuracy")] = "unweighted mean over this corpus's files (radar.py)"
+                members.append(f"{aspect}_{corpus}")
+            else:
+                members.append(files[0])
+        means.append((aspect, tuple(members)))
+        notes[(aspect, "accuracy")] = ("the radar's spoke (radar.py: mean over image corpora of each corpus's mean "
+                                       "over its files)")
+    for category in ("Object", "Attribute", "Relation"):
+        spokes = tuple(a for a in VLC_ASPECTS if a.startswith(category))
+        means.append((category, spokes))
+        notes[(category, "accuracy")] = (f"unweighted mean over the {len(spokes)} {category} spokes of the radar "
+                                         "(vlprobe's: the authors' code stops at the spokes)")
+    return BenchmarkSpec("vl-checklist", VLC_SUBSETS, _vlc_outcomes, _vlc_metrics, notes=notes,
+                         chance={"accuracy": 50.0}, means=tuple(means))
+
+
+VL_CHECKLIST = _vlc()
+
 #: The benchmarks ``probe eval`` evaluates through a spec.
-SPECS: dict[str, BenchmarkSpec] = {s.name: s for s in (ARO, MMVP_VLM, NATURALBENCH, EQBEN, COLORSWAP, SUGARCREPE_PP, CREPE)}
+SPECS: dict[str, BenchmarkSpec] = {s.name: s for s in (ARO, MMVP_VLM, NATURALBENCH, EQBEN, COLORSWAP, SUGARCREPE_PP, CREPE, VL_CHECKLIST)}
 
 
 # -- rows --------------------------------------------------------------------------------------------
@@ -341,13 +386,17 @@ def spec_rows(
             rows.extend(ci95_rows(row, metric, 100.0 * np.asarray(boot[metric]).reshape(-1)))
 
     summary: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    # scope -> (items, {metric: (value, resampled values)}): the subsets, then the means over them
+    parts: dict[str, tuple[int, dict[str, tuple[np.ndarray, np.ndarray]]]] = {}
     for subset in dict.fromkeys(sub.tolist()):
         cols = np.flatnonzero(sub == subset)
         emit(subset, subset, cols)
-        if spec.summary:
+        if spec.summary or spec.means:
             at = _resamples(cols, strata, n_boot, seed)
             point = spec.metrics(subset, {k: v[cols] for k, v in outcomes.items()}, grp[cols])
             boot = spec.metrics(subset, {k: v[at] for k, v in outcomes.items()}, grp[cols])
+            parts[subset] = (len(cols), {m: (np.asarray(value), np.asarray(boot[m]).reshape(-1))
+                                         for m, value in point.items()})
             for metric, value in point.items():
                 summary.setdefault(metric, []).append((np.asarray(value), np.asarray(boot[metric]).reshape(-1)))
         tag = spec.group_tag.get(subset)
@@ -368,10 +417,23 @@ def spec_rows(
                     emit(f"{subset}/bow={v}", subset, scols)
     if spec.pooled:
         emit(spec.pooled, str(sub[0]), np.arange(len(sub)))
-    for metric, parts in summary.items():  # each subset's value from its own resamples, then their mean
+    for metric, per_subset in summary.items():  # each subset's value from its own resamples, then their mean
         row = {**base, "subset": spec.summary, "n": len(sub)}
         note = spec.note(spec.summary, metric)
-        mean = float(np.mean([p for p, _ in parts]))
+        mean = float(np.mean([p for p, _ in per_subset]))
         rows.append({**row, "metric": metric, "value": 100.0 * mean, **({"note": note} if note else {})})
-        rows.extend(ci95_rows(row, metric, 100.0 * np.mean([b for _, b in parts], axis=0)))
+        rows.extend(ci95_rows(row, metric, 100.0 * np.mean([b for _, b in per_subset], axis=0)))
+    for scope, scope_members in spec.means:  # unweighted means of members' values and of their resamples
+        present = [parts[m] for m in scope_members if m in parts]
+        if not present:
+            continue
+        n = sum(k for k, _ in present)
+        merged = {metric: (np.mean([p[metric][0] for _, p in present], axis=0),
+                           np.mean([p[metric][1] for _, p in present], axis=0)) for metric in present[0][1]}
+        parts[scope] = (n, merged)
+        for metric, (value, boot_values) in merged.items():
+            row = {**base, "subset": scope, "n": n}
+            note = spec.note(scope, metric)
+            rows.append({**row, "metric": metric, "value": 100.0 * float(value), **({"note": note} if note else {})})
+            rows.extend(ci95_rows(row, metric, 100.0 * boot_values))
     return rows, strata
