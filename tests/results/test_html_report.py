@@ -161,3 +161,13 @@ def test_the_page_renders_in_headless_chromium(report_html: Path, tmp_path: Path
         assert dark > 0.01, dark
         assert ImageStat.Stat(grey).stddev[0] > 20
         assert len(im.convert("RGB").getcolors(1 << 20) or []) > 50  # the figures' colours, not just black on white
+
+
+def test_numbers_in_report_tables_share_one_format() -> None:
+    """Two decimals everywhere (no bare 0 beside 100.00, no 0.8333 beside 3.33); below 0.005 two
+    significant digits, so a small p-value still reads; NaN as a dash."""
+    from vlprobe.results.html_report import _fmt
+
+    got = [_fmt(v) for v in (0.0, 1e-15, 100.0, 3.3333, 0.83333, 0.32241, -6.6667, 0.0001, 0.00123, float("nan"), "2.5")]
+    assert got == ["0.00", "0.00", "100.00", "3.33", "0.83", "0.32", "-6.67", "0.0001", "0.0012", "–", "2.50"]
+    assert _fmt(40) == "40" and _fmt("40") == "40"  # counts stay integers

@@ -77,11 +77,13 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         if math.isnan(value):
             return "–"
+        # one rule for every number: two decimals (0.00, 0.83, 100.00); below 0.01 two significant
+        # digits (0.0001, a p-value), never a bare "0" beside "100.00"
         if abs(value) < 1e-12:  # a difference of equal means, up to round-off
-            return "0"
-        if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e6):
-            return f"{value:.3g}"
-        return f"{value:.4g}" if abs(value) < 1 else f"{value:.2f}"
+            return "0.00"
+        if abs(value) < 0.005 or abs(value) >= 1e6:
+            return f"{value:.2g}"
+        return f"{value:.2f}"
     return str(value)
 
 
