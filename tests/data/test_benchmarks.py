@@ -160,8 +160,14 @@ def test_valse_image_roots(valse_dir: Path, tmp_path: Path) -> None:
     ds = load_valse(valse_dir, subsets="actant-swap", limit=3, image_root=[f"swig={swig}"])
     assert [it.images[0].path for it in ds] == [swig / n for n in names]
     assert load_valse(valse_dir, subsets="actant-swap", limit=3, image_root=[str(swig)]).items[0].images[0].path == swig / names[0]
-    with pytest.raises(ValueError, match=r"no folder for source 'visual7w' .*existence.*--image-root visual7w=DIR"):
+    with pytest.raises(ValueError, match=r"no folder for 1 source\(s\): 'visual7w' \(needed by existence\); "
+                                         r"pass --image-root visual7w=DIR"):
         load_valse(valse_dir, subsets="actant-swap,existence", limit=3, image_root=[f"swig={swig}"])
+    # every missing source in the one line, not the first only
+    with pytest.raises(ValueError, match=r"no folder for 4 source\(s\): 'visual7w' \(needed by existence, counting-hard, "
+                                         r"counting-small-quant, counting-adversarial\); 'coco2017' .*'visdial' .*'coco2014' .*"
+                                         r"pass --image-root visual7w=DIR --image-root coco2017=DIR"):
+        load_valse(valse_dir, limit=3, image_root=[f"swig={swig}"])
     with pytest.raises(FileNotFoundError, match="images missing"):
         load_valse(valse_dir, subsets="existence", limit=3, image_root=[f"visual7w={v7w}"])
     with pytest.raises(ValueError, match="unknown source 'coco'"):
@@ -175,6 +181,18 @@ def test_valse_report(valse_dir: Path) -> None:
     assert {k: (r.items, r.kept) for k, r in reports.items()} == VALSE_PINNED
     equal = {k: r.problems.get("caption equals foil", 0) for k, r in reports.items()}
     assert {k: v for k, v in equal.items() if v} == {"actant-swap": 14, "counting-hard": 9, "existence": 1}
+    assert not any("images not checked" in p for r in reports.values() for p in r.problems)  # none asked
+
+
+def test_valse_report_names_every_source_without_a_folder(valse_dir: Path, tmp_path: Path) -> None:
+    swig = tmp_path / "swig"
+    swig.mkdir()
+    reports = {r.name: r for r in valse_report(valse_dir, [f"swig={swig}"])}
+    unchecked = {k: p for k, r in reports.items() for p in r.problems if p.startswith("images not checked")}
+    assert set(unchecked) == set(VALSE_FILES) - {"actant-swap", "action-replacement"}
+    assert unchecked["existence"] == "images not checked: no --image-root for source 'visual7w'"
+    assert reports["existence"].problems[unchecked["existence"]] == VALSE_PINNED["existence"][1]
+    assert reports["actant-swap"].problems["image missing (valid items)"] == VALSE_PINNED["actant-swap"][1]
 
 
 # --- probe data info ----------------------------------------------------------------------------------

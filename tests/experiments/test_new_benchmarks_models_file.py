@@ -1,4 +1,4 @@
-"""`probe eval NAME --models FILE` on EqBen, ColorSwap and SugarCrepe++ fixtures: a CLIP and a blind
+"""`probe eval NAME --models FILE` on EqBen, ColorSwap, SugarCrepe++, CREPE and VL-CheckList fixtures: a CLIP and a blind
 scorer in one table (the blind one is given no image folder), each model's own run beside it."""
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ CASES = {
     "eqben": (("eqbenag", "eqbenyoucook2", "eqbensd"), ()),
     "colorswap": (("test", "train"), ()),
     "sugarcrepe-pp": (("swap_obj", "replace_rel"), ("--image-dir", "val2017")),
+    "crepe": (("prod_swap_4", "syst_laion_unseen_comp"), ("--image-root", "vg")),
+    "vl-checklist": (("Attribute_color_vg", "Relation_spatial_vg"), ("--image-root", ".")),
 }
 
 

@@ -146,11 +146,12 @@ def load_valse(
             source = VALSE_FILES[stem][0]
             if source not in roots and "*" not in roots:
                 lacking.setdefault(source, []).append(stem)
-        if lacking:
-            source, stems = next(iter(lacking.items()))
+        if lacking:  # every source at once, so one run of the command finds them all
+            needs = "; ".join(f"{source!r} (needed by {', '.join(stems)})" for source, stems in lacking.items())
+            flags = " ".join(f"--image-root {source}=DIR" for source in lacking)
             raise InputError(
-                f"image_root: no folder for source {source!r} (needed by {', '.join(stems)}); "
-                f"pass --image-root {source}=DIR"
+                f"image_root: no folder for {len(lacking)} source(s): {needs}; pass {flags} "
+                "(docs: Where to get the data)"
             )
     h = hashlib.sha256()
     items: list[Item] = []
@@ -209,7 +210,8 @@ def valse_report(
 
     Problems counted per file: missing file, malformed records, invalid items (mturk caption < 2),
     caption equal to foil, ``dataset`` labels that differ from the file's usual one, and missing
-    images when ``image_root`` is given.
+    images when ``image_root`` is given; then every source without a folder at once ("images not
+    checked: no --image-root for source S"), on each file that needs it.
     """
     root = find_json_dir(Path(data_dir), tuple(VALSE_FILES))
     roots = parse_image_roots(image_root)
@@ -235,6 +237,8 @@ def valse_report(
             folder = roots.get(source, roots.get("*"))
             if folder is not None and valid and not (folder / rec["image_file"]).is_file():
                 rep.add("image missing (valid items)")
+        if roots and source not in roots and "*" not in roots:
+            rep.add(f"images not checked: no --image-root for source {source!r}", rep.kept)
         if len(labels) > 1:
             usual = max(labels, key=lambda k: labels[k])
             rep.add(f"dataset label other than {usual!r}", sum(v for k, v in labels.items() if k != usual))
