@@ -15,7 +15,7 @@ from vlprobe.cli import app
 from vlprobe.extract.cache.reader import ActivationCache
 from vlprobe.launch.executors import LocalExecutor
 from vlprobe.launch.sharded import ShardedCommand, launch_shards
-from vlprobe.launch.steps import StepFailed
+from vlprobe.launch.steps import StepCrashed, StepFailed
 from vlprobe.validation import InputError
 
 HERE = Path(__file__).resolve().parent
@@ -58,12 +58,12 @@ def test_a_killed_shard_is_run_again_and_the_merge_equals_one_run(
 
 
 @pytest.mark.slow  # two shard processes: about 20 s on two shared cores
-def test_without_retries_the_killed_shard_fails_in_one_line(
+def test_without_retries_the_killed_shard_fails_naming_its_log(
     tiny_clip: Path, synthetic_dir: Path, tmp_path: Path,
 ) -> None:
     out = tmp_path / "all.h5"
     command = ShardedCommand.parse(_extract(tiny_clip, synthetic_dir, out))
-    with pytest.raises(StepFailed, match=r"step 'shard 0/2' did not finish: killed by signal 9 \(log .*shard\.0\.2\.log\)"):
+    with pytest.raises(StepCrashed, match=r"step 'shard 0/2' did not finish: killed by signal 9 \(log .*shard\.0\.2\.log\)"):
         launch_shards(command, 2, _killer(tmp_path / "m", "0/2"), retries=0, echo=lambda _: None)
     assert not out.exists()
     assert (tmp_path / "all.shard-1-of-2.h5").exists()  # the other shard ran to its end

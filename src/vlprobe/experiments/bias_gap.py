@@ -304,9 +304,17 @@ def compute_bias_gap(config: BiasGapConfig, slot: RunSlot) -> RunRows:
 
     label = slot.label
     dataset = load_dataset(config.dataset, config.data_dir, options=_dataset_option_values(config))
-    items = list(dataset.items)
+    items: list[Item] = []
+    no_negatives: dict[str, int] = {}
+    for it in dataset.items:  # an item with its positives alone (a CREPE row without hard negatives) has no gap
+        if len(it.images) == 1 and len(it.captions) == int(it.meta.get("positives", 1)):
+            no_negatives[_subset(it)] = no_negatives.get(_subset(it), 0) + 1
+        else:
+            items.append(it)
     if not items:
-        raise InputError(f"{config.dataset}: no items to score")
+        raise InputError(f"{config.dataset}: no items to score" + (" (none has a negative caption)" if no_negatives else ""))
+    if no_negatives:
+        say(config.progress, f"bias-gap: {sum(no_negatives.values())} item(s) without a negative caption left out")
     npos = [positives_of(it, config.dataset) for it in items]
     subsets = [_subset(it) for it in items]
     order = list(dict.fromkeys(subsets))
@@ -394,6 +402,7 @@ def compute_bias_gap(config: BiasGapConfig, slot: RunSlot) -> RunRows:
     extra = {
         "units": units_of(rows, item_rows), "dataset": config.dataset, "scorers": scorer_info,
         "negatives": config.negatives, "n_items": len(items), "n_gaps": len(unit_id),
+        "items_without_negatives": {"per_subset": no_negatives, "note": "left out: no gap without a negative"},
         "items_per_subset": {s: int(sum(x == s for x in subsets)) for s in order},
         "definitions": {
             "gap": "min(positive scores) - max(negative scores) per item" if config.negatives == "hardest"

@@ -143,7 +143,9 @@ def launch_shards(
     Raises
     ------
     StepFailed
-        A shard did not finish after its retries (or its command was refused: exit 2).
+        A shard's command was refused (exit 2).
+    StepCrashed
+        A shard crashed or was killed after its retries.
     """
     check_positive_int(shards, "shards")
     if retries < 0:

@@ -36,7 +36,7 @@ from vlprobe.io.paths import ensure_folder
 from vlprobe.launch.executors import Executor
 from vlprobe.validation import InputError
 
-__all__ = ["Step", "StepFailed", "run_steps", "step_fingerprints"]
+__all__ = ["Step", "StepCrashed", "StepFailed", "run_steps", "step_fingerprints"]
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,12 @@ class Step:
 
 
 class StepFailed(InputError):
-    """A step did not finish (after its retries): one line naming it, its exit and its log."""
+    """A step refused its input (exit 2, never retried): one line naming it, its exit and its log."""
+
+
+class StepCrashed(RuntimeError):
+    """A step crashed or was killed after its retries (its traceback is in its log): the message
+    names it, its exit and its log; not bad input, so the command exits 1 (not 2)."""
 
 
 def _safe(name: str) -> str:
@@ -155,7 +160,9 @@ def run_steps(
     Raises
     ------
     StepFailed
-        A step did not finish after its retries, or refused its input.
+        A step refused its input (exit 2: one line, the command exits 2).
+    StepCrashed
+        A step crashed or was killed after its retries (its log holds the traceback).
     """
     ordered = _ordered(steps)
     prints = step_fingerprints(ordered)
@@ -178,7 +185,7 @@ def run_steps(
     tries: dict[str, int] = {}
     running: dict[str, tuple[Any, Step, float]] = {}
     record: dict[str, dict[str, Any]] = {}
-    failure: StepFailed | None = None
+    failure: StepFailed | StepCrashed | None = None
     t0 = time.perf_counter()
     total = len(pending)
     while pending or running:
@@ -229,7 +236,7 @@ def run_steps(
                      + (f" [{said}]" if said else ""))
                 pending.insert(0, s)
                 continue
-            failure = failure or StepFailed(
+            failure = failure or (StepFailed if end.rc == 2 else StepCrashed)(
                 f"step {name!r} did not finish: {why}"
                 + (f" after {tries[name]} tries" if end.rc != 2 and tries[name] > 1 else "")
                 + f" (log {log})" + (f": {said}" if said else "")

@@ -264,8 +264,8 @@ def run_plan(steps: Sequence[Step], jobs: int, root: Path, echo: Any = print) ->
 
     Raises
     ------
-    vlprobe.launch.steps.StepFailed
-        A step failed (after the running ones finished; their work is kept: a rerun reuses the
+    vlprobe.launch.steps.StepFailed, vlprobe.launch.steps.StepCrashed
+        A step refused its input, or crashed (after the running ones finished; their work is kept: a rerun reuses the
         models).
     """
     from vlprobe.launch.executors import LocalExecutor
