@@ -124,6 +124,11 @@ def test_cli_report_replaces_its_own_page_only(every_experiment: Path, tmp_path:
     for _ in range(2):  # the second run replaces the page it wrote
         ok = runner.invoke(app, ["report", str(every_experiment), "--out", str(out)])
         assert ok.exit_code == 0, ok.output
+    # drawing takes most of the time: a line per figure, numbered, on stderr (none with --quiet)
+    drawing = [line for line in ok.stderr.splitlines() if line.startswith("report: drawing ")]
+    assert drawing and drawing[-1].endswith(f"({len(drawing)}/{len(drawing)})"), ok.stderr
+    quiet = runner.invoke(app, ["report", str(every_experiment), "--out", str(out), "--quiet"])
+    assert quiet.exit_code == 0 and quiet.stderr == "", quiet.stderr
     md = runner.invoke(app, ["report", str(every_experiment), "--out", str(tmp_path / "r.txt"), "--format", "md"])
     assert md.exit_code == 0 and (tmp_path / "r.txt").read_text().removeprefix("<!-- vlprobe-report -->\n\n").startswith("# ")
     foreign = tmp_path / "mine.html"

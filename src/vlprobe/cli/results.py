@@ -8,6 +8,8 @@ from typing import Annotated
 import typer
 
 from vlprobe.cli.app import app, guarded
+from vlprobe.cli.declared import declared_options_of
+from vlprobe.runs.option_groups import ProgressOption
 
 
 @app.command("plot")
@@ -77,15 +79,18 @@ def compare_cmd(
 
 @app.command("report")
 @guarded
+@declared_options_of(ProgressOption, param="shown")
 def report_cmd(
     results_dir: Annotated[Path, typer.Argument(help="A results folder (OUT, holding OUT/<experiment>/manifest.json).")],
     out: Annotated[Path, typer.Option(help="Page to write (report.html, or .md for Markdown).")],
     fmt: Annotated[str | None, typer.Option("--format", help="html or md (default: from the file name).")] = None,
+    *,
+    shown: ProgressOption,
 ) -> None:
     """One self-contained page of a results folder: every figure and table, settings and provenance."""
     from vlprobe.results.html_report import write_report
 
-    path = write_report(results_dir, out, fmt)
+    path = write_report(results_dir, out, fmt, progress=shown.progress)  # a line per figure drawn
     typer.echo(f"wrote {path}")
 
 

@@ -252,8 +252,20 @@ def _figure(runs: Sequence[RunResult]) -> list[_Block]:
     return [_Block("img", text=f"{runs[0].experiment}: {', '.join(r.name for r in runs)}", data=figure_bytes(fig, "png", dpi=90))]
 
 
-def _blocks(root: Path, runs: Sequence[RunResult]) -> list[_Block]:
+def _blocks(root: Path, runs: Sequence[RunResult], progress: bool = False) -> list[_Block]:
+    from vlprobe.progress import say
+
     experiments = list(dict.fromkeys(r.experiment for r in runs))
+    charted = {e for e in experiments if chart_of(e) is not None}
+    n_figures = sum(len(mine) + (len(mine) > 1) for e in charted for mine in [[r for r in runs if r.experiment == e]])
+    drawn = 0
+
+    def figure(of: Sequence[RunResult]) -> list[_Block]:  # a figure takes seconds: say which, and how many are left
+        nonlocal drawn
+        drawn += 1
+        say(progress, f"report: drawing {of[0].experiment} · {', '.join(r.name for r in of)} ({drawn}/{n_figures})")
+        return _figure(of)
+
     out = [_Block("h", 1, f"vlprobe results: {root.name}"),
            _Block("p", text=f"{len(runs)} run(s) of {len(experiments)} experiment(s) in {root}; "
                             f"report by vlprobe {__version__} on {time.strftime('%Y-%m-%d %H:%M:%S %Z')}."),
@@ -265,13 +277,13 @@ def _blocks(root: Path, runs: Sequence[RunResult]) -> list[_Block]:
         chart = chart_of(experiment)
         if len(mine) > 1 and chart is not None:
             out.append(_Block("h", 3, "All runs overlaid"))
-            out += _figure(mine)
+            out += figure(mine)
         for run in mine:
             out.append(_Block("h", 3, f"{experiment} · {run.name}"))
             out.append(_Block("p", text=f"{run.csv.relative_to(root) if run.csv.is_relative_to(root) else run.csv}"
                                         f" ({len(run.rows)} rows)"))
             if chart is not None:
-                out += _figure([run])
+                out += figure([run])
             if experiment == "compare":
                 out += _compare_tables(run)
             elif chart is not None and chart.kind == "layers":
@@ -321,8 +333,9 @@ def _md_cell(v: str) -> str:
     return v.replace("|", "\\|").replace("\n", " ")
 
 
-def build_report(results_dir: str | os.PathLike[str], fmt: str = "html") -> str:
-    """The report of a results folder as HTML or Markdown text (module docstring).
+def build_report(results_dir: str | os.PathLike[str], fmt: str = "html", *, progress: bool = False) -> str:
+    """The report of a results folder as HTML or Markdown text (module docstring); ``progress``:
+    a line on stderr per figure drawn.
 
     Raises
     ------
@@ -332,7 +345,7 @@ def build_report(results_dir: str | os.PathLike[str], fmt: str = "html") -> str:
     check_choice(fmt, "format", FORMATS)
     root = Path(results_dir)
     runs = find_runs([root], param="results_dir")
-    blocks = _blocks(root, runs)
+    blocks = _blocks(root, runs, progress)
     return _render(f"report.{fmt}.jinja", blocks, f"vlprobe results: {root.name}")
 
 
@@ -350,8 +363,10 @@ def _is_report(path: Path) -> bool:
         return False
 
 
-def write_report(results_dir: str | os.PathLike[str], out: str | os.PathLike[str], fmt: str | None = None) -> Path:
-    """Write the report; the format defaults to the file name's (``.md``: Markdown, else HTML).
+def write_report(results_dir: str | os.PathLike[str], out: str | os.PathLike[str], fmt: str | None = None,
+                 progress: bool = True) -> Path:
+    """Write the report; the format defaults to the file name's (``.md``: Markdown, else HTML);
+    ``progress``: a line on stderr per figure drawn (drawing takes most of the time).
 
     Raises
     ------
@@ -365,7 +380,7 @@ def write_report(results_dir: str | os.PathLike[str], out: str | os.PathLike[str
     chosen = fmt or ("md" if target.suffix.lower() in (".md", ".markdown") else "html")
     check_choice(chosen, "format", FORMATS)
     check_output(target, REPORT_KIND, recognise=_is_report)
-    text = build_report(results_dir, chosen)
+    text = build_report(results_dir, chosen, progress=progress)
     mark = f"{_REPORT_MARK}\n" if chosen == "html" else f"{_REPORT_MARK}\n\n"
     with atomic_write(target, kind=REPORT_KIND, recognise=_is_report) as fh:
         fh.write(text.replace("<!DOCTYPE html>\n", "<!DOCTYPE html>\n" + mark, 1) if chosen == "html" else mark + text)
