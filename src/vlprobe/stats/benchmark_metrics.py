@@ -21,9 +21,11 @@ ARO (mertyg/vision-language-models-are-bows, ``dataset_zoo/aro_datasets.py`` and
 
 CREPE (RAIVNLab/CREPE, ``crepe_eval_utils.get_one2many_rank``): the caption is text 0 of the
 retrieval set ``[caption, *hard negatives]``; its rank is its position in
-``torch.argsort(scores, descending=True)``, a sort that keeps equal scores in input order on the
-CPU (checked with torch 2.x): the rank is the number of negatives scoring strictly higher, **a tie
-goes to the caption** (:func:`rank_of_first`). Recall@k = mean(rank < k).
+``torch.argsort(scores, descending=True)``, an unstable sort: on the CPU it keeps equal scores in
+input order for up to 16 texts (torch 2.x), beyond that their order varies. vlprobe's rank is the
+number of negatives scoring strictly higher, **a tie goes to the caption** (:func:`rank_of_first`):
+the authors' rank wherever their sort kept input order, which covers CREPE's retrieval sets.
+Recall@k = mean(rank < k).
 
 MMVP-VLM (tsb0601/MMVP, ``scripts/evaluate_vlm.py``): each statement's two image logits go through
 a softmax and the statement picks image 1 iff its probability is ``> 0.5``, else image 2; a pair
