@@ -176,3 +176,12 @@ def test_numbers_in_report_tables_share_one_format() -> None:
     got = [_fmt(v) for v in (0.0, 1e-15, 100.0, 3.3333, 0.83333, 0.32241, -6.6667, 0.0001, 0.00123, float("nan"), "2.5")]
     assert got == ["0.00", "0.00", "100.00", "3.33", "0.83", "0.32", "-6.67", "0.0001", "0.0012", "–", "2.50"]
     assert _fmt(40) == "40" and _fmt("40") == "40"  # counts stay integers
+
+
+def test_a_comparison_names_its_two_runs() -> None:
+    from vlprobe.results.html_report import _compare_side
+
+    manifest = {"config": {"a": "r/winoground-scores/clip.csv", "b": "s/x.csv"},
+                "inputs": {"a": {"experiment": "winoground-scores", "run": "clip", "path": "r/winoground-scores/clip.scores.jsonl"}}}
+    assert _compare_side(manifest, "a") == "a = winoground-scores run clip (r/winoground-scores/clip.scores.jsonl)"
+    assert _compare_side(manifest, "b") == "b = s/x.csv"  # nothing more recorded: the file given

@@ -188,9 +188,18 @@ def _score_tables(run: RunResult) -> list[_Block]:
     return out
 
 
+def _compare_side(manifest: Mapping[str, Any], side: str) -> str:
+    """``a`` or ``b`` of a comparison named: its experiment, run and file (from the manifest)."""
+    got = (manifest.get("inputs") or {}).get(side) or {}
+    path = got.get("path") or (manifest.get("config") or {}).get(side) or "?"
+    run = f"{got['experiment']} run {got['run']}" if got.get("experiment") and got.get("run") else ""
+    return f"{side} = {run} ({path})" if run else f"{side} = {path}"
+
+
 def _compare_tables(run: RunResult) -> list[_Block]:
     cols = ("stream", "layer", "pooling", "task", "seed", "split", "metric", "test", "value", "n")
     return [_Block("h", 4, "Paired comparison (a minus b)"),
+            _Block("p", text=f"{_compare_side(run.manifest, 'a')}; {_compare_side(run.manifest, 'b')}."),
             *_table(cols, [[r.get(c, "") for c in cols] for r in run.rows])]
 
 
