@@ -460,6 +460,10 @@ def _draw_bars(results: Sequence[RunResult], labels: Sequence[str], chart: Chart
 
     values = [_values(_rows_of(r.rows, metrics)) for r in results]
     subsets = _pick_subsets([s for v in values for s, _ in v], wanted, chart)
+    # aggregates (all, mean-of-subsets, SugarCrepe's replace/swap/add: rows whose note says they are
+    # a mean over others) are set apart: hatched, after a separator
+    aggregates = {r["subset"] for res in results for r in _rows_of(res.rows, metrics)
+                  if r["subset"] in ("all", "mean-of-subsets") or "mean over" in (r.get("note") or "")}
     if chart.categories == "metric":
         panel_keys, categories = subsets, metrics
     else:
@@ -493,7 +497,15 @@ def _draw_bars(results: Sequence[RunResult], labels: Sequence[str], chart: Chart
                     errs[1].append(max(0.0, hi - v))
             color = SERIES_COLORS[i % len(SERIES_COLORS)]
             if xs:
-                ax.bar(xs, heights, width * 0.92, color=color, label=label, zorder=2)
+                bars = ax.bar(xs, heights, width * 0.92, color=color, label=label, zorder=2)
+                if chart.categories == "subset":
+                    drawn = [cat for c, cat in enumerate(categories)
+                             if math.isfinite(vals.get((cat, pk), (float("nan"),) * 3)[0])]
+                    for bar, cat in zip(bars, drawn, strict=True):
+                        if cat in aggregates:
+                            bar.set_hatch("///")
+                            bar.set_edgecolor("white")
+                            bar.set_linewidth(0)
                 if len(categories) * n <= 24:  # the value above the bar, or above its interval
                     tops = dict(zip(ci_x, (y + e for y, e in zip(ci_y, errs[1], strict=True)), strict=True))
                     for x, v in zip(xs, heights, strict=True):
@@ -512,9 +524,13 @@ def _draw_bars(results: Sequence[RunResult], labels: Sequence[str], chart: Chart
         ax.set_xticks(range(len(categories)), categories, rotation=35 if many else 0, ha="right" if many else "center",
                       fontsize=8)
         ax.set_xlim(-0.6, len(categories) - 0.4)
+        split_at = [c for c, cat in enumerate(categories) if cat in aggregates] if chart.categories == "subset" else []
+        if split_at and split_at[0] > 0:
+            ax.axvline(split_at[0] - 0.5, color="0.4", ls="--", lw=0.8, zorder=1)
         metric_of_axis = pk if chart.categories == "subset" else categories[0]
         if all(_percent(m) for m in (categories if chart.categories == "metric" else [pk])):
-            ax.set_ylim(0, 100)
+            ax.set_ylim(0, 112)  # room above 100 for the value labels, below the panel's title
+            ax.set_yticks(range(0, 101, 20))
             ax.set_ylabel("%" if chart.categories == "metric" else f"{pk} (%)")
         else:
             ax.set_ylim(bottom=0)
