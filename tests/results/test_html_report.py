@@ -185,3 +185,12 @@ def test_a_comparison_names_its_two_runs() -> None:
                 "inputs": {"a": {"experiment": "winoground-scores", "run": "clip", "path": "r/winoground-scores/clip.scores.jsonl"}}}
     assert _compare_side(manifest, "a") == "a = winoground-scores run clip (r/winoground-scores/clip.scores.jsonl)"
     assert _compare_side(manifest, "b") == "b = s/x.csv"  # nothing more recorded: the file given
+
+
+def test_settings_left_to_their_default_say_what_the_run_used() -> None:
+    from vlprobe.results.html_report import _used
+
+    manifest = {"streams": {"lang": {"pooling": "cls"}, "vision": {"pooling": "mean"}}}
+    assert _used("streams", None, manifest) == "default (lang, vision)"
+    assert _used("pooling", None, manifest) == "default (lang: cls, vision: mean)"
+    assert _used("pooling", "mean", manifest) == "mean" and _used("split_file", None, {}) == "default"

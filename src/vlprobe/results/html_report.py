@@ -188,6 +188,24 @@ def _score_tables(run: RunResult) -> list[_Block]:
     return out
 
 
+def _used(name: str, value: Any, manifest: Mapping[str, Any]) -> Any:
+    """A setting as the report shows it: a value left to its default (None) says so, with what
+    the run used where the manifest records it (the streams read and their pooling)."""
+    if value is not None:
+        return value
+    streams = manifest.get("streams")
+    used: list[str] = []
+    if isinstance(streams, Mapping):
+        if name == "streams":
+            used = [str(s) for s in streams]
+        elif name == "pooling":
+            used = [f"{s}: {info['pooling']}" for s, info in streams.items()
+                    if isinstance(info, Mapping) and info.get("pooling")]
+    elif isinstance(streams, list) and name == "streams":
+        used = [str(s) for s in streams]
+    return f"default ({', '.join(used)})" if used else "default"
+
+
 def _compare_side(manifest: Mapping[str, Any], side: str) -> str:
     """``a`` or ``b`` of a comparison named: its experiment, run and file (from the manifest)."""
     got = (manifest.get("inputs") or {}).get(side) or {}
@@ -229,7 +247,7 @@ def _provenance(run: RunResult) -> list[_Block]:
     m = run.manifest
     if not m:
         return [_Block("p", text="No manifest entry names this run.")]
-    settings = sorted(run.settings.items())
+    settings = sorted((k, _used(k, v, m)) for k, v in run.settings.items())
     out = [_Block("h", 4, "Settings")]
     out += _table(("setting", "value"), [(k, ", ".join(map(str, v)) if isinstance(v, list) else v) for k, v in settings]
                   or [("(none)", "")])
