@@ -270,6 +270,23 @@ def _png_size(path: Path) -> tuple[int, int]:
         return im.size
 
 
+def test_valse_panels_are_side_by_side_with_the_pieces_named_once(every_experiment: Path, tmp_path: Path) -> None:
+    # issue 27 item 5: three metric panels of VALSE's pieces were stacked in a 1300x1700 px tower
+    (csv_path,) = [r.csv for r in find_runs([every_experiment / "valse"])]
+    fig = make_figure([read_result(csv_path)])
+    axes = [a for a in fig.axes if a.get_visible()]
+    assert len(axes) == 3 and len({round(a.get_position().y0, 3) for a in axes}) == 1  # one row
+    assert [t.get_text() for t in axes[0].get_yticklabels()][-2:] == ["all", "mean-of-subsets"]
+    assert all(t.get_text() == "" for a in axes[1:] for t in a.get_yticklabels())  # named once, on the left
+    assert axes[0].get_xlabel() == "acc_r (%)" and axes[0].get_xlim()[1] > 100  # room for the value labels
+    for style, width_in in (("screen", None), ("paper", 7.0)):
+        png = plot_results(csv_path, tmp_path / f"valse-{style}.png", formats="png", style=style)[0]
+        w, h = _png_size(png)
+        assert w > h, (style, w, h)
+        if width_in:
+            assert w == pytest.approx(width_in * 300, abs=2)  # two journal columns at 300 dpi
+
+
 def test_bars_have_intervals_and_chance_and_overlay_models(every_experiment: Path, tmp_path: Path) -> None:
     src = every_experiment / "winoground-scores"
     (csv_path,) = [p for p in src.glob("*.csv")]

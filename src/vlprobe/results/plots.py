@@ -196,7 +196,8 @@ def _grid(n: int, *, cols: int | None = None) -> tuple[int, int]:
     return math.ceil(n / c), c
 
 
-def _new_figure(n_panels: int, *, cols: int | None = None, panel: tuple[float, float] = (4.4, 3.3)) -> tuple[Any, list[Any]]:
+def _new_figure(n_panels: int, *, cols: int | None = None, panel: tuple[float, float] = (4.4, 3.3),
+                paper_height: float | None = None) -> tuple[Any, list[Any]]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -205,7 +206,7 @@ def _new_figure(n_panels: int, *, cols: int | None = None, panel: tuple[float, f
     nrows, ncols = _grid(n_panels, cols=cols)
     if _style["name"] == "paper":  # one column (3.4 in) for one panel, both (7 in) for more
         width = 3.4 if ncols == 1 else 7.0
-        panel = (width / ncols, min(2.6, 0.78 * width / ncols))
+        panel = (width / ncols, paper_height or min(2.6, 0.78 * width / ncols))
     fig = Figure(figsize=(panel[0] * ncols, panel[1] * nrows + 1.3), layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel().tolist()
     for ax in axes[n_panels:]:
@@ -470,9 +471,19 @@ def _draw_bars(results: Sequence[RunResult], labels: Sequence[str], chart: Chart
         panel_keys, categories = metrics, subsets
     _too_many(len(panel_keys), "subsets" if chart.categories == "metric" else "metrics")
     many = len(categories) > 5 or any(len(c) > 9 for c in categories)
-    fig, axes = _new_figure(len(panel_keys), cols=1 if many else None,
-                            panel=(max(4.4, 0.55 * len(categories) * max(1, len(results)) + 1.5), 3.4))
     n = len(results)
+    paper = _style["name"] == "paper"
+    # several panels of many (or long) categories, e.g. VALSE's 13 pieces x 3 metrics: horizontal bars,
+    # the panels side by side sharing the category axis, rather than wide panels stacked in a tower
+    horizontal = many and len(panel_keys) > 1
+    if horizontal:
+        rows = len(categories) * max(1, n)
+        fig, axes = _new_figure(len(panel_keys), cols=min(len(panel_keys), 3),
+                                panel=(3.4, 0.26 * rows + 1.0), paper_height=0.15 * rows + 0.7)
+    else:
+        fig, axes = _new_figure(len(panel_keys), cols=1 if many else None,
+                                panel=(max(4.4, 0.55 * len(categories) * max(1, n) + 1.5), 3.4))
+    tick_size = 6.5 if paper else 8
     width = 0.8 / n
     has_ci = False
     chance_drawn = False
@@ -497,7 +508,10 @@ def _draw_bars(results: Sequence[RunResult], labels: Sequence[str], chart: Chart
                     errs[1].append(max(0.0, hi - v))
             color = SERIES_COLORS[i % len(SERIES_COLORS)]
             if xs:
-                bars = ax.bar(xs, heights, width * 0.92, color=color, label=label, zorder=2)
+                if horizontal:  # categories down the y axis (first on top: the axis is inverted below)
+                    bars = ax.barh(xs, heights, width * 0.92, color=color, label=label, zorder=2)
+                else:
+                    bars = ax.bar(xs, heights, width * 0.92, color=color, label=label, zorder=2)
                 if chart.categories == "subset":
                     drawn = [cat for c, cat in enumerate(categories)
                              if math.isfinite(vals.get((cat, pk), (float("nan"),) * 3)[0])]
@@ -508,39 +522,67 @@ def _draw_bars(results: Sequence[RunResult], labels: Sequence[str], chart: Chart
                             bar.set_linewidth(0)
                 if len(categories) * n <= 24:  # the value above the bar, or above its interval
                     tops = dict(zip(ci_x, (y + e for y, e in zip(ci_y, errs[1], strict=True)), strict=True))
+                    label_size = 5.5 if paper else 6.5
                     for x, v in zip(xs, heights, strict=True):
-                        ax.annotate(f"{v:.1f}", (x, tops.get(x, v)), xytext=(0, 2), textcoords="offset points",
-                                    ha="center", va="bottom", fontsize=6.5)
+                        if horizontal:  # right of the bar, or of its interval
+                            ax.annotate(f"{v:.1f}", (tops.get(x, v), x), xytext=(2, 0), textcoords="offset points",
+                                        ha="left", va="center", fontsize=label_size)
+                        else:
+                            ax.annotate(f"{v:.1f}", (x, tops.get(x, v)), xytext=(0, 2), textcoords="offset points",
+                                        ha="center", va="bottom", fontsize=label_size)
             if ci_x:
                 has_ci = True
-                ax.errorbar(ci_x, ci_y, yerr=errs, fmt="none", elinewidth=0.9, capsize=2.5, ecolor="0.2", zorder=3)
+                bar_errs = {"xerr": errs} if horizontal else {"yerr": errs}
+                ax.errorbar(*((ci_y, ci_x) if horizontal else (ci_x, ci_y)), **bar_errs, fmt="none", elinewidth=0.9,
+                            capsize=1.8 if horizontal else 2.5, ecolor="0.2", zorder=3)
             for x in missing:
-                ax.text(x, 1, "n/a", ha="center", va="bottom", fontsize=6.5, color="0.47", rotation=90)
+                if horizontal:
+                    ax.text(1, x, "n/a", ha="left", va="center", fontsize=6.5, color="0.47")
+                else:
+                    ax.text(x, 1, "n/a", ha="center", va="bottom", fontsize=6.5, color="0.47", rotation=90)
         for c, cat in enumerate(categories):
             metric = cat if chart.categories == "metric" else pk
             if metric in chart.chance:
-                ax.hlines(chart.chance[metric], c - 0.45, c + 0.45, colors="0.27", linestyles=":", lw=1.1, zorder=3)
+                lines = ax.vlines if horizontal else ax.hlines
+                lines(chart.chance[metric], c - 0.45, c + 0.45, colors="0.27", linestyles=":", lw=1.1, zorder=3)
                 chance_drawn = True
-        ax.set_xticks(range(len(categories)), categories, rotation=35 if many else 0, ha="right" if many else "center",
-                      fontsize=8)
-        ax.set_xlim(-0.6, len(categories) - 0.4)
         split_at = [c for c, cat in enumerate(categories) if cat in aggregates] if chart.categories == "subset" else []
-        if split_at and split_at[0] > 0:
-            ax.axvline(split_at[0] - 0.5, color="0.4", ls="--", lw=0.8, zorder=1)
         metric_of_axis = pk if chart.categories == "subset" else categories[0]
-        if all(_percent(m) for m in (categories if chart.categories == "metric" else [pk])):
-            ax.set_ylim(0, 112)  # room above 100 for the value labels, below the panel's title
-            ax.set_yticks(range(0, 101, 20))
-            ax.set_ylabel("%" if chart.categories == "metric" else f"{pk} (%)")
+        percent = all(_percent(m) for m in (categories if chart.categories == "metric" else [pk]))
+        value_label = (("%" if chart.categories == "metric" else f"{pk} (%)") if percent
+                       else f"{metric_of_axis} ({_unit_label(metric_of_axis)})")
+        if horizontal:
+            first_column = axes.index(ax) % min(len(panel_keys), 3) == 0  # category names once per row
+            ax.set_yticks(range(len(categories)), categories if first_column else [], fontsize=tick_size)
+            ax.set_ylim(len(categories) - 0.4, -0.6)  # inverted: the first category on top
+            if split_at and split_at[0] > 0:
+                ax.axhline(split_at[0] - 0.5, color="0.4", ls="--", lw=0.8, zorder=1)
+            if percent:
+                ax.set_xlim(0, 122)  # room right of 100 for the value labels
+                ax.set_xticks(range(0, 101, 20))
+            else:
+                ax.set_xlim(left=0)
+                ax.margins(x=0.15)
+            ax.set_xlabel(value_label)
+            ax.grid(axis="x", alpha=0.3, zorder=0)
         else:
-            ax.set_ylim(bottom=0)
-            ax.set_ylabel(f"{metric_of_axis} ({_unit_label(metric_of_axis)})")
-        ax.set_title(_wrap(pk if chart.categories == "metric" else f"{pk}", 50), fontsize=9)
-        ax.grid(axis="y", alpha=0.3, zorder=0)
+            ax.set_xticks(range(len(categories)), categories, rotation=35 if many else 0,
+                          ha="right" if many else "center", fontsize=tick_size)
+            ax.set_xlim(-0.6, len(categories) - 0.4)
+            if split_at and split_at[0] > 0:
+                ax.axvline(split_at[0] - 0.5, color="0.4", ls="--", lw=0.8, zorder=1)
+            if percent:
+                ax.set_ylim(0, 112)  # room above 100 for the value labels, below the panel's title
+                ax.set_yticks(range(0, 101, 20))
+            else:
+                ax.set_ylim(bottom=0)
+            ax.set_ylabel(value_label)
+            ax.grid(axis="y", alpha=0.3, zorder=0)
+        ax.set_title(_wrap(pk if chart.categories == "metric" else f"{pk}", 50), fontsize=8 if paper else 9)
     handles: list[Any] = [Patch(color=SERIES_COLORS[i % len(SERIES_COLORS)]) for i in range(n)]
     names = list(labels)
     if has_ci:
-        handles.append(Line2D([], [], color="0.2", marker="|", ls="none", ms=8))
+        handles.append(Line2D([], [], color="0.2", marker="_" if horizontal else "|", ls="none", ms=8))
         names.append("95% CI over items")
     if chance_drawn:
         handles.append(Line2D([], [], color="0.27", ls=":"))
