@@ -194,3 +194,14 @@ def test_settings_left_to_their_default_say_what_the_run_used() -> None:
     assert _used("streams", None, manifest) == "default (lang, vision)"
     assert _used("pooling", None, manifest) == "default (lang: cls, vision: mean)"
     assert _used("pooling", "mean", manifest) == "mean" and _used("split_file", None, {}) == "default"
+
+
+def test_value_columns_name_their_unit(report_html: Path) -> None:
+    """Issue 27 item 6: the unit of the tidy CSV's ``unit`` column in the header (``value (%)``)
+    where a table's metrics share one; a ``unit`` column where they differ."""
+    page = parse(report_html.read_text(encoding="utf-8"))
+    assert "value (%)" in page.cells  # Winoground, SugarCrepe, VALSE scores: all percentages
+    assert "value" not in page.cells or "unit" in page.cells
+    assert "unit" in page.cells and "2/‖w‖, scaled states" in page.cells  # separability: % beside a margin
+    assert "target (%)" in page.cells and "selectivity (%)" in page.cells  # a layer table of percentages
+    assert "control 95% CI" in page.cells  # intervals sit beside their value, in its unit

@@ -87,3 +87,18 @@ def test_an_unknown_name_in_a_template_is_an_error() -> None:
 
     with pytest.raises(jinja2.UndefinedError):
         html_report._templates().from_string("{{ nothing_passed }}").render()
+
+
+def test_long_tables_are_collapsed_on_the_page_and_open_in_markdown() -> None:
+    long = _Block("table", headers=("layer", "value (%)"),
+                  rows=tuple((str(k), "50.00") for k in range(html_report.COLLAPSE_ROWS + 1)))
+    short = _Block("table", headers=("subset", "value (%)"),
+                   rows=tuple(("s", "1.00") for _ in range(html_report.COLLAPSE_ROWS)))
+    page = _render("report.html.jinja", [short, long], "t")
+    parser = _Text()
+    parser.feed(page)
+    assert parser.tags.count("table") == 2 and parser.tags.count("details") == 1
+    assert page.index("<details") > page.index("subset")  # the short one stays open, the long one folds
+    assert f"<summary>Table of {html_report.COLLAPSE_ROWS + 1} rows</summary><table>" in page
+    md = _render("report.md.jinja", [short, long], "t")
+    assert "details" not in md and md.count("| 50.00 |") == html_report.COLLAPSE_ROWS + 1

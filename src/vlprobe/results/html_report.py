@@ -37,13 +37,17 @@ from vlprobe import __version__
 from vlprobe.results.reading import RunResult, find_runs
 from vlprobe.runs.charts import chart_of
 from vlprobe.runs.summary import summarize
+from vlprobe.runs.units import base_metric, metric_unit, short_unit
 from vlprobe.validation import InputError, check_choice
 
-__all__ = ["FORMATS", "build_report", "write_report"]
+__all__ = ["COLLAPSE_ROWS", "FORMATS", "MAX_ROWS", "build_report", "write_report"]
 
 FORMATS = ("html", "md")
 #: Most rows one table shows (the CSV holds them all; the page says how many are left out).
 MAX_ROWS = 200
+#: Tables of more rows than this are collapsed on the HTML page (a ``<details>`` to open); Markdown
+#: shows every table open.
+COLLAPSE_ROWS = 25
 _DERIVED = (".ci95_low", ".ci95_high", ".p_value")
 
 
@@ -95,6 +99,38 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[_Block
     return out
 
 
+def _units(run: RunResult) -> dict[str, str]:
+    """``{metric: short unit}`` of a run: the tidy CSV's ``unit`` column, else the declared unit
+    (:mod:`vlprobe.runs.units`); intervals in their metric's unit, p-values left out."""
+    out: dict[str, str] = {}
+    for r in run.rows:
+        m = str(r.get("metric", ""))
+        if not m or m.endswith(".p_value") or base_metric(m) in out:
+            continue
+        unit = r.get("unit") if not m.endswith((".ci95_low", ".ci95_high")) else None
+        if not unit:
+            try:
+                unit = metric_unit(m)
+            except KeyError:
+                unit = ""
+        out[base_metric(m)] = short_unit(unit) if unit else ""
+    return out
+
+
+def _with_unit(header: str, unit: str) -> str:
+    """A column header with its unit, ``value (%)``; unchanged without one."""
+    return f"{header} ({unit})" if unit else header
+
+
+def _unit_columns(recs: Sequence[Mapping[str, Any]], units: Mapping[str, str]) -> tuple[str, bool]:
+    """The unit the value columns of a table share (for their headers), or ``("", True)``: the
+    metrics differ in unit, so the table takes a ``unit`` column."""
+    found = {units.get(str(r.get("metric", "")), "") for r in recs}
+    if len(found) == 1:
+        return next(iter(found)), False
+    return "", bool(found)
+
+
 def _is_tag(subset: str) -> bool:
     return "=" in subset
 
@@ -116,8 +152,19 @@ _LAYER_COLUMNS: tuple[tuple[str, str | tuple[str, str]], ...] = (
 )
 
 
-def _layer_cells(rec: dict[str, Any], keys: Sequence[str]) -> list[Any]:
+#: The per-layer columns in the metric's unit (their intervals, beside them, are too).
+_POINT_COLUMNS = ("target", "control", "selectivity")
+
+
+def _layer_headers(keys: Sequence[str], unit: str, unit_column: bool) -> tuple[str, ...]:
+    values = [_with_unit(h, unit) if h in _POINT_COLUMNS else h for h, _ in _LAYER_COLUMNS]
+    return (*keys, *(("unit",) if unit_column else ()), *values)
+
+
+def _layer_cells(rec: dict[str, Any], keys: Sequence[str], units: Mapping[str, str] | None = None) -> list[Any]:
     cells: list[Any] = [rec.get(c) for c in keys]
+    if units is not None:
+        cells.append(units.get(str(rec.get("metric", "")), ""))
     for _, col in _LAYER_COLUMNS:
         cells.append(_span(rec.get(col[0]), rec.get(col[1])) if isinstance(col, tuple) else rec.get(col))
     return cells
@@ -133,15 +180,23 @@ def _layer_tables(run: RunResult) -> list[_Block]:
     else:  # the run's own groups (task-adaptation's modes): one column tells them apart
         keys = ("subset", *keys)
         out = [_Block("h", 4, f"Per layer ({', '.join(groups)}; means over seeds, 95% intervals over items)")]
-    out += _table((*keys, *(h for h, _ in _LAYER_COLUMNS)), [_layer_cells(r, keys) for r in main])
+    units = _units(run)
+    unit, unit_column = _unit_columns(main, units)
+    out += _table(_layer_headers(keys, unit, unit_column),
+                  [_layer_cells(r, keys, units if unit_column else None) for r in main])
     chart = chart_of(run.experiment)
     metric = next((m for m in (chart.metrics if chart else ()) if any(r["metric"] == m for r in summary)), None)
     tags = [r for r in summary if _is_tag(r["subset"]) and (metric is None or r["metric"] == metric)]
     if tags:
         out.append(_Block("h", 4, f"Per tag ({metric or 'every metric'}: target mean over seeds, selectivity)"))
-        tkeys = ("subset", "stream", "layer", "pooling", "split")
-        theads = (*tkeys, "target", "target 95% CI", "control", "selectivity", "selectivity 95% CI", "p_value")
-        out += _table(theads, [[*(r.get(c) for c in tkeys), r.get("target_mean"),
+        tkeys: tuple[str, ...] = ("subset", "stream", "layer", "pooling", "split")
+        tunit, tunit_column = _unit_columns(tags, units)
+        if tunit_column:
+            tkeys = (*tkeys, "metric")
+        theads = (*tkeys, *(("unit",) if tunit_column else ()), _with_unit("target", tunit), "target 95% CI",
+                  _with_unit("control", tunit), _with_unit("selectivity", tunit), "selectivity 95% CI", "p_value")
+        out += _table(theads, [[*(r.get(c) for c in tkeys), *((units.get(r["metric"], ""),) if tunit_column else ()),
+                                r.get("target_mean"),
                                 _span(r.get("target_ci95_low"), r.get("target_ci95_high")), r.get("control_mean"),
                                 r.get("selectivity"), _span(r.get("selectivity_ci95_low"), r.get("selectivity_ci95_high")),
                                 r.get("p_value")] for r in tags])
@@ -174,8 +229,14 @@ def _score_tables(run: RunResult) -> list[_Block]:
     if any(r.get("p_value") for r in recs):
         cols = (*cols, "p_value")
     main = [r for r in recs if not _is_tag(r["subset"])]
+    units = _units(run)
+    unit, unit_column = _unit_columns(main, units)
+    if unit_column:
+        at = cols.index("metric") + 1
+        cols = (*cols[:at], "unit", *cols[at:])
+    heads = tuple(_with_unit(c, unit) if c == "value" else c for c in cols)
     out = [_Block("h", 4, "Scores (95% intervals over items)")]
-    out += _table(cols, [[r.get(c) for c in cols] for r in main])
+    out += _table(heads, [[units.get(r["metric"], "") if c == "unit" else r.get(c) for c in cols] for r in main])
     tags = [r for r in recs if _is_tag(r["subset"])]
     if tags:
         metrics = list(dict.fromkeys(r["metric"] for r in tags))
@@ -184,7 +245,7 @@ def _score_tables(run: RunResult) -> list[_Block]:
         by = {(r["subset"], tuple(r[c] for c in used), r["metric"]): r for r in tags}
         out.append(_Block("h", 4, "Per tag"))
         rows = [[s, *st, *(by.get((s, st, m), {}).get("value", "") for m in metrics)] for st in settings for s in subsets]
-        out += _table(("subset", *used, *metrics), rows)
+        out += _table(("subset", *used, *(_with_unit(m, units.get(m, "")) for m in metrics)), rows)
     return out
 
 
@@ -344,7 +405,8 @@ def _templates() -> Any:
 
 def _render(template: str, blocks: Sequence[_Block], title: str) -> str:
     sections = [b.text for b in blocks if b.kind == "h" and b.level == 2]
-    text: str = _templates().get_template(template).render(title=title, sections=sections, blocks=blocks)
+    text: str = _templates().get_template(template).render(title=title, sections=sections, blocks=blocks,
+                                                           collapse_rows=COLLAPSE_ROWS)
     return text
 
 

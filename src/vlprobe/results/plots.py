@@ -33,7 +33,7 @@ from vlprobe.io.ownership import check_output
 from vlprobe.results.reading import RunResult, read_result
 from vlprobe.runs.charts import Chart, chart_for
 from vlprobe.runs.summary import summarize
-from vlprobe.runs.units import MARGIN, P_VALUE, PERCENT, metric_unit
+from vlprobe.runs.units import PERCENT, metric_unit, short_unit
 from vlprobe.validation import InputError, check_choice
 
 __all__ = [
@@ -174,21 +174,11 @@ def _percent(metric: str) -> bool:
         return False
 
 
-#: Axis labels of units too long for an axis.
-_SHORT_UNITS = {MARGIN: "2/‖w‖, scaled states", P_VALUE: "p-value"}
-
-
 def _unit_label(metric: str) -> str:
-    if _percent(metric):
-        return "%"
     try:
-        unit = metric_unit(metric)
+        return short_unit(metric_unit(metric))
     except KeyError:
         return ""
-    if unit in _SHORT_UNITS:
-        return _SHORT_UNITS[unit]
-    head = unit.split(" (")[0]
-    return head if head.count("(") == head.count(")") else unit
 
 
 def _grid(n: int, *, cols: int | None = None) -> tuple[int, int]:

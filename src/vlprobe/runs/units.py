@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = ["BITS", "BITS_PER_EXAMPLE", "GAP", "MARGIN", "NOT_MEANS", "PERCENT", "P_VALUE", "RANK", "RATIO", "SCORE_CHANGE", "SHARE",
-           "base_metric", "metric_unit", "units_of"]
+           "base_metric", "metric_unit", "short_unit", "units_of"]
 
 PERCENT = "percent"
 RANK = "rank (1 = best; ties count against the model)"
@@ -94,6 +94,19 @@ def metric_unit(metric: str) -> str:
         return _UNITS[name]
     except KeyError:
         raise KeyError(f"metric {name!r} has no declared unit (vlprobe.runs.units)") from None
+
+
+#: Short forms of units too long for an axis label or a column header.
+_SHORT_UNITS = {PERCENT: "%", MARGIN: "2/‖w‖, scaled states", P_VALUE: "p-value"}
+
+
+def short_unit(unit: str) -> str:
+    """A unit as an axis label or a column header shows it: ``percent`` as ``%``, a long unit by
+    its head (``rank (1 = best; ...)`` -> ``rank``)."""
+    if unit in _SHORT_UNITS:
+        return _SHORT_UNITS[unit]
+    head = unit.split(" (")[0]
+    return head if head.count("(") == head.count(")") else unit
 
 
 def units_of(*row_sets: Iterable[Mapping[str, Any]]) -> dict[str, str]:
