@@ -70,7 +70,7 @@ def test_extract_and_eval_give_the_same_scores(
               "--subsets", SC["subsets"], "--limit", str(SC["limit"]), *inputs]
     cache = tmp_path / f"{model}.h5"
     res = _cli(["extract", *common, "--dataset", "sugarcrepe", "--out", str(cache), "-q", "--batch-size", "3",
-                "--layers", "-1", "--pooling", "cls"])
+                "--layers", "-1", "--poolings", "cls"])
     assert res.exit_code == 0, res.output
     res = _cli(["eval", "sugarcrepe", *common, "--out", str(tmp_path / "eval"), "--bootstrap", "20", "--batch-size", "4"])
     assert res.exit_code == 0, res.output
