@@ -287,6 +287,18 @@ def test_valse_panels_are_side_by_side_with_the_pieces_named_once(every_experime
             assert w == pytest.approx(width_in * 300, abs=2)  # two journal columns at 300 dpi
 
 
+def test_bias_gap_histograms_read_and_a_zero_share_is_labelled(every_experiment: Path) -> None:
+    # issue 27 item 5: nine crowded gap ticks (-1.00 -0.75 ... touching); a share of 0 drew no bar at all
+    (csv_path,) = [r.csv for r in find_runs([every_experiment / "bias-gap"])]
+    axes = [a for a in make_figure([read_result(csv_path)]).axes if a.get_visible()]
+    *hists, share = axes
+    assert hists and all(list(a.get_xticks()) == [-1.0, -0.5, 0.0, 0.5, 1.0] for a in hists)
+    bars = [p for p in share.patches if type(p).__name__ == "Rectangle"]
+    labels = [t.get_text() for t in share.texts]
+    assert len(labels) == len(bars) and all(t == "n/a" or float(t) >= 0 for t in labels)
+    assert share.get_ylim() == (0.0, 112.0) and max(share.get_yticks()) == 100.0
+
+
 def test_bars_have_intervals_and_chance_and_overlay_models(every_experiment: Path, tmp_path: Path) -> None:
     src = every_experiment / "winoground-scores"
     (csv_path,) = [p for p in src.glob("*.csv")]

@@ -704,6 +704,8 @@ def _draw_gaps(results: Sequence[RunResult], labels: Sequence[str], chart: Chart
     bins = int((res.manifest.get("config") or {}).get("bins") or 20)
     edges = np.linspace(-half, half, bins + 1)
     colors = {p: SERIES_COLORS[i % len(SERIES_COLORS)] for i, p in enumerate(scorers)}
+    paper = _style["name"] == "paper"
+    title_size = 8 if paper else 9
     for ax, subset in zip(axes, subsets, strict=False):
         for p in scorers:
             vals = np.asarray(gaps.get((p, subset), []), dtype=np.float64)
@@ -714,9 +716,10 @@ def _draw_gaps(results: Sequence[RunResult], labels: Sequence[str], chart: Chart
             ax.hist(vals, bins=edges, weights=weights, histtype="stepfilled", alpha=0.12, color=colors[p], zorder=2)
         ax.axvline(0.0, color="0.27", ls=":", lw=1.1, zorder=4)
         ax.set_xlim(-half, half)
+        ax.set_xticks(np.linspace(-half, half, 5))  # -1, -0.5, 0, 0.5, 1: not nine crowded ticks
         ax.set_xlabel("score gap (positive - negative)")
         ax.set_ylabel("% of items")
-        ax.set_title(_wrap(subset or "all", 44), fontsize=9)
+        ax.set_title(_wrap(subset or "all", 44), fontsize=title_size)
         ax.grid(alpha=0.3, zorder=0)
     # Figure 2: the share right per subset, blind scorers and the VLM runs compared
     values = {}
@@ -731,18 +734,24 @@ def _draw_gaps(results: Sequence[RunResult], labels: Sequence[str], chart: Chart
         color = colors.get(p, SERIES_COLORS[(len(scorers) + i) % len(SERIES_COLORS)])
         colors[p] = color
         xs = [c - 0.4 + width * (i + 0.5) for c in range(len(subsets))]
-        ax.bar(xs, [values.get((p, s), float("nan")) for s in subsets], width * 0.92, color=color, zorder=2,
-               hatch="//" if p.startswith("vlm:") else None)
+        heights = [values.get((p, s), float("nan")) for s in subsets]
+        ax.bar(xs, heights, width * 0.92, color=color, zorder=2, hatch="//" if p.startswith("vlm:") else None)
+        if len(subsets) * len(series) <= 24:  # the value above each bar: a 0 reads as 0, not as a missing bar
+            for x, v in zip(xs, heights, strict=True):
+                ax.annotate(f"{v:.1f}" if math.isfinite(v) else "n/a", (x, v if math.isfinite(v) else 0),
+                            xytext=(0, 2), textcoords="offset points", ha="center", va="bottom",
+                            fontsize=5 if paper else 6.5, color="0.1" if math.isfinite(v) else "0.47")
     chance = res.manifest.get("chance_percent") or {}
     for c, s in enumerate(subsets):
         if isinstance(chance.get(s), int | float):
             ax.hlines(chance[s], c - 0.45, c + 0.45, colors="0.27", linestyles=":", lw=1.1, zorder=3)
     ax.set_xticks(range(len(subsets)), subsets, rotation=35 if len(subsets) > 3 else 0,
-                  ha="right" if len(subsets) > 3 else "center", fontsize=8)
-    ax.set_ylim(0, 100)
+                  ha="right" if len(subsets) > 3 else "center", fontsize=6.5 if paper else 8)
+    ax.set_ylim(0, 112)  # room above 100 for the value labels
+    ax.set_yticks(range(0, 101, 20))
     ax.set_ylabel("items right (%)")
     ax.set_title("share right: blind scorers" + (" vs VLMs" if any(p.startswith("vlm:") for p in series) else ""),
-                 fontsize=9)
+                 fontsize=title_size)
     ax.grid(axis="y", alpha=0.3, zorder=0)
     handles: list[Any] = [Patch(facecolor=colors[p], hatch="//" if p.startswith("vlm:") else None)
                           for p in dict.fromkeys([*scorers, *series])]
