@@ -128,6 +128,7 @@ bench: $(STAMP)  ## performance ratios (printed, not asserted)
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/augment.py
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/bench_families.py
 	HF_HUB_OFFLINE=1 $(PY) benchmarks/launch.py
+	HF_HUB_OFFLINE=1 $(PY) benchmarks/planning.py  # GEMM peak, MLP training rate, CPU hours, GPU estimates
 
 clean:  ## remove the venv and outputs
 	rm -rf $(VENV) out site .pytest_cache .mypy_cache
