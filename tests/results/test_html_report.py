@@ -197,7 +197,7 @@ def test_settings_left_to_their_default_say_what_the_run_used() -> None:
 
 
 def test_value_columns_name_their_unit(report_html: Path) -> None:
-    """Issue 27 item 6: the unit of the tidy CSV's ``unit`` column in the header (``value (%)``)
+    """The unit of the tidy CSV's ``unit`` column in the header (``value (%)``)
     where a table's metrics share one; a ``unit`` column where they differ."""
     page = parse(report_html.read_text(encoding="utf-8"))
     assert "value (%)" in page.cells  # Winoground, SugarCrepe, VALSE scores: all percentages

@@ -271,7 +271,7 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 
 def test_valse_panels_are_side_by_side_with_the_pieces_named_once(every_experiment: Path, tmp_path: Path) -> None:
-    # issue 27 item 5: three metric panels of VALSE's pieces were stacked in a 1300x1700 px tower
+    # three metric panels of VALSE's pieces were stacked in a 1300x1700 px tower
     (csv_path,) = [r.csv for r in find_runs([every_experiment / "valse"])]
     fig = make_figure([read_result(csv_path)])
     axes = [a for a in fig.axes if a.get_visible()]
@@ -288,7 +288,7 @@ def test_valse_panels_are_side_by_side_with_the_pieces_named_once(every_experime
 
 
 def test_bias_gap_histograms_read_and_a_zero_share_is_labelled(every_experiment: Path) -> None:
-    # issue 27 item 5: nine crowded gap ticks (-1.00 -0.75 ... touching); a share of 0 drew no bar at all
+    # nine crowded gap ticks (-1.00 -0.75 ... touching); a share of 0 drew no bar at all
     (csv_path,) = [r.csv for r in find_runs([every_experiment / "bias-gap"])]
     axes = [a for a in make_figure([read_result(csv_path)]).axes if a.get_visible()]
     *hists, share = axes
