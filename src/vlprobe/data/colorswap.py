@@ -16,14 +16,13 @@ Each split file is a subset (``train``, ``test``). Item ``colorswap/<split>/<id>
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from vlprobe.data.items import Dataset, ImageRef, Item, TextRef
-from vlprobe.data.source_files import hash_image_files
+from vlprobe.data.source_files import check_text_fields, hash_image_files, read_json_list
 from vlprobe.data.sugarcrepe import SubsetReport, parse_subsets
 from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError, check_positive_int
@@ -50,12 +49,7 @@ def _root(data_dir: str | os.PathLike[str]) -> tuple[Path, list[str]]:
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"data_dir: {path.name} is not a JSON file ({exc})") from None
-    if not isinstance(data, list):
-        raise InputError(f"data_dir: {path.name} must hold a JSON list of records, got {type(data).__name__}")
+    data = read_json_list(path)
     out = []
     seen: dict[int, int] = {}
     for n, rec in enumerate(data):
@@ -69,11 +63,7 @@ def _records(path: Path) -> list[dict[str, Any]]:
         if rec["id"] in seen:
             raise InputError(f"data_dir: {where}: field 'id' repeats {rec['id']} (record {seen[rec['id']]})")
         seen[rec["id"]] = n
-        for name in _TEXT_FIELDS:
-            if name not in rec:
-                raise InputError(f"data_dir: {where}: field {name!r} is missing")
-            if not isinstance(rec[name], str) or not rec[name].strip():
-                raise InputError(f"data_dir: {where}: field {name!r} must be a non-empty string")
+        check_text_fields(rec, _TEXT_FIELDS, where)
         out.append({k: rec[k] for k in ("id", *_TEXT_FIELDS)})
     return out
 

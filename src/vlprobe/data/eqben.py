@@ -24,14 +24,18 @@ each) has images ``.../i0``, ``.../i1`` and texts ``.../c0``,
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from vlprobe.data.items import Dataset, ImageRef, Item, TextRef
-from vlprobe.data.source_files import hash_image_files, parse_source_roots
+from vlprobe.data.source_files import (
+    check_text_fields,
+    hash_image_files,
+    parse_source_roots,
+    read_json_list,
+)
 from vlprobe.data.sugarcrepe import SubsetReport, parse_subsets
 from vlprobe.data.tags import cache_dir
 from vlprobe.provenance import sha256_file
@@ -76,22 +80,13 @@ def _image_root(data_dir: str | os.PathLike[str], image_root: Sequence[str] | No
 
 def _records(path: Path) -> list[dict[str, Any]]:
     """The checked records of the annotation file, each with its ``subset`` and position ``n``."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"data_dir: {path.name} is not a JSON file ({exc})") from None
-    if not isinstance(data, list):
-        raise InputError(f"data_dir: {path.name} must hold a JSON list of records, got {type(data).__name__}")
+    data = read_json_list(path)
     out = []
     for n, rec in enumerate(data):
         where = f"{path.name} record {n}"
         if not isinstance(rec, dict):
             raise InputError(f"data_dir: {where} must be an object with {', '.join(_FIELDS)}")
-        for name in _FIELDS:
-            if name not in rec:
-                raise InputError(f"data_dir: {where}: field {name!r} is missing")
-            if not isinstance(rec[name], str) or not rec[name].strip():
-                raise InputError(f"data_dir: {where}: field {name!r} must be a non-empty string")
+        check_text_fields(rec, _FIELDS, where)
         subset = rec["image0"].replace("\\", "/").split("/")[0]
         if subset not in EQBEN_SUBSETS:
             raise InputError(f"data_dir: {where}: field 'image0' must begin with a sub-dataset folder "

@@ -15,8 +15,8 @@ from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError
 
 __all__ = [
-    "find_json_dir", "hash_image_files", "iter_json_lines", "parse_source_roots", "read_json_list", "read_json_object",
-    "read_subset_file", "record_error",
+    "check_text_fields", "find_json_dir", "hash_image_files", "iter_json_lines", "parse_source_roots", "read_json_list",
+    "read_json_object", "read_subset_file", "record_error",
 ]
 
 
@@ -61,6 +61,15 @@ def read_json_list(path: Path, param: str = "data_dir", holds: str = "records") 
 def record_error(param: str, where: str, field: str, expected: str) -> InputError:
     """The one-line error of a record lacking a field: ``data_dir: <file> record 12: field 'x' must be ...``."""
     return InputError(f"{param}: {where}: field {field!r} must be {expected}")
+
+
+def check_text_fields(rec: Mapping[str, Any], names: Iterable[str], where: str, param: str = "data_dir") -> None:
+    """Each of ``names`` present in the record and a non-empty string, else one line naming the first that is not."""
+    for name in names:
+        if name not in rec:
+            raise InputError(f"{param}: {where}: field {name!r} is missing")
+        if not isinstance(rec[name], str) or not rec[name].strip():
+            raise record_error(param, where, name, "a non-empty string")
 
 
 def parse_source_roots(

@@ -18,14 +18,18 @@ Item ``sugarcrepe-pp/<subset>/<id>``: image ``.../i0``; texts ``.../c0`` (P1), `
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from vlprobe.data.items import Dataset, ImageRef, Item, TextRef
-from vlprobe.data.source_files import find_json_dir, hash_image_files
+from vlprobe.data.source_files import (
+    check_text_fields,
+    find_json_dir,
+    hash_image_files,
+    read_json_list,
+)
 from vlprobe.data.sugarcrepe import SubsetReport, parse_subsets
 from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError, check_positive_int
@@ -42,15 +46,8 @@ _FIELDS = ("filename", "caption", "caption2", "negative_caption")
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"data_dir: {path.name} is not a JSON file ({exc})") from None
-    if isinstance(data, dict):
-        raise InputError(f"data_dir: {path.name} holds one object of key -> record, as SugarCrepe's files do; "
-                         "SugarCrepe++'s hold a list of records with caption2: is it another benchmark's folder?")
-    if not isinstance(data, list):
-        raise InputError(f"data_dir: {path.name} must hold a JSON list of records, got {type(data).__name__}")
+    data = read_json_list(path, holds="records with caption2 (one object of key -> record is what SugarCrepe's "
+                                      "files do: is it another benchmark's folder?)")
     out = []
     seen: dict[str, int] = {}
     for n, rec in enumerate(data):
@@ -65,11 +62,7 @@ def _records(path: Path) -> list[dict[str, Any]]:
         if key in seen:
             raise InputError(f"data_dir: {where}: field 'id' repeats {key} (record {seen[key]})")
         seen[key] = n
-        for name in _FIELDS:
-            if name not in rec:
-                raise InputError(f"data_dir: {where}: field {name!r} is missing")
-            if not isinstance(rec[name], str) or not rec[name].strip():
-                raise InputError(f"data_dir: {where}: field {name!r} must be a non-empty string")
+        check_text_fields(rec, _FIELDS, where)
         out.append({"key": key, **{k: rec[k] for k in _FIELDS}})
     return out
 
