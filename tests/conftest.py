@@ -136,6 +136,15 @@ def one_error_line() -> Callable[..., str]:
     return _one_error_line
 
 
+@pytest.fixture
+def fake_spacy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ARO's order perturbations tag captions with tests/data/aro_tagging.fake_tag instead of spaCy."""
+    from tests.data.aro_tagging import fake_tag
+    from vlprobe.data import aro_order
+
+    monkeypatch.setattr(aro_order, "spacy_tagger", lambda model=None: (fake_tag, {"model": "fake", "model_version": "0"}))
+
+
 @pytest.fixture(scope="session")
 def wwh_tags() -> Path:
     """The real "Why is Winoground Hard?" tag file (MIT), read where it lies, never copied."""

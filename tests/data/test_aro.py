@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from tests.data.aro_tagging import NOUNS, fake_tag
 from vlprobe.cli import app
 from vlprobe.data import aro_order
 from vlprobe.data.aro import ARO_FILES, ARO_SUBSETS, aro_report, load_aro
@@ -21,20 +22,6 @@ from vlprobe.data.benchmark_fixtures import write_benchmark_fixture
 from vlprobe.data.bow import bag_of_words
 from vlprobe.registry import DATASETS
 from vlprobe.validation import InputError
-
-NOUNS = {"circle", "square", "triangle", "star"}
-ADJECTIVES = {"red", "green", "blue", "yellow", "purple", "orange"}
-
-
-def fake_tag(text: str) -> list[tuple[str, str]]:
-    """A stand-in for spaCy's tagger on the fixture's grammar (shapes NN, colours JJ, the rest DT)."""
-    tokens = re.findall(r"\w+|[^\w\s]", text)
-    return [(t, "NN" if t.lower() in NOUNS else "JJ" if t.lower() in ADJECTIVES else "DT") for t in tokens]
-
-
-@pytest.fixture
-def fake_spacy(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(aro_order, "spacy_tagger", lambda model=None: (fake_tag, {"model": "fake", "model_version": "0"}))
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
+
+import numpy as np
 
 from vlprobe.launch.steps import Step
 from vlprobe.launch.testbed import KnownAnswerConfig
@@ -58,3 +61,18 @@ def build_testbed_clip(out: Path, models: Path) -> CLIPTestbed:
     run_plan([s for s in plan_commands(config) if _clip_part(s)], config.jobs, out, lambda text: None)
     return CLIPTestbed(config, config.models, out / "data", {m: out / "caches" / f"{m}.h5" for m in CLIP_MODELS},
                        out / "results")
+
+
+def write_pair_scores(path: Path, ds: Iterable[Any], scores: np.ndarray) -> Path:
+    """An item-scores file of a 2x2 benchmark: ``scores`` (N, text, image) per item of ``ds``, in its order."""
+    from vlprobe.runs.score_files import write_item_scores
+
+    items, images, texts, values = [], [], [], []
+    for it, m in zip(ds, scores, strict=True):
+        for j, im in enumerate(it.images):
+            for k, t in enumerate(it.texts):
+                items.append(it.id)
+                images.append(im.id)
+                texts.append(t.id)
+                values.append(m[k, j])
+    return write_item_scores(path, items, images, texts, values)

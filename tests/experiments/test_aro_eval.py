@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,22 +13,13 @@ import pytest
 from typer.testing import CliRunner
 
 from vlprobe.cli import app
-from vlprobe.data import aro_order
 from vlprobe.data.aro import load_aro
 from vlprobe.data.benchmark_fixtures import write_benchmark_fixture
 from vlprobe.experiments.benchmark_eval import EvalConfig, run_eval
 from vlprobe.runs.score_files import read_item_scores, write_item_scores
 
-
-def fake_tag(text: str) -> list[tuple[str, str]]:
-    nouns, adjectives = {"circle", "square", "triangle", "star"}, {"red", "green", "blue", "yellow", "purple", "orange"}
-    return [(t, "NN" if t.lower() in nouns else "JJ" if t.lower() in adjectives else "DT")
-            for t in re.findall(r"\w+|[^\w\s]", text)]
-
-
-@pytest.fixture(autouse=True)
-def fake_spacy(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(aro_order, "spacy_tagger", lambda model=None: (fake_tag, {"model": "fake", "model_version": "0"}))
+# ARO's order subsets tag captions: the fixture's stand-in tagger instead of spaCy (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("fake_spacy")
 
 
 @pytest.fixture(scope="module")

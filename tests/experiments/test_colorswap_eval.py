@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from tests.experiments.helpers import write_pair_scores
 from vlprobe.cli import app
 from vlprobe.data.benchmark_fixtures import write_benchmark_fixture
 from vlprobe.data.colorswap import load_colorswap
 from vlprobe.experiments.benchmark_eval import EvalConfig, run_eval
-from vlprobe.runs.score_files import write_item_scores
 
 
 def winoground_scores(result: dict[str, float]) -> tuple[bool, bool, bool]:
@@ -33,15 +33,7 @@ def cs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_planted_scores_with_ties(cs_dir: Path, tmp_path: Path) -> None:
     ds = load_colorswap(cs_dir)
     s = np.random.default_rng(1).integers(0, 3, size=(len(ds), 2, 2)).astype(np.float64) / 4  # many ties
-    items, images, texts, values = [], [], [], []
-    for it, m in zip(ds, s, strict=True):
-        for j, im in enumerate(it.images):
-            for k, t in enumerate(it.texts):
-                items.append(it.id)
-                images.append(im.id)
-                texts.append(t.id)
-                values.append(m[k, j])
-    path = write_item_scores(tmp_path / "planted.scores.jsonl", items, images, texts, values)
+    path = write_pair_scores(tmp_path / "planted.scores.jsonl", ds, s)
     _, _, rows = run_eval(EvalConfig(benchmark="colorswap", out=tmp_path, scores=path, data_dir=cs_dir, bootstrap=20))
     got = {(r["subset"], r["metric"]): r["value"] for r in rows}
     for split in ("test", "train"):

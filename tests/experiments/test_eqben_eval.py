@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from tests.experiments.helpers import write_pair_scores
 from vlprobe.cli import app
 from vlprobe.data.benchmark_fixtures import write_benchmark_fixture
 from vlprobe.data.eqben import EQBEN_SUBSETS, load_eqben
 from vlprobe.experiments.benchmark_eval import EvalConfig, run_eval
-from vlprobe.runs.score_files import write_item_scores
 
 
 def cal_wino_score(result: dict[str, np.ndarray]) -> tuple[float, float, float]:
@@ -47,15 +47,7 @@ def test_planted_scores_with_ties_equal_cal_wino_score(eq_dir: Path, tmp_path: P
     ds = load_eqben(eq_dir)
     # (N, text, image) on a coarse grid: many exact ties, which the script counts as wrong (strict >)
     s = np.random.default_rng(0).integers(0, 3, size=(len(ds), 2, 2)).astype(np.float64) / 4
-    items, images, texts, values = [], [], [], []
-    for it, m in zip(ds, s, strict=True):
-        for j, im in enumerate(it.images):
-            for k, t in enumerate(it.texts):
-                items.append(it.id)
-                images.append(im.id)
-                texts.append(t.id)
-                values.append(m[k, j])
-    path = write_item_scores(tmp_path / "planted.scores.jsonl", items, images, texts, values)
+    path = write_pair_scores(tmp_path / "planted.scores.jsonl", ds, s)
     _, _, rows = run_eval(EvalConfig(benchmark="eqben", out=tmp_path, scores=path, data_dir=eq_dir, bootstrap=20))
     got = {(r["subset"], r["metric"]): r for r in rows}
     subsets = np.array([it.meta["subset"] for it in ds])

@@ -13,11 +13,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from tests.experiments.helpers import write_pair_scores
 from vlprobe.cli import app
 from vlprobe.data.benchmark_fixtures import write_benchmark_fixture
 from vlprobe.data.mmvp_vlm import MMVP_CATEGORIES, MMVP_SUBSETS, load_mmvp_vlm
 from vlprobe.experiments.benchmark_eval import EvalConfig, run_eval
-from vlprobe.runs.score_files import write_item_scores
 from vlprobe.stats.benchmark_metrics import mmvp_pair_right
 
 
@@ -75,15 +75,7 @@ def test_planted_scores_through_probe_eval(mmvp_full: Path, tmp_path: Path) -> N
     ds = load_mmvp_vlm(mmvp_full)
     s = planted(len(ds), 1)
     s[:5] = 0.0
-    items, images, texts, values = [], [], [], []
-    for it, m in zip(ds, s, strict=True):
-        for j, im in enumerate(it.images):
-            for k, t in enumerate(it.texts):
-                items.append(it.id)
-                images.append(im.id)
-                texts.append(t.id)
-                values.append(m[k, j])
-    path = write_item_scores(tmp_path / "planted.scores.jsonl", items, images, texts, values)
+    path = write_pair_scores(tmp_path / "planted.scores.jsonl", ds, s)
     _, _, rows = run_eval(EvalConfig(benchmark="mmvp-vlm", out=tmp_path, scores=path, data_dir=mmvp_full, bootstrap=20))
     got = {(r["subset"], r["metric"]): r["value"] for r in rows}
     ref = evaluate_vlm(s, [it.meta["question_ids"] for it in ds])

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from tests.experiments.helpers import write_pair_scores
 from vlprobe.cli import app
 from vlprobe.data.benchmark_fixtures import write_benchmark_fixture
 from vlprobe.data.naturalbench import load_naturalbench
 from vlprobe.experiments.benchmark_eval import EvalConfig, run_eval
-from vlprobe.runs.score_files import write_item_scores
 from vlprobe.stats.benchmark_metrics import naturalbench_answers, naturalbench_outcomes
 
 
@@ -109,15 +109,7 @@ def nb_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_planted_scores_through_probe_eval(nb_dir: Path, tmp_path: Path) -> None:
     ds = load_naturalbench(nb_dir)
     s = planted(len(ds), 1)
-    items, images, texts, values = [], [], [], []
-    for it, m in zip(ds, s, strict=True):
-        for j, im in enumerate(it.images):
-            for k, t in enumerate(it.texts):
-                items.append(it.id)
-                images.append(im.id)
-                texts.append(t.id)
-                values.append(m[k, j])
-    path = write_item_scores(tmp_path / "planted.scores.jsonl", items, images, texts, values)
+    path = write_pair_scores(tmp_path / "planted.scores.jsonl", ds, s)
     _, _, rows = run_eval(EvalConfig(benchmark="naturalbench", out=tmp_path, scores=path, data_dir=nb_dir,
                                      bootstrap=20))
     got = {(r["subset"], r["metric"]): r["value"] for r in rows}
