@@ -44,16 +44,14 @@ hard negatives (atomic, swap, negate).
 from __future__ import annotations
 
 import ast
-import csv
 import hashlib
-import io
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from vlprobe.data.items import Dataset, ImageRef, Item, TextRef
-from vlprobe.data.source_files import hash_image_files, parse_source_roots
+from vlprobe.data.source_files import hash_image_files, parse_source_roots, read_csv_rows
 from vlprobe.data.sugarcrepe import SubsetReport, parse_subsets
 from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError, check_positive_int
@@ -131,17 +129,6 @@ def _present(root: Path) -> tuple[str, ...]:
     return tuple(s for s in CREPE_SUBSETS if (root / crepe_file(s)[0]).is_file())
 
 
-def _read_csv(path: Path) -> tuple[list[str], list[list[str]]]:
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError:
-        raise InputError(f"data_dir: {path.name} is not a UTF-8 text file") from None
-    rows = list(csv.reader(io.StringIO(text)))
-    if not rows:
-        raise InputError(f"data_dir: {path.name} is empty (expected a header and one row per region)")
-    return rows[0], rows[1:]
-
-
 def _number(value: str, where: str, field: str) -> float:
     try:
         out = float(value)
@@ -163,7 +150,7 @@ def _negatives(value: str, where: str, field: str) -> list[str]:
 
 def _records(path: Path, column: str) -> list[tuple[str, str, tuple[float, float, float, float], list[str]]]:
     """``(image_id, caption, (x, y, w, h), negatives)`` per data row of a CREPE file."""
-    header, rows = _read_csv(path)
+    header, rows = read_csv_rows(path, "a header and one row per region")
     need = ("image_id", "caption", *_BOX, column)
     missing = [c for c in need if c not in header]
     if missing:

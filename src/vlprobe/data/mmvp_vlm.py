@@ -25,15 +25,13 @@ the script scores (text k matches image k); tags ``subset``, ``category`` and ``
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
 from vlprobe.data.items import Dataset, ImageRef, Item, TextRef
-from vlprobe.data.source_files import hash_image_files
+from vlprobe.data.source_files import hash_image_files, read_csv_rows
 from vlprobe.data.sugarcrepe import SubsetReport, parse_subsets
 from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError, check_positive_int
@@ -79,15 +77,9 @@ def _root(data_dir: str | os.PathLike[str]) -> Path:
 
 def _read_rows(path: Path) -> list[tuple[int, int, str, str]]:
     """``(row number, question id, type, statement)`` per data row (row 1 is the header)."""
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError:
-        raise InputError(f"data_dir: {path.name} is not a UTF-8 text file") from None
-    rows = list(csv.reader(io.StringIO(text)))
-    if not rows:
-        raise InputError(f"data_dir: {path.name} is empty (expected a header and statement rows)")
+    _, rows = read_csv_rows(path, "a header and statement rows")
     out = []
-    for n, row in enumerate(rows[1:], start=2):
+    for n, row in enumerate(rows, start=2):
         if not any(cell.strip() for cell in row):
             continue
         where = f"{path.name} row {n}"

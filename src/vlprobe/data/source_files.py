@@ -5,6 +5,8 @@ Every error is one line that starts with the parameter the file came from (``dat
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -15,8 +17,16 @@ from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError
 
 __all__ = [
-    "check_text_fields", "find_json_dir", "hash_image_files", "iter_json_lines", "parse_source_roots", "read_json_list",
-    "read_json_object", "read_subset_file", "record_error",
+    "check_text_fields",
+    "find_json_dir",
+    "hash_image_files",
+    "iter_json_lines",
+    "parse_source_roots",
+    "read_csv_rows",
+    "read_json_list",
+    "read_json_object",
+    "read_subset_file",
+    "record_error",
 ]
 
 
@@ -56,6 +66,19 @@ def read_json_list(path: Path, param: str = "data_dir", holds: str = "records") 
     if not isinstance(raw, list):
         raise InputError(f"{param}: {path.name} must hold one JSON array of {holds}")
     return raw
+
+
+def read_csv_rows(path: Path, expected: str, param: str = "data_dir") -> tuple[list[str], list[list[str]]]:
+    """A CSV file's header and data rows (UTF-8, a byte-order mark allowed); ``expected`` says what an
+    empty file should have held, for the error."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError:
+        raise InputError(f"{param}: {path.name} is not a UTF-8 text file") from None
+    rows = list(csv.reader(io.StringIO(text)))
+    if not rows:
+        raise InputError(f"{param}: {path.name} is empty (expected {expected})")
+    return rows[0], rows[1:]
 
 
 def record_error(param: str, where: str, field: str, expected: str) -> InputError:
