@@ -84,13 +84,10 @@ def _table(raw: Mapping[str, Any], key: str) -> dict[str, dict[str, Any]]:
 
 def load_plan(path: str | Path, *, out: Path | None = None) -> SweepPlan:
     """Read a plan file; InputError naming the key for anything malformed."""
-    from vlprobe.io import toml as tomllib
+    from vlprobe.io.toml import read_toml
 
     p = Path(path)
-    try:
-        raw = tomllib.loads(p.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"plan: {str(p)!r} is not valid TOML ({exc})") from None
+    raw = read_toml(p, "plan", "valid TOML")
     known = {"out", "shards", "models", "datasets", "experiments", "steps"}
     unknown = sorted(set(raw) - known)
     if unknown:

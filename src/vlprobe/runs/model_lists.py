@@ -107,15 +107,12 @@ def load_models_file(path: str | os.PathLike[str], param: str = "models") -> lis
         does not read (each naming the entry).
     """
     from vlprobe.extract.model_inputs import check_model_inputs
-    from vlprobe.io import toml as tomllib
+    from vlprobe.io.toml import read_toml
     from vlprobe.registry import MODELS
     from vlprobe.validation import check_file
 
     p = check_file(path, param)
-    try:
-        raw = tomllib.loads(p.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"{param}: {str(p)!r} is not a TOML models file ({exc})") from None
+    raw = read_toml(p, param, "a TOML models file")
     unknown = sorted(set(raw) - {"models"})
     if unknown:
         raise InputError(f"{param}: {p.name}: unknown top-level key(s) {', '.join(unknown)} (a models file holds "
