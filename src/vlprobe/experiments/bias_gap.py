@@ -367,19 +367,18 @@ def compute_bias_gap(config: BiasGapConfig, slot: RunSlot) -> RunRows:
     item_rows: list[dict[str, Any]] = []
     histograms: dict[str, dict[str, Any]] = {}
     acc_note = NOTES["accuracy" if config.negatives == "hardest" else "accuracy_each"]
+    columns = {s: np.flatnonzero(sub_arr == s) for s in order}  # each subset's gaps, the same for every scorer
+    columns["all"] = np.arange(len(unit_id))
     for name in config.scorers:
         g = np.asarray(gaps[name], dtype=np.float64)
         bounded = bool(np.all(np.abs(g) <= 1.0))
         half = 1.0 if bounded else float(np.abs(g).max()) or 1.0
         histograms[name] = {}
-        masks = {s: sub_arr == s for s in order}
-        masks["all"] = np.ones(len(g), dtype=bool)
-        for subset, mask in masks.items():
-            cols = np.flatnonzero(mask)
+        right = (g > 0).astype(np.float64)
+        for subset, cols in columns.items():
             gs = g[cols]
             base = {"experiment": EXPERIMENT.name, "model": label, "probe": name, "task": "target", "split": "test",
                     "subset": subset, "n": len(cols)}
-            right = (g > 0).astype(np.float64)
             note = acc_note + ("; " + NOTES["all"] if subset == "all" else "")
             rows.append({**base, "metric": "accuracy", "value": 100.0 * float(right[cols].mean()), "note": note})
             rows.extend(ci95_rows(base, "accuracy", 100.0 * right[idx[:, cols]].mean(axis=1)))
