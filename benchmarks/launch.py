@@ -1,5 +1,5 @@
-"""Local workers of the step runner: one sharded extraction with 1 vs 2 shard processes at once
-(printed, never asserted).
+"""Local workers of the step runner: one sharded extraction with 1 vs 2 shard processes at once,
+and the two ways a local step starts, spawn vs forkserver (printed, never asserted).
 
 The same command (``probe extract`` of the tiny CLIP over a synthetic Winoground-format set
 with its caption variants) runs three ways, each into a fresh folder:
@@ -15,7 +15,17 @@ workers (at most 2; what a second core buys) and the largest difference between 
 caches and the one-process cache (the merge must not change the numbers beyond float rounding of
 other batch boundaries). The machine may be shared: the load average is printed with the figures.
 
-Usage: python benchmarks/launch.py [--items 200] [--batch-size 16] [--repeats 1]
+Start methods (``--parts start``): the same steps with ``LocalExecutor(start_method="spawn")``
+(each step a fresh ``python -m vlprobe``) and ``"forkserver"`` (each step a fork of one server
+that imported torch, transformers, scikit-learn and the command line once), two at once, one
+thread each: ``--steps`` trivial steps (``probe --version`` and ``probe ls models``: what a
+step costs before it does anything) and a small sweep (a synthetic dataset, a tiny CLIP, two
+extractions, winoground-scores and recall, the collect step: 8 steps of real work). CPU seconds
+are all of this process's children (steps, and the fork server with its imports), read from
+``os.times()`` once the server has exited; printed with the ratios spawn / forkserver.
+
+Usage: python benchmarks/launch.py [--parts workers,start] [--items 200] [--batch-size 16] [--repeats 1]
+       [--steps 20]
 """
 
 from __future__ import annotations
@@ -36,7 +46,46 @@ import numpy as np
 
 from vlprobe.data.synthetic import make_synthetic_winoground
 from vlprobe.fixtures.clip import write_tiny_clip
+from vlprobe.launch.executors import LocalExecutor
 from vlprobe.launch.sharded import launch_local
+from vlprobe.launch.steps import Step, run_steps
+from vlprobe.launch.sweep import run_sweep
+
+START_METHODS = ("spawn", "forkserver")
+
+SWEEP_PLAN = """
+out = "out"
+
+[[steps]]
+name = "data"
+args = ["fixtures", "dataset", "--n-items", "12", "--seed", "0", "--out", "{d}/data"]
+
+[[steps]]
+name = "clip"
+args = ["fixtures", "model", "clip", "--seed", "0", "--out", "{d}/clip"]
+
+[models.a]
+model = "clip"
+checkpoint = "{d}/clip"
+extract = ["--device", "cpu"]
+after = ["clip"]
+
+[models.b]
+model = "clip"
+checkpoint = "{d}/clip"
+extract = ["--device", "cpu", "--layers", "-1"]
+after = ["clip"]
+
+[datasets.wino]
+dataset = "winoground"
+data_dir = "{d}/data"
+after = ["data"]
+
+[experiments.winoground-scores]
+
+[experiments.recall]
+models = ["a"]
+"""
 
 
 def _command(data: Path, clip: Path, out: Path, batch: int) -> list[str]:
@@ -82,12 +131,78 @@ def largest_difference(a: Path, b: Path) -> float:
     return worst
 
 
+def _children_cpu() -> float:
+    t = os.times()
+    return t.children_user + t.children_system
+
+
+def timed(run: Any) -> dict[str, float]:
+    """Wall seconds of ``run()``, the CPU seconds of every child process it waited for, and the
+    steps' own CPU seconds (without the fork server's imports)."""
+    cpu, t0 = _children_cpu(), time.perf_counter()
+    timings = run()
+    steps = timings["steps"].values()
+    return {"wall": time.perf_counter() - t0, "cpu": _children_cpu() - cpu,
+            "steps": sum(s["cpu"] or 0.0 for s in steps), "n": len(steps)}
+
+
+def trivial_steps(root: Path, method: str, n: int) -> dict[str, float]:
+    """``n`` trivial steps (half ``probe --version``, half ``probe ls models``), 2 at once."""
+    steps = [Step(f"step {i}", ("--version",) if i % 2 else ("ls", "models")) for i in range(n)]
+
+    def run() -> dict[str, Any]:
+        with LocalExecutor(jobs=2, threads=1, start_method=method) as executor:
+            return run_steps(steps, executor, root, retries=0, echo=lambda _: None)
+
+    return timed(run)
+
+
+def small_sweep(root: Path, method: str) -> dict[str, float]:
+    """The 8-step plan of :data:`SWEEP_PLAN`, 2 steps at once, one thread each."""
+    root.mkdir(parents=True)
+    plan = root / "plan.toml"
+    plan.write_text(SWEEP_PLAN.replace("{d}", str(root)))
+    return timed(lambda: run_sweep(plan, jobs=2, threads=1, retries=0, echo=lambda _: None, start_method=method))
+
+
+def compare_start_methods(root: Path, n_steps: int, repeats: int) -> None:
+    runs: dict[tuple[str, str], dict[str, float]] = {}
+    for r in range(repeats):
+        for method in START_METHODS:
+            for what in (f"{n_steps} trivial steps", "small sweep (8 steps)"):
+                if what == "small sweep (8 steps)":
+                    got = small_sweep(root / f"s-{method}-{r}", method)
+                else:
+                    got = trivial_steps(root / f"t-{method}-{r}", method, n_steps)
+                key = (what, method)
+                if key not in runs or got["wall"] < runs[key]["wall"]:
+                    runs[key] = got
+    print(f"\nstart methods, 2 steps at once, one thread each; {os.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.2f} at the end")
+    print(f"{'run':<24}{'method':<12}{'wall s':>9}{'CPU s':>9}{'steps CPU s':>13}{'per step':>10}")
+    for (what, method), got in runs.items():
+        print(f"{what:<24}{method:<12}{got['wall']:9.1f}{got['cpu']:9.1f}{got['steps']:13.1f}"
+              f"{got['steps'] / got['n']:10.2f}")
+    print("(CPU s: every process, the fork server's imports included; steps CPU s: the steps' own)")
+    for what in dict.fromkeys(w for w, _ in runs):
+        spawn, fork = runs[(what, "spawn")], runs[(what, "forkserver")]
+        print(f"{what}: spawn / forkserver  wall {spawn['wall'] / fork['wall']:.2f}, CPU {spawn['cpu'] / fork['cpu']:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--parts", default="workers,start", help="workers (1 vs 2 workers), start (start methods).")
     parser.add_argument("--items", type=int, default=200, help="Synthetic items (4 image-caption pairs each).")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=1, help="Runs of each way; the fastest is printed.")
+    parser.add_argument("--steps", type=int, default=20, help="Trivial steps of the start-method comparison.")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
+    if "start" in parts:
+        with tempfile.TemporaryDirectory(prefix="vlprobe-bench-start-") as tmp:
+            compare_start_methods(Path(tmp), args.steps, args.repeats)
+    if "workers" not in parts:
+        return
     with tempfile.TemporaryDirectory(prefix="vlprobe-bench-launch-") as tmp:
         root = Path(tmp)
         data = make_synthetic_winoground(root / "data", n_items=args.items, seed=0)

@@ -1,8 +1,9 @@
 """Which shard of a run this process is, read from the launcher's environment (``--shard auto``).
 
-A sharded command (``probe extract``, ``probe regions extract``) runs block K of N of its rows
-into its own file; the N files are independent (no collectives, nothing shared while they run)
-and ``probe cache merge`` / ``probe regions merge`` join them. ``--shard K/N`` names the block;
+A sharded command (``probe extract``, ``probe regions extract``, ``probe eval``) runs block K of
+N of its rows (eval: of its items) into its own file; the N files are independent (no
+collectives, nothing shared while they run) and ``probe cache merge`` / ``probe regions merge``
+/ ``probe eval ... --merge-shards`` join them. ``--shard K/N`` names the block;
 ``--shard auto`` reads it from the environment the job was started in, so that the same command
 line runs under any launcher:
 
@@ -64,6 +65,7 @@ __all__ = [
     "launcher_free",
     "parse_shard",
     "resolve_shard",
+    "shard_block",
     "shard_path",
 ]
 
@@ -86,6 +88,12 @@ LAUNCHER_VARIABLES = (
 )
 LAUNCHER_PREFIXES = ("SLURM_", "OMPI_COMM_WORLD_", "PMI_", "MV2_COMM_WORLD_")
 _SHARD_NAME = re.compile(r"^(?P<stem>.+)\.shard-(?P<k>\d+)-of-(?P<n>\d+)$")
+
+
+def shard_block(rows: int, k: int, n: int) -> tuple[int, int]:
+    """The rows ``[start, stop)`` shard K of N runs: the K-th of N contiguous blocks of ``rows``
+    (sizes differ by one at most; a block is empty when N > rows)."""
+    return k * rows // n, (k + 1) * rows // n
 
 
 def parse_shard(spec: str) -> tuple[int, int]:
@@ -288,17 +296,29 @@ def job_entry(k: int, n: int, placement: Placement) -> dict[str, str]:
     return {"shard": f"{k}/{n}", "source": placement.source, **placement.job_ids}
 
 
-def shard_path(out: str | os.PathLike[str], k: int, n: int) -> Path:
+def _stem_suffix(p: Path, suffix: str | None) -> tuple[str, str]:
+    """``p``'s name split into stem and suffix: ``suffix`` when given (``.scores.jsonl``, which
+    ``Path.suffix`` would cut at its last dot), else ``Path``'s own."""
+    if suffix is None:
+        return p.stem, p.suffix
+    if not p.name.endswith(suffix) or p.name == suffix:
+        raise ValueError(f"{p.name!r} does not end in {suffix!r}")
+    return p.name[: -len(suffix)], suffix
+
+
+def shard_path(out: str | os.PathLike[str], k: int, n: int, *, suffix: str | None = None) -> Path:
     """The file shard K of N writes for ``--out OUT`` under ``--shard auto``:
-    ``<stem>.shard-K-of-N<suffix>`` beside OUT (OUT itself when N = 1)."""
+    ``<stem>.shard-K-of-N<suffix>`` beside OUT (OUT itself when N = 1). ``suffix``: OUT's
+    suffix when it has more than one dot (``.scores.jsonl``); default ``Path(OUT).suffix``."""
     p = Path(out)
     if n == 1:
         return p
-    return p.with_name(f"{p.stem}.shard-{k}-of-{n}{p.suffix}")
+    stem, ext = _stem_suffix(p, suffix)
+    return p.with_name(f"{stem}.shard-{k}-of-{n}{ext}")
 
 
-def find_shard_files(out: str | os.PathLike[str]) -> list[Path]:
-    """The shard files :func:`shard_path` names for ``out`` that exist, in shard order.
+def find_shard_files(out: str | os.PathLike[str], *, suffix: str | None = None) -> list[Path]:
+    """The shard files :func:`shard_path` names for ``out`` (and ``suffix``) that exist, in shard order.
 
     Raises
     ------
@@ -306,13 +326,14 @@ def find_shard_files(out: str | os.PathLike[str]) -> list[Path]:
         None exist, or they are of different shard counts (two runs' files side by side).
     """
     p = Path(out)
+    stem, ext = _stem_suffix(p, suffix)
     found: dict[int, dict[int, Path]] = {}
     if p.parent.is_dir():
         for q in p.parent.iterdir():
-            m = _SHARD_NAME.match(q.name[: len(q.name) - len(p.suffix)] if q.name.endswith(p.suffix) else "")
-            if m and m["stem"] == p.stem and q.suffix == p.suffix:
+            m = _SHARD_NAME.match(q.name[: len(q.name) - len(ext)] if ext and q.name.endswith(ext) else "")
+            if m and m["stem"] == stem:
                 found.setdefault(int(m["n"]), {})[int(m["k"])] = q
-    pattern = f"{p.stem}.shard-K-of-N{p.suffix}"
+    pattern = f"{stem}.shard-K-of-N{ext}"
     if not found:
         raise InputError(f"shards: no shard files {pattern} beside {str(p)!r}; give the shard files to merge")
     if len(found) > 1:

@@ -1,4 +1,5 @@
-"""``python kill_run.py ARGS``: ``probe ARGS`` in this process, SIGKILLed on purpose once.
+"""``python kill_run.py ARGS`` (or :func:`probe`, a fork server's entry point): ``probe ARGS`` in
+this process, SIGKILLed on purpose once.
 
 With ``VLPROBE_TEST_KILL=K/N:MARKER`` in the environment, the run of ``--shard K/N`` kills
 itself right after its first chunk is written and marked done, if the file MARKER does not exist
@@ -34,6 +35,11 @@ def main(args: list[str]) -> None:
 
     sys.argv = ["probe", *args]
     probe()
+
+
+def probe() -> None:
+    """The entry point of a forked step (``sys.argv`` is ``["probe", *args]``)."""
+    main(sys.argv[1:])
 
 
 if __name__ == "__main__":

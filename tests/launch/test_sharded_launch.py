@@ -28,19 +28,22 @@ def _extract(tiny_clip: Path, synthetic_dir: Path, out: Path, *extra: str) -> li
             *extra]
 
 
-def _killer(marker: Path, shard: str) -> LocalExecutor:
+def _killer(marker: Path, shard: str, start_method: str = "forkserver") -> LocalExecutor:
     return LocalExecutor(jobs=2, threads=1, python=(sys.executable, str(HERE / "kill_run.py")),
+                         entry="tests.launch.kill_run:probe", start_method=start_method,
                          env={"VLPROBE_TEST_KILL": f"{shard}:{marker}"})
 
 
+@pytest.mark.parametrize("start_method", ["forkserver", pytest.param("spawn", marks=pytest.mark.slow)])
 def test_a_killed_shard_is_run_again_and_the_merge_equals_one_run(
     tiny_clip: Path, synthetic_dir: Path, reference_cache: Path, assert_caches_equal: Callable[..., None],
-    tmp_path: Path,
+    tmp_path: Path, start_method: str,
 ) -> None:
     out = tmp_path / "all.h5"
     said: list[str] = []
     command = ShardedCommand.parse(_extract(tiny_clip, synthetic_dir, out))
-    result = launch_shards(command, 3, _killer(tmp_path / "killed-once", "1/3"), retries=1, echo=said.append)
+    result = launch_shards(command, 3, _killer(tmp_path / "killed-once", "1/3", start_method), retries=1,
+                           echo=said.append)
     assert (tmp_path / "killed-once").exists()
     assert any(line.startswith("shard 1/3: killed by signal 9 (try 1 of 2); running it again") for line in said), said
     assert result["out"] == out and result["timings"]["steps"]["shard 1/3"]["tries"] == 2
@@ -130,3 +133,6 @@ def test_cli_refusal_is_one_line(tmp_path: Path, one_error_line: Callable[..., s
     r = CliRunner().invoke(app, ["launch", "local", "--", "probe", "extract", "--shard", "0/2", "--out",
                                  str(tmp_path / "a.h5")])
     one_error_line(r, "leave --shard out")
+    r = CliRunner().invoke(app, ["launch", "local", "--start-method", "fork", "--", "probe", "extract", "--out",
+                                 str(tmp_path / "a.h5")])
+    one_error_line(r, "start-method must be forkserver or spawn, got 'fork'")

@@ -154,6 +154,10 @@ def test_sweep_launcher_refusals(tmp_path: Path, one_error_line: Any) -> None:
         run_sweep(plan, partition="gpu", echo=lambda _: None)
     r = CliRunner().invoke(app, ["sweep", str(plan), "--mem-gb", "8"])
     one_error_line(r, "mem-gb: a Slurm job option")
+    r = CliRunner().invoke(app, ["sweep", str(plan), "--launcher", "slurm", "--start-method", "spawn"])
+    one_error_line(r, "start-method: how a local step starts; give it with --launcher local")
+    r = CliRunner().invoke(app, ["sweep", str(plan), "--start-method", "fork"])
+    one_error_line(r, "start-method must be forkserver or spawn, got 'fork'")
     if shutil.which("srun") is None:  # not a Slurm machine: one line, no traceback
         r = CliRunner().invoke(app, ["sweep", str(plan), "--launcher", "slurm", "--partition", "gpu"])
         one_error_line(r, "launcher: no Slurm here")

@@ -17,6 +17,7 @@ from vlprobe.runs.option_groups import (
     DatasetOptions,
     ModelOptions,
     ProgressOption,
+    ShardOption,
     check_layer_spec,
 )
 
@@ -59,7 +60,7 @@ class ExtractOptions(ModelOptions, DatasetOptions, ProgressOption):
     poolings: tuple[str, ...] = option(
         ("cls", "mean", "max"), parse=names, metavar="A,B", help="Poolings: any of cls,mean,max,pooled.",
     )
-    shard: str = option("0/1", role="runtime", help=(
+    shard: str = ShardOption.redeclare("shard", help=(
         "Run block K of N (K/N), or auto: K/N from Slurm, torchrun, accelerate or MPI, written to "
         "OUT's <stem>.shard-K-of-N.h5; join with `probe cache merge`."))
     pair_plan: str = option("item", help="Pair plan for cross-encoders: item or all.")

@@ -33,6 +33,9 @@ Parallel = Annotated[int | None, typer.Option(help="Slurm jobs running at once (
 Account = Annotated[str | None, typer.Option(help="Slurm account.")]
 Qos = Annotated[str | None, typer.Option(help="Slurm QOS.")]
 Cluster = Annotated[str, typer.Option(help="slurm, or local: submitit's local processes (a trial run here).")]
+StartMethod = Annotated[str | None, typer.Option(
+    help="How a local step's process starts: forkserver (a fork of a process that imported torch once; the "
+         "default on Linux) or spawn (a fresh python -m vlprobe).")]
 
 
 def _echo(line: str) -> None:
@@ -52,6 +55,7 @@ def launch_local(
     threads: Annotated[int | None, typer.Option(help="CPU threads per shard (default: torch's choice).")] = None,
     retries: Retries = 2,
     merge: Merge = True,
+    start_method: StartMethod = None,
 ) -> None:
     """Run COMMAND (after --) as shards in processes on this machine, one GPU each, then merge.
 
@@ -59,7 +63,8 @@ def launch_local(
     """
     from vlprobe.launch.sharded import launch_local as run
 
-    _said(run(ctx.args, shards=shards, jobs=jobs, threads=threads, retries=retries, merge=merge, echo=_echo))
+    _said(run(ctx.args, shards=shards, jobs=jobs, threads=threads, retries=retries, merge=merge, echo=_echo,
+              start_method=start_method))
 
 
 @launch_app.command("slurm", context_settings=_EXTRA)
@@ -110,6 +115,7 @@ def sweep_cmd(
     account: Account = None,
     qos: Qos = None,
     cluster: Cluster = "slurm",
+    start_method: StartMethod = None,
 ) -> None:
     """Run a plan of models x datasets x experiments as a dependency graph; a rerun resumes.
 
@@ -120,5 +126,6 @@ def sweep_cmd(
 
     result = run_sweep(plan, out=out, launcher=launcher, jobs=jobs, threads=threads, retries=retries, echo=_echo,
                        partition=partition, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task, mem_gb=mem_gb,
-                       timeout_min=timeout_min, parallel=parallel, account=account, qos=qos, cluster=cluster)
+                       timeout_min=timeout_min, parallel=parallel, account=account, qos=qos, cluster=cluster,
+                       start_method=start_method)
     typer.echo(str(result["results"]))

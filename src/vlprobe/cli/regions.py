@@ -13,7 +13,7 @@ from vlprobe.cli._common import AsJson, RegionFile, RegionOut
 from vlprobe.cli.app import guarded
 from vlprobe.cli.declared import declared_options_of
 from vlprobe.runs.declare import option
-from vlprobe.runs.option_groups import DatasetOptions, ModelOptions, ProgressOption
+from vlprobe.runs.option_groups import DatasetOptions, ModelOptions, ProgressOption, ShardOption
 
 regions_app = typer.Typer(
     name="regions", help="Extract, import and inspect region features (LXMERT, UNITER).", no_args_is_help=True
@@ -41,7 +41,7 @@ class RegionExtractOptions(DatasetOptions, ProgressOption):
     device: str = ModelOptions.redeclare("device")
     dtype: str = ModelOptions.redeclare("dtype", choices=("float32", "float16"),
                                         help="Detector's and stored features' dtype.")
-    shard: str = option("0/1", role="runtime", help=(
+    shard: str = ShardOption.redeclare("shard", help=(
         "Run block K of N (K/N), or auto: K/N from Slurm, torchrun, accelerate or MPI, written to "
         "OUT's <stem>.shard-K-of-N.h5; join with `probe regions merge`."))
     out: Path = option(role="output", help="Region file to write or resume (.h5).")

@@ -25,11 +25,25 @@ takes the scores from a per-item score file (``scores``), then writes to ``OUT/<
 * ``manifest.json``: config, seeds, versions, git revision, dataset and checkpoint fingerprints.
 
 ``items`` (a file of kept ids, e.g. from ``probe refine``) restricts a run to those items.
+
+Shards. ``shard="K/N"`` (``--shard K/N``, or ``auto``: K and N from Slurm, torchrun, accelerate
+or MPI, :mod:`vlprobe.shards`) scores only the K-th of N contiguous blocks of the run's items (in
+the order the run takes them, the block rule of ``probe extract``) and writes only
+``<run>.shard-K-of-N.scores.jsonl``, whose first line records the shard, the run it is part of
+(benchmark, every option but the runtime and output ones), the dataset's and the scorer's
+fingerprints and the launcher's job ids (:mod:`vlprobe.runs.score_files`): no metrics, which
+would be those of part of the items. ``merge_shards`` (the same command with ``--merge-shards``
+instead of ``--shard``) reads the N shard files, refuses a missing shard, shards of another run
+or of other inputs and items scored twice or not at all, and writes what one process's run
+writes, the manifest recording the shard files (sha256, job ids). ``probe launch`` runs both
+steps (:mod:`vlprobe.launch.sharded`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +51,7 @@ import numpy as np
 
 from vlprobe.data.bow import bow_tag
 from vlprobe.data.loading import load_dataset, read_item_ids, select_items
+from vlprobe.io.ownership import check_output
 from vlprobe.progress import say
 from vlprobe.provenance import sha256_file
 from vlprobe.runs.charts import Chart
@@ -48,16 +63,26 @@ from vlprobe.runs.option_groups import (
     ModelOptions,
     ProgressOption,
     ResultsOptions,
+    ShardOption,
 )
 from vlprobe.runs.printout import metric_lines
 from vlprobe.runs.score_files import (
     caption_foil_logits,
     caption_foil_scores,
     read_item_scores,
+    read_shard_scores,
     write_item_scores,
 )
 from vlprobe.runs.units import units_of
-from vlprobe.runs.writing import RunRows, RunSlot
+from vlprobe.runs.writing import RESULTS_KIND, RunRows, RunSlot, config_record
+from vlprobe.shards import (
+    auto_device,
+    find_shard_files,
+    job_entry,
+    resolve_shard,
+    shard_block,
+    shard_path,
+)
 from vlprobe.stats.metrics import (
     SUGARCREPE_GROUPS,
     VALSE_THRESHOLDED,
@@ -68,7 +93,7 @@ from vlprobe.stats.metrics import (
 )
 from vlprobe.validation import InputError, check_float, check_seed
 
-__all__ = ["BENCHMARKS", "EXPERIMENTS", "EvalConfig", "run_eval"]
+__all__ = ["BENCHMARKS", "EXPERIMENTS", "EvalConfig", "EvalShard", "eval_shard_file", "run_eval"]
 
 #: The two-text benchmarks with their own code path here, then those evaluated through a
 #: :class:`~vlprobe.experiments.benchmark_specs.BenchmarkSpec`.
@@ -103,10 +128,13 @@ VALSE_NOTES = {
 
 
 @dataclass(frozen=True, kw_only=True)
-class EvalConfig(ModelOptions, ItemOptions, AllItemsOption, BootstrapOptions, ProgressOption, ResultsOptions):
+class EvalConfig(ModelOptions, ItemOptions, AllItemsOption, BootstrapOptions, ProgressOption, ShardOption,
+                 ResultsOptions):
     """One evaluation run (``probe eval sugarcrepe|valse|aro`` builds this, then calls :func:`run_eval`).
 
-    Give ``model`` (score the pairs now) or ``scores`` (a saved per-item score file).
+    Give ``model`` (score the pairs now) or ``scores`` (a saved per-item score file). With
+    ``shard`` a model run scores one block of the items; ``merge_shards`` joins the blocks
+    (module docstring).
     """
 
     benchmark: str = option(choices=BENCHMARKS, help="The benchmark: " + ", ".join(BENCHMARKS) + ".", role="input")
@@ -145,6 +173,24 @@ class EvalConfig(ModelOptions, ItemOptions, AllItemsOption, BootstrapOptions, Pr
     )
     batch_size: int = ModelOptions.redeclare("batch_size", help="Pairs or texts per forward pass.")
     dtype: str = ModelOptions.redeclare("dtype", choices=("float32", "float16"))
+    shard: str = ShardOption.redeclare("shard", help=(
+        "Score block K of N of the items (K/N), or auto: K/N from Slurm, torchrun, accelerate or MPI; writes "
+        "only OUT/{experiment}/<name>.shard-K-of-N.scores.jsonl, joined by --merge-shards."))
+    merge_shards: bool = option(False, role="runtime", help=(
+        "Join the shard score files of this run (OUT/{experiment}/<name>.shard-K-of-N.scores.jsonl, every "
+        "shard once) and write what one process's run writes."))
+
+    def check(self) -> None:
+        sharded = self.shard != "0/1"
+        if sharded and self.merge_shards:
+            raise InputError("merge_shards: give it without --shard (the merge reads every shard's file)")
+        if sharded or self.merge_shards:
+            flag = "shard" if sharded else "merge_shards"
+            if self.scores is not None:
+                raise InputError(f"{flag}: shards split the scoring of a model (--model); a score file (--scores) "
+                                 "is scored already")
+            if self.models is not None:
+                raise InputError(f"{flag}: shards split one model's run (--model), not a models file (--models)")
 
 
 def _subset_of(item_id: str, benchmark: str, known: tuple[str, ...], param: str) -> str:
@@ -257,37 +303,32 @@ def compute_eval(config: EvalConfig, slot: RunSlot) -> RunRows:
     info: dict[str, Any] = {}
     score_kind = ""
     device = "cpu"  # re-read scores: the metrics are computed here, on the CPU
+    scored_extra: dict[str, Any] = {}
     if config.model is not None:
-        from vlprobe.extract.eval_scorer import load_scorer
-
         dataset = _load(config)
         if wanted is not None:
             dataset = select_items(dataset, sorted(wanted))
         items = list(dataset.items)
         if not items:
             raise InputError(f"{config.benchmark}: no items to evaluate")
-        given = _model_inputs(config)
-        scorer = load_scorer(
-            config.model, config.checkpoint, device=config.device, dtype=config.dtype,
-            batch_size=config.batch_size, regions=given["regions"], image_options=given["image_options"],
-            options=given["load_options"],
-        )
-        images = [it.images[0] for it in items for _ in (0, 1)]
-        texts = [it.texts[k].text for it in items for k in (0, 1)]
-        values, pair_logits = scorer.score_with_logits(images, texts, progress=config.progress)
         ids = [it.id for it in items]
+        inputs["dataset"] = {"name": dataset.name, "fingerprint": dataset.fingerprint, "source": dataset.source}
+        pairs = _Pairs(
+            [i for i in ids for _ in (0, 1)], [it.images[0] for it in items for _ in (0, 1)],
+            [f"{i}/i0" for i in ids for _ in (0, 1)], [it.texts[k].text for it in items for k in (0, 1)],
+            [f"{i}/c{k}" for i in ids for k in (0, 1)], [2] * len(items),
+        )
+        scored = _score(config, slot, pairs, inputs["dataset"])
+        if isinstance(scored, EvalShard):
+            return RunRows([], {}, {"shard": scored})
+        values, pair_logits = scored.values, scored.logits
         bow = {it.id: bow_tag([it.texts[0].text, it.texts[1].text]) for it in items}
         pos, neg = values[0::2], values[1::2]
         logits = None if pair_logits is None else (pair_logits[0::2], pair_logits[1::2])
         subsets = [it.meta["subset"] for it in items]
-        score_kind = scorer.score_kind
-        inputs["dataset"] = {"name": dataset.name, "fingerprint": dataset.fingerprint, "source": dataset.source}
-        inputs["checkpoint"] = {"spec": config.checkpoint, "fingerprint": scorer.fingerprint}
-        if scorer.regions is not None:
-            inputs["regions"] = {"path": str(scorer.regions), "fingerprint": scorer.regions_fingerprint}
-        inputs.update(config.side_inputs(scorer.input_fingerprints))
-        info = scorer.info
-        device = scorer.device  # a model-free scorer: the CPU
+        score_kind, info, device = scored.score_kind, scored.info, scored.device  # model-free: the CPU
+        inputs.update(scored.inputs)
+        scored_extra = scored.extra
     elif scores is not None:  # _validate: exactly one of model and scores
         saved = read_item_scores(scores, param="scores")
         order = None
@@ -342,7 +383,7 @@ def compute_eval(config: EvalConfig, slot: RunSlot) -> RunRows:
         "bootstrap": {"resamples": config.bootstrap, "seed": config.bootstrap_seed, "level": 0.95,
                       "kind": "percentile; items resampled within their subset; one index set for every "
                               "metric (a bag-of-words slice: its own items resampled within their subsets)"},
-        "item_scores": slot.file(".scores.jsonl"),
+        "item_scores": slot.file(".scores.jsonl"), **scored_extra,
     }
     if config.benchmark == "valse":
         extra["match_threshold"] = threshold
@@ -382,23 +423,17 @@ def _compute_spec(config: EvalConfig, slot: RunSlot) -> RunRows:
     pair_items = [it.id for it in items for _ in it.images for _ in it.captions]
     pair_images = [im for it in items for im in it.images for _ in it.captions]
     pair_texts = [t for it in items for _ in it.images for t in it.captions]
+    scored_extra: dict[str, Any] = {}
     if config.model is not None:
-        from vlprobe.extract.eval_scorer import load_scorer
-
-        given = _model_inputs(config)
-        scorer = load_scorer(
-            config.model, config.checkpoint, device=config.device, dtype=config.dtype,
-            batch_size=config.batch_size, regions=given["regions"], image_options=given["image_options"],
-            options=given["load_options"],
-        )
-        values, _ = scorer.score_with_logits(pair_images, [t.text for t in pair_texts], progress=config.progress)
-        score_kind = scorer.score_kind
-        inputs["checkpoint"] = {"spec": config.checkpoint, "fingerprint": scorer.fingerprint}
-        if scorer.regions is not None:
-            inputs["regions"] = {"path": str(scorer.regions), "fingerprint": scorer.regions_fingerprint}
-        inputs.update(config.side_inputs(scorer.input_fingerprints))
-        info = scorer.info
-        device = scorer.device
+        pairs = _Pairs(pair_items, pair_images, [im.id for im in pair_images], [t.text for t in pair_texts],
+                       [t.id for t in pair_texts], [len(it.images) * len(it.captions) for it in items])
+        scored = _score(config, slot, pairs, inputs["dataset"])
+        if isinstance(scored, EvalShard):
+            return RunRows([], {}, {"shard": scored})
+        values = scored.values
+        score_kind, info, device = scored.score_kind, scored.info, scored.device
+        inputs.update(scored.inputs)
+        scored_extra = scored.extra
     else:
         assert config.scores is not None  # _validate: exactly one of model and scores
         from vlprobe.runs.score_files import item_score_matrices
@@ -430,13 +465,221 @@ def _compute_spec(config: EvalConfig, slot: RunSlot) -> RunRows:
         "bootstrap": {"resamples": config.bootstrap, "seed": config.bootstrap_seed, "level": 0.95,
                       "kind": "percentile; items resampled within their subset and group (relation, attribute "
                               "pair), one index set per row"},
-        "item_scores": slot.file(".scores.jsonl"),
+        "item_scores": slot.file(".scores.jsonl"), **scored_extra,
     }
     if config.items is not None:
         inputs["items"] = {"path": str(config.items), "sha256": sha256_file(config.items)}
     files = {".scores.jsonl": lambda path: write_item_scores(
         path, pair_items, [im.id for im in pair_images], [t.id for t in pair_texts], values)}
     return RunRows(rows, inputs, extra, seeds=[config.bootstrap_seed], device=device, files=files)
+
+
+# -- scoring a run's pairs: whole, one shard, or the shards merged -----------------------------------
+
+
+@dataclass(frozen=True)
+class _Pairs:
+    """The image-text pairs of a run's items in the run's order, an item's pairs together.
+
+    Attributes
+    ----------
+    items, image_ids, text_ids : list of str, length P
+        Each pair's item, image and text ids (the score file's columns).
+    images : list of ImageRef, length P
+    texts : list of str, length P
+    counts : list of int, length N
+        Pairs of each item (their sum is P).
+    """
+
+    items: list[str]
+    images: list[Any]
+    image_ids: list[str]
+    texts: list[str]
+    text_ids: list[str]
+    counts: list[int]
+
+
+@dataclass(frozen=True)
+class _Scored:
+    """Every pair's score (P,), the matching head's logits (P, 2) or None, and what the scorer
+    records: ``score_kind``, the manifest's ``inputs`` of the model (checkpoint, regions, side
+    inputs), ``info``, ``device``; ``extra``: manifest entries (``job_ids``, ``shards``)."""
+
+    values: np.ndarray
+    logits: np.ndarray | None
+    score_kind: str
+    inputs: dict[str, Any]
+    info: dict[str, Any]
+    device: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EvalShard:
+    """What one shard of a run wrote (``probe eval ... --shard K/N``): ``path``, its shard ``k`` of
+    ``n``, its ``items`` of the run's ``total``."""
+
+    path: Path
+    k: int
+    n: int
+    items: int
+    total: int
+    run: str
+
+
+def eval_shard_file(config: EvalConfig, run: str, k: int, n: int) -> Path:
+    """``OUT/<benchmark>/<run stem>.shard-K-of-N.scores.jsonl`` (the run's score file when N = 1)."""
+    from vlprobe.runs.writing import result_stem
+
+    whole = Path(config.out) / config.benchmark / f"{result_stem(run)}.scores.jsonl"
+    return shard_path(whole, k, n, suffix=".scores.jsonl")
+
+
+def _run_identity(config: EvalConfig) -> dict[str, Any]:
+    """What makes two shards parts of one run: the benchmark, the experiment's version and every
+    option but the runtime and output ones (the device, batch size, shard, folder and name)."""
+    exp = EXPERIMENTS[config.benchmark]
+    skip = exp.ignored_on_rerun()
+    return {"experiment": exp.name, "experiment_version": exp.version,
+            "config": {k: v for k, v in config_record(config).items() if k not in skip}}
+
+
+def _score(config: EvalConfig, slot: RunSlot, pairs: _Pairs, dataset: dict[str, Any]) -> _Scored | EvalShard:
+    """The run's pair scores with its model: every pair (one process), one shard's block of items
+    (written to its shard file), or the shard files merged (``merge_shards``)."""
+    from vlprobe.extract.eval_scorer import load_scorer
+
+    k, n, placement = resolve_shard(config.shard)
+    jobs = [job_entry(k, n, placement)] if placement is not None else []
+    if config.merge_shards:
+        return _merge_shards(config, slot, pairs, dataset, jobs)
+    path = eval_shard_file(config, slot.name, k, n)
+    if n > 1:
+        check_output(path, RESULTS_KIND)  # before the model is loaded
+    start, stop = shard_block(len(pairs.counts), k, n)
+    at = np.concatenate([[0], np.cumsum(pairs.counts)]).astype(int)
+    a, b = int(at[start]), int(at[stop])
+    given = _model_inputs(config)
+    assert config.model is not None  # _validate
+    scorer = load_scorer(
+        config.model, config.checkpoint, device=auto_device(config.device, placement), dtype=config.dtype,
+        batch_size=config.batch_size, regions=given["regions"], image_options=given["image_options"],
+        options=given["load_options"],
+    )
+    if n > 1:
+        say(config.progress, f"shard {k}/{n}: items {start}..{stop - 1} of {len(pairs.counts)}"
+                             + (f" under {placement.source}" if placement is not None else ""))
+    values: np.ndarray = np.empty(0)
+    logits: np.ndarray | None = None
+    if b > a:
+        values, logits = scorer.score_with_logits(pairs.images[a:b], pairs.texts[a:b], progress=config.progress)
+    inputs: dict[str, Any] = {"checkpoint": {"spec": config.checkpoint, "fingerprint": scorer.fingerprint}}
+    if scorer.regions is not None:
+        inputs["regions"] = {"path": str(scorer.regions), "fingerprint": scorer.regions_fingerprint}
+    inputs.update(config.side_inputs(scorer.input_fingerprints))
+    scored = _Scored(values, logits, scorer.score_kind, inputs, scorer.info, scorer.device,
+                     {"job_ids": jobs} if jobs else {})
+    if n == 1:
+        return scored
+    from vlprobe import __version__
+    from vlprobe.io.paths import ensure_folder
+    from vlprobe.provenance import git_revision
+
+    record = {
+        "shard": f"{k}/{n}", "items": [start, stop], "of_items": len(pairs.counts), "run": _run_identity(config),
+        "dataset": dataset, "scorer": {"score_kind": scored.score_kind, "inputs": inputs, "info": scored.info,
+                                       "device": scored.device},
+        "job_ids": jobs, "vlprobe_version": __version__, "git_revision": git_revision(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    ensure_folder(path.parent)
+    write_item_scores(path, pairs.items[a:b], pairs.image_ids[a:b], pairs.text_ids[a:b], values, logits, shard=record)
+    return EvalShard(path, k, n, stop - start, len(pairs.counts), slot.name)
+
+
+def _first_difference(a: Any, b: Any, where: str = "") -> str:
+    """The first place two JSON values differ, as ``key=A ... B`` text ("" when equal)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            if a.get(key) != b.get(key):
+                return _first_difference(a.get(key), b.get(key), f"{where}.{key}" if where else str(key))
+        return ""
+    return "" if a == b else f"{where or 'value'}={a!r} there, {b!r} here"
+
+
+def _merge_shards(config: EvalConfig, slot: RunSlot, pairs: _Pairs, dataset: dict[str, Any],
+                  jobs: list[dict[str, str]]) -> _Scored:
+    """The run's pair scores from its N shard files (each of this run, every shard once, every
+    pair of the run scored by exactly one shard); InputError otherwise, in one line."""
+    whole = eval_shard_file(config, slot.name, 0, 1)
+    files = find_shard_files(whole, suffix=".scores.jsonl")
+    identity = json.loads(json.dumps(_run_identity(config)))
+    found: dict[int, tuple[Path, dict[str, Any], Any]] = {}
+    n = 0
+    for f in files:
+        record, scores = read_shard_scores(f)
+        try:
+            k, n = (int(x) for x in str(record.get("shard", "")).split("/"))
+        except ValueError:
+            raise InputError(f"shards: {f.name} records no shard K/N") from None
+        if f != shard_path(whole, k, n, suffix=".scores.jsonl"):
+            raise InputError(f"shards: {f.name} records shard {k}/{n}, which its name does not say; it was renamed")
+        diff = _first_difference(record.get("run"), identity)
+        if diff:
+            raise InputError(f"shards: {f.name} is a shard of another run ({diff}); merge the shards of one run")
+        found[k] = (f, record, scores)
+    missing = [f"{k}/{n}" for k in range(n) if k not in found]
+    if missing:
+        raise InputError(f"shards: missing shard(s) {', '.join(missing)} of {slot.name} beside {whole}; run them "
+                         "(--shard K/N) before merging")
+    first_file, first, _ = found[0]
+    owner: dict[str, Path] = {}
+    table: dict[tuple[str, str], tuple[float, Any]] = {}
+    with_logits: set[bool] = set()
+    for k in range(n):
+        f, record, scores = found[k]
+        for what in ("dataset", "scorer"):
+            mine, theirs = dict(record.get(what) or {}), dict(first.get(what) or {})
+            if what == "scorer":
+                mine.pop("device", None), theirs.pop("device", None)
+            diff = _first_difference(mine, theirs)
+            if diff:
+                raise InputError(f"shards: {f.name} and {first_file.name} were scored from other inputs "
+                                 f"({what}.{diff.replace(' here', ' in ' + first_file.name)}); rerun the odd shard")
+        for it in dict.fromkeys(scores.item.tolist()):
+            if it in owner:
+                raise InputError(f"shards: {owner[it].name} and {f.name} both score item {it!r}; merge the shards of "
+                                 "one run")
+            owner[it] = f
+        if len(scores):
+            with_logits.add(scores.logits is not None)
+        for p, key in enumerate(zip(scores.image.tolist(), scores.text.tolist(), strict=True)):
+            table[key] = (float(scores.score[p]), None if scores.logits is None else scores.logits[p])
+    if len(with_logits) > 1:
+        raise InputError("shards: some shard files carry the matching head's logits and some do not")
+    wanted = set(pairs.items)
+    extra = next((it for it in owner if it not in wanted), None)
+    if extra is not None:
+        raise InputError(f"shards: {owner[extra].name} scores item {extra!r}, which is not among the run's items")
+    values = np.empty(len(pairs.items))
+    rows: list[Any] = []
+    for p, key in enumerate(zip(pairs.image_ids, pairs.text_ids, strict=True)):
+        got = table.get(key)
+        if got is None:
+            raise InputError(f"shards: no shard scores item {pairs.items[p]!r} (text {key[1]} with image {key[0]}); "
+                             "the shards do not cover the run's items")
+        values[p], row = got
+        rows.append(row)
+    logits = np.stack(rows) if with_logits == {True} else None
+    scorer = first.get("scorer") or {}
+    devices = list(dict.fromkeys(str((found[k][1].get("scorer") or {}).get("device", "")) for k in range(n)))
+    shards = {"n": n, "files": [
+        {"file": found[k][0].name, "sha256": sha256_file(found[k][0]), "shard": f"{k}/{n}",
+         "items": found[k][1].get("items"), "device": (found[k][1].get("scorer") or {}).get("device"),
+         "job_ids": found[k][1].get("job_ids", [])} for k in range(n)]}
+    return _Scored(values, logits, str(scorer.get("score_kind", "")), dict(scorer.get("inputs") or {}),
+                   dict(scorer.get("info") or {}), ", ".join(devices),
+                   {"shards": shards, **({"job_ids": jobs} if jobs else {})})
 
 
 def _with_ci(rows: list[dict[str, Any]], base: dict[str, Any], subset: str, metric: str,
@@ -554,9 +797,21 @@ class BenchmarkExperiment(Experiment):
     file and their table (:func:`run_model_table`)."""
 
     def run(self, config: Any) -> Any:
-        if getattr(config, "models", None) is None:
+        if getattr(config, "models", None) is not None:
+            return run_model_table(self, config)
+        if config.merge_shards or resolve_shard(config.shard)[1] == 1:
             return super().run(config)
-        return run_model_table(self, config)
+        return run_shard(self, config)
+
+
+def run_shard(exp: Experiment, config: EvalConfig) -> EvalShard:
+    """One shard of a model's run (``shard`` K/N with N > 1): its block of items scored into its
+    shard file, nothing else written (module docstring)."""
+    label = _label(config)
+    slot = RunSlot(label, exp.claim(config, label))  # a clash with a recorded run is refused now, not at the merge
+    shard = exp.compute(config, slot).extra["shard"]
+    assert isinstance(shard, EvalShard)
+    return shard
 
 
 def run_model_table(exp: Experiment, config: EvalConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
@@ -634,8 +889,13 @@ def _recorded_run_names(folder: Path) -> set[str]:
     return set(_recorded_runs(folder / "manifest.json"))
 
 
-def report(config: EvalConfig, result: tuple[Path, Path, list[dict[str, Any]]]) -> list[str]:
-    """Every metric per subset with its interval, then the files written (a models file: the table)."""
+def report(config: EvalConfig, result: tuple[Path, Path, list[dict[str, Any]]] | EvalShard) -> list[str]:
+    """Every metric per subset with its interval, then the files written (a models file: the table;
+    a shard: the one line saying which file it wrote and how to merge)."""
+    if isinstance(result, EvalShard):
+        return [f"wrote shard {result.k}/{result.n} of {result.run} ({result.items} of {result.total} items): "
+                f"{result.path}; once all {result.n} are written, merge them: this command with --merge-shards "
+                "instead of --shard"]
     if config.models is not None:
         return _table_lines(*result)
     csv_path, _, rows = result

@@ -71,7 +71,15 @@ from vlprobe.io.paths import ensure_folder
 from vlprobe.layers import parse_stream_layers
 from vlprobe.provenance import git_revision, package_versions
 from vlprobe.registry import MODELS
-from vlprobe.shards import Placement, auto_device, job_entry, parse_shard, resolve_shard, shard_path
+from vlprobe.shards import (
+    Placement,
+    auto_device,
+    job_entry,
+    parse_shard,
+    resolve_shard,
+    shard_block,
+    shard_path,
+)
 from vlprobe.validation import InputError, check_choice, check_positive_int
 
 __all__ = [
@@ -197,10 +205,6 @@ def _stream_rows(spec: StreamSpec, tables: CacheTables, plan: str) -> tuple[np.n
     if spec.modality == "pair":
         return pair_rows(tables, plan)
     raise RuntimeError(f"adapter bug: stream {spec.name!r} declares unknown modality {spec.modality!r}")
-
-
-def _block(n: int, k: int, shards: int) -> tuple[int, int]:
-    return k * n // shards, (k + 1) * n // shards
 
 
 def extract(config: ExtractConfig) -> ExtractResult:
@@ -406,13 +410,13 @@ def _extract(
     pairs: PairLayout | None = None
     if not dual:
         image, text = pair_rows(tables, plan)
-        start, stop = _block(len(image), k, n_shards)
+        start, stop = shard_block(len(image), k, n_shards)
         pairs = PairLayout(image, text, start, stop, position_columns=getattr(adapter, "position_columns", ()))
     for name, spec in streams.items():
         if name not in layers:
             continue
         image, text = _stream_rows(spec, tables, plan)
-        start, stop = _block(len(image), k, n_shards)
+        start, stop = shard_block(len(image), k, n_shards)
         usable = tuple(p for p in stored_poolings if p in spec.poolings)
         layouts.append(StreamLayout(spec, layers[name], image, text, start, stop, usable))
     info = adapter.describe()

@@ -1,26 +1,40 @@
 """Where a step runs: a ``probe`` command as a process on this machine, or as a Slurm job.
 
-Both executors run a step as the command ``python -m vlprobe ARGS`` in a fresh process, so a
-step that dies (killed, out of memory) takes nothing else with it, and the scheduler
-(:mod:`vlprobe.launch.steps`) sees only an exit code and a log:
+Both executors run a step as its own process, so a step that dies (killed, out of memory) takes
+nothing else with it, and the scheduler (:mod:`vlprobe.launch.steps`) sees only an exit code and
+a log:
 
 :class:`LocalExecutor`
     Up to ``jobs`` processes at once on this machine, each with ``threads`` CPU threads and,
     when there are GPUs, its own GPU (``CUDA_VISIBLE_DEVICES``, so that ``--device auto`` is
     ``cuda`` in it). The launcher's own variables (Slurm, torchrun) are removed from a step's
     environment: the step is placed by the scheduler, not by the job that runs the scheduler.
+    How a step's process starts (``start_method``; ``probe sweep`` and ``probe launch local``
+    take ``--start-method``):
+
+    ``forkserver`` (the default on Linux)
+        A fork of one server process that imported torch, transformers, scikit-learn and
+        vlprobe's command line once (:mod:`vlprobe.launch.forkserver`): a step starts in
+        milliseconds instead of paying those imports (about 4 CPU seconds) again. The child
+        gets the step's log as its stdout and stderr (file descriptors, so C output too), its
+        environment, threads and GPU, and ends with the command's exit code; the server reports
+        its exit code (negative: the signal that killed it) and CPU seconds.
+    ``spawn``
+        The command ``python -m vlprobe ARGS`` in a fresh interpreter (the default elsewhere;
+        ``python`` changes the command).
 :class:`SubmititExecutor`
     Each step a job submitted with submitit (``pip install vlprobe[slurm]``): on Slurm the steps
     that start together go as one job array (``sbatch --array``), with the partition, GPUs, time
     and memory given; submitit's ``local`` cluster runs the same jobs as local processes. The
-    job runs the same command line as the local executor, keeping the job's Slurm variables
-    (outputs record the job ids).
+    job runs ``python -m vlprobe ARGS`` (keeping the job's Slurm variables: outputs record the
+    job ids).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -29,10 +43,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from vlprobe.launch.forkserver import PRELOAD, ForkServer, ServerEnded
 from vlprobe.shards import launcher_free
 from vlprobe.validation import InputError, check_positive_int
 
-__all__ = ["Executor", "Finished", "LocalExecutor", "SubmititExecutor", "run_probe", "slurm_parameters"]
+__all__ = ["START_METHODS", "Executor", "Finished", "LocalExecutor", "SubmititExecutor", "default_start_method",
+           "local_executor", "run_probe", "slurm_parameters"]
+
+#: How the local executor starts a step's process (module docstring).
+START_METHODS = ("forkserver", "spawn")
+
+
+def default_start_method() -> str:
+    """``forkserver`` on Linux, else ``spawn``."""
+    return "forkserver" if sys.platform.startswith("linux") else "spawn"
 
 
 @dataclass(frozen=True)
@@ -71,6 +95,10 @@ class Executor(Protocol):
         """One line for messages: where the steps run."""
         ...
 
+    def close(self) -> None:
+        """Let go of what the executor holds (its fork server); running steps go on."""
+        ...
+
 
 def _visible_gpus() -> list[str]:
     """The GPUs this process may use, as ``CUDA_VISIBLE_DEVICES`` entries (none without CUDA)."""
@@ -93,6 +121,13 @@ class _Process:
 
 
 @dataclass
+class _Forked:
+    server: ForkServer
+    pid: int
+    gpu: str | None
+
+
+@dataclass
 class LocalExecutor:
     """Steps as processes on this machine (module docstring).
 
@@ -101,11 +136,18 @@ class LocalExecutor:
     jobs : int, optional
         Steps at once (default: one per GPU, else 1).
     threads : int, optional
-        CPU threads of each step (``OMP_NUM_THREADS``; default: torch's own choice).
+        CPU threads of each step (``OMP_NUM_THREADS`` and ``torch.set_num_threads``; default:
+        torch's own choice).
     python : sequence of str
-        The command that runs ``probe`` (its arguments follow).
+        The command that runs ``probe`` (its arguments follow), with ``start_method="spawn"``.
     gpus : sequence of str, optional
         GPU ids to hand out, one per running step (default: the visible ones).
+    start_method : str
+        ``"forkserver"`` or ``"spawn"`` (module docstring; default: forkserver on Linux).
+    entry : str
+        ``"module:function"`` a forked step calls (``sys.argv`` is ``["probe", *args]``).
+    preload : sequence of str
+        Modules the fork server imports once (default: :data:`vlprobe.launch.forkserver.PRELOAD`).
     """
 
     jobs: int | None = None
@@ -114,8 +156,13 @@ class LocalExecutor:
     gpus: Sequence[str] | None = None
     poll_interval: float = 0.05
     env: Mapping[str, str] = field(default_factory=dict)
+    start_method: str = field(default_factory=default_start_method)
+    entry: str = "vlprobe.cli:main"
+    preload: Sequence[str] = PRELOAD
 
     def __post_init__(self) -> None:
+        if self.start_method not in START_METHODS:
+            raise InputError(f"start-method must be {' or '.join(START_METHODS)}, got {self.start_method!r}")
         self._gpus = list(self.gpus) if self.gpus is not None else _visible_gpus()
         if self.jobs is None:
             self.jobs = max(1, len(self._gpus))
@@ -123,6 +170,7 @@ class LocalExecutor:
         if self.threads is not None:
             check_positive_int(self.threads, "threads")
         self._free = list(self._gpus)
+        self._server: ForkServer | None = None
 
     @property
     def slots(self) -> int:
@@ -131,44 +179,93 @@ class LocalExecutor:
 
     def describe(self) -> str:
         gpus = f", GPUs {','.join(self._gpus)}" if self._gpus else ""
-        return f"local processes ({self.jobs} at once{gpus})"
+        how = "forks of a fork server" if self.start_method == "forkserver" else "processes"
+        return f"local {how} ({self.jobs} at once{gpus})"
 
     def start(self, batch: Sequence[tuple[Sequence[str], Path]]) -> list[Any]:
         return [self._start(args, log) for args, log in batch]
 
-    def _start(self, args: Sequence[str], log: Path) -> _Process:
+    def _env(self) -> dict[str, str]:
+        """A step's environment, less its GPU."""
         env = launcher_free(os.environ)
         env.update(self.env)
         if self.threads is not None:
             env["OMP_NUM_THREADS"] = str(self.threads)
+        return env
+
+    def _start(self, args: Sequence[str], log: Path) -> _Process | _Forked:
+        env = self._env()
         gpu = self._free.pop(0) if self._free else None
         if gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = gpu
-        fh = open(log, "ab")  # closed when the step ends (poll)
         try:
-            proc = subprocess.Popen([*self.python, *args], stdout=fh, stderr=subprocess.STDOUT, env=env,
-                                    stdin=subprocess.DEVNULL)
+            if self.start_method == "forkserver":
+                return self._fork(args, log, env, gpu)
+            fh = open(log, "ab")  # closed when the step ends (poll)
+            try:
+                proc = subprocess.Popen([*self.python, *args], stdout=fh, stderr=subprocess.STDOUT, env=env,
+                                        stdin=subprocess.DEVNULL)
+            except BaseException:
+                fh.close()
+                raise
+            return _Process(proc, fh, gpu)
         except BaseException:
-            fh.close()
             if gpu is not None:
                 self._free.append(gpu)
             raise
-        return _Process(proc, fh, gpu)
 
-    def poll(self, handle: _Process) -> Finished | None:
-        pid, status, usage = os.wait4(handle.proc.pid, os.WNOHANG)
-        if pid == 0:
-            return None
-        rc = os.waitstatus_to_exitcode(status)
-        handle.proc.returncode = rc  # reaped here: Popen must not wait for it again
-        handle.log.close()
+    def _fork(self, args: Sequence[str], log: Path, env: dict[str, str], gpu: str | None) -> _Forked:
+        for attempt in (1, 2):  # a server that is gone (killed from outside) is started again, once
+            if self._server is None or not self._server.alive:
+                self._server = ForkServer(self._env(), entry=self.entry, preload=self.preload)
+            try:
+                return _Forked(self._server, self._server.start(args, log, env, self.threads), gpu)
+            except ServerEnded:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def poll(self, handle: _Process | _Forked) -> Finished | None:
+        if isinstance(handle, _Forked):
+            ended = handle.server.ended(handle.pid)
+            if ended is None:
+                return None
+            finished = Finished(ended.rc, ended.cpu)
+        else:
+            pid, status, usage = os.wait4(handle.proc.pid, os.WNOHANG)
+            if pid == 0:
+                return None
+            rc = os.waitstatus_to_exitcode(status)
+            handle.proc.returncode = rc  # reaped here: Popen must not wait for it again
+            handle.log.close()
+            finished = Finished(rc, usage.ru_utime + usage.ru_stime)
         if handle.gpu is not None:
             self._free.append(handle.gpu)
-        return Finished(rc, usage.ru_utime + usage.ru_stime)
+        return finished
 
-    def cancel(self, handle: _Process) -> None:
+    def cancel(self, handle: _Process | _Forked) -> None:
+        if isinstance(handle, _Forked):
+            handle.server.kill(handle.pid, signal.SIGTERM)
+            return
         with contextlib.suppress(ProcessLookupError):
             handle.proc.terminate()
+
+    def close(self) -> None:
+        """Stop the fork server (it exits once the steps it runs have ended)."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+
+    def __enter__(self) -> LocalExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def local_executor(*, start_method: str | None = None, **kwargs: Any) -> LocalExecutor:
+    """A :class:`LocalExecutor` of ``kwargs``, started by ``start_method`` (None: its default)."""
+    return LocalExecutor(**kwargs) if start_method is None else LocalExecutor(start_method=start_method, **kwargs)
 
 
 def run_probe(args: Sequence[str]) -> int:
@@ -253,6 +350,9 @@ class SubmititExecutor:
     def cancel(self, handle: Any) -> None:
         with contextlib.suppress(Exception):
             handle.cancel(check=False)
+
+    def close(self) -> None:
+        """Nothing to let go of (the jobs are Slurm's)."""
 
 
 def slurm_parameters(

@@ -164,14 +164,16 @@ def launch_shards(
 
 def launch_local(
     command: Sequence[str], *, shards: int = 2, jobs: int | None = None, threads: int | None = None,
-    retries: int = 2, merge: bool = True, echo: Callable[[str], Any] = print,
+    retries: int = 2, merge: bool = True, echo: Callable[[str], Any] = print, start_method: str | None = None,
 ) -> dict[str, Any]:
     """``probe launch local``: ``command`` (``probe extract ... --out F``) as ``shards`` processes on
-    this machine, ``jobs`` at once with ``threads`` CPU threads and a GPU each (:func:`launch_shards`)."""
-    from vlprobe.launch.executors import LocalExecutor
+    this machine, ``jobs`` at once with ``threads`` CPU threads and a GPU each (:func:`launch_shards`),
+    started by ``start_method`` (:class:`~vlprobe.launch.executors.LocalExecutor`; None: its default)."""
+    from vlprobe.launch.executors import local_executor
 
-    return launch_shards(ShardedCommand.parse(command), shards, LocalExecutor(jobs=jobs, threads=threads),
-                         retries=retries, merge=merge, echo=echo)
+    parsed = ShardedCommand.parse(command)
+    with local_executor(jobs=jobs, threads=threads, start_method=start_method) as executor:
+        return launch_shards(parsed, shards, executor, retries=retries, merge=merge, echo=echo)
 
 
 def launch_slurm(

@@ -227,15 +227,17 @@ def run_sweep(
     threads: int | None = None, retries: int = 1, echo: Any = print, partition: str | None = None,
     gpus_per_task: int = 1, cpus_per_task: int | None = None, mem_gb: int | None = None, timeout_min: int = 240,
     parallel: int | None = None, account: str | None = None, qos: str | None = None, cluster: str = "slurm",
-    show_output: bool = False,
+    start_method: str | None = None, show_output: bool = False,
 ) -> dict[str, Any]:
     """``probe sweep``: run (or resume) the plan's steps on ``launcher`` (``local`` processes, ``jobs``
-    at once with ``threads`` threads each; ``slurm``: a submitit job per step with the job options
-    ``partition`` ... ``qos`` of :func:`vlprobe.launch.executors.slurm_parameters`, on ``cluster``:
+    at once with ``threads`` threads each, started by ``start_method``: ``forkserver`` or ``spawn``
+    of :class:`~vlprobe.launch.executors.LocalExecutor`, None its default; ``slurm``: a submitit
+    job per step with the job options ``partition`` ... ``qos`` of :func:`vlprobe.launch.executors.slurm_parameters`, on ``cluster``:
     ``slurm``, or ``local`` for submitit's local processes); ``show_output`` echoes each finished
     step's output. Returns the timings of :func:`vlprobe.launch.steps.run_steps` with ``out`` and
     ``results`` (the collected CSV)."""
-    from vlprobe.launch.executors import Executor, LocalExecutor, SubmititExecutor, slurm_parameters
+    from vlprobe.launch.executors import Executor, SubmititExecutor, slurm_parameters
+    from vlprobe.launch.executors import local_executor as make_local
     from vlprobe.launch.steps import run_steps
 
     parsed = load_plan(plan, out=out)
@@ -247,8 +249,10 @@ def run_sweep(
         given = [k for k, v in job.items() if v is not None and k not in ("gpus_per_task", "timeout_min")]
         if given:  # (the two with defaults are not told apart from unset ones)
             raise InputError(f"{given[0].replace('_', '-')}: a Slurm job option; give it with --launcher slurm")
-        executor = LocalExecutor(jobs=jobs, threads=threads)
+        executor = make_local(jobs=jobs, threads=threads, start_method=start_method)
     elif launcher == "slurm":
+        if start_method is not None:
+            raise InputError("start-method: how a local step starts; give it with --launcher local")
         params = slurm_parameters(name=f"vlprobe-{parsed.out.name}", cluster=cluster, **job)
         executor = SubmititExecutor(parsed.out / "submitit", cluster=cluster, parameters=params)
     else:
@@ -256,5 +260,8 @@ def run_sweep(
     ensure_folder(parsed.out)
     ensure_folder(parsed.out / "caches")
     echo(f"{len(steps)} steps of {plan} on {executor.describe()}; logs in {parsed.out / 'logs'}")
-    timings = run_steps(steps, executor, parsed.out, retries=retries, echo=echo, show_output=show_output)
+    try:
+        timings = run_steps(steps, executor, parsed.out, retries=retries, echo=echo, show_output=show_output)
+    finally:
+        executor.close()
     return {**timings, "out": parsed.out, "results": parsed.out / "results.csv"}

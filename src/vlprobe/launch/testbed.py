@@ -348,7 +348,8 @@ def run_plan(steps: Sequence[Step], jobs: int, root: Path, echo: Any = print) ->
     dict
         :func:`vlprobe.launch.steps.run_steps`'s timings.
     """
-    from vlprobe.launch.executors import LocalExecutor
+    from vlprobe.launch.executors import local_executor
     from vlprobe.launch.steps import run_steps
 
-    return run_steps(steps, LocalExecutor(jobs=jobs, threads=1), root, retries=0, echo=echo, show_output=True)
+    with local_executor(jobs=jobs, threads=1) as executor:
+        return run_steps(steps, executor, root, retries=0, echo=echo, show_output=True)

@@ -43,10 +43,12 @@ __all__ = [
     "ProgressOption",
     "ResultsOptions",
     "SeedsOption",
+    "ShardOption",
     "SplitOptions",
     "StateOptions",
     "check_device",
     "check_layer_spec",
+    "check_shard",
     "check_test_size",
     "item_loader_options",
 ]
@@ -301,6 +303,30 @@ class ProgressOption(Options):
     """Progress on stderr: what a run will compute, then a bar with an ETA (results never go there)."""
 
     progress: bool = option(True, role="runtime", off=("--quiet", "-q"), help="Progress on stderr (off with --quiet).")
+
+
+def check_shard(value: str, param: str) -> str:
+    """``K/N`` (0 <= K < N) or ``auto`` (:func:`vlprobe.shards.resolve_shard` reads it from the
+    launcher when the run starts)."""
+    from vlprobe.shards import parse_shard
+
+    text = str(value).strip()
+    if text.lower() == "auto":
+        return "auto"
+    parse_shard(text)
+    return text
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardOption(Options):
+    """Which block of a run's rows this process runs (:mod:`vlprobe.shards`), declared once for
+    every sharded command (``probe extract``, ``probe regions extract``, ``probe eval``); each
+    says in its help which file a shard writes and what joins them."""
+
+    shard: str = option(
+        "0/1", check=check_shard, role="runtime",
+        help="Run block K of N (K/N), or auto: K/N from Slurm, torchrun, accelerate or MPI.",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

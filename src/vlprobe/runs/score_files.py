@@ -16,6 +16,13 @@ Text ``<item>/c0`` is the item's correct caption (SugarCrepe positive, VALSE cap
 (``c0``/``c1`` x ``i0``/``i1``). A text-only model still names the item's image. Each
 (image, text) pair appears once; every metric can be recomputed from the file alone.
 
+A shard of a run (``probe eval ... --shard K/N``) writes the lines of its block of items to
+``<run>.shard-K-of-N.scores.jsonl`` after one first line ``{"vlprobe_shard": {...}}``, the
+shard's record (:data:`SHARD_KEY`: its shard, block of items, the run it is part of, the
+scorer's fingerprints, the launcher's job ids), which ``--merge-shards`` reads
+(:func:`read_shard_scores`); :func:`read_item_scores` refuses such a file, whose metrics would be
+those of part of the items.
+
 Score matrices (``.npy``, or ``.npz`` holding one array or an array named ``scores``) are
 caption x image in the canonical order: row ``r`` = caption r, column ``c`` = image c, and
 caption r matches image r (Winoground: item i gives rows and columns 2i, 2i+1).
@@ -28,9 +35,10 @@ import math
 import os
 import zipfile
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -41,6 +49,7 @@ from vlprobe.runs.writing import RESULTS_KIND
 from vlprobe.validation import InputError, check_file
 
 __all__ = [
+    "SHARD_KEY",
     "ItemScores",
     "caption_foil_logits",
     "caption_foil_scores",
@@ -48,12 +57,15 @@ __all__ = [
     "item_score_matrices",
     "read_item_scores",
     "read_score_matrix",
+    "read_shard_scores",
     "winoground_from_item_scores",
     "winoground_from_matrix",
     "write_item_scores",
 ]
 
 _KEYS = ("item", "image", "text", "score")
+#: The key of a shard file's first line, its record.
+SHARD_KEY = "vlprobe_shard"
 
 
 @dataclass(frozen=True)
@@ -75,7 +87,7 @@ class ItemScores:
 def write_item_scores(
     path: str | os.PathLike[str],
     items: Sequence[str], images: Sequence[str], texts: Sequence[str], scores: Iterable[float],
-    logits: np.ndarray | None = None,
+    logits: np.ndarray | None = None, *, shard: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write a per-item score file atomically (see the module docstring).
 
@@ -85,6 +97,8 @@ def write_item_scores(
     scores : iterable of float, length P
     logits : ndarray, shape (P, 2), optional
         Raw (no match, match) logits of a binary matching head.
+    shard : mapping, optional
+        A shard's record (JSON values): written as the first line, ``{"vlprobe_shard": shard}``.
     """
     values = np.asarray(list(scores), dtype=np.float64)
     if not len(items) == len(images) == len(texts) == len(values):
@@ -97,6 +111,8 @@ def write_item_scores(
         raise InputError(f"logits must have shape ({len(values)}, 2), got {pairs.shape}")
     target = Path(path)
     with atomic_write(target, kind=RESULTS_KIND) as fh:
+        if shard is not None:
+            fh.write(json.dumps({SHARD_KEY: dict(shard)}, allow_nan=False) + "\n")
         for p, (it, im, tx, sc) in enumerate(zip(items, images, texts, values.tolist(), strict=True)):
             record: dict[str, object] = {"item": it, "image": im, "text": tx, "score": sc}
             if pairs is not None:
@@ -123,13 +139,48 @@ def read_item_scores(path: str | os.PathLike[str], *, param: str = "scores") -> 
     Raises
     ------
     InputError
-        A line is not a record with item, image, text and a finite score; a pair repeats.
+        A line is not a record with item, image, text and a finite score; a pair repeats; the
+        file is one shard's (module docstring).
     """
+    shard, scores = _read_scores(path, param)
+    if shard is not None:
+        which = shard.get("shard", "?") if isinstance(shard, dict) else "?"
+        raise InputError(
+            f"{param}: {Path(path).name} holds shard {which} of a run's scores, not the whole run's; merge the "
+            "shards first (the run's probe eval command with --merge-shards instead of --shard)"
+        )
+    if not len(scores):
+        raise InputError(f"{param}: {Path(path).name} holds no scores")
+    return scores
+
+
+def read_shard_scores(path: str | os.PathLike[str], *, param: str = "shards") -> tuple[dict[str, Any], ItemScores]:
+    """A shard file's record (its first line's :data:`SHARD_KEY`) and its scores (none when the
+    shard's block of items is empty).
+
+    Raises
+    ------
+    InputError
+        The file is no shard file, or a line is not a score record (as :func:`read_item_scores`).
+    """
+    shard, scores = _read_scores(path, param)
+    if not isinstance(shard, dict):
+        raise InputError(f"{param}: {Path(path).name} is no shard of a probe eval run (its first line is no "
+                         f'{{"{SHARD_KEY}": ...}} record)')
+    return shard, scores
+
+
+def _read_scores(path: str | os.PathLike[str], param: str) -> tuple[Any, ItemScores]:
+    """The shard record of the first line (None when there is none) and the score records."""
     p = check_file(path, param)
     cols: dict[str, list[object]] = {k: [] for k in _KEYS}
     logits: list[list[float]] = []
     seen: dict[tuple[str, str], int] = {}
-    for lineno, where, obj in iter_json_lines(p, param):
+    shard: Any = None
+    for n, (lineno, where, obj) in enumerate(iter_json_lines(p, param)):
+        if n == 0 and isinstance(obj, dict) and SHARD_KEY in obj:
+            shard = obj[SHARD_KEY]
+            continue
         if not isinstance(obj, dict) or any(k not in obj for k in _KEYS):
             raise InputError(
                 f"{param}: {where} is not a vlprobe score record "
@@ -156,9 +207,7 @@ def read_item_scores(path: str | os.PathLike[str], *, param: str = "scores") -> 
             logits.append([float(v) for v in pair])
         for k in _KEYS:
             cols[k].append(obj[k] if k == "score" else str(obj[k]))
-    if not cols["score"]:
-        raise InputError(f"{param}: {p.name} holds no scores")
-    return ItemScores(
+    return shard, ItemScores(
         np.asarray(cols["item"], dtype=object), np.asarray(cols["image"], dtype=object),
         np.asarray(cols["text"], dtype=object), np.asarray(cols["score"], dtype=np.float64), str(p),
         np.asarray(logits, dtype=np.float64) if logits else None,

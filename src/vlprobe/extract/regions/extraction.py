@@ -45,7 +45,7 @@ from vlprobe.extract.regions.sources import (
     read_image,
 )
 from vlprobe.provenance import git_revision, package_versions, sha256_file
-from vlprobe.shards import auto_device, job_entry, resolve_shard, shard_path
+from vlprobe.shards import auto_device, job_entry, resolve_shard, shard_block, shard_path
 from vlprobe.validation import InputError, check_choice, check_positive_int
 
 __all__ = [
@@ -168,7 +168,7 @@ def extract_regions(config: RegionExtractConfig, *, detector: Any = None) -> Reg
     if ChunkedRegionWriter.check_out(config.out) is not None:
         _check_orientation(Path(config.out))
     images = _image_list(config)
-    start, stop = k * len(images) // n_shards, (k + 1) * len(images) // n_shards
+    start, stop = shard_block(len(images), k, n_shards)
     images.require_files(start, stop)
     if detector is None:
         from vlprobe.extract.regions.detector import RegionDetector
