@@ -7,8 +7,8 @@ Runs :func:`vlprobe.launch.testbed.run_testbed` (the same run as ``probe fixture
    shuffled-words control, its random initial weights, LXMERT trained on oracle regions, its
    random initial weights), and the seeds every number comes from;
 2. each known answer (the checks of :mod:`vlprobe.results.known_answers`) with its values;
-3. the start, end, wall and CPU seconds of every step (grouped: data, training, extraction and
-   probing) and of the report, the lower bound CPU / jobs, and ratios measured in this run
+3. the start, end, wall and CPU seconds of every step (grouped: data, training, extraction,
+   experiments, collect, reports), the lower bound CPU / jobs, and ratios measured in this run
    (training vs extraction and probing, one CLIP vs the whole run). Printed, never asserted: the machine may be
    shared, so compare ratios, not seconds.
 
@@ -84,10 +84,8 @@ def main() -> None:
         print(f"{group:<36}{span[0]:9.1f}{span[1]:9.1f}{span[1] - span[0]:9.1f}{groups[group]:9.1f}")
         for name, t in sorted(mine.items(), key=lambda kv: kv[1]["start"]):
             print(f"  {name:<34}{t['start']:9.1f}{t['end']:9.1f}{t['wall']:9.1f}{t['cpu']:9.1f}")
-    report_t = timings["report"]
-    print(f"{'known-answer report (main process)':<36}{'':>18}{report_t['wall']:9.1f}{report_t['cpu']:9.1f}")
     total_cpu = sum(groups.values())
-    train_cpu, probe_cpu = groups.get("train", 0.0), groups.get("extract and probe", 0.0)
+    train_cpu, probe_cpu = groups.get("train", 0.0), groups.get("extract", 0.0) + groups.get("experiments", 0.0)
     clip_cpu = tasks.get("train clip-trained", {}).get("cpu", 0.0)
     print(f"\nsteps: {timings['wall']:.1f} s wall, {total_cpu:.1f} s CPU in the steps ({args.jobs} at once);"
           f" lower bound on {args.jobs} idle cores: {total_cpu / args.jobs:.1f} s")

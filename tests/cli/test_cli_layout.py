@@ -50,7 +50,7 @@ def test_tree_has_every_command() -> None:
     assert leaves == {
         "ls", "extract", "refine", "plot", "compare", "report", "collect", "augment",
         "fixtures dataset", "fixtures model", "fixtures hub-cache", "fixtures regions", "fixtures train clip", "fixtures train lxmert",
-        "fixtures testbed", "cache info", "cache merge",
+        "fixtures testbed", "fixtures known-answers", "cache info", "cache merge",
         *(f"run {name}" for name in EXPERIMENTS.names() if name not in {"refine", *BENCHMARKS}),
         *(f"eval {name}" for name in BENCHMARKS),
         "regions extract", "regions merge", "launch local", "launch slurm", "sweep", "regions import", "regions export", "regions info", "data info", "setup wordnet",

@@ -187,7 +187,8 @@ def hand_written_targets() -> dict[tuple[str, ...], Target]:
         ("fixtures", "regions"): callable_target(random_regions_for_dataset, oracle_regions, **datasets),
         ("fixtures", "train", "clip"): config_target(ClipTrainConfig),
         ("fixtures", "train", "lxmert"): config_target(LxmertTrainConfig),
-        ("fixtures", "testbed"): config_target(KnownAnswerConfig),
+        ("fixtures", "testbed"): config_target(KnownAnswerConfig, plan_only=False),  # start_testbed, no run_testbed
+        ("fixtures", "known-answers"): config_target(KnownAnswerConfig),
         ("regions", "import"): callable_target(import_regions),
         ("regions", "export"): callable_target(export_regions),
         ("regions", "extract"): config_target(RegionExtractConfig, image_root, **datasets),

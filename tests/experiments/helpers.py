@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from vlprobe.launch.steps import Step
-from vlprobe.launch.testbed import KnownAnswerConfig
+from vlprobe.launch.testbed import DATASET, KnownAnswerConfig
 from vlprobe.results.known_answers import CLIP_MODELS
 
 
@@ -42,10 +42,10 @@ def _clip_part(step: Step) -> bool:
     models, and per CLIP model its extraction and Winoground scores."""
     if step.group == "train":
         return step.args[:3] == ("fixtures", "train", "clip")
-    if step.group == "extract and probe":
-        command, model = step.name.split(" ", 1)
-        return model in CLIP_MODELS and command in ("extract", "winoground-scores")
-    return True
+    if step.group in ("extract", "experiments"):
+        command, pair = step.name.split(" ", 1)
+        return pair.removesuffix(f"-{DATASET}") in CLIP_MODELS and command in ("extract", "winoground-scores")
+    return step.group == "data"
 
 
 def build_testbed_clip(out: Path, models: Path) -> CLIPTestbed:
@@ -59,7 +59,8 @@ def build_testbed_clip(out: Path, models: Path) -> CLIPTestbed:
     config = KnownAnswerConfig(out=out, models_dir=models, jobs=2)
     (out / "caches").mkdir()
     run_plan([s for s in plan_commands(config) if _clip_part(s)], config.jobs, out, lambda text: None)
-    return CLIPTestbed(config, config.models, out / "data", {m: out / "caches" / f"{m}.h5" for m in CLIP_MODELS},
+    return CLIPTestbed(config, config.models, out / "data",
+                       {m: out / "caches" / f"{m}-{DATASET}.h5" for m in CLIP_MODELS},
                        out / "results")
 
 

@@ -4,6 +4,7 @@ parsing of the launched command."""
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -108,7 +109,7 @@ def test_probe_launch_slurm_on_submitits_local_cluster(
 
 @pytest.mark.parametrize(("argv", "match"), [
     ([], "give the command to run after --"),
-    (["probe", "run", "recall", "--out", "x"], "runs `probe extract ...` or `probe regions extract ...`"),
+    (["probe", "run", "recall", "--out", "x"], "runs `probe extract ...`, `probe regions extract ...` or `probe eval"),
     (["probe", "extract", "--model", "clip"], "give the merged file with --out"),
     (["probe", "extract", "--out", "a.h5", "--shard", "0/2"], "leave --shard out"),
     (["probe", "extract", "--shard=auto", "--out", "a.h5"], "leave --shard out"),
@@ -136,3 +137,57 @@ def test_cli_refusal_is_one_line(tmp_path: Path, one_error_line: Callable[..., s
     r = CliRunner().invoke(app, ["launch", "local", "--start-method", "fork", "--", "probe", "extract", "--out",
                                  str(tmp_path / "a.h5")])
     one_error_line(r, "start-method must be forkserver or spawn, got 'fork'")
+
+
+def _eval(sugarcrepe_dir: Path, out: Path, *extra: str) -> list[str]:
+    return ["probe", "eval", "sugarcrepe", "--model", "caption-length", "--data-dir", str(sugarcrepe_dir),
+            "--subsets", "add_att,swap_obj", "--limit", "5", "--bootstrap", "40", "--quiet", "--out", str(out), *extra]
+
+
+def test_eval_command_forms(sugarcrepe_dir: Path, tmp_path: Path) -> None:
+    c = ShardedCommand.parse(_eval(sugarcrepe_dir, tmp_path / "res"))
+    assert c.kind == "eval" and c.out == tmp_path / "res" and c.run is not None and c.run[1] == "caption-length@bootstrap=40"
+    folder = tmp_path / "res" / "sugarcrepe"
+    assert c.shard_file(1, 3) == folder / "caption-length@bootstrap=40.shard-1-of-3.scores.jsonl"
+    assert c.shard_file(0, 1) == folder / "caption-length@bootstrap=40.scores.jsonl"
+    assert c.merged == folder / "caption-length@bootstrap=40.csv"
+    assert c.launch_folder == folder / "caption-length@bootstrap=40.launch"
+    assert c.shard_args(1, 3)[-4:] == ("--shard", "1/3", "--out", str(tmp_path / "res"))
+    assert c.state(1, 3) == "no caption-length@bootstrap=40.shard-1-of-3.scores.jsonl yet"
+
+
+@pytest.mark.parametrize(("extra", "match"), [
+    (("--merge-shards",), "leave --merge-shards out"),
+    (("--shard", "auto"), "leave --shard out"),
+    (("--bootstrap", "x"), "command: .*bootstrap"),
+    (("--limit", "0"), "limit"),
+])
+def test_eval_command_refusals(sugarcrepe_dir: Path, tmp_path: Path, extra: tuple[str, ...], match: str) -> None:
+    with pytest.raises(InputError, match=match):
+        ShardedCommand.parse(_eval(sugarcrepe_dir, tmp_path, *extra))
+
+
+def test_eval_command_refuses_what_is_no_model_run(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="shards the scoring of one model"):
+        ShardedCommand.parse(["probe", "eval", "sugarcrepe", "--scores", str(tmp_path / "s.jsonl"), "--out", str(tmp_path)])
+    with pytest.raises(InputError, match="takes a benchmark"):
+        ShardedCommand.parse(["probe", "eval", "winoground", "--model", "clip"])
+
+
+def test_probe_launch_local_eval_equals_one_run(sugarcrepe_dir: Path, tmp_path: Path) -> None:
+    """Two shard processes of `probe eval`, then the merge: the CSV and scores of one in-process run
+    (caption-length: exact scores, so the rows are equal to the bit)."""
+    one = CliRunner().invoke(app, _eval(sugarcrepe_dir, tmp_path / "one")[1:])
+    assert one.exit_code == 0, one.output
+    r = CliRunner().invoke(app, ["launch", "local", "--shards", "2", "--jobs", "2", "--threads", "1", "--",
+                                 *_eval(sugarcrepe_dir, tmp_path / "launched")])
+    assert r.exit_code == 0, r.output
+    folder = tmp_path / "launched" / "sugarcrepe"
+    assert r.stdout.strip().splitlines()[-1] == str(folder / "caption-length@bootstrap=40.csv")
+    for name in ("caption-length@bootstrap=40.csv", "caption-length@bootstrap=40.scores.jsonl"):
+        assert (folder / name).read_text(encoding="utf-8") == (tmp_path / "one" / "sugarcrepe" / name).read_text(
+            encoding="utf-8")
+    run = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))["runs"]["caption-length@bootstrap=40"]
+    assert [f["file"] for f in run["shards"]["files"]] == [
+        f"caption-length@bootstrap=40.shard-{k}-of-2.scores.jsonl" for k in range(2)]
+    assert (folder / "caption-length@bootstrap=40.launch" / "logs" / "shard.1.2.log").is_file()

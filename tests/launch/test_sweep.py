@@ -65,7 +65,8 @@ def test_sweep_stopped_then_resumed(tmp_path: Path) -> None:
     said.clear()
     result = run_sweep(_write(tmp_path, "all"), jobs=2, threads=1, echo=said.append)
     assert {"data", "clip", "extract a-wino"} <= set(result["skipped"])
-    assert "extract b-wino" in result["steps"] and "collect" in result["steps"]
+    assert "extract b-wino" in result["steps"] and "collect" in result["steps"] and "report wino" in result["steps"]
+    assert (tmp_path / "out" / "report" / "wino.html").stat().st_size > 0  # one report per dataset
     with open(result["results"], newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert {(r["experiment"], r["model"]) for r in rows} >= {("winoground-scores", "a"), ("winoground-scores", "b"),
@@ -77,16 +78,52 @@ def test_sweep_stopped_then_resumed(tmp_path: Path) -> None:
 def test_plan_steps_and_refusals(tmp_path: Path) -> None:
     steps = {s.name: s for s in plan_steps(load_plan(_write(tmp_path, "all")))}
     assert set(steps) == {"data", "clip", "extract a-wino", "extract b-wino", "winoground-scores a-wino",
-                          "winoground-scores b-wino", "recall a-wino", "collect"}
+                          "winoground-scores b-wino", "recall a-wino", "collect", "report wino"}
+    assert steps["report wino"].args == ("report", str(tmp_path / "out" / "results" / "wino"), "--out",
+                                         str(tmp_path / "out" / "report" / "wino.html"), "--quiet")
     assert steps["extract b-wino"].after == ("clip", "data")
     assert steps["winoground-scores b-wino"].exclusive == "winoground-scores wino"
     assert steps["recall a-wino"].args[:3] == ("run", "recall", "--cache")
     bad = tmp_path / "bad.toml"
+    ok = "[models.a]\nmodel='clip'\n[datasets.b]\n[experiments.recall]\n"
     for text, match in [("[models.a]\nmodel='clip'\n", "at least one"), ("foo = 1\n", "unknown key"),
-                        ("[models.a]\n[datasets.b]\n", "needs model"), ("x = [", "not valid TOML")]:
+                        ("[models.a]\n[datasets.b]\n", "needs model"), ("x = [", "not valid TOML"),
+                        (ok + "[[steps]]\nname='s'\nargs=[]\nwait=[]\n", r"steps 's': unknown key\(s\) wait"),
+                        (ok + "[models.a.run]\nseparability=[]\n", "models.a.run.separability: no"),
+                        (ok + "[[steps]]\nname='s'\nargs=[]\ncost=-1\n", "steps 's' cost must be a number")]:
         bad.write_text(text)
         with pytest.raises(InputError, match=match):
-            load_plan(bad)
+            plan_steps(load_plan(bad))
+
+
+def test_plan_keys_of_the_testbed(tmp_path: Path) -> None:
+    """What the testbed's plan needs of a plan: per-experiment run arguments of a model, a
+    dataset's own results folder and report page, steps waiting for the sweep's steps, groups."""
+    plan = tmp_path / "p.toml"
+    plan.write_text("""
+out = "o"
+[models.l]
+model = "lxmert"
+run = { separability = ["--streams", "lang"] }
+[datasets.w]
+results = "results"
+report = "report/report.html"
+[experiments.separability]
+[experiments.winoground-scores]
+[[steps]]
+name = "after all"
+args = ["--version"]
+after = ["collect"]
+group = "report"
+cost = 2.5
+""")
+    steps = {s.name: s for s in plan_steps(load_plan(plan))}
+    assert steps["separability l-w"].args[-2:] == ("--streams", "lang")
+    assert "--streams" not in steps["winoground-scores l-w"].args
+    assert steps["separability l-w"].args[steps["separability l-w"].args.index("--out") + 1] == str(tmp_path / "o" / "results")
+    assert steps["report w"].args[3] == str(tmp_path / "o" / "report" / "report.html")
+    assert (steps["after all"].group, steps["after all"].cost) == ("report", 2.5)
+    assert list(steps).index("after all") > list(steps).index("collect")  # after what it waits for
 
 
 def test_slurm_job_options() -> None:
@@ -137,7 +174,7 @@ def test_sweep_on_submitits_local_cluster(tmp_path: Path) -> None:
     result = run_sweep(plan, launcher="slurm", cluster="local", gpus_per_task=0, timeout_min=10,
                        echo=lambda _: None)
     assert set(result["steps"]) == {"data", "clip", "extract a-wino", "winoground-scores a-wino", "recall a-wino",
-                                    "collect"}
+                                    "collect", "report wino"}
     with open(result["results"], newline="") as fh:
         assert {r["experiment"] for r in csv.DictReader(fh)} == {"winoground-scores", "recall"}
     assert list((tmp_path / "out" / "submitit").glob("*_log.out"))
@@ -145,7 +182,7 @@ def test_sweep_on_submitits_local_cluster(tmp_path: Path) -> None:
 
 def test_the_worked_example_plan_of_the_docs(tmp_path: Path) -> None:
     """docs/scaling-out.md's Winoground x 3 models plan: 8 shards and a merge per model, 5 runs per
-    model after its cache, LXMERT after the regions, one collect."""
+    model after its cache, LXMERT after the regions, one collect, one report."""
     from tests.docs_text import doc_page
 
     page = doc_page("scaling-out.md")
@@ -153,8 +190,8 @@ def test_the_worked_example_plan_of_the_docs(tmp_path: Path) -> None:
     plan = tmp_path / "winoground-3.toml"
     plan.write_text(text[:text.index("```")])
     steps = {s.name: s for s in plan_steps(load_plan(plan))}
-    assert len(steps) == 2 + 3 * (8 + 1) + 3 * 5 + 1
+    assert len(steps) == 2 + 3 * (8 + 1) + 3 * 5 + 1 + 1
     assert steps["extract lxmert-winoground 3/8"].after == ("regions", "variants")
     assert steps["extract clip-l14-winoground"].after == tuple(f"extract clip-l14-winoground {k}/8" for k in range(8))
     assert steps["variant-probe clip-b32-winoground"].after == ("extract clip-b32-winoground",)
-    assert len(steps["collect"].after) == 15
+    assert len(steps["collect"].after) == 15 and steps["report winoground"].after == steps["collect"].after

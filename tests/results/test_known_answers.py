@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from vlprobe.launch.testbed import GROUPS, QUICK_SETTINGS, KnownAnswerConfig, plan_commands
+from vlprobe.launch.testbed import DATASET, GROUPS, QUICK_SETTINGS, KnownAnswerConfig, plan_commands
 from vlprobe.results.known_answers import EXPECTATIONS, check_expectations, known_answer_table
 
 
@@ -22,25 +22,44 @@ def test_plan_runs_every_experiment_on_every_model(tmp_path: Path) -> None:
     models = {"clip-trained", "clip-shuffle", "clip-random", "lxmert-trained", "lxmert-random"}
     expected = {"winoground-scores", "separability", "task-adaptation", "variant-probe", "variant-similarity"}
     for name in models:
-        extract = by_name[f"extract {name}"]
+        pair = f"{name}-{DATASET}"
+        extract = by_name[f"extract {pair}"]
         assert extract.args[0] == "extract" and "--variants" in extract.args
         assert f"train {name}" in extract.after and "eval dataset" in extract.after
-        runs = {s.args[1] for s in steps if s.after == (f"extract {name}",)}
+        runs = {s.args[1] for s in steps if s.after == (f"extract {pair}",)}
         assert runs == expected | ({"recall"} if name.startswith("clip") else set()), name
         for s in steps:
-            if s.after == (f"extract {name}",):
+            if s.after == (f"extract {pair}",):
                 assert s.args[s.args.index("--name") + 1] == name
-                assert s.exclusive == s.args[1]  # one experiment's runs share its manifest
+                assert s.args[s.args.index("--out") + 1] == str((tmp_path / "results").resolve())
+                assert s.exclusive == f"{s.args[1]} {DATASET}"  # one experiment's runs share its manifest
+                streams = ("--streams", "lang") if name.startswith("lxmert") and s.args[1] in (
+                    "separability", "task-adaptation", "variant-probe") else ()
+                assert (" ".join(streams) in " ".join(s.args)) and ("--streams" in s.args) == bool(streams), s.name
     assert "--shuffle" not in by_name["train clip-trained"].args
     assert "shuffle" in by_name["train clip-shuffle"].args
     assert all("--untrained" in by_name[f"train {m}"].args for m in ("clip-random", "lxmert-random"))
     assert by_name["train lxmert-trained"].after == ("train regions",)
+    assert by_name["known answers"].after == ("collect",) and by_name["known answers"].args[:2] == (
+        "fixtures", "known-answers")
     seen: set[str] = set()
     for s in steps:  # listed after what they wait for
         assert set(s.after) <= seen, s.name
         seen.add(s.name)
     for experiment, settings in QUICK_SETTINGS.items():  # the small settings are passed explicitly
         assert all(" ".join(settings) in " ".join(s.args) for s in steps if s.args[1:2] == (experiment,))
+
+
+def test_plan_file_is_a_sweep_plan_of_the_same_steps(tmp_path: Path) -> None:
+    """``OUT/plan.toml`` (written by every testbed run) read by ``probe sweep`` gives the steps
+    :func:`plan_commands` gives: the testbed is a plan run by the sweep."""
+    from vlprobe.launch.sweep import load_plan, plan_steps
+    from vlprobe.launch.testbed import write_plan
+
+    config = KnownAnswerConfig(out=tmp_path / "tb", models_dir=tmp_path / "models", seed=3, clip_steps=7)
+    plan = write_plan(config, tmp_path / "plan.toml")
+    assert plan_steps(load_plan(plan)) == plan_commands(config)
+    assert "--steps 7" in " ".join(next(s for s in plan_commands(config) if s.name == "train clip-trained").args)
 
 
 def test_longest_chain_starts_first(tmp_path: Path) -> None:
@@ -147,3 +166,25 @@ def test_a_comparison_between_models_must_clear_its_margin() -> None:
     assert above.evaluate({("a", "m"): 1.0}) is None  # b not measured
     auroc = next(e for e in EXPECTATIONS if e.left == ("lxmert-trained", "match.auroc"))
     assert auroc.evaluate({("lxmert-trained", "match.auroc"): 0.5003, ("lxmert-random", "match.auroc"): 0.4997})[2] is False
+
+
+def test_plan_only_writes_the_plan_and_runs_nothing(tmp_path: Path, one_error_line) -> None:
+    from typer.testing import CliRunner
+
+    from vlprobe.cli import app
+    from vlprobe.launch.sweep import load_plan, plan_steps
+
+    out = tmp_path / "demo"
+    r = CliRunner().invoke(app, ["fixtures", "testbed", "--out", str(out), "--eval-items", "12", "--plan-only"])
+    assert r.exit_code == 0, r.output
+    assert f"probe sweep {out / 'plan.toml'} --jobs 2 --threads 1" in r.output
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["plan.toml"]
+    assert plan_steps(load_plan(out / "plan.toml")) == plan_commands(KnownAnswerConfig(out=out, eval_items=12))
+    # the report step refuses a folder without a run's results, in one line
+    r = CliRunner().invoke(app, ["fixtures", "known-answers", "--out", str(out)])
+    one_error_line(r, "out: ")
+    assert "holds no results/ folder" in r.output
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    r = CliRunner().invoke(app, ["fixtures", "testbed", "--out", str(tmp_path / "mine"), "--plan-only"])
+    assert r.exit_code == 2 and not (tmp_path / "mine" / "plan.toml").exists()  # a folder vlprobe did not make

@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-__all__ = ["DeclaredCommand", "DeclaredGroup", "build_command", "command_function", "declared_group",
-           "declared_options_of"]
+__all__ = ["DeclaredCommand", "DeclaredGroup", "build_command", "command_function", "config_from_args",
+           "declared_group", "declared_options_of"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 #: The parameter through which typer hands a command function its context.
@@ -193,9 +193,7 @@ def command_function(exp: Any, wrap: Wrap = _unwrapped) -> Callable[..., None]:
 
     def command(**values: Any) -> None:
         ctx = values.pop(CONTEXT_PARAM)
-        preset = _chosen_preset(values.pop("preset", None), [p for p in names if values.pop(p, False)])
-        given = given_params(ctx) & set(values)
-        parsed = {o.name: o.from_cli(values[o.name]) for o in options}
+        parsed, preset, given = _parsed_values(exp, ctx, values)
         if each_cache and _on_each_cache(parsed):
             _run_each_cache(exp, parsed, preset, given)
             return
@@ -212,6 +210,35 @@ def command_function(exp: Any, wrap: Wrap = _unwrapped) -> Callable[..., None]:
     wrapped = wrap(command)
     wrapped.vlprobe_experiment = exp  # type: ignore[attr-defined]
     return wrapped
+
+
+def _parsed_values(exp: Any, ctx: typer.Context, values: dict[str, Any]) -> tuple[dict[str, Any], str | None, set[str]]:
+    """A command's values as the config's (parsed), its preset, and the options given explicitly."""
+    preset = _chosen_preset(values.pop("preset", None), [p for p in exp.presets if values.pop(p, False)])
+    given = given_params(ctx) & set(values)
+    return {o.name: o.from_cli(values[o.name]) for o in exp.options()}, preset, given
+
+
+def config_from_args(experiment: str, args: Sequence[str]) -> Any:
+    """The config the command ``probe ... NAME ARGS`` of a registered experiment runs, without
+    running it (``probe launch`` reads the command it runs in shards).
+
+    Raises
+    ------
+    InputError
+        The arguments do not parse (the command line's message, one line), or the config refuses them.
+    """
+    from vlprobe.registry import EXPERIMENTS
+    from vlprobe.validation import InputError
+
+    command = build_command(experiment, experiment)
+    try:
+        ctx = command.make_context(experiment, list(args))
+    except typer.TyperException as exc:  # click's ClickException family, vendored by typer
+        raise InputError(f"command: {' '.join(exc.format_message().split())}") from None
+    exp = EXPERIMENTS.get(experiment)
+    parsed, preset, given = _parsed_values(exp, ctx, dict(ctx.params))
+    return exp.make_config(parsed, preset=preset, given=given)
 
 
 def _on_each_cache(values: Mapping[str, Any]) -> bool:

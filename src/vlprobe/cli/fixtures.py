@@ -1,4 +1,4 @@
-"""``probe fixtures dataset|model|hub-cache|regions|train``: synthetic data, tiny random models (also
+"""``probe fixtures dataset|model|hub-cache|regions|train|testbed|known-answers``: synthetic data, tiny random models (also
 laid out as a hub cache under the real repository names) and the small models trained on
 synthetic scenes (the known-answer testbed), for tests and demos."""
 
@@ -240,15 +240,46 @@ def fixtures_testbed(
     clip_steps: Annotated[int, typer.Option(help="CLIP training steps.")] = 400,
     lxmert_steps: Annotated[int, typer.Option(help="LXMERT training steps.")] = 400,
     jobs: Annotated[int, typer.Option(help="Steps at once (probe processes, one torch thread each).")] = 2,
+    plan_only: Annotated[bool, typer.Option(
+        help="Only write the run's plan, OUT/plan.toml, for `probe sweep OUT/plan.toml --jobs 2 --threads 1`.")] = False,
 ) -> None:
     """Known-answer testbed: train (or reuse) the small models, run every experiment, report."""
-    from vlprobe.launch.testbed import KnownAnswerConfig, run_testbed
+    from vlprobe.launch.testbed import KnownAnswerConfig, run_testbed, start_testbed
 
-    result = run_testbed(KnownAnswerConfig(
+    config = KnownAnswerConfig(
         out=out, models_dir=models_dir, train_items=train_items, eval_items=eval_items, seed=seed,
         clip_steps=clip_steps, lxmert_steps=lxmert_steps, jobs=jobs,
-    ), echo=typer.echo)
+    )
+    if plan_only:
+        plan = start_testbed(config, echo=typer.echo)
+        typer.echo(f"wrote {plan}; run it with: probe sweep {plan} --jobs {jobs} --threads 1")
+        return
+    result = run_testbed(config, echo=typer.echo)
     report = result["report"]
     typer.echo("")
+    typer.echo(report["summary"])
+    typer.echo(f"wrote {report['csv']}, {report['summary_path']} and {report['figure']}; the run's plan: "
+               f"{result['plan']} (probe sweep {result['plan']} runs it again, skipping the finished steps)")
+
+
+@fixtures_app.command("known-answers")
+@guarded
+def fixtures_known_answers(
+    out: Annotated[Path, typer.Option(help="A testbed run's output folder (its results/ and data/); the report "
+                                           "goes to OUT/report.")],
+    seed: Seed = 0,
+    train_items: Annotated[int, typer.Option(help="Items of the training split (for the report's note).")] = 1500,
+    eval_items: Annotated[int, typer.Option(help="Items of the evaluation dataset (for the note).")] = 100,
+    clip_steps: Annotated[int, typer.Option(help="CLIP training steps (for the note).")] = 400,
+    lxmert_steps: Annotated[int, typer.Option(help="LXMERT training steps (for the note).")] = 400,
+) -> None:
+    """The known-answer report of a testbed run: the table, the checks, comparison.png, summary.txt
+    (the last step of the testbed's plan)."""
+    from vlprobe.launch.testbed import KnownAnswerConfig, write_known_answers
+
+    report = write_known_answers(KnownAnswerConfig(
+        out=out, seed=seed, train_items=train_items, eval_items=eval_items, clip_steps=clip_steps,
+        lxmert_steps=lxmert_steps,
+    ))
     typer.echo(report["summary"])
     typer.echo(f"wrote {report['csv']}, {report['summary_path']} and {report['figure']}")

@@ -1,4 +1,4 @@
-"""``probe launch local|slurm -- COMMAND``: a sharded extraction run to the end, on this machine
+"""``probe launch local|slurm -- COMMAND``: a sharded extraction or evaluation run to the end, on this machine
 or as a Slurm job array; ``probe sweep PLAN``: models x datasets x experiments."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from vlprobe.cli.app import app, guarded
 
 launch_app = typer.Typer(
     name="launch",
-    help="Run `probe extract` / `probe regions extract` as shards to the end: retries, then the merge.",
+    help="Run `probe extract`, `probe regions extract` or `probe eval BENCHMARK` as shards to the end: retries, then the merge.",
     no_args_is_help=True,
 )
 

@@ -93,7 +93,7 @@ from vlprobe.stats.metrics import (
 )
 from vlprobe.validation import InputError, check_float, check_seed
 
-__all__ = ["BENCHMARKS", "EXPERIMENTS", "EvalConfig", "EvalShard", "eval_shard_file", "run_eval"]
+__all__ = ["BENCHMARKS", "EXPERIMENTS", "EvalConfig", "EvalShard", "eval_run_name", "eval_shard_file", "run_eval"]
 
 #: The two-text benchmarks with their own code path here, then those evaluated through a
 #: :class:`~vlprobe.experiments.benchmark_specs.BenchmarkSpec`.
@@ -525,6 +525,13 @@ class EvalShard:
     items: int
     total: int
     run: str
+
+
+def eval_run_name(config: EvalConfig) -> str:
+    """The name of the run ``config`` makes (its files' stem), once the config is checked and the
+    run claimed (:meth:`~vlprobe.runs.declare.Experiment.claim`: a clash with a recorded run
+    is refused now)."""
+    return EXPERIMENTS[config.benchmark].claim(config, _label(config))
 
 
 def eval_shard_file(config: EvalConfig, run: str, k: int, n: int) -> Path:

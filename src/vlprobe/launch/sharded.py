@@ -1,15 +1,18 @@
 """``probe launch local|slurm -- probe extract ... --out all.h5``: one sharded run, start to merge.
 
-The command (``probe extract`` or ``probe regions extract``, without ``--shard``) runs as N
-shards, each a step of :mod:`vlprobe.launch.steps` with ``--shard K/N --out
-<stem>.shard-K-of-N.h5`` (the names ``--shard auto`` gives, so ``probe cache merge --out`` finds
-them too), on an executor (:mod:`vlprobe.launch.executors`: local processes, or a Slurm job
-array through submitit). A shard is done when its file's done masks are full: a shard that
-died (killed, preempted, out of memory) is started again up to ``retries`` times and resumes
-from its done mask; a rerun of the whole launch skips the shards already complete. Once every
-shard is complete the shards are merged into ``--out`` (``probe cache merge`` /
-``probe regions merge``). The logs and the record of finished shards are in
-``<out stem>.launch/`` beside ``--out``.
+The command (``probe extract``, ``probe regions extract`` or ``probe eval BENCHMARK --model
+...``, without ``--shard``) runs as N shards, each a step of :mod:`vlprobe.launch.steps` with
+``--shard K/N`` (extract: ``--out <stem>.shard-K-of-N.h5``, the names ``--shard auto`` gives, so
+``probe cache merge --out`` finds them too; eval: the same ``--out`` folder, each shard writing
+``OUT/<benchmark>/<run>.shard-K-of-N.scores.jsonl``), on an executor
+(:mod:`vlprobe.launch.executors`: local processes, or a Slurm job array through submitit). A
+shard is done when its file is complete: a cache's or region file's done masks full, an eval
+shard's score file there (it is written whole at the shard's end). A shard that died (killed,
+preempted, out of memory) is started again up to ``retries`` times (an extraction resumes from
+its done mask, an eval shard scores its block again); a rerun of the whole launch skips the
+shards already complete. Once every shard is complete they are merged (``probe cache merge``,
+``probe regions merge``, ``probe eval ... --merge-shards``). The logs and the record of finished
+shards are in ``<out stem>.launch/`` beside ``--out`` (eval: ``OUT/<benchmark>/<run>.launch/``).
 """
 
 from __future__ import annotations
@@ -35,16 +38,21 @@ class ShardedCommand:
     Attributes
     ----------
     kind : str
-        ``"cache"`` (``probe extract``) or ``"regions"`` (``probe regions extract``).
+        ``"cache"`` (``probe extract``), ``"regions"`` (``probe regions extract``) or ``"eval"``
+        (``probe eval BENCHMARK``).
     args : tuple of str
         Its arguments after ``probe``, without ``--out``.
     out : Path
-        Its ``--out``: the merged file.
+        Its ``--out``: the merged file (eval: the results folder).
+    run : tuple of (Any, str), optional
+        Eval: the command's :class:`~vlprobe.experiments.benchmark_eval.EvalConfig` and the
+        run's name (which names its files).
     """
 
     kind: str
     args: tuple[str, ...]
     out: Path
+    run: tuple[Any, str] | None = None
 
     @classmethod
     def parse(cls, argv: Sequence[str]) -> ShardedCommand:
@@ -64,10 +72,13 @@ class ShardedCommand:
             kind = "cache"
         elif args[:2] == ["regions", "extract"]:
             kind = "regions"
+        elif args[:1] == ["eval"]:
+            kind = "eval"
         else:
             raise InputError(
-                "command: probe launch runs `probe extract ...` or `probe regions extract ...` in shards, got "
-                f"{' '.join(argv)!r}" if argv else "command: give the command to run after --, e.g. -- probe extract ..."
+                "command: probe launch runs `probe extract ...`, `probe regions extract ...` or `probe eval "
+                f"BENCHMARK ...` in shards, got {' '.join(argv)!r}" if argv
+                else "command: give the command to run after --, e.g. -- probe extract ..."
             )
         out: str | None = None
         kept: list[str] = []
@@ -76,6 +87,8 @@ class ShardedCommand:
             a = args[i]
             if a == "--shard" or a.startswith("--shard="):
                 raise InputError("command: leave --shard out; the launcher gives each shard its own")
+            if a == "--merge-shards":
+                raise InputError("command: leave --merge-shards out; the launcher merges the shards at the end")
             if a == "--out":
                 if i + 1 >= len(args):
                     raise InputError("command: --out needs a file name")
@@ -86,21 +99,62 @@ class ShardedCommand:
                 continue
             kept.append(a)
             i += 1
+        if kind == "eval":
+            return cls._eval(tuple(kept), out)
         if out is None:
             raise InputError("command: give the merged file with --out (its shards are written beside it)")
         if Path(out).suffix.lower() not in (".h5", ".hdf5"):
             raise InputError(f"out must be an HDF5 file name ending in .h5, got {out!r}")
         return cls(kind, tuple(kept), Path(out))
 
+    @classmethod
+    def _eval(cls, args: tuple[str, ...], out: str | None) -> ShardedCommand:
+        """``probe eval BENCHMARK ...``: its config read as the command line reads it, checked and
+        its run claimed (a clash with a recorded run is refused before any shard starts)."""
+        from vlprobe.cli.benchmarks import EVAL_COMMANDS
+        from vlprobe.cli.declared import config_from_args
+        from vlprobe.experiments.benchmark_eval import eval_run_name
+
+        bench = args[1] if len(args) > 1 else ""
+        if bench not in EVAL_COMMANDS:
+            raise InputError(f"command: probe eval takes a benchmark ({', '.join(EVAL_COMMANDS)}), got {bench!r}")
+        config = config_from_args(EVAL_COMMANDS[bench], [*args[2:], *(("--out", out) if out is not None else ())])
+        if config.model is None:
+            raise InputError("command: probe launch shards the scoring of one model (--model); "
+                             "a score file or a models file is no such run")
+        return cls("eval", args, Path(config.out), (config, eval_run_name(config)))
+
+    @property
+    def merged(self) -> Path:
+        """The file the whole run ends in: ``out`` (eval: the run's CSV, ``OUT/<benchmark>/<run>.csv``)."""
+        if self.run is not None:
+            from vlprobe.runs.writing import result_stem
+
+            return self.out / self.run[0].benchmark / f"{result_stem(self.run[1])}.csv"
+        return self.out
+
+    @property
+    def launch_folder(self) -> Path:
+        """Where the logs and the record of finished shards go: ``<stem>.launch/`` beside the
+        merged file (eval: ``OUT/<benchmark>/<run>.launch/``)."""
+        return self.merged.with_name(f"{self.merged.stem}.launch")
+
     def shard_file(self, k: int, n: int) -> Path:
+        if self.run is not None:
+            from vlprobe.experiments.benchmark_eval import eval_shard_file
+
+            return eval_shard_file(self.run[0], self.run[1], k, n)
         return shard_path(self.out, k, n)
 
     def shard_args(self, k: int, n: int) -> tuple[str, ...]:
         """The arguments of shard K of N."""
-        return (*self.args, "--shard", f"{k}/{n}", "--out", str(self.shard_file(k, n)))
+        out = self.out if self.kind == "eval" else self.shard_file(k, n)
+        return (*self.args, "--shard", f"{k}/{n}", "--out", str(out))
 
     def state(self, k: int, n: int) -> str:
         """``""`` when shard K of N is complete, else what it lacks."""
+        if self.kind == "eval":  # written whole at the shard's end (N = 1: the run's score file, written last)
+            return "" if self.shard_file(k, n).is_file() else f"no {self.shard_file(k, n).name} yet"
         if self.kind == "cache":
             from vlprobe.extract.cache.merge import shard_state
 
@@ -110,6 +164,13 @@ class ShardedCommand:
         return region_shard_state(self.shard_file(k, n), f"{k}/{n}")
 
     def merge(self, n: int) -> Path:
+        """The shards joined: the merged file (eval: the run's CSV, as one process's run writes it)."""
+        if self.run is not None:
+            from vlprobe.experiments.benchmark_eval import EXPERIMENTS
+
+            config = self.run[0]
+            csv_path, _, _ = EXPERIMENTS[config.benchmark].run(config.replace(merge_shards=True))
+            return Path(csv_path)
         files = [self.shard_file(k, n) for k in range(n)]
         if self.kind == "cache":
             from vlprobe.extract.cache.merge import merge_shards
@@ -150,13 +211,13 @@ def launch_shards(
     check_positive_int(shards, "shards")
     if retries < 0:
         raise InputError(f"retries must be 0 or more, got {retries}")
-    root = command.out.with_name(f"{command.out.stem}.launch")
+    root = command.launch_folder
     echo(f"{shards} shards of `probe {' '.join(command.args)}` on {executor.describe()}; logs in {root}")
     timings = run_steps(command.steps(shards), executor, root, retries=retries, echo=echo)
     files = [command.shard_file(k, shards) for k in range(shards)]
     out = None
     if merge:
-        out = command.merge(shards) if shards > 1 else command.out
+        out = command.merge(shards) if shards > 1 else command.merged  # one shard: the whole run's outputs
         echo(f"merged {shards} shards into {out}" if shards > 1 else f"wrote {out}")
     return {"out": out, "shards": files, "timings": timings}
 
@@ -188,9 +249,9 @@ def launch_slurm(
     from vlprobe.launch.executors import SubmititExecutor, slurm_parameters
 
     parsed = ShardedCommand.parse(command)
-    params = slurm_parameters(name=f"vlprobe-{parsed.out.stem}", cluster=cluster, partition=partition,
+    params = slurm_parameters(name=f"vlprobe-{parsed.launch_folder.stem}", cluster=cluster, partition=partition,
                               gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task, mem_gb=mem_gb,
                               timeout_min=timeout_min, parallel=parallel, account=account, qos=qos)
-    where = folder or parsed.out.with_name(f"{parsed.out.stem}.launch") / "submitit"
+    where = folder or parsed.launch_folder / "submitit"
     executor = SubmititExecutor(Path(where), cluster=cluster, parameters=params)
     return launch_shards(parsed, shards, executor, retries=retries, merge=merge, echo=echo)

@@ -36,7 +36,7 @@ from vlprobe.io.paths import ensure_folder
 from vlprobe.launch.executors import Executor
 from vlprobe.validation import InputError
 
-__all__ = ["Step", "StepCrashed", "StepFailed", "run_steps", "step_fingerprints"]
+__all__ = ["Step", "StepCrashed", "StepFailed", "ordered_steps", "run_steps", "step_fingerprints"]
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ def step_fingerprints(steps: Sequence[Step]) -> dict[str, str]:
     return out
 
 
-def _ordered(steps: Sequence[Step]) -> list[Step]:
+def ordered_steps(steps: Sequence[Step]) -> list[Step]:
     """``steps`` with every step after the steps it waits for; InputError for unknown names or cycles."""
     by_name: dict[str, Step] = {}
     for s in steps:
@@ -164,7 +164,7 @@ def run_steps(
     StepCrashed
         A step crashed or was killed after its retries (its log holds the traceback).
     """
-    ordered = _ordered(steps)
+    ordered = ordered_steps(steps)
     prints = step_fingerprints(ordered)
     rank = _priorities(ordered)
     logs, state = Path(root) / "logs", Path(root) / "state"
@@ -180,7 +180,8 @@ def run_steps(
         else:
             pending.append(s)
     if skipped:
-        echo(f"{len(skipped)} of {len(ordered)} steps done before (skipped): {', '.join(skipped)}")
+        names = ", ".join(skipped[:6]) + (f" and {len(skipped) - 6} more" if len(skipped) > 6 else "")
+        echo(f"{len(skipped)} of {len(ordered)} steps done before (skipped): {names}")
     pending.sort(key=lambda s: -rank[s.name])
     tries: dict[str, int] = {}
     running: dict[str, tuple[Any, Step, float]] = {}

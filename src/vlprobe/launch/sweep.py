@@ -5,12 +5,15 @@ extract`` step (its cache ``OUT/caches/<model>-<dataset>.h5``), every experiment
 step per pair, after the extraction it reads (``OUT/results/<dataset>/<experiment>/<model>.csv``;
 runs of one experiment on one dataset never overlap, as they share its ``manifest.json``). Further
 ``[[steps]]`` are any other ``probe`` commands (making data, training a model) that models and
-datasets may wait for (``after``). At the end one ``probe collect`` gathers every run into
-``OUT/results.csv``. The steps run on :mod:`vlprobe.launch.steps` (local processes, or Slurm
+datasets may wait for (``after``), or that wait for the sweep's own steps (``"collect"``,
+``"report <dataset>"``, ``"<experiment> <model>-<dataset>"``). At the end one ``probe collect``
+gathers every run into ``OUT/results.csv`` and one ``probe report`` per dataset draws its results
+into ``OUT/report/<dataset>.html``. The steps run on :mod:`vlprobe.launch.steps` (local processes, or Slurm
 jobs through submitit): a rerun skips every step whose command and inputs' commands are
 unchanged, so an interrupted sweep resumes where it stopped.
 
-The plan (TOML; paths relative to the plan file)::
+The plan (TOML; ``out`` is relative to the plan file, the paths in arguments to the folder the
+sweep runs in)::
 
     out = "sweep-out"              # default: the plan's name beside it
     shards = 1                     # extraction shards per pair (launched with the other steps)
@@ -22,18 +25,27 @@ The plan (TOML; paths relative to the plan file)::
     run = []                                          # more arguments of its probe run steps
     after = []                                        # steps it waits for
 
+    [models.lxmert.run]             # or per experiment: more arguments of that experiment's run
+    separability = ["--streams", "lang"]
+
     [datasets.winoground]
     dataset = "winoground"          # the registered name (default: the table's name)
     data_dir = "winoground/"
     extract = ["--variants", "winoground/variants.jsonl"]
+    results = "results/winoground"  # its results folder, relative to out (this is the default)
+    report = "report/winoground.html"                 # its report page (default)
 
     [experiments.separability]
     args = ["--seeds", "3"]
     models = ["clip-b32"]           # default: every model
+    cost = 1.0                      # its estimated seconds: the costliest chain of steps starts first
 
     [[steps]]
     name = "data"
     args = ["fixtures", "dataset", "--out", "data"]
+    after = []
+    group = "data"                  # what the timings add it up under (default "steps")
+    cost = 1.0
 """
 
 from __future__ import annotations
@@ -45,13 +57,15 @@ from pathlib import Path
 from typing import Any
 
 from vlprobe.io.paths import ensure_folder
-from vlprobe.launch.steps import Step
+from vlprobe.launch.steps import Step, ordered_steps
 from vlprobe.shards import shard_path
 from vlprobe.validation import InputError
 
-__all__ = ["SweepPlan", "load_plan", "plan_steps", "run_sweep"]
+__all__ = ["SweepPlan", "load_plan", "parse_plan", "plan_steps", "run_sweep"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+#: The keys of a ``[[steps]]`` table.
+_STEP_KEYS = frozenset({"name", "args", "after", "group", "cost"})
 
 
 @dataclass(frozen=True)
@@ -87,13 +101,19 @@ def load_plan(path: str | Path, *, out: Path | None = None) -> SweepPlan:
     from vlprobe.io.toml import read_toml
 
     p = Path(path)
-    raw = read_toml(p, "plan", "valid TOML")
+    return parse_plan(read_toml(p, "plan", "valid TOML"), p.parent, default_out=p.stem, out=out)
+
+
+def parse_plan(raw: Mapping[str, Any], base: Path, *, default_out: str = "sweep-out",
+               out: Path | None = None) -> SweepPlan:
+    """A plan's tables (as TOML reads them) -> :class:`SweepPlan`; ``out`` relative to ``base``
+    (default ``default_out``) unless ``out`` is given. InputError naming the key for anything
+    malformed."""
     known = {"out", "shards", "models", "datasets", "experiments", "steps"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise InputError(f"plan: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-    base = p.parent
-    where = out if out is not None else base / str(raw.get("out", p.stem))
+    where = out if out is not None else base / str(raw.get("out", default_out))
     models, datasets, experiments = _table(raw, "models"), _table(raw, "datasets"), _table(raw, "experiments")
     if not models or not datasets:
         raise InputError("plan: it needs at least one [models.NAME] and one [datasets.NAME]")
@@ -103,10 +123,44 @@ def load_plan(path: str | Path, *, out: Path | None = None) -> SweepPlan:
     steps = raw.get("steps", [])
     if not isinstance(steps, list) or not all(isinstance(s, dict) and "name" in s and "args" in s for s in steps):
         raise InputError("plan: every [[steps]] needs name and args")
+    for s in steps:
+        unknown = sorted(set(s) - _STEP_KEYS)
+        if unknown:
+            raise InputError(f"plan: steps {s['name']!r}: unknown key(s) {', '.join(unknown)} "
+                             f"(known: {', '.join(sorted(_STEP_KEYS))})")
+    for name, m in models.items():
+        run = m.get("run", [])
+        if isinstance(run, dict):
+            for experiment, extra in run.items():
+                _strings(extra, f"models.{name}.run.{experiment}")
+                if experiment not in experiments:
+                    raise InputError(f"plan: models.{name}.run.{experiment}: no [experiments.{experiment}] in the plan")
     shards = raw.get("shards", 1)
     if not isinstance(shards, int) or shards < 1:
         raise InputError(f"plan: shards must be a positive integer, got {shards!r}")
     return SweepPlan(Path(where), models, datasets, experiments, steps, shards)
+
+
+def _cost(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise InputError(f"plan: {where} must be a number of seconds >= 0, got {value!r}")
+    return float(value)
+
+
+def _run_args(model: Mapping[str, Any], mname: str, experiment: str) -> list[str]:
+    """A model's extra arguments of its ``experiment`` runs: ``run`` as a list (every run) or a
+    table experiment -> list."""
+    run = model.get("run", [])
+    if isinstance(run, dict):
+        return _strings(run.get(experiment, []), f"models.{mname}.run.{experiment}")
+    return _strings(run, f"models.{mname}.run")
+
+
+def _under(out: Path, value: Any, where: str) -> Path:
+    """A path of the plan relative to ``out`` (a dataset's results folder or report page)."""
+    if not isinstance(value, str) or not value:
+        raise InputError(f"plan: {where} must be a path relative to out, got {value!r}")
+    return out / value
 
 
 def plan_steps(plan: SweepPlan) -> list[Step]:
@@ -114,10 +168,14 @@ def plan_steps(plan: SweepPlan) -> list[Step]:
     out = plan.out
     steps: list[Step] = []
     for s in plan.steps:
-        steps.append(Step(str(s["name"]), tuple(_strings(s["args"], f"steps {s['name']!r} args")),
-                          tuple(_strings(s.get("after", []), f"steps {s['name']!r} after")), group="steps",
-                          cost=float(s.get("cost", 1.0))))
+        where = f"steps {s['name']!r}"
+        steps.append(Step(str(s["name"]), tuple(_strings(s["args"], f"{where} args")),
+                          tuple(_strings(s.get("after", []), f"{where} after")), group=str(s.get("group", "steps")),
+                          cost=_cost(s.get("cost", 1.0), f"{where} cost")))
     runs: list[str] = []
+    by_dataset: dict[str, list[str]] = {d: [] for d in plan.datasets}
+    results = {dname: _under(out, d.get("results", f"results/{dname}"), f"datasets.{dname}.results")
+               for dname, d in plan.datasets.items()}
     for mname, m in plan.models.items():
         for dname, d in plan.datasets.items():
             pair = f"{mname}-{dname}"
@@ -145,17 +203,23 @@ def plan_steps(plan: SweepPlan) -> list[Step]:
                 wanted = e.get("models")
                 if wanted is not None and mname not in _strings(wanted, f"experiments.{ename}.models"):
                     continue
-                run = ["run", ename, "--cache", str(cache), "--out", str(out / "results" / dname), "--name", mname,
-                       *_strings(e.get("args", []), f"experiments.{ename}.args"),
-                       *_strings(m.get("run", []), f"models.{mname}.run")]
+                run = ["run", ename, "--cache", str(cache), "--out", str(results[dname]), "--name", mname,
+                       *_strings(e.get("args", []), f"experiments.{ename}.args"), *_run_args(m, mname, ename)]
                 name = f"{ename} {pair}"
                 steps.append(Step(name, tuple(run), tuple(extracted), group="experiments",
-                                  cost=float(e.get("cost", 1.0)), exclusive=f"{ename} {dname}"))
+                                  cost=_cost(e.get("cost", 1.0), f"experiments.{ename}.cost"),
+                                  exclusive=f"{ename} {dname}"))
                 runs.append(name)
+                by_dataset[dname].append(name)
     if runs:
-        steps.append(Step("collect", ("collect", *(str(out / "results" / d) for d in plan.datasets), "--out",
+        steps.append(Step("collect", ("collect", *(str(results[d]) for d in plan.datasets if by_dataset[d]), "--out",
                                       str(out / "results.csv")), tuple(runs), group="collect", cost=0.5))
-    return steps
+    for dname, done in by_dataset.items():
+        if done:
+            page = _under(out, plan.datasets[dname].get("report", f"report/{dname}.html"), f"datasets.{dname}.report")
+            steps.append(Step(f"report {dname}", ("report", str(results[dname]), "--out", str(page), "--quiet"),
+                              tuple(done), group="report", cost=2.0))
+    return ordered_steps(steps)  # ([[steps]] may wait for the sweep's own steps)
 
 
 def run_sweep(
@@ -163,14 +227,15 @@ def run_sweep(
     threads: int | None = None, retries: int = 1, echo: Any = print, partition: str | None = None,
     gpus_per_task: int = 1, cpus_per_task: int | None = None, mem_gb: int | None = None, timeout_min: int = 240,
     parallel: int | None = None, account: str | None = None, qos: str | None = None, cluster: str = "slurm",
-    start_method: str | None = None,
+    start_method: str | None = None, show_output: bool = False,
 ) -> dict[str, Any]:
     """``probe sweep``: run (or resume) the plan's steps on ``launcher`` (``local`` processes, ``jobs``
     at once with ``threads`` threads each, started by ``start_method``: ``forkserver`` or ``spawn``
     of :class:`~vlprobe.launch.executors.LocalExecutor`, None its default; ``slurm``: a submitit
     job per step with the job options ``partition`` ... ``qos`` of :func:`vlprobe.launch.executors.slurm_parameters`, on ``cluster``:
-    ``slurm``, or ``local`` for submitit's local processes). Returns the timings of
-    :func:`vlprobe.launch.steps.run_steps` with ``out`` and ``results`` (the collected CSV)."""
+    ``slurm``, or ``local`` for submitit's local processes); ``show_output`` echoes each finished
+    step's output. Returns the timings of :func:`vlprobe.launch.steps.run_steps` with ``out`` and
+    ``results`` (the collected CSV)."""
     from vlprobe.launch.executors import Executor, SubmititExecutor, slurm_parameters
     from vlprobe.launch.executors import local_executor as make_local
     from vlprobe.launch.steps import run_steps
@@ -196,7 +261,7 @@ def run_sweep(
     ensure_folder(parsed.out / "caches")
     echo(f"{len(steps)} steps of {plan} on {executor.describe()}; logs in {parsed.out / 'logs'}")
     try:
-        timings = run_steps(steps, executor, parsed.out, retries=retries, echo=echo)
+        timings = run_steps(steps, executor, parsed.out, retries=retries, echo=echo, show_output=show_output)
     finally:
         executor.close()
     return {**timings, "out": parsed.out, "results": parsed.out / "results.csv"}

@@ -12,34 +12,41 @@ example:
    same (the train commands compare the recorded key);
 3. per model: ``probe extract`` over the evaluation dataset with its caption variants, then
    ``probe run`` winoground-scores, recall (CLIP), separability, task-adaptation, variant-probe and
-   variant-similarity, written under ``OUT/results/<experiment>/<model>.csv``;
-4. the known-answer report (:mod:`vlprobe.results.known_answers`) in ``OUT/report/``: the table,
-   the checks, ``comparison.png`` and ``summary.txt``.
+   variant-similarity, written under ``OUT/results/<experiment>/<model>.csv`` (the caches:
+   ``OUT/caches/<model>-winoground.h5``);
+4. the known-answer report (:mod:`vlprobe.results.known_answers`, ``probe fixtures
+   known-answers``) in ``OUT/report/``: the table, the checks, ``comparison.png`` and
+   ``summary.txt``, beside ``probe report``'s page of every result (``report.html``) and
+   ``probe collect``'s table of every run (``OUT/results.csv``).
 
-The steps (:func:`plan_commands`) are a plan run by the step runner of ``probe sweep`` and
-``probe launch`` (:func:`vlprobe.launch.steps.run_steps`): each step a ``probe`` process on this
-machine (``jobs`` at once, one torch thread each) that starts as soon as the steps it waits for
-are done, the one with the longest chain of work behind it first: LXMERT trains while the CLIPs
-train and are probed, and the two cores stay busy to the end. The runs of one experiment never
-overlap (they share its ``manifest.json``). Each run does every step again (``results/``,
-``report/`` and ``caches/`` are replaced; the trained models are reused by the train commands
-themselves). The probe experiments run with explicit small settings (:data:`QUICK_SETTINGS`:
-fewer seeds, epochs and a narrower MLP than the paper's defaults) so the whole run fits in
-minutes on two CPU cores; the report says so.
+The run is a ``probe sweep`` plan (:func:`testbed_plan`, written to ``OUT/plan.toml``;
+:mod:`vlprobe.launch.sweep`): the data and training commands are its ``[[steps]]``, the five
+models x the evaluation dataset x the experiments its tables, and it runs on the sweep's step
+runner (:func:`vlprobe.launch.steps.run_steps`): each step a ``probe`` process on this machine
+(``jobs`` at once, one torch thread each) that starts as soon as the steps it waits for are done,
+the one with the longest chain of work behind it first: LXMERT trains while the CLIPs train and
+are probed, and the two cores stay busy to the end. The runs of one experiment never overlap
+(they share its ``manifest.json``). ``probe fixtures testbed`` does every step again
+(``results/``, ``report/``, ``caches/`` and the record of finished steps are cleared; the
+trained models are reused by the train commands themselves); ``probe sweep OUT/plan.toml`` runs
+the same plan and resumes it (a finished step is skipped). The probe experiments run with
+explicit small settings (:data:`QUICK_SETTINGS`: fewer seeds, epochs and a narrower MLP than the
+paper's defaults) so the whole run fits in minutes on two CPU cores; the report says so.
 """
 
 from __future__ import annotations
 
-import time
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from vlprobe.launch.steps import Step
-from vlprobe.validation import check_positive_int, check_seed
+from vlprobe.validation import InputError, check_positive_int, check_seed
 
-__all__ = ["GROUPS", "QUICK_SETTINGS", "KnownAnswerConfig", "plan_commands", "run_testbed"]
+__all__ = ["DATASET", "GROUPS", "PLAN_FILE", "QUICK_SETTINGS", "KnownAnswerConfig", "plan_commands", "report_settings", "run_plan",
+           "run_testbed", "start_testbed", "testbed_plan", "write_known_answers", "write_plan"]
 
 #: Probe settings of the testbed runs (the paper's defaults take far longer; see the report note).
 #: Separability fits raw states (``--scale none``) for every model, so that the CLIP and LXMERT
@@ -93,7 +100,7 @@ def _s(value: Any) -> str:
 
 
 #: Groups of the plan's steps, in the order the timings list them.
-GROUPS = ("data", "train", "extract and probe")
+GROUPS = ("data", "train", "extract", "experiments", "collect", "report")
 
 #: CPU seconds of each kind of step at the default settings (measured on 2 shared cores; a
 #: training step scales with its steps). Used only to order the steps, never to time out.
@@ -105,28 +112,33 @@ _COST = {
 }
 
 
-def plan_commands(config: KnownAnswerConfig) -> list[Step]:
-    """The steps of a run and what each waits for (a step starts as soon as its inputs exist, so
-    the CLIP models are extracted and probed while LXMERT still trains).
+#: The evaluation dataset's name in the plan (its pairs are ``<model>-winoground``).
+DATASET = "winoground"
+
+
+def testbed_plan(config: KnownAnswerConfig) -> dict[str, Any]:
+    """The run as a ``probe sweep`` plan (:mod:`vlprobe.launch.sweep`): the data and training
+    commands as ``[[steps]]`` (grouped ``data`` and ``train``, each with its estimated CPU seconds
+    as its cost), the five models, the evaluation dataset (results in ``OUT/results``, the
+    HTML report ``OUT/report/report.html``), the experiments with :data:`QUICK_SETTINGS`, and the
+    known-answer report as a last step after ``collect``. Every path is absolute, so the plan runs
+    from any folder. The training split's steps are left out when ``models_dir`` already holds it
+    (rewriting it would give the same bytes).
 
     Returns
     -------
-    list of Step
-        One ``probe`` command each, grouped by :data:`GROUPS`, with its estimated CPU seconds as
-        its cost; in an order where every step comes after the steps it waits for.
+    dict
+        The plan's tables, as :func:`vlprobe.io.toml.dumps` writes them.
     """
-    out, models, seed = Path(config.out), config.models, _s(config.seed)
+    out, models, seed = Path(config.out).resolve(), config.models.resolve(), _s(config.seed)
     train, evald = models / "train-data", out / "data"
     train_regions, eval_regions = models / "train-regions.h5", out / "regions.h5"
-    caches, results = out / "caches", out / "results"
-    q = ("--quiet",)
-    steps: list[Step] = []
+    steps: list[dict[str, Any]] = []
 
-    def add(name: str, group: str, args: list[str], after: Sequence[str] = (), cost: float = 1.0,
-            exclusive: str = "") -> None:
-        steps.append(Step(name, tuple(args), tuple(after), group, cost, exclusive))
+    def add(name: str, group: str, args: list[str], after: Sequence[str] = (), cost: float = 1.0) -> None:
+        steps.append({"name": name, "group": group, "args": args, "after": list(after), "cost": round(cost, 3)})
 
-    ready = _training_data_ready(config)  # deterministic files: rewriting them would give the same bytes
+    ready = _training_data_ready(config)
     if not ready:
         add("train dataset", "data", ["fixtures", "dataset", "--split", "train", "--n-items", _s(config.train_items),
                                       "--seed", seed, "--out", _s(train)],
@@ -139,9 +151,9 @@ def plan_commands(config: KnownAnswerConfig) -> list[Step]:
     add("eval regions", "data", ["fixtures", "regions", "--oracle", "--data-dir", _s(evald), "--out",
                                  _s(eval_regions), "--seed", seed], ["eval dataset"], cost=_COST["eval regions"])
     clip = ["fixtures", "train", "clip", "--data-dir", _s(train), "--seed", seed, "--device", "cpu",
-            "--steps", _s(config.clip_steps), *q]
+            "--steps", _s(config.clip_steps), "--quiet"]
     lxmert = ["fixtures", "train", "lxmert", "--data-dir", _s(train), "--regions", _s(train_regions), "--seed", seed,
-              "--device", "cpu", "--steps", _s(config.lxmert_steps), *q]
+              "--device", "cpu", "--steps", _s(config.lxmert_steps), "--quiet"]
     clip_cost = _COST["train clip"] * config.clip_steps / 400
     lxmert_cost = _COST["train lxmert"] * config.lxmert_steps / 400
     on_data = [] if ready else ["train dataset"]
@@ -156,34 +168,87 @@ def plan_commands(config: KnownAnswerConfig) -> list[Step]:
     }
     for name, (command, after, cost) in trainers.items():
         add(f"train {name}", "train", command, after, cost)
+    poolings = ["--poolings", "cls,mean,max,pooled", "--device", "cpu"]
+    lang = ["--streams", "lang"]
+    plan_models: dict[str, dict[str, Any]] = {}
     for name in trainers:
-        cache = _s(caches / f"{name}.h5")
-        run = ["--cache", cache, "--out", _s(results), "--name", name]
+        entry: dict[str, Any] = {"model": name.split("-")[0], "checkpoint": _s(models / name)}
         if name.startswith("clip"):
-            extract = ["extract", "--model", "clip", "--checkpoint", _s(models / name), "--poolings", "cls,mean,max,pooled"]
-            stream: list[str] = []
-            inputs = ["eval dataset"]
+            entry["extract"] = poolings
+            entry["after"] = [f"train {name}"]
         else:
-            extract = ["extract", "--model", "lxmert", "--checkpoint", _s(models / name), "--regions", _s(eval_regions),
-                       "--pair-plan", "item", "--poolings", "cls,mean,max,pooled"]
-            stream = ["--streams", "lang"]
-            inputs = ["eval dataset", "eval regions"]
-        add(f"extract {name}", "extract and probe", [
-            *extract, "--dataset", "winoground", "--data-dir", _s(evald), "--variants", _s(evald / "variants.jsonl"),
-            "--device", "cpu", "--out", cache, *q], [f"train {name}", *inputs], _COST["extract"])
-        experiments: list[tuple[str, list[str]]] = [("winoground-scores", [])]
-        if name.startswith("clip"):
-            experiments.append(("recall", []))
-        experiments += [
-            ("separability", [*stream, *QUICK_SETTINGS["separability"]]),
-            ("task-adaptation", [*stream, "--device", "cpu", *QUICK_SETTINGS["task-adaptation"]]),
-            ("variant-probe", [*stream, "--device", "cpu", *QUICK_SETTINGS["variant-probe"]]),
-            ("variant-similarity", []),
-        ]
-        for experiment, extra in experiments:
-            add(f"{experiment} {name}", "extract and probe", ["run", experiment, *run, *extra], [f"extract {name}"],
-                _COST[experiment], exclusive=experiment)
-    return steps
+            entry["extract"] = ["--regions", _s(eval_regions), "--pair-plan", "item", *poolings]
+            entry["after"] = [f"train {name}", "eval regions"]
+            entry["run"] = {e: lang for e in ("separability", "task-adaptation", "variant-probe")}
+        plan_models[name] = entry
+    experiments: dict[str, dict[str, Any]] = {
+        "winoground-scores": {},
+        "recall": {"models": [m for m in trainers if m.startswith("clip")]},
+        "separability": {"args": QUICK_SETTINGS["separability"]},
+        "task-adaptation": {"args": ["--device", "cpu", *QUICK_SETTINGS["task-adaptation"]]},
+        "variant-probe": {"args": ["--device", "cpu", *QUICK_SETTINGS["variant-probe"]]},
+        "variant-similarity": {},
+    }
+    for experiment, table in experiments.items():
+        table["cost"] = _COST[experiment]
+    add("known answers", "report", ["fixtures", "known-answers", "--out", _s(out), *_settings_args(config)],
+        ["collect"])
+    return {
+        "out": _s(out),
+        "models": plan_models,
+        "datasets": {DATASET: {"data_dir": _s(evald), "extract": ["--variants", _s(evald / "variants.jsonl")],
+                               "after": ["eval dataset"], "results": "results", "report": "report/report.html"}},
+        "experiments": experiments,
+        "steps": steps,
+    }
+
+
+def _settings_args(config: KnownAnswerConfig) -> list[str]:
+    """The run's settings as ``probe fixtures known-answers`` takes them (its report's note)."""
+    return ["--seed", _s(config.seed), "--train-items", _s(config.train_items), "--eval-items",
+            _s(config.eval_items), "--clip-steps", _s(config.clip_steps), "--lxmert-steps", _s(config.lxmert_steps)]
+
+
+def plan_commands(config: KnownAnswerConfig) -> list[Step]:
+    """The steps of :func:`testbed_plan` as ``probe sweep`` runs them (a step starts as soon as its
+    inputs exist, so the CLIP models are extracted and probed while LXMERT still trains).
+
+    Returns
+    -------
+    list of Step
+        One ``probe`` command each, grouped by :data:`GROUPS`, with its estimated CPU seconds as
+        its cost.
+    """
+    from vlprobe.launch.sweep import parse_plan, plan_steps
+
+    return plan_steps(parse_plan(testbed_plan(config), Path(config.out)))
+
+
+def write_known_answers(config: KnownAnswerConfig) -> dict[str, Any]:
+    """``probe fixtures known-answers``: the known-answer report of a run's results
+    (``OUT/results``, ``OUT/data``) into ``OUT/report``, its note and seeds from ``config``'s
+    settings; returns :func:`vlprobe.results.known_answers.write_report`'s dict."""
+    from vlprobe.results.known_answers import write_report
+
+    out = Path(config.out)
+    for sub in ("results", "data"):
+        if not (out / sub).is_dir():
+            raise InputError(f"out: {str(out)!r} holds no {sub}/ folder: not a testbed run's output")
+    seeds, note = report_settings(config)
+    return write_report(out / "results", out / "data", out / "report", seeds=seeds, note=note)
+
+
+def report_settings(config: KnownAnswerConfig) -> tuple[dict[str, int], str]:
+    """The seeds and the note the known-answer report records for a run with ``config``."""
+    note = (
+        "Probe settings are the testbed's small ones, not the paper defaults: "
+        + "; ".join(f"{k} {' '.join(v)}" for k, v in QUICK_SETTINGS.items())
+        + f". Models trained with seed {config.seed} ({config.clip_steps} CLIP steps, {config.lxmert_steps} LXMERT steps)"
+        f" on {config.train_items} training items; evaluated on {config.eval_items} items."
+    )
+    seeds = {"data_seed": config.seed, "train_seed": config.seed, "separability_control_seeds": 2,
+             "task_adaptation_seeds": 3, "variant_probe_seeds": 2, "split_seed": 0}
+    return seeds, note
 
 
 def _training_data_ready(config: KnownAnswerConfig) -> bool:
@@ -214,59 +279,74 @@ def _clear(path: Path) -> None:
 
 
 def run_testbed(config: KnownAnswerConfig, *, echo: Any = print) -> dict[str, Any]:
-    """Run the whole testbed (module docstring); return the report and the timings.
+    """Run the whole testbed (module docstring): write its plan to ``OUT/plan.toml`` and run it
+    with ``probe sweep``'s runner; return the report and the timings.
 
     Returns
     -------
     dict
         ``report`` (see :func:`vlprobe.results.known_answers.write_report`), ``timings`` (see
-        :func:`run_plan`; with ``report``: its wall and CPU seconds), ``out``.
-    """
-    from vlprobe.results.known_answers import write_report
-
-    for name in ("train_items", "eval_items", "clip_steps", "lxmert_steps", "jobs"):
-        check_positive_int(getattr(config, name), name)
-    check_seed(config.seed)
-    from vlprobe.io.ownership import claim_folder
-
-    # OUT's results, report and caches are cleared below: only a folder of the testbed's own.
-    out = claim_folder(config.out, kind=TESTBED_KIND, recognise=_earlier_testbed)
-    for sub in ("results", "report", "caches", "state"):  # state: every step runs again
-        _clear(out / sub)
-    (out / "caches").mkdir()  # extract writes its cache into an existing folder
-    if _training_data_ready(config):
-        echo(f"reusing the training split and its oracle regions in {config.models}")
-    timings = run_plan(plan_commands(config), config.jobs, out, echo)
-    note = (
-        "Probe settings are the testbed's small ones, not the paper defaults: "
-        + "; ".join(f"{k} {' '.join(v)}" for k, v in QUICK_SETTINGS.items())
-        + f". Models trained with seed {config.seed} ({config.clip_steps} CLIP steps, {config.lxmert_steps} LXMERT steps)"
-        f" on {config.train_items} training items; evaluated on {config.eval_items} items."
-    )
-    seeds = {"data_seed": config.seed, "train_seed": config.seed, "separability_control_seeds": 2,
-             "task_adaptation_seeds": 3, "variant_probe_seeds": 2, "split_seed": 0}
-    wall, cpu = time.perf_counter(), time.process_time()
-    report = write_report(out / "results", out / "data", out / "report", seeds=seeds, note=note)
-    timings["report"] = {"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}
-    return {"report": report, "timings": timings, "out": out}
-
-
-def run_plan(steps: Sequence[Step], jobs: int, root: Path, echo: Any = print) -> dict[str, Any]:
-    """Run testbed steps (all of :func:`plan_commands`, or a part) with the step runner: ``jobs``
-    ``probe`` processes at once, one torch thread each, logs in ``root/logs``, no retries (the
-    steps are deterministic: a failure would repeat). Each step's command and output are echoed.
-
-    Returns
-    -------
-    dict
-        :func:`vlprobe.launch.steps.run_steps`'s timings: ``steps``: name -> {group, start, end,
-        wall, cpu, tries}; ``wall``.
+        :func:`vlprobe.launch.steps.run_steps`), ``out``, ``plan`` (the plan file).
 
     Raises
     ------
     vlprobe.launch.steps.StepFailed, vlprobe.launch.steps.StepCrashed
         A step refused its input, or crashed (after the running ones finished; their work is kept: a rerun reuses the
         models).
+    """
+    from vlprobe.launch.sweep import run_sweep
+    from vlprobe.results.known_answers import read_report
+
+    plan = start_testbed(config, echo=echo)
+    timings = run_sweep(plan, jobs=config.jobs, threads=1, retries=0, echo=echo, show_output=True)
+    return {"report": read_report(Path(plan).parent / "report"), "timings": timings, "out": plan.parent,
+            "plan": plan}
+
+
+def start_testbed(config: KnownAnswerConfig, *, echo: Any = print) -> Path:
+    """Check ``config``, claim ``OUT`` (new, empty or an earlier testbed's), clear what a run
+    replaces (``results/``, ``report/``, ``caches/``, ``state/``) and write the plan; return
+    ``OUT/plan.toml``."""
+    from vlprobe.io.ownership import claim_folder
+
+    for name in ("train_items", "eval_items", "clip_steps", "lxmert_steps", "jobs"):
+        check_positive_int(getattr(config, name), name)
+    check_seed(config.seed)
+    out = claim_folder(config.out, kind=TESTBED_KIND, recognise=_earlier_testbed)
+    for sub in ("results", "report", "caches", "state"):  # state: every step runs again
+        _clear(out / sub)
+    if _training_data_ready(config):
+        echo(f"reusing the training split and its oracle regions in {config.models}")
+    return write_plan(config, out / PLAN_FILE)
+
+
+#: The plan file a run writes into its output folder (``probe sweep OUT/plan.toml`` runs it again, resuming).
+PLAN_FILE = "plan.toml"
+
+
+def write_plan(config: KnownAnswerConfig, path: str | os.PathLike[str]) -> Path:
+    """Write :func:`testbed_plan` as TOML to ``path`` (atomically; a file vlprobe did not write is
+    refused); return the path."""
+    from vlprobe.io.atomic import atomic_write
+    from vlprobe.io.toml import dumps
+
+    path = Path(path)
+    text = "# The known-answer testbed (probe fixtures testbed) as a probe sweep plan; written by vlprobe.\n" + dumps(
+        testbed_plan(config))
+    with atomic_write(path, kind="sweep-plan") as fh:
+        fh.write(text)
+    return path
+
+
+def run_plan(steps: Sequence[Step], jobs: int, root: Path, echo: Any = print) -> dict[str, Any]:
+    """Run some testbed steps (a part of :func:`plan_commands`) as :func:`run_testbed` runs them:
+    ``jobs`` ``probe`` processes at once, one torch thread each, logs in ``root/logs``, no retries
+    (the steps are deterministic: a failure would repeat), each step's command and output echoed.
+
+    Returns
+    -------
+    dict
+        :func:`vlprobe.launch.steps.run_steps`'s timings.
     """
     from vlprobe.launch.executors import local_executor
     from vlprobe.launch.steps import run_steps

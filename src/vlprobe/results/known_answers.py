@@ -54,6 +54,7 @@ __all__ = [
     "Expectation",
     "check_expectations",
     "known_answer_table",
+    "read_report",
     "run_file",
     "write_report",
 ]
@@ -393,3 +394,14 @@ def write_report(
     figure = _figure(Path(results), out / "comparison.png", [m for m in CLIP_MODELS if m in models])
     return {"table": table, "checks": checks, "summary": text, "figure": figure,
             "csv": out / "known_answers.csv", "summary_path": out / "summary.txt"}
+
+
+def read_report(out: str | os.PathLike[str]) -> dict[str, Any]:
+    """The report :func:`write_report` wrote into ``out``, read back (the same keys; a table
+    row's ``value`` as a float)."""
+    out = Path(out)
+    with open(out / "known_answers.csv", newline="", encoding="utf-8") as fh:
+        table = [{**row, "value": float(row["value"])} for row in csv.DictReader(fh)]
+    checks = json.loads((out / "known_answers.json").read_text(encoding="utf-8"))["checks"]
+    return {"table": table, "checks": checks, "summary": (out / "summary.txt").read_text(encoding="utf-8"),
+            "figure": out / "comparison.png", "csv": out / "known_answers.csv", "summary_path": out / "summary.txt"}

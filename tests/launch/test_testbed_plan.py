@@ -1,0 +1,47 @@
+"""``probe sweep`` running the known-answer testbed's plan (``make demo``'s run), at tiny settings:
+``probe fixtures testbed --plan-only`` writes the plan, ``probe sweep`` runs it to the known-answer
+report, and a second ``probe sweep`` skips every step.
+
+Marked ``testbed`` (45 ``probe`` processes, a few CPU minutes on two cores): deselected unless
+pytest gets ``--testbed`` (``make test-testbed``). The plan's steps themselves are checked in
+tests/results/test_known_answers.py (fast).
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from vlprobe.cli import app
+from vlprobe.results.known_answers import CLIP_MODELS, LXMERT_MODELS
+
+pytestmark = [pytest.mark.slow, pytest.mark.testbed]
+
+TINY = ["--train-items", "40", "--eval-items", "12", "--clip-steps", "2", "--lxmert-steps", "2"]
+
+
+def test_probe_sweep_runs_the_testbeds_plan(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    r = CliRunner().invoke(app, ["fixtures", "testbed", "--out", str(out), *TINY, "--plan-only"])
+    assert r.exit_code == 0, r.output
+    plan = out / "plan.toml"
+    assert f"probe sweep {plan} --jobs 2 --threads 1" in r.output and not (out / "logs").exists()  # nothing ran
+
+    r = CliRunner().invoke(app, ["sweep", str(plan), "--jobs", "2", "--threads", "1"])
+    assert r.exit_code == 0, r.output
+    assert "[45/45]" in r.output
+    with open(out / "report" / "known_answers.csv", newline="", encoding="utf-8") as fh:
+        table = list(csv.DictReader(fh))
+    assert {row["model"] for row in table} == {*CLIP_MODELS, *LXMERT_MODELS}
+    assert "Known answers of the testbed" in (out / "report" / "summary.txt").read_text(encoding="utf-8")
+    assert (out / "report" / "report.html").stat().st_size > 0 and (out / "report" / "comparison.png").is_file()
+    with open(out / "results.csv", newline="", encoding="utf-8") as fh:
+        runs = {(row["experiment"], row["model"]) for row in csv.DictReader(fh)}
+    assert ("recall", "clip-trained") in runs and ("separability", "lxmert-random") in runs
+    assert ("recall", "lxmert-trained") not in runs  # recall: the CLIPs only
+
+    again = CliRunner().invoke(app, ["sweep", str(plan), "--jobs", "2"])
+    assert again.exit_code == 0 and "45 of 45 steps done before (skipped)" in again.output, again.output
