@@ -114,6 +114,10 @@ class ForkServer:
         self._gone = False
         self._closed = weakref.finalize(self, _close, ours, self._proc, self._running)
         ready = self._wait("ready")
+        if ready.get("cuda"):
+            self.close()
+            raise ServerEnded("a module the fork server imported initialised CUDA, which a fork cannot use; "
+                              "leave it out of preload, or use start_method spawn")
         #: Threads of the server after its imports (1: every fork is from a single-threaded process).
         self.threads: int = int(ready["threads"])
         self.pid: int = int(ready["pid"])
@@ -179,7 +183,7 @@ class ForkServer:
             if self._gone:
                 code = self._proc.poll()
                 raise ServerEnded("the fork server ended" + (f" (exit {code})" if code is not None else "")
-                                  + "; its error, if any, is on stderr")
+                                  + "; its error, if any, is on stderr (--start-method spawn does without it)")
 
     def _read(self, *, block: bool) -> list[dict[str, Any]]:
         """Messages that came in (``ended`` ones are kept, the others returned); ``block``: wait
@@ -269,7 +273,11 @@ def serve(fd: int, preload: str) -> None:
             send({"kind": "ended", "pid": pid, "rc": os.waitstatus_to_exitcode(status),
                   "cpu": usage.ru_utime + usage.ru_stime})
 
-    send({"kind": "ready", "threads": _threads_now(), "pid": os.getpid()})
+    torch = sys.modules.get("torch")
+    cuda = bool(torch is not None and torch.cuda.is_initialized())  # a fork could not use CUDA then
+    send({"kind": "ready", "threads": _threads_now(), "pid": os.getpid(), "cuda": cuda})
+    if cuda:
+        return
     buffer = b""
     while connected or children:
         watched: list[int] = [sock.fileno(), wake_r] if connected else [wake_r]
