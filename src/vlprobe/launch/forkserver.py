@@ -50,9 +50,15 @@ __all__ = ["PRELOAD", "ForkServer", "ServerEnded"]
 
 #: Modules the server imports once (a module that fails to import is left out).
 PRELOAD: tuple[str, ...] = (
-    "torch", "numpy", "h5py", "PIL.Image", "transformers", "sklearn", "scipy.stats", "vlprobe.cli",
-    "vlprobe.extract.runner", "vlprobe.extract.models.clip", "vlprobe.extract.cache.reader", "vlprobe.probes.linear",
-    "vlprobe.probes.mlp", "vlprobe.runs.writing",
+    "torch", "torch._dynamo", "numpy", "h5py", "PIL.Image", "sklearn", "scipy.stats",  # torch._dynamo: Adam's first step
+    "transformers", "transformers.modeling_utils", "transformers.image_processing_utils",
+    "transformers.models.clip.modeling_clip", "transformers.models.clip.processing_clip",
+    "transformers.models.lxmert.modeling_lxmert", "transformers.models.bert.tokenization_bert",
+    "typer._adapters", "typer._click",  # typer's parts it imports when a command runs
+    "vlprobe.cli", "vlprobe.extract.runner", "vlprobe.extract.models.clip", "vlprobe.extract.regions",
+    "vlprobe.extract.cache.reader", "vlprobe.probes.linear", "vlprobe.probes.mlp", "vlprobe.runs.writing",
+    "vlprobe.runs.summary", "vlprobe.experiments.separability", "vlprobe.experiments.task_adaptation",
+    "vlprobe.experiments.variant_probe",
 )
 
 _SERVE = ("import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
