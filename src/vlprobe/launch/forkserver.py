@@ -20,6 +20,10 @@ then forks one child per step. The child is a fresh process as far as the step i
   steps with it and the caller sees them killed (and retries them), never orphans that still
   write their outputs.
 
+What a module reads from the environment when it is imported (``HF_HUB_OFFLINE`` by
+huggingface_hub, ``OMP_NUM_THREADS`` by OpenMP) is what the server was started with: the steps'
+environment, less their GPU, as it was when the executor started its first step.
+
 The server reaps its children with ``os.wait4``: the caller gets each step's exit code
 (negative: the signal that killed it) and CPU seconds, a killed step's included. The server
 stops taking steps when its caller closes the connection (or exits), and exits once its running
