@@ -8,9 +8,11 @@ with its caption variants) runs three ways, each into a fresh folder:
 2. ``probe launch local --shards 2 --jobs 1``: the two shards one after the other, then the merge;
 3. ``probe launch local --shards 2 --jobs 2``: the two shards at once, then the merge.
 
-Every process gets one CPU thread (``--threads 1``), so two workers can use two cores. Printed:
-wall seconds of each run, the CPU seconds of its shard processes (a process start, importing
-torch and loading the model, is paid once per shard), the ratio of wall times 1 worker / 2
+Every process gets one CPU thread (``--threads 1``), so two workers can use two cores, and each
+shard is a fresh ``python -m vlprobe`` (``--start-method spawn``, so that a shard's start is what
+it was; the fork server's saving is the start-method part below). Printed: wall seconds of each
+run, the CPU seconds of its shard processes (a process start, importing torch and loading the
+model, is paid once per shard), the ratio of wall times 1 worker / 2
 workers (at most 2; what a second core buys) and the largest difference between the merged
 caches and the one-process cache (the merge must not change the numbers beyond float rounding of
 other batch boundaries). The machine may be shared: the load average is printed with the figures.
@@ -107,9 +109,9 @@ def one_process(argv: list[str]) -> dict[str, Any]:
 
 
 def launched(argv: list[str], jobs: int) -> dict[str, Any]:
-    """``probe launch local --shards 2 --jobs JOBS --threads 1 -- argv``."""
+    """``probe launch local --shards 2 --jobs JOBS --threads 1 --start-method spawn -- argv``."""
     t0 = time.perf_counter()
-    result = launch_local(argv, shards=2, jobs=jobs, threads=1, retries=0, echo=lambda _: None)
+    result = launch_local(argv, shards=2, jobs=jobs, threads=1, retries=0, echo=lambda _: None, start_method="spawn")
     steps = result["timings"]["steps"]
     return {"wall": time.perf_counter() - t0, "cpu": sum(s["cpu"] or 0.0 for s in steps.values()),
             "shards": {n: (s["wall"], s["cpu"]) for n, s in steps.items()}, "out": result["out"]}

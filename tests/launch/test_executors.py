@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from vlprobe.launch.executors import Finished, LocalExecutor, wait_all
-from vlprobe.launch.forkserver import PRELOAD
+from vlprobe.launch.forkserver import PRELOAD, ServerEnded
 from vlprobe.launch.steps import Step, StepCrashed, run_steps
 from vlprobe.validation import InputError
 
@@ -174,3 +174,10 @@ def test_the_default_server_imports_without_threads(tmp_path: Path) -> None:
 def test_refusals() -> None:
     with pytest.raises(InputError, match="start-method must be forkserver or spawn, got 'fork'"):
         LocalExecutor(start_method="fork")
+
+
+def test_a_server_whose_imports_initialised_cuda_is_refused(tmp_path: Path) -> None:
+    ex = LocalExecutor(jobs=1, gpus=[], entry=ENTRY, preload=("tests.launch.cuda_claimed",))
+    with pytest.raises(ServerEnded, match="initialised CUDA, which a fork cannot use"):
+        ex.start([(["exit", "0"], tmp_path / "x.log")])
+    ex.close()

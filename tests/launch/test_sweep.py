@@ -195,3 +195,88 @@ def test_the_worked_example_plan_of_the_docs(tmp_path: Path) -> None:
     assert steps["extract clip-l14-winoground"].after == tuple(f"extract clip-l14-winoground {k}/8" for k in range(8))
     assert steps["variant-probe clip-b32-winoground"].after == ("extract clip-b32-winoground",)
     assert len(steps["collect"].after) == 15 and steps["report winoground"].after == steps["collect"].after
+
+
+EVAL_PLAN = """
+out = "out"
+shards = 2
+
+[[steps]]
+name = "crepe"
+args = ["fixtures", "dataset", "--format", "crepe", "--n-items", "4", "--seed", "3", "--image-size", "32",
+        "--out", "{d}/crepe"]
+
+[[steps]]
+name = "clip"
+args = ["fixtures", "model", "clip", "--seed", "0", "--out", "{d}/clip"]
+
+[models.a]
+model = "clip"
+checkpoint = "{d}/clip"
+eval = ["--device", "cpu", "--image-root", "vg={d}/crepe/vg"]   # (caption length reads no image)
+after = ["clip"]
+
+[models.len]
+model = "caption-length"
+
+[evals.crepe]
+data_dir = "{d}/crepe"
+args = ["--subsets", "prod_atom_5,syst_cc12m_unseen_atom", "--bootstrap", "30"]
+after = ["crepe"]
+"""
+
+
+def _eval_plan(tmp_path: Path, shards: int = 2) -> Path:
+    plan = tmp_path / "evals.toml"
+    plan.write_text(EVAL_PLAN.replace("{d}", str(tmp_path)).replace("shards = 2", f"shards = {shards}"))
+    return plan
+
+
+def test_eval_steps_of_a_plan(tmp_path: Path) -> None:
+    """``[evals.NAME]``: one ``probe eval`` per model (in shards and a merge when the plan asks), a
+    model's ``eval`` arguments on its steps, then the collect and the eval's report."""
+    steps = {s.name: s for s in plan_steps(load_plan(_eval_plan(tmp_path)))}
+    assert set(steps) == {"crepe", "clip", "eval crepe a 0/2", "eval crepe a 1/2", "eval crepe a", "eval crepe len 0/2",
+                          "eval crepe len 1/2", "eval crepe len", "collect", "report crepe"}
+    out = str(tmp_path / "out" / "results" / "crepe")
+    shard = steps["eval crepe a 1/2"]
+    assert shard.args[:6] == ("eval", "crepe", "--model", "clip", "--name", "a") and shard.args[-2:] == ("--shard", "1/2")
+    assert "--device" in shard.args and shard.args[shard.args.index("--out") + 1] == out
+    assert shard.after == ("clip", "crepe") and not shard.exclusive  # shards write their own score files
+    merge = steps["eval crepe a"]
+    assert merge.args[-1] == "--merge-shards" and merge.after == ("eval crepe a 0/2", "eval crepe a 1/2")
+    assert merge.exclusive == steps["eval crepe len"].exclusive == "eval crepe"  # the runs share a manifest
+    assert "--checkpoint" not in steps["eval crepe len 0/2"].args and "--device" not in steps["eval crepe len 0/2"].args
+    assert steps["collect"].args[1:2] == (out,) and steps["report crepe"].after == ("eval crepe a", "eval crepe len")
+    one = {s.name for s in plan_steps(load_plan(_eval_plan(tmp_path, shards=1)))}
+    assert one == {"crepe", "clip", "eval crepe a", "eval crepe len", "collect", "report crepe"}
+    bad = tmp_path / "bad.toml"
+    for text, match in [("[models.a]\nmodel='clip'\n[evals.foo]\n", "evals.foo: benchmark 'foo' is not one of"),
+                        ("[models.a]\nmodel='clip'\n[evals.x]\nbenchmark='valse'\n[datasets.x]\n",
+                         "'x' is both a dataset and an eval")]:
+        bad.write_text(text)
+        with pytest.raises(InputError, match=match):
+            load_plan(bad)
+
+
+@pytest.mark.slow  # ten probe processes (forks of one server): about half a minute on two shared cores
+def test_sweep_of_evals_in_shards_equals_one_eval(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from vlprobe.cli import app
+
+    result = run_sweep(_eval_plan(tmp_path), jobs=2, threads=1, echo=lambda _: None)
+    assert "eval crepe a 1/2" in result["steps"] and "report crepe" in result["steps"]
+    folder = tmp_path / "out" / "results" / "crepe" / "crepe"
+    one = tmp_path / "one"
+    r = CliRunner().invoke(app, ["eval", "crepe", "--model", "caption-length", "--name", "len", "--data-dir",
+                                 str(tmp_path / "crepe"), "--subsets",
+                                 "prod_atom_5,syst_cc12m_unseen_atom", "--bootstrap", "30", "--out", str(one), "--quiet"])
+    assert r.exit_code == 0, r.output
+    [merged] = folder.glob("len*.csv")
+    [alone] = (one / "crepe").glob("len*.csv")
+    # caption length is exact arithmetic on the captions: the merged run's rows are the one process's
+    assert merged.read_text(encoding="utf-8") == alone.read_text(encoding="utf-8")
+    with open(result["results"], newline="") as fh:
+        assert {(r["experiment"], r["model"]) for r in csv.DictReader(fh)} >= {("crepe", "a"), ("crepe", "len")}
+    assert (tmp_path / "out" / "report" / "crepe.html").stat().st_size > 0

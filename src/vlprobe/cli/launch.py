@@ -117,7 +117,7 @@ def sweep_cmd(
     cluster: Cluster = "slurm",
     start_method: StartMethod = None,
 ) -> None:
-    """Run a plan of models x datasets x experiments as a dependency graph; a rerun resumes.
+    """Run a plan of models x datasets x experiments (and models x benchmarks: probe eval) as a dependency graph; a rerun resumes.
 
     With --launcher slurm each step is a Slurm job (submitit) with the job options given
     (--partition, --gpus-per-task, ...); the steps that can start together go as one array.

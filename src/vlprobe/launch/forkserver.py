@@ -20,6 +20,10 @@ then forks one child per step. The child is a fresh process as far as the step i
   steps with it and the caller sees them killed (and retries them), never orphans that still
   write their outputs.
 
+What a module reads from the environment when it is imported (``HF_HUB_OFFLINE`` by
+huggingface_hub, ``OMP_NUM_THREADS`` by OpenMP) is what the server was started with: the steps'
+environment, less their GPU, as it was when the executor started its first step.
+
 The server reaps its children with ``os.wait4``: the caller gets each step's exit code
 (negative: the signal that killed it) and CPU seconds, a killed step's included. The server
 stops taking steps when its caller closes the connection (or exits), and exits once its running
@@ -50,9 +54,15 @@ __all__ = ["PRELOAD", "ForkServer", "ServerEnded"]
 
 #: Modules the server imports once (a module that fails to import is left out).
 PRELOAD: tuple[str, ...] = (
-    "torch", "numpy", "h5py", "PIL.Image", "transformers", "sklearn", "scipy.stats", "vlprobe.cli",
-    "vlprobe.extract.runner", "vlprobe.extract.models.clip", "vlprobe.extract.cache.reader", "vlprobe.probes.linear",
-    "vlprobe.probes.mlp", "vlprobe.runs.writing",
+    "torch", "torch._dynamo", "numpy", "h5py", "PIL.Image", "sklearn", "scipy.stats",  # torch._dynamo: Adam's first step
+    "transformers", "transformers.modeling_utils", "transformers.image_processing_utils",
+    "transformers.models.clip.modeling_clip", "transformers.models.clip.processing_clip",
+    "transformers.models.lxmert.modeling_lxmert", "transformers.models.bert.tokenization_bert",
+    "typer._adapters", "typer._click",  # typer's parts it imports when a command runs
+    "vlprobe.cli", "vlprobe.extract.runner", "vlprobe.extract.models.clip", "vlprobe.extract.regions",
+    "vlprobe.extract.cache.reader", "vlprobe.probes.linear", "vlprobe.probes.mlp", "vlprobe.runs.writing",
+    "vlprobe.runs.summary", "vlprobe.experiments.separability", "vlprobe.experiments.task_adaptation",
+    "vlprobe.experiments.variant_probe",
 )
 
 _SERVE = ("import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
@@ -108,6 +118,10 @@ class ForkServer:
         self._gone = False
         self._closed = weakref.finalize(self, _close, ours, self._proc, self._running)
         ready = self._wait("ready")
+        if ready.get("cuda"):
+            self.close()
+            raise ServerEnded("a module the fork server imported initialised CUDA, which a fork cannot use; "
+                              "leave it out of preload, or use start_method spawn")
         #: Threads of the server after its imports (1: every fork is from a single-threaded process).
         self.threads: int = int(ready["threads"])
         self.pid: int = int(ready["pid"])
@@ -173,7 +187,7 @@ class ForkServer:
             if self._gone:
                 code = self._proc.poll()
                 raise ServerEnded("the fork server ended" + (f" (exit {code})" if code is not None else "")
-                                  + "; its error, if any, is on stderr")
+                                  + "; its error, if any, is on stderr (--start-method spawn does without it)")
 
     def _read(self, *, block: bool) -> list[dict[str, Any]]:
         """Messages that came in (``ended`` ones are kept, the others returned); ``block``: wait
@@ -263,7 +277,11 @@ def serve(fd: int, preload: str) -> None:
             send({"kind": "ended", "pid": pid, "rc": os.waitstatus_to_exitcode(status),
                   "cpu": usage.ru_utime + usage.ru_stime})
 
-    send({"kind": "ready", "threads": _threads_now(), "pid": os.getpid()})
+    torch = sys.modules.get("torch")
+    cuda = bool(torch is not None and torch.cuda.is_initialized())  # a fork could not use CUDA then
+    send({"kind": "ready", "threads": _threads_now(), "pid": os.getpid(), "cuda": cuda})
+    if cuda:
+        return
     buffer = b""
     while connected or children:
         watched: list[int] = [sock.fileno(), wake_r] if connected else [wake_r]

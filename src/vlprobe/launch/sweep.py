@@ -1,14 +1,18 @@
-"""``probe sweep PLAN.toml``: models x datasets x experiments as one resumable dependency graph.
+"""``probe sweep PLAN.toml``: models x datasets x experiments, and models x benchmarks, as one
+resumable dependency graph.
 
 A plan names models, datasets and experiments; every (model, dataset) pair is one ``probe
 extract`` step (its cache ``OUT/caches/<model>-<dataset>.h5``), every experiment one ``probe run``
 step per pair, after the extraction it reads (``OUT/results/<dataset>/<experiment>/<model>.csv``;
-runs of one experiment on one dataset never overlap, as they share its ``manifest.json``). Further
-``[[steps]]`` are any other ``probe`` commands (making data, training a model) that models and
-datasets may wait for (``after``), or that wait for the sweep's own steps (``"collect"``,
-``"report <dataset>"``, ``"<experiment> <model>-<dataset>"``). At the end one ``probe collect``
-gathers every run into ``OUT/results.csv`` and one ``probe report`` per dataset draws its results
-into ``OUT/report/<dataset>.html``. The steps run on :mod:`vlprobe.launch.steps` (local processes, or Slurm
+runs of one experiment on one dataset never overlap, as they share its ``manifest.json``). Every
+``[evals.NAME]`` benchmark is one ``probe eval`` step per model
+(``OUT/results/<name>/<benchmark>/<model>.csv``; with ``shards = N``: N ``--shard K/N`` steps and
+a ``--merge-shards`` step). Further ``[[steps]]`` are any other ``probe`` commands (making data,
+training a model) that models, datasets and evals may wait for (``after``), or that wait for the
+sweep's own steps (``"collect"``, ``"report <dataset>"``, ``"<experiment> <model>-<dataset>"``,
+``"eval <name> <model>"``). At the end one ``probe collect`` gathers every run into
+``OUT/results.csv`` and one ``probe report`` per dataset and eval draws its results into
+``OUT/report/<name>.html``. The steps run on :mod:`vlprobe.launch.steps` (local processes, or Slurm
 jobs through submitit): a rerun skips every step whose command and inputs' commands are
 unchanged, so an interrupted sweep resumes where it stopped.
 
@@ -16,7 +20,7 @@ The plan (TOML; ``out`` is relative to the plan file, the paths in arguments to 
 sweep runs in)::
 
     out = "sweep-out"              # default: the plan's name beside it
-    shards = 1                     # extraction shards per pair (launched with the other steps)
+    shards = 1                     # shards of each extraction and eval (launched with the other steps)
 
     [models.clip-b32]
     model = "clip"
@@ -35,6 +39,11 @@ sweep runs in)::
     results = "results/winoground"  # its results folder, relative to out (this is the default)
     report = "report/winoground.html"                 # its report page (default)
 
+    [evals.sugarcrepe]              # a benchmark probe eval scores, every model (or models = [...])
+    benchmark = "sugarcrepe"        # (default: the table's name)
+    data_dir = "sugar-crepe/data"
+    args = ["--image-dir", "coco/val2017"]            # more probe eval arguments; a model's own: eval = [...]
+
     [experiments.separability]
     args = ["--seeds", "3"]
     models = ["clip-b32"]           # default: every model
@@ -52,7 +61,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +87,7 @@ class SweepPlan:
     experiments: Mapping[str, Mapping[str, Any]]
     steps: Sequence[Mapping[str, Any]]
     shards: int = 1
+    evals: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 def _strings(value: Any, where: str) -> list[str]:
@@ -109,14 +119,23 @@ def parse_plan(raw: Mapping[str, Any], base: Path, *, default_out: str = "sweep-
     """A plan's tables (as TOML reads them) -> :class:`SweepPlan`; ``out`` relative to ``base``
     (default ``default_out``) unless ``out`` is given. InputError naming the key for anything
     malformed."""
-    known = {"out", "shards", "models", "datasets", "experiments", "steps"}
+    known = {"out", "shards", "models", "datasets", "experiments", "evals", "steps"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise InputError(f"plan: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     where = out if out is not None else base / str(raw.get("out", default_out))
     models, datasets, experiments = _table(raw, "models"), _table(raw, "datasets"), _table(raw, "experiments")
-    if not models or not datasets:
-        raise InputError("plan: it needs at least one [models.NAME] and one [datasets.NAME]")
+    evals = _table(raw, "evals")
+    if not models or not (datasets or evals):
+        raise InputError("plan: it needs at least one [models.NAME] and one [datasets.NAME] or [evals.NAME]")
+    both = sorted(set(datasets) & set(evals))
+    if both:
+        raise InputError(f"plan: {both[0]!r} is both a dataset and an eval (they name results folders: one of each)")
+    for name, e in evals.items():
+        benchmark = e.get("benchmark", name)
+        if benchmark not in _eval_benchmarks():
+            raise InputError(f"plan: evals.{name}: benchmark {benchmark!r} is not one of "
+                             f"{', '.join(_eval_benchmarks())} (set benchmark = \"...\" when the name is another)")
     for name, m in models.items():
         if "model" not in m:
             raise InputError(f"plan: models.{name} needs model = \"<registered model>\"")
@@ -138,7 +157,13 @@ def parse_plan(raw: Mapping[str, Any], base: Path, *, default_out: str = "sweep-
     shards = raw.get("shards", 1)
     if not isinstance(shards, int) or shards < 1:
         raise InputError(f"plan: shards must be a positive integer, got {shards!r}")
-    return SweepPlan(Path(where), models, datasets, experiments, steps, shards)
+    return SweepPlan(Path(where), models, datasets, experiments, steps, shards, evals)
+
+
+def _eval_benchmarks() -> tuple[str, ...]:
+    from vlprobe.experiments.benchmark_eval import BENCHMARKS
+
+    return BENCHMARKS
 
 
 def _cost(value: Any, where: str) -> float:
@@ -154,6 +179,12 @@ def _run_args(model: Mapping[str, Any], mname: str, experiment: str) -> list[str
     if isinstance(run, dict):
         return _strings(run.get(experiment, []), f"models.{mname}.run.{experiment}")
     return _strings(run, f"models.{mname}.run")
+
+
+def _wanted(table: Mapping[str, Any], model: str, where: str) -> bool:
+    """Whether an experiment's or eval's ``models`` list (default: every model) holds ``model``."""
+    wanted = table.get("models")
+    return wanted is None or model in _strings(wanted, where)
 
 
 def _under(out: Path, value: Any, where: str) -> Path:
@@ -200,8 +231,7 @@ def plan_steps(plan: SweepPlan) -> list[Step]:
                 steps.append(Step(f"extract {pair}", ("cache", "merge", "--out", str(cache)), tuple(shard_steps),
                                   group="extract"))
             for ename, e in plan.experiments.items():
-                wanted = e.get("models")
-                if wanted is not None and mname not in _strings(wanted, f"experiments.{ename}.models"):
+                if not _wanted(e, mname, f"experiments.{ename}.models"):
                     continue
                 run = ["run", ename, "--cache", str(cache), "--out", str(results[dname]), "--name", mname,
                        *_strings(e.get("args", []), f"experiments.{ename}.args"), *_run_args(m, mname, ename)]
@@ -211,12 +241,40 @@ def plan_steps(plan: SweepPlan) -> list[Step]:
                                   exclusive=f"{ename} {dname}"))
                 runs.append(name)
                 by_dataset[dname].append(name)
+    for ename, e in plan.evals.items():
+        results[ename] = _under(out, e.get("results", f"results/{ename}"), f"evals.{ename}.results")
+        by_dataset[ename] = []
+        for mname, m in plan.models.items():
+            if not _wanted(e, mname, f"evals.{ename}.models"):
+                continue
+            args = ["eval", str(e.get("benchmark", ename)), "--model", str(m["model"]), "--name", mname, "--quiet"]
+            if "checkpoint" in m:
+                args += ["--checkpoint", str(m["checkpoint"])]
+            if "data_dir" in e:
+                args += ["--data-dir", str(e["data_dir"])]
+            args += [*_strings(e.get("args", []), f"evals.{ename}.args"),
+                     *_strings(m.get("eval", []), f"models.{mname}.eval"), "--out", str(results[ename])]
+            after = (*_strings(m.get("after", []), f"models.{mname}.after"),
+                     *_strings(e.get("after", []), f"evals.{ename}.after"))
+            name, cost = f"eval {ename} {mname}", _cost(e.get("cost", 3.0), f"evals.{ename}.cost")
+            if plan.shards == 1:
+                steps.append(Step(name, tuple(args), after, group="evals", cost=cost, exclusive=f"eval {ename}"))
+            else:  # the shards write their own score files; the merge writes the run (and the manifest)
+                shard_steps = [f"{name} {k}/{plan.shards}" for k in range(plan.shards)]
+                for k, shard in enumerate(shard_steps):
+                    steps.append(Step(shard, (*args, "--shard", f"{k}/{plan.shards}"), after, group="evals", cost=cost))
+                steps.append(Step(name, (*args, "--merge-shards"), tuple(shard_steps), group="evals", cost=0.5,
+                                  exclusive=f"eval {ename}"))
+            runs.append(name)
+            by_dataset[ename].append(name)
     if runs:
-        steps.append(Step("collect", ("collect", *(str(results[d]) for d in plan.datasets if by_dataset[d]), "--out",
-                                      str(out / "results.csv")), tuple(runs), group="collect", cost=0.5))
+        steps.append(Step("collect", ("collect", *(str(results[d]) for d, done in by_dataset.items() if done),
+                                      "--out", str(out / "results.csv")), tuple(runs), group="collect", cost=0.5))
     for dname, done in by_dataset.items():
         if done:
-            page = _under(out, plan.datasets[dname].get("report", f"report/{dname}.html"), f"datasets.{dname}.report")
+            table = plan.datasets.get(dname) or plan.evals[dname]
+            kind = "datasets" if dname in plan.datasets else "evals"
+            page = _under(out, table.get("report", f"report/{dname}.html"), f"{kind}.{dname}.report")
             steps.append(Step(f"report {dname}", ("report", str(results[dname]), "--out", str(page), "--quiet"),
                               tuple(done), group="report", cost=2.0))
     return ordered_steps(steps)  # ([[steps]] may wait for the sweep's own steps)
