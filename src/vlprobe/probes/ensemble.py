@@ -50,8 +50,9 @@ __all__ = [
 #: Bytes one chunk of an ensemble may hold on the CPU (parameters, gradients, Adam state,
 #: activations). torch, h5py and the experiment's imports take about 240 MB resident before any
 #: training; with 64 MiB chunks the default variant-probe on a small cache peaked at about 450 MiB
-#: (96 MiB chunks: 486 MiB). More models per chunk make a CPU step a little cheaper per model,
-#: not by much.
+#: (96 MiB chunks: 486 MiB). More models per chunk do not make a CPU step cheaper per model:
+#: measured at the paper's widths (benchmarks/planning.py, docs/scaling-out.md), 3-4 per chunk
+#: left the per-core rate within 3% of one, and 3-26 on two threads were 5-20% slower.
 CPU_MEMORY_BUDGET = 64 << 20
 #: Share of the free memory of a CUDA device one chunk may use.
 CUDA_MEMORY_SHARE = 0.5
