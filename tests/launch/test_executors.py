@@ -101,6 +101,32 @@ def test_environment_gpus_and_launcher_variables(monkeypatch: pytest.MonkeyPatch
         ex.close()
 
 
+def test_a_step_that_uses_no_gpu_sees_none_and_leaves_them_to_others(tmp_path: Path) -> None:
+    ex = _executor("forkserver", jobs=2, gpus=["3"])
+    try:
+        logs = [tmp_path / "cpu.log", tmp_path / "gpu.log"]
+        ends = wait_all(ex, ex.start([(["env", "CUDA_VISIBLE_DEVICES"], logs[0]),
+                                      (["env", "CUDA_VISIBLE_DEVICES"], logs[1])], [False, True]))
+        assert [e.rc for e in ends] == [0, 0]
+        assert [log.read_text() for log in logs] == ["CUDA_VISIBLE_DEVICES=\n", "CUDA_VISIBLE_DEVICES=3\n"]
+    finally:
+        ex.close()
+
+
+@pytest.mark.slow  # two submitit jobs on its local cluster (a few seconds each)
+def test_submitit_jobs_that_use_no_gpu_ask_for_none(tmp_path: Path) -> None:
+    pytest.importorskip("submitit", reason="submitit is the optional extra vlprobe[slurm]")
+    from vlprobe.launch.executors import SubmititExecutor, slurm_parameters
+
+    ex = SubmititExecutor(tmp_path / "submitit", cluster="local",
+                          parameters=slurm_parameters(name="t", cluster="local", gpus_per_task=1, timeout_min=5))
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    jobs = ex.start([(["--version"], logs[0]), (["--version"], logs[1])], [True, False])
+    assert [e.rc for e in wait_all(ex, jobs)] == [0, 0]
+    assert ex._executor._executor.parameters["gpus_per_node"] == 1  # (submitit's own record of the job options)
+    assert ex._cpu._executor.parameters["gpus_per_node"] == 0
+
+
 def test_a_step_killed_on_purpose_is_retried(forked: LocalExecutor, tmp_path: Path) -> None:
     said: list[str] = []
     marker = tmp_path / "killed-once"

@@ -79,6 +79,7 @@ def test_plan_steps_and_refusals(tmp_path: Path) -> None:
     steps = {s.name: s for s in plan_steps(load_plan(_write(tmp_path, "all")))}
     assert set(steps) == {"data", "clip", "extract a-wino", "extract b-wino", "winoground-scores a-wino",
                           "winoground-scores b-wino", "recall a-wino", "collect", "report wino"}
+    assert [n for n, s in steps.items() if not s.gpu] == ["collect", "report wino"]  # use no GPU (Slurm: none asked)
     assert steps["report wino"].args == ("report", str(tmp_path / "out" / "results" / "wino"), "--out",
                                          str(tmp_path / "out" / "report" / "wino.html"), "--quiet")
     assert steps["extract b-wino"].after == ("clip", "data")
@@ -90,7 +91,8 @@ def test_plan_steps_and_refusals(tmp_path: Path) -> None:
                         ("[models.a]\n[datasets.b]\n", "needs model"), ("x = [", "not valid TOML"),
                         (ok + "[[steps]]\nname='s'\nargs=[]\nwait=[]\n", r"steps 's': unknown key\(s\) wait"),
                         (ok + "[models.a.run]\nseparability=[]\n", "models.a.run.separability: no"),
-                        (ok + "[[steps]]\nname='s'\nargs=[]\ncost=-1\n", "steps 's' cost must be a number")]:
+                        (ok + "[[steps]]\nname='s'\nargs=[]\ncost=-1\n", "steps 's' cost must be a number"),
+                        (ok + "[[steps]]\nname='s'\nargs=[]\ngpu='no'\n", "steps 's' gpu must be true or false")]:
         bad.write_text(text)
         with pytest.raises(InputError, match=match):
             plan_steps(load_plan(bad))
@@ -116,13 +118,14 @@ args = ["--version"]
 after = ["collect"]
 group = "report"
 cost = 2.5
+gpu = false
 """)
     steps = {s.name: s for s in plan_steps(load_plan(plan))}
     assert steps["separability l-w"].args[-2:] == ("--streams", "lang")
     assert "--streams" not in steps["winoground-scores l-w"].args
     assert steps["separability l-w"].args[steps["separability l-w"].args.index("--out") + 1] == str(tmp_path / "o" / "results")
     assert steps["report w"].args[3] == str(tmp_path / "o" / "report" / "report.html")
-    assert (steps["after all"].group, steps["after all"].cost) == ("report", 2.5)
+    assert (steps["after all"].group, steps["after all"].cost, steps["after all"].gpu) == ("report", 2.5, False)
     assert list(steps).index("after all") > list(steps).index("collect")  # after what it waits for
 
 
@@ -246,6 +249,7 @@ def test_eval_steps_of_a_plan(tmp_path: Path) -> None:
     merge = steps["eval crepe a"]
     assert merge.args[-1] == "--merge-shards" and merge.after == ("eval crepe a 0/2", "eval crepe a 1/2")
     assert merge.exclusive == steps["eval crepe len"].exclusive == "eval crepe"  # the runs share a manifest
+    assert shard.gpu and not merge.gpu  # the merge reads score files: no GPU
     assert "--checkpoint" not in steps["eval crepe len 0/2"].args and "--device" not in steps["eval crepe len 0/2"].args
     assert steps["collect"].args[1:2] == (out,) and steps["report crepe"].after == ("eval crepe a", "eval crepe len")
     one = {s.name for s in plan_steps(load_plan(_eval_plan(tmp_path, shards=1)))}

@@ -79,8 +79,9 @@ class Executor(Protocol):
     #: Seconds between two looks at the running steps.
     poll_interval: float
 
-    def start(self, batch: Sequence[tuple[Sequence[str], Path]]) -> list[Any]:
-        """Start every ``(probe args, log file)`` of ``batch``; a handle for each."""
+    def start(self, batch: Sequence[tuple[Sequence[str], Path]], gpus: Sequence[bool] | None = None) -> list[Any]:
+        """Start every ``(probe args, log file)`` of ``batch``; a handle for each. ``gpus[i]``
+        False: step i uses no GPU (none is given to it); default: every step may."""
         ...
 
     def poll(self, handle: Any) -> Finished | None:
@@ -182,8 +183,9 @@ class LocalExecutor:
         how = "forks of a fork server" if self.start_method == "forkserver" else "processes"
         return f"local {how} ({self.jobs} at once{gpus})"
 
-    def start(self, batch: Sequence[tuple[Sequence[str], Path]]) -> list[Any]:
-        return [self._start(args, log) for args, log in batch]
+    def start(self, batch: Sequence[tuple[Sequence[str], Path]], gpus: Sequence[bool] | None = None) -> list[Any]:
+        wants = list(gpus) if gpus is not None else [True] * len(batch)
+        return [self._start(args, log, want) for (args, log), want in zip(batch, wants, strict=True)]
 
     def _env(self) -> dict[str, str]:
         """A step's environment, less its GPU."""
@@ -193,11 +195,13 @@ class LocalExecutor:
             env["OMP_NUM_THREADS"] = str(self.threads)
         return env
 
-    def _start(self, args: Sequence[str], log: Path) -> _Process | _Forked:
+    def _start(self, args: Sequence[str], log: Path, wants_gpu: bool = True) -> _Process | _Forked:
         env = self._env()
-        gpu = self._free.pop(0) if self._free else None
+        gpu = self._free.pop(0) if self._free and wants_gpu else None
         if gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = gpu
+        elif not wants_gpu and self._gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ""  # a step that uses none sees none
         try:
             if self.start_method == "forkserver":
                 return self._fork(args, log, env, gpu)
@@ -320,6 +324,7 @@ class SubmititExecutor:
             raise InputError(f"launcher: submitit refused the job parameters ({exc})") from None
         if self.cluster == "local":
             self.poll_interval = min(self.poll_interval, 0.2)
+        self._cpu: Any = None
 
     @property
     def slots(self) -> int:
@@ -328,15 +333,32 @@ class SubmititExecutor:
     def describe(self) -> str:
         return f"submitit {self.cluster} jobs (logs in {self.folder})"
 
-    def start(self, batch: Sequence[tuple[Sequence[str], Path]]) -> list[Any]:
-        jobs = []
-        with self._executor.batch():  # one sbatch --array for steps that start together
-            for args, _ in batch:
-                jobs.append(self._executor.submit(run_probe, list(args)))
+    def start(self, batch: Sequence[tuple[Sequence[str], Path]], gpus: Sequence[bool] | None = None) -> list[Any]:
+        wants = list(gpus) if gpus is not None else [True] * len(batch)
+        jobs: list[Any] = [None] * len(batch)
+        for want in (True, False):  # one sbatch --array for the steps that start together and want the same
+            mine = [i for i, w in enumerate(wants) if w == want]
+            if not mine:
+                continue
+            executor = self._executor if want else self._cpu_executor()
+            with executor.batch():
+                submitted = [executor.submit(run_probe, list(batch[i][0])) for i in mine]
+            for i, job in zip(mine, submitted, strict=True):
+                jobs[i] = job
         for job, (_, log) in zip(jobs, batch, strict=True):
             with open(log, "a", encoding="utf-8") as fh:
                 fh.write(f"submitit job {job.job_id}; its output: {job.paths.stdout} and {job.paths.stderr}\n")
         return jobs
+
+    def _cpu_executor(self) -> Any:
+        """An executor of the same jobs with no GPU (for the steps that use none: merges,
+        collect, reports), made once."""
+        if self._cpu is None:
+            import submitit
+
+            self._cpu = submitit.AutoExecutor(folder=str(self.folder), cluster=self.cluster)
+            self._cpu.update_parameters(**{**dict(self.parameters), "gpus_per_node": 0})
+        return self._cpu
 
     def poll(self, handle: Any) -> Finished | None:
         if not handle.done():

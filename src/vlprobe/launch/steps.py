@@ -60,6 +60,9 @@ class Step:
     done : callable, optional
         ``() -> ""`` when the step's output is complete, else what is missing; checked before a
         step starts (complete: skipped) and after it ends.
+    gpu : bool
+        Whether the step may use a GPU (False: a merge, a collect, a report; the executor gives
+        it none: a Slurm job without a GPU, a local process that sees none).
     """
 
     name: str
@@ -69,6 +72,7 @@ class Step:
     cost: float = 1.0
     exclusive: str = ""
     done: Callable[[], str] | None = field(default=None, compare=False)
+    gpu: bool = True
 
 
 class StepFailed(InputError):
@@ -262,7 +266,7 @@ def _start(
             fh.write(f"$ probe {' '.join(s.args)}\n" + (f"# try {tries[s.name]}\n" if tries[s.name] > 1 else ""))
         items.append((s.args, log))
     now = time.perf_counter()
-    handles = executor.start(items)
+    handles = executor.start(items, [s.gpu for s in batch])
     for s, h in zip(batch, handles, strict=True):
         running[s.name] = (h, s, now)
         record.setdefault(s.name, {"group": s.group, "start": now - t0})

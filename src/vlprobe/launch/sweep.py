@@ -55,6 +55,7 @@ sweep runs in)::
     after = []
     group = "data"                  # what the timings add it up under (default "steps")
     cost = 1.0
+    gpu = false                     # it uses no GPU (default true; collect, reports, merges use none)
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ __all__ = ["SweepPlan", "load_plan", "parse_plan", "plan_steps", "run_sweep"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 #: The keys of a ``[[steps]]`` table.
-_STEP_KEYS = frozenset({"name", "args", "after", "group", "cost"})
+_STEP_KEYS = frozenset({"name", "args", "after", "group", "cost", "gpu"})
 
 
 @dataclass(frozen=True)
@@ -181,6 +182,12 @@ def _run_args(model: Mapping[str, Any], mname: str, experiment: str) -> list[str
     return _strings(run, f"models.{mname}.run")
 
 
+def _flag(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise InputError(f"plan: {where} must be true or false, got {value!r}")
+    return value
+
+
 def _wanted(table: Mapping[str, Any], model: str, where: str) -> bool:
     """Whether an experiment's or eval's ``models`` list (default: every model) holds ``model``."""
     wanted = table.get("models")
@@ -202,7 +209,7 @@ def plan_steps(plan: SweepPlan) -> list[Step]:
         where = f"steps {s['name']!r}"
         steps.append(Step(str(s["name"]), tuple(_strings(s["args"], f"{where} args")),
                           tuple(_strings(s.get("after", []), f"{where} after")), group=str(s.get("group", "steps")),
-                          cost=_cost(s.get("cost", 1.0), f"{where} cost")))
+                          cost=_cost(s.get("cost", 1.0), f"{where} cost"), gpu=_flag(s.get("gpu", True), f"{where} gpu")))
     runs: list[str] = []
     by_dataset: dict[str, list[str]] = {d: [] for d in plan.datasets}
     results = {dname: _under(out, d.get("results", f"results/{dname}"), f"datasets.{dname}.results")
@@ -229,7 +236,7 @@ def plan_steps(plan: SweepPlan) -> list[Step]:
                     steps.append(Step(name, (*args, "--shard", f"{k}/{plan.shards}", "--out",
                                              str(shard_path(cache, k, plan.shards))), after, group="extract", cost=3.0))
                 steps.append(Step(f"extract {pair}", ("cache", "merge", "--out", str(cache)), tuple(shard_steps),
-                                  group="extract"))
+                                  group="extract", gpu=False))
             for ename, e in plan.experiments.items():
                 if not _wanted(e, mname, f"experiments.{ename}.models"):
                     continue
@@ -264,19 +271,20 @@ def plan_steps(plan: SweepPlan) -> list[Step]:
                 for k, shard in enumerate(shard_steps):
                     steps.append(Step(shard, (*args, "--shard", f"{k}/{plan.shards}"), after, group="evals", cost=cost))
                 steps.append(Step(name, (*args, "--merge-shards"), tuple(shard_steps), group="evals", cost=0.5,
-                                  exclusive=f"eval {ename}"))
+                                  exclusive=f"eval {ename}", gpu=False))
             runs.append(name)
             by_dataset[ename].append(name)
     if runs:
         steps.append(Step("collect", ("collect", *(str(results[d]) for d, done in by_dataset.items() if done),
-                                      "--out", str(out / "results.csv")), tuple(runs), group="collect", cost=0.5))
+                                      "--out", str(out / "results.csv")), tuple(runs), group="collect", cost=0.5,
+                          gpu=False))
     for dname, done in by_dataset.items():
         if done:
             table = plan.datasets.get(dname) or plan.evals[dname]
             kind = "datasets" if dname in plan.datasets else "evals"
             page = _under(out, table.get("report", f"report/{dname}.html"), f"{kind}.{dname}.report")
             steps.append(Step(f"report {dname}", ("report", str(results[dname]), "--out", str(page), "--quiet"),
-                              tuple(done), group="report", cost=2.0))
+                              tuple(done), group="report", cost=2.0, gpu=False))
     return ordered_steps(steps)  # ([[steps]] may wait for the sweep's own steps)
 
 

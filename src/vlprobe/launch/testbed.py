@@ -136,7 +136,10 @@ def testbed_plan(config: KnownAnswerConfig) -> dict[str, Any]:
     steps: list[dict[str, Any]] = []
 
     def add(name: str, group: str, args: list[str], after: Sequence[str] = (), cost: float = 1.0) -> None:
-        steps.append({"name": name, "group": group, "args": args, "after": list(after), "cost": round(cost, 3)})
+        step = {"name": name, "group": group, "args": args, "after": list(after), "cost": round(cost, 3)}
+        if group != "train":  # the synthetic data and the report use no GPU
+            step["gpu"] = False
+        steps.append(step)
 
     ready = _training_data_ready(config)
     if not ready:
