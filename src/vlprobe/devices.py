@@ -5,11 +5,14 @@ Used by the model adapters, the MLP probes and the neural caption strategies ali
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 
 from vlprobe.validation import InputError
 
-__all__ = ["DTYPES", "device_name", "resolve_device", "resolve_dtype"]
+__all__ = ["DTYPES", "cpu_threads", "device_name", "resolve_device", "resolve_dtype"]
 
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -46,3 +49,16 @@ def resolve_dtype(dtype: str) -> torch.dtype:
     if dtype not in DTYPES:
         raise InputError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     return DTYPES[dtype]
+
+
+@contextlib.contextmanager
+def cpu_threads(threads: int | None) -> Iterator[int]:
+    """Run the block on ``threads`` CPU threads of torch (None: as they are), restored after;
+    yields the count the block runs with (what outputs record)."""
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)

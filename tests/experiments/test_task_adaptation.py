@@ -96,6 +96,26 @@ def test_cli_runs_and_reports(dual: Path, tmp_path: Path) -> None:
     assert len(list((tmp_path / "task-adaptation").glob("planted@*.summary.csv"))) == 1
 
 
+def test_threads_run_the_training_and_are_recorded(dual: Path, tmp_path: Path) -> None:
+    """``--threads N``: the training runs on N torch threads (recorded in the manifest as
+    ``cpu_threads``), and the process's count is as it was after the run; a runtime option, so a
+    rerun with another count is the same run."""
+    import json
+
+    import torch
+
+    before = torch.get_num_threads()
+    base = ["run", "task-adaptation", "--cache", str(dual), "--out", str(tmp_path), "--mode", "text", "--pooling",
+            "cls", "--layers", "1", "--seeds", "1", "--depth", "2", "--width", "16", "--epochs", "2", "--device", "cpu"]
+    result = CliRunner().invoke(app, [*base, "--threads", "1"])
+    assert result.exit_code == 0, result.output
+    assert torch.get_num_threads() == before
+    runs = json.loads((tmp_path / "task-adaptation" / "manifest.json").read_text(encoding="utf-8"))["runs"]
+    assert [r["cpu_threads"] for r in runs.values()] == [1]
+    result = CliRunner().invoke(app, [*base, "--threads", "0"])
+    assert result.exit_code == 2 and "threads must be" in result.output
+
+
 @pytest.mark.parametrize(
     ("extra", "needles"),
     [

@@ -542,8 +542,12 @@ class Experiment:
 
         label = self.label(config)
         slot = RunSlot(label, self.claim(config, label))
-        got = self.compute(config, slot)
-        manifest = self.manifest(config, got.inputs, seeds=got.seeds, extra=got.extra, device=got.device)
+        from vlprobe.devices import cpu_threads
+
+        with cpu_threads(getattr(config, "threads", None)) as threads:  # (the MLP probes' --threads)
+            got = self.compute(config, slot)
+        extra = {**(dict(got.extra) if got.extra else {}), "cpu_threads": threads}
+        manifest = self.manifest(config, got.inputs, seeds=got.seeds, extra=extra, device=got.device)
         csv_path, manifest_path = self.write(config, label, got.rows, manifest)
         if got.item_rows is not None:
             write_tidy_csv(csv_path.with_name(slot.file(".items.csv")), got.item_rows, self.run_settings(config))

@@ -265,6 +265,11 @@ class MLPOptions(Options):
     device: str = option(
         "auto", check=check_device, role="runtime", help="cpu, cuda, cuda:N, mps or auto (the manifest records the one used).",
     )
+    threads: int | None = option(
+        None, check=check_positive_int, role="runtime",
+        help="CPU threads of the training (default: torch's, one per core; on a shared machine give the free "
+             "cores: threads waiting on a busy core slow every product; the manifest records the count).",
+    )
 
 
 def check_bootstrap(value: Any, name: str) -> int:
