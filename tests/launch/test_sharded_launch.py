@@ -191,3 +191,20 @@ def test_probe_launch_local_eval_equals_one_run(sugarcrepe_dir: Path, tmp_path: 
     assert [f["file"] for f in run["shards"]["files"]] == [
         f"caption-length@bootstrap=40.shard-{k}-of-2.scores.jsonl" for k in range(2)]
     assert (folder / "caption-length@bootstrap=40.launch" / "logs" / "shard.1.2.log").is_file()
+
+
+@pytest.mark.slow  # two submitit jobs on its local cluster, each a pickled probe process (about 6 s)
+def test_probe_launch_slurm_eval_on_submitits_local_cluster(sugarcrepe_dir: Path, tmp_path: Path) -> None:
+    """``probe launch slurm -- probe eval ...``: the shards as submitit jobs (its local cluster),
+    then the merge: the CSV of one in-process run (caption length: exact scores)."""
+    pytest.importorskip("submitit", reason="submitit is the optional extra vlprobe[slurm]")
+    one = CliRunner().invoke(app, _eval(sugarcrepe_dir, tmp_path / "one")[1:])
+    assert one.exit_code == 0, one.output
+    r = CliRunner().invoke(app, ["launch", "slurm", "--cluster", "local", "--array", "2", "--gpus-per-task", "0",
+                                 "--timeout-min", "10", "--", *_eval(sugarcrepe_dir, tmp_path / "launched")])
+    assert r.exit_code == 0, r.output
+    folder = tmp_path / "launched" / "sugarcrepe"
+    name = "caption-length@bootstrap=40.csv"
+    assert (folder / name).read_text(encoding="utf-8") == (tmp_path / "one" / "sugarcrepe" / name).read_text(
+        encoding="utf-8")
+    assert list((folder / "caption-length@bootstrap=40.launch" / "submitit").glob("*_log.out"))
