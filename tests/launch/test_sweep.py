@@ -284,3 +284,29 @@ def test_sweep_of_evals_in_shards_equals_one_eval(tmp_path: Path) -> None:
     with open(result["results"], newline="") as fh:
         assert {(r["experiment"], r["model"]) for r in csv.DictReader(fh)} >= {("crepe", "a"), ("crepe", "len")}
     assert (tmp_path / "out" / "report" / "crepe.html").stat().st_size > 0
+
+
+def test_dry_run_lists_the_steps_and_runs_none(tmp_path: Path) -> None:
+    """``probe sweep --dry-run``: every step, done before or to run (the same fingerprints a run
+    skips by), what it waits for, its command; nothing runs, nothing is written."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from vlprobe.cli import app
+    from vlprobe.launch.steps import step_fingerprints
+
+    plan = _eval_plan(tmp_path)
+    r = CliRunner().invoke(app, ["sweep", str(plan), "--dry-run"])
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("10 steps of the plan, 10 to run, 0 done before")
+    assert "run   eval crepe a  (after eval crepe a 0/2, eval crepe a 1/2)  [no GPU]" in lines
+    assert f"      probe fixtures model clip --seed 0 --out {tmp_path / 'clip'}" in lines
+    assert not (tmp_path / "out").exists() and not (tmp_path / "crepe").exists()
+    state = tmp_path / "out" / "state"  # as a run records a finished step
+    state.mkdir(parents=True)
+    prints = step_fingerprints(plan_steps(load_plan(plan)))
+    (state / "crepe.json").write_text(json.dumps({"fingerprint": prints["crepe"]}))
+    result = run_sweep(plan, dry_run=True, echo=lambda _: None)
+    assert result["skipped"] == ["crepe"] and len(result["planned"]) == 9 and not result["steps"]

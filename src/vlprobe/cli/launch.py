@@ -116,6 +116,8 @@ def sweep_cmd(
     qos: Qos = None,
     cluster: Cluster = "slurm",
     start_method: StartMethod = None,
+    dry_run: Annotated[bool, typer.Option(
+        help="Print every step (done before, or to run), what it waits for and its command; run none.")] = False,
 ) -> None:
     """Run a plan of models x datasets x experiments (and models x benchmarks: probe eval) as a dependency graph; a rerun resumes.
 
@@ -124,8 +126,10 @@ def sweep_cmd(
     """
     from vlprobe.launch.sweep import run_sweep
 
-    result = run_sweep(plan, out=out, launcher=launcher, jobs=jobs, threads=threads, retries=retries, echo=_echo,
+    result = run_sweep(plan, out=out, launcher=launcher, jobs=jobs, threads=threads, retries=retries,
+                       echo=typer.echo if dry_run else _echo,
                        partition=partition, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task, mem_gb=mem_gb,
                        timeout_min=timeout_min, parallel=parallel, account=account, qos=qos, cluster=cluster,
-                       start_method=start_method)
-    typer.echo(str(result["results"]))
+                       start_method=start_method, dry_run=dry_run)
+    if not dry_run:
+        typer.echo(str(result["results"]))

@@ -36,7 +36,7 @@ from vlprobe.io.paths import ensure_folder
 from vlprobe.launch.executors import Executor
 from vlprobe.validation import InputError
 
-__all__ = ["Step", "StepCrashed", "StepFailed", "ordered_steps", "run_steps", "step_fingerprints"]
+__all__ = ["Step", "StepCrashed", "StepFailed", "done_before", "ordered_steps", "run_steps", "step_fingerprints"]
 
 
 @dataclass(frozen=True)
@@ -174,15 +174,9 @@ def run_steps(
     logs, state = Path(root) / "logs", Path(root) / "state"
     ensure_folder(logs)
     ensure_folder(state)
-    done: set[str] = set()
-    skipped: list[str] = []
-    pending: list[Step] = []
-    for s in ordered:
-        if _finished_before(s, state, prints, done):
-            done.add(s.name)
-            skipped.append(s.name)
-        else:
-            pending.append(s)
+    skipped = done_before(ordered, root)
+    done = set(skipped)
+    pending = [s for s in ordered if s.name not in done]
     if skipped:
         names = ", ".join(skipped[:6]) + (f" and {len(skipped) - 6} more" if len(skipped) > 6 else "")
         echo(f"{len(skipped)} of {len(ordered)} steps done before (skipped): {names}")
@@ -279,6 +273,18 @@ def _indented(log: Path) -> str:
         return ""
     lines = [line for line in text.splitlines() if line.strip()]
     return "\n".join(line if line.startswith("$ ") else f"  {line}" for line in lines)
+
+
+def done_before(steps: Sequence[Step], root: Path) -> list[str]:
+    """The steps a run in ``root`` would skip (module docstring, Resuming), in dependency order;
+    ``steps`` ordered as :func:`ordered_steps` orders them. Reads ``root/state``, writes nothing."""
+    prints = step_fingerprints(steps)
+    state = Path(root) / "state"
+    done: list[str] = []
+    for s in steps:
+        if _finished_before(s, state, prints, set(done)):
+            done.append(s.name)
+    return done
 
 
 def _finished_before(s: Step, state: Path, prints: dict[str, str], done: set[str]) -> bool:

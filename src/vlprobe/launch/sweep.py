@@ -288,26 +288,48 @@ def plan_steps(plan: SweepPlan) -> list[Step]:
     return ordered_steps(steps)  # ([[steps]] may wait for the sweep's own steps)
 
 
+def _dry_run(steps: Sequence[Step], out: Path, echo: Any) -> dict[str, Any]:
+    """``probe sweep --dry-run``: each step, whether a run would skip it, what it waits for, its command."""
+    import shlex
+
+    from vlprobe.launch.steps import done_before
+
+    skipped = done_before(steps, out)
+    done = set(skipped)
+    planned = [s.name for s in steps if s.name not in done]
+    echo(f"{len(steps)} steps of the plan, {len(planned)} to run, {len(skipped)} done before (in {out / 'state'}):")
+    for s in steps:
+        waits = f"  (after {', '.join(s.after)})" if s.after else ""
+        gpu = "" if s.gpu else "  [no GPU]"
+        echo(f"{'done' if s.name in done else 'run '}  {s.name}{waits}{gpu}")
+        echo(f"      probe {shlex.join(s.args)}")
+    return {"steps": {}, "planned": planned, "skipped": skipped, "wall": 0.0}
+
+
 def run_sweep(
     plan: str | Path, *, out: Path | None = None, launcher: str = "local", jobs: int | None = None,
     threads: int | None = None, retries: int = 1, echo: Any = print, partition: str | None = None,
     gpus_per_task: int = 1, cpus_per_task: int | None = None, mem_gb: int | None = None, timeout_min: int = 240,
     parallel: int | None = None, account: str | None = None, qos: str | None = None, cluster: str = "slurm",
-    start_method: str | None = None, show_output: bool = False,
+    start_method: str | None = None, show_output: bool = False, dry_run: bool = False,
 ) -> dict[str, Any]:
     """``probe sweep``: run (or resume) the plan's steps on ``launcher`` (``local`` processes, ``jobs``
     at once with ``threads`` threads each, started by ``start_method``: ``forkserver`` or ``spawn``
     of :class:`~vlprobe.launch.executors.LocalExecutor`, None its default; ``slurm``: a submitit
     job per step with the job options ``partition`` ... ``qos`` of :func:`vlprobe.launch.executors.slurm_parameters`, on ``cluster``:
     ``slurm``, or ``local`` for submitit's local processes); ``show_output`` echoes each finished
-    step's output. Returns the timings of :func:`vlprobe.launch.steps.run_steps` with ``out`` and
-    ``results`` (the collected CSV)."""
+    step's output; ``dry_run`` prints every step (done before or to run, what it waits for, its
+    command) and runs none. Returns the timings of :func:`vlprobe.launch.steps.run_steps` (dry
+    run: ``planned``, the steps it would run, and ``skipped``) with ``out`` and ``results`` (the
+    collected CSV)."""
     from vlprobe.launch.executors import Executor, SubmititExecutor, slurm_parameters
     from vlprobe.launch.executors import local_executor as make_local
     from vlprobe.launch.steps import run_steps
 
     parsed = load_plan(plan, out=out)
     steps = plan_steps(parsed)
+    if dry_run:
+        return {**_dry_run(steps, parsed.out, echo), "out": parsed.out, "results": parsed.out / "results.csv"}
     executor: Executor
     job: dict[str, Any] = {"partition": partition, "gpus_per_task": gpus_per_task, "cpus_per_task": cpus_per_task,
                            "mem_gb": mem_gb, "timeout_min": timeout_min, "parallel": parallel, "account": account, "qos": qos}
