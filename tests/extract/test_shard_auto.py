@@ -70,6 +70,28 @@ def test_a_resume_under_another_job_is_recorded(
         assert [j["SLURM_ARRAY_JOB_ID"] for j in c.record.job_ids] == ["700", "900"]
 
 
+def test_an_out_folder_takes_the_default_name(tmp_path: Path, tiny_clip: Path, synthetic_dir: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sbatch --array=0-1 --wrap "probe extract ... --shard auto --out shards/"``: each task writes
+    ``shards/<model>-<dataset>.shard-K-of-2.h5`` (the default name, in the folder), which
+    ``probe cache merge --out shards/<model>-<dataset>.h5`` finds; without a shard, the folder
+    holds ``<model>-<dataset>.h5``."""
+    base = ["extract", "--model", "clip", "--checkpoint", str(tiny_clip), "--dataset", "winoground", "--data-dir",
+            str(synthetic_dir), "--quiet"]
+    for k in range(2):
+        with monkeypatch.context() as m:
+            _array_task(m, k, 2)
+            r = CliRunner().invoke(app, [*base, "--shard", "auto", "--out", str(tmp_path / "shards") + "/"])
+            assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in (tmp_path / "shards").iterdir()) == [
+        "clip-winoground.shard-0-of-2.h5", "clip-winoground.shard-1-of-2.h5"]
+    r = CliRunner().invoke(app, ["cache", "merge", "--out", str(tmp_path / "shards" / "clip-winoground.h5")])
+    assert r.exit_code == 0 and "merged 2 shards" in r.output, r.output
+    r = CliRunner().invoke(app, [*base, "--out", str(tmp_path / "one")])  # a name without .h5: a folder
+    assert r.exit_code == 0, r.output
+    assert [p.name for p in (tmp_path / "one").iterdir()] == ["clip-winoground.h5"]
+
+
 def test_auto_without_a_launcher_is_one_line(tmp_path: Path, tiny_clip: Path, synthetic_dir: Path,
                                              one_error_line: Callable[..., str]) -> None:
     r = CliRunner().invoke(app, ["extract", "--model", "clip", "--checkpoint", str(tiny_clip), "--dataset",

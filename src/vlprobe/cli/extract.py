@@ -49,7 +49,8 @@ class ExtractOptions(ModelOptions, DatasetOptions, ProgressOption):
     dtype: str = ModelOptions.redeclare("dtype", help="Weights' and stored states' dtype.")
     batch_size: int = ModelOptions.redeclare("batch_size", help="Rows per forward pass.")
     out: Path | None = option(
-        None, role="output", help="Cache file to write or resume (.h5; default caches/<model>-<dataset>.h5).",
+        None, role="output", help="Cache file to write or resume (.h5; default caches/<model>-<dataset>.h5), or a folder for that name "
+             "in it (--out shards/: shards/<model>-<dataset>.shard-K-of-N.h5).",
     )
     tags: Path | None = option(None, role="input", help="'Why is Winoground Hard?' tag file.")
     variants: Path | None = option(

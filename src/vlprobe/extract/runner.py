@@ -467,11 +467,14 @@ def _extract(
 
 def _placed(config: ExtractConfig) -> tuple[ExtractConfig, int, int, Placement | None]:
     """The run's shard (``auto``: from the launcher's environment, and a given ``out`` becomes
-    ``<out stem>.shard-K-of-N.h5``; a default one names the shard already) and its device
+    ``<out stem>.shard-K-of-N.h5``; a default one names the shard already; a folder ``out`` holds
+    the default name, ``<out>/<model>-<dataset>[.shard-K-of-N].h5``) and its device
     (``auto`` under a launcher: the process's GPU), with the launcher's placement."""
     k, n, placement = resolve_shard(config.shard)
     out = config.out
-    if out is not None and str(config.shard).strip().lower() == "auto":
+    if out is not None and out_is_folder(out):  # --out shards/: the default name in that folder
+        out = default_cache_path(config.model, config.dataset, f"{k}/{n}", folder=Path(out))
+    elif out is not None and str(config.shard).strip().lower() == "auto":
         out = shard_path(out, k, n)
     config = dataclasses.replace(config, out=out, shard=f"{k}/{n}", device=auto_device(config.device, placement))
     return config, k, n, placement
@@ -494,12 +497,19 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def out_is_folder(out: str | os.PathLike[str]) -> bool:
+    """Whether ``--out`` names a folder: an existing one, or a name without a file suffix
+    (``--out shards/``; a cache file ends in ``.h5``)."""
+    path = Path(out)
+    return path.is_dir() or str(out).endswith(("/", os.sep)) or path.suffix == ""
+
+
 def _validate(config: ExtractConfig) -> None:
     assert config.out is not None
     check_positive_int(config.batch_size, "batch_size")
     check_choice(config.pair_plan, "pair_plan", PAIR_PLANS, kind="pair plan")
     if Path(config.out).suffix.lower() not in (".h5", ".hdf5"):
-        raise InputError(f"out must be an HDF5 file name ending in .h5, got {str(config.out)!r}")
+        raise InputError(f"out must be an HDF5 file name ending in .h5 or a folder, got {str(config.out)!r}")
 
 
 def _say(config: ExtractConfig, msg: str) -> None:
