@@ -2,9 +2,10 @@
 ``probe fixtures testbed --plan-only`` writes the plan, ``probe sweep`` runs it to the known-answer
 report, and a second ``probe sweep`` skips every step.
 
-Marked ``testbed`` (45 ``probe`` processes, a few CPU minutes on two cores): deselected unless
-pytest gets ``--testbed`` (``make test-testbed``). The plan's steps themselves are checked in
-tests/results/test_known_answers.py (fast).
+Marked ``slow``: 45 ``probe`` steps, forks of one fork server, about 35 s on two cores (a fresh
+process per step took 220 s). The plan's steps themselves are checked in
+tests/results/test_known_answers.py (fast); the known answers at the testbed's real settings in
+tests/experiments/test_known_answer_floors.py (``make test-testbed``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typer.testing import CliRunner
 from vlprobe.cli import app
 from vlprobe.results.known_answers import CLIP_MODELS, LXMERT_MODELS
 
-pytestmark = [pytest.mark.slow, pytest.mark.testbed]
+pytestmark = pytest.mark.slow
 
 TINY = ["--train-items", "40", "--eval-items", "12", "--clip-steps", "2", "--lxmert-steps", "2"]
 
