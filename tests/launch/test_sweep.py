@@ -252,6 +252,9 @@ def test_eval_steps_of_a_plan(tmp_path: Path) -> None:
     assert shard.gpu and not merge.gpu  # the merge reads score files: no GPU
     assert "--checkpoint" not in steps["eval crepe len 0/2"].args and "--device" not in steps["eval crepe len 0/2"].args
     assert steps["collect"].args[1:2] == (out,) and steps["report crepe"].after == ("eval crepe a", "eval crepe len")
+    bare = tmp_path / "bare.toml"  # tables with no keys: the registered names, every default
+    bare.write_text("[models.clip]\nmodel = 'clip'\n[datasets.winoground]\n[experiments.recall]\n")
+    assert [s.name for s in plan_steps(load_plan(bare))][-2:] == ["collect", "report winoground"]
     one = {s.name for s in plan_steps(load_plan(_eval_plan(tmp_path, shards=1)))}
     assert one == {"crepe", "clip", "eval crepe a", "eval crepe len", "collect", "report crepe"}
     bad = tmp_path / "bad.toml"

@@ -280,8 +280,8 @@ def plan_steps(plan: SweepPlan) -> list[Step]:
                           gpu=False))
     for dname, done in by_dataset.items():
         if done:
-            table = plan.datasets.get(dname) or plan.evals[dname]
             kind = "datasets" if dname in plan.datasets else "evals"
+            table = plan.datasets[dname] if kind == "datasets" else plan.evals[dname]
             page = _under(out, table.get("report", f"report/{dname}.html"), f"{kind}.{dname}.report")
             steps.append(Step(f"report {dname}", ("report", str(results[dname]), "--out", str(page), "--quiet"),
                               tuple(done), group="report", cost=2.0, gpu=False))
