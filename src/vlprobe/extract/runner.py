@@ -498,10 +498,13 @@ def _plain(value: Any) -> Any:
 
 
 def out_is_folder(out: str | os.PathLike[str]) -> bool:
-    """Whether ``--out`` names a folder: an existing one, or a name without a file suffix
-    (``--out shards/``; a cache file ends in ``.h5``)."""
+    """Whether ``--out`` names a folder: a name without a file suffix (``--out shards/``), or an
+    existing folder whose name does not end in ``.h5`` (a folder named like a cache file is the
+    wrong kind of output, refused as before)."""
     path = Path(out)
-    return path.is_dir() or str(out).endswith(("/", os.sep)) or path.suffix == ""
+    if str(out).endswith(("/", os.sep)) or path.suffix == "":
+        return True
+    return path.is_dir() and path.suffix.lower() not in (".h5", ".hdf5")
 
 
 def _validate(config: ExtractConfig) -> None:

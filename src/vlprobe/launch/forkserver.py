@@ -306,6 +306,7 @@ def serve(fd: int, preload: str) -> None:
             *lines, buffer = buffer.split(b"\n")
             for line in lines:
                 request = json.loads(line)
+                me = os.getpid()  # (read before the fork: in the child, getppid() may already be init's)
                 try:
                     pid = os.fork()
                 except OSError as exc:
@@ -320,7 +321,7 @@ def serve(fd: int, preload: str) -> None:
                         sock.close()
                         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                         signal.signal(signal.SIGINT, signal.default_int_handler)
-                        code = _run_step(request, server=os.getppid())
+                        code = _run_step(request, server=me)
                     finally:
                         os._exit(code)
                 children.add(pid)
