@@ -27,6 +27,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -280,14 +281,14 @@ def done_before(steps: Sequence[Step], root: Path) -> list[str]:
     ``steps`` ordered as :func:`ordered_steps` orders them. Reads ``root/state``, writes nothing."""
     prints = step_fingerprints(steps)
     state = Path(root) / "state"
-    done: list[str] = []
+    done: dict[str, None] = {}  # (ordered, and a set for the look-ups of _finished_before)
     for s in steps:
-        if _finished_before(s, state, prints, set(done)):
-            done.append(s.name)
-    return done
+        if _finished_before(s, state, prints, done.keys()):
+            done[s.name] = None
+    return list(done)
 
 
-def _finished_before(s: Step, state: Path, prints: dict[str, str], done: set[str]) -> bool:
+def _finished_before(s: Step, state: Path, prints: dict[str, str], done: AbstractSet[str]) -> bool:
     """Whether step ``s`` may be skipped: its inputs are (skipped), and its ``done`` check passes
     or its recorded fingerprint is this run's."""
     if not set(s.after) <= done:
