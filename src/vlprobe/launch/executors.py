@@ -311,20 +311,25 @@ class SubmititExecutor:
             ) from None
         if self.cluster not in ("slurm", "local"):
             raise InputError(f"cluster must be slurm or local, got {self.cluster!r}")
+        self._executor = self._submitit(submitit, self.parameters)
+        if self.cluster == "local":
+            self.poll_interval = min(self.poll_interval, 0.2)
+        self._cpu: Any = None
+
+    def _submitit(self, submitit: Any, parameters: Mapping[str, Any]) -> Any:
+        """submitit's executor of this folder and cluster with the job ``parameters``."""
         try:
-            self._executor = submitit.AutoExecutor(folder=str(self.folder), cluster=self.cluster)
+            executor = submitit.AutoExecutor(folder=str(self.folder), cluster=self.cluster)
         except RuntimeError as exc:  # submitit's "Could not detect srun": not on a Slurm machine
             raise InputError(
                 f"launcher: no Slurm here ({exc}); run it where sbatch and srun are, or try the same jobs here "
                 "with --cluster local"
             ) from None
         try:
-            self._executor.update_parameters(**dict(self.parameters))
+            executor.update_parameters(**dict(parameters))
         except (TypeError, ValueError) as exc:
             raise InputError(f"launcher: submitit refused the job parameters ({exc})") from None
-        if self.cluster == "local":
-            self.poll_interval = min(self.poll_interval, 0.2)
-        self._cpu: Any = None
+        return executor
 
     @property
     def slots(self) -> int:
@@ -356,8 +361,7 @@ class SubmititExecutor:
         if self._cpu is None:
             import submitit
 
-            self._cpu = submitit.AutoExecutor(folder=str(self.folder), cluster=self.cluster)
-            self._cpu.update_parameters(**{**dict(self.parameters), "gpus_per_node": 0})
+            self._cpu = self._submitit(submitit, {**dict(self.parameters), "gpus_per_node": 0})
         return self._cpu
 
     def poll(self, handle: Any) -> Finished | None:
