@@ -27,6 +27,12 @@ train_app = typer.Typer(
 )
 fixtures_app.add_typer(train_app)
 Seed = Annotated[int, typer.Option(help="Random seed.")]
+# The testbed's settings (KnownAnswerConfig), taken by `fixtures testbed` and, for its report's note,
+# by `fixtures known-answers`.
+TrainItems = Annotated[int, typer.Option(help="Items of the training split.")]
+EvalItems = Annotated[int, typer.Option(help="Items of the evaluation dataset.")]
+ClipSteps = Annotated[int, typer.Option(help="CLIP training steps.")]
+LxmertSteps = Annotated[int, typer.Option(help="LXMERT training steps.")]
 
 
 @fixtures_app.command("dataset")
@@ -234,11 +240,11 @@ def fixtures_testbed(
     models_dir: Annotated[
         Path | None, typer.Option(help="Trained models and training data, reused between runs (default OUT/models).")
     ] = None,
-    train_items: Annotated[int, typer.Option(help="Items of the training split.")] = 1500,
-    eval_items: Annotated[int, typer.Option(help="Items of the evaluation dataset.")] = 100,
+    train_items: TrainItems = 1500,
+    eval_items: EvalItems = 100,
     seed: Seed = 0,
-    clip_steps: Annotated[int, typer.Option(help="CLIP training steps.")] = 400,
-    lxmert_steps: Annotated[int, typer.Option(help="LXMERT training steps.")] = 400,
+    clip_steps: ClipSteps = 400,
+    lxmert_steps: LxmertSteps = 400,
     jobs: Annotated[int, typer.Option(help="Steps at once (probe processes, one torch thread each).")] = 2,
     plan_only: Annotated[bool, typer.Option(
         help="Only write the run's plan, OUT/plan.toml, for `probe sweep OUT/plan.toml --jobs 2 --threads 1`.")] = False,
@@ -268,13 +274,13 @@ def fixtures_known_answers(
     out: Annotated[Path, typer.Option(help="A testbed run's output folder (its results/ and data/); the report "
                                            "goes to OUT/report.")],
     seed: Seed = 0,
-    train_items: Annotated[int, typer.Option(help="Items of the training split (for the report's note).")] = 1500,
-    eval_items: Annotated[int, typer.Option(help="Items of the evaluation dataset (for the note).")] = 100,
-    clip_steps: Annotated[int, typer.Option(help="CLIP training steps (for the note).")] = 400,
-    lxmert_steps: Annotated[int, typer.Option(help="LXMERT training steps (for the note).")] = 400,
+    train_items: TrainItems = 1500,
+    eval_items: EvalItems = 100,
+    clip_steps: ClipSteps = 400,
+    lxmert_steps: LxmertSteps = 400,
 ) -> None:
     """The known-answer report of a testbed run: the table, the checks, comparison.png, summary.txt
-    (the last step of the testbed's plan)."""
+    (the last step of the testbed's plan). The run's settings are given for the report's note."""
     from vlprobe.launch.testbed import KnownAnswerConfig, write_known_answers
 
     report = write_known_answers(KnownAnswerConfig(
