@@ -182,6 +182,24 @@ def _run_args(model: Mapping[str, Any], mname: str, experiment: str) -> list[str
     return _strings(run, f"models.{mname}.run")
 
 
+def _in_shards(
+    name: str, shards: int, args: Sequence[str], merge: tuple[str, ...], after: tuple[str, ...], *, group: str,
+    cost: float, merge_cost: float = 1.0, exclusive: str = "", out: Path | None = None,
+) -> list[Step]:
+    """The steps of one command, ``args`` (``--out out`` added when ``out`` is given): the step
+    ``name``, or with ``shards`` > 1 the steps ``"<name> k/N"`` (``--shard k/N``, each into its
+    shard file of ``out``) and then ``merge`` as ``name`` (no GPU; ``exclusive``: it writes what
+    the whole command would)."""
+    if shards == 1:
+        whole = (*args, "--out", str(out)) if out is not None else tuple(args)
+        return [Step(name, whole, after, group=group, cost=cost, exclusive=exclusive)]
+    parts = [Step(f"{name} {k}/{shards}", (*args, "--shard", f"{k}/{shards}",
+                                             *(("--out", str(shard_path(out, k, shards))) if out is not None else ())),
+                  after, group=group, cost=cost) for k in range(shards)]
+    return [*parts, Step(name, merge, tuple(p.name for p in parts), group=group, cost=merge_cost,
+                         exclusive=exclusive, gpu=False)]
+
+
 def _flag(value: Any, where: str) -> bool:
     if not isinstance(value, bool):
         raise InputError(f"plan: {where} must be true or false, got {value!r}")
@@ -228,15 +246,8 @@ def plan_steps(plan: SweepPlan) -> list[Step]:
             after = (*_strings(m.get("after", []), f"models.{mname}.after"),
                      *_strings(d.get("after", []), f"datasets.{dname}.after"))
             extracted = [f"extract {pair}"]
-            if plan.shards == 1:
-                steps.append(Step(f"extract {pair}", (*args, "--out", str(cache)), after, group="extract", cost=3.0))
-            else:
-                shard_steps = [f"extract {pair} {k}/{plan.shards}" for k in range(plan.shards)]
-                for k, name in enumerate(shard_steps):
-                    steps.append(Step(name, (*args, "--shard", f"{k}/{plan.shards}", "--out",
-                                             str(shard_path(cache, k, plan.shards))), after, group="extract", cost=3.0))
-                steps.append(Step(f"extract {pair}", ("cache", "merge", "--out", str(cache)), tuple(shard_steps),
-                                  group="extract", gpu=False))
+            steps += _in_shards(f"extract {pair}", plan.shards, args, ("cache", "merge", "--out", str(cache)), after,
+                                group="extract", cost=3.0, out=cache)
             for ename, e in plan.experiments.items():
                 if not _wanted(e, mname, f"experiments.{ename}.models"):
                     continue
@@ -263,15 +274,11 @@ def plan_steps(plan: SweepPlan) -> list[Step]:
                      *_strings(m.get("eval", []), f"models.{mname}.eval"), "--out", str(results[ename])]
             after = (*_strings(m.get("after", []), f"models.{mname}.after"),
                      *_strings(e.get("after", []), f"evals.{ename}.after"))
-            name, cost = f"eval {ename} {mname}", _cost(e.get("cost", 3.0), f"evals.{ename}.cost")
-            if plan.shards == 1:
-                steps.append(Step(name, tuple(args), after, group="evals", cost=cost, exclusive=f"eval {ename}"))
-            else:  # the shards write their own score files; the merge writes the run (and the manifest)
-                shard_steps = [f"{name} {k}/{plan.shards}" for k in range(plan.shards)]
-                for k, shard in enumerate(shard_steps):
-                    steps.append(Step(shard, (*args, "--shard", f"{k}/{plan.shards}"), after, group="evals", cost=cost))
-                steps.append(Step(name, (*args, "--merge-shards"), tuple(shard_steps), group="evals", cost=0.5,
-                                  exclusive=f"eval {ename}", gpu=False))
+            name = f"eval {ename} {mname}"
+            # the shards write their own score files; the merge writes the run (and the manifest)
+            steps += _in_shards(name, plan.shards, args, (*args, "--merge-shards"), after, group="evals",
+                                cost=_cost(e.get("cost", 3.0), f"evals.{ename}.cost"), merge_cost=0.5,
+                                exclusive=f"eval {ename}")
             runs.append(name)
             by_dataset[ename].append(name)
     if runs:
