@@ -440,3 +440,16 @@ def test_hub_gated_says_accept_the_licence(fake_hub: dict) -> None:
     fake_hub["error"] = err
     with pytest.raises(ValueError, match=r"^dataset: no access to gated facebook/winoground; accept"):
         load_winoground(tags=False)
+
+
+def test_wwh_masks_are_the_papers_sets_and_the_corrected_ones() -> None:
+    from vlprobe.data.tags import wwh_masks
+
+    # Id 313 is untagged in the file but missing from the paper code's 171-id NoTag list.
+    masks = wwh_masks([313, 5, 7, 9], [[], [], ["Non Minimal"], ["Visually Difficult"]])
+    assert masks["wwh=NoTag"].tolist() == [False, True, False, False]
+    assert masks["wwh=Easier"].tolist() == [False, True, True, False]
+    assert masks["wwh=Harder"].tolist() == [True, False, False, True]
+    assert masks["wwh=NoTag-corrected"].tolist() == [True, True, False, False]
+    assert masks["wwh=Easier-corrected"].tolist() == [True, True, True, False]
+    assert masks["wwh=Harder-corrected"].tolist() == [False, False, False, True]

@@ -13,9 +13,16 @@ from typer.testing import CliRunner
 
 from vlprobe.cli import app
 from vlprobe.experiments.separability import SeparabilityConfig, run_separability
-from vlprobe.fixtures.caches import ArrayStream, planted_cache, winoground_tables, write_array_cache
+from vlprobe.fixtures.caches import (
+    ArrayStream,
+    pair_rows,
+    planted_cache,
+    winoground_tables,
+    write_array_cache,
+)
 from vlprobe.runs.summary import SUMMARY_COLUMNS
 from vlprobe.runs.writing import TIDY_COLUMNS
+from vlprobe.validation import InputError
 
 SIGNAL = 2
 # 16 points per caption in 4 dimensions: noise is almost never linearly separable.
@@ -387,3 +394,65 @@ def test_the_default_is_the_papers_computation_for_the_model_family(family: str,
         assert run["scaling"]["resolved"] == "none" and run["scaling"]["C_on_raw_states"] == 100.0
         assert _target(default, "separable") == _target(raw, "separable") != _target(small_c, "separable")
     assert run["scaling"]["paper_setting"] is True
+
+
+def _prefusion_cache(path: Path, n_items: int = 12, n_variants: int = 5) -> Path:
+    """A cross-encoder whose layers 0 and 1 read the text only (each caption's states the same
+    under both images, as LXMERT's language layers) and whose layer 2 reads the pair; half the
+    items carry a "Why is Winoground Hard?" tag."""
+    wwh = [[] if i % 2 else ["Non Minimal" if i % 4 == 0 else "Visually Difficult"] for i in range(n_items)]
+    tags = [{"collapsed_tag": ["Object"], "wwh": w} for w in wwh]
+    tables = winoground_tables(n_items, n_variants, tags=tags)
+    img, txt = pair_rows(tables, "item")
+    rng = np.random.default_rng(0)
+    per_text = rng.normal(size=(len(tables.text_id), 2, 4))
+    states = np.concatenate([per_text[txt], rng.normal(size=(len(img), 1, 4))], axis=1).astype(np.float32)
+    return write_array_cache(path, tables, {
+        "lang": ArrayStream("pair", img, txt, {"cls": states}, [0, 1, 2], n_layers=3),
+    }, model="cross")
+
+
+def test_cases_an_item_repeats_before_fusion_count_once(tmp_path: Path) -> None:
+    """LXMERT's pre-fusion layers give both images of an item the same points: the paper fits them
+    once per item, so `all` holds one case per item there (not a copy counted as independent)."""
+    cache = _prefusion_cache(tmp_path / "cross.h5")
+    csv_path, manifest, rows = run_separability(SeparabilityConfig(cache=cache, out=tmp_path, seeds=2, bootstrap=200))
+    n_all = {r["layer"]: r["n"] for r in rows if r["subset"] == "all" and r["metric"] == "separable"
+             and r["task"] == "target"}
+    assert n_all == {0: 12, 1: 12, 2: 24}
+    # Before fusion `all` is image 0's cases: the same values, intervals and tests, not narrower ones.
+    for layer in (0, 1):
+        for metric in ("separable", "train_accuracy", "train_accuracy.ci95_low", "train_accuracy.ci95_high",
+                       "train_accuracy.p_value"):
+            pick = {r["subset"]: r["value"] for r in rows if r["layer"] == layer and r["metric"] == metric
+                    and r["task"] in ("target", "selectivity") and r["subset"] in ("all", "image=0")}
+            assert pick["all"] == pytest.approx(pick["image=0"], nan_ok=True), (layer, metric)
+    items = read(csv_path.with_name(f"{csv_path.stem}.items.csv"))
+    names = {(r["layer"], r["subset"]) for r in items if r["task"] == "target" and r["metric"] == "separable"}
+    assert ("0", "winoground/3") in names and ("0", "winoground/3/i0") not in names
+    assert {("2", "winoground/3/i0"), ("2", "winoground/3/i1")} <= names
+    run = next(iter(json.loads(manifest.read_text())["runs"].values()))
+    recorded = run["repeated_cases"]["per_stream_layer"]
+    assert recorded == {"lang": {"0": 12, "1": 12}}
+
+
+def test_the_papers_wwh_sets_are_reported(tmp_path: Path) -> None:
+    cache = _prefusion_cache(tmp_path / "cross.h5")
+    _, _, rows = run_separability(SeparabilityConfig(cache=cache, out=tmp_path, seeds=1, bootstrap=50))
+    n = {r["subset"]: r["n"] for r in rows if r["layer"] == 2 and r["metric"] == "separable" and r["task"] == "target"}
+    # 6 untagged items, 3 Non Minimal, 3 Visually Difficult; two cases (images) each after fusion.
+    assert n["wwh=NoTag"] == n["wwh=NoTag-corrected"] == 12
+    assert n["wwh=Easier"] == n["wwh=Easier-corrected"] == 18
+    assert n["wwh=Harder"] == n["wwh=Harder-corrected"] == 6
+    assert n["wwh=Non Minimal"] == 6 and "wwh=Unusual Text" not in n  # tags no item has are left out
+
+
+def test_held_out_accuracy_at_chosen_layers_only(dual: Path, tmp_path: Path) -> None:
+    _, _, rows = run_separability(SeparabilityConfig(cache=dual, out=tmp_path, seeds=1, held_out=True,
+                                                     held_out_layers="-1", bootstrap=50))
+    held = {r["layer"] for r in rows if r["metric"].startswith("heldout_accuracy")}
+    assert held == {3}
+    assert {r["layer"] for r in rows if r["metric"] == "separable"} == {0, 1, 2, 3}
+    with pytest.raises(InputError, match="held_out_layers"):
+        run_separability(SeparabilityConfig(cache=dual, out=tmp_path / "x", seeds=1, layers="0,1", held_out=True,
+                                            held_out_layers="-1"))

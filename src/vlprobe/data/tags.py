@@ -18,8 +18,11 @@ import hashlib
 import os
 import urllib.error
 import urllib.request
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from vlprobe.data.source_files import read_json_object
 from vlprobe.io.atomic import atomic_write
@@ -34,6 +37,7 @@ __all__ = [
     "cache_dir",
     "fetch_wwh_tags",
     "load_tag_file",
+    "wwh_masks",
 ]
 
 WWH_COMMIT = "7069ff68709b493c7b32cdd7e3f5d65178cd9273"
@@ -53,6 +57,40 @@ WWH_TAGS: tuple[str, ...] = (
 #: Id untagged in the JSON but missing from the paper code's 171-id ``None`` list.
 WWH_CODE_NONE_EXCLUDED: tuple[int, ...] = (313,)
 TAG_FILE_NAME = "new_tag_assignments.json"
+
+
+def wwh_masks(ids: Sequence[int], wwh: Sequence[Iterable[str]]) -> dict[str, np.ndarray]:
+    """Item masks of the "Why is Winoground Hard?" subsets, as the experiments report them.
+
+    ``wwh=<tag>`` per tag; the paper's sets as its code builds them: ``wwh=NoTag`` (its
+    hard-coded 171-id list, the untagged ids less :data:`WWH_CODE_NONE_EXCLUDED`),
+    ``wwh=Easier`` (NoTag plus Non Minimal) and ``wwh=Harder`` (the rest); and the corrected
+    sets from the file itself: ``wwh=NoTag-corrected`` (every untagged id),
+    ``wwh=Easier-corrected`` and ``wwh=Harder-corrected``.
+
+    Parameters
+    ----------
+    ids : sequence of int, length n
+        Winoground ids of the items (or of each case's item).
+    wwh : sequence of iterables of str, length n
+        Their tags (empty: untagged).
+
+    Returns
+    -------
+    dict of str to bool ndarray, shape (n,)
+    """
+    tags = [set(w) for w in wwh]
+    out = {f"wwh={tag}": np.array([tag in w for w in tags], dtype=bool) for tag in WWH_TAGS}
+    notag = np.array([not w for w in tags], dtype=bool)
+    code_none = notag & ~np.isin(np.asarray(ids, dtype=int), WWH_CODE_NONE_EXCLUDED)
+    non_minimal = out["wwh=Non Minimal"]
+    out["wwh=NoTag"] = code_none
+    out["wwh=Easier"] = code_none | non_minimal
+    out["wwh=Harder"] = ~out["wwh=Easier"]
+    out["wwh=NoTag-corrected"] = notag
+    out["wwh=Easier-corrected"] = notag | non_minimal
+    out["wwh=Harder-corrected"] = ~out["wwh=Easier-corrected"]
+    return out
 
 
 @dataclass(frozen=True)

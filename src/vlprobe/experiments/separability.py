@@ -13,6 +13,18 @@ labels permuted, one permutation per seed and case drawn from
 On a stream of (image, text) pairs (cross-encoders) a *case* is an item conditioned on one of its
 images: the points are the pair rows of that image with the item's texts; subsets ``image=0``,
 ``image=1`` report each image and ``all`` pools the cases. On a text stream a case is an item.
+At a layer that does not see the image yet (LXMERT's language-only layers) an item's two image
+cases hold the same points: there they are one case, as the paper's ``probe_lxmert.py`` fits its
+9 pre-fusion layers once per item (image "N/A"), so ``all`` and the tag subsets count the item
+once (their intervals and permutation tests do not treat a copy as a second, independent case);
+``image=<j>`` keep one case per item; the per-case rows name it by the item id, and the
+manifest's ``repeated_cases`` lists, per stream and layer, how many cases were counted once
+(:func:`repeated_cases`: the same texts, labels and states within a relative 1e-5).
+
+Subsets: ``all``; ``image=<j>`` (pair streams); ``collapsed_tag=<v>``; the "Why is Winoground
+Hard?" subsets as ``winoground-scores`` reports them (``wwh=<tag>``, the paper's ``wwh=NoTag``,
+``wwh=Easier`` and ``wwh=Harder``, and the ``-corrected`` sets; :func:`vlprobe.data.tags.wwh_masks`);
+``bow=same`` / ``bow=different``.
 
 Outputs in ``OUT/separability/``:
 
@@ -64,6 +76,7 @@ from typing import Any
 import numpy as np
 from joblib import Parallel, delayed
 
+from vlprobe.data.tags import WWH_TAGS, wwh_masks
 from vlprobe.experiments.cache_features import (
     SCALINGS,
     CacheIndex,
@@ -73,6 +86,7 @@ from vlprobe.experiments.cache_features import (
     pooling_notes,
     read_stream,
     require_variants,
+    resolve_layers,
     resolve_stream,
     scale_states,
     stream_layers,
@@ -156,6 +170,8 @@ class SeparabilityConfig(CacheInput, StateOptions, SeedsOption, BootstrapTestOpt
         Results label (default: the cache's model).
     held_out : bool
         Also the leave-one-out accuracy over each case's points (``heldout_accuracy``).
+    held_out_layers : str
+        The layers of the held-out accuracy (a layer spec; ``all``: every fitted layer).
     bootstrap, bootstrap_seed : int
         Resamples and seed of the held-out accuracy's interval over cases.
     """
@@ -172,6 +188,9 @@ class SeparabilityConfig(CacheInput, StateOptions, SeedsOption, BootstrapTestOpt
     tol: float = option(1e-3, check=check_positive_float, help="SVM stopping tolerance (libsvm).")
     jobs: int = option(1, check=_check_jobs, role="runtime", help="Parallel workers (-1: all cores).")
     held_out: bool = option(False, help="Also the leave-one-out accuracy over each item's variants (heldout_accuracy).")
+    held_out_layers: str = option("all", help="With --held-out: the layers it is computed at (a layer spec, per stream "
+                                              "as --layers; each must be one of --layers). One more fit per point: at "
+                                              "the last layer only (-1) it costs a fraction of all.")
 
 
 #: The paper's scaling per model family (cache header ``model``); other models: ``none``.
@@ -271,6 +290,7 @@ def compute_separability(config: SeparabilityConfig, slot: RunSlot) -> RunRows:
         read_layers: dict[str, dict[str, Any]] = {}
         fallbacks: dict[str, dict[str, str]] = {}
         notes: list[str] = []
+        repeated: dict[str, dict[str, int]] = {}
         for stream in streams:  # every stream's layers checked before the first is fitted
             stream_layers(cache, stream, config.pooling, config.layers)
         for stream in streams:
@@ -291,21 +311,24 @@ def compute_separability(config: SeparabilityConfig, slot: RunSlot) -> RunRows:
                                  f"with {_n_workers(config.jobs)} worker(s); states "
                                  f"{format_bytes(read.states.nbytes)}")
             scaled = scale_states(read.states, scale_mode)
+            held = _held_out_at(cache, stream, read.pooling, read.layers, config) if config.held_out else []
             with progress_bar(config.progress, n_fits, f"{EXPERIMENT.name} {stream}", "fit") as bar:
-                per_layer = _fit_layers(scaled, cases, seeds, params, config.jobs, bar.update, config.held_out)
+                per_layer = _fit_layers(scaled, cases, seeds, params, config.jobs, bar.update, held)
             warning = nothing_separable_note(per_layer, scaled, stream, scale_mode, config.C)
             if warning:
                 say(True, f"{EXPERIMENT.name}: {warning}")  # a warning, not progress: --quiet keeps it
                 notes.append(warning)
             base = {"experiment": EXPERIMENT.name, "model": model, "stream": stream, "pooling": read.pooling,
                     "probe": PROBE, "split": "train"}
-            _rows(per_layer, read.layers, read.kinds, cases, seeds, read.modality, index.item_tags, base, rows,
-                  item_rows)
-            methods |= _uncertainty_rows(per_layer, read.layers, read.kinds, cases, read.modality, index.item_tags,
-                                         base, config, rows)
+            layout = CaseLayout(cases, _subsets(cases, read.modality, index), repeated_cases(read.states, cases))
+            once = {str(layer): int(layout.repeated[li].sum()) for li, layer in enumerate(read.layers)
+                    if layout.repeated[li].any()}
+            if once:
+                repeated[stream] = once
+            _rows(per_layer, read.layers, read.kinds, layout, seeds, base, rows, item_rows)
+            methods |= _uncertainty_rows(per_layer, read.layers, read.kinds, layout, base, config, rows)
             if config.held_out:
-                _heldout_intervals(per_layer, read.layers, read.kinds, cases, read.modality, index.item_tags, base, rows,
-                                   config)
+                _heldout_intervals(per_layer, read.layers, read.kinds, layout, base, rows, config)
 
     return RunRows(
         rows, {"cache": index.provenance}, seeds=seeds, item_rows=item_rows, summary=True,
@@ -314,6 +337,7 @@ def compute_separability(config: SeparabilityConfig, slot: RunSlot) -> RunRows:
             "probe": {"name": PROBE, "solver": "libsvm SVC(kernel='linear')", **params},
             "scaling": scaling_record(config.scale, index.model, config.C),
             "n_cases": n_cases, "skipped_items": skipped,
+            "repeated_cases": {"definition": REPEATED_DEFINITION, "per_stream_layer": repeated},
             "control": "labels of each case permuted by numpy default_rng([seed, item, image + 1])",
             "units": units_of(rows, item_rows),
             "separable_margin": "mean 2/||w|| over the separable cases only (n = their number)",
@@ -340,12 +364,25 @@ def _default_streams(cache: Any, streams: tuple[str, ...] | None) -> list[str]:
     return found or [resolve_stream(cache, None, ("text", "pair"))]
 
 
+def _held_out_at(cache: Any, stream: str, pooling: str, layers: list[int | None], config: SeparabilityConfig) -> list[bool]:
+    """Per fitted layer, whether the held-out accuracy is computed there (``held_out_layers``)."""
+    if config.held_out_layers.strip().lower() in ("all", "*"):
+        return [True] * len(layers)
+    chosen = resolve_layers(cache, stream, pooling, config.held_out_layers)
+    extra = [layer for layer in chosen if layer not in layers]
+    if extra:
+        raise InputError(f"held_out_layers: layer(s) {extra} of stream {stream!r} are not among the fitted layers "
+                         f"{layers} (--layers {config.layers})")
+    return [layer in chosen for layer in layers]
+
+
 def _fit_layers(
     states: np.ndarray, cases: list[Case], seeds: list[int], params: dict[str, Any], jobs: int,
     progress: Callable[[int], Any] | None = None,
-    held_out: bool = False,
+    held_out: Sequence[bool] = (),
 ) -> np.ndarray:
-    """(L, cases, 1 + seeds, len(FIELDS)) results of :func:`fit_cases` on every layer, in parallel.
+    """(L, cases, 1 + seeds, len(FIELDS)) results of :func:`fit_cases` on every layer, in parallel;
+    the held-out accuracy at the layers ``held_out`` marks (none when it is empty).
 
     ``progress`` is called with the number of fits of each finished task (a layer's cases, or a
     share of them: at least about 2 tasks per worker, so the bar moves).
@@ -355,7 +392,8 @@ def _fit_layers(
     chunks = [list(range(len(cases)))[k::n_chunks] for k in range(n_chunks)]
     tasks = [(li, ch) for li in range(n_layers) for ch in chunks if ch]
     results = Parallel(n_jobs=jobs, return_as="generator")(
-        delayed(fit_cases)(states[:, li, :], [cases[c] for c in ch], seeds, params, held_out) for li, ch in tasks
+        delayed(fit_cases)(states[:, li, :], [cases[c] for c in ch], seeds, params, bool(held_out and held_out[li]))
+        for li, ch in tasks
     )
     per_layer = np.empty((n_layers, len(cases), 1 + len(seeds), len(FIELDS)))
     for (li, ch), res in zip(tasks, results, strict=True):
@@ -387,59 +425,145 @@ def nothing_separable_note(per_layer: np.ndarray, states: np.ndarray, stream: st
             + (" or --scale none" if scale == "divide100" else "") + f", or --C {C * 1e4:g}")
 
 
-def tag_subsets(tags: Sequence[dict[str, list[str]]]) -> dict[str, np.ndarray]:
-    """Case masks per tag: ``collapsed_tag=<v>``, ``wwh=<tag>`` / ``wwh=NoTag-corrected`` (every item
-    untagged in the tag file: not the paper code's 171-id ``NoTag`` list) and ``bow=same`` /
-    ``bow=different`` where present.
+def tag_subsets(tags: Sequence[dict[str, list[str]]], item_ids: Sequence[str]) -> dict[str, np.ndarray]:
+    """Case masks per tag: ``collapsed_tag=<v>``; the "Why is Winoground Hard?" subsets as
+    ``winoground-scores`` reports them (:func:`vlprobe.data.tags.wwh_masks`: ``wwh=<tag>``, the
+    paper's ``wwh=NoTag`` / ``Easier`` / ``Harder`` and the ``-corrected`` sets), for
+    ``winoground/<id>`` items; and ``bow=same`` / ``bow=different`` where present.
 
     Parameters
     ----------
     tags : sequence of dict
         Tag families of each case's item.
+    item_ids : sequence of str
+        Each case's item id (``winoground/<n>`` gives the Winoground id the paper's sets need).
     """
     out: dict[str, np.ndarray] = {}
     for family in TAG_FAMILIES:
         if not tags or not all(family in t for t in tags):
             continue
+        if family == "wwh":
+            ids = [_winoground_number(i) for i in item_ids]
+            masks = wwh_masks([-1 if i is None else i for i in ids], [t[family] for t in tags])
+            present = {f"wwh={v}" for t in tags for v in t[family]}
+            out.update({k: m for k, m in masks.items() if k in present or k[4:] not in WWH_TAGS})
+            if any(i is None for i in ids):  # the paper's sets are lists of Winoground ids
+                for name in ("wwh=NoTag", "wwh=Easier", "wwh=Harder"):
+                    out.pop(name)
+            continue
         for value in sorted({v for t in tags for v in t[family]}):
             out[f"{family}={value}"] = np.array([value in t[family] for t in tags])
-        if family == "wwh":
-            out["wwh=NoTag-corrected"] = np.array([not t[family] for t in tags])
+    return out
+
+
+def _winoground_number(item_id: str) -> int | None:
+    """The Winoground id of ``winoground/<n>``, else None."""
+    prefix, _, number = str(item_id).rpartition("/")
+    return int(number) if prefix == "winoground" and number.isdigit() else None
+
+
+@dataclass(frozen=True)
+class CaseLayout:
+    """A stream's cases with their subsets and, per layer, the cases counted once.
+
+    Attributes
+    ----------
+    cases : list of Case
+    subsets : dict of str to bool ndarray, shape (cases,)
+    repeated : bool ndarray, shape (layers, cases)
+        True where a case has the same points as an earlier case of its item at that layer
+        (:func:`repeated_cases`): left out of every subset that pools the images of an item.
+    """
+
+    cases: list[Case]
+    subsets: dict[str, np.ndarray]
+    repeated: np.ndarray
+
+    def mask(self, subset: str, li: int) -> np.ndarray:
+        """The cases of ``subset`` at layer ``li``: a case repeated there counts once, except in
+        the ``image=<j>`` subsets (each holds one case per item anyway)."""
+        mask = self.subsets[subset]
+        return mask if subset.startswith("image=") else mask & ~self.repeated[li]
+
+    def names(self, li: int) -> list[str]:
+        """The cases' names at layer ``li``: the item id alone for a case whose twin is repeated there."""
+        merged = {self.cases[c].item for c in np.flatnonzero(self.repeated[li])}
+        return [case.name.rsplit("/i", 1)[0] if case.image >= 0 and case.item in merged else case.name
+                for case in self.cases]
+
+
+#: How the manifest describes the cases counted once.
+REPEATED_DEFINITION = (
+    "on a pair stream, a case whose points equal those of an earlier case of its item at a layer (the layer "
+    "does not see the image yet, e.g. LXMERT's language-only layers) is one case there, as the paper's "
+    "probe_lxmert.py fits its 9 pre-fusion layers once per item: it is left out of the subsets that pool "
+    "an item's images (all, tags), its twin is named by the item id in the per-case rows, and image=<j> keep it")
+
+
+def repeated_cases(states: np.ndarray, cases: Sequence[Case]) -> np.ndarray:
+    """Per layer, the cases whose points equal an earlier case's of the same item.
+
+    Two cases of an item repeat each other at a layer when they hold the same texts with the
+    same labels and their states agree there (within a relative 1e-5: the same computation
+    may run in another batch, which moves the last bits).
+
+    Parameters
+    ----------
+    states : ndarray, shape (R, L, H)
+    cases : sequence of Case
+
+    Returns
+    -------
+    bool ndarray, shape (L, len(cases))
+    """
+    out = np.zeros((states.shape[1], len(cases)), dtype=bool)
+    first: dict[int, int] = {}
+    for c, case in enumerate(cases):
+        if case.image < 0:
+            continue
+        f = first.setdefault(case.item, c)
+        other = cases[f]
+        if f == c or len(other.rows) != len(case.rows) or not np.array_equal(other.labels, case.labels):
+            continue
+        a, b = states[other.rows], states[case.rows]  # (n, L, H)
+        scale = np.maximum(np.abs(a).max(axis=(0, 2)), np.abs(b).max(axis=(0, 2)))  # (L,)
+        out[:, c] = (np.abs(a - b).max(axis=(0, 2)) <= 1e-5 * scale) if a.size else False
     return out
 
 
 def _rows(
-    per_layer: np.ndarray, layers: list[int | None], kinds: list[str | None], cases: list[Case], seeds: list[int],
-    modality: str,
-    item_tags: list[dict[str, list[str]]], base: dict[str, Any], rows: list[dict[str, Any]],
-    item_rows: list[dict[str, Any]],
+    per_layer: np.ndarray, layers: list[int | None], kinds: list[str | None], layout: CaseLayout, seeds: list[int],
+    base: dict[str, Any], rows: list[dict[str, Any]], item_rows: list[dict[str, Any]],
 ) -> None:
     """Append the tidy per-layer rows and per-case rows of one stream."""
-    subsets = _subsets(cases, modality, item_tags)
     runs = [("target", None)] + [("control", s) for s in seeds]
     for li, layer in enumerate(layers):
         lrow = {**base, "layer": layer, "kind": kinds[li]}
         for t, (task, seed) in enumerate(runs):
             res = per_layer[li, :, t]
-            for subset, mask in subsets.items():
-                rows.extend(_aggregate(res[mask], {**lrow, "task": task, "seed": seed, "subset": subset}))
+            for subset in layout.subsets:
+                rows.extend(_aggregate(res[layout.mask(subset, li)], {**lrow, "task": task, "seed": seed, "subset": subset}))
             values = _case_values(res)
             tested = res[:, FIELDS.index("heldout_n")]
-            for c, case in enumerate(cases):
+            names = layout.names(li)
+            for c, case in enumerate(layout.cases):
+                if layout.repeated[li, c]:
+                    continue
+                name = names[c]
                 for metric, column in values.items():
                     held = metric == "heldout_accuracy"
-                    item_rows.append({**lrow, "task": task, "seed": seed, "subset": case.name,
+                    item_rows.append({**lrow, "task": task, "seed": seed, "subset": name,
                                       "metric": metric, "value": float(column[c]),
                                       "n": int(tested[c]) if held else len(case.rows),
                                       **({"split": "heldout"} if held else {})})
 
 
-def _subsets(cases: list[Case], modality: str, item_tags: list[dict[str, list[str]]]) -> dict[str, np.ndarray]:
+def _subsets(cases: list[Case], modality: str, index: CacheIndex) -> dict[str, np.ndarray]:
     subsets: dict[str, np.ndarray] = {"all": np.ones(len(cases), bool)}
     if modality == "pair":
         for j in sorted({c.image for c in cases}):
             subsets[f"image={j}"] = np.array([c.image == j for c in cases])
-    subsets.update(tag_subsets([item_tags[c.item] for c in cases]))
+    subsets.update(tag_subsets([index.item_tags[c.item] for c in cases], [index.item_ids[c.item] for c in cases]))
     return subsets
 
 
@@ -448,18 +572,22 @@ UNCERTAIN = ("separable", "separable_margin", "train_accuracy", "no_hyperplane",
 
 
 def _uncertainty_rows(
-    per_layer: np.ndarray, layers: list[int | None], kinds: list[str | None], cases: list[Case], modality: str,
-    item_tags: list[dict[str, list[str]]], base: dict[str, Any], config: SeparabilityConfig,
-    rows: list[dict[str, Any]],
+    per_layer: np.ndarray, layers: list[int | None], kinds: list[str | None], layout: CaseLayout,
+    base: dict[str, Any], config: SeparabilityConfig, rows: list[dict[str, Any]],
 ) -> set[str]:
     """Append intervals, selectivity and permutation-test rows (module docstring); return the test methods."""
     methods: set[str] = set()
-    for subset, mask in _subsets(cases, modality, item_tags).items():
-        n = int(mask.sum())
-        if not n:
-            continue
-        idx = bootstrap_indices(n, config.bootstrap, config.bootstrap_seed)  # shared by every layer: paired
+    draws: dict[int, np.ndarray] = {}
+    for subset in layout.subsets:
         for li, layer in enumerate(layers):
+            mask = layout.mask(subset, li)
+            n = int(mask.sum())
+            if not n:
+                continue
+            # The same resampled positions for every layer with n cases (and every metric): paired.
+            if n not in draws:
+                draws[n] = bootstrap_indices(n, config.bootstrap, config.bootstrap_seed)
+            idx = draws[n]
             values = [_case_values(per_layer[li, mask, t]) for t in range(per_layer.shape[2])]
             for metric in UNCERTAIN:
                 target = values[0][metric][None, :]
@@ -493,19 +621,20 @@ def _case_values(res: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def _heldout_intervals(
-    per_layer: np.ndarray, layers: list[int | None], kinds: list[str | None], cases: list[Case], modality: str,
-    item_tags: list[dict[str, list[str]]], base: dict[str, Any], rows: list[dict[str, Any]],
-    config: SeparabilityConfig,
+    per_layer: np.ndarray, layers: list[int | None], kinds: list[str | None], layout: CaseLayout,
+    base: dict[str, Any], rows: list[dict[str, Any]], config: SeparabilityConfig,
 ) -> None:
     """The target's ``heldout_accuracy`` 95% intervals per layer and subset (cases resampled)."""
     col = FIELDS.index("heldout_accuracy")
-    for subset, mask in _subsets(cases, modality, item_tags).items():
-        members = np.flatnonzero(mask)
-        if not len(members):
-            continue
-        idx = members[bootstrap_indices(len(members), config.bootstrap, config.bootstrap_seed)]
+    for subset in layout.subsets:
         for li, layer in enumerate(layers):
+            members = np.flatnonzero(layout.mask(subset, li))
+            if not len(members):
+                continue
             values = 100.0 * per_layer[li, :, 0, col]
+            if not np.isfinite(values[members]).any():  # not computed at this layer (held_out_layers)
+                continue
+            idx = members[bootstrap_indices(len(members), config.bootstrap, config.bootstrap_seed)]
             with np.errstate(all="ignore"):
                 boot = np.nanmean(np.where(np.isfinite(values[idx]), values[idx], np.nan), axis=1)
             n = int(np.isfinite(values[members]).sum())
@@ -549,6 +678,8 @@ def report(config: SeparabilityConfig, result: tuple[Path, Path, list[dict[str, 
 # Version 3: held_out (heldout_accuracy, split heldout, with intervals).
 # Version 4: scale=paper by default (CLIP states / 100, as probe_clip.py; other models raw);
 # wwh=NoTag renamed wwh=NoTag-corrected (the items untagged in the tag file, 172 of Winoground's).
-EXPERIMENT = Experiment("separability", 4, SeparabilityConfig, compute_separability, report, label=cache_label,
+# Version 5: an item's image cases with the same points at a layer count once there (repeated_cases);
+# the paper's wwh=NoTag/Easier/Harder and the Easier/Harder-corrected sets beside NoTag-corrected.
+EXPERIMENT = Experiment("separability", 5, SeparabilityConfig, compute_separability, report, label=cache_label,
                         presets=PRESET_VALUES["separability"], swept=("streams", "layers", "seeds"),
                         chart=Chart("layers", ("separable", "separable_margin", "train_accuracy"), split="train"))

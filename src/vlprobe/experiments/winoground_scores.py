@@ -38,7 +38,7 @@ import numpy as np
 
 from vlprobe.data.bow import BOW_FAMILY, bow_masks, bow_tag, table_tags
 from vlprobe.data.source_files import iter_json_lines
-from vlprobe.data.tags import WWH_CODE_NONE_EXCLUDED, WWH_TAGS
+from vlprobe.data.tags import wwh_masks
 from vlprobe.experiments.cache_features import cache_label
 from vlprobe.progress import format_bytes, say
 from vlprobe.provenance import sha256_file
@@ -205,18 +205,7 @@ def subset_masks(ids: Sequence[int], tags: Sequence[Mapping[str, Iterable[str]]]
         if fam == "secondary_tag":
             out["secondary_tag=(none)"] = np.array([not list(t.get(fam, ())) for t in tags])
     if any("wwh" in t for t in tags):
-        wwh = [set(t.get("wwh", ())) for t in tags]
-        for tag in WWH_TAGS:
-            out[f"wwh={tag}"] = np.array([tag in w for w in wwh])
-        notag = np.array([not w for w in wwh])
-        code_none = notag & ~np.isin(np.asarray(ids), WWH_CODE_NONE_EXCLUDED)
-        non_minimal = np.array(["Non Minimal" in w for w in wwh])
-        out["wwh=NoTag"] = code_none  # the paper's sets: its code's 171-id list
-        out["wwh=Easier"] = code_none | non_minimal
-        out["wwh=Harder"] = ~out["wwh=Easier"]
-        out["wwh=NoTag-corrected"] = notag  # every id untagged in the tag file (172)
-        out["wwh=Easier-corrected"] = notag | non_minimal
-        out["wwh=Harder-corrected"] = ~out["wwh=Easier-corrected"]
+        out.update(wwh_masks(ids, [t.get("wwh", ()) for t in tags]))
     out.update(bow_masks(tags))
     return out
 
