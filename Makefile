@@ -24,20 +24,23 @@ $(STAMP): pyproject.toml requirements/spacy-model.txt
 
 install: $(STAMP)  ## create .venv and install vlprobe with its test tools
 
-demo: $(STAMP)  ## known-answer testbed: train (or reuse) small CLIP/LXMERT on synthetic scenes, every experiment, trained vs shuffle vs random
+demo: $(STAMP)  ## known-answer testbed: train (or reuse) small CLIP/LXMERT on synthetic scenes, every experiment, trained vs order-blind control vs random
 	HF_HUB_OFFLINE=1 $(PROBE) fixtures testbed --out $(DEMO)
 	@echo
 	@echo "demo outputs in $(DEMO)/:"
-	@echo "  models/      clip-trained (words in order), clip-shuffle (shuffled-words control), clip-random (initial weights),"
-	@echo "               lxmert-trained (oracle regions), lxmert-random; train-data/ + train-regions.h5: the training split."
+	@echo "  models/      clip-trained (words in order), clip-bow (order-blind control: its image tower, a text tower without"
+	@echo "               word order), clip-random (initial weights), lxmert-trained (oracle regions, swaps as hard negatives:"
+	@echo "               binds), lxmert-objects (other items' captions only: which objects), lxmert-random;"
+	@echo "               train-data/ + train-regions.h5: the training split."
 	@echo "               Each model folder has training.json; the next make demo reuses them while the settings are the same"
 	@echo "  data/        synthetic evaluation set (scenes no training item holds); regions.h5: its oracle region features"
 	@echo "  caches/      one activation cache per model (<model>-winoground.h5)"
 	@echo "  results/     <experiment>/<model>.csv tidy results + manifest.json for winoground-scores, recall,"
 	@echo "               separability, task-adaptation, variant-probe, variant-similarity; results.csv: every run in one table"
-	@echo "  report/      summary.txt (each known answer checked, with the numbers), comparison.png (target vs control per"
-	@echo "               layer, the three CLIPs side by side), known_answers.csv (model x metric, with seeds),"
-	@echo "               known_answers.json (the checks), report.html (probe report: every result's figures and tables)"
+	@echo "  report/      report.html (the known answers' verdicts first, then every result's figures and tables),"
+	@echo "               summary.txt (each known answer checked, with the numbers, and why a miss matters), comparison.png"
+	@echo "               (target vs control per layer, the CLIPs side by side), known_answers.csv (model x metric, with"
+	@echo "               seeds), known_answers.json (the checks)"
 	@echo "  logs/        every probe command the demo ran, with its output and time"
 	@echo "  plan.toml    the run as a probe sweep plan: probe sweep $(DEMO)/plan.toml resumes it, skipping finished steps"
 

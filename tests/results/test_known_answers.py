@@ -19,7 +19,8 @@ def test_plan_runs_every_experiment_on_every_model(tmp_path: Path) -> None:
     by_name = {s.name: s for s in steps}
     assert len(by_name) == len(steps)
     assert {s.group for s in steps} == set(GROUPS)
-    models = {"clip-trained", "clip-shuffle", "clip-random", "lxmert-trained", "lxmert-random"}
+    models = {"clip-trained", "clip-bow", "clip-random", "lxmert-trained", "lxmert-objects", "lxmert-random"}
+    assert not any("shuffle" in s.name for s in steps)  # the shuffled-words CLIP only with shuffle_control
     expected = {"winoground-scores", "separability", "task-adaptation", "variant-probe", "variant-similarity"}
     for name in models:
         pair = f"{name}-{DATASET}"
@@ -37,11 +38,23 @@ def test_plan_runs_every_experiment_on_every_model(tmp_path: Path) -> None:
                     "separability", "task-adaptation", "variant-probe") else ()
                 assert (" ".join(streams) in " ".join(s.args)) and ("--streams" in s.args) == bool(streams), s.name
     assert "--shuffle" not in by_name["train clip-trained"].args
-    assert "shuffle" in by_name["train clip-shuffle"].args
+    bow = by_name["train clip-bow"]
+    assert "bag-of-words" in bow.args and "openclip" in by_name["extract clip-bow-winoground"].args
+    # the order-blind control learns to match the trained CLIP's image tower: it waits for it
+    assert bow.after == ("train clip-trained",) and bow.args[bow.args.index("--image-tower") + 1].endswith("clip-trained")
     assert all("--untrained" in by_name[f"train {m}"].args for m in ("clip-random", "lxmert-random"))
     assert by_name["train lxmert-trained"].after == ("train regions",)
+    assert "other-items" in by_name["train lxmert-objects"].args and "other-items" not in by_name["train lxmert-trained"].args
     assert by_name["known answers"].after == ("collect",) and by_name["known answers"].args[:2] == (
         "fixtures", "known-answers")
+    # The page opens with the verdicts: the report waits for them and reads them.
+    report = by_name[f"report {DATASET}"]
+    assert "known answers" in report.after
+    assert report.args[report.args.index("--known-answers") + 1] == str((tmp_path / "report" / "known_answers.json").resolve())
+    held_out = {s.name for s in steps if "--held-out" in s.args}
+    assert held_out == {f"separability clip-trained-{DATASET}", f"separability clip-bow-{DATASET}"}
+    shuffled = plan_commands(KnownAnswerConfig(out=tmp_path, shuffle_control=True))
+    assert "shuffle" in next(s for s in shuffled if s.name == "train clip-shuffle").args
     seen: set[str] = set()
     for s in steps:  # listed after what they wait for
         assert set(s.after) <= seen, s.name
@@ -124,10 +137,20 @@ def test_table_and_checks_from_result_files(tmp_path: Path) -> None:
         {**sep, "layer": 4, "task": "control", "seed": 0, "value": 1.0},
         {**sep, "layer": 4, "task": "control", "seed": 1, "value": 3.0},
     ])
-    table = known_answer_table(results, data, ["clip-trained", "clip-shuffle"], seeds={"train_seed": 0})
+    # The order-blind control: its two captions' scores differ by float rounding only (a tie), or not at all.
+    bow = [(0, 0, 0, 0.5), (0, 0, 1, 0.5 + 3e-8), (0, 1, 0, 0.25), (0, 1, 1, 0.25),
+           (1, 0, 0, 0.1), (1, 0, 1, 0.1 - 6e-8), (1, 1, 0, 0.3), (1, 1, 1, 0.3 + 6e-8)]
+    (results / "winoground-scores" / "clip-bow.scores.jsonl").write_text("".join(
+        json.dumps({"item": f"winoground/{i}", "image": f"winoground/{i}/i{j}", "text": f"winoground/{i}/c{k}",
+                    "score": s}) + "\n" for i, j, k, s in bow))
+    table = known_answer_table(results, data, ["clip-trained", "clip-bow", "clip-shuffle"], seeds={"train_seed": 0})
     values = {(r["model"], r["metric"]): r["value"] for r in table}
     assert values[("clip-trained", "winoground.text")] == 60.0
     assert values[("clip-trained", "winoground.text.same_words")] == 50.0
+    assert values[("clip-trained", "winoground.same_words.tied")] == 0.0
+    # A win by 6e-8 is rounding, not a told-apart pair: no item right, every item tied.
+    assert values[("clip-bow", "winoground.text.same_words")] == 0.0
+    assert values[("clip-bow", "winoground.same_words.tied")] == 100.0
     assert values[("clip-trained", "match.auroc")] == pytest.approx(15 / 16)  # 0.3 loses to 0.4 only
     assert values[("clip-trained", "separability.separable_margin.target")] == 4.0  # the last layer, not the best
     assert values[("clip-trained", "separability.separable_margin.control")] == 2.0  # mean over seeds
@@ -136,9 +159,12 @@ def test_table_and_checks_from_result_files(tmp_path: Path) -> None:
     assert json.loads(table[0]["seeds"]) == {"train_seed": 0}
     checks = {c["claim"]: c for c in check_expectations(table)}
     assert len(checks) == len(EXPECTATIONS)
-    margin = checks["separability (margin), trained CLIP: target above control at the last text layer"]
+    margin = checks["separability (margin), trained CLIP: target far above control at the last text layer"]
     assert (margin["left_value"], margin["right_value"], margin["holds"]) == (4.0, 2.0, True)
-    assert checks[EXPECTATIONS[0].claim]["holds"] is None  # the shuffle control was not run
+    tied = checks["the order-blind control ties every same-words pair, with both images (% of items)"]
+    assert tied["holds"] is True
+    assert checks[EXPECTATIONS[0].claim]["holds"] is None  # the control's text score was not measured
+    assert all(c["if_not"] for c in checks.values())  # each says what a miss means
 
 
 def test_comparison_figure_draws_target_and_control(tmp_path: Path) -> None:
@@ -188,3 +214,47 @@ def test_plan_only_writes_the_plan_and_runs_nothing(tmp_path: Path, one_error_li
     (tmp_path / "mine" / "notes.txt").write_text("mine")
     r = CliRunner().invoke(app, ["fixtures", "testbed", "--out", str(tmp_path / "mine"), "--plan-only"])
     assert r.exit_code == 2 and not (tmp_path / "mine" / "plan.toml").exists()  # a folder vlprobe did not make
+
+
+def _checks(holds: list[bool | None]) -> list[dict]:
+    return [{"claim": f"claim {i}", "left": "m x", "op": ">", "right": 0.5, "by": 0.0, "left_value": 0.9,
+             "right_value": 0.5, "holds": h, "if_not": f"reason {i}"} for i, h in enumerate(holds)]
+
+
+def test_summary_says_how_many_hold_and_why_each_miss_matters() -> None:
+    from vlprobe.results.known_answers import _summary_text
+
+    text = _summary_text(_checks([True, True]), [], "")
+    assert "2 of 2 known answers hold." in text and "why it matters" not in text
+    text = _summary_text(_checks([True, False, None]), [], "")
+    assert "1 of 3 known answers hold (1 not measured" in text
+    assert "[DOES NOT HOLD] claim 1: m x = 0.9 > 0.5\n    why it matters: reason 1" in text
+    assert "% separable saturates" in text
+
+
+def test_report_page_opens_with_the_verdicts(tmp_path: Path) -> None:
+    """``probe report --known-answers``: the known answers, their numbers and whether each held,
+    before the first experiment's section."""
+    from typer.testing import CliRunner
+
+    from vlprobe.cli import app
+
+    results = tmp_path / "results"
+    base = {"experiment": "winoground-scores", "model": "clip-trained", "task": "target", "split": "all", "subset": "all"}
+    _write_csv(results / "winoground-scores" / "clip-trained.csv", [{**base, "metric": "text", "value": 60.0}])
+    (results / "winoground-scores" / "manifest.json").write_text(json.dumps({
+        "experiment": "winoground-scores", "runs": {"clip-trained": {
+            "experiment": "winoground-scores", "experiment_version": 1, "config": {}, "seeds": [], "inputs": {}}}}))
+    verdicts = tmp_path / "known_answers.json"
+    verdicts.write_text(json.dumps({"checks": _checks([True, False]), "seeds": {}}))
+    page = tmp_path / "report.html"
+    r = CliRunner().invoke(app, ["report", str(results), "--out", str(page), "--known-answers", str(verdicts)])
+    assert r.exit_code == 0, r.output
+    html = page.read_text(encoding="utf-8")
+    assert html.index("Known answers") < html.index("<h2 id=\"winoground-scores\"")
+    assert "1 of 2 known answers hold" in html
+    assert "claim 1" in html and "NO: reason 1" in html and ">yes<" in html
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    r = CliRunner().invoke(app, ["report", str(results), "--out", str(tmp_path / "r2.html"), "--known-answers", str(bad)])
+    assert r.exit_code == 2 and "known_answers:" in r.output

@@ -32,7 +32,8 @@ Seed = Annotated[int, typer.Option(help="Random seed.")]
 TrainItems = Annotated[int, typer.Option(help="Items of the training split.")]
 EvalItems = Annotated[int, typer.Option(help="Items of the evaluation dataset.")]
 ClipSteps = Annotated[int, typer.Option(help="CLIP training steps.")]
-LxmertSteps = Annotated[int, typer.Option(help="LXMERT training steps.")]
+LxmertSteps = Annotated[int, typer.Option(help="LXMERT training steps (the LXMERT that binds).")]
+ObjectsSteps = Annotated[int, typer.Option(help="Training steps of the object-only LXMERT (other items' captions as negatives).")]
 
 
 @fixtures_app.command("dataset")
@@ -201,12 +202,29 @@ class TrainOptions(ProgressOption):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ClipTrainOptions(TrainOptions):
+    """``probe fixtures train clip``: the trainer options and the text tower."""
+
+    text_tower: str = option("clip", choices=("clip", "bag-of-words"),
+                             help="clip (CLIP's causal text tower), or bag-of-words: a text tower blind to word order "
+                                  "by construction (no positions, attention both ways, mean-pooled; an OpenCLIP "
+                                  "folder, --model openclip).")
+    image_tower: Path | None = option(None, help="With --text-tower bag-of-words: a CLIP trained by this command whose "
+                                                 "image tower the order-blind text tower learns to match, frozen (the two "
+                                                 "models then differ in their text tower only).")
+
+
+@dataclass(frozen=True, kw_only=True)
 class LxmertTrainOptions(TrainOptions):
     """``probe fixtures train lxmert``: the trainer options and the training images' regions."""
 
     regions: Path = ModelOptions.redeclare(
         "regions", REQUIRED, help="Region features of the training images (--oracle ones).",
     )
+    negatives: str = option("swaps", choices=("swaps", "other-items"),
+                            help="swaps: the item's other caption (a hard negative) and other items' captions; "
+                                 "other-items: other items' captions only (an LXMERT that learns which objects a "
+                                 "caption names, not which attribute goes with which).")
 
 
 def _train_command(model: str, label: str, config: str, help: str, options: type[TrainOptions] = TrainOptions) -> None:
@@ -224,7 +242,8 @@ def _train_command(model: str, label: str, config: str, help: str, options: type
     train_app.command(model)(guarded(declared_options_of(options)(command)))
 
 
-_train_command("clip", "CLIP", "ClipTrainConfig", "Train a small CLIP (contrastive loss, swapped captions as hard negatives) on synthetic scenes.")
+_train_command("clip", "CLIP", "ClipTrainConfig", "Train a small CLIP (contrastive loss, swapped captions as hard negatives) on synthetic scenes.",
+               options=ClipTrainOptions)
 _train_command(
     "lxmert", "LXMERT", "LxmertTrainConfig",
     "Train a small LXMERT (matching with swapped captions as hard negatives, masked words, unimodal contrastive) "
@@ -245,6 +264,10 @@ def fixtures_testbed(
     seed: Seed = 0,
     clip_steps: ClipSteps = 400,
     lxmert_steps: LxmertSteps = 400,
+    objects_steps: ObjectsSteps = 100,
+    shuffle_control: Annotated[bool, typer.Option(
+        help="Also train and probe the shuffled-words CLIP (clip-shuffle), a second control beside the order-blind "
+             "clip-bow.")] = False,
     jobs: Annotated[int, typer.Option(help="Steps at once (probe processes, one torch thread each).")] = 2,
     plan_only: Annotated[bool, typer.Option(
         help="Only write the run's plan, OUT/plan.toml, for `probe sweep OUT/plan.toml --jobs 2 --threads 1`.")] = False,
@@ -254,7 +277,8 @@ def fixtures_testbed(
 
     config = KnownAnswerConfig(
         out=out, models_dir=models_dir, train_items=train_items, eval_items=eval_items, seed=seed,
-        clip_steps=clip_steps, lxmert_steps=lxmert_steps, jobs=jobs,
+        clip_steps=clip_steps, lxmert_steps=lxmert_steps, objects_steps=objects_steps, shuffle_control=shuffle_control,
+        jobs=jobs,
     )
     if plan_only:
         plan = start_testbed(config, echo=typer.echo)
@@ -278,6 +302,7 @@ def fixtures_known_answers(
     eval_items: EvalItems = 100,
     clip_steps: ClipSteps = 400,
     lxmert_steps: LxmertSteps = 400,
+    objects_steps: ObjectsSteps = 100,
 ) -> None:
     """The known-answer report of a testbed run: the table, the checks, comparison.png, summary.txt
     (the last step of the testbed's plan). The run's settings are given for the report's note."""
@@ -285,7 +310,7 @@ def fixtures_known_answers(
 
     report = write_known_answers(KnownAnswerConfig(
         out=out, seed=seed, train_items=train_items, eval_items=eval_items, clip_steps=clip_steps,
-        lxmert_steps=lxmert_steps,
+        lxmert_steps=lxmert_steps, objects_steps=objects_steps,
     ))
     typer.echo(report["summary"])
     typer.echo(f"wrote {report['csv']}, {report['summary_path']} and {report['figure']}")

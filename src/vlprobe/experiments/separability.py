@@ -17,7 +17,8 @@ At a layer that does not see the image yet (LXMERT's language-only layers) an it
 cases hold the same points: there they are one case, as the paper's ``probe_lxmert.py`` fits its
 9 pre-fusion layers once per item (image "N/A"), so ``all`` and the tag subsets count the item
 once (their intervals and permutation tests do not treat a copy as a second, independent case);
-``image=<j>`` keep one case per item; the per-case rows name it by the item id, and the
+it is fitted once, and ``image=<j>`` read that one case (target and controls); the per-case rows
+name it by the item id, and the
 manifest's ``repeated_cases`` lists, per stream and layer, how many cases were counted once
 (:func:`repeated_cases`: the same texts, labels and states within a relative 1e-5).
 
@@ -290,7 +291,7 @@ def compute_separability(config: SeparabilityConfig, slot: RunSlot) -> RunRows:
         read_layers: dict[str, dict[str, Any]] = {}
         fallbacks: dict[str, dict[str, str]] = {}
         notes: list[str] = []
-        repeated: dict[str, dict[str, int]] = {}
+        counted_once: dict[str, dict[str, int]] = {}
         for stream in streams:  # every stream's layers checked before the first is fitted
             stream_layers(cache, stream, config.pooling, config.layers)
         for stream in streams:
@@ -304,7 +305,8 @@ def compute_separability(config: SeparabilityConfig, slot: RunSlot) -> RunRows:
             if not cases:
                 raise InputError(f"cache: {Path(config.cache).name} has no item with two captions to separate")
             n_cases[stream] = len(cases)
-            n_fits = len(cases) * len(read.layers) * (1 + len(seeds))
+            repeated = repeated_cases(read.states, cases)
+            n_fits = int((~repeated).sum()) * (1 + len(seeds))
             say(config.progress, f"{EXPERIMENT.name}: stream {stream} ({read.modality}, {read.pooling}): fitting {n_fits} linear "
                                  f"SVMs ({len(cases)} cases x {len(read.layers)} layers x (target + {len(seeds)} "
                                  f"controls)){' and one more per point left out' if config.held_out else ''} "
@@ -313,18 +315,17 @@ def compute_separability(config: SeparabilityConfig, slot: RunSlot) -> RunRows:
             scaled = scale_states(read.states, scale_mode)
             held = _held_out_at(cache, stream, read.pooling, read.layers, config) if config.held_out else []
             with progress_bar(config.progress, n_fits, f"{EXPERIMENT.name} {stream}", "fit") as bar:
-                per_layer = _fit_layers(scaled, cases, seeds, params, config.jobs, bar.update, held)
+                per_layer = _fit_layers(scaled, cases, seeds, params, config.jobs, bar.update, held, repeated)
             warning = nothing_separable_note(per_layer, scaled, stream, scale_mode, config.C)
             if warning:
                 say(True, f"{EXPERIMENT.name}: {warning}")  # a warning, not progress: --quiet keeps it
                 notes.append(warning)
             base = {"experiment": EXPERIMENT.name, "model": model, "stream": stream, "pooling": read.pooling,
                     "probe": PROBE, "split": "train"}
-            layout = CaseLayout(cases, _subsets(cases, read.modality, index), repeated_cases(read.states, cases))
-            once = {str(layer): int(layout.repeated[li].sum()) for li, layer in enumerate(read.layers)
-                    if layout.repeated[li].any()}
+            layout = CaseLayout(cases, _subsets(cases, read.modality, index), repeated)
+            once = {str(layer): int(repeated[li].sum()) for li, layer in enumerate(read.layers) if repeated[li].any()}
             if once:
-                repeated[stream] = once
+                counted_once[stream] = once
             _rows(per_layer, read.layers, read.kinds, layout, seeds, base, rows, item_rows)
             methods |= _uncertainty_rows(per_layer, read.layers, read.kinds, layout, base, config, rows)
             if config.held_out:
@@ -337,7 +338,7 @@ def compute_separability(config: SeparabilityConfig, slot: RunSlot) -> RunRows:
             "probe": {"name": PROBE, "solver": "libsvm SVC(kernel='linear')", **params},
             "scaling": scaling_record(config.scale, index.model, config.C),
             "n_cases": n_cases, "skipped_items": skipped,
-            "repeated_cases": {"definition": REPEATED_DEFINITION, "per_stream_layer": repeated},
+            "repeated_cases": {"definition": REPEATED_DEFINITION, "per_stream_layer": counted_once},
             "control": "labels of each case permuted by numpy default_rng([seed, item, image + 1])",
             "units": units_of(rows, item_rows),
             "separable_margin": "mean 2/||w|| over the separable cases only (n = their number)",
@@ -380,17 +381,24 @@ def _fit_layers(
     states: np.ndarray, cases: list[Case], seeds: list[int], params: dict[str, Any], jobs: int,
     progress: Callable[[int], Any] | None = None,
     held_out: Sequence[bool] = (),
+    repeated: np.ndarray | None = None,
 ) -> np.ndarray:
     """(L, cases, 1 + seeds, len(FIELDS)) results of :func:`fit_cases` on every layer, in parallel;
-    the held-out accuracy at the layers ``held_out`` marks (none when it is empty).
+    the held-out accuracy at the layers ``held_out`` marks (none when it is empty). A case that
+    ``repeated`` (L, cases) marks at a layer is not fitted there: it holds the results of the
+    first case of its item, whose points it shares (target and controls alike).
 
     ``progress`` is called with the number of fits of each finished task (a layer's cases, or a
     share of them: at least about 2 tasks per worker, so the bar moves).
     """
     n_layers = states.shape[1]
+    if repeated is None:
+        repeated = np.zeros((n_layers, len(cases)), dtype=bool)
     n_chunks = max(1, -(-4 * _n_workers(jobs) // n_layers), -(-len(cases) // 64))
-    chunks = [list(range(len(cases)))[k::n_chunks] for k in range(n_chunks)]
-    tasks = [(li, ch) for li in range(n_layers) for ch in chunks if ch]
+    tasks = []
+    for li in range(n_layers):
+        fitted = [c for c in range(len(cases)) if not repeated[li, c]]
+        tasks += [(li, ch) for ch in (fitted[k::n_chunks] for k in range(n_chunks)) if ch]
     results = Parallel(n_jobs=jobs, return_as="generator")(
         delayed(fit_cases)(states[:, li, :], [cases[c] for c in ch], seeds, params, bool(held_out and held_out[li]))
         for li, ch in tasks
@@ -400,6 +408,9 @@ def _fit_layers(
         per_layer[li, ch] = res
         if progress is not None:
             progress(res.shape[0] * res.shape[1])
+    first = {case.item: c for c, case in reversed(list(enumerate(cases)))}
+    for li, c in zip(*np.nonzero(repeated), strict=True):
+        per_layer[li, c] = per_layer[li, first[cases[c].item]]
     return per_layer
 
 
@@ -496,8 +507,9 @@ class CaseLayout:
 REPEATED_DEFINITION = (
     "on a pair stream, a case whose points equal those of an earlier case of its item at a layer (the layer "
     "does not see the image yet, e.g. LXMERT's language-only layers) is one case there, as the paper's "
-    "probe_lxmert.py fits its 9 pre-fusion layers once per item: it is left out of the subsets that pool "
-    "an item's images (all, tags), its twin is named by the item id in the per-case rows, and image=<j> keep it")
+    "probe_lxmert.py fits its 9 pre-fusion layers once per item: it is not fitted again (image=<j> read the "
+    "item's one case, target and controls), it is left out of the subsets that pool an item's images (all, tags), "
+    "and the one case is named by the item id in the per-case rows")
 
 
 def repeated_cases(states: np.ndarray, cases: Sequence[Case]) -> np.ndarray:

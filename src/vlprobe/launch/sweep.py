@@ -38,6 +38,8 @@ sweep runs in)::
     extract = ["--variants", "winoground/variants.jsonl"]
     results = "results/winoground"  # its results folder, relative to out (this is the default)
     report = "report/winoground.html"                 # its report page (default)
+    report_args = []                                  # more probe report arguments
+    report_after = []                                 # steps its report waits for besides the runs
 
     [evals.sugarcrepe]              # a benchmark probe eval scores, every model (or models = [...])
     benchmark = "sugarcrepe"        # (default: the table's name)
@@ -290,8 +292,10 @@ def plan_steps(plan: SweepPlan) -> list[Step]:
             kind = "datasets" if dname in plan.datasets else "evals"
             table = plan.datasets[dname] if kind == "datasets" else plan.evals[dname]
             page = _under(out, table.get("report", f"report/{dname}.html"), f"{kind}.{dname}.report")
-            steps.append(Step(f"report {dname}", ("report", str(results[dname]), "--out", str(page), "--quiet"),
-                              tuple(done), group="report", cost=2.0, gpu=False))
+            more = _strings(table.get("report_args", []), f"{kind}.{dname}.report_args")
+            waits = _strings(table.get("report_after", []), f"{kind}.{dname}.report_after")
+            steps.append(Step(f"report {dname}", ("report", str(results[dname]), "--out", str(page), "--quiet", *more),
+                              (*done, *waits), group="report", cost=2.0, gpu=False))
     return ordered_steps(steps)  # ([[steps]] may wait for the sweep's own steps)
 
 

@@ -48,6 +48,11 @@ from vlprobe.validation import InputError, check_positive_int, check_seed
 __all__ = ["DATASET", "GROUPS", "PLAN_FILE", "QUICK_SETTINGS", "KnownAnswerConfig", "plan_commands", "report_settings", "run_plan",
            "run_testbed", "start_testbed", "testbed_plan", "write_known_answers", "write_plan"]
 
+#: The models whose separability also gets the held-out accuracy (at the last layer only: one more
+#: fit per point), and those settings.
+HELD_OUT_MODELS = ("clip-trained", "clip-bow")
+HELD_OUT_SETTINGS = ["--held-out", "--held-out-layers", "-1"]
+
 #: Probe settings of the testbed runs (the paper's defaults take far longer; see the report note).
 #: Separability fits raw states (``--scale none``) for every model, so that the CLIP and LXMERT
 #: margins are in the same units (the paper's ``probe_clip.py`` divided CLIP's states by 100).
@@ -76,7 +81,13 @@ class KnownAnswerConfig:
     seed : int
         Seed of the data (both splits) and of every model's training.
     clip_steps, lxmert_steps : int
-        Training steps.
+        Training steps (the CLIPs, the LXMERT that binds).
+    objects_steps : int
+        Training steps of the object-only LXMERT (``lxmert-objects``: other items' captions as
+        the only negatives).
+    shuffle_control : bool
+        Also train and probe the shuffled-words CLIP (``clip-shuffle``), a second control beside
+        the order-blind ``clip-bow``.
     jobs : int
         Steps at once (``probe`` processes).
     """
@@ -88,6 +99,8 @@ class KnownAnswerConfig:
     seed: int = 0
     clip_steps: int = 400
     lxmert_steps: int = 400
+    objects_steps: int = 100
+    shuffle_control: bool = False
     jobs: int = 2
 
     @property
@@ -106,7 +119,7 @@ GROUPS = ("data", "train", "extract", "experiments", "collect", "report")
 #: training step scales with its steps). Used only to order the steps, never to time out.
 _COST = {
     "train dataset": 5.0, "train regions": 6.0, "eval dataset": 1.0, "eval regions": 1.0,
-    "train clip": 85.0, "train lxmert": 115.0, "untrained": 1.5, "extract": 3.0,
+    "train clip": 85.0, "train bow": 30.0, "train lxmert": 115.0, "untrained": 1.5, "extract": 3.0,
     "separability": 10.0, "variant-probe": 4.5, "task-adaptation": 2.5, "variant-similarity": 0.5,
     "winoground-scores": 0.2, "recall": 0.2,
 }
@@ -155,17 +168,26 @@ def testbed_plan(config: KnownAnswerConfig) -> dict[str, Any]:
                                  _s(eval_regions), "--seed", seed], ["eval dataset"], cost=_COST["eval regions"])
     clip = ["fixtures", "train", "clip", "--data-dir", _s(train), "--seed", seed, "--device", "cpu",
             "--steps", _s(config.clip_steps), "--quiet"]
-    lxmert = ["fixtures", "train", "lxmert", "--data-dir", _s(train), "--regions", _s(train_regions), "--seed", seed,
-              "--device", "cpu", "--steps", _s(config.lxmert_steps), "--quiet"]
+    lxmert_base = ["fixtures", "train", "lxmert", "--data-dir", _s(train), "--regions", _s(train_regions), "--seed",
+                   seed, "--device", "cpu", "--quiet"]
+    lxmert = [*lxmert_base, "--steps", _s(config.lxmert_steps)]
+    lxmert_objects = [*lxmert_base, "--steps", _s(config.objects_steps), "--negatives", "other-items"]
     clip_cost = _COST["train clip"] * config.clip_steps / 400
+    bow_cost = _COST["train bow"] * config.clip_steps / 400
     lxmert_cost = _COST["train lxmert"] * config.lxmert_steps / 400
+    objects_cost = _COST["train lxmert"] * config.objects_steps / 400
     on_data = [] if ready else ["train dataset"]
     on_regions = [] if ready else ["train regions"]
     trainers = {
         "clip-trained": ([*clip, "--out", _s(models / "clip-trained")], on_data, clip_cost),
-        "clip-shuffle": ([*clip, "--text-order", "shuffle", "--out", _s(models / "clip-shuffle")], on_data, clip_cost),
+        # the trained CLIP's image tower, frozen, and a text tower blind to word order: they differ in that only
+        "clip-bow": ([*clip, "--text-tower", "bag-of-words", "--image-tower", _s(models / "clip-trained"),
+                      "--out", _s(models / "clip-bow")], ["train clip-trained"], bow_cost),
+        **({"clip-shuffle": ([*clip, "--text-order", "shuffle", "--out", _s(models / "clip-shuffle")], on_data,
+                             clip_cost)} if config.shuffle_control else {}),
         "clip-random": ([*clip, "--untrained", "--out", _s(models / "clip-random")], on_data, _COST["untrained"]),
         "lxmert-trained": ([*lxmert, "--out", _s(models / "lxmert-trained")], on_regions, lxmert_cost),
+        "lxmert-objects": ([*lxmert_objects, "--out", _s(models / "lxmert-objects")], on_regions, objects_cost),
         "lxmert-random": ([*lxmert, "--untrained", "--out", _s(models / "lxmert-random")], on_regions,
                           _COST["untrained"]),
     }
@@ -175,10 +197,13 @@ def testbed_plan(config: KnownAnswerConfig) -> dict[str, Any]:
     lang = ["--streams", "lang"]
     plan_models: dict[str, dict[str, Any]] = {}
     for name in trainers:
-        entry: dict[str, Any] = {"model": name.split("-")[0], "checkpoint": _s(models / name)}
+        family = "openclip" if name == "clip-bow" else name.split("-")[0]
+        entry: dict[str, Any] = {"model": family, "checkpoint": _s(models / name)}
         if name.startswith("clip"):
             entry["extract"] = poolings
             entry["after"] = [f"train {name}"]
+            if name in HELD_OUT_MODELS:
+                entry["run"] = {"separability": HELD_OUT_SETTINGS}
         else:
             entry["extract"] = ["--regions", _s(eval_regions), "--pair-plan", "item", *poolings]
             entry["after"] = [f"train {name}", "eval regions"]
@@ -200,7 +225,10 @@ def testbed_plan(config: KnownAnswerConfig) -> dict[str, Any]:
         "out": _s(out),
         "models": plan_models,
         "datasets": {DATASET: {"data_dir": _s(evald), "extract": ["--variants", _s(evald / "variants.jsonl")],
-                               "after": ["eval dataset"], "results": "results", "report": "report/report.html"}},
+                               "after": ["eval dataset"], "results": "results", "report": "report/report.html",
+                               # the page opens with the known answers' verdicts
+                               "report_args": ["--known-answers", _s(out / "report" / "known_answers.json")],
+                               "report_after": ["known answers"]}},
         "experiments": experiments,
         "steps": steps,
     }
@@ -209,7 +237,8 @@ def testbed_plan(config: KnownAnswerConfig) -> dict[str, Any]:
 def _settings_args(config: KnownAnswerConfig) -> list[str]:
     """The run's settings as ``probe fixtures known-answers`` takes them (its report's note)."""
     return ["--seed", _s(config.seed), "--train-items", _s(config.train_items), "--eval-items",
-            _s(config.eval_items), "--clip-steps", _s(config.clip_steps), "--lxmert-steps", _s(config.lxmert_steps)]
+            _s(config.eval_items), "--clip-steps", _s(config.clip_steps), "--lxmert-steps", _s(config.lxmert_steps),
+            "--objects-steps", _s(config.objects_steps)]
 
 
 def plan_commands(config: KnownAnswerConfig) -> list[Step]:
@@ -246,7 +275,8 @@ def report_settings(config: KnownAnswerConfig) -> tuple[dict[str, int], str]:
     note = (
         "Probe settings are the testbed's small ones, not the paper defaults: "
         + "; ".join(f"{k} {' '.join(v)}" for k, v in QUICK_SETTINGS.items())
-        + f". Models trained with seed {config.seed} ({config.clip_steps} CLIP steps, {config.lxmert_steps} LXMERT steps)"
+        + f". Models trained with seed {config.seed} ({config.clip_steps} CLIP steps, {config.lxmert_steps} LXMERT steps,"
+        f" {config.objects_steps} steps of the object-only LXMERT)"
         f" on {config.train_items} training items; evaluated on {config.eval_items} items."
     )
     seeds = {"data_seed": config.seed, "train_seed": config.seed, "separability_control_seeds": 2,
@@ -312,7 +342,7 @@ def start_testbed(config: KnownAnswerConfig, *, echo: Any = print) -> Path:
     ``OUT/plan.toml``."""
     from vlprobe.io.ownership import claim_folder
 
-    for name in ("train_items", "eval_items", "clip_steps", "lxmert_steps", "jobs"):
+    for name in ("train_items", "eval_items", "clip_steps", "lxmert_steps", "objects_steps", "jobs"):
         check_positive_int(getattr(config, name), name)
     check_seed(config.seed)
     out = claim_folder(config.out, kind=TESTBED_KIND, recognise=_earlier_testbed)

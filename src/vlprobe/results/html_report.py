@@ -13,6 +13,9 @@ Per experiment folder of ``RESULTS_DIR`` (``<experiment>/manifest.json``) and pe
   version, vlprobe version and git revision, when, seeds, the device, package versions and the
   fingerprints of every input.
 
+With ``known_answers`` (a testbed's ``known_answers.json``, :mod:`vlprobe.results.known_answers`)
+the page opens with the known answers: each one's numbers and whether it held.
+
 HTML (default): one file, figures embedded as base64 PNG, the style inline, no external asset
 and no script. Markdown: the same sections, figures as ``data:`` image links.
 
@@ -340,7 +343,19 @@ def _figure(runs: Sequence[RunResult]) -> list[_Block]:
     return [_Block("img", text=f"{runs[0].experiment}: {', '.join(r.name for r in runs)}", data=figure_bytes(fig, "png", dpi=90))]
 
 
-def _blocks(root: Path, runs: Sequence[RunResult], progress: bool = False) -> list[_Block]:
+def _verdict_blocks(path: Path) -> list[_Block]:
+    """The known answers of ``path`` (a testbed's ``known_answers.json``): how many hold, then one
+    row per answer with its numbers, whether it held and, where it did not, what that means."""
+    from vlprobe.results.known_answers import read_checks, verdict_line, verdict_rows
+
+    checks = read_checks(path)
+    return [_Block("h", 2, "Known answers"),
+            _Block("p", text=f"{verdict_line(checks)} (from {path.name}; the testbed's models, whose answers are known)"),
+            _Block("table", headers=("known answer", "measured", "expected", "held"), rows=tuple(verdict_rows(checks)))]
+
+
+def _blocks(root: Path, runs: Sequence[RunResult], progress: bool = False,
+            known_answers: Path | None = None) -> list[_Block]:
     from vlprobe.progress import say
 
     experiments = list(dict.fromkeys(r.experiment for r in runs))
@@ -359,6 +374,8 @@ def _blocks(root: Path, runs: Sequence[RunResult], progress: bool = False) -> li
                             f"report by vlprobe {__version__} on {time.strftime('%Y-%m-%d %H:%M:%S %Z')}."),
            _Block("table", headers=("experiment", "runs"),
                   rows=tuple((e, ", ".join(r.name for r in runs if r.experiment == e)) for e in experiments))]
+    if known_answers is not None:  # the verdicts first: what the rest of the page should show
+        out[1:1] = _verdict_blocks(known_answers)
     for experiment in experiments:
         mine = [r for r in runs if r.experiment == experiment]
         out.append(_Block("h", 2, experiment))
@@ -422,9 +439,11 @@ def _md_cell(v: str) -> str:
     return v.replace("|", "\\|").replace("\n", " ")
 
 
-def build_report(results_dir: str | os.PathLike[str], fmt: str = "html", *, progress: bool = False) -> str:
+def build_report(results_dir: str | os.PathLike[str], fmt: str = "html", *, progress: bool = False,
+                 known_answers: str | os.PathLike[str] | None = None) -> str:
     """The report of a results folder as HTML or Markdown text (module docstring); ``progress``:
-    a line on stderr per figure drawn.
+    a line on stderr per figure drawn; ``known_answers``: a testbed's ``known_answers.json``,
+    whose verdicts open the page (each answer, its numbers, whether it held).
 
     Raises
     ------
@@ -434,7 +453,7 @@ def build_report(results_dir: str | os.PathLike[str], fmt: str = "html", *, prog
     check_choice(fmt, "format", FORMATS)
     root = Path(results_dir)
     runs = find_runs([root], param="results_dir")
-    blocks = _blocks(root, runs, progress)
+    blocks = _blocks(root, runs, progress, None if known_answers is None else Path(known_answers))
     return _render(f"report.{fmt}.jinja", blocks, f"vlprobe results: {root.name}")
 
 
@@ -453,9 +472,10 @@ def _is_report(path: Path) -> bool:
 
 
 def write_report(results_dir: str | os.PathLike[str], out: str | os.PathLike[str], fmt: str | None = None,
-                 progress: bool = True) -> Path:
+                 progress: bool = True, known_answers: str | os.PathLike[str] | None = None) -> Path:
     """Write the report; the format defaults to the file name's (``.md``: Markdown, else HTML);
-    ``progress``: a line on stderr per figure drawn (drawing takes most of the time).
+    ``progress``: a line on stderr per figure drawn (drawing takes most of the time);
+    ``known_answers``: see :func:`build_report`.
 
     Raises
     ------
@@ -469,7 +489,7 @@ def write_report(results_dir: str | os.PathLike[str], out: str | os.PathLike[str
     chosen = fmt or ("md" if target.suffix.lower() in (".md", ".markdown") else "html")
     check_choice(chosen, "format", FORMATS)
     check_output(target, REPORT_KIND, recognise=_is_report)
-    text = build_report(results_dir, chosen, progress=progress)
+    text = build_report(results_dir, chosen, progress=progress, known_answers=known_answers)
     mark = f"{_REPORT_MARK}\n" if chosen == "html" else f"{_REPORT_MARK}\n\n"
     with atomic_write(target, kind=REPORT_KIND, recognise=_is_report) as fh:
         fh.write(text.replace("<!DOCTYPE html>\n", "<!DOCTYPE html>\n" + mark, 1) if chosen == "html" else mark + text)
