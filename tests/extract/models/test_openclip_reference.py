@@ -34,7 +34,12 @@ from PIL import Image
 
 from vlprobe.extract.models.openclip.adapter import OpenClipAdapter
 from vlprobe.extract.models.openclip.preprocess import preprocess
-from vlprobe.extract.models.openclip.tokenizer import BPE_FILE, BPE_SHA256, clean_text, clip_bpe_tokenizer
+from vlprobe.extract.models.openclip.tokenizer import (
+    BPE_FILE,
+    BPE_SHA256,
+    clean_text,
+    clip_bpe_tokenizer,
+)
 from vlprobe.fixtures.openclip import write_tiny_openclip
 from vlprobe.validation import InputError
 
@@ -135,7 +140,7 @@ def test_text_is_cleaned_before_tokenizing(vit: OpenClipAdapter) -> None:
     """A caption with an HTML entity gets the ids and the text features of the unescaped caption,
     as in open_clip (before: other ids, a text feature off by 1.9 on OpenAI's ViT-B-32)."""
     texts = ["a dog &amp; a cat", "a dog & a cat", "A  Dog &amp; A\tCat"]
-    ids, mask = vit.tokens(texts)
+    ids, _ = vit.tokens(texts)
     assert ids[0].tolist() == ids[1].tolist() == ids[2].tolist() == OPEN_CLIP_IDS["a dog & a cat"]
     pooled = vit.encode("text", texts, [0]).pooled
     torch.testing.assert_close(pooled[0], pooled[1], rtol=0, atol=1e-6)  # the same ids: the same forward
