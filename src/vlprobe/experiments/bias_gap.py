@@ -45,7 +45,15 @@ from vlprobe.data.items import Dataset, Item
 from vlprobe.progress import say
 from vlprobe.provenance import sha256_file
 from vlprobe.runs.charts import Chart
-from vlprobe.runs.declare import REQUIRED, Experiment, check_key_values, key_values, names, option
+from vlprobe.runs.declare import (
+    REQUIRED,
+    Experiment,
+    check_key_values,
+    check_name_values,
+    key_values,
+    names,
+    option,
+)
 from vlprobe.runs.option_groups import (
     BootstrapOptions,
     DatasetOption,
@@ -99,7 +107,7 @@ class BiasGapConfig(DatasetOption, ItemOptions, BootstrapOptions, ProgressOption
         help="Blind (text-only) registered models, comma-separated: vera, grammar, blind-lm, caption-length, ...",
     )
     checkpoints: tuple[str, ...] = option(
-        (), repeat=True, role="input", metavar="SCORER=DIR", check=check_key_values,
+        (), repeat=True, role="input", metavar="SCORER=DIR", check=check_name_values,
         help="A scorer's checkpoint (directory or hub id), SCORER=DIR, repeatable (default: the scorer's own).",
     )
     vlm_results: tuple[Path, ...] = option(
@@ -122,7 +130,7 @@ class BiasGapConfig(DatasetOption, ItemOptions, BootstrapOptions, ProgressOption
     batch_size: int = ModelOptions.redeclare("batch_size", help="Texts per forward pass.")
 
     def check(self) -> None:
-        ckpts = key_values(self.checkpoints, "checkpoints")
+        ckpts = key_values(self.checkpoints, "checkpoints", identifiers=False)
         unknown = sorted(set(ckpts) - set(self.scorers))
         if unknown:
             raise InputError(f"checkpoints: {unknown[0]!r} is not one of the scorers ({','.join(self.scorers)})")
@@ -320,7 +328,7 @@ def compute_bias_gap(config: BiasGapConfig, slot: RunSlot) -> RunRows:
     order = list(dict.fromkeys(subsets))
     texts = [t.text for it in items for t in it.captions]
     images = [it.images[0] for it in items for _ in it.captions]
-    checkpoints = key_values(config.checkpoints, "checkpoints")
+    checkpoints = key_values(config.checkpoints, "checkpoints", identifiers=False)
     inputs: dict[str, Any] = {"dataset": {"name": dataset.name, "fingerprint": dataset.fingerprint,
                                           "source": dataset.source}}
     scorer_info: dict[str, Any] = {}
