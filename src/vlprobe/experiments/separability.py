@@ -64,6 +64,7 @@ from typing import Any
 import numpy as np
 from joblib import Parallel, delayed
 
+from vlprobe.data.tags import missing_wwh_warning
 from vlprobe.experiments.cache_features import (
     SCALINGS,
     CacheIndex,
@@ -79,7 +80,7 @@ from vlprobe.experiments.cache_features import (
 )
 from vlprobe.probes.linear import LinearSeparabilityProbe
 from vlprobe.probes.separability_cases import FIELDS, Case, fit_cases
-from vlprobe.progress import format_bytes, progress_bar, say
+from vlprobe.progress import format_bytes, progress_bar, say, warn
 from vlprobe.runs.charts import Chart
 from vlprobe.runs.declare import Experiment, option
 from vlprobe.runs.option_groups import (
@@ -262,6 +263,8 @@ def compute_separability(config: SeparabilityConfig, slot: RunSlot) -> RunRows:
         streams = _default_streams(cache, config.streams)
         index = load_index(cache)
         require_variants(index, config.cache, "separability")
+        warn(missing_wwh_warning(cache.header.dataset, index.item_tags, f"cache {Path(config.cache).name}",
+                                 "extract it again (the tags come with the dataset)"))
         model = slot.label
         scale_mode = resolve_scale(config.scale, index.model)
         rows: list[dict[str, Any]] = []
