@@ -276,13 +276,16 @@ def from_pretrained_with_info(
 
     A config whose sizes do not fit the weights is refused in one line naming the first weight
     that differs (:mod:`vlprobe.extract.models.fit`; ``checkpoint``, default ``path``, is what
-    the message names) instead of transformers' load report and traceback.
+    the message names), before the model is built where the weight files' headers tell, else
+    from transformers' mismatched keys, instead of transformers' load report and traceback.
 
     transformers annotates ``from_pretrained`` as returning the model alone, which it does only
     without ``output_loading_info``; this is the one place that unpacks the pair.
     """
-    from vlprobe.extract.models.fit import first_mismatch, refuse_mismatch
+    from vlprobe.extract.models.fit import check_hf_fits, first_mismatch, refuse_mismatch
 
+    name = str(path) if checkpoint is None else checkpoint
+    check_hf_fits(model_cls, path, name)
     model, info = model_cls.from_pretrained(path, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs)
     mismatched = {str(k): (tuple(got), tuple(want)) for k, got, want, *_ in info.get("mismatched_keys") or ()}
     if mismatched:
@@ -290,7 +293,7 @@ def from_pretrained_with_info(
         found = first_mismatch({k: w for k, (_, w) in mismatched.items()}, {k: g for k, (g, _) in mismatched.items()},
                                order)
         if found is not None:
-            raise refuse_mismatch(str(path) if checkpoint is None else checkpoint, found, config=model.config)
+            raise refuse_mismatch(name, found, config=model.config)
     return model, info
 
 
