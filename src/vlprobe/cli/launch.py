@@ -3,6 +3,8 @@ or as a Slurm job array; ``probe sweep PLAN``: models x datasets x experiments."
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -42,6 +44,19 @@ def _echo(line: str) -> None:
     typer.echo(line, err=True)
 
 
+@contextlib.contextmanager
+def _crashes_in_one_line() -> Iterator[None]:
+    """A step that crashed or was killed after its retries (out of memory, preempted, SIGKILL) is
+    no bug of vlprobe: one ``error:`` line naming the step, its exit and its log, exit code 1."""
+    from vlprobe.launch.steps import StepCrashed
+
+    try:
+        yield
+    except StepCrashed as exc:
+        typer.echo("error: " + " ".join(str(exc).split()), err=True)
+        raise typer.Exit(1) from None
+
+
 def _said(result: dict) -> None:
     typer.echo(str(result["out"] or " ".join(map(str, result["shards"]))))
 
@@ -63,8 +78,9 @@ def launch_local(
     """
     from vlprobe.launch.sharded import launch_local as run
 
-    _said(run(ctx.args, shards=shards, jobs=jobs, threads=threads, retries=retries, merge=merge, echo=_echo,
-              start_method=start_method))
+    with _crashes_in_one_line():
+        _said(run(ctx.args, shards=shards, jobs=jobs, threads=threads, retries=retries, merge=merge, echo=_echo,
+                  start_method=start_method))
 
 
 @launch_app.command("slurm", context_settings=_EXTRA)
@@ -86,15 +102,16 @@ def launch_slurm(
     merge: Merge = True,
 ) -> None:
     """Submit COMMAND (after --) as a Slurm job array through submitit, follow it, resubmit the
-    shards that did not finish, then merge. Needs `pip install 'vlprobe[slurm]'`.
+    shards that did not finish, then merge. Needs `pip install 'vlprobe\\[slurm]'`.
 
     Example: probe launch slurm --array 8 --partition gpu --gpus-per-task 1 -- probe extract ... --out all.h5
     """
     from vlprobe.launch.sharded import launch_slurm as run
 
-    _said(run(ctx.args, shards=shards, partition=partition, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task,
-              mem_gb=mem_gb, timeout_min=timeout_min, parallel=parallel, account=account, qos=qos, folder=folder,
-              cluster=cluster, retries=retries, merge=merge, echo=_echo))
+    with _crashes_in_one_line():
+        _said(run(ctx.args, shards=shards, partition=partition, gpus_per_task=gpus_per_task,
+                  cpus_per_task=cpus_per_task, mem_gb=mem_gb, timeout_min=timeout_min, parallel=parallel,
+                  account=account, qos=qos, folder=folder, cluster=cluster, retries=retries, merge=merge, echo=_echo))
 
 
 @app.command("sweep")
@@ -126,10 +143,10 @@ def sweep_cmd(
     """
     from vlprobe.launch.sweep import run_sweep
 
-    result = run_sweep(plan, out=out, launcher=launcher, jobs=jobs, threads=threads, retries=retries,
-                       echo=typer.echo if dry_run else _echo,
-                       partition=partition, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task, mem_gb=mem_gb,
-                       timeout_min=timeout_min, parallel=parallel, account=account, qos=qos, cluster=cluster,
-                       start_method=start_method, dry_run=dry_run)
+    with _crashes_in_one_line():
+        result = run_sweep(plan, out=out, launcher=launcher, jobs=jobs, threads=threads, retries=retries,
+                           echo=typer.echo if dry_run else _echo, partition=partition, gpus_per_task=gpus_per_task,
+                           cpus_per_task=cpus_per_task, mem_gb=mem_gb, timeout_min=timeout_min, parallel=parallel,
+                           account=account, qos=qos, cluster=cluster, start_method=start_method, dry_run=dry_run)
     if not dry_run:
         typer.echo(str(result["results"]))
