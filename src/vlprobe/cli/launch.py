@@ -30,11 +30,16 @@ Partition = Annotated[str | None, typer.Option(help="Slurm partition.")]
 GpusPerTask = Annotated[int, typer.Option(help="GPUs of each Slurm job (array task).")]
 CpusPerTask = Annotated[int | None, typer.Option(help="CPUs of each Slurm job (array task).")]
 MemGb = Annotated[int | None, typer.Option(help="Memory of each Slurm job (array task), GB.")]
-TimeoutMin = Annotated[int, typer.Option(help="Time limit of each Slurm job (array task), minutes.")]
+TimeoutMin = Annotated[int, typer.Option(help="Time limit of the costliest Slurm job, minutes (each other job: in proportion to its cost, at least 10).")]
 Parallel = Annotated[int | None, typer.Option(help="Slurm jobs running at once (sbatch --array=...%N).")]
 Account = Annotated[str | None, typer.Option(help="Slurm account.")]
 Qos = Annotated[str | None, typer.Option(help="Slurm QOS.")]
 Cluster = Annotated[str, typer.Option(help="slurm, or local: submitit's local processes (a trial run here).")]
+CpuPartition = Annotated[str | None, typer.Option(
+    help="Slurm partition of the jobs that use no GPU (merges, collect, reports; default: --partition).")]
+Wait = Annotated[bool, typer.Option(
+    "--wait/--no-wait", help="Follow the Slurm jobs to their end (retrying the ones that die), or return once "
+                             "every job is submitted (run the same command again to follow or resume).")]
 StartMethod = Annotated[str | None, typer.Option(
     help="How a local step's process starts: forkserver (a fork of a process that imported torch once; the "
          "default on Linux) or spawn (a fresh python -m vlprobe).")]
@@ -58,6 +63,9 @@ def _crashes_in_one_line() -> Iterator[None]:
 
 
 def _said(result: dict) -> None:
+    if result.get("timings") is None and "jobs" in result:  # submitted, not followed
+        typer.echo(" ".join(f"{job}" for job in result["jobs"].values()))
+        return
     typer.echo(str(result["out"] or " ".join(map(str, result["shards"]))))
 
 
@@ -100,9 +108,11 @@ def launch_slurm(
     cluster: Cluster = "slurm",
     retries: Retries = 2,
     merge: Merge = True,
+    cpu_partition: CpuPartition = None,
+    wait: Wait = True,
 ) -> None:
-    """Submit COMMAND (after --) as a Slurm job array through submitit, follow it, resubmit the
-    shards that did not finish, then merge. Needs `pip install 'vlprobe\\[slurm]'`.
+    """Submit COMMAND (after --) as a Slurm job array through submitit and its merge as a job that
+    waits for the array, follow them, resubmit the shards that died. Needs `pip install 'vlprobe\\[slurm]'`.
 
     Example: probe launch slurm --array 8 --partition gpu --gpus-per-task 1 -- probe extract ... --out all.h5
     """
@@ -111,7 +121,8 @@ def launch_slurm(
     with _crashes_in_one_line():
         _said(run(ctx.args, shards=shards, partition=partition, gpus_per_task=gpus_per_task,
                   cpus_per_task=cpus_per_task, mem_gb=mem_gb, timeout_min=timeout_min, parallel=parallel,
-                  account=account, qos=qos, folder=folder, cluster=cluster, retries=retries, merge=merge, echo=_echo))
+                  account=account, qos=qos, folder=folder, cluster=cluster, retries=retries, merge=merge, echo=_echo,
+                  cpu_partition=cpu_partition, wait=wait))
 
 
 @app.command("sweep")
@@ -133,13 +144,17 @@ def sweep_cmd(
     qos: Qos = None,
     cluster: Cluster = "slurm",
     start_method: StartMethod = None,
+    cpu_partition: CpuPartition = None,
+    wait: Wait = True,
     dry_run: Annotated[bool, typer.Option(
         help="Print every step (done before, or to run), what it waits for and its command; run none.")] = False,
 ) -> None:
     """Run a plan of models x datasets x experiments (and models x benchmarks: probe eval) as a dependency graph; a rerun resumes.
 
-    With --launcher slurm each step is a Slurm job (submitit) with the job options given
-    (--partition, --gpus-per-task, ...); the steps that can start together go as one array.
+    With --launcher slurm every step is submitted at once as a Slurm job (submitit) that waits for
+    the jobs of its inputs (--dependency=afterok), with the job options given (--partition,
+    --gpus-per-task, ...) and a time limit that follows its cost; a rerun asks Slurm first and
+    submits nothing that is queued, running or done.
     """
     from vlprobe.launch.sweep import run_sweep
 
@@ -147,6 +162,7 @@ def sweep_cmd(
         result = run_sweep(plan, out=out, launcher=launcher, jobs=jobs, threads=threads, retries=retries,
                            echo=typer.echo if dry_run else _echo, partition=partition, gpus_per_task=gpus_per_task,
                            cpus_per_task=cpus_per_task, mem_gb=mem_gb, timeout_min=timeout_min, parallel=parallel,
-                           account=account, qos=qos, cluster=cluster, start_method=start_method, dry_run=dry_run)
-    if not dry_run:
+                           account=account, qos=qos, cluster=cluster, start_method=start_method, dry_run=dry_run,
+                           cpu_partition=cpu_partition, wait=wait)
+    if not dry_run and "jobs" not in result:
         typer.echo(str(result["results"]))

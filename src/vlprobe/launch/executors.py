@@ -332,33 +332,12 @@ class SubmititExecutor:
     poll_interval: float = 5.0
 
     def __post_init__(self) -> None:
-        try:
-            import submitit
-        except ImportError:
-            raise InputError(
-                "launcher: the Slurm launcher needs submitit; install it with `pip install 'vlprobe[slurm]'`"
-            ) from None
         if self.cluster not in ("slurm", "local"):
             raise InputError(f"cluster must be slurm or local, got {self.cluster!r}")
-        self._executor = self._submitit(submitit, self.parameters)
+        self._executor = submitit_executor(self.folder, self.cluster, self.parameters)
         if self.cluster == "local":
             self.poll_interval = min(self.poll_interval, 0.2)
         self._cpu: Any = None
-
-    def _submitit(self, submitit: Any, parameters: Mapping[str, Any]) -> Any:
-        """submitit's executor of this folder and cluster with the job ``parameters``."""
-        try:
-            executor = submitit.AutoExecutor(folder=str(self.folder), cluster=self.cluster)
-        except RuntimeError as exc:  # submitit's "Could not detect srun": not on a Slurm machine
-            raise InputError(
-                f"launcher: no Slurm here ({exc}); run it where sbatch and srun are, or try the same jobs here "
-                "with --cluster local"
-            ) from None
-        try:
-            executor.update_parameters(**dict(parameters))
-        except (TypeError, ValueError) as exc:
-            raise InputError(f"launcher: submitit refused the job parameters ({exc})") from None
-        return executor
 
     @property
     def slots(self) -> int:
@@ -388,9 +367,7 @@ class SubmititExecutor:
         """An executor of the same jobs with no GPU (for the steps that use none: merges,
         collect, reports), made once."""
         if self._cpu is None:
-            import submitit
-
-            self._cpu = self._submitit(submitit, {**dict(self.parameters), "gpus_per_node": 0})
+            self._cpu = submitit_executor(self.folder, self.cluster, {**dict(self.parameters), "gpus_per_node": 0})
         return self._cpu
 
     def poll(self, handle: Any) -> Finished | None:
@@ -408,6 +385,30 @@ class SubmititExecutor:
 
     def close(self) -> None:
         """Nothing to let go of (the jobs are Slurm's)."""
+
+
+def submitit_executor(folder: Path, cluster: str, parameters: Mapping[str, Any]) -> Any:
+    """submitit's executor of ``folder`` on ``cluster`` (``slurm`` or ``local``) with the job
+    ``parameters``; InputError in one line without submitit, without Slurm, or for parameters
+    submitit refuses."""
+    try:
+        import submitit
+    except ImportError:
+        raise InputError(
+            "launcher: the Slurm launcher needs submitit; install it with `pip install 'vlprobe[slurm]'`"
+        ) from None
+    try:
+        executor = submitit.AutoExecutor(folder=str(folder), cluster=cluster)
+    except RuntimeError as exc:  # submitit's "Could not detect srun": not on a Slurm machine
+        raise InputError(
+            f"launcher: no Slurm here ({exc}); run it where sbatch and srun are, or try the same jobs here "
+            "with --cluster local"
+        ) from None
+    try:
+        executor.update_parameters(**dict(parameters))
+    except (TypeError, ValueError, NameError) as exc:
+        raise InputError(f"launcher: submitit refused the job parameters ({' '.join(str(exc).split())[:300]})") from None
+    return executor
 
 
 def slurm_parameters(
