@@ -40,10 +40,12 @@ crepe      ``syst_hard_negatives/syst_vg_hard_negs_<seen|unseen>_compounds_in_<c
            (``n`` rows each: ``region_id, caption, x, y, width, height, valid_hard_negs_comp,
            valid_hard_negs_atom, image_id, valid_hard_negs_combined``; the last row of each has no
            compound negatives) and ``prod_hard_negatives/<atom|negate|swap>/
-           prod_vg_hard_negs_<neg>_complexity_<4..12>.csv`` (``n`` rows: ``region_id, image_id,
-           caption, x, y, width, height, hard_negs``, five negatives each); images
-           ``vg/VG_100K/<id>.jpg`` (even ids) and ``vg/VG_100K_2/<id>.jpg`` (odd); ``image_root``:
-           ``vg=<out>/vg``
+           prod_vg_hard_negs_<neg>_complexity_<4..12>.csv`` (``n`` rows with the release's header
+           ``image_id, caption, n, n_objects, n_relations, n_attributes, n_connected_components,
+           hard_negs, x, y, width, height``, the box as floats, five negatives each, written as a
+           set literal ``{...}`` in every third row of the atom and negate files, as the release
+           writes some); images ``vg/VG_100K/<id>.jpg`` (even ids) and ``vg/VG_100K_2/<id>.jpg``
+           (odd); ``image_root``: ``vg=<out>/vg``
 vl-checklist  ``data/<the 56 annotation files>`` (``n`` records each, ``[image path, {"POS": [...],
            "NEG": [...]}]``) and ``n`` images per source under ``vg/VG_100K/``,
            ``hake/hake_images_20200614/`` and ``swig/``; ``image_root``: ``<out>`` (the authors'
@@ -386,9 +388,14 @@ def _crepe(w: _Writer, rng: np.random.Generator, n: int) -> None:
                     else:
                         alt.insert(min(j, len(alt)), "no")
                     negs.append("a " + " ".join(alt))
-                rows.append([str(500 + k), str(image_id), caption, x, y, bw, bh, repr(negs)])
+                # the release writes some atom and negate cells as a set literal: {'a', 'b'}
+                cell = "{" + repr(negs)[1:-1] + "}" if neg != "swap" and k % 3 == 2 else repr(negs)
+                parts = len(words) // 2
+                rows.append([str(image_id), caption, complexity, 2 * parts, parts - 1, parts, 1, cell,
+                             float(x), float(y), float(bw), float(bh)])
             rel = crepe_file(f"prod_{neg}_{complexity}")[0]
-            w.text(rel, table(["region_id", "image_id", "caption", "x", "y", "width", "height", "hard_negs"], rows))
+            w.text(rel, table(["image_id", "caption", "n", "n_objects", "n_relations", "n_attributes",
+                               "n_connected_components", "hard_negs", "x", "y", "width", "height"], rows))
 
 
 def _vl_checklist(w: _Writer, rng: np.random.Generator, n: int) -> None:
