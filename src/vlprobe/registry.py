@@ -404,7 +404,8 @@ MODELS.register(
 )
 MODELS.register(
     "vilbert", "vlprobe.extract.models.vilbert.adapter:ViLBertAdapter",
-    help="ViLBERT / 12-in-1 cross-encoder (vilbert-multi-task .bin + config JSON; score_head=itm|vil_logit, task_id) "
+    help="ViLBERT / 12-in-1 cross-encoder (vilbert-multi-task .bin + config JSON; score_head=itm|vil_logit, task_id, "
+         "max_regions, max_text_length) "
          "with region features; streams text, image",
 )
 MODELS.register(
@@ -487,7 +488,7 @@ for _name, _target, _help in (
     ("llava", "llava:write_tiny_llava", "Hugging Face LLaVA-1.5 folder (CLIP tower, Llama LM, chat template)"),
     ("qwen2-vl", "qwen2_vl:write_tiny_qwen2_vl", "Hugging Face Qwen2-VL-Instruct folder (chat template)"),
     ("visualbert", "visualbert:write_tiny_visualbert", "Hugging Face VisualBertForPreTraining folder"),
-    ("vilbert", "vilbert:write_tiny_vilbert", "vilbert-multi-task state dict (vilbert.bin) and config JSON; --arch pretrained|multitask"),
+    ("vilbert", "vilbert:write_tiny_vilbert", "vilbert-multi-task release tree (config/bert_base_6layer_6conect.json, save/pretrained_model.bin or save/multi_task_model.bin); --arch pretrained|multitask"),
     ("openclip", "openclip:write_tiny_openclip", "OpenCLIP hub folder (open_clip_pytorch_model.bin, open_clip_config.json); --arch vit|resnet|roberta"),
     ("frcnn", "frcnn:write_tiny_frcnn", "Visual Genome Faster R-CNN in the hub port's format (probe regions extract --detector)"),
     ("blind-lm", "text_models:write_tiny_gpt2", "Hugging Face GPT-2 causal LM folder"),

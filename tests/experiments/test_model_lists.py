@@ -227,7 +227,7 @@ regions = "valse-regions.h5"
 [models.12in1]
 row = "ViLBERT 12-in-1"
 model = "vilbert"
-checkpoint = "vilbert/vilbert.bin"
+checkpoint = "vilbert/save/multi_task_model.bin"
 regions = "valse-regions.h5"
 options = { task_id = 8 }
 

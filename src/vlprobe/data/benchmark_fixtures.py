@@ -12,10 +12,12 @@ written; a folder is only ever overwritten when it holds a previous fixture and 
 =========  ======================================================================================
 format     what is written (``n`` = ``n_items``)
 =========  ======================================================================================
-aro        ``visual_genome_relation.json`` and ``visual_genome_attribution.json`` (n records each,
-           boxes inside ``images/<id>.jpg``), ``coco_karpathy_test.json`` (n images x 5
-           captions; images ``coco/val2014/COCO_val2014_<12 digits>.jpg``),
-           ``flickr30k_test.json`` (n images x 5; ``flickr30k/flickr30k-images/<id>.jpg``);
+aro        the authors' three roots: ``visual_genome_relation.json`` and
+           ``visual_genome_attribution.json`` (n records each, boxes inside ``images/<id>.jpg``)
+           in ``<out>`` (their ``ARO_ROOT``); ``coco/coco_karpathy_test.json`` (n images x 5
+           captions) beside ``coco/val2014/COCO_val2014_<12 digits>.jpg`` (``COCO_ROOT``: their
+           ``COCO_Order`` reads the Karpathy file from the image root); ``flickr30k/flickr30k_test.json``
+           (n images x 5) beside ``flickr30k/flickr30k-images/<id>.jpg`` (``FLICKR_ROOT``);
            ``image_root``: ``coco=<out>/coco``, ``flickr30k=<out>/flickr30k`` (``vg`` is the
            default ``<out>/images``)
 mmvp-vlm   ``Questions.csv`` (header, then ``n`` pairs of rows ``qid,type,statement``, at most
@@ -177,8 +179,8 @@ def _aro(w: _Writer, rng: np.random.Generator, n: int) -> None:
         fname = f"flickr30k-images/{1000092795 + i}.jpg"
         w.image(f"flickr30k/{fname}", rng)
         flickr.append({"image": fname, "caption": [_caption_shape(rng) for _ in range(5)]})
-    w.json("coco_karpathy_test.json", coco)
-    w.json("flickr30k_test.json", flickr)
+    w.json("coco/coco_karpathy_test.json", coco)  # in the image roots, where the authors' code reads them
+    w.json("flickr30k/flickr30k_test.json", flickr)
 
 
 def _mmvp_vlm(w: _Writer, rng: np.random.Generator, n: int) -> None:

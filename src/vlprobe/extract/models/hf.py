@@ -272,14 +272,29 @@ def load_image_processor(path: Any, checkpoint: str, backend: str = IMAGE_BACKEN
     return processor
 
 
-def from_pretrained_with_info(model_cls: Any, path: Any, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+def from_pretrained_with_info(
+    model_cls: Any, path: Any, *, checkpoint: str | None = None, **kwargs: Any,
+) -> tuple[Any, dict[str, Any]]:
     """``model_cls.from_pretrained(path, output_loading_info=True, **kwargs)``: the model and its
     loading info (``missing_keys``, ``unexpected_keys``, ...).
+
+    A config whose sizes do not fit the weights is refused in one line naming the first weight
+    that differs (:mod:`vlprobe.extract.models.fit`; ``checkpoint``, default ``path``, is what
+    the message names) instead of transformers' load report and traceback.
 
     transformers annotates ``from_pretrained`` as returning the model alone, which it does only
     without ``output_loading_info``; this is the one place that unpacks the pair.
     """
-    model, info = model_cls.from_pretrained(path, output_loading_info=True, **kwargs)
+    from vlprobe.extract.models.fit import first_mismatch, refuse_mismatch
+
+    model, info = model_cls.from_pretrained(path, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs)
+    mismatched = {str(k): (tuple(got), tuple(want)) for k, got, want, *_ in info.get("mismatched_keys") or ()}
+    if mismatched:
+        order = [k for k in model.state_dict() if k in mismatched] + sorted(mismatched)
+        found = first_mismatch({k: w for k, (_, w) in mismatched.items()}, {k: g for k, (g, _) in mismatched.items()},
+                               order)
+        if found is not None:
+            raise refuse_mismatch(str(path) if checkpoint is None else checkpoint, found, config=model.config)
     return model, info
 
 
@@ -331,7 +346,7 @@ def load_hf_model(
         Weight-name prefixes the adapter reads.
     """
     extra = {} if device_map is None else {"device_map": device_map}
-    model, info = from_pretrained_with_info(model_cls, path, dtype=dtype, **extra)
+    model, info = from_pretrained_with_info(model_cls, path, checkpoint=checkpoint, dtype=dtype, **extra)
     missing = sorted(k for k in info["missing_keys"] if k.startswith(needed))
     if missing:
         raise InputError(
