@@ -72,11 +72,13 @@ class ResolvedCheckpoint:
 
 def resolve_checkpoint(
     spec: str, *, param: str = "checkpoint", allow_patterns: list[str] | None = None, default_of: str | None = None,
+    how: str | None = None,
 ) -> ResolvedCheckpoint:
     """Find the files of a checkpoint given as a directory or a hub id.
 
     ``default_of`` says why ``spec`` was taken when the user did not give it (``"reference
-    checkpoint of lxmert"``); the messages then say so.
+    checkpoint of lxmert"``); the messages then say so. ``how``: how else to give it, where that
+    is not ``--<param> DIR`` (a command without such an option).
     """
     if not spec or not spec.strip():
         raise InputError(f"{param} must be a local directory or a hub id, got {spec!r}")
@@ -86,7 +88,7 @@ def resolve_checkpoint(
     looks_local = spec.startswith((".", "/", "~")) or os.sep + os.sep in spec or spec.count("/") > 1
     if p.exists() or looks_local:
         raise InputError(f"{param}: {spec!r} is not a directory (expected a checkpoint folder or a hub id)")
-    return _resolve_hub(spec, param, allow_patterns, default_of)
+    return _resolve_hub(spec, param, allow_patterns, default_of, how)
 
 
 def fingerprint_dir(path: Path) -> str:
@@ -99,6 +101,7 @@ def fingerprint_dir(path: Path) -> str:
 
 def _resolve_hub(
     repo_id: str, param: str, allow_patterns: list[str] | None, default_of: str | None = None,
+    other: str | None = None,
 ) -> ResolvedCheckpoint:
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import (
@@ -111,7 +114,8 @@ def _resolve_hub(
     folder = "models--" + repo_id.replace("/", "--")
     how = (
         f"download it on a machine with network (hf download {repo_id}) and copy its hub-cache folder {folder} "
-        f"into {constants.HF_HUB_CACHE} (HF_HUB_CACHE), or save it with save_pretrained(DIR) and pass --{param} DIR"
+        f"into {constants.HF_HUB_CACHE} (HF_HUB_CACHE), or "
+        + (other or f"save it with save_pretrained(DIR) and pass --{param} DIR")
     )
     if default_of:
         param = f"{param} (not given: the {default_of})"
