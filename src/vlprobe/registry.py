@@ -411,7 +411,7 @@ MODELS.register(
 MODELS.register(
     "openclip", "vlprobe.extract.models.openclip.adapter:OpenClipAdapter",
     help="OpenCLIP checkpoint loaded natively (hub folder, .pt/.bin/.safetensors state dict; --model-option arch=NAME, "
-         "act=quick_gelu); ViT or ModifiedResNet image tower, CLIP or roberta text tower; streams text, image",
+         "act=quick_gelu); ViT or ModifiedResNet image tower, CLIP, roberta or xlm-roberta text tower; streams text, image",
 )
 MODELS.register(
     "blip-itm", "vlprobe.extract.models.blip:BlipItmAdapter",
@@ -489,7 +489,7 @@ for _name, _target, _help in (
     ("qwen2-vl", "qwen2_vl:write_tiny_qwen2_vl", "Hugging Face Qwen2-VL-Instruct folder (chat template)"),
     ("visualbert", "visualbert:write_tiny_visualbert", "Hugging Face VisualBertForPreTraining folder"),
     ("vilbert", "vilbert:write_tiny_vilbert", "vilbert-multi-task release tree (config/bert_base_6layer_6conect.json, save/pretrained_model.bin or save/multi_task_model.bin); --arch pretrained|multitask"),
-    ("openclip", "openclip:write_tiny_openclip", "OpenCLIP hub folder (open_clip_pytorch_model.bin, open_clip_config.json); --arch vit|resnet|roberta"),
+    ("openclip", "openclip:write_tiny_openclip", "OpenCLIP hub folder (open_clip_pytorch_model.bin, open_clip_config.json); --arch vit|resnet|roberta|xlm-roberta"),
     ("frcnn", "frcnn:write_tiny_frcnn", "Visual Genome Faster R-CNN in the hub port's format (probe regions extract --detector)"),
     ("blind-lm", "text_models:write_tiny_gpt2", "Hugging Face GPT-2 causal LM folder"),
     ("gpt2", "text_models:write_tiny_gpt2", "Hugging Face GPT-2 causal LM folder"),
