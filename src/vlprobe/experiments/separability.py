@@ -264,8 +264,9 @@ def compute_separability(config: SeparabilityConfig, slot: RunSlot) -> RunRows:
         streams = _default_streams(cache, config.streams)
         index = load_index(cache)
         require_variants(index, config.cache, "separability")
-        warn(missing_wwh_warning(cache.header.dataset, index.item_tags, f"cache {Path(config.cache).name}",
-                                 "extract it again (the tags come with the dataset)"))
+        # said once the input is known good (a refused run prints its one error line only)
+        wwh_note = missing_wwh_warning(cache.header.dataset, index.item_tags, f"cache {Path(config.cache).name}",
+                                       "extract it again (the tags come with the dataset)")
         model = slot.label
         scale_mode = resolve_scale(config.scale, index.model)
         rows: list[dict[str, Any]] = []
@@ -288,6 +289,8 @@ def compute_separability(config: SeparabilityConfig, slot: RunSlot) -> RunRows:
             if not cases:
                 raise InputError(f"cache: {Path(config.cache).name} has no item with two captions to separate")
             n_cases[stream] = len(cases)
+            warn(wwh_note)
+            wwh_note = None
             n_fits = len(cases) * len(read.layers) * (1 + len(seeds))
             say(config.progress, f"{EXPERIMENT.name}: stream {stream} ({read.modality}, {read.pooling}): fitting {n_fits} linear "
                                  f"SVMs ({len(cases)} cases x {len(read.layers)} layers x (target + {len(seeds)} "
