@@ -492,10 +492,10 @@ for _name, _target, _help in (
     ("openclip", "openclip:write_tiny_openclip", "OpenCLIP hub folder (open_clip_pytorch_model.bin, open_clip_config.json); --arch vit|resnet|roberta|xlm-roberta"),
     ("frcnn", "frcnn:write_tiny_frcnn", "Visual Genome Faster R-CNN in the hub port's format (probe regions extract --detector)"),
     ("blind-lm", "text_models:write_tiny_gpt2", "Hugging Face GPT-2 causal LM folder"),
-    ("gpt2", "text_models:write_tiny_gpt2", "Hugging Face GPT-2 causal LM folder"),
-    ("vera", "text_models:write_tiny_vera", "Hugging Face T5 encoder folder (Vera's shape: 32,100 embedding rows)"),
-    ("grammar", "text_models:write_tiny_bert_classifier", "Hugging Face BERT sequence classifier folder"),
-    ("openai-gpt", "text_models:write_tiny_openai_gpt", "Hugging Face GPT-1 (OpenAIGPTLMHeadModel) folder"),
+    ("gpt2", "text_models:write_tiny_gpt2", "gpt2-large's hub files (GPT-2 causal LM)"),
+    ("vera", "text_models:write_tiny_vera", "liujch1998/vera's hub files (T5 encoder, bf16 shards, spiece.model)"),
+    ("grammar", "text_models:write_tiny_cola_distilbert", "textattack/distilbert-base-uncased-CoLA's hub files"),
+    ("openai-gpt", "text_models:write_tiny_openai_gpt", "openai-gpt's hub files (OpenAIGPTLMHeadModel)"),
     ("blind-grammar", "text_models:write_tiny_bert_classifier", "Hugging Face BERT sequence classifier folder"),
 ):
     FIXTURES.register(_name, f"vlprobe.fixtures.{_target}", help=_help)

@@ -147,7 +147,7 @@ ROWS = [
     Row("gpt2", "a ViLBERT folder", _eval("gpt2", "vilbert"), ("checkpoint", "not a causal language model")),
     Row("openai-gpt", "a GPT-2 folder", _eval("openai-gpt", "gpt2"), ("checkpoint", "'gpt2' model, expected 'openai-gpt'")),
     Row("openai-gpt", "a VisualBERT folder", _eval("openai-gpt", "visualbert"), ("checkpoint", "not a causal language model")),
-    Row("vera", "the grammar model's folder", _eval("vera", "grammar"), ("checkpoint", "'bert' model", "Vera's 't5'")),
+    Row("vera", "the grammar model's folder", _eval("vera", "grammar"), ("checkpoint", "'distilbert' model", "Vera's 't5'")),
     Row("vera", "an OpenCLIP folder", _eval("vera", "openclip-vit"), ("checkpoint", "config.json")),
     Row("grammar", "a CLIP folder", _eval("grammar", "clip"), ("checkpoint", "not a sequence classifier", "'clip' model")),
     Row("grammar", "an LXMERT folder", _eval("grammar", "lxmert"), ("checkpoint", "not a sequence classifier")),
@@ -240,9 +240,9 @@ ROWS = [
         ("checkpoint", "does not fit its config", "visual_projection.weight", "visual_embedding_dim")),
     Row("vera", "a config whose d_model does not fit the weights", _eval("vera", _edited("vera", "config.json", d_model=32)),
         ("checkpoint", "does not fit its config", "shared.weight", "d_model")),
-    Row("grammar", "a config whose hidden_size does not fit the weights", _eval(
-        "grammar", _edited("grammar", "config.json", hidden_size=64)), ("checkpoint", "does not fit its config",
-                                                                         "hidden_size")),
+    Row("grammar", "a config whose dim does not fit the weights", _eval(
+        "grammar", _edited("grammar", "config.json", dim=48)), ("checkpoint", "does not fit its config",
+                                                                 "distilbert.embeddings.word_embeddings.weight", "dim")),
     Row("vilbert", "a config whose v_hidden_size does not fit the weights", _extract(
         "vilbert", _edited("vilbert", "config/bert_base_6layer_6conect.json", "save/pretrained_model.bin", v_hidden_size=48)),
         ("checkpoint", "does not fit its config (bert_base_6layer_6conect.json)", "bert.v_embeddings.image_embeddings.weight",
