@@ -82,13 +82,21 @@ def test_the_packaged_bpe_is_the_published_file_and_builds_clips_vocabulary() ->
         assert tok(clean_text(text))["input_ids"] == ids, text
 
 
+def _empty_hub_cache(monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
+    """An empty hub cache and the hub offline (huggingface_hub reads both at import)."""
+    from huggingface_hub import constants
+
+    root.mkdir()
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(root))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+
+
 def test_a_hub_folder_runs_offline_with_nothing_else(folders: dict[str, Path], tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Two files, an empty hub cache, the hub offline: the adapter loads and tokenizes with the
     BPE it carries (before: it looked for openai/clip-vit-base-patch32 in the hub cache)."""
     hub = _hub_copy(folders["vit"], tmp_path / "laion" / "CLIP-ViT-tiny")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    _empty_hub_cache(monkeypatch, tmp_path / "empty-cache")
     adapter = OpenClipAdapter.load(str(hub), device="cpu")
     ids, mask = adapter.tokens(list(OPEN_CLIP_IDS))
     for i, want in enumerate(OPEN_CLIP_IDS.values()):
@@ -97,7 +105,8 @@ def test_a_hub_folder_runs_offline_with_nothing_else(folders: dict[str, Path], t
     assert adapter.input_fingerprints()["tokenizer"] == f"sha256:{BPE_SHA256};clean=lower"
 
 
-def test_cli_extract_on_a_hub_folder_offline(folders: dict[str, Path], synthetic_dir: Path, tmp_path: Path) -> None:
+def test_cli_extract_on_a_hub_folder_offline(folders: dict[str, Path], synthetic_dir: Path, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """`probe extract --model openclip --checkpoint DIR` on a folder of open_clip_config.json and
     open_clip_pytorch_model.bin alone, offline, with an empty hub cache."""
     import h5py
@@ -106,7 +115,8 @@ def test_cli_extract_on_a_hub_folder_offline(folders: dict[str, Path], synthetic
     from vlprobe.cli import app
 
     hub = _hub_copy(folders["vit"], tmp_path / "hub-folder")
-    env = {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "empty-cache")}
+    _empty_hub_cache(monkeypatch, tmp_path / "empty-cache")
+    env = {"HF_HUB_OFFLINE": "1"}
     out = tmp_path / "c.h5"
     res = CliRunner().invoke(app, ["extract", "--model", "openclip", "--checkpoint", str(hub), "--dataset", "winoground",
                                    "--data-dir", str(synthetic_dir), "--out", str(out), "--device", "cpu", "--quiet"],

@@ -40,6 +40,7 @@ __all__ = [
     "load_hf_model",
     "load_hf_tokenizer",
     "load_image_processor",
+    "native_stdout_dropped",
     "quiet_transformers",
     "reading_weights",
     "resolve_checkpoint",
@@ -360,13 +361,41 @@ def load_hf_model(
 
 
 def load_hf_tokenizer(path: Any, checkpoint: str) -> Any:
-    """``AutoTokenizer.from_pretrained(path)``; a folder without a readable tokenizer is an input error."""
+    """``AutoTokenizer.from_pretrained(path)``; a folder without a readable tokenizer is an input error.
+
+    The native ``tokenizers`` library prints ``Ignored unknown kwarg option __type`` on the process's
+    standard output for each special token of a ``tokenizer_config.json`` written in the 2021-2022
+    form (AddedToken dicts with ``"__type"``, as ``openai/clip-vit-base-patch32`` holds it); that
+    output is dropped (:func:`native_stdout_dropped`), so that a command's stdout stays its own.
+    """
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(path)
+        with native_stdout_dropped():
+            return AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as exc:
         raise InputError(f"checkpoint: {checkpoint!r} has no readable tokenizer ({exc})") from None
+
+
+@contextlib.contextmanager
+def native_stdout_dropped() -> Iterator[None]:
+    """Drop what native code writes to file descriptor 1 meanwhile (Python's own ``print`` goes
+    through ``sys.stdout`` and is flushed first); a no-op where descriptor 1 cannot be redirected."""
+    import sys
+
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError, AttributeError):
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 @contextlib.contextmanager

@@ -364,6 +364,9 @@ def _tokenizer(files: CheckpointFiles, given: str | None, cfg: OpenClipConfig) -
         spec, fingerprint = f"vlprobe:{BPE_FILE} (OpenAI CLIP's BPE, as OpenCLIP ships it)", f"sha256:{BPE_SHA256}"
     else:
         folder = _tokenizer_folder(files, given, cfg)
+        if folder is not None and not any(any(folder.glob(p)) for p in ("tokenizer*.json", "vocab.*", "*.model")):
+            raise InputError(f"tokenizer: {str(folder)!r} holds no tokenizer files (tokenizer.json, "
+                             "tokenizer_config.json, vocab.json, ...)")
         default = cfg.text.hf_tokenizer_name
         spec = given if given is not None else (str(folder) if folder is not None else default)
         try:
