@@ -147,11 +147,10 @@ def fake_spacy(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="session")
 def wwh_tags() -> Path:
-    """The real "Why is Winoground Hard?" tag file (MIT), read where it lies, never copied."""
-    path = _shared_data() / "why-winoground-hard" / "new_tag_assignments.json"
-    if not path.is_file():
-        pytest.skip(f"the shared tag file is absent ({path}); set VLPROBE_SHARED_DATA")
-    return path
+    """The real "Why is Winoground Hard?" tag file (MIT): the copy vlprobe ships."""
+    from vlprobe.data.tags import shipped_tag_file
+
+    return shipped_tag_file()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

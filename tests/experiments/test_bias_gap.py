@@ -39,6 +39,11 @@ def tiny_vera(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_vera(tmp_path_factory.mktemp("models") / "tiny-vera", 0)
 
 
+def roots(aro: Path) -> tuple[str, ...]:
+    """ARO's image roots, which hold the order subsets' Karpathy files (the authors' layout)."""
+    return (f"coco={aro / 'coco'}", f"flickr30k={aro / 'flickr30k'}")
+
+
 def scorers_args(vera: Path, grammar: Path) -> tuple[str, ...]:
     return (f"vera={vera}", f"grammar={grammar}")
 
@@ -60,11 +65,12 @@ def test_item_gaps_hardest_each_and_ties() -> None:
 
 def test_bias_gap_on_aro_with_tiny_vera_and_grammar(aro_dir: Path, tiny_vera: Path, tiny_bert_classifier: Path,
                                                     tmp_path: Path) -> None:
-    cfg = BiasGapConfig(dataset="aro", data_dir=aro_dir, out=tmp_path, checkpoints=scorers_args(tiny_vera, tiny_bert_classifier),
-                        bootstrap=50, device="cpu", progress=False)
+    cfg = BiasGapConfig(dataset="aro", data_dir=aro_dir, image_root=roots(aro_dir), out=tmp_path,
+                        checkpoints=scorers_args(tiny_vera, tiny_bert_classifier), bootstrap=50, device="cpu",
+                        progress=False)
     csv_path, _, rows = run_bias_gap(cfg)
     assert csv_path == tmp_path / "bias-gap" / "aro@bootstrap=50.csv"
-    ds = load_aro(aro_dir)
+    ds = load_aro(aro_dir, image_root=roots(aro_dir))
     vera = VeraScorer.load(str(tiny_vera), device="cpu")
     grammar = GrammarScorer.load(str(tiny_bert_classifier), device="cpu")
     gaps = {(r["probe"], r["subset"].split(":", 1)[1]): float(r["value"])
@@ -104,10 +110,12 @@ def test_bias_gap_on_aro_with_tiny_vera_and_grammar(aro_dir: Path, tiny_vera: Pa
 
 def test_each_pair_and_a_vlm_run_compared(aro_dir: Path, tiny_vera: Path, tmp_path: Path) -> None:
     _, _, eval_rows = run_eval(EvalConfig(benchmark="aro", out=tmp_path, model="caption-length", data_dir=aro_dir,
-                                          subsets="vg_relation,coco_order", bootstrap=20, progress=False))
+                                          image_root=roots(aro_dir), subsets="vg_relation,coco_order", bootstrap=20,
+                                          progress=False))
     eval_csv = tmp_path / "aro" / "caption-length@bootstrap=20.csv"
     result = CliRunner().invoke(app, [
         "run", "bias-gap", "--dataset", "aro", "--data-dir", str(aro_dir), "--subsets", "vg_relation,coco_order",
+        *[a for r in roots(aro_dir) for a in ("--image-root", r)],
         "--scorers", "vera,caption-length", "--checkpoint", f"vera={tiny_vera}", "--negatives", "each",
         "--vlm-result", str(eval_csv), "--out", str(tmp_path), "--bootstrap", "20", "--device", "cpu", "--quiet"])
     assert result.exit_code == 0, result.output
@@ -124,7 +132,7 @@ def test_each_pair_and_a_vlm_run_compared(aro_dir: Path, tiny_vera: Path, tmp_pa
     items = [r for r in read_rows(out.with_suffix(".items.csv")) if r["metric"] == "gap"]
     assert {r["subset"].rsplit("/", 1)[-1] for r in items if r["subset"].startswith("coco_order:")} == {"c1", "c2", "c3", "c4"}
     # caption length: minus the characters; each gap is the length difference
-    ds = load_aro(aro_dir, subsets="coco_order")
+    ds = load_aro(aro_dir, subsets="coco_order", image_root=roots(aro_dir))
     it = ds.items[0]
     gap = {r["subset"]: float(r["value"]) for r in items if r["probe"] == "caption-length"}
     assert gap[f"coco_order:{it.id}/c2"] == len(it.captions[2].text) - len(it.captions[0].text)

@@ -208,3 +208,40 @@ def test_probe_launch_slurm_eval_on_submitits_local_cluster(sugarcrepe_dir: Path
     assert (folder / name).read_text(encoding="utf-8") == (tmp_path / "one" / "sugarcrepe" / name).read_text(
         encoding="utf-8")
     assert list((folder / "caption-length@bootstrap=40.launch" / "submitit").glob("*_log.out"))
+
+
+def test_slurm_help_names_the_extra() -> None:
+    r = CliRunner().invoke(app, ["launch", "slurm", "--help"])
+    assert r.exit_code == 0 and "pip install 'vlprobe[slurm]'" in " ".join(r.output.split())
+
+
+def test_cache_merge_after_a_one_process_run(reference_cache: Path, tmp_path: Path, one_error_line: Callable[..., str]) -> None:
+    """``--shard auto`` under one process writes OUT itself: ``probe cache merge --out OUT`` then has
+    nothing to merge, and says so (exit 0); a file that is no complete run is still refused."""
+    import shutil
+
+    out = tmp_path / "clip.h5"
+    shutil.copy(reference_cache, out)
+    out.chmod(0o644)
+    r = CliRunner().invoke(app, ["cache", "merge", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "the whole run already" in r.output and "nothing to merge" in r.output
+    r = CliRunner().invoke(app, ["cache", "merge", "--out", str(tmp_path / "none.h5")])
+    one_error_line(r, "no shard files")
+
+
+@pytest.mark.slow  # two shard processes: about 20 s on two shared cores
+def test_a_killed_shard_without_retries_is_one_line_and_no_bug(
+    tiny_clip: Path, synthetic_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A shard killed (out of memory, preempted) is the machine's doing, not vlprobe's: one line
+    naming the shard, its exit and its log, exit code 1, no traceback."""
+    from vlprobe.launch import executors
+
+    monkeypatch.setattr(executors, "local_executor", lambda **_: _killer(tmp_path / "m", "0/2"))
+    r = CliRunner().invoke(app, ["launch", "local", "--shards", "2", "--retries", "0", "--",
+                                 *_extract(tiny_clip, synthetic_dir, tmp_path / "all.h5")])
+    assert r.exit_code == 1, r.output
+    lines = r.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: step 'shard 0/2' did not finish: killed by signal 9"), lines
+    assert "Traceback" not in r.output and "bug" not in r.output

@@ -64,6 +64,7 @@ from vlprobe.runs.option_groups import (
     ProgressOption,
     ResultsOptions,
     ShardOption,
+    StripCaptionsOption,
 )
 from vlprobe.runs.printout import metric_lines
 from vlprobe.runs.score_files import (
@@ -128,8 +129,8 @@ VALSE_NOTES = {
 
 
 @dataclass(frozen=True, kw_only=True)
-class EvalConfig(ModelOptions, ItemOptions, AllItemsOption, BootstrapOptions, ProgressOption, ShardOption,
-                 ResultsOptions):
+class EvalConfig(ModelOptions, ItemOptions, AllItemsOption, StripCaptionsOption, BootstrapOptions, ProgressOption,
+                 ShardOption, ResultsOptions):
     """One evaluation run (``probe eval sugarcrepe|valse|aro`` builds this, then calls :func:`run_eval`).
 
     Give ``model`` (score the pairs now) or ``scores`` (a saved per-item score file). With
@@ -220,6 +221,7 @@ def _load(config: EvalConfig) -> Any:
     options = {
         "subsets": config.subsets, "limit": config.limit, "image_dir": config.image_dir,
         "image_root": list(config.image_root) or None, "all_items": config.all_items or None,
+        "strip_captions": config.strip_captions or None,
     }
     if config.benchmark not in PAIRED:  # the options only some loaders take, when they take them
         from vlprobe.data.loading import loader_options
@@ -238,6 +240,8 @@ def _validate(config: EvalConfig) -> None:
     if config.benchmark not in PAIRED and config.data_dir is None:
         raise InputError(f"data_dir: {config.benchmark} needs its data folder (--data-dir), with a score file too: "
                          "its metrics read the items' subsets and groups")
+    if config.benchmark != "sugarcrepe" and config.strip_captions:
+        raise InputError("strip_captions applies to sugarcrepe only")
     if config.benchmark != "aro" and (config.order_seed != 0 or config.spacy_model is not None):
         raise InputError("order_seed and spacy_model apply to aro only")
     if config.threshold is not None:
@@ -261,11 +265,17 @@ def _validate(config: EvalConfig) -> None:
         check_model_inputs(config.model, MODELS.get(config.model), **_model_inputs(config))
 
 
+#: Benchmarks whose files may lie in an image root, so that ``image_root`` is given to models that read
+#: no pixels too (ARO: the authors' code reads the Karpathy files from the COCO and Flickr30k roots).
+FILES_IN_IMAGE_ROOTS = ("aro",)
+
+
 def _model_inputs(config: EvalConfig) -> dict[str, Any]:
     """What the model is given besides its checkpoint (checked against what it declares)."""
+    roots = () if config.benchmark in FILES_IN_IMAGE_ROOTS else config.image_root  # read by the loader alone
     return {
         "regions": config.regions,
-        "image_options": {"image_dir": config.image_dir, "image_root": config.image_root},
+        "image_options": {"image_dir": config.image_dir, "image_root": roots},
         "load_options": {"acceptable_label": config.acceptable_label, **config.load_options()},
     }
 
@@ -932,6 +942,7 @@ def _table_lines(table_path: Path, manifest_path: Path, rows: list[dict[str, Any
 #: logits; logits in the score file. Version 3: bow=same / bow=different slices.
 _ONLY_ARO = ("order_seed", "spacy_model")
 _ONLY_VALSE = ("all_items", "threshold", "keep_foil_ties")
+_ONLY_SUGARCREPE = ("strip_captions",)
 
 
 def _spec_experiment(name: str, version: int, omit: tuple[str, ...], metrics: tuple[str, ...],
@@ -940,7 +951,7 @@ def _spec_experiment(name: str, version: int, omit: tuple[str, ...], metrics: tu
     from vlprobe.experiments.benchmark_specs import SPECS
 
     return BenchmarkExperiment(name, version, EvalConfig, compute_eval, report, label=_label, fixed={"benchmark": name},
-                               omit=(*(() if image_dir else ("image_dir",)), *_ONLY_VALSE, *omit),
+                               omit=(*(() if image_dir else ("image_dir",)), *_ONLY_VALSE, *_ONLY_SUGARCREPE, *omit),
                                chart=Chart("bars", metrics, subsets=None, categories="subset", chance=SPECS[name].chance))
 
 
@@ -950,7 +961,7 @@ EXPERIMENTS: dict[str, BenchmarkExperiment] = {
                              chart=Chart("bars", ("accuracy",), subsets=None, categories="subset",
                                          chance={"accuracy": 50.0})),
     "valse": BenchmarkExperiment("valse", 3, EvalConfig, compute_eval, report, label=_label, fixed={"benchmark": "valse"},
-                        omit=("image_dir", *_ONLY_ARO),
+                        omit=("image_dir", *_ONLY_ARO, *_ONLY_SUGARCREPE),
                         chart=Chart("bars", ("acc_r", "auroc", "acc", "acc_r_valse"), subsets=None, categories="subset",
                                     chance={"acc_r": 50.0, "auroc": 50.0, "acc": 50.0, "acc_r_valse": 50.0})),
 }

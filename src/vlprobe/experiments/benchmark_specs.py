@@ -397,8 +397,9 @@ def spec_rows(
             boot = spec.metrics(subset, {k: v[at] for k, v in outcomes.items()}, grp[cols])
             parts[subset] = (len(cols), {m: (np.asarray(value), np.asarray(boot[m]).reshape(-1))
                                          for m, value in point.items()})
-            for metric, value in point.items():
-                summary.setdefault(metric, []).append((np.asarray(value), np.asarray(boot[metric]).reshape(-1)))
+            if spec.summary:  # a mean over the run's subsets only where the spec declares one (not for means)
+                for metric, value in point.items():
+                    summary.setdefault(metric, []).append((np.asarray(value), np.asarray(boot[metric]).reshape(-1)))
         tag = spec.group_tag.get(subset)
         if tag:
             for g in sorted(dict.fromkeys(grp[cols].tolist())):

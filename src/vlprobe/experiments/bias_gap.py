@@ -45,7 +45,15 @@ from vlprobe.data.items import Dataset, Item
 from vlprobe.progress import say
 from vlprobe.provenance import sha256_file
 from vlprobe.runs.charts import Chart
-from vlprobe.runs.declare import REQUIRED, Experiment, check_key_values, key_values, names, option
+from vlprobe.runs.declare import (
+    REQUIRED,
+    Experiment,
+    check_key_values,
+    check_name_values,
+    key_values,
+    names,
+    option,
+)
 from vlprobe.runs.option_groups import (
     BootstrapOptions,
     DatasetOption,
@@ -94,12 +102,16 @@ class BiasGapConfig(DatasetOption, ItemOptions, BootstrapOptions, ProgressOption
     dataset: str = DatasetOption.redeclare("dataset", REQUIRED, help="A registered dataset whose items have positive "
                                                                    "and negative captions (sugarcrepe, aro, valse, ...).")
     data_dir: Path | None = ItemOptions.redeclare("data_dir", help="Folder of the benchmark's files.")
+    image_root: tuple[str, ...] = ItemOptions.redeclare(
+        "image_root", help="SOURCE=DIR, repeatable: where a benchmark's files lie beside its images (ARO: the "
+                           "Karpathy files of coco_order and flickr30k_order in coco=DIR and flickr30k=DIR, as the "
+                           "authors' code reads them); the images are checked and hashed, not read.")
     scorers: tuple[str, ...] = option(
         ("vera", "grammar"), parse=names, check=_check_scorers, metavar="A,B", role="input",
         help="Blind (text-only) registered models, comma-separated: vera, grammar, blind-lm, caption-length, ...",
     )
     checkpoints: tuple[str, ...] = option(
-        (), repeat=True, role="input", metavar="SCORER=DIR", check=check_key_values,
+        (), repeat=True, role="input", metavar="SCORER=DIR", check=check_name_values,
         help="A scorer's checkpoint (directory or hub id), SCORER=DIR, repeatable (default: the scorer's own).",
     )
     vlm_results: tuple[Path, ...] = option(
@@ -122,14 +134,14 @@ class BiasGapConfig(DatasetOption, ItemOptions, BootstrapOptions, ProgressOption
     batch_size: int = ModelOptions.redeclare("batch_size", help="Texts per forward pass.")
 
     def check(self) -> None:
-        ckpts = key_values(self.checkpoints, "checkpoints")
+        ckpts = key_values(self.checkpoints, "checkpoints", identifiers=False)
         unknown = sorted(set(ckpts) - set(self.scorers))
         if unknown:
             raise InputError(f"checkpoints: {unknown[0]!r} is not one of the scorers ({','.join(self.scorers)})")
 
 
 def _dataset_option_values(config: BiasGapConfig) -> dict[str, Any]:
-    """The loader options: ``subsets``, ``limit`` and the ``dataset_options`` (typed as the loader's
+    """The loader options: ``subsets``, ``limit``, ``image_root`` and the ``dataset_options`` (typed as the loader's
     parameters take them: integers and true/false parsed)."""
     opts: dict[str, Any] = {}
     for key, text in key_values(config.dataset_options, "dataset_options").items():
@@ -141,10 +153,10 @@ def _dataset_option_values(config: BiasGapConfig) -> dict[str, Any]:
                 opts[key] = int(text)
             except ValueError:
                 opts[key] = text
-    for key in ("subsets", "limit"):
+    for key in ("subsets", "limit", "image_root"):
         if key in opts:
-            raise InputError(f"dataset_options: give {key} as --{key}, not as a dataset option")
-    return {**opts, "subsets": config.subsets, "limit": config.limit}
+            raise InputError(f"dataset_options: give {key} as --{key.replace('_', '-')}, not as a dataset option")
+    return {**opts, "subsets": config.subsets, "limit": config.limit, "image_root": list(config.image_root) or None}
 
 
 def positives_of(item: Item, dataset: str) -> int:
@@ -320,7 +332,7 @@ def compute_bias_gap(config: BiasGapConfig, slot: RunSlot) -> RunRows:
     order = list(dict.fromkeys(subsets))
     texts = [t.text for it in items for t in it.captions]
     images = [it.images[0] for it in items for _ in it.captions]
-    checkpoints = key_values(config.checkpoints, "checkpoints")
+    checkpoints = key_values(config.checkpoints, "checkpoints", identifiers=False)
     inputs: dict[str, Any] = {"dataset": {"name": dataset.name, "fingerprint": dataset.fingerprint,
                                           "source": dataset.source}}
     scorer_info: dict[str, Any] = {}
@@ -447,6 +459,6 @@ def report(config: BiasGapConfig, result: tuple[Path, Path, list[dict[str, Any]]
 
 EXPERIMENT = Experiment(
     "bias-gap", 1, BiasGapConfig, compute_bias_gap, report, label=_label,
-    omit=("image_dir", "image_root"),  # blind scorers read no image
+    omit=("image_dir",),  # blind scorers read no image; image_root finds ARO's Karpathy files (the authors' layout)
     chart=Chart("gaps", ("accuracy",), subsets=None, categories="subset", chance={"accuracy": 50.0}),
 )

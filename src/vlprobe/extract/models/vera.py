@@ -76,7 +76,7 @@ class VeraScorer(TextScorer):
                     f"checkpoint: {spec!r} has {config.vocab_size} embedding rows; Vera's head reads rows "
                     f"{min(HEAD_ROWS)}..{max(HEAD_ROWS)} (a T5 vocabulary of 32,100)"
                 )
-            model, loading = from_pretrained_with_info(T5EncoderModel, ckpt.path, dtype=torch_dtype)
+            model, loading = from_pretrained_with_info(T5EncoderModel, ckpt.path, checkpoint=spec, dtype=torch_dtype)
             _refuse_new_weights(loading, spec, "a T5 encoder")
             tokenizer = AutoTokenizer.from_pretrained(ckpt.path)
         return cls(model.to(dev).eval(), tokenizer, ckpt, dev)
