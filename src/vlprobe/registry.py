@@ -483,7 +483,7 @@ for _name, _target, _help in (
     ("clip", "clip:write_tiny_clip", "Hugging Face CLIP folder"),
     ("siglip", "siglip:write_tiny_siglip", "Hugging Face SigLIP folder"),
     ("lxmert", "lxmert:write_tiny_lxmert", "Hugging Face LXMERT folder"),
-    ("uniter", "uniter:write_tiny_uniter", "official UNITER state dict (uniter.pt) and config JSON"),
+    ("uniter", "uniter:write_tiny_uniter", "official UNITER state dict (uniter-base.pt) and config JSON"),
     ("blip-itm", "blip:write_tiny_blip_itm", "Hugging Face BLIP image-text matching folder"),
     ("llava", "llava:write_tiny_llava", "Hugging Face LLaVA-1.5 folder (CLIP tower, Llama LM, chat template)"),
     ("qwen2-vl", "qwen2_vl:write_tiny_qwen2_vl", "Hugging Face Qwen2-VL-Instruct folder (chat template)"),
