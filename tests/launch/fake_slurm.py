@@ -15,7 +15,8 @@ to its script yet) with the environment Slurm gives a batch script: the job's an
 array's variables (``SLURM_ARRAY_TASK_MIN``/``MAX``/``COUNT`` from the indices,
 ``SLURM_ARRAY_TASK_STEP`` from the number after ``--array``'s first ``:``) and the batch step's
 ``SLURM_STEP_ID=-5``. ``srun`` runs its command as step 0, 1, ... of the job with one task.
-``scancel`` kills a running job's processes (SIGTERM) and marks the job ``CANCELLED``.
+``scancel`` kills a running job's processes (SIGTERM) and marks the job ``CANCELLED``. As in
+Slurm, a job whose ``--output`` folder does not exist fails (nothing makes it).
 
 Supported options are what vlprobe, submitit and the documentation's examples use (``--array``,
 ``--dependency``, ``--kill-on-invalid-dep``, ``--wrap``, ``--parsable``, ``--output``,
@@ -309,7 +310,12 @@ def run(job: str) -> int:
     default = "slurm-%A_%a.out" if rec.get("array") else "slurm-%j.out"
     out = Path(rec["cwd"]) / _pattern(rec["options"].get("output", default), rec, job_id)
     err = Path(rec["cwd"]) / _pattern(rec["options"]["error"], rec, job_id) if "error" in rec["options"] else out
-    out.parent.mkdir(parents=True, exist_ok=True)
+    if not out.parent.is_dir() or not err.parent.is_dir():  # Slurm opens them, it makes no folder
+        with _locked() as root:
+            rec = _load(root, job) or rec
+            rec.update(state="FAILED", rc=1, reason="no folder for the job's output", ended=time.time())
+            _save(root, rec)
+        return 0
     env = _batch_env(rec)
     with open(out, "a") as o, open(err, "a") as e:
         rc = subprocess.call(["bash", rec["script"]], cwd=rec["cwd"], env=env, stdout=o, stderr=e if err != out else o,

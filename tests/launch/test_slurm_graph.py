@@ -171,3 +171,55 @@ def test_owned_files_of_another_key_are_replaced_before_submission(stand_in_slur
     submit_graph([Step("a", ("--version", "--help"), owns=Owned((str(made),)))], root, _submitter(root),
                  timeout_min=60, echo=said.append)
     assert not made.exists() and any(f"removed what its earlier run made: {made}" in line for line in said)
+
+
+@pytest.mark.slow  # seven probe steps as jobs of the stand-in Slurm, and three drivers: about 2 minutes
+def test_a_sweep_on_slurm_survives_its_driver(stand_in_slurm: Path, tmp_path: Path) -> None:
+    """``probe sweep --launcher slurm``: the whole plan submitted once with its dependencies; the
+    driver SIGKILLed, then run again while the jobs are queued, then while some run: nothing is
+    submitted again; followed to the end; a finished sweep run again submits nothing."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.launch.test_sweep import PLAN
+    from typer.testing import CliRunner
+    from vlprobe.cli import app
+
+    text = PLAN.replace("{d}", str(tmp_path))
+    plan = tmp_path / "plan.toml"
+    plan.write_text(text[:text.index("[models.b]")] + text[text.index("[datasets.wino]"):])  # model a only
+    argv = ["sweep", str(plan), "--launcher", "slurm", "--gpus-per-task", "0", "--timeout-min", "10"]
+    (stand_in_slurm / "HOLD").touch()
+    driver = subprocess.Popen([sys.executable, "-m", "vlprobe", *argv], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, env=dict(os.environ))
+    state = tmp_path / "out" / "state"
+    _wait_for(lambda: len(list(state.glob("*.try.json"))) == 7 or driver.poll() is not None)
+    assert driver.poll() is None, driver.stderr.read() if driver.stderr else ""
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    submitted = fake_slurm.calls(stand_in_slurm)
+    deps = {c["job"]: c["options"].get("dependency", "") for c in submitted}
+    assert sum(c["tasks"] for c in submitted) == 7 and sum(1 for d in deps.values() if d.startswith("afterok:")) >= 4
+
+    r = CliRunner().invoke(app, [*argv, "--no-wait"])  # the jobs are queued: nothing is submitted again
+    assert r.exit_code == 0, r.output
+    assert "0 submitted, 7 queued or running before" in r.stderr and fake_slurm.calls(stand_in_slurm) == submitted
+
+    (stand_in_slurm / "STALL").touch()
+    (stand_in_slurm / "HOLD").unlink()
+    _wait_for(lambda: any(j["state"] == "RUNNING" for j in fake_slurm.jobs(stand_in_slurm)))
+    r = CliRunner().invoke(app, [*argv, "--no-wait"])  # some run, the rest wait for them
+    assert r.exit_code == 0 and fake_slurm.calls(stand_in_slurm) == submitted, r.output
+
+    (stand_in_slurm / "STALL").unlink()
+    r = CliRunner().invoke(app, argv)  # follow them to the end
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip().splitlines()[-1] == str(tmp_path / "out" / "results.csv")
+    assert (tmp_path / "out" / "report" / "wino.html").stat().st_size > 0
+    assert fake_slurm.calls(stand_in_slurm) == submitted
+
+    r = CliRunner().invoke(app, argv)  # done: a rerun submits nothing
+    assert r.exit_code == 0 and "0 submitted, 0 queued or running before, 7 done before" in r.stderr, r.output
+    assert fake_slurm.calls(stand_in_slurm) == submitted

@@ -18,6 +18,13 @@ result when they read the same bytes with the same options. Its key is the sha25
 
 * and the keys of the steps it waits for, so that a changed step changes every step after it.
 
+A key is known before anything runs (Slurm's jobs are submitted with theirs), so what another
+step of the run writes enters it by place. What a step read is checked by content too, once it
+ran: its record keeps the content of every existing path it read (:func:`read_contents`: the
+cache a probe run read, the checkpoint a ``[[steps]]`` command trained), and a rerun counts the
+step done only when they are unchanged, so that a cache overwritten in place runs what read it
+again.
+
 Hashing a large input each time would cost its reading; :class:`ContentMemo` keeps each file's
 sha256 in ``<run>/state/fingerprints.json`` while its size, modification and change times and
 inode stay the same, so a rerun reads only what changed.
@@ -34,7 +41,8 @@ from typing import Any, Protocol
 
 from vlprobe.io.atomic import write_json
 
-__all__ = ["OUTPUT_OPTIONS", "POSITIONAL", "ContentMemo", "canonical", "command_tokens", "outputs_of", "step_keys"]
+__all__ = ["OUTPUT_OPTIONS", "POSITIONAL", "ContentMemo", "canonical", "command_tokens", "outputs_of", "read_contents",
+           "step_keys"]
 
 #: Options whose value is a step's output (named by its place in the key, never by its content).
 OUTPUT_OPTIONS = ("--out",)
@@ -149,6 +157,21 @@ def step_keys(steps: Sequence[_Keyed], root: Path, memo: ContentMemo | None = No
         keys[s.name] = "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
     memo.save()
     return keys
+
+
+def read_contents(args: Sequence[str], root: Path, memo: ContentMemo | None = None) -> dict[str, str]:
+    """The content (:meth:`ContentMemo.content`) of every existing path among ``args`` but the
+    outputs, by place (:func:`canonical`): what a step's record keeps of what it read."""
+    memo = memo if memo is not None else ContentMemo(None)
+    out: dict[str, str] = {}
+    for option, token in command_tokens(args):
+        if option in ("", *OUTPUT_OPTIONS):
+            continue
+        key, sep, value = token.partition("=")
+        path = value if sep and key.isidentifier() and value and os.path.exists(value) else token
+        if path and os.path.exists(path):
+            out[canonical(path, root)] = memo.content(Path(path))
+    return out
 
 
 def command_tokens(args: Sequence[str]) -> list[tuple[str, str]]:

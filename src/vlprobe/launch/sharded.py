@@ -241,6 +241,7 @@ def launch_shards(
         from vlprobe.launch.slurm_graph import follow_graph, poll_interval, submit_graph
 
         submitter, timeout_min, wait = slurm
+        submitter.check()
         echo(f"{shards} shards of `probe {' '.join(command.args)}` to Slurm; logs in {root}")
         graph = submit_graph(steps, root, submitter, timeout_min=timeout_min, echo=echo)
         if not wait:

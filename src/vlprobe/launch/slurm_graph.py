@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from vlprobe.io.paths import ensure_folder
+from vlprobe.launch.identity import ContentMemo, read_contents
 from vlprobe.launch.records import (
     read_exit,
     read_try,
@@ -114,7 +115,10 @@ class StepJob:
             missing = self.done() if rc == 0 and self.done is not None else ""
             fh.write(f"(exit {rc}, {wall:.1f} s)\n" + (f"(but {missing})\n" if missing else ""))
         if rc == 0 and not missing:
-            write_record(root, self.name, self.key, self.args, wall=wall, job_id=job)
+            memo = ContentMemo(root / "state")
+            write_record(root, self.name, self.key, self.args, wall=wall, job_id=job,
+                         read=read_contents(self.args, root, memo))
+            memo.save()
             return 0
         write_exit(root, self.name, job_id=job, rc=rc, missing=missing)
         raise StepExit(f"step {self.name!r}: `probe {' '.join(self.args)}` "
@@ -207,6 +211,12 @@ class SlurmSubmitter:
     folder: Path
     parameters: Mapping[str, Any] = field(default_factory=dict)
     cpu_partition: str | None = None
+
+    def check(self) -> None:
+        """Refuse now, in one line, a machine without Slurm or parameters submitit does not take."""
+        from vlprobe.launch.executors import submitit_executor
+
+        submitit_executor(self.folder, "slurm", self.parameters)
 
     def submit(self, jobs: Sequence[StepJob], *, dependency: str, gpu: bool, minutes: int) -> list[str]:
         """Submit ``jobs`` together (one array when several) with these needs; their job ids."""
@@ -344,6 +354,7 @@ def submit_graph(
     """Submit the steps of a run not done before, all at once (module docstring); returns the
     graph :func:`follow_graph` follows."""
     ordered = ordered_steps(steps)
+    submitter.check()
     ensure_folder(Path(root) / "state")
     ensure_folder(Path(root) / "logs")
     keys = plan_keys(ordered, root)

@@ -33,7 +33,7 @@ from typing import Any
 
 from vlprobe.io.paths import ensure_folder
 from vlprobe.launch.executors import Executor
-from vlprobe.launch.identity import ContentMemo, step_keys
+from vlprobe.launch.identity import ContentMemo, read_contents, step_keys
 from vlprobe.launch.records import (
     Owned,
     read_record,
@@ -186,7 +186,8 @@ def run_steps(
     ensure_folder(logs)
     ensure_folder(state)
     keys = plan_keys(ordered, root)
-    skipped = done_before(ordered, root, keys)
+    memo = ContentMemo(state)
+    skipped = done_before(ordered, root, keys, memo)
     done = set(skipped)
     pending = [s for s in ordered if s.name not in done]
     if skipped:
@@ -234,7 +235,7 @@ def run_steps(
             if end.rc == 0 and not missing:
                 done.add(name)
                 record[name].update(end=time.perf_counter() - t0, wall=wall, cpu=end.cpu, tries=tries[name])
-                write_record(root, name, keys[name], s.args, wall=wall)
+                write_record(root, name, keys[name], s.args, wall=wall, read=read_contents(s.args, root, memo))
                 echo(f"[{len(done) - len(skipped)}/{total}] {name} ({wall:.1f} s{cpu})")
                 if show_output:
                     echo(_indented(log))
@@ -255,6 +256,7 @@ def run_steps(
             )
             if running:
                 echo(f"{name} failed; waiting for {', '.join(running)} to finish")
+    memo.save()
     if failure is not None:
         raise failure
     return {"steps": record, "skipped": skipped, "wall": time.perf_counter() - t0}
@@ -288,21 +290,33 @@ def _indented(log: Path) -> str:
     return "\n".join(line if line.startswith("$ ") else f"  {line}" for line in lines)
 
 
-def done_before(steps: Sequence[Step], root: Path, keys: Mapping[str, str] | None = None) -> list[str]:
+def done_before(steps: Sequence[Step], root: Path, keys: Mapping[str, str] | None = None,
+                memo: ContentMemo | None = None) -> list[str]:
     """The steps a run in ``root`` would skip (module docstring, Resuming), in dependency order;
     ``steps`` ordered as :func:`ordered_steps` orders them, ``keys`` their keys (default:
     :func:`plan_keys`). Reads ``root/state``, writes nothing but the content memo."""
     keys = plan_keys(steps, root) if keys is None else keys
+    memo = memo if memo is not None else ContentMemo(_state_folder(root))
     done: dict[str, None] = {}  # (ordered, and a set for the look-ups)
     for s in steps:
-        if set(s.after) <= done.keys() and finished_before(s, root, keys[s.name]):
+        if set(s.after) <= done.keys() and finished_before(s, root, keys[s.name], memo):
             done[s.name] = None
+    memo.save()
     return list(done)
 
 
-def finished_before(s: Step, root: Path, key: str) -> bool:
-    """Whether ``s`` finished before under ``key`` (its record says so) and its ``done`` check passes."""
+def _state_folder(root: Path) -> Path | None:
+    state = Path(root) / "state"
+    return state if state.is_dir() else None
+
+
+def finished_before(s: Step, root: Path, key: str, memo: ContentMemo | None = None) -> bool:
+    """Whether ``s`` finished before under ``key`` (its record says so), what it read is unchanged
+    since (:func:`vlprobe.launch.identity.read_contents`) and its ``done`` check passes."""
     recorded = read_record(root, s.name)
     if recorded is None or recorded.get("key") != key:
+        return False
+    read = recorded.get("read")
+    if isinstance(read, dict) and read != read_contents(s.args, Path(root), memo):
         return False
     return s.done is None or not s.done()

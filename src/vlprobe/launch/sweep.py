@@ -147,8 +147,6 @@ def run_sweep(
     if dry_run:
         limits = timeout_min if launcher == "slurm" else None
         return {**_dry_run(steps, parsed.out, echo, timeout_min=limits), **where}
-    ensure_folder(parsed.out)
-    ensure_folder(parsed.out / "caches")
     if launcher == "slurm" and cluster == "slurm":
         from vlprobe.launch.slurm_graph import (
             SlurmSubmitter,
@@ -159,11 +157,14 @@ def run_sweep(
 
         params = slurm_parameters(name=f"vlprobe-{parsed.out.name}", cluster=cluster, **job)
         submitter = SlurmSubmitter(parsed.out / "submitit", params, cpu_partition=cpu_partition)
+        submitter.check()
+        ensure_folder(parsed.out / "caches")
         echo(f"{len(steps)} steps of {plan} to Slurm; logs in {parsed.out / 'logs'} and {parsed.out / 'submitit'}")
         graph = submit_graph(steps, parsed.out, submitter, timeout_min=timeout_min, echo=echo)
         if not wait:
             return {"steps": {}, "skipped": sorted(graph.done), "jobs": dict(graph.alive), "wall": 0.0, **where}
         return {**follow_graph(graph, retries=retries, poll_interval=poll_interval()), **where}
+    ensure_folder(parsed.out / "caches")
     executor: Executor
     if launcher == "local":
         executor = make_local(jobs=jobs, threads=threads, start_method=start_method)
