@@ -212,9 +212,11 @@ def test_data_info_and_bias_gap(crepe_dir: Path, tmp_path: Path) -> None:
                                       "--out", str(tmp_path), "--bootstrap", "10", "--quiet"])
     assert result.exit_code == 0, result.output
     with open(tmp_path / "bias-gap" / "crepe@bootstrap=10.csv", encoding="utf-8", newline="") as fh:
-        acc = {r["subset"]: float(r["value"]) for r in csv.DictReader(fh) if r["metric"] == "accuracy"}
-    # negation adds a word: the shorter caption always wins on length; a swap keeps the length (ties: wrong)
-    assert acc["prod_negate_6"] == 100.0 and acc["prod_swap_6"] == 0.0
+        got = {(r["subset"], r["metric"]): float(r["value"]) for r in csv.DictReader(fh)}
+    # negation adds a word: the shorter caption always wins on length; a swap keeps the length: a tie, which
+    # CREPE's recall@1 gives to the caption and a gap > 0 does not
+    assert got[("prod_negate_6", "recall@1")] == 100.0 and got[("prod_negate_6", "gap_positive")] == 100.0
+    assert got[("prod_swap_6", "recall@1")] == 100.0 and got[("prod_swap_6", "gap_positive")] == 0.0
     # a systematicity file's last row has no compound negatives: left out of the gaps, counted
     result = CliRunner().invoke(app, ["run", "bias-gap", "--dataset", "crepe", "--data-dir", str(crepe_dir),
                                       "--subsets", "syst_cc12m_seen_comp", "--scorers", "caption-length",
@@ -223,7 +225,7 @@ def test_data_info_and_bias_gap(crepe_dir: Path, tmp_path: Path) -> None:
     manifest = json.loads((tmp_path / "bias-gap" / "manifest.json").read_text(encoding="utf-8"))
     entry = manifest["runs"]["crepe@bootstrap=0"]
     assert entry["items_without_negatives"]["per_subset"] == {"syst_cc12m_seen_comp": 1}
-    assert entry["n_items"] == N - 1
+    assert entry["n_items"] == N and entry["n_gap_items"] == N - 1  # recall@1 counts it (ranked first)
 
 
 def test_refused_inputs(crepe_dir: Path, tiny_clip: Path, tmp_path: Path, one_error_line: Callable[..., str]) -> None:

@@ -94,7 +94,8 @@ from vlprobe.stats.metrics import (
 )
 from vlprobe.validation import InputError, check_float, check_seed
 
-__all__ = ["BENCHMARKS", "EXPERIMENTS", "EvalConfig", "EvalShard", "eval_run_name", "eval_shard_file", "run_eval"]
+__all__ = ["BENCHMARKS", "EXPERIMENTS", "EvalConfig", "EvalShard", "benchmark_rows", "eval_run_name", "eval_shard_file",
+           "headline_metrics", "run_eval"]
 
 #: The two-text benchmarks with their own code path here, then those evaluated through a
 #: :class:`~vlprobe.experiments.benchmark_specs.BenchmarkSpec`.
@@ -416,7 +417,7 @@ def _compute_spec(config: EvalConfig, slot: RunSlot) -> RunRows:
     """A benchmark evaluated through its :class:`~vlprobe.experiments.benchmark_specs.BenchmarkSpec`:
     every text of an item scored with every image of it (or read from a score file), then the
     spec's rows."""
-    from vlprobe.experiments.benchmark_specs import SPECS, spec_rows
+    from vlprobe.experiments.benchmark_specs import SPECS
 
     spec = SPECS[config.benchmark]
     dataset = _load(config)
@@ -460,10 +461,9 @@ def _compute_spec(config: EvalConfig, slot: RunSlot) -> RunRows:
         mats.append(values[at:at + k * j].reshape(j, k).T)
         at += k * j
     subsets = [it.meta["subset"] for it in items]
-    groups = [(it.tags.get(spec.group_tag.get(it.meta["subset"], ""), ("",)) or ("",))[0] for it in items]
-    slices = [(bow_tag([t.text for t in it.captions]) or [""])[0] for it in items] if spec.bow else None
+    slices = _item_slices(items) if spec.bow else None
     base = {"experiment": config.benchmark, "model": slot.label, "task": "target", "split": "test"}
-    rows, _ = spec_rows(spec, subsets, groups, mats, base, config.bootstrap, config.bootstrap_seed, slices)
+    rows = benchmark_rows(config.benchmark, items, mats, base, config.bootstrap, config.bootstrap_seed)
     sub = np.asarray(subsets)
     extra = {
         "units": units_of(rows), "model": slot.label, "n_items": len(items), "score_kind": score_kind,
@@ -482,6 +482,63 @@ def _compute_spec(config: EvalConfig, slot: RunSlot) -> RunRows:
     files = {".scores.jsonl": lambda path: write_item_scores(
         path, pair_items, [im.id for im in pair_images], [t.id for t in pair_texts], values)}
     return RunRows(rows, inputs, extra, seeds=[config.bootstrap_seed], device=device, files=files)
+
+
+# -- a benchmark's metric rows from its items' scores (probe eval; a blind scorer in bias-gap) ---------
+
+#: The paired benchmarks' own number (the spec benchmarks declare theirs: ``BenchmarkSpec.headline``).
+_PAIRED_HEADLINE = {"sugarcrepe": ("accuracy",), "valse": ("acc_r",)}
+
+
+def headline_metrics(benchmark: str) -> tuple[str, ...]:
+    """The benchmark's own number per scope, the first of these a scope has (ARO: ``macro_accuracy``
+    on its VG tasks, ``precision_at_1`` on the order tasks; CREPE ``recall@1``; SugarCrepe
+    ``accuracy``; VALSE ``acc_r``; ...)."""
+    if benchmark in PAIRED:
+        return _PAIRED_HEADLINE[benchmark]
+    from vlprobe.experiments.benchmark_specs import SPECS
+
+    return SPECS[benchmark].headline
+
+
+def _item_slices(items: list[Any]) -> list[str]:
+    """Each item's bag-of-words value (``same``, ``different``; "" for none)."""
+    return [(bow_tag([t.text for t in it.captions]) or [""])[0] for it in items]
+
+
+def benchmark_rows(benchmark: str, items: list[Any], scores: list[np.ndarray], base: dict[str, Any], n_boot: int,
+                   seed: int, *, threshold: float | None = None) -> list[dict[str, Any]]:
+    """The metric rows ``probe eval BENCHMARK`` writes for ``items`` with these scores (values in
+    percent, intervals, slices, groups), as its authors' code computes them, ties included.
+
+    Parameters
+    ----------
+    items : list of Item
+        In the run's order, each with ``meta["subset"]``.
+    scores : list of ndarray, shape (texts, images) each
+        Every text of an item scored with every image of it.
+    base : dict
+        The rows' other columns (experiment, model, probe, task, split).
+    n_boot, seed : int
+        Bootstrap resamples and seed.
+    threshold : float, optional
+        VALSE: the match threshold of the score (its thresholded metrics).
+    """
+    subsets = [it.meta["subset"] for it in items]
+    if benchmark in PAIRED:
+        sub = np.asarray(subsets)
+        pos, neg = (np.asarray([float(m[k, 0]) for m in scores]) for k in (0, 1))
+        slices = np.asarray(_item_slices(items))
+        idx = bootstrap_indices(len(items), n_boot, seed, strata=sub)
+        if benchmark == "sugarcrepe":
+            return _sugarcrepe_rows(pos, neg, sub, idx, base, seed, slices)
+        return _valse_rows(pos, neg, sub, idx, base, seed, threshold, True, None, slices)
+    from vlprobe.experiments.benchmark_specs import SPECS, spec_rows
+
+    spec = SPECS[benchmark]
+    groups = [(it.tags.get(spec.group_tag.get(it.meta["subset"], ""), ("",)) or ("",))[0] for it in items]
+    rows, _ = spec_rows(spec, subsets, groups, scores, base, n_boot, seed, _item_slices(items) if spec.bow else None)
+    return rows
 
 
 # -- scoring a run's pairs: whole, one shard, or the shards merged -----------------------------------
