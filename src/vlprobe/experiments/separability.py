@@ -65,6 +65,7 @@ from typing import Any
 import numpy as np
 from joblib import Parallel, delayed
 
+from vlprobe.data.tags import missing_wwh_warning
 from vlprobe.experiments.cache_features import (
     SCALINGS,
     CacheIndex,
@@ -80,7 +81,7 @@ from vlprobe.experiments.cache_features import (
 )
 from vlprobe.probes.linear import LinearSeparabilityProbe
 from vlprobe.probes.separability_cases import FIELDS, Case, fit_cases
-from vlprobe.progress import format_bytes, progress_bar, say
+from vlprobe.progress import format_bytes, progress_bar, say, warn
 from vlprobe.runs.charts import Chart
 from vlprobe.runs.declare import Experiment, option
 from vlprobe.runs.option_groups import (
@@ -263,6 +264,9 @@ def compute_separability(config: SeparabilityConfig, slot: RunSlot) -> RunRows:
         streams = _default_streams(cache, config.streams)
         index = load_index(cache)
         require_variants(index, config.cache, "separability")
+        # said once the input is known good (a refused run prints its one error line only)
+        wwh_note = missing_wwh_warning(cache.header.dataset, index.item_tags, f"cache {Path(config.cache).name}",
+                                       "extract it again (the tags come with the dataset)")
         model = slot.label
         scale_mode = resolve_scale(config.scale, index.model)
         rows: list[dict[str, Any]] = []
@@ -285,6 +289,8 @@ def compute_separability(config: SeparabilityConfig, slot: RunSlot) -> RunRows:
             if not cases:
                 raise InputError(f"cache: {Path(config.cache).name} has no item with two captions to separate")
             n_cases[stream] = len(cases)
+            warn(wwh_note)
+            wwh_note = None
             n_fits = len(cases) * len(read.layers) * (1 + len(seeds))
             say(config.progress, f"{EXPERIMENT.name}: stream {stream} ({read.modality}, {read.pooling}): fitting {n_fits} linear "
                                  f"SVMs ({len(cases)} cases x {len(read.layers)} layers x (target + {len(seeds)} "
