@@ -54,10 +54,21 @@ OPEN_CLIP_IDS = {
 }
 
 
+class _Folders(dict[str, Path]):
+    """Fixture folders by architecture, each written when first asked for."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.root = root
+
+    def __missing__(self, arch: str) -> Path:
+        self[arch] = write_tiny_openclip(self.root / arch, 0, arch)
+        return self[arch]
+
+
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("openclip-ref")
-    return {arch: write_tiny_openclip(root / arch, 0, arch) for arch in ("vit", "roberta", "xlm-roberta")}
+    return _Folders(tmp_path_factory.mktemp("openclip-ref"))
 
 
 @pytest.fixture(scope="module")
