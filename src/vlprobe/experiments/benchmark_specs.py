@@ -431,10 +431,10 @@ def spec_rows(
                     emit(f"{subset}/bow={v}", subset, scols)
     if spec.pooled:
         emit(spec.pooled, str(sub[0]), np.arange(len(sub)))
-    for scope, members in spec.pools:  # the items of several subsets as one
-        present = [m for m in members if m in set(sub.tolist())]
-        if present:
-            emit(scope, present[0], np.flatnonzero(np.isin(sub, present)))
+    for scope, pool in spec.pools:  # the items of several subsets as one
+        found = [m for m in pool if m in set(sub.tolist())]
+        if found:
+            emit(scope, found[0], np.flatnonzero(np.isin(sub, found)))
     for metric, per_subset in summary.items():  # each subset's value from its own resamples, then their mean
         row = {**base, "subset": spec.summary, "n": len(sub)}
         note = spec.note(spec.summary, metric)
