@@ -560,24 +560,20 @@ def item_values(benchmark: str, items: list[Any], scores: list[np.ndarray]) -> l
         for row, v in zip(out, 100.0 * (pos > neg), strict=True):  # strict: a tie is wrong, as both papers' code
             row[metric] = float(v)
         return out
-    from vlprobe.experiments.benchmark_specs import SPECS
+    from vlprobe.experiments.benchmark_specs import SPECS, score_block
 
     spec = SPECS[benchmark]
     sub = np.asarray([it.meta["subset"] for it in items])
     for subset in dict.fromkeys(sub.tolist()):
         cols = np.flatnonzero(sub == subset)
-        width = max(scores[int(i)].shape[0] for i in cols)
-        block = np.full((len(cols), width, scores[int(cols[0])].shape[1]), np.nan)
-        for r, i in enumerate(cols):
-            block[r, :scores[int(i)].shape[0]] = scores[int(i)]
-        outcomes = spec.outcomes(subset, block)
+        outcomes = spec.outcomes(subset, score_block(scores, cols))
         # each item as a run of one column: the metric of that item alone
         group = [(items[int(cols[0])].tags.get(spec.group_tag.get(subset, ""), ("",)) or ("",))[0]]
         alone = spec.metrics(subset, {k: np.asarray(v).reshape(-1, 1) for k, v in outcomes.items()}, np.asarray(group))
         for metric, values in alone.items():
             if metric not in NOT_MEANS:
-                for r, v in zip(cols, np.asarray(values, dtype=np.float64).reshape(-1), strict=True):
-                    out[int(r)][metric] = 100.0 * float(v)
+                for at, v in zip(cols.tolist(), np.asarray(values, dtype=np.float64).reshape(-1).tolist(), strict=True):
+                    out[at][metric] = 100.0 * v
     return out
 
 

@@ -32,7 +32,7 @@ from vlprobe.stats.benchmark_metrics import (
 )
 from vlprobe.stats.metrics import bootstrap_indices, ci95_rows, winoground_outcomes
 
-__all__ = ["SPECS", "BenchmarkSpec", "spec_rows"]
+__all__ = ["SPECS", "BenchmarkSpec", "score_block", "spec_rows"]
 
 #: (subset, per-item outcomes at the chosen columns (..., n), group of each column (n,)) ->
 #: {metric: values of shape (...)} in [0, 1].
@@ -354,6 +354,17 @@ def _resamples(cols: np.ndarray, strata: np.ndarray, n_boot: int, seed: int) -> 
     return cols[local]
 
 
+def score_block(scores: Sequence[np.ndarray], cols: np.ndarray) -> np.ndarray:
+    """The score matrices of the items ``cols`` as one (n, texts, images) array, an item with fewer
+    texts padded with NaN (a CREPE row with fewer negatives)."""
+    members = [scores[int(i)] for i in cols]
+    width = max(m.shape[0] for m in members)
+    block = np.full((len(cols), width, members[0].shape[1]), np.nan)
+    for r, m in enumerate(members):
+        block[r, :m.shape[0]] = m
+    return block
+
+
 def spec_rows(
     spec: BenchmarkSpec, subsets: Sequence[str], groups: Sequence[str], scores: Sequence[np.ndarray],
     base: dict[str, Any], n_boot: int, seed: int, slices: Sequence[str] | None = None,
@@ -378,12 +389,7 @@ def spec_rows(
     outcomes: dict[str, np.ndarray] = {}
     for subset in dict.fromkeys(sub.tolist()):
         cols = np.flatnonzero(sub == subset)
-        members = [scores[int(i)] for i in cols]
-        width = max(m.shape[0] for m in members)
-        block = np.full((len(cols), width, members[0].shape[1]), np.nan)
-        for r, m in enumerate(members):
-            block[r, :m.shape[0]] = m
-        for key, values in spec.outcomes(subset, block).items():
+        for key, values in spec.outcomes(subset, score_block(scores, cols)).items():
             outcomes.setdefault(key, np.zeros(len(sub), dtype=values.dtype))[cols] = values
     rows: list[dict[str, Any]] = []
     slice_values = None if slices is None else np.asarray(slices)
