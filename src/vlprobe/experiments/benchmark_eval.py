@@ -174,7 +174,7 @@ class EvalConfig(ModelOptions, ItemOptions, AllItemsOption, StripCaptionsOption,
         None, help="blind-grammar: the label (name or index) meaning acceptable.",
     )
     batch_size: int = ModelOptions.redeclare("batch_size", help="Pairs or texts per forward pass.")
-    dtype: str = ModelOptions.redeclare("dtype", choices=("float32", "float16"))
+    dtype: str = ModelOptions.redeclare("dtype")
     shard: str = ShardOption.redeclare("shard", help=(
         "Score block K of N of the items (K/N), or auto: K/N from Slurm, torchrun, accelerate or MPI; writes "
         "only OUT/{experiment}/<name>.shard-K-of-N.scores.jsonl, joined by --merge-shards."))
@@ -965,6 +965,7 @@ def run_model_table(exp: Experiment, config: EvalConfig) -> tuple[Path, Path, li
             model_config=None if entry.model_config is None else Path(entry.model_config),
             tokenizer=entry.tokenizer, regions=None if entry.regions is None else Path(entry.regions),
             name=entry.name, **({} if reads_pixels else {"image_dir": None, "image_root": ()}),
+            **({"dtype": entry.dtype} if entry.dtype else {}),
         )
         try:
             run = exp.claim(one, entry.name)
