@@ -4,7 +4,8 @@
 ``C`` classifies every training point correctly, and reports the geometric margin ``2 / ||w||``.
 The probe fits exactly the paper's ``sklearn.svm.SVC(kernel="linear", C=100, max_iter=100000)``
 (libsvm's SMO on the dual, with an unpenalised intercept), so its ``w``, intercept and margin are
-libsvm's for the same points. (liblinear's ``LinearSVC`` penalises the intercept like a weight and
+libsvm's for the same points, bit for bit: :func:`~vlprobe.probes.svc_fit.linear_svc_fit` makes
+the libsvm call ``SVC.fit`` makes, without its input checks. (liblinear's ``LinearSVC`` penalises the intercept like a weight and
 gives other margins: a median 1 %, up to 15 % off on caption-variant points.) It does not scale
 features: an experiment that wants scaling does it explicitly and records it.
 
@@ -93,7 +94,8 @@ class LinearSeparabilityProbe(BinaryProbe):
 
         ``X`` must be a finite float64 array (n_samples, n_features) and ``y`` hold 0 and 1, both
         present; ``classes_`` becomes ``[0, 1]``; the hyperparameters are not checked either (the
-        caller checked them once). The result equals ``fit`` on the same data.
+        caller checked them once). The result equals ``fit`` on the same data. Neither runs
+        ``SVC.fit``'s own checks (:mod:`vlprobe.probes.svc_fit`).
         """
         self.classes_ = np.array([0, 1])
         self.n_features_in_ = X.shape[1]
