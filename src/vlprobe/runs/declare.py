@@ -49,6 +49,7 @@ __all__ = [
     "OptionSpec",
     "Options",
     "check_key_values",
+    "check_name_values",
     "count_or_fraction",
     "declared_options",
     "floats",
@@ -176,16 +177,17 @@ def count_or_fraction(text: str) -> int | float:
         raise InputError(f"must be a count (100) or a fraction (0.25), got {text!r}") from None
 
 
-def key_values(texts: Sequence[str], param: str) -> dict[str, str]:
+def key_values(texts: Sequence[str], param: str, *, identifiers: bool = True) -> dict[str, str]:
     """``["score_head=itc"]`` -> ``{"score_head": "itc"}`` (a repeatable ``NAME=VALUE`` option).
 
-    Names take ``_`` for ``-``; a text without ``=``, an empty name or value, or a name given
-    twice is an :class:`~vlprobe.validation.InputError` naming ``param``.
+    With ``identifiers`` (parameter names) a name takes ``_`` for ``-``; without (registered
+    names such as ``blind-lm``) it is kept as given. A text without ``=``, an empty name or
+    value, or a name given twice is an :class:`~vlprobe.validation.InputError` naming ``param``.
     """
     out: dict[str, str] = {}
     for text in texts:
         name, sep, value = str(text).partition("=")
-        name = name.strip().replace("-", "_")
+        name = name.strip().replace("-", "_") if identifiers else name.strip()
         if not sep or not name or not value.strip():
             raise InputError(f"{param} must look like NAME=VALUE (e.g. score_head=itc), got {text!r}")
         if name in out:
@@ -197,6 +199,12 @@ def key_values(texts: Sequence[str], param: str) -> dict[str, str]:
 def check_key_values(texts: tuple[str, ...], param: str) -> tuple[str, ...]:
     """:func:`key_values` as an option check: the texts, each well formed, no name twice."""
     key_values(texts, param)
+    return texts
+
+
+def check_name_values(texts: tuple[str, ...], param: str) -> tuple[str, ...]:
+    """:func:`key_values` of registered names (kept as given) as an option check."""
+    key_values(texts, param, identifiers=False)
     return texts
 
 

@@ -59,8 +59,8 @@ _UNITS: dict[str, str] = {
     "acc_r": PERCENT, "acc_r_valse": PERCENT, "auroc": PERCENT, "caption_tpr": PERCENT,
     "foil_tnr": PERCENT, "acc": PERCENT, "min_rate": PERCENT, "ppv": PERCENT, "npv": PERCENT,
     "min_precision": PERCENT,
-    # bias-gap (gap: the mean gap; gap_q05 ... gap_q95 and gap_median: its quantiles)
-    "ties": PERCENT, "gap": GAP, "gap_std": GAP, "gap_q05": GAP, "gap_q25": GAP, "gap_median": GAP,
+    # bias-gap (gap: the mean gap; gap_q05 ... gap_q95 and gap_median: its quantiles; gap_positive: share > 0)
+    "ties": PERCENT, "gap_positive": PERCENT, "gap": GAP, "gap_std": GAP, "gap_q05": GAP, "gap_q25": GAP, "gap_median": GAP,
     "gap_q75": GAP, "gap_q95": GAP,
 }
 #: Metrics that summarise the per-case values otherwise than by their mean (spread, quantiles): a

@@ -65,7 +65,7 @@ def test_load_records_checkpoint(adapter: CLIPAdapter, clip_dir: Path) -> None:
     facts = adapter.describe()
     assert facts["model_class"] == "CLIPModel"
     assert facts["projection_dim"] == 16
-    assert facts["eos_token_id"] == adapter.tokenizer.eos_token_id
+    assert facts["eos_token_id"] == 2  # the hub config's legacy value: pool at the highest id (the tokenizer's EOS)
     assert facts["text_max_length"] == 77
 
 
@@ -124,9 +124,9 @@ def test_eos_index_is_the_first_eos_and_the_last_valid_token(adapter: CLIPAdapte
     tok = tokenize(adapter, TEXTS)
     ids, mask = tok["input_ids"], tok["attention_mask"]
     assert adapter.tokenizer.padding_side == "right"
-    assert adapter.tokenizer.pad_token_id == adapter.eos_token_id  # CLIP pads with EOS
+    assert adapter.tokenizer.pad_token_id == adapter.tokenizer.eos_token_id  # CLIP pads with EOS
     batch = adapter.encode("text", TEXTS, [0])
-    eos = adapter.eos_token_id
+    eos = adapter.tokenizer.eos_token_id
     first_eos = torch.tensor([row.tolist().index(eos) for row in ids])
     assert torch.equal(batch.cls_index, first_eos)
     assert torch.equal(batch.cls_index, mask.sum(-1) - 1)

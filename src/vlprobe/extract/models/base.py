@@ -131,6 +131,11 @@ class Adapter(ABC):
     #: regions itself. None for a model whose features came from another detector (ViLBERT's and
     #: VisualBERT's ResNeXt-152 Detectron models): ``--regions`` must then be given.
     region_preset: ClassVar[str | None] = None
+    #: Pixel models: whether vlprobe converts each image to RGB as it decodes it (True: the
+    #: transformers processors the papers ran convert first, and so do LLaVA's and Qwen2-VL's), or
+    #: hands it over in the mode its file stores (RGBA, L, P, ...) because the model's
+    #: preprocessing converts later, as its reference does (OpenCLIP: after the resize and crop).
+    rgb_on_load: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -161,7 +166,8 @@ class Adapter(ABC):
         ----------
         stream : str
         inputs : sequence
-            Strings for text streams, RGB PIL images for image streams.
+            Strings for text streams, PIL images for image streams (RGB unless the adapter's
+            :attr:`rgb_on_load` is False).
         layers : sequence of int
             Layer numbers to return (0 = embeddings), in this order.
         """
