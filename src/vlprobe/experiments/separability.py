@@ -97,7 +97,7 @@ from vlprobe.runs.printout import summary_lines
 from vlprobe.runs.units import units_of
 from vlprobe.runs.writing import RunRows, RunSlot
 from vlprobe.stats.metrics import bootstrap_indices, ci95_rows
-from vlprobe.stats.uncertainty import PERMUTATION_TEST, target_control_rows
+from vlprobe.stats.uncertainty import PERMUTATION_TEST, target_control_rows_batch
 from vlprobe.validation import InputError, check_positive_float, check_positive_int
 
 __all__ = [
@@ -466,19 +466,17 @@ def _uncertainty_rows(
         if not n:
             continue
         idx = bootstrap_indices(n, config.bootstrap, config.bootstrap_seed)  # shared by every layer: paired
+        cells = []
         for li, layer in enumerate(layers):
             values = [_case_values(per_layer[li, mask, t]) for t in range(per_layer.shape[2])]
             for metric in UNCERTAIN:
                 target = values[0][metric][None, :]
                 control = np.stack([v[metric] for v in values[1:]])
-                out, method = target_control_rows(
-                    {**base, "layer": layer, "kind": kinds[li], "subset": subset}, metric, target, control, idx,
-                    config.bootstrap_seed,
-                    n_permutations=config.permutations, permutation_seed=config.bootstrap_seed,
-                )
-                rows.extend(out)
-                if method:
-                    methods.add(method)
+                cells.append(({**base, "layer": layer, "kind": kinds[li], "subset": subset}, metric, target, control))
+        out, found = target_control_rows_batch(cells, idx, config.bootstrap_seed, n_permutations=config.permutations,
+                                               permutation_seed=config.bootstrap_seed)
+        rows.extend(out)
+        methods |= {m for m in found if m}
     return methods
 
 

@@ -41,6 +41,7 @@ import torch
 
 from vlprobe.extract.models.hf import LoadedModel, ResolvedCheckpoint, image_backend_of
 from vlprobe.extract.models.hooks import LayerSite
+from vlprobe.extract.models.streams import StreamSpec
 from vlprobe.validation import InputError
 
 #: What an adapter reads for an image (its ``image_input``): RGB pixels, precomputed region
@@ -89,50 +90,6 @@ class ReferenceCheckpoint:
     name: str
     hub: bool = True
     source: str = ""
-
-
-@dataclass(frozen=True)
-class StreamSpec:
-    """One stream of hidden states.
-
-    Attributes
-    ----------
-    name : str
-    modality : {"text", "image", "pair"}
-        What one row of the stream is.
-    layer_kinds : tuple of str
-        One entry per layer, layer 0 first (``embed``, ``self``, ``cross``, ...).
-    hidden_size : int
-    cls_rule : str
-        Where ``cls`` pooling reads (``eos``, ``token0``, ``patch0``) or ``none``.
-    pooled_size : int or None
-        Width of the model's own pooled output, None when the stream has none.
-    """
-
-    name: str
-    modality: str
-    layer_kinds: tuple[str, ...]
-    hidden_size: int
-    cls_rule: str
-    pooled_size: int | None
-
-    @classmethod
-    def blocks(
-        cls, name: str, modality: str, n_blocks: int, hidden_size: int, cls_rule: str, pooled_size: int | None,
-        kind: str = "self",
-    ) -> StreamSpec:
-        """The embedding output (layer 0) then ``n_blocks`` blocks of one ``kind``."""
-        return cls(name, modality, ("embed",) + (kind,) * int(n_blocks), int(hidden_size), cls_rule, pooled_size)
-
-    @property
-    def n_layers(self) -> int:
-        return len(self.layer_kinds)
-
-    @property
-    def poolings(self) -> tuple[str, ...]:
-        out: tuple[str, ...] = ("cls",) if self.cls_rule != "none" else ()
-        out += ("mean", "max")
-        return out + (("pooled",) if self.pooled_size else ())
 
 
 @dataclass

@@ -60,6 +60,7 @@ from vlprobe.extract.models.base import (
 )
 from vlprobe.extract.models.hf import quiet_transformers, resolve_checkpoint
 from vlprobe.extract.models.hooks import LayerSite
+from vlprobe.extract.models.meta import meta_skeleton
 from vlprobe.extract.models.openclip.archs import (
     ACTIVATIONS,
     HF_TEXT_CONFIGS,
@@ -164,7 +165,7 @@ class OpenClipAdapter(DualEncoder):
             cfg = _with_hf_text(cfg, state, files)
         check_sizes(cfg, state, files.spec)
         check_finite(state, files.spec)
-        with torch.device("meta"):  # no random init: every weight comes from the checkpoint
+        with meta_skeleton():  # no random init: every weight comes from the checkpoint
             model = OpenClipModel(cfg)
         report = fit_state_dict(model, state, files.spec, cfg.name)
         report["act_note"] = _quick_gelu_note(cfg, act, files, meta)
