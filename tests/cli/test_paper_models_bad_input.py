@@ -128,9 +128,9 @@ ROWS = [
     Row("openclip", "ViLBERT's state dict with arch", _extract("openclip", _file("vilbert", "save/pretrained_model.bin"),
                                                               "--model-option", "arch=ViT-B-32"),
         ("checkpoint", "pretrained_model.bin", "does not fit OpenCLIP ViT-B-32", "no OpenCLIP CLIP model")),
-    Row("openclip", "UNITER's .pt with arch", _extract("openclip", _file("uniter", "uniter.pt"),
+    Row("openclip", "UNITER's .pt with arch", _extract("openclip", _file("uniter", "uniter-base.pt"),
                                                       "--model-option", "arch=RN50"),
-        ("checkpoint", "uniter.pt", "does not fit OpenCLIP RN50")),
+        ("checkpoint", "uniter-base.pt", "does not fit OpenCLIP RN50")),
     Row("visualbert", "an OpenCLIP folder", _extract("visualbert", "openclip-vit"), ("checkpoint", "config.json")),
     Row("visualbert", "an LXMERT folder", _extract("visualbert", "lxmert"), ("checkpoint", "'lxmert' model",
                                                                             "expected 'visual_bert'")),
@@ -211,7 +211,7 @@ ROWS = [
                                                                                         "save/pretrained_model.bin")),
         ("model_config", "--model-config bert_base_6layer_6conect.json")),
     Row("vilbert", "UNITER's config JSON", _extract("vilbert", _file("vilbert", "save/pretrained_model.bin"), "--model-config",
-                                                    "KIT:uniter/uniter.json"), ("model_config", "not a ViLBERT config")),
+                                                    "KIT:uniter/uniter-base.json"), ("model_config", "not a ViLBERT config")),
     Row("vilbert", "a config that is no JSON", _extract("vilbert", _with("vilbert", "config/bert_base_6layer_6conect.json", "[1, 2",
                                                                          "save/pretrained_model.bin")), ("model_config", "JSON")),
     Row("visualbert", "a folder without config.json", _extract("visualbert", _without("visualbert", "config.json")),
@@ -334,8 +334,7 @@ def test_negclip_gets_the_quickgelu_note(kit: Kit, tmp_path: Path) -> None:
     config = tmp_path / "tiny.json"
     config.write_text(json.dumps(json.loads((kit.fx["openclip-vit"] / "open_clip_config.json").read_text())["model_cfg"]))
     common = ["--dataset", "winoground", "--data-dir", str(kit.syn), "--device", "cpu", "--quiet"]
-    base = ["extract", "--model", "openclip", "--checkpoint", str(pt), "--model-config", str(config), "--tokenizer",
-            str(kit.fx["openclip-vit"]), *common]
+    base = ["extract", "--model", "openclip", "--checkpoint", str(pt), "--model-config", str(config), *common]
     res = CliRunner().invoke(app, [*base, "--out", str(tmp_path / "gelu.h5")])
     assert res.exit_code == 0, res.output
     notes = [line for line in res.stderr.splitlines() if line.startswith("note: ")]

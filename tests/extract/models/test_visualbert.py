@@ -159,16 +159,16 @@ def test_loads_laid_out_as_the_hub_cache_holds_it(folder: Path, tmp_path: Path, 
     import huggingface_hub.constants as hc
 
     from vlprobe.fixtures.bert_uncased import BERT_UNCASED, write_bert_uncased_tokenizer
-    from vlprobe.fixtures.hub_cache import _lay_out, repo_folder
+    from vlprobe.fixtures.hub_cache import lay_out_repo, repo_folder
 
     hub = tmp_path / "hub"
     files = tmp_path / "files"
     files.mkdir()
     for f in VISUALBERT_HUB_FILES:
         shutil.copy(folder / f, files / f)
-    _lay_out(files, hub / repo_folder("uclanlp/visualbert-vqa-coco-pre"))
+    lay_out_repo(files, hub / repo_folder("uclanlp/visualbert-vqa-coco-pre"))
     write_bert_uncased_tokenizer(tmp_path / "tok")
-    _lay_out(tmp_path / "tok", hub / repo_folder(BERT_UNCASED))
+    lay_out_repo(tmp_path / "tok", hub / repo_folder(BERT_UNCASED))
     monkeypatch.setattr(hc, "HF_HUB_OFFLINE", True)
     monkeypatch.setattr(hc, "HF_HUB_CACHE", str(hub))
     loaded = VisualBertAdapter.load("uclanlp/visualbert-vqa-coco-pre", device="cpu")

@@ -40,6 +40,7 @@ __all__ = [
     "load_hf_model",
     "load_hf_tokenizer",
     "load_image_processor",
+    "native_stdout_dropped",
     "quiet_transformers",
     "reading_weights",
     "resolve_checkpoint",
@@ -72,11 +73,13 @@ class ResolvedCheckpoint:
 
 def resolve_checkpoint(
     spec: str, *, param: str = "checkpoint", allow_patterns: list[str] | None = None, default_of: str | None = None,
+    how: str | None = None,
 ) -> ResolvedCheckpoint:
     """Find the files of a checkpoint given as a directory or a hub id.
 
     ``default_of`` says why ``spec`` was taken when the user did not give it (``"reference
-    checkpoint of lxmert"``); the messages then say so.
+    checkpoint of lxmert"``); the messages then say so. ``how``: how else to give it, where that
+    is not ``--<param> DIR`` (a command without such an option).
     """
     if not spec or not spec.strip():
         raise InputError(f"{param} must be a local directory or a hub id, got {spec!r}")
@@ -86,7 +89,7 @@ def resolve_checkpoint(
     looks_local = spec.startswith((".", "/", "~")) or os.sep + os.sep in spec or spec.count("/") > 1
     if p.exists() or looks_local:
         raise InputError(f"{param}: {spec!r} is not a directory (expected a checkpoint folder or a hub id)")
-    return _resolve_hub(spec, param, allow_patterns, default_of)
+    return _resolve_hub(spec, param, allow_patterns, default_of, how)
 
 
 def fingerprint_dir(path: Path) -> str:
@@ -99,6 +102,7 @@ def fingerprint_dir(path: Path) -> str:
 
 def _resolve_hub(
     repo_id: str, param: str, allow_patterns: list[str] | None, default_of: str | None = None,
+    other: str | None = None,
 ) -> ResolvedCheckpoint:
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import (
@@ -111,7 +115,8 @@ def _resolve_hub(
     folder = "models--" + repo_id.replace("/", "--")
     how = (
         f"download it on a machine with network (hf download {repo_id}) and copy its hub-cache folder {folder} "
-        f"into {constants.HF_HUB_CACHE} (HF_HUB_CACHE), or save it with save_pretrained(DIR) and pass --{param} DIR"
+        f"into {constants.HF_HUB_CACHE} (HF_HUB_CACHE), or "
+        + (other or f"save it with save_pretrained(DIR) and pass --{param} DIR")
     )
     if default_of:
         param = f"{param} (not given: the {default_of})"
@@ -356,13 +361,41 @@ def load_hf_model(
 
 
 def load_hf_tokenizer(path: Any, checkpoint: str) -> Any:
-    """``AutoTokenizer.from_pretrained(path)``; a folder without a readable tokenizer is an input error."""
+    """``AutoTokenizer.from_pretrained(path)``; a folder without a readable tokenizer is an input error.
+
+    The native ``tokenizers`` library prints ``Ignored unknown kwarg option __type`` on the process's
+    standard output for each special token of a ``tokenizer_config.json`` written in the 2021-2022
+    form (AddedToken dicts with ``"__type"``, as ``openai/clip-vit-base-patch32`` holds it); that
+    output is dropped (:func:`native_stdout_dropped`), so that a command's stdout stays its own.
+    """
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(path)
+        with native_stdout_dropped():
+            return AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as exc:
         raise InputError(f"checkpoint: {checkpoint!r} has no readable tokenizer ({exc})") from None
+
+
+@contextlib.contextmanager
+def native_stdout_dropped() -> Iterator[None]:
+    """Drop what native code writes to file descriptor 1 meanwhile (Python's own ``print`` goes
+    through ``sys.stdout`` and is flushed first); a no-op where descriptor 1 cannot be redirected."""
+    import sys
+
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError, AttributeError):
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 @contextlib.contextmanager
