@@ -325,9 +325,9 @@ def _malicious_pickle(k: Kit, work: Path) -> tuple[list[Any], tuple[str, ...]]:
 def _truncated_uniter_pt(k: Kit, work: Path) -> tuple[list[Any], tuple[str, ...]]:
     ckpt = work / "uniter"
     shutil.copytree(k.uniter, ckpt)
-    pt = ckpt / "uniter.pt"
+    pt = ckpt / "uniter-base.pt"
     pt.write_bytes(pt.read_bytes()[:1000])
-    return ["extract", "--model", "uniter", "--checkpoint", pt, "--model-config", ckpt / "uniter.json",
+    return ["extract", "--model", "uniter", "--checkpoint", pt, "--model-config", ckpt / "uniter-base.json",
             "--tokenizer", ckpt / "tokenizer", "--dataset", "winoground", "--data-dir", k.syn,
             "--regions", k.regions, "--out", work / "c.h5", "--quiet"], (str(pt),)
 

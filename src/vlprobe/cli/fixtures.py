@@ -128,7 +128,7 @@ class RegionFixtureOptions(DatasetOptions):
 
 @fixtures_app.command("regions")
 @guarded
-@declared_options_of(RegionFixtureOptions, omit=("image_dir", "image_root"))
+@declared_options_of(RegionFixtureOptions, omit=("image_dir", "image_root", "strip_captions"))
 def fixtures_regions(options: RegionFixtureOptions) -> None:
     """Write region features for every image of a dataset: seeded random ones (SugarCrepe/VALSE: no
     image files needed), or with --oracle those of a perfect detector on a synthetic dataset."""

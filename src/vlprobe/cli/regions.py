@@ -49,7 +49,7 @@ class RegionExtractOptions(DatasetOptions, ProgressOption):
 
 @regions_app.command("extract")
 @guarded
-@declared_options_of(RegionExtractOptions)
+@declared_options_of(RegionExtractOptions, omit=("strip_captions",))  # no caption is read
 def regions_extract(options: RegionExtractOptions) -> None:
     """Detect boxes and extract 2048-d region features from images (resumable, shardable)."""
     from vlprobe.extract.regions.extraction import RegionExtractConfig, extract_regions

@@ -57,20 +57,23 @@ class ImageRef:
     path: Path | None = None
     crop: tuple[float, float, float, float] | None = None
 
-    def load(self, orientation: str = "stored") -> Image.Image:
-        """Open the image as RGB (decoded eagerly, file closed), cropped to :attr:`crop` when it has
-        one; ``orientation`` as in :func:`decode_rgb`."""
+    def load(self, orientation: str = "stored", *, rgb: bool = True) -> Image.Image:
+        """Open the image (decoded eagerly, file closed), cropped to :attr:`crop` when it has one;
+        ``orientation`` as in :func:`decode_rgb`. ``rgb``: converted to RGB (PIL's
+        ``convert("RGB")``); False: in the mode the file stores (RGBA, L, P, ...), for a model
+        whose preprocessing converts where its reference code converts."""
         if self.path is None:
             raise InputError(f"image {self.id!r} has no file path; pixels are not available")
-        img = read_rgb(self.path, orientation=orientation)
+        img = read_rgb(self.path, orientation=orientation, rgb=rgb)
         if self.crop is None:
             return img
         x, y, w, h = self.crop
         return img.crop((x, y, x + w, y + h))
 
 
-def read_rgb(path: str | os.PathLike[str], *, orientation: str = "stored") -> Image.Image:
-    """The image file ``path`` read and decoded eagerly as RGB (:func:`decode_rgb`).
+def read_rgb(path: str | os.PathLike[str], *, orientation: str = "stored", rgb: bool = True) -> Image.Image:
+    """The image file ``path`` read and decoded eagerly as RGB (:func:`decode_rgb`; ``rgb=False``:
+    in its stored mode).
 
     Raises
     ------
@@ -81,10 +84,10 @@ def read_rgb(path: str | os.PathLike[str], *, orientation: str = "stored") -> Im
         data = Path(path).read_bytes()
     except OSError as exc:
         raise InputError(f"images: cannot read {str(path)!r} ({exc.strerror or exc})") from None
-    return decode_rgb(data, path, orientation=orientation)
+    return decode_rgb(data, path, orientation=orientation, rgb=rgb)
 
 
-def decode_rgb(data: bytes, path: str | os.PathLike[str], *, orientation: str = "stored") -> Image.Image:
+def decode_rgb(data: bytes, path: str | os.PathLike[str], *, orientation: str = "stored", rgb: bool = True) -> Image.Image:
     """The image file ``path`` (its bytes ``data``) decoded eagerly as RGB.
 
     Parameters
@@ -96,6 +99,8 @@ def decode_rgb(data: bytes, path: str | os.PathLike[str], *, orientation: str = 
         ``"stored"``: the pixels as stored, the EXIF Orientation tag ignored; ``"exif"``: the tag
         applied (a photo with Orientation 6 comes out rotated 90 degrees clockwise, width and
         height swapped). See :data:`IMAGE_ORIENTATIONS`.
+    rgb : bool
+        False: the image in the mode the file stores it (RGBA, L, P, ...), not converted.
 
     Raises
     ------
@@ -109,8 +114,9 @@ def decode_rgb(data: bytes, path: str | os.PathLike[str], *, orientation: str = 
         with Image.open(io.BytesIO(data)) as img:
             img.load()
             if orientation == "exif":
-                return ImageOps.exif_transpose(img).convert("RGB")
-            return img.convert("RGB")
+                img = ImageOps.exif_transpose(img)
+            # convert() and copy() give an image that outlives the closed file
+            return img.convert("RGB") if rgb else img.copy()
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
         raise InputError(f"images: {str(path)!r} is not a readable image ({exc})") from None
 

@@ -10,7 +10,10 @@ their evaluation script (``scripts/evaluate_vlm.py`` of tsb0601/MMVP) reads it:
   is the next integer (the script's ground truth reads the parity: statement ``qid`` matches
   image ``qid``).
 * ``MLLM_VLM Images/<type>/<qid>.jpg``: the image of each statement (the pair's folder is its
-  first row's type, as the script opens both).
+  first row's type, as the script opens both). The release's header is ``Question ID,Type,Statement``
+  and its types, one image folder each, are the short names of :data:`MMVP_TYPES`
+  (``Orientation``, ``Presence``, ... ``Camera Perspective``), one per category in the categories'
+  order; ``probe data info`` counts pairs whose type is not their category's.
 
 The category of a pair is its position, as the script assigns it: pairs 0-14 are
 "Orientation and Direction", 15-29 "Presence of Specific Features", and so on through the nine
@@ -43,6 +46,7 @@ __all__ = [
     "MMVP_PAIRS_PER_CATEGORY",
     "MMVP_SUBSETS",
     "MMVP_TEXT_PREFIX",
+    "MMVP_TYPES",
     "load_mmvp_vlm",
     "mmvp_vlm_report",
 ]
@@ -52,6 +56,12 @@ MMVP_CATEGORIES: tuple[str, ...] = (
     "Orientation and Direction", "Presence of Specific Features", "State and Condition", "Quantity and Count",
     "Positional and Relational Context", "Color and Appearance", "Structural Characteristics", "Texts",
     "Viewpoint and Perspective",
+)
+#: The release's ``Type`` column and image folder of each category, in :data:`MMVP_CATEGORIES` order
+#: (the dataset MMVP/MMVP_VLM: ``MLLM_VLM Images/<type>/``, 30 images each).
+MMVP_TYPES: tuple[str, ...] = (
+    "Orientation", "Presence", "State", "Quantity", "Spatial", "Color", "Structural Character", "Text",
+    "Camera Perspective",
 )
 #: The categories as subset names (lowercase, underscores).
 MMVP_SUBSETS: tuple[str, ...] = tuple(c.lower().replace(" ", "_") for c in MMVP_CATEGORIES)
@@ -191,6 +201,8 @@ def mmvp_vlm_report(data_dir: str | os.PathLike[str], image_root: Sequence[str] 
         rep.first_id = rep.first_id or item.id
         rep.last_id = item.id
         rep.add("image missing", sum(1 for im in item.images if im.path is None or not im.path.is_file()))
+        category = MMVP_SUBSETS.index(subset)
+        rep.add(f"type not the category's ({MMVP_TYPES[category]})", int(first[2] != MMVP_TYPES[category]))
     for rep in reports.values():
         rep.sha256 = sha
         if not rep.items:
