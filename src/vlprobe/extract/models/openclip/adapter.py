@@ -80,7 +80,12 @@ from vlprobe.extract.models.openclip.checkpoint import (
 )
 from vlprobe.extract.models.openclip.model import ModifiedResNet, OpenClipModel
 from vlprobe.extract.models.openclip.preprocess import preprocess
-from vlprobe.extract.models.openclip.tokenizer import BPE_FILE, BPE_SHA256, clean_text, clip_bpe_tokenizer
+from vlprobe.extract.models.openclip.tokenizer import (
+    BPE_FILE,
+    BPE_SHA256,
+    clean_text,
+    clip_bpe_tokenizer,
+)
 from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError, check_choice
 
