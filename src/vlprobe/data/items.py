@@ -120,10 +120,9 @@ def decode_rgb(data: bytes, path: str | os.PathLike[str], *, orientation: str = 
     if not data:
         raise InputError(f"images: {str(path)!r} is an empty file (0 bytes), not an image")
     try:
-        with pillow_size_limits(path), Image.open(io.BytesIO(data)) as img:
-            img.load()
-            if orientation == "exif":
-                img = ImageOps.exif_transpose(img)
+        with pillow_size_limits(path), Image.open(io.BytesIO(data)) as opened:
+            opened.load()
+            img: Image.Image = ImageOps.exif_transpose(opened) if orientation == "exif" else opened
             # convert() and copy() give an image that outlives the closed file
             return img.convert("RGB") if rgb else img.copy()
     except InputError:
