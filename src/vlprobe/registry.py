@@ -382,7 +382,7 @@ EXPERIMENTS.register(
 )
 EXPERIMENTS.register(
     "bias-gap", "vlprobe.experiments.bias_gap:EXPERIMENT",
-    help="SugarCrepe's bias analysis: blind scorers' positive-minus-negative gaps per subset, share right, vs VLM results",
+    help="SugarCrepe's bias analysis: blind scorers' gaps and the benchmark's own metric, Figure 1's bars beside VLM runs",
 )
 EXPERIMENTS.register(
     "refine", "vlprobe.experiments.refine:EXPERIMENT",

@@ -100,6 +100,15 @@ def test_crepe_eval_csvs_are_read_and_grouped_as_figure_1(tmp_path: Path) -> Non
     # a pooled bar is the item-weighted mean of its files' recall@1
     per_file = [(values[("vlm:caption-length", f"prod_atom_{c}", "recall@1")], 4) for c in range(4, 13)]
     assert bars["Atomic"][1] == pytest.approx(sum(v * n for v, n in per_file) / 36)
+    # each item's own recall@k in the per-case file: their mean per file is the file's row
+    (items_csv,) = (tmp_path / "out" / "bias-gap").glob("*.items.csv")
+    per_case: dict[tuple[str, str], list[float]] = {}
+    for r in read_rows(items_csv):
+        if r["metric"].startswith("recall@"):
+            per_case.setdefault((r["subset"].split(":")[0], r["metric"]), []).append(float(r["value"]))
+    assert len(per_case) == 27 * 4
+    for (subset, metric), vals in per_case.items():
+        assert values[("caption-length", subset, metric)] == pytest.approx(np.mean(vals)) and len(vals) == 4
 
 
 def test_vl_checklist_is_grouped_as_figure_1(tmp_path: Path) -> None:

@@ -183,8 +183,9 @@ def test_a_sweep_on_slurm_survives_its_driver(stand_in_slurm: Path, tmp_path: Pa
     import subprocess
     import sys
 
-    from tests.launch.test_sweep import PLAN
     from typer.testing import CliRunner
+
+    from tests.launch.test_sweep import PLAN
     from vlprobe.cli import app
 
     text = PLAN.replace("{d}", str(tmp_path))

@@ -95,7 +95,7 @@ from vlprobe.stats.metrics import (
 from vlprobe.validation import InputError, check_float, check_seed
 
 __all__ = ["BENCHMARKS", "EXPERIMENTS", "EvalConfig", "EvalShard", "benchmark_rows", "eval_run_name", "eval_shard_file",
-           "headline_metrics", "run_eval"]
+           "headline_metrics", "item_values", "run_eval"]
 
 #: The two-text benchmarks with their own code path here, then those evaluated through a
 #: :class:`~vlprobe.experiments.benchmark_specs.BenchmarkSpec`.
@@ -539,6 +539,42 @@ def benchmark_rows(benchmark: str, items: list[Any], scores: list[np.ndarray], b
     groups = [(it.tags.get(spec.group_tag.get(it.meta["subset"], ""), ("",)) or ("",))[0] for it in items]
     rows, _ = spec_rows(spec, subsets, groups, scores, base, n_boot, seed, _item_slices(items) if spec.bow else None)
     return rows
+
+
+def item_values(benchmark: str, items: list[Any], scores: list[np.ndarray]) -> list[dict[str, float]]:
+    """Per item, in percent, its own value of each of the benchmark's metrics that is a mean over
+    items (those in :data:`~vlprobe.runs.units.NOT_MEANS`, a macro accuracy or an AUROC, left out):
+    the mean over a subset's items is that subset's row of :func:`benchmark_rows`.
+
+    Parameters
+    ----------
+    items, scores
+        As :func:`benchmark_rows` takes them.
+    """
+    from vlprobe.runs.units import NOT_MEANS
+
+    out: list[dict[str, float]] = [{} for _ in items]
+    if benchmark in PAIRED:
+        pos, neg = (np.asarray([float(m[k, 0]) for m in scores]) for k in (0, 1))
+        metric = "accuracy" if benchmark == "sugarcrepe" else "acc_r"
+        for row, v in zip(out, 100.0 * (pos > neg), strict=True):  # strict: a tie is wrong, as both papers' code
+            row[metric] = float(v)
+        return out
+    from vlprobe.experiments.benchmark_specs import SPECS, score_block
+
+    spec = SPECS[benchmark]
+    sub = np.asarray([it.meta["subset"] for it in items])
+    for subset in dict.fromkeys(sub.tolist()):
+        cols = np.flatnonzero(sub == subset)
+        outcomes = spec.outcomes(subset, score_block(scores, cols))
+        # each item as a run of one column: the metric of that item alone
+        group = [(items[int(cols[0])].tags.get(spec.group_tag.get(subset, ""), ("",)) or ("",))[0]]
+        alone = spec.metrics(subset, {k: np.asarray(v).reshape(-1, 1) for k, v in outcomes.items()}, np.asarray(group))
+        for metric, values in alone.items():
+            if metric not in NOT_MEANS:
+                for at, v in zip(cols.tolist(), np.asarray(values, dtype=np.float64).reshape(-1).tolist(), strict=True):
+                    out[at][metric] = 100.0 * v
+    return out
 
 
 # -- scoring a run's pairs: whole, one shard, or the shards merged -----------------------------------

@@ -32,7 +32,7 @@ from vlprobe.stats.benchmark_metrics import (
 )
 from vlprobe.stats.metrics import bootstrap_indices, ci95_rows, winoground_outcomes
 
-__all__ = ["SPECS", "BenchmarkSpec", "spec_rows"]
+__all__ = ["SPECS", "BenchmarkSpec", "score_block", "spec_rows"]
 
 #: (subset, per-item outcomes at the chosen columns (..., n), group of each column (n,)) ->
 #: {metric: values of shape (...)} in [0, 1].
@@ -354,6 +354,17 @@ def _resamples(cols: np.ndarray, strata: np.ndarray, n_boot: int, seed: int) -> 
     return cols[local]
 
 
+def score_block(scores: Sequence[np.ndarray], cols: np.ndarray) -> np.ndarray:
+    """The score matrices of the items ``cols`` as one (n, texts, images) array, an item with fewer
+    texts padded with NaN (a CREPE row with fewer negatives)."""
+    members = [scores[int(i)] for i in cols]
+    width = max(m.shape[0] for m in members)
+    block = np.full((len(cols), width, members[0].shape[1]), np.nan)
+    for r, m in enumerate(members):
+        block[r, :m.shape[0]] = m
+    return block
+
+
 def spec_rows(
     spec: BenchmarkSpec, subsets: Sequence[str], groups: Sequence[str], scores: Sequence[np.ndarray],
     base: dict[str, Any], n_boot: int, seed: int, slices: Sequence[str] | None = None,
@@ -378,12 +389,7 @@ def spec_rows(
     outcomes: dict[str, np.ndarray] = {}
     for subset in dict.fromkeys(sub.tolist()):
         cols = np.flatnonzero(sub == subset)
-        members = [scores[int(i)] for i in cols]
-        width = max(m.shape[0] for m in members)
-        block = np.full((len(cols), width, members[0].shape[1]), np.nan)
-        for r, m in enumerate(members):
-            block[r, :m.shape[0]] = m
-        for key, values in spec.outcomes(subset, block).items():
+        for key, values in spec.outcomes(subset, score_block(scores, cols)).items():
             outcomes.setdefault(key, np.zeros(len(sub), dtype=values.dtype))[cols] = values
     rows: list[dict[str, Any]] = []
     slice_values = None if slices is None else np.asarray(slices)
@@ -431,10 +437,10 @@ def spec_rows(
                     emit(f"{subset}/bow={v}", subset, scols)
     if spec.pooled:
         emit(spec.pooled, str(sub[0]), np.arange(len(sub)))
-    for scope, members in spec.pools:  # the items of several subsets as one
-        present = [m for m in members if m in set(sub.tolist())]
-        if present:
-            emit(scope, present[0], np.flatnonzero(np.isin(sub, present)))
+    for scope, pool in spec.pools:  # the items of several subsets as one
+        found = [m for m in pool if m in set(sub.tolist())]
+        if found:
+            emit(scope, found[0], np.flatnonzero(np.isin(sub, found)))
     for metric, per_subset in summary.items():  # each subset's value from its own resamples, then their mean
         row = {**base, "subset": spec.summary, "n": len(sub)}
         note = spec.note(spec.summary, metric)

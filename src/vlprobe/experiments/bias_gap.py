@@ -42,7 +42,9 @@ Writes to ``OUT/bias-gap/`` (run label: ``name``, else the dataset's name):
 * ``<run>.items.csv``: every gap (``subset`` = ``<subset>:<item id>``, or
   ``<subset>:<item id>/<negative text>`` with ``negatives=each``; ``probe`` = the scorer; metrics
   ``gap``, ``gap_positive`` and ``ties``, 100 or 0 per gap), which ``probe plot`` and ``probe
-  report`` draw as histograms, one panel per bar (every scorer overlaid), beside the bars;
+  report`` draw as histograms, one panel per bar (every scorer overlaid), beside the bars; and
+  each item's own value of the benchmark's metrics that are means over items (``<subset>:<item
+  id>``: ``accuracy``, ``precision_at_1``, ``recall@k``, ``itt``, ...; 100 or 0);
 * ``<run>.<scorer>.scores.jsonl``: each scorer's per-text scores (vlprobe's per-item score format:
   ``probe refine`` reads two of them on a two-text benchmark);
 * ``manifest.json``: config, the dataset and checkpoint fingerprints, each scorer's score kind,
@@ -279,13 +281,14 @@ def _split_items(dataset: Dataset, name: str) -> tuple[list[Item], list[Item], d
 
 
 def _metric_rows(config: BiasGapConfig, items: list[Item], values: np.ndarray, label: str, name: str,
-                 score_kind: str) -> list[dict[str, Any]]:
-    """A scorer's rows of the benchmark's own metrics, as ``probe eval`` computes them (none for a
-    dataset ``probe eval`` does not evaluate)."""
-    from vlprobe.experiments.benchmark_eval import BENCHMARKS, benchmark_rows
+                 score_kind: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A scorer's rows of the benchmark's own metrics, as ``probe eval`` computes them, and each
+    item's own value of those that are means over items (per-case rows); none for a dataset ``probe
+    eval`` does not evaluate."""
+    from vlprobe.experiments.benchmark_eval import BENCHMARKS, benchmark_rows, item_values
 
     if config.dataset not in BENCHMARKS:
-        return []
+        return [], []
     threshold = None
     if config.dataset == "valse":
         from vlprobe.extract.eval_scorer import MATCH_THRESHOLDS
@@ -296,8 +299,12 @@ def _metric_rows(config: BiasGapConfig, items: list[Item], values: np.ndarray, l
         mats.append(values[at:at + len(it.captions)].reshape(-1, 1))
         at += len(it.captions)
     base = {"experiment": EXPERIMENT.name, "model": label, "probe": name, "task": "target", "split": "test"}
-    return benchmark_rows(config.dataset, items, mats, base, config.bootstrap, config.bootstrap_seed,
+    rows = benchmark_rows(config.dataset, items, mats, base, config.bootstrap, config.bootstrap_seed,
                           threshold=threshold)
+    per_item = [{**base, "subset": f"{it.meta['subset']}:{it.id}", "metric": metric, "value": value}
+                for it, own in zip(items, item_values(config.dataset, items, mats), strict=True)
+                for metric, value in own.items()]
+    return rows, per_item
 
 
 def compute_bias_gap(config: BiasGapConfig, slot: RunSlot) -> RunRows:
@@ -330,6 +337,7 @@ def compute_bias_gap(config: BiasGapConfig, slot: RunSlot) -> RunRows:
     image_ids = [it.images[0].id for it in every for _ in it.captions]
     item_ids = [it.id for it in every for _ in it.captions]
     rows: list[dict[str, Any]] = []
+    metric_items: list[dict[str, Any]] = []
     for name in config.scorers:
         say(config.progress, f"bias-gap: {name} scores {len(set(texts))} distinct captions of {len(every)} items")
         scorer = load_scorer(name, checkpoints.get(name), device=config.device, dtype=config.dtype,
@@ -342,7 +350,9 @@ def compute_bias_gap(config: BiasGapConfig, slot: RunSlot) -> RunRows:
                              "scores": slot.file(f".{name}.scores.jsonl")}
         files[f".{name}.scores.jsonl"] = (lambda v: lambda path: write_item_scores(
             path, item_ids, image_ids, text_ids, v))(values)
-        rows += _metric_rows(config, every, values, label, name, scorer.score_kind)
+        more, per_item = _metric_rows(config, every, values, label, name, scorer.score_kind)
+        rows += more
+        metric_items += per_item
     # gaps: one per item (hardest) or per (positive, negative) pair (each), of the items with a negative
     at_of = dict(zip([it.id for it in every], np.cumsum([0] + [len(it.captions) for it in every[:-1]]).tolist(),
                      strict=True))
@@ -364,6 +374,7 @@ def compute_bias_gap(config: BiasGapConfig, slot: RunSlot) -> RunRows:
                     unit_subset.append(sub)
     gap_rows, item_rows, histograms = _gap_rows(config, label, gaps, unit_id, unit_subset, order)
     rows += gap_rows
+    item_rows += metric_items
     # the bars: each scope's headline metric, for the scorers and for the VLM runs compared
     headline = headline_metrics(config.dataset) if config.dataset in BENCHMARKS else ("gap_positive",)
     scopes = headline_scopes([r for r in rows if r["probe"] == config.scorers[0]], headline)

@@ -23,11 +23,11 @@ a log:
         The command ``python -m vlprobe ARGS`` in a fresh interpreter (the default elsewhere;
         ``python`` changes the command).
 :class:`SubmititExecutor`
-    Each step a job submitted with submitit (``pip install vlprobe[slurm]``): on Slurm the steps
-    that start together go as one job array (``sbatch --array``), with the partition, GPUs, time
-    and memory given; submitit's ``local`` cluster runs the same jobs as local processes. The
-    job runs ``python -m vlprobe ARGS`` (keeping the job's Slurm variables: outputs record the
-    job ids).
+    Each step a job submitted with submitit (``pip install vlprobe[slurm]``) once its inputs are
+    done: what ``--cluster local`` runs (submitit's local processes, the same jobs without
+    Slurm). On Slurm itself a run's whole graph goes at once instead, each job waiting for its
+    inputs' jobs (:mod:`vlprobe.launch.slurm_graph`). The job runs ``python -m vlprobe ARGS``
+    (keeping the job's Slurm variables: outputs record the job ids).
 """
 
 from __future__ import annotations

@@ -116,10 +116,10 @@ def parse_plan(raw: Mapping[str, Any], base: Path, *, default_out: str = "sweep-
     _registered(models, datasets, experiments)
     for kind, tables in (("experiments", experiments), ("evals", evals)):
         for name, table in tables.items():
-            for m in _strings(table.get("models", []), f"{kind}.{name}.models"):
-                if m not in models:
-                    raise InputError(f"plan: {kind}.{name}.models: {unknown_name_message('model', m, sorted(models))}"
-                                     " of the plan")
+            for wanted in _strings(table.get("models", []), f"{kind}.{name}.models"):
+                if wanted not in models:
+                    raise InputError(f"plan: {kind}.{name}.models: "
+                                     f"{unknown_name_message('model', wanted, sorted(models))} of the plan")
     steps = raw.get("steps", [])
     if not isinstance(steps, list) or not all(isinstance(s, dict) and "name" in s and "args" in s for s in steps):
         raise InputError("plan: every [[steps]] needs name and args")

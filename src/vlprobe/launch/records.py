@@ -196,7 +196,7 @@ def forget_run(folder: Path, label: str) -> list[str]:
     with output_lock(manifest):
         raw = _read(manifest)
         runs = raw.get("runs") if raw is not None else None
-        if not isinstance(runs, dict):
+        if raw is None or not isinstance(runs, dict):
             return []
         mine = [name for name, entry in runs.items() if _label_of(name, entry) == label]
         if not mine:

@@ -72,6 +72,8 @@ ALIVE = frozenset({"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FE
                    "SUSPENDED", "RESIZING", "STAGE_OUT", "SIGNALING", "RESV_DEL_HOLD", "SPECIAL_EXIT"})
 #: The shortest time limit a step gets from its cost, minutes.
 MIN_MINUTES = 10
+#: Seconds a job may be missing from both ``sacct`` and ``squeue`` before it counts as lost.
+LOST_AFTER = 300.0
 
 
 class StepExit(RuntimeError):
@@ -391,6 +393,7 @@ def follow_graph(graph: _Graph, *, retries: int = 1, poll_interval: float = 30.0
     skipped = sorted(graph.done, key=[s.name for s in graph.steps].index)
     ran: dict[str, dict[str, Any]] = {}
     failure: InputError | StepCrashed | None = None
+    unseen: dict[str, float] = {}  # job -> when sacct and squeue first did not list it
     while graph.alive and failure is None:
         time.sleep(poll_interval)
         states = graph.queue.states(list(graph.alive.values()))
@@ -398,7 +401,12 @@ def follow_graph(graph: _Graph, *, retries: int = 1, poll_interval: float = 30.0
             job = graph.alive.get(s.name)
             if job is None:
                 continue
-            state = states.get(job, "PENDING")  # (a job too new for sacct and squeue)
+            state = states.get(job)
+            if state is None:  # too new for sacct and squeue yet, or gone from both for good
+                first = unseen.setdefault(job, time.monotonic())
+                if time.monotonic() - first < max(LOST_AFTER, 10 * poll_interval):
+                    continue
+                state = "LOST"
             if state in ALIVE:
                 continue
             del graph.alive[s.name]

@@ -327,3 +327,31 @@ def test_load_cuda_without_cuda(
 def test_load_auto_device_on_cpu(clip_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert CLIPAdapter.load(str(clip_dir), device="auto").device == torch.device("cpu")
+
+
+def test_a_config_that_does_not_fit_its_weights_is_one_line(clip_dir: Path, tmp_path: Path, synthetic_dir: Path,
+                                                            one_error_line: object) -> None:
+    """text_config.hidden_size 64 over weights of width 32 (issue 35 item 13): one line naming the
+    first weight that differs and the config field of the size, exit 2 (before: a 40-line
+    traceback from transformers' loader)."""
+    import json
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from vlprobe.cli import app
+    from vlprobe.validation import InputError
+
+    bad = tmp_path / "bad-clip"
+    shutil.copytree(clip_dir, bad)
+    config = json.loads((bad / "config.json").read_text())
+    config["text_config"]["hidden_size"] = 64
+    (bad / "config.json").write_text(json.dumps(config))
+    with pytest.raises(InputError) as err:
+        CLIPAdapter.load(str(bad), device="cpu")
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith(f"checkpoint: {str(bad)!r} does not fit its config (config.json): ")
+    assert "text_model." in msg and "text_config.hidden_size" in msg, msg
+    res = CliRunner().invoke(app, ["extract", "--model", "clip", "--checkpoint", str(bad), "--dataset", "winoground",
+                                   "--data-dir", str(synthetic_dir), "--out", str(tmp_path / "c.h5"), "--device", "cpu"])
+    one_error_line(res, "does not fit its config", "text_config.hidden_size")  # type: ignore[operator]

@@ -32,6 +32,7 @@ CONTRACT = Case(
      "joint": ("pair", kinds("embed", ("joint", 3)), "answer")},
     {"caption": ("model.language_model.embed_tokens", "caption"),
      "image": ("model.multi_modal_projector", "image_features")},
+    weights=("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"),  # the release's shards
 )
 
 
@@ -224,3 +225,22 @@ def test_the_version_option(tiny_llava: Path) -> None:
     with pytest.raises(InputError, match="t2v_metrics") as err:
         LlavaAdapter.check_options(t2v_metrics="3.1")
     assert "\n" not in str(err.value)
+
+
+def test_a_config_that_does_not_fit_the_weights_is_one_line(tiny_llava: Path, synthetic_dir: Path, tmp_path: Path,
+                                                            one_error_line: Any) -> None:
+    """A text hidden size the weights do not have: the first weight that differs named in one line,
+    exit 2 (issue 35), not the loader's traceback."""
+    from typer.testing import CliRunner
+
+    from vlprobe.cli import app
+
+    folder = tmp_path / "wide"
+    shutil.copytree(tiny_llava, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["text_config"]["hidden_size"] = 64
+    (folder / "config.json").write_text(json.dumps(config))
+    res = CliRunner().invoke(app, ["extract", "--model", "llava", "--checkpoint", str(folder), "--dataset", "winoground",
+                                   "--data-dir", str(synthetic_dir), "--device", "cpu", "--out", str(tmp_path / "c.h5")])
+    one_error_line(res, "does not fit its config (config.json)", "in the weights", "text_config.hidden_size")
+    assert not (tmp_path / "c.h5").exists()

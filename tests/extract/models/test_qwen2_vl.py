@@ -24,7 +24,7 @@ CONTRACT = Case(
      "joint": ("pair", kinds("embed", ("joint", 3)), "answer")},
     {"caption": ("model.language_model.embed_tokens", "caption"),
      "image": ("model.visual.merger", "image_features")},
-    wrong="llava",
+    wrong="llava", weights=("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"),
 )
 
 
