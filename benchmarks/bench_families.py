@@ -47,8 +47,8 @@ FAMILIES: list[tuple[str, str, str, str | None, str, dict[str, Any]]] = [
     ("OpenCLIP ResNet", "openclip", "openclip", "resnet", "", {}),
     ("OpenCLIP roberta", "openclip", "openclip", "roberta", "", {}),
     ("VisualBERT", "visualbert", "visualbert", None, "", {}),
-    ("ViLBERT", "vilbert", "vilbert", "pretrained", "vilbert.bin", {}),
-    ("ViLBERT 12-in-1", "vilbert", "vilbert", "multitask", "vilbert.bin", {"task_id": 8}),
+    ("ViLBERT", "vilbert", "vilbert", "pretrained", "save/pretrained_model.bin", {}),
+    ("ViLBERT 12-in-1", "vilbert", "vilbert", "multitask", "save/multi_task_model.bin", {}),
 ]
 #: (label, registered blind scorer, fixture name)
 BLIND: list[tuple[str, str, str]] = [

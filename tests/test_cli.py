@@ -274,6 +274,11 @@ GOOD_VARIANT_LINE = json.dumps({"item": "winoground/0", "caption": 0, "variants"
     ("option", "value", "needles"),
     [
         ("--model", "clp", ("unknown model 'clp'", "did you mean 'clip'")),
+        # a newcomer's guesses: a checkpoint's short name, capitals, the checkpoint itself
+        ("--model", "clip-vit-b32", ("unknown model 'clip-vit-b32'", "did you mean 'clip'?")),
+        ("--model", "CLIP", ("unknown model 'CLIP'", "did you mean 'clip'?")),
+        ("--model", "openai/clip-vit-base-patch32",
+         ("that is a checkpoint: --model clip --checkpoint openai/clip-vit-base-patch32",)),
         ("--layers", "0,99", ("layers", "layer 99 is out of range")),
         ("--poolings", "cls,foo", ("poolings", "'foo'")),
         ("--shard", "3/3", ("shard", "'3/3'")),

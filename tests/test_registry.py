@@ -251,3 +251,40 @@ def test_every_builtin_entry_is_what_its_registry_holds() -> None:
         assert isinstance(cls, type) and issubclass(cls, Strategy), name
     for name in EXPERIMENTS.names():
         assert isinstance(EXPERIMENTS.get(name), Experiment), name
+
+
+@pytest.mark.parametrize(("name", "meant"), [
+    ("CLIP", "clip"), ("Lxmert", "lxmert"),  # case
+    ("clip-vit-b32", "clip"), ("lxmert-base-uncased", "lxmert"), ("blip-itm-large", "blip-itm"),  # a name and more
+    ("clpi", "clip"),  # spelling
+])
+def test_closest_name_reads_a_newcomers_guess(name: str, meant: str) -> None:
+    from vlprobe.validation import closest_name
+
+    assert closest_name(name, ["blip-itm", "clip", "lxmert", "openclip", "siglip"]) == meant
+
+
+@pytest.mark.parametrize(("name", "family"), [
+    ("openai/clip-vit-base-patch32", "clip"), ("unc-nlp/lxmert-base-uncased", "lxmert"),
+    ("Salesforce/blip-itm-base-coco", "blip-itm"), ("google/siglip-base-patch16-224", "siglip"),
+    ("Qwen/Qwen2-VL-2B-Instruct", "qwen2-vl"), ("llava-hf/llava-1.5-7b-hf", "llava"),
+    ("openai-community/gpt2-large", "gpt2"),
+])
+def test_a_checkpoint_given_as_the_model_is_named_as_one(name: str, family: str) -> None:
+    from vlprobe.registry import MODELS
+
+    with pytest.raises(ValueError) as exc:
+        MODELS.get(name)
+    assert f"; that is a checkpoint: --model {family} --checkpoint {name} (known: " in str(exc.value)
+
+
+def test_a_checkpoint_folder_given_as_the_model_is_named_by_its_model_type(tmp_path: Path) -> None:
+    from vlprobe.registry import MODELS
+
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "lxmert"}', encoding="utf-8")
+    with pytest.raises(ValueError, match=f"that is a checkpoint: --model lxmert --checkpoint {folder}"):
+        MODELS.get(str(folder))
+    with pytest.raises(ValueError, match="that looks like a checkpoint: pass it as --checkpoint someone/thing"):
+        MODELS.get("someone/thing")

@@ -9,12 +9,18 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-__all__ = ["format_bytes", "progress_bar", "say"]
+__all__ = ["format_bytes", "progress_bar", "say", "warn"]
 
 
 def say(enabled: bool, message: str) -> None:
     """Print ``message`` as one line on stderr when ``enabled``."""
     if enabled:
+        print(message, file=sys.stderr, flush=True)
+
+
+def warn(message: str | None) -> None:
+    """Print a warning line on stderr, ``--quiet`` or not (None: nothing to say)."""
+    if message:
         print(message, file=sys.stderr, flush=True)
 
 

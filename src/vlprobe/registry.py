@@ -80,11 +80,16 @@ class Registry(Generic[T]):
         What the entries are ("model", "dataset", ...); used in error messages.
     expects : Expects, optional
         What every entry must be (checked once per entry, by :meth:`get`).
+    hint : callable, optional
+        ``hint(name, known names)``: what to say about an unknown name instead of the "did you
+        mean" (None: nothing special), e.g. that a model name is a checkpoint.
     """
 
-    def __init__(self, kind: str, expects: Expects | None = None) -> None:
+    def __init__(self, kind: str, expects: Expects | None = None,
+                 hint: Callable[[str, list[str]], str | None] | None = None) -> None:
         self.kind = kind
         self.expects = expects
+        self.hint = hint
         self._entries: dict[str, T | str] = {}
         self._help: dict[str, str] = {}
         self._checked: set[str] = set()
@@ -145,7 +150,8 @@ class Registry(Generic[T]):
         self._checked.add(name)
 
     def unknown_message(self, name: str) -> str:
-        return unknown_name_message(self.kind, name, sorted(self._entries))
+        known = sorted(self._entries)
+        return unknown_name_message(self.kind, name, known, self.hint(name, known) if self.hint else None)
 
     def describe(self, name: str) -> str:
         """One-line description of an entry (without importing lazy entries)."""
@@ -185,9 +191,48 @@ def _same_lazy(a: object, b: object) -> bool:
     return key(a) == key(b)
 
 
+def checkpoint_hint(name: str, known: list[str]) -> str | None:
+    """What to say when a checkpoint is given as ``--model``: a hub id (``openai/clip-vit-base-patch32``)
+    or a folder. The family is the known model whose name appears, as whole words, in the
+    repository's name (else in the whole id, else in the folder's ``config.json`` ``model_type``):
+    ``that is a checkpoint: --model clip --checkpoint openai/clip-vit-base-patch32``."""
+    import json
+    import re
+    from pathlib import Path
+
+    path = Path(name).expanduser()
+    if "/" not in name and "\\" not in name and not path.exists():
+        return None
+    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
+    places = [[w for w in re.split(r"[^a-z0-9]+", name.lower().rsplit("/", 1)[-1]) if w], words]
+    config = path / "config.json"
+    if config.is_file():
+        try:
+            model_type = str(json.loads(config.read_text(encoding="utf-8")).get("model_type", ""))
+        except (OSError, ValueError, AttributeError):
+            model_type = ""
+        places.append([w for w in re.split(r"[^a-z0-9]+", model_type.lower()) if w])
+
+    def found(place: list[str]) -> list[str]:
+        hits = []
+        for k in known:
+            parts = [w for w in re.split(r"[^a-z0-9]+", k.lower()) if w]
+            if any(place[i:i + len(parts)] == parts for i in range(len(place) - len(parts) + 1)):
+                hits.append(k)
+        return hits
+
+    for place in places:
+        hits = found(place)
+        if hits:
+            family = max(hits, key=len)
+            return f"that is a checkpoint: --model {family} --checkpoint {name}"
+    return f"that looks like a checkpoint: pass it as --checkpoint {name}, with --model naming its family"
+
+
 #: Model classes: adapters (dual and cross-encoders) and blind text scorers.
 MODELS: Registry[Callable[..., Any]] = Registry("model", Expects(
-    "subclass", ("vlprobe.extract.models.base:Adapter", "vlprobe.extract.models.blind:TextScorer")))
+    "subclass", ("vlprobe.extract.models.base:Adapter", "vlprobe.extract.models.blind:TextScorer")),
+    hint=checkpoint_hint)
 #: Dataset loaders: functions returning a Dataset.
 DATASETS: Registry[Callable[..., Any]] = Registry("dataset", Expects("returns", ("vlprobe.data.items:Dataset",)))
 #: Caption-variant strategy classes.
@@ -337,7 +382,7 @@ EXPERIMENTS.register(
 )
 EXPERIMENTS.register(
     "bias-gap", "vlprobe.experiments.bias_gap:EXPERIMENT",
-    help="SugarCrepe's bias analysis: blind scorers' positive-minus-negative gaps per subset, share right, vs VLM results",
+    help="SugarCrepe's bias analysis: blind scorers' gaps and the benchmark's own metric, Figure 1's bars beside VLM runs",
 )
 EXPERIMENTS.register(
     "refine", "vlprobe.experiments.refine:EXPERIMENT",
@@ -359,13 +404,14 @@ MODELS.register(
 )
 MODELS.register(
     "vilbert", "vlprobe.extract.models.vilbert.adapter:ViLBertAdapter",
-    help="ViLBERT / 12-in-1 cross-encoder (vilbert-multi-task .bin + config JSON; score_head=itm|vil_logit, task_id) "
+    help="ViLBERT / 12-in-1 cross-encoder (vilbert-multi-task .bin + config JSON; score_head=itm|vil_logit, task_id, "
+         "max_regions, max_text_length) "
          "with region features; streams text, image",
 )
 MODELS.register(
     "openclip", "vlprobe.extract.models.openclip.adapter:OpenClipAdapter",
     help="OpenCLIP checkpoint loaded natively (hub folder, .pt/.bin/.safetensors state dict; --model-option arch=NAME, "
-         "act=quick_gelu); ViT or ModifiedResNet image tower, CLIP or roberta text tower; streams text, image",
+         "act=quick_gelu); ViT or ModifiedResNet image tower, CLIP, roberta or xlm-roberta text tower; streams text, image",
 )
 MODELS.register(
     "blip-itm", "vlprobe.extract.models.blip:BlipItmAdapter",
@@ -437,19 +483,19 @@ for _name, _target, _help in (
     ("clip", "clip:write_tiny_clip", "Hugging Face CLIP folder"),
     ("siglip", "siglip:write_tiny_siglip", "Hugging Face SigLIP folder"),
     ("lxmert", "lxmert:write_tiny_lxmert", "Hugging Face LXMERT folder"),
-    ("uniter", "uniter:write_tiny_uniter", "official UNITER state dict (uniter.pt) and config JSON"),
+    ("uniter", "uniter:write_tiny_uniter", "official UNITER state dict (uniter-base.pt) and config JSON"),
     ("blip-itm", "blip:write_tiny_blip_itm", "Hugging Face BLIP image-text matching folder"),
     ("llava", "llava:write_tiny_llava", "Hugging Face LLaVA-1.5 folder (CLIP tower, Llama LM, chat template)"),
     ("qwen2-vl", "qwen2_vl:write_tiny_qwen2_vl", "Hugging Face Qwen2-VL-Instruct folder (chat template)"),
     ("visualbert", "visualbert:write_tiny_visualbert", "Hugging Face VisualBertForPreTraining folder"),
-    ("vilbert", "vilbert:write_tiny_vilbert", "vilbert-multi-task state dict (vilbert.bin) and config JSON; --arch pretrained|multitask"),
-    ("openclip", "openclip:write_tiny_openclip", "OpenCLIP hub folder (open_clip_pytorch_model.bin, open_clip_config.json); --arch vit|resnet|roberta"),
+    ("vilbert", "vilbert:write_tiny_vilbert", "vilbert-multi-task release tree (config/bert_base_6layer_6conect.json, save/pretrained_model.bin or save/multi_task_model.bin); --arch pretrained|multitask"),
+    ("openclip", "openclip:write_tiny_openclip", "OpenCLIP hub folder (open_clip_pytorch_model.bin, open_clip_config.json); --arch vit|resnet|roberta|xlm-roberta"),
     ("frcnn", "frcnn:write_tiny_frcnn", "Visual Genome Faster R-CNN in the hub port's format (probe regions extract --detector)"),
     ("blind-lm", "text_models:write_tiny_gpt2", "Hugging Face GPT-2 causal LM folder"),
-    ("gpt2", "text_models:write_tiny_gpt2", "Hugging Face GPT-2 causal LM folder"),
-    ("vera", "text_models:write_tiny_vera", "Hugging Face T5 encoder folder (Vera's shape: 32,100 embedding rows)"),
-    ("grammar", "text_models:write_tiny_bert_classifier", "Hugging Face BERT sequence classifier folder"),
-    ("openai-gpt", "text_models:write_tiny_openai_gpt", "Hugging Face GPT-1 (OpenAIGPTLMHeadModel) folder"),
+    ("gpt2", "text_models:write_tiny_gpt2", "gpt2-large's hub files (GPT-2 causal LM)"),
+    ("vera", "text_models:write_tiny_vera", "liujch1998/vera's hub files (T5 encoder, bf16 shards, spiece.model)"),
+    ("grammar", "text_models:write_tiny_cola_distilbert", "textattack/distilbert-base-uncased-CoLA's hub files"),
+    ("openai-gpt", "text_models:write_tiny_openai_gpt", "openai-gpt's hub files (OpenAIGPTLMHeadModel)"),
     ("blind-grammar", "text_models:write_tiny_bert_classifier", "Hugging Face BERT sequence classifier folder"),
 ):
     FIXTURES.register(_name, f"vlprobe.fixtures.{_target}", help=_help)

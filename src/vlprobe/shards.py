@@ -8,30 +8,36 @@ collectives, nothing shared while they run) and ``probe cache merge`` / ``probe 
 line runs under any launcher:
 
 Slurm job arrays (``sbatch --array=0-7``)
-    ``SLURM_ARRAY_TASK_ID`` with ``SLURM_ARRAY_TASK_MIN``, ``SLURM_ARRAY_TASK_STEP`` and
-    ``SLURM_ARRAY_TASK_COUNT``: the array task's place in the range (``--array=1-8`` and
-    ``--array=0-14:2`` are 8 shards too). An index list with gaps (``--array=1,4,9``) is refused:
-    its tasks are no range of shards.
-Processes of one job, the first of:
+    ``SLURM_ARRAY_TASK_ID`` with ``SLURM_ARRAY_TASK_MIN``, ``_MAX``, ``_STEP`` and ``_COUNT``:
+    the array task's place in the range (``--array=1-8`` and ``--array=0-14:2`` are 8 shards
+    too). An index list that is no range (``--array=1,4,9``, ``--array=0-3:2,5``) is refused by
+    every task, before any shard runs.
+Processes of one job, the innermost launcher first:
     * torchrun and ``accelerate launch`` on several GPUs: ``RANK`` / ``WORLD_SIZE`` (local rank
       ``LOCAL_RANK``);
     * MPI launchers (``mpirun``, ``accelerate launch`` on CPU nodes): ``OMPI_COMM_WORLD_RANK`` /
-      ``_SIZE`` (Open MPI), ``PMI_RANK`` / ``PMI_SIZE`` (MPICH, Intel MPI, ``srun --mpi``),
-      ``MV2_COMM_WORLD_RANK`` / ``_SIZE`` (MVAPICH);
+      ``_SIZE`` (Open MPI), ``PMI_RANK`` / ``PMI_SIZE`` (MPICH, Intel MPI, ``srun --mpi=pmi2``),
+      ``MV2_COMM_WORLD_RANK`` / ``_SIZE`` (MVAPICH), ``PMIX_RANK`` of an ``srun --mpi=pmix``
+      step. MPI's rank wins over Slurm's: ``mpirun`` inside an allocation (Open MPI >= 3, Intel
+      MPI) starts its ranks through an ``srun`` step of one daemon per node, whose
+      ``SLURM_PROCID`` numbers daemons, not ranks;
     * the tasks of an ``srun`` step: ``SLURM_PROCID`` / ``SLURM_STEP_NUM_TASKS`` (or
       ``SLURM_NTASKS``), local rank ``SLURM_LOCALID``;
     * one process: a Slurm batch script of one task, or ``accelerate launch`` of one process
       (``ACCELERATE_USE_CPU`` is set, no rank).
 
+Slurm sets ``SLURM_STEP_ID`` in the batch script too: its special steps (the batch script,
+extern and interactive steps) carry ids Slurm prints as negative numbers (``-5`` for the batch
+script; older releases printed ``4294967291``), which are no ``srun`` step.
+
 The two levels compose: task ``a`` of an array of ``A`` jobs whose process ``p`` is one of
 ``P`` is shard ``a * P + p`` of ``A * P`` (``sbatch --array=0-3`` of scripts that run
-``torchrun --nproc-per-node 2`` makes 8 shards). The innermost launcher gives the process level
-(torchrun inside an ``srun`` task is ranked by torchrun), and environments that contradict each
-other are refused in one line rather than guessed at: a Slurm batch script of several tasks
-that did not start them with ``srun`` (every task would be shard 0), several ``srun`` or MPI
-copies of a torchrun whose world is one copy's processes (each copy would run the same
-shards), MPI and Slurm ranks that differ. ``--shard auto`` without any of these environments is
-refused too.
+``torchrun --nproc-per-node 2`` makes 8 shards). Environments that contradict each other are
+refused in one line rather than guessed at: a Slurm batch script of several tasks that did not
+start them with ``srun`` or another launcher (every task would be shard 0), several ``srun`` or
+MPI copies of a torchrun whose world is one copy's processes (each copy would run the same
+shards), an ``srun`` step of more tasks than the MPI world each started (``srun -n 4 mpirun
+-np 1``). ``--shard auto`` without any of these environments is refused too.
 
 A run under a launcher also records the job ids it finds (``SLURM_JOB_ID``,
 ``SLURM_ARRAY_JOB_ID``, ``TORCHELASTIC_RUN_ID``, ...) in its output, and ``--device auto`` picks
@@ -47,7 +53,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,6 +66,7 @@ __all__ = [
     "Placement",
     "auto_device",
     "detect_placement",
+    "files_to_merge",
     "find_shard_files",
     "job_entry",
     "launcher_free",
@@ -73,6 +80,7 @@ __all__ = [
 JOB_ID_VARIABLES = (
     "SLURM_CLUSTER_NAME", "SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_STEP_ID",
     "SLURM_PROCID", "SLURM_RESTART_COUNT", "TORCHELASTIC_RUN_ID", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
+    "PMIX_RANK",
 )
 # The process-level launchers: name, rank, size, local rank variables (first match wins).
 _MPI = (
@@ -80,13 +88,15 @@ _MPI = (
     ("MVAPICH", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK"),
     ("PMI", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
 )
+# Step ids from here up are Slurm's special steps printed unsigned (batch script 0xfffffffb, ...).
+_SLURM_SPECIAL_STEPS = 0xFFFFFFF0
 #: What launchers set: variables of these names, or starting with these prefixes (a process
 #: that starts others as shards of its own clears them first: :func:`launcher_free`).
 LAUNCHER_VARIABLES = (
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID",
     "ACCELERATE_USE_CPU", "MPI_LOCALRANKID",
 )
-LAUNCHER_PREFIXES = ("SLURM_", "OMPI_COMM_WORLD_", "PMI_", "MV2_COMM_WORLD_")
+LAUNCHER_PREFIXES = ("SLURM_", "OMPI_COMM_WORLD_", "PMI_", "PMIX_", "MV2_COMM_WORLD_")
 _SHARD_NAME = re.compile(r"^(?P<stem>.+)\.shard-(?P<k>\d+)-of-(?P<n>\d+)$")
 
 
@@ -163,7 +173,15 @@ def _rank(env: Mapping[str, str], rank: str, size: str, who: str) -> tuple[int, 
 
 
 def _array(env: Mapping[str, str]) -> tuple[int, int, str] | None:
-    """(index, count, description) of a Slurm array task; None outside an array."""
+    """(index, count, description) of a Slurm array task; None outside an array.
+
+    Slurm sets ``SLURM_ARRAY_TASK_MIN``, ``_MAX`` and ``_COUNT`` from the array's indices and
+    ``_STEP`` from the number after the first ``:`` of ``--array`` (1 without one), so that every
+    task of ``--array=0-3:2,5`` (indices 0, 2, 5) reads min 0, max 5, step 2, count 3. The indices
+    are a range of shards only when min, max and step account for every one of them: ``(max - min)``
+    a multiple of the step and ``count`` of its places. Every task sees the same four numbers, so a
+    list that is no range is refused by every task, before any shard runs.
+    """
     task = _int(env, "SLURM_ARRAY_TASK_ID")
     if task is None:
         return None
@@ -176,30 +194,72 @@ def _array(env: Mapping[str, str]) -> tuple[int, int, str] | None:
     if count is None:
         if hi is None:
             raise InputError("shard: a Slurm array task needs SLURM_ARRAY_TASK_COUNT or SLURM_ARRAY_TASK_MAX")
-        count = (hi - lo) // step + 1
-    span = (hi - lo) // step + 1 if hi is not None else count
-    index, rest = divmod(task - lo, step)
-    if step < 1 or rest or span != count or not 0 <= index < count:
+        count = (hi - lo) // step + 1 if step > 0 else 0
+    whole = step > 0 and (hi is None or ((hi - lo) % step == 0 and (hi - lo) // step + 1 == count))
+    index, rest = divmod(task - lo, step) if step > 0 else (-1, 0)
+    if not whole or rest or not 0 <= index < count:
         raise InputError(
             f"shard: Slurm array task {task} is no place in a range of tasks (min {lo}, max {hi}, step {step}, "
-            f"count {count}); --shard auto needs --array=A-B or A-B:S, not a list with gaps"
+            f"count {count}); --shard auto needs --array=A-B or A-B:S, not a list (--array=1,4,9 or 0-3:2,5)"
         )
     return index, count, f"Slurm array task {index} of {count} (SLURM_ARRAY_TASK_ID={task})"
 
 
+def _in_srun_step(env: Mapping[str, str]) -> bool:
+    """Whether this process is a task of an ``srun`` step, not the batch script (nor the extern or
+    interactive step) of its job.
+
+    Slurm sets ``SLURM_STEP_ID`` (and the old ``SLURM_STEPID``) for every step's tasks, the batch
+    script included: its special steps carry the ids ``SLURM_BATCH_SCRIPT`` (0xfffffffb),
+    ``SLURM_EXTERN_CONT`` (0xfffffffc) and ``SLURM_INTERACTIVE_STEP`` (0xfffffffa), which it
+    prints as signed numbers (``-5``, ``-4``, ``-6``); older releases printed them unsigned, or the
+    words ``batch`` and ``extern``. Only a number from 0 up is an ``srun`` step.
+    """
+    raw = (env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID") or "").strip()
+    if not raw or raw.lower() in ("batch", "extern", "interactive"):
+        return False
+    try:
+        step = int(raw)
+    except ValueError:
+        raise InputError(f"shard: the environment's SLURM_STEP_ID={raw!r} is no step id") from None
+    return 0 <= step < _SLURM_SPECIAL_STEPS
+
+
+def _mpi(env: Mapping[str, str], step_tasks: int | None) -> tuple[str, int, int, str] | None:
+    """(launcher, rank, size, local rank variable) of an MPI launcher's process; None without one.
+
+    ``PMIX_RANK`` alone (``srun --mpi=pmix``; Open MPI 5 sets ``OMPI_COMM_WORLD_*`` besides it)
+    carries no size: the ``srun`` step's task count is its world.
+    """
+    for who, r, s, local in _MPI:
+        got = _rank(env, r, s, who)
+        if got is not None:
+            return who, got[0], got[1], local
+    rank = _int(env, "PMIX_RANK")
+    if rank is None:
+        return None
+    if step_tasks is None:
+        raise InputError("shard: PMIX_RANK is set without OMPI_COMM_WORLD_SIZE or an srun step's task count; "
+                         "give --shard K/N")
+    if not 0 <= rank < step_tasks:
+        raise InputError(f"shard: PMIx rank PMIX_RANK={rank} is outside the srun step's 0..{step_tasks - 1}")
+    return "PMIx", rank, step_tasks, ""
+
+
 def _processes(env: Mapping[str, str]) -> tuple[int, int, int | None, str] | None:
     """(rank, size, local rank, description) of this process among the job's; None when no
-    launcher of processes is seen."""
-    slurm_step = (env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID") or "").strip()
+    launcher of processes is seen. The innermost launcher ranks the process: torchrun, then MPI,
+    then the tasks of an ``srun`` step, then a Slurm job's batch script (one process)."""
+    in_step = _in_srun_step(env)
     slurm_tasks = _int(env, "SLURM_STEP_NUM_TASKS") or _int(env, "SLURM_NTASKS")
-    in_step = bool(slurm_step) and slurm_step not in ("batch", "extern")
-    mpi = next(((who, got, local) for who, r, s, local in _MPI if (got := _rank(env, r, s, who)) is not None), None)
+    step_tasks = slurm_tasks if in_step else None
+    mpi = _mpi(env, step_tasks)
     torch = _rank(env, "RANK", "WORLD_SIZE", "torchrun")
     if torch is not None:
         rank, size = torch
         local_size = _int(env, "LOCAL_WORLD_SIZE")
         # copies of torchrun started by an outer launcher must share one world
-        copies, by = (slurm_tasks, "srun") if in_step and slurm_tasks else ((mpi[1][1], mpi[0]) if mpi else (1, ""))
+        copies, by = (mpi[2], mpi[0]) if mpi else ((step_tasks, "srun") if step_tasks else (1, ""))
         if copies > 1 and (local_size == size or size < copies):
             raise InputError(
                 f"shard: {by} started {copies} copies of torchrun, but torchrun's world (WORLD_SIZE={size}) is one "
@@ -208,14 +268,18 @@ def _processes(env: Mapping[str, str]) -> tuple[int, int, int | None, str] | Non
             )
         return rank, size, _int(env, "LOCAL_RANK"), f"torchrun rank {rank} of {size} (RANK, WORLD_SIZE)"
     if mpi is not None:
-        who, (rank, size), local_var = mpi
-        if in_step and slurm_tasks is not None and (rank, size) != (_int(env, "SLURM_PROCID"), slurm_tasks):
+        who, rank, size, local_var = mpi
+        srun_ranked = step_tasks is not None and (rank, size) == (_int(env, "SLURM_PROCID"), step_tasks)
+        if step_tasks is not None and size < step_tasks:
+            # srun -n 4 mpirun -np 1 ...: each srun task started a world of its own
             raise InputError(
-                f"shard: {who} ranks this process {rank} of {size}, Slurm {_int(env, 'SLURM_PROCID')} of "
-                f"{slurm_tasks}: the two launchers disagree"
+                f"shard: srun started {step_tasks} tasks, each an MPI world of {size} ({who} rank {rank}): every "
+                "task would run the same shards. Start mpirun once (in the batch script), or give srun --mpi the ranks"
             )
-        local = _int(env, local_var)
-        if local is None and in_step:
+        # mpirun inside an allocation (Open MPI >= 3, Intel MPI) starts its ranks through an srun step of
+        # its daemons, one per node: there SLURM_PROCID numbers daemons, and MPI's own rank is the process's
+        local = _int(env, local_var) if local_var else None
+        if local is None and srun_ranked:
             local = _int(env, "SLURM_LOCALID")
         return rank, size, local, f"{who} rank {rank} of {size}"
     if in_step:
@@ -227,9 +291,10 @@ def _processes(env: Mapping[str, str]) -> tuple[int, int, int | None, str] | Non
             raise InputError(f"shard: srun gives SLURM_PROCID={rank} outside 0..{size - 1}")
         return rank, size, _int(env, "SLURM_LOCALID"), f"srun task {rank} of {size} (SLURM_PROCID)"
     if env.get("SLURM_JOB_ID", "").strip():
-        if slurm_tasks is not None and slurm_tasks > 1:
+        batch_tasks = _int(env, "SLURM_NTASKS")
+        if batch_tasks is not None and batch_tasks > 1:
             raise InputError(
-                f"shard: this is the batch script of a Slurm job of SLURM_NTASKS={slurm_tasks} tasks, which is one "
+                f"shard: this is the batch script of a Slurm job of SLURM_NTASKS={batch_tasks} tasks, which is one "
                 "process: start the command with srun to run its tasks (or ask for one task)"
             )
         return 0, 1, _int(env, "SLURM_LOCALID") or 0, "a Slurm job of one task"
@@ -328,11 +393,10 @@ def find_shard_files(out: str | os.PathLike[str], *, suffix: str | None = None) 
     p = Path(out)
     stem, ext = _stem_suffix(p, suffix)
     found: dict[int, dict[int, Path]] = {}
-    if p.parent.is_dir():
-        for q in p.parent.iterdir():
-            m = _SHARD_NAME.match(q.name[: len(q.name) - len(ext)] if ext and q.name.endswith(ext) else "")
-            if m and m["stem"] == stem:
-                found.setdefault(int(m["n"]), {})[int(m["k"])] = q
+    for q in _shard_names(p, suffix):
+        m = _SHARD_NAME.match(q.name[: len(q.name) - len(ext)] if ext else q.name)
+        assert m is not None
+        found.setdefault(int(m["n"]), {})[int(m["k"])] = q
     pattern = f"{stem}.shard-K-of-N{ext}"
     if not found:
         raise InputError(f"shards: no shard files {pattern} beside {str(p)!r}; give the shard files to merge")
@@ -342,6 +406,39 @@ def find_shard_files(out: str | os.PathLike[str], *, suffix: str | None = None) 
                          "give the shard files to merge")
     ((_n, files),) = found.items()
     return [files[k] for k in sorted(files)]
+
+
+def files_to_merge(
+    out: str | os.PathLike[str], given: Sequence[str | os.PathLike[str]] | None,
+    state: Callable[[Path, str], str], *, suffix: str | None = None,
+) -> list[Path] | None:
+    """What ``probe cache merge`` / ``probe regions merge`` join into ``out``: the ``given`` shard
+    files, else those :func:`find_shard_files` finds; None when there are none because ``out`` is a
+    complete run of one process already (``--shard auto`` under one process writes OUT itself),
+    which ``state(out, "0/1")`` (``""``: complete) tells.
+
+    Raises
+    ------
+    InputError
+        From :func:`find_shard_files`, when ``out`` is no complete run either.
+    """
+    if given:
+        return [Path(g) for g in given]
+    try:
+        return find_shard_files(out, suffix=suffix)
+    except InputError:
+        if not any(_shard_names(Path(out), suffix)) and os.path.isfile(out) and not state(Path(out), "0/1"):
+            return None
+        raise
+
+
+def _shard_names(p: Path, suffix: str | None) -> Iterator[Path]:
+    stem, ext = _stem_suffix(p, suffix)
+    if p.parent.is_dir():
+        for q in p.parent.iterdir():
+            m = _SHARD_NAME.match(q.name[: len(q.name) - len(ext)] if ext and q.name.endswith(ext) else "")
+            if m and m["stem"] == stem:
+                yield q
 
 
 def auto_device(device: str, placement: Placement | None) -> str:

@@ -30,6 +30,7 @@ __all__ = [
     "check_positive_int",
     "check_probability",
     "check_seed",
+    "closest_name",
     "unknown_name_message",
 ]
 
@@ -96,11 +97,28 @@ def check_seed(value: Any, name: str = "seed") -> int:
     raise InputError(f"{name} must be an integer in [0, 2**32), got {value!r}")
 
 
-def unknown_name_message(kind: str, name: str, known: Sequence[str]) -> str:
-    """``unknown <kind> 'x'; did you mean 'y'? (known: a, b)``, for every list of names vlprobe checks."""
-    close = difflib.get_close_matches(name, list(known), n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    return f"unknown {kind} {name!r}{hint} (known: {', '.join(known) or 'none'})"
+def closest_name(name: str, known: Sequence[str]) -> str | None:
+    """The known name ``name`` most likely means: the same but for case (``CLIP``), the longest
+    known name it begins with as a word (``clip-vit-b32``, ``lxmert_base``), else the closest
+    spelling (:func:`difflib.get_close_matches`, case ignored); None when nothing is close."""
+    lower = {k.lower(): k for k in known}
+    wanted = name.strip().lower()
+    if wanted in lower:
+        return lower[wanted]
+    heads = [k for k in lower if wanted.startswith(k) and wanted[len(k)] in "-_./ :@"]
+    if heads:
+        return lower[max(heads, key=len)]
+    close = difflib.get_close_matches(wanted, list(lower), n=1)
+    return lower[close[0]] if close else None
+
+
+def unknown_name_message(kind: str, name: str, known: Sequence[str], hint: str | None = None) -> str:
+    """``unknown <kind> 'x'; did you mean 'y'? (known: a, b)``, for every list of names vlprobe checks;
+    ``hint`` (e.g. "that is a checkpoint: ...") takes the "did you mean"'s place."""
+    if hint is None:
+        close = closest_name(name, known)
+        hint = f"did you mean {close!r}?" if close else None
+    return f"unknown {kind} {name!r}{'; ' + hint if hint else ''} (known: {', '.join(known) or 'none'})"
 
 
 def check_choice(value: Any, name: str, choices: Iterable[str], *, kind: str | None = None) -> str:

@@ -98,6 +98,21 @@ def _with(key: str, name: str, text: str, weights: str | None = None) -> Callabl
     return build
 
 
+def _edited(key: str, name: str, weights: str | None = None, drop: str = "", **changes: Any) -> Callable[[Kit, Path], Path]:
+    """A copy of fixture ``key`` whose JSON config ``name`` has ``changes`` (a size that no longer
+    fits the weights, a field of another type) and lacks the key ``drop``."""
+    def build(k: Kit, work: Path) -> Path:
+        import json
+
+        folder = work / "inputs" / key
+        shutil.copytree(k.fx[key], folder)
+        config = json.loads((folder / name).read_text(encoding="utf-8"))
+        config = {kk: v for kk, v in {**config, **changes}.items() if kk != drop}
+        (folder / name).write_text(json.dumps(config), encoding="utf-8")
+        return folder / weights if weights else folder
+    return build
+
+
 @dataclass(frozen=True)
 class Row:
     model: str
@@ -110,12 +125,12 @@ ROWS = [
     # -- a checkpoint of another family ---------------------------------------------------------------
     Row("openclip", "a Hugging Face CLIP folder", _extract("openclip", "clip"), ("checkpoint", "use --model clip")),
     Row("openclip", "a VisualBERT folder", _extract("openclip", "visualbert"), ("checkpoint", "'visual_bert'")),
-    Row("openclip", "ViLBERT's state dict with arch", _extract("openclip", _file("vilbert", "vilbert.bin"),
+    Row("openclip", "ViLBERT's state dict with arch", _extract("openclip", _file("vilbert", "save/pretrained_model.bin"),
                                                               "--model-option", "arch=ViT-B-32"),
-        ("checkpoint", "vilbert.bin", "does not fit OpenCLIP ViT-B-32", "no OpenCLIP CLIP model")),
-    Row("openclip", "UNITER's .pt with arch", _extract("openclip", _file("uniter", "uniter.pt"),
+        ("checkpoint", "pretrained_model.bin", "does not fit OpenCLIP ViT-B-32", "no OpenCLIP CLIP model")),
+    Row("openclip", "UNITER's .pt with arch", _extract("openclip", _file("uniter", "uniter-base.pt"),
                                                       "--model-option", "arch=RN50"),
-        ("checkpoint", "uniter.pt", "does not fit OpenCLIP RN50")),
+        ("checkpoint", "uniter-base.pt", "does not fit OpenCLIP RN50")),
     Row("visualbert", "an OpenCLIP folder", _extract("visualbert", "openclip-vit"), ("checkpoint", "config.json")),
     Row("visualbert", "an LXMERT folder", _extract("visualbert", "lxmert"), ("checkpoint", "'lxmert' model",
                                                                             "expected 'visual_bert'")),
@@ -123,7 +138,7 @@ ROWS = [
         ("checkpoint", "open_clip_pytorch_model.bin", "not a directory")),
     Row("vilbert", "OpenCLIP's weights with ViLBERT's config", _extract(
         "vilbert", _file("openclip-vit", "open_clip_pytorch_model.bin"),
-        "--model-config", "KIT:vilbert/vilbert.json"),
+        "--model-config", "KIT:vilbert/config/bert_base_6layer_6conect.json"),
         ("checkpoint", "open_clip_pytorch_model.bin", "not a ViLBERT state dict")),
     Row("vilbert", "a UNITER folder", _extract("vilbert", "uniter"), ("checkpoint", "released state-dict file")),
     Row("vilbert", "a VisualBERT folder", _extract("vilbert", "visualbert"), ("checkpoint", "released state-dict file")),
@@ -132,7 +147,7 @@ ROWS = [
     Row("gpt2", "a ViLBERT folder", _eval("gpt2", "vilbert"), ("checkpoint", "not a causal language model")),
     Row("openai-gpt", "a GPT-2 folder", _eval("openai-gpt", "gpt2"), ("checkpoint", "'gpt2' model, expected 'openai-gpt'")),
     Row("openai-gpt", "a VisualBERT folder", _eval("openai-gpt", "visualbert"), ("checkpoint", "not a causal language model")),
-    Row("vera", "the grammar model's folder", _eval("vera", "grammar"), ("checkpoint", "'bert' model", "Vera's 't5'")),
+    Row("vera", "the grammar model's folder", _eval("vera", "grammar"), ("checkpoint", "'distilbert' model", "Vera's 't5'")),
     Row("vera", "an OpenCLIP folder", _eval("vera", "openclip-vit"), ("checkpoint", "config.json")),
     Row("grammar", "a CLIP folder", _eval("grammar", "clip"), ("checkpoint", "not a sequence classifier", "'clip' model")),
     Row("grammar", "an LXMERT folder", _eval("grammar", "lxmert"), ("checkpoint", "not a sequence classifier")),
@@ -155,21 +170,21 @@ ROWS = [
     Row("openclip", "arch and model_config both", _extract("openclip", "openclip-vit", "--model-option", "arch=RN50",
                                                            "--model-config", "KIT:openclip-vit/open_clip_config.json"),
         ("arch", "model_config")),
-    Row("vilbert", "task_id for a pretrained checkpoint", _extract("vilbert", _file("vilbert", "vilbert.bin"),
+    Row("vilbert", "task_id for a pretrained checkpoint", _extract("vilbert", _file("vilbert", "save/pretrained_model.bin"),
                                                                    "--model-option", "task_id=3"),
         ("task_id", "no task tokens")),
-    Row("vilbert", "12-in-1 without task_id", _extract("vilbert", _file("vilbert-12in1", "vilbert.bin")),
-        ("task_id", "12-in-1")),
-    Row("vilbert", "pretrained weights under the 12-in-1 config", _extract(
-        "vilbert", _file("vilbert", "vilbert.bin"), "--model-config", "KIT:vilbert-12in1/vilbert.json",
-        "--model-option", "task_id=8"), ("checkpoint", "does not fit its ViLBERT config",
-                                         "lacks bert.embeddings.task_embeddings")),
-    Row("vilbert", "12-in-1 weights under the pretrained config", _extract(
-        "vilbert", _file("vilbert-12in1", "vilbert.bin"), "--model-config", "KIT:vilbert/vilbert.json",
-        "--model-option", "task_id=8"), ("checkpoint", "does not fit its ViLBERT config", "holds bert.embeddings.task_embeddings")),
-    Row("vilbert", "task_id out of range", _extract("vilbert", _file("vilbert-12in1", "vilbert.bin"),
+    Row("vilbert", "a config without a size (the original would fall back to its class default)", _extract(
+        "vilbert", _edited("vilbert", "config/bert_base_6layer_6conect.json", "save/pretrained_model.bin", drop="v_num_attention_heads")),
+        ("model_config", "lacks v_num_attention_heads", "bert_base_6layer_6conect.json")),
+    Row("vilbert", "a config that says task tokens over pretrained weights", _extract(
+        "vilbert", _edited("vilbert", "config/bert_base_6layer_6conect.json", "save/pretrained_model.bin", task_specific_tokens=True)),
+        ("model_config", "task_specific_tokens is true", "weights lack bert.embeddings.task_embeddings")),
+    Row("vilbert", "a config that says no task tokens over 12-in-1 weights", _extract(
+        "vilbert", _edited("vilbert-12in1", "config/bert_base_6layer_6conect.json", "save/multi_task_model.bin", task_specific_tokens=False)),
+        ("model_config", "task_specific_tokens is false", "weights hold bert.embeddings.task_embeddings")),
+    Row("vilbert", "task_id out of range", _extract("vilbert", _file("vilbert-12in1", "save/multi_task_model.bin"),
                                                     "--model-option", "task_id=99"), ("task_id", "99")),
-    Row("vilbert", "an unknown score_head", _extract("vilbert", _file("vilbert-12in1", "vilbert.bin"), "--model-option",
+    Row("vilbert", "an unknown score_head", _extract("vilbert", _file("vilbert-12in1", "save/multi_task_model.bin"), "--model-option",
                                                      "task_id=8", "--model-option", "score_head=cosine"),
         ("score_head", "cosine")),
     Row("visualbert", "an arch option it does not take", _extract("visualbert", "visualbert", "--model-option",
@@ -192,13 +207,13 @@ ROWS = [
         ("checkpoint", "does not fit", "vision transformer")),
     Row("openclip", "a model_config that is not there", _extract("openclip", "openclip-vit", "--model-config",
                                                                  "WORK:missing.json"), ("model_config", "missing.json")),
-    Row("vilbert", "a state dict without its config JSON", _extract("vilbert", _without("vilbert", "vilbert.json",
-                                                                                        "vilbert.bin")),
+    Row("vilbert", "a state dict without its config JSON", _extract("vilbert", _without("vilbert", "config/bert_base_6layer_6conect.json",
+                                                                                        "save/pretrained_model.bin")),
         ("model_config", "--model-config bert_base_6layer_6conect.json")),
-    Row("vilbert", "UNITER's config JSON", _extract("vilbert", _file("vilbert", "vilbert.bin"), "--model-config",
-                                                    "KIT:uniter/uniter.json"), ("model_config", "not a ViLBERT config")),
-    Row("vilbert", "a config that is no JSON", _extract("vilbert", _with("vilbert", "vilbert.json", "[1, 2",
-                                                                         "vilbert.bin")), ("model_config", "JSON")),
+    Row("vilbert", "UNITER's config JSON", _extract("vilbert", _file("vilbert", "save/pretrained_model.bin"), "--model-config",
+                                                    "KIT:uniter/uniter-base.json"), ("model_config", "not a ViLBERT config")),
+    Row("vilbert", "a config that is no JSON", _extract("vilbert", _with("vilbert", "config/bert_base_6layer_6conect.json", "[1, 2",
+                                                                         "save/pretrained_model.bin")), ("model_config", "JSON")),
     Row("visualbert", "a folder without config.json", _extract("visualbert", _without("visualbert", "config.json")),
         ("checkpoint", "config.json")),
     Row("visualbert", "GPT-2's config.json beside its weights", _extract("visualbert", _with(
@@ -211,6 +226,33 @@ ROWS = [
         ("checkpoint", "config.json")),
     Row("grammar", "a folder without config.json", _eval("grammar", _without("grammar", "config.json")),
         ("checkpoint", "config.json")),
+    # -- a config whose sizes do not fit its weights: the first weight that differs, in one line ----------
+    Row("gpt2", "a config whose n_embd does not fit the weights", _eval("gpt2", _edited("gpt2", "config.json", n_embd=64)),
+        ("checkpoint", "does not fit its config (config.json)", "transformer.wte.weight", "(", "n_embd")),
+    Row("openai-gpt", "a config whose n_embd does not fit the weights", _eval(
+        "openai-gpt", _edited("openai-gpt", "config.json", n_embd=64)), ("checkpoint", "does not fit its config", "n_embd")),
+    Row("visualbert", "a config whose hidden_size does not fit the weights", _extract(
+        "visualbert", _edited("visualbert", "config.json", hidden_size=64)),
+        ("checkpoint", "does not fit its config (config.json)", "visual_bert.embeddings.word_embeddings.weight",
+         "hidden_size")),
+    Row("visualbert", "a config whose visual_embedding_dim does not fit the weights", _extract(
+        "visualbert", _edited("visualbert", "config.json", visual_embedding_dim=1024)),
+        ("checkpoint", "does not fit its config", "visual_projection.weight", "visual_embedding_dim")),
+    Row("vera", "a config whose d_model does not fit the weights", _eval("vera", _edited("vera", "config.json", d_model=32)),
+        ("checkpoint", "does not fit its config", "shared.weight", "d_model")),
+    Row("grammar", "a config whose dim does not fit the weights", _eval(
+        "grammar", _edited("grammar", "config.json", dim=48)), ("checkpoint", "does not fit its config",
+                                                                 "distilbert.embeddings.word_embeddings.weight", "dim")),
+    Row("vilbert", "a config whose v_hidden_size does not fit the weights", _extract(
+        "vilbert", _edited("vilbert", "config/bert_base_6layer_6conect.json", "save/pretrained_model.bin", v_hidden_size=48)),
+        ("checkpoint", "does not fit its config (bert_base_6layer_6conect.json)", "bert.v_embeddings.image_embeddings.weight",
+         "v_hidden_size")),
+    Row("vilbert", "a config with a size written as a string", _extract(
+        "vilbert", _edited("vilbert", "config/bert_base_6layer_6conect.json", "save/pretrained_model.bin", v_hidden_size="24")),
+        ("model_config", "v_hidden_size", "'24'", "integer")),
+    Row("vilbert", "a config with co-attention ids written as strings", _extract(
+        "vilbert", _edited("vilbert", "config/bert_base_6layer_6conect.json", "save/pretrained_model.bin", v_biattention_id="01")),
+        ("model_config", "v_biattention_id", "list of integers")),
 ]
 
 
@@ -292,8 +334,7 @@ def test_negclip_gets_the_quickgelu_note(kit: Kit, tmp_path: Path) -> None:
     config = tmp_path / "tiny.json"
     config.write_text(json.dumps(json.loads((kit.fx["openclip-vit"] / "open_clip_config.json").read_text())["model_cfg"]))
     common = ["--dataset", "winoground", "--data-dir", str(kit.syn), "--device", "cpu", "--quiet"]
-    base = ["extract", "--model", "openclip", "--checkpoint", str(pt), "--model-config", str(config), "--tokenizer",
-            str(kit.fx["openclip-vit"]), *common]
+    base = ["extract", "--model", "openclip", "--checkpoint", str(pt), "--model-config", str(config), *common]
     res = CliRunner().invoke(app, [*base, "--out", str(tmp_path / "gelu.h5")])
     assert res.exit_code == 0, res.output
     notes = [line for line in res.stderr.splitlines() if line.startswith("note: ")]

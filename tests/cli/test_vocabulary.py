@@ -131,7 +131,7 @@ def _dataset_options() -> dict[str, Any]:
     from vlprobe.data.valse import load_valse
 
     target = callable_target(load_sugarcrepe, load_valse)
-    return {k: target.params[k] for k in ("image_dir", "image_root", "subsets", "limit", "all_items")}
+    return {k: target.params[k] for k in ("image_dir", "image_root", "subsets", "limit", "all_items", "strip_captions")}
 
 
 def hand_written_targets() -> dict[tuple[str, ...], Target]:

@@ -56,7 +56,7 @@ def test_vg_subsets_as_items(aro_dir: Path) -> None:
 
 def test_order_subsets_and_their_perturbations(aro_dir: Path, fake_spacy: None) -> None:
     ds = load_aro(aro_dir, subsets="coco_order", image_root=roots(aro_dir))
-    raw = json.loads((aro_dir / "coco_karpathy_test.json").read_text(encoding="utf-8"))
+    raw = json.loads((aro_dir / "coco" / "coco_karpathy_test.json").read_text(encoding="utf-8"))
     assert len(ds) == 5 * len(raw)
     item = ds.item("aro/coco_order/7")  # image 1, caption 2
     assert item.meta["caption_index"] == 2 and item.images[0].name == raw[1]["image"]
@@ -69,20 +69,51 @@ def test_order_subsets_and_their_perturbations(aro_dir: Path, fake_spacy: None) 
     # the same items whatever is selected, and another seed gives other perturbations
     again = load_aro(aro_dir, subsets="coco_order", limit=8, image_root=roots(aro_dir))
     assert [t.text for t in again.item("aro/coco_order/7").texts] == texts
-    other = load_aro(aro_dir, subsets="coco_order", order_seed=1)
+    other = load_aro(aro_dir, subsets="coco_order", order_seed=1, image_root=roots(aro_dir))
     assert [t.text for it in other for t in it.texts] != [t.text for it in ds for t in it.texts]
-    assert other.fingerprint != load_aro(aro_dir, subsets="coco_order").fingerprint
+    assert other.fingerprint != ds.fingerprint
 
 
 def test_default_subsets_are_the_files_present(aro_dir: Path, tmp_path: Path, fake_spacy: None) -> None:
-    ds = load_aro(aro_dir, limit=2)
+    ds = load_aro(aro_dir, limit=2, image_root=roots(aro_dir))
     assert Counter(it.meta["subset"] for it in ds) == {s: 2 for s in ARO_SUBSETS}
+    # the authors' layout: the Karpathy files lie in the image roots, so without them only the VG files
+    assert {it.meta["subset"] for it in load_aro(aro_dir)} == {"vg_relation", "vg_attribution"}
     only = tmp_path / "only"
     only.mkdir()
     (only / ARO_FILES["vg_relation"]).write_bytes((aro_dir / ARO_FILES["vg_relation"]).read_bytes())
     assert {it.meta["subset"] for it in load_aro(only)} == {"vg_relation"}
     with pytest.raises(FileNotFoundError, match=r"visual_genome_attribution\.json"):
         load_aro(only, subsets="vg_attribution")
+
+
+def test_the_karpathy_files_where_the_authors_code_reads_them(aro_dir: Path, tmp_path: Path, fake_spacy: None,
+                                                               one_error_line: Callable[..., str]) -> None:
+    """COCO_Order / Flickr30k_Order download the Karpathy file into their image root and read it from
+    there: the loader finds it there (or in data_dir, read first), and the fixture is laid out so."""
+    assert not (aro_dir / ARO_FILES["coco_order"]).exists()
+    assert (aro_dir / "coco" / ARO_FILES["coco_order"]).is_file()
+    assert (aro_dir / "flickr30k" / ARO_FILES["flickr30k_order"]).is_file()
+    # a data_dir with none of ARO's files, the Karpathy file only in the image root
+    empty = tmp_path / "aro-root"
+    empty.mkdir()
+    ds = load_aro(empty, image_root=[f"coco={aro_dir / 'coco'}"])
+    assert {it.meta["subset"] for it in ds} == {"coco_order"} and len(ds) == 30
+    assert ds.items[0].images[0].path.is_relative_to(aro_dir / "coco" / "val2014")
+    # data_dir is read first
+    copy = tmp_path / "with-copy"
+    copy.mkdir()
+    records = json.loads((aro_dir / "coco" / ARO_FILES["coco_order"]).read_text(encoding="utf-8"))[:1]
+    (copy / ARO_FILES["coco_order"]).write_text(json.dumps(records), encoding="utf-8")
+    assert len(load_aro(copy, image_root=[f"coco={aro_dir / 'coco'}"])) == 5
+    with pytest.raises(FileNotFoundError, match=r"flickr30k_test\.json .* image root of flickr30k"):
+        load_aro(aro_dir, subsets="flickr30k_order")
+    result = CliRunner().invoke(app, ["data", "info", "aro", "--data-dir", str(empty), "--image-root",
+                                      f"flickr30k={aro_dir / 'flickr30k'}", "--json"])
+    assert result.exit_code == 0, result.output
+    assert {r["name"]: r["items"] for r in json.loads(result.stdout)}["flickr30k_order"] == 30
+    one_error_line(CliRunner().invoke(app, ["data", "info", "aro", "--data-dir", str(empty)]),
+                   "holds none of ARO's files")
 
 
 def test_pre_caption_as_the_authors() -> None:
@@ -122,7 +153,7 @@ def test_order_with_the_real_spacy_model(aro_dir: Path) -> None:
         pytest.skip(f"no spaCy English model here: {exc}")
     tags = dict(tag("a red bus parked near a tall building"))
     assert tags["bus"].startswith("NN") and tags["red"] == "JJ"
-    ds = load_aro(aro_dir, subsets="flickr30k_order", limit=3)
+    ds = load_aro(aro_dir, subsets="flickr30k_order", limit=3, image_root=roots(aro_dir))
     assert len(ds) == 3 and "tagger" in ds.source and info["model"] in ds.source
 
 
@@ -199,7 +230,8 @@ def test_fixture_command_writes_the_format_and_refuses_other_folders(tmp_path: P
     result = runner.invoke(app, ["fixtures", "dataset", "--format", "aro", "--out", str(out), "--n-items", "3"])
     assert result.exit_code == 0, result.output
     first = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    assert set(ARO_FILES.values()) <= {str(p) for p in first}
+    assert {"visual_genome_relation.json", "visual_genome_attribution.json", "coco/coco_karpathy_test.json",
+            "flickr30k/flickr30k_test.json"} <= {p.as_posix() for p in first}
     # a rerun reuses its own folder, byte for byte
     assert runner.invoke(app, ["fixtures", "dataset", "--format", "aro", "--out", str(out), "--n-items", "3"]).exit_code == 0
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == first

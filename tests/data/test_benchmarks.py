@@ -60,14 +60,23 @@ def test_sugarcrepe_real_counts_and_ids(sugarcrepe_dir: Path) -> None:
     assert len({it.images[0].name for it in ds}) == 1560  # distinct COCO images
 
 
-def test_sugarcrepe_whitespace_is_stripped_on_both_captions(sugarcrepe_dir: Path) -> None:
-    raw = load_sugarcrepe(sugarcrepe_dir, strip=False)
-    stripped = load_sugarcrepe(sugarcrepe_dir)
+def test_sugarcrepe_captions_as_released_and_stripped_as_an_option(sugarcrepe_dir: Path) -> None:
+    """The default reads the captions as the authors' main_eval.py and text_model_eval.py do (json.load,
+    no strip); strip_captions strips both captions of every item, and the fingerprint says which."""
+    raw = load_sugarcrepe(sugarcrepe_dir)
+    stripped = load_sugarcrepe(sugarcrepe_dir, strip_captions=True)
     padded = [it for it in raw if any(t.text != t.text.strip() for t in it.texts)]
     assert len(padded) == 1074
+    add_obj = [it for it in raw if it.meta["subset"] == "add_obj"]
+    # 307 add_obj positives carry surrounding whitespace (298 a trailing space), no negative does
+    assert sum(it.texts[0].text != it.texts[0].text.strip() for it in add_obj) == 307
+    assert not any(it.texts[1].text != it.texts[1].text.strip() for it in add_obj)
+    files = json.loads((sugarcrepe_dir / "add_obj.json").read_text(encoding="utf-8"))
+    assert [(it.texts[0].text, it.texts[1].text) for it in add_obj] == [
+        (r["caption"], r["negative_caption"]) for r in files.values()]
     assert all(t.text == t.text.strip() for it in stripped for t in it.texts)
-    assert raw.fingerprint == stripped.fingerprint  # same files; the choice is in the source text
-    assert "stripped" in stripped.source and "as is" in raw.source
+    assert raw.fingerprint != stripped.fingerprint  # same files, other texts
+    assert "stripped" in stripped.source and "as released" in raw.source
 
 
 def test_sugarcrepe_subsets_limit_and_images(sugarcrepe_dir: Path, tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from vlprobe.data.loading import check_dataset_options, load_dataset, loader_opt
 
 
 def test_loader_options_follow_the_signatures() -> None:
-    assert loader_options("sugarcrepe") == ("image_dir", "subsets", "limit", "strip")
+    assert loader_options("sugarcrepe") == ("image_dir", "subsets", "limit", "strip_captions")
     assert "tags" in loader_options("winoground") and "data_dir" not in loader_options("winoground")
 
 

@@ -1,9 +1,8 @@
-"""The "Why is Winoground Hard?" tag file: the real file's facts, validation, the pinned fetch."""
+"""The "Why is Winoground Hard?" tag file: the real file's facts, validation, the shipped copy."""
 
 from __future__ import annotations
 
 import json
-import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -12,13 +11,12 @@ import pytest
 from vlprobe.data.tags import (
     TAG_FILE_NAME,
     WWH_COMMIT,
+    WWH_SOURCE,
     WWH_TAGS,
     WWH_TAGS_SHA256,
-    WWH_TAGS_URL,
     cache_dir,
-    fetch_wwh_tags,
     load_tag_file,
-    offline,
+    shipped_tag_file,
 )
 from vlprobe.provenance import sha256_file
 
@@ -102,91 +100,34 @@ def test_cache_dir_follows_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert cache_dir() == tmp_path / ".cache" / "vlprobe"
 
 
-@pytest.mark.parametrize(("var", "value", "expected"), [
-    ("HF_HUB_OFFLINE", "1", True), ("VLPROBE_OFFLINE", "yes", True), ("HF_HUB_OFFLINE", "0", False),
-    ("HF_HUB_OFFLINE", "", False),
-])
-def test_offline(var: str, value: str, expected: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.delenv("VLPROBE_OFFLINE", raising=False)
-    monkeypatch.setenv(var, value)
-    assert offline() is expected
-
-
-def test_fetch_offline_without_cache_says_use_tags(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_network: None
-) -> None:
-    monkeypatch.setenv("VLPROBE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ValueError) as exc:
-        fetch_wwh_tags()
-    msg = str(exc.value)
-    assert msg.startswith("tags: offline")
-    assert "--tags PATH" in msg and WWH_TAGS_URL in msg
-
-
-def test_fetch_returns_the_cached_copy_without_network(wwh_tags: Path,
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_network: None
-) -> None:
-    monkeypatch.setenv("VLPROBE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    target = tmp_path / "cache" / "why-winoground-hard" / WWH_COMMIT / TAG_FILE_NAME
-    target.parent.mkdir(parents=True)
-    shutil.copyfile(wwh_tags, target)
-    assert fetch_wwh_tags() == target
-    assert load_tag_file(fetch_wwh_tags()).sha256 == WWH_TAGS_SHA256
-
-
-def test_fetch_ignores_a_corrupt_cached_copy(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_network: None
-) -> None:
-    monkeypatch.setenv("VLPROBE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    target = tmp_path / "cache" / "why-winoground-hard" / WWH_COMMIT / TAG_FILE_NAME
-    target.parent.mkdir(parents=True)
-    target.write_text('{"0": []}', encoding="utf-8")
-    with pytest.raises(ValueError, match="offline"):
-        fetch_wwh_tags()
-
-
-class _FakeResponse:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def read(self) -> bytes:
-        return self.data
-
-    def __enter__(self) -> _FakeResponse:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-def test_fetch_downloads_once_and_checks_sha256(wwh_tags: Path,
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import urllib.request
-
-    monkeypatch.setenv("VLPROBE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.delenv("VLPROBE_OFFLINE", raising=False)
-    calls: list[str] = []
-    payload = {"data": wwh_tags.read_bytes()}
-
-    def fake_urlopen(url: str, timeout: float) -> _FakeResponse:
-        calls.append(url)
-        return _FakeResponse(payload["data"])
-
-    monkeypatch.setattr(urllib.request, "urlopen", fake_urlopen)
-    path = fetch_wwh_tags()
-    assert calls == [WWH_TAGS_URL]
+def test_the_shipped_tag_file_is_the_papers_with_its_licence(no_network: None) -> None:
+    """vlprobe ships the MIT tag file unchanged (the pinned sha256 of the paper's repository at
+    WWH_COMMIT) with the repository's licence notice beside it; reading it needs no network."""
+    path = shipped_tag_file()
+    assert path.name == TAG_FILE_NAME
     assert sha256_file(path) == WWH_TAGS_SHA256
-    assert fetch_wwh_tags() == path
-    assert calls == [WWH_TAGS_URL]  # cached now
+    table = load_tag_file(path)
+    assert sorted(table.tags) == list(range(400)) and sum(not t for t in table.tags.values()) == 172
+    notice = (path.parent / "LICENSE").read_text(encoding="utf-8")
+    assert notice.startswith("MIT License") and "Copyright (c) 2022 Anuj Diwan" in notice
+    assert WWH_COMMIT[:7] in WWH_SOURCE and WWH_COMMIT in (path.parent / "README.md").read_text(encoding="utf-8")
 
-    path.unlink()
-    payload["data"] = b'{"0": []}'
-    with pytest.raises(ValueError, match=r"^tags: downloaded file has sha256 .*expected " + WWH_TAGS_SHA256):
-        fetch_wwh_tags()
-    assert not path.exists()
+
+def test_the_shipped_tag_file_is_package_data() -> None:
+    """pyproject.toml names the folder as package data, so a wheel holds the file and its notice."""
+    from vlprobe.io.toml import loads
+
+    root = Path(__file__).resolve().parents[2]
+    data = loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "why_winoground_hard/*" in data["tool"]["setuptools"]["package-data"]["vlprobe.data"]
+
+
+def test_an_altered_shipped_copy_is_a_broken_installation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from importlib import resources
+
+    folder = tmp_path / "why_winoground_hard"
+    folder.mkdir()
+    (folder / TAG_FILE_NAME).write_text('{"0": []}', encoding="utf-8")
+    monkeypatch.setattr(resources, "files", lambda package: tmp_path)
+    with pytest.raises(RuntimeError, match=r"missing or altered.*reinstall vlprobe"):
+        shipped_tag_file()

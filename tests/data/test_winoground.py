@@ -11,7 +11,7 @@ import pytest
 
 from vlprobe.data.items import Dataset
 from vlprobe.data.synthetic import make_synthetic_winoground
-from vlprobe.data.tags import TAG_FILE_NAME, WWH_TAGS_SHA256, load_tag_file
+from vlprobe.data.tags import TAG_FILE_NAME, WWH_TAGS_SHA256, load_tag_file, shipped_tag_file
 from vlprobe.data.winoground import HUB_ID, WINOGROUND_FIELDS, load_winoground
 from vlprobe.provenance import sha256_file
 
@@ -261,33 +261,33 @@ def test_auto_mode_picks_the_data_dir_file(synth: Path) -> None:
     assert load_winoground(synth, tags=True).extra_fingerprints == auto.extra_fingerprints
 
 
-def test_auto_mode_offline_without_a_file_warns(
+def test_auto_mode_without_a_file_takes_the_shipped_tags_offline(
     copy: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """No tag file beside the dataset, offline (the fixture refuses any download): the tag file
+    vlprobe ships, joined by id, and nothing said."""
     (copy / TAG_FILE_NAME).unlink()
     ds = load_winoground(copy)
-    assert len(ds) == N
-    assert all("wwh" not in item.tags for item in ds)
-    err = capsys.readouterr().err
-    assert err.startswith("warning: no 'Why is Winoground Hard?' tags")
-    assert "--tags" in err
-    # tags=True insists
-    with pytest.raises(ValueError, match=r"^tags: offline"):
-        load_winoground(copy, tags=True)
-
-
-def test_auto_mode_uses_the_download_cache(wwh_tags: Path,
-    copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    from vlprobe.data.tags import WWH_COMMIT
-
-    (copy / TAG_FILE_NAME).unlink()
-    cached = tmp_path / "vlprobe-cache" / "why-winoground-hard" / WWH_COMMIT / TAG_FILE_NAME
-    cached.parent.mkdir(parents=True)
-    shutil.copyfile(wwh_tags, cached)
-    ds = load_winoground(copy)
+    shipped = load_tag_file(shipped_tag_file())
+    assert [it.tags["wwh"] for it in ds] == [shipped.tags[i] for i in range(N)]
     assert ds.extra_fingerprints == {"tags": WWH_TAGS_SHA256}
     assert capsys.readouterr().err == ""
+    assert load_winoground(copy, tags=True).extra_fingerprints == {"tags": WWH_TAGS_SHA256}
+
+
+def test_ids_beyond_winogrounds_warn_and_get_no_shipped_tags(
+    copy: Path, rows: list[dict], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Winoground-format dataset that is not Winoground (ids past 399): the shipped tags would be
+    other items', so none are joined, with a warning; tags=True refuses."""
+    (copy / TAG_FILE_NAME).unlink()
+    write_rows(copy / "examples.jsonl", [{**r, "id": r["id"] + 1000} for r in rows])
+    ds = load_winoground(copy)
+    assert all("wwh" not in item.tags for item in ds)
+    err = capsys.readouterr().err
+    assert err.startswith("warning: no 'Why is Winoground Hard?' tags") and "--tags PATH" in err, err
+    with pytest.raises(ValueError, match=r"^tags: ids \[1000, 1001, 1002\] are not in the shipped tag file"):
+        load_winoground(copy, tags=True)
 
 
 def test_id_missing_from_the_tag_file(synth: Path, tmp_path: Path) -> None:

@@ -57,7 +57,7 @@ def test_eval_aro_with_clip_then_from_its_scores(aro_dir: Path, tiny_clip: Path,
     assert entry["config"]["order_seed"] == 0 and entry["bow_slices"]["items"]["same"] == 48
     # the same metrics from the saved scores (same items, same bootstrap)
     cfg = EvalConfig(benchmark="aro", out=tmp_path / "again", scores=csv_path.with_suffix(".scores.jsonl"),
-                     data_dir=aro_dir, bootstrap=50)
+                     data_dir=aro_dir, image_root=tuple(roots), bootstrap=50)
     _, _, again = run_eval(cfg)
     for r in again:
         assert float(rows[(r["subset"], r["metric"])]["value"]) == pytest.approx(r["value"], abs=1e-9, nan_ok=True)

@@ -182,6 +182,30 @@ def test_eval_items_file_restricts(sugarcrepe_dir: Path, tmp_path: Path) -> None
     assert n == {"swap_obj": 1, "add_att": 1, "swap": 1, "add": 1, "all": 2, "bow=same": 0, "bow=different": 2}
 
 
+#: SugarCrepe's text_model_eval.evaluate, run unchanged on the released files with a caption-length model
+#: (run(text) = -len(text)): the authors' code reads the captions as released (percent per subset).
+OFFICIAL_CAPTION_LENGTH = {"add_obj": 98.7876, "add_att": 99.5665, "replace_obj": 45.1574, "replace_att": 44.2893,
+                           "replace_rel": 59.1750, "swap_obj": 26.1224, "swap_att": 21.6216}
+
+
+def test_captions_as_the_authors_code_reads_them_and_stripped_as_an_option(sugarcrepe_dir: Path,
+                                                                            tmp_path: Path) -> None:
+    runner = CliRunner()
+    got = {}
+    for extra in ([], ["--strip-captions"]):
+        out = tmp_path / ("stripped" if extra else "released")
+        res = runner.invoke(app, ["eval", "sugarcrepe", "--model", "caption-length", "--data-dir", str(sugarcrepe_dir),
+                                  "--out", str(out), "--bootstrap", "0", "--quiet", *extra])
+        assert res.exit_code == 0, res.output
+        with open(next((out / "sugarcrepe").glob("*.csv")), encoding="utf-8", newline="") as fh:
+            got[bool(extra)] = {r["subset"]: float(r["value"]) for r in csv.DictReader(fh) if r["metric"] == "accuracy"}
+    for subset, want in OFFICIAL_CAPTION_LENGTH.items():  # the official numbers are rounded to 4 decimals
+        assert got[False][subset] == pytest.approx(want, abs=1e-4)
+    assert got[True]["replace_att"] == pytest.approx(46.4467, abs=1e-4)  # stripped: trailing spaces gone
+    res = runner.invoke(app, ["eval", "valse", "--model", "caption-length", "--strip-captions", "--out", str(tmp_path)])
+    assert res.exit_code == 2 and "No such option" in res.output  # a SugarCrepe option only
+
+
 def test_cli_eval_and_errors(sugarcrepe_dir: Path, coco: Path, tiny_clip: Path, tmp_path: Path,
                              one_error_line: Callable[..., str]) -> None:
     runner = CliRunner()

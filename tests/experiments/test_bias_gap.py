@@ -39,6 +39,11 @@ def tiny_vera(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_vera(tmp_path_factory.mktemp("models") / "tiny-vera", 0)
 
 
+def roots(aro: Path) -> tuple[str, ...]:
+    """ARO's image roots, which hold the order subsets' Karpathy files (the authors' layout)."""
+    return (f"coco={aro / 'coco'}", f"flickr30k={aro / 'flickr30k'}")
+
+
 def scorers_args(vera: Path, grammar: Path) -> tuple[str, ...]:
     return (f"vera={vera}", f"grammar={grammar}")
 
@@ -60,11 +65,12 @@ def test_item_gaps_hardest_each_and_ties() -> None:
 
 def test_bias_gap_on_aro_with_tiny_vera_and_grammar(aro_dir: Path, tiny_vera: Path, tiny_bert_classifier: Path,
                                                     tmp_path: Path) -> None:
-    cfg = BiasGapConfig(dataset="aro", data_dir=aro_dir, out=tmp_path, checkpoints=scorers_args(tiny_vera, tiny_bert_classifier),
-                        bootstrap=50, device="cpu", progress=False)
+    cfg = BiasGapConfig(dataset="aro", data_dir=aro_dir, image_root=roots(aro_dir), out=tmp_path,
+                        checkpoints=scorers_args(tiny_vera, tiny_bert_classifier), bootstrap=50, device="cpu",
+                        progress=False)
     csv_path, _, rows = run_bias_gap(cfg)
     assert csv_path == tmp_path / "bias-gap" / "aro@bootstrap=50.csv"
-    ds = load_aro(aro_dir)
+    ds = load_aro(aro_dir, image_root=roots(aro_dir))
     vera = VeraScorer.load(str(tiny_vera), device="cpu")
     grammar = GrammarScorer.load(str(tiny_bert_classifier), device="cpu")
     gaps = {(r["probe"], r["subset"].split(":", 1)[1]): float(r["value"])
@@ -79,10 +85,12 @@ def test_bias_gap_on_aro_with_tiny_vera_and_grammar(aro_dir: Path, tiny_vera: Pa
             assert gaps[(name, it.id)] == pytest.approx(want, abs=1e-5)
             right.setdefault(it.meta["subset"], []).append(gaps[(name, it.id)] > 0)
         for subset, hits in right.items():
-            row = got[(name, subset, "accuracy")]
+            row = got[(name, subset, "gap_positive")]
             assert row["value"] == pytest.approx(100 * np.mean(hits)) and row["n"] == len(hits)
-            assert (name, subset, "accuracy.ci95_low") in got and (name, subset, "gap_median") in got
-        assert got[(name, "all", "accuracy")]["n"] == len(ds)
+            assert (name, subset, "gap_positive.ci95_low") in got and (name, subset, "gap_median") in got
+        assert got[(name, "all", "gap_positive")]["n"] == len(ds)
+        # beside the gaps, ARO's own metrics as probe eval computes them
+        assert (name, "vg_relation", "macro_accuracy") in got and (name, "coco_order", "precision_at_1") in got
         scores = read_item_scores(csv_path.with_name(f"aro@bootstrap=50.{name}.scores.jsonl"))
         assert len(scores) == sum(len(it.captions) for it in ds)
     manifest = json.loads((tmp_path / "bias-gap" / "manifest.json").read_text(encoding="utf-8"))
@@ -104,10 +112,12 @@ def test_bias_gap_on_aro_with_tiny_vera_and_grammar(aro_dir: Path, tiny_vera: Pa
 
 def test_each_pair_and_a_vlm_run_compared(aro_dir: Path, tiny_vera: Path, tmp_path: Path) -> None:
     _, _, eval_rows = run_eval(EvalConfig(benchmark="aro", out=tmp_path, model="caption-length", data_dir=aro_dir,
-                                          subsets="vg_relation,coco_order", bootstrap=20, progress=False))
+                                          image_root=roots(aro_dir), subsets="vg_relation,coco_order", bootstrap=20,
+                                          progress=False))
     eval_csv = tmp_path / "aro" / "caption-length@bootstrap=20.csv"
     result = CliRunner().invoke(app, [
         "run", "bias-gap", "--dataset", "aro", "--data-dir", str(aro_dir), "--subsets", "vg_relation,coco_order",
+        *[a for r in roots(aro_dir) for a in ("--image-root", r)],
         "--scorers", "vera,caption-length", "--checkpoint", f"vera={tiny_vera}", "--negatives", "each",
         "--vlm-result", str(eval_csv), "--out", str(tmp_path), "--bootstrap", "20", "--device", "cpu", "--quiet"])
     assert result.exit_code == 0, result.output
@@ -120,11 +130,12 @@ def test_each_pair_and_a_vlm_run_compared(aro_dir: Path, tiny_vera: Path, tmp_pa
     assert float(rows[("vlm:caption-length", "coco_order", "precision_at_1")]["value"]) == pytest.approx(
         want[("coco_order", "precision_at_1")])
     # each: 4 pairs per coco_order item (30 items), one per vg_relation item
-    assert rows[("vera", "coco_order", "accuracy")]["n"] == "120" and rows[("vera", "vg_relation", "accuracy")]["n"] == "6"
+    assert rows[("vera", "coco_order", "gap_positive")]["n"] == "120"
+    assert rows[("vera", "vg_relation", "gap_positive")]["n"] == "6"
     items = [r for r in read_rows(out.with_suffix(".items.csv")) if r["metric"] == "gap"]
     assert {r["subset"].rsplit("/", 1)[-1] for r in items if r["subset"].startswith("coco_order:")} == {"c1", "c2", "c3", "c4"}
     # caption length: minus the characters; each gap is the length difference
-    ds = load_aro(aro_dir, subsets="coco_order")
+    ds = load_aro(aro_dir, subsets="coco_order", image_root=roots(aro_dir))
     it = ds.items[0]
     gap = {r["subset"]: float(r["value"]) for r in items if r["probe"] == "caption-length"}
     assert gap[f"coco_order:{it.id}/c2"] == len(it.captions[2].text) - len(it.captions[0].text)

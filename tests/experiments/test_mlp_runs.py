@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from vlprobe.experiments.mlp_runs import train_target_control
 from vlprobe.probes.ensemble import ensemble_memory, mlp_dims, models_per_chunk
@@ -48,3 +49,13 @@ def test_scores_do_not_depend_on_the_memory_budget() -> None:
     assert exact >= 20
     # The probes learned the rule: the training target accuracy is well above chance.
     assert min(s.accuracy for s in together if s.task == "target" and s.split == "train") > 75
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (4.2, "4 s"), (89, "89 s"), (600, "10 min"), (5340, "89 min"), (5400, "1 h 30 min"), (17280, "4 h 48 min"),
+    (3 * 86400 + 7200, "3 d 2 h"),
+])
+def test_durations_read_as_a_person_says_them(seconds: float, text: str) -> None:
+    from vlprobe.experiments.mlp_estimate import format_duration
+
+    assert format_duration(seconds) == text

@@ -76,3 +76,45 @@ def test_cli_and_errors(dual: Path, tmp_path: Path, one_error_line: Callable[...
     one_error_line(runner.invoke(app, [*base, "--cache", str(dual), "--draws", "0"]), "draws must be")
     one_error_line(runner.invoke(app, [*base, "--cache", str(dual), "--streams", "image"]), "holds image rows")
     one_error_line(runner.invoke(app, [*base, "--cache", str(tmp_path / "missing.h5")]), "no such file")
+
+
+def test_a_long_run_says_its_estimate_and_the_cheaper_choices_first(
+    dual: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before the first probe trains: the time the run will take (one measured step times the
+    steps), and for a long one the cheaper choices with their own estimates; it asks nothing and
+    goes on. The step is made to take 400 s here, so a one-epoch run of 6 probes reads as long."""
+    import math
+    import re
+
+    import vlprobe.probes.ensemble as ensemble
+    from vlprobe.experiments.mlp_estimate import format_duration
+
+    measured: list[tuple[int, int]] = []
+
+    def slow_step(dims: list[int], n_models: int, batch_rows: int, device: object, steps: int = 3) -> float:
+        measured.append((dims[1], n_models))
+        return 400.0
+
+    monkeypatch.setattr(ensemble, "step_seconds", slow_step)
+    args = ["run", "variant-probe", "--cache", str(dual), "--seeds", "1", "--epochs", "1", "--width", "1024",
+            "--device", "cpu"]
+    res = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "a")], input="")
+    assert res.exit_code == 0, res.output
+    lines = [line for line in res.stderr.splitlines() if line.startswith("variant-probe:")]
+    estimate, cheaper, training = lines[:3]
+    rows, features = map(int, re.search(r" on (\d+) rows x (\d+) features", training).groups())
+    chunk = ensemble.models_per_chunk(ensemble.mlp_dims(features, 3, 1024), min(rows, 128))
+    steps = math.ceil(rows / 128) * math.ceil(6 / chunk)  # one epoch of batches of 128 (the default), per chunk
+    quick_chunk = ensemble.models_per_chunk(ensemble.mlp_dims(features, 3, 128), min(rows, 128))
+    quick_steps = math.ceil(rows / 128) * math.ceil(18 / quick_chunk)  # 3 seeds x 3 layers x 2 tasks
+    assert estimate.startswith(f"variant-probe: about {format_duration(400.0 * steps)} on the CPU for 6 probes"), estimate
+    assert cheaper.startswith("variant-probe: a long run; cheaper: --layers -1 (one layer of 3: about "
+                              f"{format_duration(400.0 * steps / 3)}); --preset quick (3 seeds, width 128, 30 epochs: "
+                              f"about {format_duration(400.0 * 30 * quick_steps)}); --device cuda (on a GPU)"), cheaper
+    assert training.startswith("variant-probe: training 6 MLP probes")
+    assert (tmp_path / "a" / "variant-probe").is_dir()  # it went on, without a question
+    assert measured[0] == (1024, min(6, chunk))
+    measured.clear()
+    quiet = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "b"), "--quiet"])
+    assert quiet.exit_code == 0 and "about" not in quiet.stderr and measured == []  # --quiet: nothing measured

@@ -109,6 +109,8 @@ def test_accuracy_and_radar_equal_the_authors_code_with_ties(vlc_dir: Path, tmp_
     assert got[("Relation", "accuracy")]["value"] == pytest.approx(50 * (radar["action_r"] + radar["spatial"]), abs=1e-9)
     assert got[("Object_Size_large_swig", "accuracy")]["n"] == 4 * N
     assert "radar" in got[("Object_Size_large", "accuracy")]["note"]
+    # every row names its scope: no mean over every file under an empty subset name with a file's note
+    assert all(r["subset"] for r in rows), sorted({r["metric"] for r in rows if not r["subset"]})
 
 
 def test_eval_with_clip_data_info_and_bias_gap(vlc_dir: Path, tiny_clip: Path, tmp_path: Path) -> None:

@@ -611,3 +611,62 @@ def test_score_file_tags_from_a_data_dir_without_images(tmp_path: Path, syntheti
     assert {"collapsed_tag=Object", "wwh=NoTag"} <= {r["subset"] for r in rows}
     assert ({(r["subset"], r["metric"]): r["value"] for r in rows}
             == pytest.approx({(r["subset"], r["metric"]): r["value"] for r in full}, nan_ok=True))
+
+
+# --- the "Why is Winoground Hard?" tags: shipped, and missing ones said --------------------------
+
+
+def test_a_dataset_without_a_tag_file_gets_the_shipped_tags_offline(
+    tmp_path: Path, synthetic_dir: Path, make_config: Callable[..., Any], monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A Winoground folder as the hub's data/ holds it (no tag file), extracted offline: the items
+    carry the tags vlprobe ships, and winoground-scores writes every wwh= subset, saying nothing."""
+    from vlprobe.data.tags import WWH_TAGS_SHA256, load_tag_file, shipped_tag_file
+    from vlprobe.extract.runner import extract
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    data = Path(shutil.copytree(synthetic_dir, tmp_path / "data"))
+    (data / "new_tag_assignments.json").unlink()
+    extract(make_config(tmp_path / "c.h5", data_dir=data, variants=None))
+    capsys.readouterr()
+    _, _, rows = run_winoground_scores(WinogroundScoresConfig(out=tmp_path / "o", cache=tmp_path / "c.h5"))
+    assert "warning" not in capsys.readouterr().err
+    n = {r["subset"]: r["n"] for r in point_rows(rows)}
+    shipped = load_tag_file(shipped_tag_file())
+    assert set(WWH_GROUPS) <= set(n)
+    assert n["wwh=NoTag-corrected"] == sum(not shipped.tags[i] for i in range(n["all"]))  # ids 0..11
+    with ActivationCache(tmp_path / "c.h5") as cache:
+        assert cache.record.tags_fingerprint == WWH_TAGS_SHA256
+
+
+def _without_wwh(src: Path, dst: Path) -> Path:
+    """A copy of a cache whose items carry no wwh tags (a cache extracted with --no-tags, or before)."""
+    shutil.copy(src, dst)
+    dst.chmod(0o644)
+    with h5py.File(dst, "r+") as f:
+        tags = [json.loads(t) for t in f["items/tags"].asstr()[()]]
+        del f["items/tags"]
+        f.create_dataset("items/tags", data=[json.dumps({k: v for k, v in t.items() if k != "wwh"}) for t in tags],
+                         dtype=h5py.string_dtype())
+    return dst
+
+
+@pytest.mark.parametrize("experiment", ["winoground-scores", "variant-similarity", "separability"])
+def test_a_winoground_cache_without_wwh_tags_is_warned_about(
+    experiment: str, tmp_path: Path, reference_cache: Path,
+) -> None:
+    cache = _without_wwh(reference_cache, tmp_path / "notags.h5")
+    extra = ["--seeds", "1", "--layers", "-1", "--bootstrap", "0", "--permutations", "1"] if experiment == "separability" else []
+    res = CliRunner().invoke(app, ["run", experiment, "--cache", str(cache), "--out", str(tmp_path / "o"), "--quiet",
+                                   *extra])
+    assert res.exit_code == 0, res.output
+    warning = [line for line in res.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warning) == 1, res.stderr
+    assert "cache notags.h5 carries no 'Why is Winoground Hard?' tags, so no wwh= subsets are written" in warning[0]
+    assert "new_tag_assignments.json" in warning[0]
+    (csv_path,) = [p for p in (tmp_path / "o" / experiment).glob("*.csv") if p.name.count(".") == 1]  # the tidy CSV
+    assert not any(r["subset"].startswith("wwh=") for r in read_csv(csv_path)[1])
+    ok = CliRunner().invoke(app, ["run", experiment, "--cache", str(reference_cache), "--out", str(tmp_path / "p"),
+                                  "--quiet", *extra])
+    assert ok.exit_code == 0 and "warning" not in ok.stderr, ok.stderr

@@ -5,10 +5,12 @@ was taken (``vlprobe.extract.defaults``)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import h5py
 import pytest
+from typer.testing import CliRunner
 
 from vlprobe.data.loading import data_dir_env, resolve_data_dir
 from vlprobe.data.synthetic import make_synthetic_winoground
@@ -180,9 +182,10 @@ def test_a_default_hub_id_missing_offline_fails_before_any_work(
     monkeypatch.chdir(tmp_path)
     with pytest.raises(InputError) as exc:
         extract(ExtractConfig(model="lxmert", data_dir=small_data, device="cpu", progress=False))
-    msg = str(exc.value)
-    assert msg.startswith("checkpoint (not given: the reference checkpoint of lxmert): 'unc-nlp/lxmert-base-uncased' "
-                          "is not in the local hub cache")
+    msg = str(exc.value)  # the detector is missing too: both in one message
+    assert msg.startswith("2 inputs taken by default are missing (nothing was done): (1) checkpoint (not given: the "
+                          "reference checkpoint of lxmert): 'unc-nlp/lxmert-base-uncased' is not in the local hub cache")
+    assert f"; (2) detector (not given: the reference detector): '{REFERENCE_DETECTOR}'" in msg
     assert "hf download unc-nlp/lxmert-base-uncased" in msg and "models--unc-nlp--lxmert-base-uncased" in msg
     assert str(tmp_path / "empty-hub") in msg and "--checkpoint DIR" in msg and "\n" not in msg
     assert not (tmp_path / "caches").exists() or not any((tmp_path / "caches").iterdir())  # no regions, no cache
@@ -201,6 +204,36 @@ def test_the_default_detector_missing_offline_fails_before_any_work(
                               out=tmp_path / "c.h5", device="cpu", progress=False))
     assert str(exc.value).startswith(f"detector (not given: the reference detector): '{REFERENCE_DETECTOR}' is not in")
     assert not (tmp_path / "winoground-lxmert-36-regions.h5").exists()
+
+
+@pytest.mark.parametrize("model", ["lxmert", "uniter"])
+def test_every_missing_default_is_named_in_one_message(
+    model: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, one_error_line: Callable[..., str],
+) -> None:
+    """The design card's line offline on a bare machine: the checkpoint, the detector and the
+    dataset are all missing; one run names all three, in one line, and does nothing. The detector's
+    advice names what `probe extract` takes (the variable, --regions), not a --detector it lacks."""
+    from huggingface_hub import constants
+
+    from vlprobe.cli import app
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-hub"))
+    for var in ("VLPROBE_LXMERT_CHECKPOINT", "VLPROBE_UNITER_CHECKPOINT", "VLPROBE_DETECTOR_CHECKPOINT",
+                "VLPROBE_WINOGROUND"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)
+    line = one_error_line(CliRunner().invoke(app, ["extract", "--model", model]),
+                          "3 inputs taken by default are missing (nothing was done): (1) checkpoint")
+    checkpoint, detector, dataset = (line.index(f"({n}) ") for n in (1, 2, 3))
+    assert checkpoint < detector < dataset
+    assert line[detector:].startswith(f"(2) detector (not given: the reference detector): '{REFERENCE_DETECTOR}'")
+    assert "VLPROBE_DETECTOR_CHECKPOINT=DIR" in line and "--regions FILE" in line
+    assert "`probe regions extract --detector DIR --dataset winoground` makes one" in line
+    assert "pass --detector DIR" not in line  # probe extract has no --detector
+    assert line[dataset:].startswith("(3) dataset: facebook/winoground is not in the local hub cache")
+    assert "--data-dir DIR" in line and "VLPROBE_WINOGROUND=DIR" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no caches/, no regions
 
 
 def test_a_sharded_region_model_needs_a_region_file(tmp_path: Path, small_data: Path, tiny_lxmert: Path) -> None:

@@ -129,7 +129,7 @@ class RegionFixtureOptions(DatasetOptions):
 
 @fixtures_app.command("regions")
 @guarded
-@declared_options_of(RegionFixtureOptions, omit=("image_dir", "image_root"))
+@declared_options_of(RegionFixtureOptions, omit=("image_dir", "image_root", "strip_captions"))
 def fixtures_regions(options: RegionFixtureOptions) -> None:
     """Write region features for every image of a dataset: seeded random ones (SugarCrepe/VALSE: no
     image files needed), or with --oracle those of a perfect detector on a synthetic dataset."""
@@ -225,6 +225,12 @@ class LxmertTrainOptions(TrainOptions):
                             help="swaps: the item's other caption (a hard negative) and other items' captions; "
                                  "other-items: other items' captions only (an LXMERT that learns which objects a "
                                  "caption names, not which attribute goes with which).")
+    lr: float = option(2e-3, help="AdamW learning rate.")
+    mlm_rate: float = option(0.0, help="Share of words masked for LXMERT's masked-word loss (0: none).")
+    itc_weight: float = option(3.0, help="Weight of the contrastive loss between the language and vision encoders "
+                                         "(0: none).")
+    grounding_weight: float = option(1.0, help="Weight of the grounding loss: a phrase's words attend to its object's "
+                                               "region in the first cross layer (0: none).")
 
 
 def _train_command(model: str, label: str, config: str, help: str, options: type[TrainOptions] = TrainOptions) -> None:

@@ -5,7 +5,7 @@ ARO is four tasks, each read from the file its authors' code (``dataset_zoo/aro_
 mertyg/vision-language-models-are-bows) reads:
 
 =================  ===================================  ==========================================
-subset             file (in ``data_dir``)               images (``image_root SOURCE=DIR``)
+subset             file                                 images (``image_root SOURCE=DIR``)
 =================  ===================================  ==========================================
 vg_relation        ``visual_genome_relation.json``      ``vg``: ARO's image folder (the
                                                         ``images/`` of its zip, a GQA/VG subset);
@@ -16,6 +16,11 @@ coco_order         ``coco_karpathy_test.json``          ``coco``: the COCO root 
 flickr30k_order    ``flickr30k_test.json``              ``flickr30k``: the root holding
                                                         ``flickr30k-images/``
 =================  ===================================  ==========================================
+
+The VG files are read from ``data_dir`` (the authors' ``ARO_ROOT``). A Karpathy file is read from
+``data_dir`` when it is there, else from its source's image root: the authors' ``COCO_Order``
+and ``Flickr30k_Order`` download it into the image root (``COCO_ROOT``, ``FLICKR_ROOT``) and read
+it from there, so with the official layout ``image_root coco=DIR`` alone finds COCO-Order.
 
 * VG-Relation and VG-Attribution: one JSON array of records with ``image_path``, the box
   ``bbox_x``, ``bbox_y``, ``bbox_w``, ``bbox_h``, ``true_caption``, ``false_caption`` and
@@ -88,22 +93,45 @@ ARO_PAPER_COUNTS: dict[str, int] = {
 _SOURCE_NAMES: tuple[str, ...] = ("vg", "coco", "flickr30k")
 _BOX = ("bbox_x", "bbox_y", "bbox_w", "bbox_h")
 _VG_FIELDS = ("image_path", "true_caption", "false_caption")
+_VG_SUBSETS = ("vg_relation", "vg_attribution")
 
 
-def _present(root: Path) -> tuple[str, ...]:
-    return tuple(s for s in ARO_SUBSETS if (root / ARO_FILES[s]).is_file())
+def _file(subset: str, root: Path, roots: Mapping[str, Path]) -> Path | None:
+    """Where a subset's file is: ``data_dir``, else (the order subsets, as the authors' code) the
+    image root of its source; None when neither holds it."""
+    places = [root]
+    if subset not in _VG_SUBSETS:
+        folder = roots.get(ARO_SOURCES[subset], roots.get("*"))
+        if folder is not None:
+            places.append(Path(folder))
+    return next((p / ARO_FILES[subset] for p in places if (p / ARO_FILES[subset]).is_file()), None)
 
 
-def _root(data_dir: str | os.PathLike[str]) -> Path:
+def _present(root: Path, roots: Mapping[str, Path]) -> dict[str, Path]:
+    """Subset -> its file, for the subsets whose file is found."""
+    found = {s: _file(s, root, roots) for s in ARO_SUBSETS}
+    return {s: p for s, p in found.items() if p is not None}
+
+
+def _root(data_dir: str | os.PathLike[str], roots: Mapping[str, Path]) -> tuple[Path, dict[str, Path]]:
     root = Path(data_dir)
     if not root.is_dir():
         raise FileNotFoundError(f"data_dir: no such directory {str(root)!r}")
-    if not _present(root):
+    present = _present(root, roots)
+    if not present:
         raise InputError(
-            f"data_dir: {str(root)!r} holds none of ARO's files ({', '.join(ARO_FILES.values())}); "
-            "is it another benchmark's folder?"
+            f"data_dir: {str(root)!r} holds none of ARO's files ({', '.join(ARO_FILES.values())}), nor does an "
+            "image root hold a Karpathy file; is it another benchmark's folder?"
         )
-    return root
+    return root, present
+
+
+def _image_roots(root: Path, image_root: Sequence[str] | Mapping[str, Any] | None) -> dict[str, Path]:
+    """Image folder per source (``vg`` defaults to ``<data_dir>/images`` when that folder exists)."""
+    roots = parse_source_roots(image_root, _SOURCE_NAMES)
+    if "vg" not in roots and "*" not in roots and (root / "images").is_dir():
+        roots["vg"] = root / "images"
+    return roots
 
 
 def _number(rec: Mapping[str, Any], key: str, where: str) -> float:
@@ -174,7 +202,8 @@ def load_aro(
     Parameters
     ----------
     data_dir : path
-        Folder with the subsets' files (any of the four).
+        Folder with the subsets' files (any of the four; a Karpathy file may instead lie in its
+        image root, the authors' layout).
     image_root : list of "SOURCE=DIR" or mapping, optional
         Image folder per source (``vg``, ``coco``, ``flickr30k``; a bare DIR for all). ``vg``
         defaults to ``<data_dir>/images`` when that folder exists. With a folder for a subset's
@@ -200,27 +229,27 @@ def load_aro(
     if limit is not None:
         check_positive_int(limit, "limit")
     check_seed(order_seed, "order_seed")
-    root = _root(data_dir)
-    present = _present(root)
+    roots = _image_roots(Path(data_dir), image_root)
+    root, present = _root(data_dir, roots)
     chosen = parse_subsets(subsets if isinstance(subsets, str) else list(subsets), ARO_SUBSETS) \
-        if subsets is not None else present
+        if subsets is not None else tuple(present)
     for subset in chosen:
         if subset not in present:
-            raise FileNotFoundError(f"data_dir: {ARO_FILES[subset]} (subset {subset}) is missing from {root}")
-    roots = parse_source_roots(image_root, _SOURCE_NAMES)
-    if "vg" not in roots and "*" not in roots and (root / "images").is_dir():
-        roots["vg"] = root / "images"
+            raise FileNotFoundError(f"data_dir: {ARO_FILES[subset]} (subset {subset}) is missing from {root}"
+                                    + ("" if subset in _VG_SUBSETS else
+                                       f" and from the image root of {ARO_SOURCES[subset]} (image_root "
+                                       f"{ARO_SOURCES[subset]}=DIR, where the authors' code reads it)"))
     h = hashlib.sha256()
     items: list[Item] = []
     image_files: list[Path] = []
     tagger_info: dict[str, str] = {}
     for subset in chosen:
-        path = root / ARO_FILES[subset]
+        path = present[subset]
         h.update(f"{subset}:{sha256_file(path)}\n".encode())
         raw = read_json_list(path)
         source = ARO_SOURCES[subset]
         folder = roots.get(source, roots.get("*"))
-        if subset in ("vg_relation", "vg_attribution"):
+        if subset in _VG_SUBSETS:
             for n, rec in enumerate(raw[:limit] if limit else raw):
                 item = _vg_item(subset, n, rec, f"{path.name} record {n}", folder)
                 items.append(item)
@@ -250,16 +279,14 @@ def aro_report(
     """Validate and count ARO's files (``probe data info aro``): items per subset (a caption per
     item for the order subsets), distinct images, malformed records, and images missing where a
     folder is given."""
-    root = _root(data_dir)
-    roots = parse_source_roots(image_root, _SOURCE_NAMES)
-    if "vg" not in roots and "*" not in roots and (root / "images").is_dir():
-        roots["vg"] = root / "images"
+    roots = _image_roots(Path(data_dir), image_root)
+    _, present = _root(data_dir, roots)
     out = []
     for subset in ARO_SUBSETS:
         rep = SubsetReport(subset)
         out.append(rep)
-        path = root / ARO_FILES[subset]
-        if not path.is_file():
+        path = present.get(subset)
+        if path is None:
             rep.add("file missing")
             continue
         rep.sha256 = sha256_file(path)
@@ -269,7 +296,7 @@ def aro_report(
         n_items = 0
         for n, rec in enumerate(raw):
             try:
-                if subset in ("vg_relation", "vg_attribution"):
+                if subset in _VG_SUBSETS:
                     image, count = _vg_item(subset, n, rec, f"record {n}", None).meta["image_file"], 1
                 else:
                     image, caps = _order_records([rec], path.name)[0]

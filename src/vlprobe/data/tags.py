@@ -2,9 +2,9 @@
 
 The tag file ``new_tag_assignments.json`` (MIT) is one JSON object: keys ``"0"``..``"399"``
 (strings) -> list of tag strings spelled as below ("Non Minimal" is the paper's
-NonCompositional). It is taken from ``--tags PATH``, from ``new_tag_assignments.json`` inside
-the data directory, from vlprobe's cache, or downloaded once from the paper's repository at a
-pinned commit and checked against its sha256.
+NonCompositional). vlprobe ships it, unchanged, as package data (``vlprobe/data/why_winoground_hard/``,
+with the MIT notice of the paper's repository beside it: :func:`shipped_tag_file`); ``--tags PATH``
+or a ``new_tag_assignments.json`` inside the data directory takes its place.
 
 Two "untagged" sets exist: the paper code's hard-coded ``None`` list of 171 ids, which leaves out
 id 313 (:data:`WWH_CODE_NONE_EXCLUDED`), and the ids whose list is empty in the file (172 items).
@@ -14,37 +14,33 @@ The experiments report the first as ``wwh=NoTag`` (the paper's set, with its ``E
 
 from __future__ import annotations
 
-import hashlib
 import os
-import urllib.error
-import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
 from vlprobe.data.source_files import read_json_object
-from vlprobe.io.atomic import atomic_write
 from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError, check_file
 
 __all__ = [
+    "WWH_SOURCE",
     "WWH_TAGS",
     "WWH_TAGS_SHA256",
-    "WWH_TAGS_URL",
     "TagTable",
     "cache_dir",
-    "fetch_wwh_tags",
     "load_tag_file",
+    "missing_wwh_warning",
+    "shipped_tag_file",
     "wwh_masks",
 ]
 
 WWH_COMMIT = "7069ff68709b493c7b32cdd7e3f5d65178cd9273"
-WWH_TAGS_URL = (
-    f"https://raw.githubusercontent.com/ajd12342/why-winoground-hard/{WWH_COMMIT}/"
-    "new_tag_assignments.json"
-)
+#: Where the shipped tag file comes from (the file at this commit of the paper's repository).
+WWH_SOURCE = f"github.com/ajd12342/why-winoground-hard@{WWH_COMMIT[:7]}"
 WWH_TAGS_SHA256 = "8a635dac806bb63484dbe9b0763ee3df6525a2ffbbab6b9c0a77a0fc3c41fc86"
 WWH_TAGS: tuple[str, ...] = (
     "Non Minimal",
@@ -108,14 +104,6 @@ def cache_dir() -> Path:
     return Path(root) if root else Path.home() / ".cache" / "vlprobe"
 
 
-def offline() -> bool:
-    """True when the user asked for no network (``HF_HUB_OFFLINE`` or ``VLPROBE_OFFLINE``)."""
-    return any(
-        os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
-        for v in ("HF_HUB_OFFLINE", "VLPROBE_OFFLINE")
-    )
-
-
 def load_tag_file(path: str | os.PathLike[str]) -> TagTable:
     """Read and validate a tag file (see the module docstring for the format)."""
     p = check_file(path, "tags")
@@ -138,28 +126,37 @@ def load_tag_file(path: str | os.PathLike[str]) -> TagTable:
     return TagTable(out, str(p), sha256_file(p))
 
 
-def fetch_wwh_tags(timeout: float = 30.0) -> Path:
-    """Path of the pinned tag file in vlprobe's cache, downloading it once if needed.
+def shipped_tag_file() -> Path:
+    """The tag file vlprobe ships (package data), checked against its pinned sha256.
 
     Raises
     ------
-    InputError
-        Offline, or the download failed or did not match the pinned sha256.
+    RuntimeError
+        The installed copy is missing or altered (a broken installation, not an input error).
     """
-    target = cache_dir() / "why-winoground-hard" / WWH_COMMIT / TAG_FILE_NAME
-    if target.is_file() and sha256_file(target) == WWH_TAGS_SHA256:
-        return target
-    how = f"pass --tags PATH to a copy of {TAG_FILE_NAME} (from {WWH_TAGS_URL})"
-    if offline():
-        raise InputError(f"tags: offline (HF_HUB_OFFLINE/VLPROBE_OFFLINE set) and not cached; {how}")
-    try:
-        with urllib.request.urlopen(WWH_TAGS_URL, timeout=timeout) as resp:
-            data = resp.read()
-    except (urllib.error.URLError, OSError) as exc:
-        raise InputError(f"tags: download failed ({exc}); {how}") from None
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != WWH_TAGS_SHA256:
-        raise InputError(f"tags: downloaded file has sha256 {digest}, expected {WWH_TAGS_SHA256}; {how}")
-    with atomic_write(target, "wb") as fh:
-        fh.write(data)
-    return target
+    path = Path(str(resources.files("vlprobe.data") / "why_winoground_hard" / TAG_FILE_NAME))
+    if not path.is_file() or sha256_file(path) != WWH_TAGS_SHA256:
+        raise RuntimeError(f"vlprobe's shipped tag file {path} is missing or altered (expected sha256 "
+                           f"{WWH_TAGS_SHA256}); reinstall vlprobe")
+    return path
+
+
+def missing_wwh_warning(dataset: str, item_tags: Sequence[Mapping[str, object]], source: str, how: str) -> str | None:
+    """The warning a Winoground run prints when its items carry no "Why is Winoground Hard?"
+    tags (so it writes no ``wwh=`` subsets); None when they do or the dataset is another.
+
+    Parameters
+    ----------
+    dataset : str
+        The run's dataset (only ``winoground`` has these tags).
+    item_tags : sequence of mapping
+        Tag families per item.
+    source : str
+        What the items came from (``"cache clip.h5"``), named in the line.
+    how : str
+        How to give the tags to this command (``"pass --tags FILE"``).
+    """
+    if dataset != "winoground" or any("wwh" in t for t in item_tags):
+        return None
+    return (f"warning: {source} carries no 'Why is Winoground Hard?' tags, so no wwh= subsets are written; "
+            f"{how} (vlprobe ships the tag file: {shipped_tag_file()})")

@@ -30,7 +30,7 @@ from typing import Any
 
 from vlprobe.data.items import Dataset, ImageRef, Item, TextRef
 from vlprobe.data.source_files import iter_json_lines
-from vlprobe.data.tags import TAG_FILE_NAME, TagTable, cache_dir, fetch_wwh_tags, load_tag_file
+from vlprobe.data.tags import TAG_FILE_NAME, TagTable, cache_dir, load_tag_file, shipped_tag_file
 from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError
 
@@ -68,8 +68,9 @@ def load_winoground(
         the hub (``facebook/winoground``), which needs a token with access to the gated repo.
     tags : path, bool or None
         The "Why is Winoground Hard?" tag file. None: ``data_dir/new_tag_assignments.json`` if
-        present, else the pinned download (a warning and no ``wwh`` tags when that is not
-        possible); a path: that file; False: no ``wwh`` tags.
+        present, else the copy vlprobe ships (:func:`vlprobe.data.tags.shipped_tag_file`; a
+        warning and no ``wwh`` tags when the dataset's ids are not Winoground's 0..399); True: the
+        same, refusing instead of warning; a path: that file; False: no ``wwh`` tags.
     revision, token : str, optional
         Hub revision and token (default: the ``HF_TOKEN`` environment / login).
     images : bool
@@ -89,7 +90,7 @@ def load_winoground(
         root = _local_root(Path(data_dir), images)
         source = str(Path(data_dir).resolve())
     rows = _read_examples(root / "examples.jsonl")
-    table = _resolve_tags(tags, root, Path(data_dir) if data_dir is not None else None)
+    table = _resolve_tags(tags, root, Path(data_dir) if data_dir is not None else None, [r["id"] for r in rows])
     items, image_paths = [], []
     for row in rows:
         wid = row["id"]
@@ -181,7 +182,7 @@ def _fingerprint(examples: Path, images: list[Path]) -> str:
 
 
 def _resolve_tags(
-    tags: str | os.PathLike[str] | bool | None, root: Path, data_dir: Path | None
+    tags: str | os.PathLike[str] | bool | None, root: Path, data_dir: Path | None, ids: list[int],
 ) -> TagTable | None:
     if tags is False:
         return None
@@ -189,13 +190,16 @@ def _resolve_tags(
         for cand in (root / TAG_FILE_NAME, *(() if data_dir is None else (data_dir / TAG_FILE_NAME,))):
             if cand.is_file():
                 return load_tag_file(cand)
-        try:
-            return load_tag_file(fetch_wwh_tags())
-        except ValueError as exc:
+        table = load_tag_file(shipped_tag_file())
+        missing = [i for i in ids if i not in table.tags]
+        if missing:  # not the real Winoground (its ids are 0..399): its tags would be another item's
+            message = (f"tags: ids {missing[:3]} are not in the shipped tag file (Winoground's ids 0..399); "
+                       f"pass --tags PATH (a {TAG_FILE_NAME} for this dataset)")
             if tags is True:
-                raise
-            print(f"warning: no 'Why is Winoground Hard?' tags ({exc})", file=sys.stderr)
+                raise InputError(message)
+            print(f"warning: no 'Why is Winoground Hard?' tags ({message})", file=sys.stderr)
             return None
+        return table
     return load_tag_file(tags)
 
 

@@ -135,6 +135,11 @@ def train_target_control(
     rows = min(settings.batch_size, len(train))
     device = resolve_device(settings.device)
     chunk = min(models_per_chunk(dims, rows, device, memory_budget), len(runs))
+    if progress:  # how long, before the first probe trains (and for a long run, what is cheaper)
+        from vlprobe.experiments.mlp_estimate import estimate_lines
+
+        for line in estimate_lines(desc, G, len(seeds), X.shape[2], len(train), settings, device, memory_budget):
+            say(progress, line)
     say(progress, f"{desc}: training {len(runs)} MLP probes ({G} feature group(s) x target/control x {len(seeds)} "
                   f"seed(s)) on {len(train)} rows x {X.shape[2]} features: depth {settings.depth}, width "
                   f"{settings.width}, {settings.epochs} epochs, batch {settings.batch_size}; {chunk} at a time "

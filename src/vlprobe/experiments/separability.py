@@ -58,7 +58,8 @@ Scaling is explicit and recorded. The default ``scale=paper`` is what the paper'
 for the cache's model family: ``probe_clip.py`` divides CLIP's states by 100 before
 ``SVC(kernel="linear", C=100)`` (on raw states that is ``C = 0.01``, and margins are in units of
 1/100), while ``probe_lxmert.py`` and ``probe_uniter.py`` fit the raw states with ``C = 100``; so
-``paper`` resolves to ``divide100`` for ``clip`` caches and to ``none`` for every other model (no
+``paper`` resolves to ``divide100`` for the CLIP family's caches (``clip`` and ``openclip``: the
+same OpenAI weights get the same setting in either format) and to ``none`` for every other model (no
 reference script exists for the others; they are fitted as LXMERT and UNITER were). The manifest
 records the resolved scaling, ``C`` and the equivalent ``C`` on raw states. ``none``,
 ``divide100`` and ``standard`` (per layer and dimension over all rows of the stream) are
@@ -77,7 +78,7 @@ from typing import Any
 import numpy as np
 from joblib import Parallel, delayed
 
-from vlprobe.data.tags import WWH_TAGS, wwh_masks
+from vlprobe.data.tags import WWH_TAGS, missing_wwh_warning, wwh_masks
 from vlprobe.experiments.cache_features import (
     SCALINGS,
     CacheIndex,
@@ -94,7 +95,7 @@ from vlprobe.experiments.cache_features import (
 )
 from vlprobe.probes.linear import LinearSeparabilityProbe
 from vlprobe.probes.separability_cases import FIELDS, Case, fit_cases
-from vlprobe.progress import format_bytes, progress_bar, say
+from vlprobe.progress import format_bytes, progress_bar, say, warn
 from vlprobe.runs.charts import Chart
 from vlprobe.runs.declare import Experiment, option
 from vlprobe.runs.option_groups import (
@@ -110,7 +111,7 @@ from vlprobe.runs.printout import summary_lines
 from vlprobe.runs.units import units_of
 from vlprobe.runs.writing import RunRows, RunSlot
 from vlprobe.stats.metrics import bootstrap_indices, ci95_rows
-from vlprobe.stats.uncertainty import PERMUTATION_TEST, target_control_rows
+from vlprobe.stats.uncertainty import PERMUTATION_TEST, target_control_rows_batch
 from vlprobe.validation import InputError, check_positive_float, check_positive_int
 
 __all__ = [
@@ -180,7 +181,7 @@ class SeparabilityConfig(CacheInput, StateOptions, SeedsOption, BootstrapTestOpt
     cache: Path = CacheInput.redeclare("cache", help="A vlprobe cache with caption variants (`probe extract --variants`).")
     scale: str = option("paper", choices=("paper", *SCALINGS),
                         help="Feature scaling. paper (default): as the paper's code for the cache's model family: "
-                             "CLIP states divided by 100 (probe_clip.py; = C/10^4 on raw states), LXMERT, UNITER "
+                             "CLIP states (clip, openclip) divided by 100 (probe_clip.py; = C/10^4 on raw states), LXMERT, UNITER "
                              "and other models raw (probe_lxmert.py, probe_uniter.py). none, divide100, or "
                              "standard (per layer over the stream's rows) by name.")
     seeds: int = SeedsOption.redeclare("seeds", 3, help="Number of control shuffles (seeds 0..N-1).")
@@ -195,7 +196,7 @@ class SeparabilityConfig(CacheInput, StateOptions, SeedsOption, BootstrapTestOpt
 
 
 #: The paper's scaling per model family (cache header ``model``); other models: ``none``.
-PAPER_SCALING = {"clip": "divide100"}
+PAPER_SCALING = {"clip": "divide100", "openclip": "divide100"}
 _SCALE_FACTOR = {"none": 1.0, "divide100": 0.01}
 
 
@@ -282,6 +283,9 @@ def compute_separability(config: SeparabilityConfig, slot: RunSlot) -> RunRows:
         streams = _default_streams(cache, config.streams)
         index = load_index(cache)
         require_variants(index, config.cache, "separability")
+        # said once the input is known good (a refused run prints its one error line only)
+        wwh_note = missing_wwh_warning(cache.header.dataset, index.item_tags, f"cache {Path(config.cache).name}",
+                                       "extract it again (the tags come with the dataset)")
         model = slot.label
         scale_mode = resolve_scale(config.scale, index.model)
         rows: list[dict[str, Any]] = []
@@ -305,6 +309,8 @@ def compute_separability(config: SeparabilityConfig, slot: RunSlot) -> RunRows:
             if not cases:
                 raise InputError(f"cache: {Path(config.cache).name} has no item with two captions to separate")
             n_cases[stream] = len(cases)
+            warn(wwh_note)
+            wwh_note = None
             repeated = repeated_cases(read.states, cases)
             n_fits = int((~repeated).sum()) * (1 + len(seeds))
             say(config.progress, f"{EXPERIMENT.name}: stream {stream} ({read.modality}, {read.pooling}): fitting {n_fits} linear "
@@ -589,29 +595,29 @@ def _uncertainty_rows(
 ) -> set[str]:
     """Append intervals, selectivity and permutation-test rows (module docstring); return the test methods."""
     methods: set[str] = set()
-    draws: dict[int, np.ndarray] = {}
     for subset in layout.subsets:
+        # Cells grouped by their number of cases (a layer where an item's image cases coincide
+        # counts fewer): the same resampled positions for every layer with n cases, paired.
+        groups: dict[int, list[tuple[dict[str, Any], str, np.ndarray, np.ndarray]]] = {}
         for li, layer in enumerate(layers):
             mask = layout.mask(subset, li)
             n = int(mask.sum())
             if not n:
                 continue
-            # The same resampled positions for every layer with n cases (and every metric): paired.
-            if n not in draws:
-                draws[n] = bootstrap_indices(n, config.bootstrap, config.bootstrap_seed)
-            idx = draws[n]
             values = [_case_values(per_layer[li, mask, t]) for t in range(per_layer.shape[2])]
             for metric in UNCERTAIN:
                 target = values[0][metric][None, :]
                 control = np.stack([v[metric] for v in values[1:]])
-                out, method = target_control_rows(
-                    {**base, "layer": layer, "kind": kinds[li], "subset": subset}, metric, target, control, idx,
-                    config.bootstrap_seed,
-                    n_permutations=config.permutations, permutation_seed=config.bootstrap_seed,
-                )
-                rows.extend(out)
-                if method:
-                    methods.add(method)
+                groups.setdefault(n, []).append(
+                    ({**base, "layer": layer, "kind": kinds[li], "subset": subset}, metric, target, control))
+        out: list[dict[str, Any]] = []
+        for n, cells in groups.items():
+            idx = bootstrap_indices(n, config.bootstrap, config.bootstrap_seed)
+            got, found = target_control_rows_batch(cells, idx, config.bootstrap_seed, n_permutations=config.permutations,
+                                                   permutation_seed=config.bootstrap_seed)
+            out.extend(got)
+            methods |= {m for m in found if m}
+        rows.extend(sorted(out, key=lambda r: layers.index(r["layer"])))  # layer order, as before the grouping
     return methods
 
 
@@ -690,8 +696,9 @@ def report(config: SeparabilityConfig, result: tuple[Path, Path, list[dict[str, 
 # Version 3: held_out (heldout_accuracy, split heldout, with intervals).
 # Version 4: scale=paper by default (CLIP states / 100, as probe_clip.py; other models raw);
 # wwh=NoTag renamed wwh=NoTag-corrected (the items untagged in the tag file, 172 of Winoground's).
-# Version 5: an item's image cases with the same points at a layer count once there (repeated_cases);
+# Version 5: scale=paper divides openclip caches' states by 100 too (the CLIP family, as probe_clip.py).
+# Version 6: an item's image cases with the same points at a layer count once there (repeated_cases);
 # the paper's wwh=NoTag/Easier/Harder and the Easier/Harder-corrected sets beside NoTag-corrected.
-EXPERIMENT = Experiment("separability", 5, SeparabilityConfig, compute_separability, report, label=cache_label,
+EXPERIMENT = Experiment("separability", 6, SeparabilityConfig, compute_separability, report, label=cache_label,
                         presets=PRESET_VALUES["separability"], swept=("streams", "layers", "seeds"),
                         chart=Chart("layers", ("separable", "separable_margin", "train_accuracy"), split="train"))

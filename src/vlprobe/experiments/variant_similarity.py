@@ -29,8 +29,9 @@ from typing import Any
 import numpy as np
 
 from vlprobe.data.bow import table_tags
+from vlprobe.data.tags import missing_wwh_warning
 from vlprobe.experiments.cache_features import cache_label
-from vlprobe.progress import format_bytes, say
+from vlprobe.progress import format_bytes, say, warn
 from vlprobe.runs.charts import WINOGROUND_CHANCE, Chart
 from vlprobe.runs.declare import Experiment, floats, names, option
 from vlprobe.runs.option_groups import (
@@ -196,6 +197,8 @@ def compute_variant_similarity(config: VariantSimilarityConfig, slot: RunSlot) -
     if not vs.n_variants.any():
         raise InputError(f"cache: {Path(config.cache).name} holds no caption variants (extract with --variants FILE)")
     tags = table_tags(items, texts)
+    warn(missing_wwh_warning("winoground", tags, f"cache {Path(config.cache).name}",
+                             "extract it again (the tags come with the dataset)"))
     ids = [_winoground_id(str(i)) for i in items["id"]]
     masks = subset_masks(ids, tags)
     say(config.progress, f"{EXPERIMENT.name}: {len(aggs)} aggregation(s) x {len(lambdas)} lambda(s) over {len(ids)} items "

@@ -38,9 +38,9 @@ import numpy as np
 
 from vlprobe.data.bow import BOW_FAMILY, bow_masks, bow_tag, table_tags
 from vlprobe.data.source_files import iter_json_lines
-from vlprobe.data.tags import wwh_masks
+from vlprobe.data.tags import missing_wwh_warning, wwh_masks
 from vlprobe.experiments.cache_features import cache_label
-from vlprobe.progress import format_bytes, say
+from vlprobe.progress import format_bytes, say, warn
 from vlprobe.provenance import sha256_file
 from vlprobe.runs.charts import WINOGROUND_CHANCE, Chart
 from vlprobe.runs.declare import Experiment, option
@@ -262,12 +262,16 @@ def compute_winoground_scores(config: WinogroundScoresConfig, slot: RunSlot) -> 
             tags = [{**t, **w} for t, w in zip(tags, wwh, strict=True)]
             prov = {**prov, "tags_override": tag_prov}
         inputs = {"cache": prov}
+        warn(missing_wwh_warning("winoground", tags, f"cache {Path(config.cache).name}",
+                                 "extract it again (the tags come with the dataset) or pass --tags FILE"))
     elif config.scores is not None:  # WinogroundScoresConfig.check: exactly one of the two
         ids, s = read_winoground_scores(config.scores)
         model = config.scores.stem
         tags, tag_prov = _tags_for(ids, config)
         inputs = {"scores": {"path": str(config.scores), "sha256": sha256_file(config.scores)},
                   **({"tags": tag_prov} if tag_prov else {})}
+        warn(missing_wwh_warning("winoground", tags, f"score file {config.scores.name}",
+                                 "pass --tags FILE, or --data-dir DIR (a Winoground folder)"))
     model = slot.label
     outcomes = winoground_outcomes(s)
     undefined = {m: MATCHING_UNDEFINED for m in METRICS if m not in outcomes}

@@ -51,7 +51,9 @@ __all__ = [
     "default_region_path",
     "default_variants",
     "hub_cache_dir",
+    "hub_offline",
     "is_hub_id",
+    "missing_defaults_message",
 ]
 
 #: Where ``probe extract`` writes a cache without ``--out`` (relative to the working folder), and
@@ -83,6 +85,22 @@ def hub_cache_dir() -> str:
     from huggingface_hub import constants
 
     return str(constants.HF_HUB_CACHE)
+
+
+def hub_offline() -> bool:
+    """Whether ``huggingface_hub`` is told not to reach the hub (``HF_HUB_OFFLINE=1``)."""
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+def missing_defaults_message(missing: list[str]) -> str:
+    """One line naming every input taken by default that is not there (``probe extract`` checks
+    them all before any work, so one run lists them all): a single one as it is, several numbered."""
+    if len(missing) == 1:
+        return missing[0]
+    listed = "; ".join(f"({n}) {m}" for n, m in enumerate(missing, 1))
+    return f"{len(missing)} inputs taken by default are missing (nothing was done): {listed}"
 
 
 def is_hub_id(spec: str) -> bool:

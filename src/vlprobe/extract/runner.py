@@ -54,6 +54,7 @@ from vlprobe.extract.cache.schema import (
 )
 from vlprobe.extract.cache.writer import CacheWriter
 from vlprobe.extract.defaults import (
+    DETECTOR_ENV,
     FIXTURE_MARKER,
     RegionPlan,
     default_cache_path,
@@ -61,7 +62,9 @@ from vlprobe.extract.defaults import (
     default_detector,
     default_region_path,
     default_variants,
+    hub_offline,
     is_hub_id,
+    missing_defaults_message,
 )
 from vlprobe.extract.model_inputs import check_model_inputs, check_region_width, require_image_files
 from vlprobe.extract.models.base import Adapter, CrossEncoder, DualEncoder, StreamSpec
@@ -222,9 +225,9 @@ def extract(config: ExtractConfig) -> ExtractResult:
             "is scored with `probe eval`)"
         )
     config, k, n_shards, placement = _placed(config)  # before any default is looked up
-    config, taken, plan = _with_defaults(config, adapter_cls)
+    config, taken, plan, missing = _with_defaults(config, adapter_cls)
     _validate(config)
-    assert config.out is not None and config.checkpoint is not None  # _with_defaults fills them
+    assert config.out is not None
     jobs = [job_entry(k, n_shards, placement)] if placement is not None else []
     if placement is not None:
         _say(config, f"shard {k}/{n_shards} under {placement.source}: {config.out}")
@@ -236,14 +239,28 @@ def extract(config: ExtractConfig) -> ExtractResult:
         image_options={} if plan is not None else image_options,
         load_options={"model_config": config.model_config, "tokenizer": config.tokenizer, **config.model_options},
     )
-    if "checkpoint" in taken:  # a default that is not there fails now, in one line, before any work
-        origin = taken["checkpoint"]
-        taken["checkpoint"] = f"{config.checkpoint} ({origin}{_check_default_checkpoint(config.checkpoint, origin)})"
-    if plan is not None:
-        _check_default_checkpoint(plan.detector, plan.detector_origin, param="detector")
-    _say_defaults(config, taken)
     cache_options = {k: v for k, v in config.dataset_options.items() if plan is None or k not in image_options}
-    dataset = load_dataset(config.dataset, config.data_dir, config.tags, config.variants, cache_options)
+    # every default that is not there fails now, all of them in one line, before any work
+    if "checkpoint" in taken and config.checkpoint is not None:
+        origin = taken["checkpoint"]
+        note = _check_default(missing, config.checkpoint, origin, "checkpoint")
+        taken["checkpoint"] = f"{config.checkpoint} ({origin}{note})"
+    if plan is not None:
+        _check_default(missing, plan.detector, plan.detector_origin, "detector", how=(
+            f"set {DETECTOR_ENV}=DIR (a folder holding the detector's config.yaml and pytorch_model.bin), or pass "
+            f"--regions FILE (`probe regions extract --detector DIR --dataset {config.dataset}` makes one)"))
+    dataset = None
+    if config.data_dir is None and (not missing or hub_offline()):  # the dataset's default source (the hub)
+        try:
+            dataset = load_dataset(config.dataset, None, config.tags, config.variants, cache_options)
+        except InputError as exc:
+            missing.append(str(exc))
+    if missing:
+        raise InputError(missing_defaults_message(missing))
+    assert config.checkpoint is not None  # _with_defaults filled it, or said why not
+    _say_defaults(config, taken)
+    if dataset is None:
+        dataset = load_dataset(config.dataset, config.data_dir, config.tags, config.variants, cache_options)
     if adapter_cls.image_input == "pixels":
         require_image_files(config.model, dataset.images(), config.dataset, loader_options(config.dataset))
     if plan is not None:
@@ -264,17 +281,23 @@ def extract(config: ExtractConfig) -> ExtractResult:
 
 def _with_defaults(
     config: ExtractConfig, adapter_cls: type[Adapter],
-) -> tuple[ExtractConfig, dict[str, str], RegionPlan | None]:
+) -> tuple[ExtractConfig, dict[str, str], RegionPlan | None, list[str]]:
     """The config with every input not given filled in (:mod:`vlprobe.extract.defaults`), what
-    was taken for each (field -> description, as the cache records it), and the regions to make."""
+    was taken for each (field -> description, as the cache records it), the regions to make, and
+    what could not be filled in (a message each; the checkpoint then stays None)."""
     from vlprobe.data.loading import resolve_data_dir
 
     taken: dict[str, str] = {}
     changes: dict[str, Any] = {}
+    missing: list[str] = []
     if config.checkpoint is None:
-        spec, origin = default_checkpoint(config.model, adapter_cls)
-        changes["checkpoint"] = spec
-        taken["checkpoint"] = origin  # completed once the checkpoint is found
+        try:
+            spec, origin = default_checkpoint(config.model, adapter_cls)
+        except InputError as exc:
+            missing.append(str(exc))
+        else:
+            changes["checkpoint"] = spec
+            taken["checkpoint"] = origin  # completed once the checkpoint is found
     data_dir, env = resolve_data_dir(config.dataset, config.data_dir)
     if env is not None:
         changes["data_dir"] = data_dir
@@ -306,17 +329,23 @@ def _with_defaults(
         detector, detector_origin = default_detector()
         path = default_region_path(out, config.dataset, preset, config.dataset_options)
         plan = RegionPlan(path, detector, detector_origin, preset)
-    return dataclasses.replace(config, **changes), taken, plan
+    return dataclasses.replace(config, **changes), taken, plan, missing
 
 
-def _check_default_checkpoint(spec: str, origin: str, param: str = "checkpoint") -> str:
-    """Fail now when a checkpoint taken by default is a hub id the hub cache lacks offline (one
-    line saying what to download and where to put it); returns a note for the record when the
-    checkpoint found is a vlprobe test fixture (tiny random weights under the real name)."""
+def _check_default(missing: list[str], spec: str, origin: str, param: str, how: str | None = None) -> str:
+    """Check a checkpoint taken by default: a hub id the hub cache lacks offline adds its message
+    (what to download and where to put it; ``how``: how else to give it) to ``missing``; returns
+    a note for the record when the checkpoint found is a vlprobe test fixture (tiny random weights
+    under the real name)."""
     from vlprobe.extract.models.hf import resolve_checkpoint
     if not is_hub_id(spec):
         return ""
-    resolved = resolve_checkpoint(spec, param=param, allow_patterns=["*.json", "*.yaml", "*.txt"], default_of=origin)
+    try:
+        resolved = resolve_checkpoint(spec, param=param, allow_patterns=["*.json", "*.yaml", "*.txt"],
+                                      default_of=origin, how=how)
+    except InputError as exc:
+        missing.append(str(exc))
+        return ""
     if (resolved.path / FIXTURE_MARKER).is_file():
         print(f"note: {param} {spec} in the hub cache ({resolved.path}) is a vlprobe test fixture: tiny random weights, "
               "not the real model", file=sys.stderr)
@@ -533,7 +562,7 @@ def _run_stream(
         def load(batch: np.ndarray) -> list[Any]:
             return [texts[int(t)].text for t in text_rows[batch]]
     else:
-        source = ImageSource(adapter.image_input, dataset.images())
+        source = ImageSource.for_adapter(adapter, dataset.images())
 
         def load(batch: np.ndarray) -> list[Any]:
             return source.read(image_rows[batch])
@@ -552,7 +581,7 @@ def _run_pairs(
     layers = {lay.spec.name: lay.layers for lay in layouts} or None
     kept = {lay.spec.name: set(lay.poolings) for lay in layouts}
     token_poolings = [p for p in ("cls", "mean", "max") if any(p in lay.poolings for lay in layouts)]
-    source = ImageSource(adapter.image_input, dataset.images(), store)
+    source = ImageSource.for_adapter(adapter, dataset.images(), store)
     texts = [t.text for t in dataset.texts()]
     for got in score_pairs(adapter, texts, source, text_rows[todo], image_rows[todo], layers=layers,
                            poolings=token_poolings, batch_size=config.batch_size, progress=config.progress):

@@ -22,6 +22,7 @@ import functools
 import inspect
 import itertools
 import math
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ParamSpec
@@ -45,6 +46,7 @@ __all__ = [
     "iter_mlp_ensemble",
     "mlp_dims",
     "models_per_chunk",
+    "step_seconds",
 ]
 
 #: Bytes one chunk of an ensemble may hold on the CPU (parameters, gradients, Adam state,
@@ -316,6 +318,51 @@ def _iter_chunks(
                               loss_curves=curve)
 
 
+def _step(weights: list[torch.Tensor], biases: list[torch.Tensor], opt: torch.optim.Optimizer, h: torch.Tensor,
+          y: torch.Tensor) -> torch.Tensor:
+    """One optimiser step of m models on a batch ``h`` (m, b, D) with labels ``y`` (m, b); each
+    model's mean loss (m,)."""
+    last = len(weights) - 1
+    for i, (w, b) in enumerate(zip(weights, biases, strict=True)):
+        h = torch.baddbmm(b, h, w)
+        if i < last:
+            h = torch.relu_(h)
+    per_model = F.binary_cross_entropy_with_logits(h.squeeze(-1), y, reduction="none").mean(dim=1)
+    opt.zero_grad(set_to_none=True)
+    # Summing the per-model means gives each model exactly its own gradient.
+    per_model.sum().backward()
+    opt.step()
+    return per_model.detach()
+
+
+def step_seconds(dims: Sequence[int], n_models: int, batch_rows: int, device: str | torch.device = "cpu",
+                 steps: int = 3) -> float:
+    """Seconds one training step of ``n_models`` MLPs of layer widths ``dims`` on ``batch_rows``
+    rows takes here: the trainer's own step (:func:`iter_mlp_ensemble`) on random weights and
+    data, one step to warm up, then the mean of ``steps`` (wall clock, at the current thread count).
+    """
+    dev = resolve_device(device) if isinstance(device, str) else device
+    g = torch.Generator().manual_seed(0)
+    weights = [((torch.rand(n_models, a, b, generator=g) * 2 - 1) / math.sqrt(a)).to(dev).requires_grad_()
+               for a, b in itertools.pairwise(dims)]
+    biases = [torch.zeros(n_models, 1, b).to(dev).requires_grad_() for b in dims[1:]]
+    opt = torch.optim.Adam([*weights, *biases], lr=1e-4, fused=True)
+    h = torch.randn(n_models, batch_rows, dims[0], generator=g).to(dev)
+    y = (torch.rand(n_models, batch_rows, generator=g) < 0.5).float().to(dev)
+    _step(weights, biases, opt, h, y)
+    _sync(dev)
+    start = time.perf_counter()
+    for _ in range(steps):
+        _step(weights, biases, opt, h, y)
+    _sync(dev)
+    return (time.perf_counter() - start) / steps
+
+
+def _sync(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
 def _fit_chunk(
     Xt: torch.Tensor, yt: torch.Tensor, seeds: np.ndarray, groups: np.ndarray, dims: list[int],
     lr: float, epochs: int, batch_size: int, dev: torch.device,
@@ -337,25 +384,12 @@ def _fit_chunk(
     orders = [epoch_orders(int(s), n) for s in seeds]
     g_idx = torch.from_numpy(groups).to(dev)[:, None]
     curve = torch.zeros(m, epochs, device=dev)
-    last = len(weights) - 1
     for epoch in range(epochs):
         perm = torch.from_numpy(np.stack([next(o) for o in orders])).to(dev)
         total = curve[:, epoch]
         for start in range(0, n, batch_size):
             idx = perm[:, start:start + batch_size]  # (m, b)
-            h = Xt[g_idx, idx]  # (m, b, D)
-            for i, (w, b) in enumerate(zip(weights, biases, strict=True)):
-                h = torch.baddbmm(b, h, w)
-                if i < last:
-                    h = torch.relu_(h)
-            per_model = F.binary_cross_entropy_with_logits(
-                h.squeeze(-1), torch.gather(yt, 1, idx), reduction="none"
-            ).mean(dim=1)
-            opt.zero_grad(set_to_none=True)
-            # Summing the per-model means gives each model exactly its own gradient.
-            per_model.sum().backward()
-            opt.step()
-            total += per_model.detach() * idx.shape[1]
+            total += _step(weights, biases, opt, Xt[g_idx, idx], torch.gather(yt, 1, idx)) * idx.shape[1]
         if progress is not None:
             progress(m)
     return (

@@ -396,8 +396,8 @@ def verdict_rows(checks: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, st
             held = "not measured"
         else:
             held = "yes" if c["holds"] else f"NO: {c.get('if_not') or 'a finding about the probes or the testbed'}"
-        measured = "" if c["holds"] is None else f"{c['left_value']:.4g}" + (
-            "" if isinstance(c["right"], (int, float)) else f" vs {c['right_value']:.4g}")
+        measured = "" if c["holds"] is None else f"{c['left']} = {c['left_value']:.4g}" + (
+            "" if isinstance(c["right"], (int, float)) else f"; {c['right']} = {c['right_value']:.4g}")
         rows.append((c["claim"], measured, expected, held))
     return rows
 

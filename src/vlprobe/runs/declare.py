@@ -29,6 +29,7 @@ import dataclasses
 import functools
 import inspect
 import os
+import sys
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -48,6 +49,7 @@ __all__ = [
     "OptionSpec",
     "Options",
     "check_key_values",
+    "check_name_values",
     "count_or_fraction",
     "declared_options",
     "floats",
@@ -175,16 +177,17 @@ def count_or_fraction(text: str) -> int | float:
         raise InputError(f"must be a count (100) or a fraction (0.25), got {text!r}") from None
 
 
-def key_values(texts: Sequence[str], param: str) -> dict[str, str]:
+def key_values(texts: Sequence[str], param: str, *, identifiers: bool = True) -> dict[str, str]:
     """``["score_head=itc"]`` -> ``{"score_head": "itc"}`` (a repeatable ``NAME=VALUE`` option).
 
-    Names take ``_`` for ``-``; a text without ``=``, an empty name or value, or a name given
-    twice is an :class:`~vlprobe.validation.InputError` naming ``param``.
+    With ``identifiers`` (parameter names) a name takes ``_`` for ``-``; without (registered
+    names such as ``blind-lm``) it is kept as given. A text without ``=``, an empty name or
+    value, or a name given twice is an :class:`~vlprobe.validation.InputError` naming ``param``.
     """
     out: dict[str, str] = {}
     for text in texts:
         name, sep, value = str(text).partition("=")
-        name = name.strip().replace("-", "_")
+        name = name.strip().replace("-", "_") if identifiers else name.strip()
         if not sep or not name or not value.strip():
             raise InputError(f"{param} must look like NAME=VALUE (e.g. score_head=itc), got {text!r}")
         if name in out:
@@ -196,6 +199,12 @@ def key_values(texts: Sequence[str], param: str) -> dict[str, str]:
 def check_key_values(texts: tuple[str, ...], param: str) -> tuple[str, ...]:
     """:func:`key_values` as an option check: the texts, each well formed, no name twice."""
     key_values(texts, param)
+    return texts
+
+
+def check_name_values(texts: tuple[str, ...], param: str) -> tuple[str, ...]:
+    """:func:`key_values` of registered names (kept as given) as an option check."""
+    key_values(texts, param, identifiers=False)
     return texts
 
 
@@ -542,10 +551,17 @@ class Experiment:
 
         label = self.label(config)
         slot = RunSlot(label, self.claim(config, label))
-        from vlprobe.devices import cpu_threads
-
-        with cpu_threads(getattr(config, "threads", None)) as threads:  # (the MLP probes' --threads)
+        asked = getattr(config, "threads", None)  # (the MLP probes' --threads)
+        if asked is None and "torch" not in sys.modules:
+            # Nothing to set: torch (about a second to import) is loaded only if the run uses it,
+            # and then its count is the one the run had (null: the run never used torch).
             got = self.compute(config, slot)
+            threads = sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None
+        else:
+            from vlprobe.devices import cpu_threads
+
+            with cpu_threads(asked) as threads:
+                got = self.compute(config, slot)
         extra = {**(dict(got.extra) if got.extra else {}), "cpu_threads": threads}
         manifest = self.manifest(config, got.inputs, seeds=got.seeds, extra=extra, device=got.device)
         csv_path, manifest_path = self.write(config, label, got.rows, manifest)

@@ -46,6 +46,7 @@ __all__ = [
     "ShardOption",
     "SplitOptions",
     "StateOptions",
+    "StripCaptionsOption",
     "check_device",
     "check_layer_spec",
     "check_shard",
@@ -168,7 +169,8 @@ class ItemOptions(Options):
     def loader_options(self) -> dict[str, Any]:
         """The selection options given, as the dataset loader's keyword arguments."""
         return item_loader_options(subsets=self.subsets, limit=self.limit, image_dir=self.image_dir,
-                                   image_root=self.image_root, all_items=getattr(self, "all_items", None))
+                                   image_root=self.image_root, all_items=getattr(self, "all_items", None),
+                                   strip_captions=getattr(self, "strip_captions", None))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -179,6 +181,18 @@ class AllItemsOption(Options):
 
 
 @dataclass(frozen=True, kw_only=True)
+class StripCaptionsOption(Options):
+    """SugarCrepe's captions stripped of surrounding whitespace (a command that reads its captions
+    takes it beside :class:`ItemOptions`)."""
+
+    strip_captions: bool = option(
+        False, role="input",
+        help="SugarCrepe: strip leading and trailing whitespace from both captions (default: as released, as "
+             "the authors' main_eval.py and text_model_eval.py read them).",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class DatasetOption(Options):
     """A registered dataset by name."""
 
@@ -186,10 +200,11 @@ class DatasetOption(Options):
 
 
 @dataclass(frozen=True, kw_only=True)
-class DatasetOptions(AllItemsOption, ItemOptions, DatasetOption):
+class DatasetOptions(StripCaptionsOption, AllItemsOption, ItemOptions, DatasetOption):
     """A registered dataset and its items, for the hand-written commands that load one (``probe
     extract``, ``probe augment``, ``probe regions extract``, ``probe fixtures regions``): the
-    dataset, then :class:`ItemOptions` and :class:`AllItemsOption` (fields in that order)."""
+    dataset, then :class:`ItemOptions`, :class:`AllItemsOption` and :class:`StripCaptionsOption`
+    (fields in that order)."""
 
 
 def item_loader_options(**options: Any) -> dict[str, Any]:

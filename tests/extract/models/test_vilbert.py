@@ -21,7 +21,8 @@ import torch
 from tests.extract.helpers import random_region_batch
 from tests.extract.models.contract import Case, kinds
 from vlprobe.extract.models.vilbert.adapter import ViLBertAdapter
-from vlprobe.fixtures.vilbert import write_tiny_vilbert
+from vlprobe.fixtures.vilbert import VILBERT_CONFIG, VILBERT_WEIGHTS, write_tiny_vilbert
+from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError
 
 _STREAMS = {"text": ("pair", kinds("embed", ("self", 2), ("coattn", 1), ("self", 1), ("coattn", 1), ("self", 1)), "token0"),
@@ -29,11 +30,11 @@ _STREAMS = {"text": ("pair", kinds("embed", ("self", 2), ("coattn", 1), ("self",
 _SITES = {"text": ("bert.embeddings", "text"), "image": ("bert.v_embeddings", "image")}
 # The adapter contract (tests/extract/models/test_adapter_contract.py) checks both checkpoint kinds.
 CONTRACTS = [
-    Case("vilbert", "cross", "regions", _STREAMS, _SITES, checkpoint="vilbert.bin", wrong="uniter", feature_dim=2048,
-         weights=("vilbert.bin",), image_prefix=1),
-    Case("vilbert-multitask", "cross", "regions", _STREAMS, _SITES, checkpoint="vilbert.bin", wrong="uniter",
-         feature_dim=2048, weights=("vilbert.bin",), model="vilbert", fixture_options={"arch": "multitask"},
-         load_options={"task_id": 8, "score_head": "vil_logit"}, text_prefix=1, image_prefix=1),
+    Case("vilbert", "cross", "regions", _STREAMS, _SITES, checkpoint="save/pretrained_model.bin", wrong="uniter",
+         feature_dim=2048, weights=("save/pretrained_model.bin",), image_prefix=1),
+    Case("vilbert-multitask", "cross", "regions", _STREAMS, _SITES, checkpoint="save/multi_task_model.bin",
+         wrong="uniter", feature_dim=2048, weights=("save/multi_task_model.bin",), model="vilbert",
+         fixture_options={"arch": "multitask"}, text_prefix=1, image_prefix=1),
 ]
 
 CAPTIONS = ["a red circle left of a blue square", "a big green star",
@@ -137,11 +138,14 @@ def reference_forward(s: dict[str, torch.Tensor], cfg: dict[str, Any], ids: torc
 
 @pytest.mark.parametrize("arch", ["pretrained", "multitask"])
 def test_matches_the_reference_forward(folders: dict[str, Path], arch: str) -> None:
+    """The default head of each release (ITM for ViLBERT, vil_logit with task 8 for 12-in-1), every
+    layer and pooling, against the reference forward on the raw state dict."""
     folder = folders[arch]
-    opts: dict[str, Any] = {"task_id": 8, "score_head": "vil_logit"} if arch == "multitask" else {}
-    adapter = ViLBertAdapter.load(str(folder / "vilbert.bin"), device="cpu", **opts)
-    state = {k.removeprefix("module."): v.float() for k, v in torch.load(folder / "vilbert.bin", weights_only=True).items()}
-    cfg = json.loads((folder / "vilbert.json").read_text())
+    weights = folder / VILBERT_WEIGHTS[arch]
+    adapter = ViLBertAdapter.load(str(weights), device="cpu")
+    task = 8 if arch == "multitask" else None
+    state = {k: v.float() for k, v in torch.load(weights, weights_only=True).items()}
+    cfg = json.loads((folder / VILBERT_CONFIG).read_text())
     regions = random_region_batch(3, 6, [6, 4, 2], seed=3, dim=2048)
     texts, images = adapter.prepare_texts(CAPTIONS), adapter.prepare_images(regions)
     t_idx, i_idx = np.array([0, 1, 2, 0, 2]), np.array([0, 0, 1, 2, 2])
@@ -152,7 +156,7 @@ def test_matches_the_reference_forward(folders: dict[str, Path], arch: str) -> N
     rows = torch.from_numpy(i_idx)
     with torch.no_grad():
         t_states, v_states, pt, pv = reference_forward(state, cfg, ids, tmask, images.features[rows], images.loc5[rows],
-                                                       images.mask[rows], opts.get("task_id"))
+                                                       images.mask[rows], task)
     assert (len(t_states), len(v_states)) == (nt, nv)
     fused = pt * pv
     if arch == "pretrained":
@@ -174,7 +178,7 @@ def test_matches_the_reference_forward(folders: dict[str, Path], arch: str) -> N
 
 
 def test_regions_as_vilbert_reads_them(folders: dict[str, Path]) -> None:
-    adapter = ViLBertAdapter.load(str(folders["pretrained"] / "vilbert.bin"), device="cpu")
+    adapter = ViLBertAdapter.load(str(folders["pretrained"] / VILBERT_WEIGHTS["pretrained"]), device="cpu")
     regions = random_region_batch(2, 4, [4, 2], seed=1)
     im = adapter.prepare_images(regions)
     assert im.features.shape == (2, 5, 2048) and im.loc5.shape == (2, 5, 5)
@@ -185,11 +189,115 @@ def test_regions_as_vilbert_reads_them(folders: dict[str, Path]) -> None:
     assert im.mask.tolist() == [[True] * 5, [True, True, True, False, False]]
 
 
+def test_the_retrieval_tasks_caps_are_the_default(folders: dict[str, Path]) -> None:
+    """vilbert_tasks.yml's RetrievalCOCO/RetrievalFlickr30k cap regions at max_region_num 101 (the
+    reader's global region counted: it and the first 100) and captions at max_seq_length 30
+    (retreival_dataset.py keeps the first 28 word pieces, then adds [CLS] and [SEP]); the global
+    feature is the mean of every region of the file, taken before the cap (_image_features_reader.py).
+    The options change both; the cache records them."""
+    weights = str(folders["multitask"] / VILBERT_WEIGHTS["multitask"])
+    adapter = ViLBertAdapter.load(weights, device="cpu")
+    assert (adapter.max_regions, adapter.max_text_length) == (101, 30)
+    assert adapter.model_options() == {"score_head": "vil_logit", "task_id": 8, "max_regions": 101, "max_text_length": 30}
+    regions = random_region_batch(2, 120, [120, 7], seed=2)
+    im = adapter.prepare_images(regions)
+    assert im.features.shape == (2, 101, 2048) and im.mask.sum(1).tolist() == [101, 8]
+    np.testing.assert_allclose(im.features[0, 0].numpy(), regions.features[0].mean(0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(im.features[0, 100].numpy(), regions.features[0, 99], rtol=1e-6)
+    long = " ".join(["a red circle left of a blue square"] * 6)
+    ids, mask = adapter.prepare_texts([long, "a big green star"]).take(np.array([0, 1]))
+    assert int(mask[0].sum()) == 30 and ids.shape[1] == 30
+    assert ids[0, 29].item() == adapter.tokenizer.sep_token_id
+    small = ViLBertAdapter.load(weights, device="cpu", max_regions="3", max_text_length="8")
+    assert small.prepare_images(regions).features.shape == (2, 3, 2048)
+    assert small.prepare_texts([long]).take(np.array([0]))[0].shape[1] == 8
+    for opts, pattern in (({"max_regions": 1}, r"^max_regions"), ({"max_text_length": "x"}, r"^max_text_length")):
+        with pytest.raises(InputError, match=pattern):
+            ViLBertAdapter.load(weights, device="cpu", **opts)
+
+
+def test_12in1_loads_with_its_released_config_and_scores_retrieval(folders: dict[str, Path]) -> None:
+    """12-in-1's weights with the released bert_base_6layer_6conect.json (which holds no
+    task_specific_tokens: train_tasks.py and eval_retrieval.py switch the task token on from the
+    command line) load without options: task tokens inferred from
+    bert.embeddings.task_embeddings.weight, the head eval_retrieval.py ranks retrieval by
+    (vil_logit, a raw logit) and task 8, RetrievalFlickr30k. The pretraining ITM head, which the
+    multi-task run never trained, stays an option."""
+    folder = folders["multitask"]
+    assert "task_specific_tokens" not in json.loads((folder / VILBERT_CONFIG).read_text())
+    adapter = ViLBertAdapter.load(str(folder / VILBERT_WEIGHTS["multitask"]), device="cpu")
+    assert (adapter.score_head, adapter.task_id, adapter.score_kind) == ("vil_logit", 8, "match_logit")
+    assert adapter.describe()["task"] == "RetrievalFlickr30k"
+    coco = ViLBertAdapter.load(str(folder / VILBERT_WEIGHTS["multitask"]), device="cpu", task_id="7")
+    assert coco.describe()["task"] == "RetrievalCOCO"
+    itm = ViLBertAdapter.load(str(folder / VILBERT_WEIGHTS["multitask"]), device="cpu", score_head="itm")
+    assert (itm.score_head, itm.task_id, itm.score_kind) == ("itm", 8, "match_probability")
+    pre = ViLBertAdapter.load(str(folders["pretrained"] / VILBERT_WEIGHTS["pretrained"]), device="cpu")
+    assert (pre.score_head, pre.task_id) == ("itm", None)
+
+
+@pytest.mark.parametrize("layout", ["multi-task repository", "vilbert_beta repository", "loose files"])
+def test_each_release_layout_finds_its_config(folders: dict[str, Path], tmp_path: Path, layout: str) -> None:
+    """vilbert-multi-task's README links pretrained_model.bin and multi_task_model.bin and runs
+    them with config/bert_base_6layer_6conect.json; vilbert_beta's runs
+    save/bert_base_6_layer_6_connect/pytorch_model_9.bin with the same config file: each finds
+    the config with no --model-config."""
+    import shutil
+
+    cfg = folders["pretrained"] / VILBERT_CONFIG
+    src = folders["pretrained"] / VILBERT_WEIGHTS["pretrained"]
+    weights = {"multi-task repository": tmp_path / "save" / "pretrained_model.bin",
+               "vilbert_beta repository": tmp_path / "save" / "bert_base_6_layer_6_connect" / "pytorch_model_9.bin",
+               "loose files": tmp_path / "pretrained_model.bin"}[layout]
+    weights.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(src, weights)
+    config = tmp_path / ("bert_base_6layer_6conect.json" if layout == "loose files" else VILBERT_CONFIG)
+    config.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(cfg, config)
+    adapter = ViLBertAdapter.load(str(weights), device="cpu", tokenizer=str(folders["pretrained"] / "save" / "tokenizer"))
+    assert adapter.input_fingerprints()["config"] == "sha256:" + sha256_file(config)
+    config.unlink()
+    with pytest.raises(InputError, match=r"^model_config: .*bert_base_6layer_6conect\.json"):
+        ViLBertAdapter.load(str(weights), device="cpu", tokenizer=str(folders["pretrained"] / "save" / "tokenizer"))
+
+
+def test_a_config_without_a_size_is_refused(folders: dict[str, Path], tmp_path: Path) -> None:
+    """vilbert-multi-task's BertConfig.from_dict starts from its class defaults (vilbert/vilbert.py:
+    v_num_attention_heads 12, where the released config says 8), so a config that leaves a size
+    out builds another model over the same weights: refused, naming the key."""
+    cfg = json.loads((folders["pretrained"] / VILBERT_CONFIG).read_text())
+    for key in ("v_num_attention_heads", "bi_num_attention_heads", "t_biattention_id", "v_feature_size"):
+        path = tmp_path / f"no-{key}.json"
+        path.write_text(json.dumps({k: v for k, v in cfg.items() if k != key}))
+        with pytest.raises(InputError, match=rf"^model_config .*lacks {key};"):
+            ViLBertAdapter.load(str(folders["pretrained"] / VILBERT_WEIGHTS["pretrained"]), device="cpu",
+                                model_config=str(path))
+
+
+def test_the_fixture_holds_the_original_classes_keys(folders: dict[str, Path]) -> None:
+    """The tiny release files hold every key of the original classes (BertForMultiModalPreTraining,
+    VILBertForVLTasks: listed from vilbert/vilbert.py built at the tiny config), no ``module.``
+    prefix, the MLM decoder tied to the word embedding."""
+    pre = torch.load(folders["pretrained"] / VILBERT_WEIGHTS["pretrained"], weights_only=True)
+    multi = torch.load(folders["multitask"] / VILBERT_WEIGHTS["multitask"], weights_only=True)
+    heads = {k.split(".")[0] + ("." + k.split(".")[1] if k.startswith("cls.") else "") for k in multi
+             if not k.startswith("bert.")}
+    assert heads == {"cls.predictions", "cls.bi_seq_relationship", "cls.imagePredictions", "vil_prediction",
+                     "vil_prediction_gqa", "vil_binary_prediction", "vil_logit", "vil_tri_prediction", "vision_logit",
+                     "linguisic_logit"}
+    assert set(multi) - set(pre) == {k for k in multi if not k.startswith(("bert.", "cls."))} | {
+        "bert.embeddings.task_embeddings.weight"}
+    assert tuple(multi["bert.embeddings.task_embeddings.weight"].shape) == (20, 32)
+    assert tuple(multi["vil_prediction.logit_fc.3.weight"].shape) == (3129, 32)
+    assert not any(k.startswith("module.") for k in [*pre, *multi])
+    assert torch.equal(pre["cls.predictions.decoder.weight"], pre["bert.embeddings.word_embeddings.weight"])
+    assert (len(pre), len(multi)) == (197, 224)  # the original classes at this config hold 197 and 224 keys
+
+
 def test_options_and_refusals(folders: dict[str, Path], tmp_path: Path) -> None:
-    pre, multi = str(folders["pretrained"] / "vilbert.bin"), str(folders["multitask"] / "vilbert.bin")
-    assert ViLBertAdapter.load(multi, device="cpu", task_id="8").model_options() == {"score_head": "itm", "task_id": 8}
+    pre = str(folders["pretrained"] / VILBERT_WEIGHTS["pretrained"])
+    multi = str(folders["multitask"] / VILBERT_WEIGHTS["multitask"])
     cases = [
-        (multi, {}, r"^task_id: .*task token"),
         (multi, {"task_id": 20}, r"^task_id"),
         (pre, {"task_id": 1}, r"^task_id: this checkpoint has no task tokens"),
         (pre, {"score_head": "vil_logit"}, r"^score_head: .*no vil_logit head"),
@@ -199,13 +307,18 @@ def test_options_and_refusals(folders: dict[str, Path], tmp_path: Path) -> None:
     for path, opts, pattern in cases:
         with pytest.raises(InputError, match=pattern):
             ViLBertAdapter.load(path, device="cpu", **opts)
-    # the multitask config against the pretrained weights: a task embedding they lack
-    with pytest.raises(InputError, match=r"^checkpoint: .*lacks .*task_embeddings"):
-        ViLBertAdapter.load(pre, device="cpu", model_config=str(folders["multitask"] / "vilbert.json"), task_id=1)
+    # a config that says task tokens over weights without them (or the reverse): the weights decide, the config is refused
+    cfg = json.loads((folders["pretrained"] / VILBERT_CONFIG).read_text())
+    for path, flag, said in ((pre, True, "lack"), (multi, False, "hold")):
+        stated = tmp_path / f"tokens-{flag}.json"
+        stated.write_text(json.dumps({**cfg, "task_specific_tokens": flag}))
+        with pytest.raises(InputError, match=rf"^model_config .*task_specific_tokens is {str(flag).lower()}, but the "
+                                             rf"weights {said} bert\.embeddings\.task_embeddings"):
+            ViLBertAdapter.load(path, device="cpu", model_config=str(stated))
     # a state dict of another model
     other = tmp_path / "other.bin"
     torch.save({"uniter.embeddings.word_embeddings.weight": torch.zeros(2, 2)}, other)
-    (tmp_path / "other.json").write_text((folders["pretrained"] / "vilbert.json").read_text())
+    (tmp_path / "other.json").write_text((folders["pretrained"] / VILBERT_CONFIG).read_text())
     with pytest.raises(InputError, match=r"^checkpoint: .*not a ViLBERT state dict"):
         ViLBertAdapter.load(str(other), device="cpu")
 
@@ -221,8 +334,7 @@ def test_cli_eval_valse(folders: dict[str, Path], valse_dir: Path, tmp_path: Pat
                               str(regions), "--subsets", "counting-hard", "--limit", "4", "--boxes", "5"])
     assert res.exit_code == 0, res.output
     res = runner.invoke(app, ["eval", "valse", "--data-dir", str(valse_dir), "--subsets", "counting-hard", "--limit", "4",
-                              "--model", "vilbert", "--checkpoint", str(folders["multitask"] / "vilbert.bin"),
-                              "--model-option", "task_id=8", "--regions", str(regions), "--device", "cpu",
-                              "--bootstrap", "0", "--out", str(tmp_path / "out")])
+                              "--model", "vilbert", "--checkpoint", str(folders["multitask"] / VILBERT_WEIGHTS["multitask"]),
+                              "--regions", str(regions), "--device", "cpu", "--bootstrap", "0", "--out", str(tmp_path / "out")])
     assert res.exit_code == 0, res.output
     assert "acc_r" in res.stdout

@@ -137,7 +137,10 @@ class CausalLMScorer(TextScorer):
         with quiet_transformers(), reading_weights(str(checkpoint)):
             try:
                 AutoConfig.from_pretrained(ckpt.path)
-                model, loading = from_pretrained_with_info(AutoModelForCausalLM, ckpt.path, dtype=torch_dtype)
+                model, loading = from_pretrained_with_info(AutoModelForCausalLM, ckpt.path, checkpoint=str(checkpoint),
+                                                           dtype=torch_dtype)
+            except InputError:
+                raise
             except (OSError, ValueError, KeyError) as exc:
                 raise InputError(f"checkpoint: {checkpoint!r} is not a causal language model ({_first_line(exc)})") from None
             _refuse_new_weights(loading, checkpoint, "a causal language model")
@@ -243,7 +246,10 @@ class SequenceClassifierScorer(TextScorer):
                 raise InputError(f"checkpoint: {checkpoint!r} is not a sequence classifier ({_first_line(exc)})") from None
             index = cls.acceptable_index(getattr(config, "id2label", None) or {}, acceptable_label)
             try:
-                model, loading = from_pretrained_with_info(AutoModelForSequenceClassification, ckpt.path, dtype=torch_dtype)
+                model, loading = from_pretrained_with_info(AutoModelForSequenceClassification, ckpt.path,
+                                                           checkpoint=str(checkpoint), dtype=torch_dtype)
+            except InputError:
+                raise
             except (OSError, ValueError, KeyError) as exc:  # e.g. a CLIP or LXMERT folder: no classifier class
                 raise InputError(
                     f"checkpoint: {checkpoint!r} is not a sequence classifier (a {config.model_type!r} model: "

@@ -40,6 +40,7 @@ __all__ = [
     "load_hf_model",
     "load_hf_tokenizer",
     "load_image_processor",
+    "native_stdout_dropped",
     "quiet_transformers",
     "reading_weights",
     "resolve_checkpoint",
@@ -72,11 +73,13 @@ class ResolvedCheckpoint:
 
 def resolve_checkpoint(
     spec: str, *, param: str = "checkpoint", allow_patterns: list[str] | None = None, default_of: str | None = None,
+    how: str | None = None,
 ) -> ResolvedCheckpoint:
     """Find the files of a checkpoint given as a directory or a hub id.
 
     ``default_of`` says why ``spec`` was taken when the user did not give it (``"reference
-    checkpoint of lxmert"``); the messages then say so.
+    checkpoint of lxmert"``); the messages then say so. ``how``: how else to give it, where that
+    is not ``--<param> DIR`` (a command without such an option).
     """
     if not spec or not spec.strip():
         raise InputError(f"{param} must be a local directory or a hub id, got {spec!r}")
@@ -86,7 +89,7 @@ def resolve_checkpoint(
     looks_local = spec.startswith((".", "/", "~")) or os.sep + os.sep in spec or spec.count("/") > 1
     if p.exists() or looks_local:
         raise InputError(f"{param}: {spec!r} is not a directory (expected a checkpoint folder or a hub id)")
-    return _resolve_hub(spec, param, allow_patterns, default_of)
+    return _resolve_hub(spec, param, allow_patterns, default_of, how)
 
 
 def fingerprint_dir(path: Path) -> str:
@@ -99,6 +102,7 @@ def fingerprint_dir(path: Path) -> str:
 
 def _resolve_hub(
     repo_id: str, param: str, allow_patterns: list[str] | None, default_of: str | None = None,
+    other: str | None = None,
 ) -> ResolvedCheckpoint:
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import (
@@ -111,7 +115,8 @@ def _resolve_hub(
     folder = "models--" + repo_id.replace("/", "--")
     how = (
         f"download it on a machine with network (hf download {repo_id}) and copy its hub-cache folder {folder} "
-        f"into {constants.HF_HUB_CACHE} (HF_HUB_CACHE), or save it with save_pretrained(DIR) and pass --{param} DIR"
+        f"into {constants.HF_HUB_CACHE} (HF_HUB_CACHE), or "
+        + (other or f"save it with save_pretrained(DIR) and pass --{param} DIR")
     )
     if default_of:
         param = f"{param} (not given: the {default_of})"
@@ -268,14 +273,32 @@ def load_image_processor(path: Any, checkpoint: str, backend: str = IMAGE_BACKEN
     return processor
 
 
-def from_pretrained_with_info(model_cls: Any, path: Any, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+def from_pretrained_with_info(
+    model_cls: Any, path: Any, *, checkpoint: str | None = None, **kwargs: Any,
+) -> tuple[Any, dict[str, Any]]:
     """``model_cls.from_pretrained(path, output_loading_info=True, **kwargs)``: the model and its
     loading info (``missing_keys``, ``unexpected_keys``, ...).
+
+    A config whose sizes do not fit the weights is refused in one line naming the first weight
+    that differs (:mod:`vlprobe.extract.models.fit`; ``checkpoint``, default ``path``, is what
+    the message names), before the model is built where the weight files' headers tell, else
+    from transformers' mismatched keys, instead of transformers' load report and traceback.
 
     transformers annotates ``from_pretrained`` as returning the model alone, which it does only
     without ``output_loading_info``; this is the one place that unpacks the pair.
     """
-    model, info = model_cls.from_pretrained(path, output_loading_info=True, **kwargs)
+    from vlprobe.extract.models.fit import check_hf_fits, first_mismatch, refuse_mismatch
+
+    name = str(path) if checkpoint is None else checkpoint
+    check_hf_fits(model_cls, path, name)
+    model, info = model_cls.from_pretrained(path, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs)
+    mismatched = {str(k): (tuple(got), tuple(want)) for k, got, want, *_ in info.get("mismatched_keys") or ()}
+    if mismatched:
+        order = [k for k in model.state_dict() if k in mismatched] + sorted(mismatched)
+        found = first_mismatch({k: w for k, (_, w) in mismatched.items()}, {k: g for k, (g, _) in mismatched.items()},
+                               order)
+        if found is not None:
+            raise refuse_mismatch(name, found, config=model.config)
     return model, info
 
 
@@ -327,7 +350,7 @@ def load_hf_model(
         Weight-name prefixes the adapter reads.
     """
     extra = {} if device_map is None else {"device_map": device_map}
-    model, info = from_pretrained_with_info(model_cls, path, dtype=dtype, **extra)
+    model, info = from_pretrained_with_info(model_cls, path, checkpoint=checkpoint, dtype=dtype, **extra)
     missing = sorted(k for k in info["missing_keys"] if k.startswith(needed))
     if missing:
         raise InputError(
@@ -338,13 +361,41 @@ def load_hf_model(
 
 
 def load_hf_tokenizer(path: Any, checkpoint: str) -> Any:
-    """``AutoTokenizer.from_pretrained(path)``; a folder without a readable tokenizer is an input error."""
+    """``AutoTokenizer.from_pretrained(path)``; a folder without a readable tokenizer is an input error.
+
+    The native ``tokenizers`` library prints ``Ignored unknown kwarg option __type`` on the process's
+    standard output for each special token of a ``tokenizer_config.json`` written in the 2021-2022
+    form (AddedToken dicts with ``"__type"``, as ``openai/clip-vit-base-patch32`` holds it); that
+    output is dropped (:func:`native_stdout_dropped`), so that a command's stdout stays its own.
+    """
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(path)
+        with native_stdout_dropped():
+            return AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as exc:
         raise InputError(f"checkpoint: {checkpoint!r} has no readable tokenizer ({exc})") from None
+
+
+@contextlib.contextmanager
+def native_stdout_dropped() -> Iterator[None]:
+    """Drop what native code writes to file descriptor 1 meanwhile (Python's own ``print`` goes
+    through ``sys.stdout`` and is flushed first); a no-op where descriptor 1 cannot be redirected."""
+    import sys
+
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError, AttributeError):
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 @contextlib.contextmanager

@@ -1,18 +1,39 @@
 """ViLBERT and 12-in-1 (vilbert-multi-task checkpoints) as a vlprobe cross-encoder on region features.
 
-Inputs: ``--checkpoint`` the state-dict file the release ships (``pytorch_model_9.bin`` of the
-Conceptual Captions pretraining, ``multi_task_model.bin`` of 12-in-1; a ``module.`` prefix is
-stripped), ``--model-config`` its config JSON (default: ``<checkpoint stem>.json``,
-``vilbert.json`` or a ViLBERT ``config.json`` beside it; the release's is
-``bert_base_6layer_6conect.json``), ``--tokenizer`` (default: a ``tokenizer/`` folder beside the
-checkpoint, else ``bert-base-uncased``). Load options: ``score_head=itm|vil_logit`` and
-``task_id=N`` (12-in-1 checkpoints insert a task token after [CLS] and need it; VALSE's release
-does not say which task it used: the retrieval tasks' ids are the ones whose head is
-``vil_logit``).
+Inputs: ``--checkpoint`` the state-dict file the release ships (vilbert-multi-task's README links
+ViLBERT's Conceptual Captions pretraining as ``pretrained_model.bin`` and 12-in-1 as
+``multi_task_model.bin``; vilbert_beta's README runs ``pytorch_model_9.bin``; a ``module.``
+prefix is stripped), ``--model-config`` its config JSON (default: the first of
+:func:`config_candidates`: ``<stem>.json``, ``vilbert.json``, ``config.json`` or the release's
+``bert_base_6layer_6conect.json`` beside the weights, else ``config/bert_base_6layer_6conect.json``
+in a folder above, the repository's own layout), ``--tokenizer`` (default: a ``tokenizer/``
+folder beside the checkpoint, else ``bert-base-uncased``).
+
+Every size the model is built from must be in the config (``model.REQUIRED_KEYS``): the
+original fills a missing key with its class default (12 image heads where the release has 8),
+so a config without one is refused. 12-in-1's task token is not a config key in the release
+(``train_tasks.py``/``eval_retrieval.py`` switch it on with ``--task_specific_tokens``): it is on
+exactly when the weights hold ``bert.embeddings.task_embeddings.weight``.
+
+Load options (``--model-option``):
+
+``score_head``  ``itm`` (``cls.bi_seq_relationship``) or ``vil_logit``. Default: ``vil_logit``
+                for 12-in-1 (the head its multi-task training trained for retrieval and
+                ``eval_retrieval.py`` ranks by: a raw logit), ``itm`` for ViLBERT (what
+                ``eval_retrieval.py --zero_shot`` scores the pretrained model with: softmax
+                index 0, the pretraining labels a random caption 1). 12-in-1's ``itm`` head
+                comes from the pretraining and was never trained by the multi-task run.
+``task_id``     the task token of 12-in-1 (the ``TASK<N>`` number of ``vilbert_tasks.yml``);
+                default 8, ``RetrievalFlickr30k`` (ViLBERT's own retrieval benchmark); 7 is
+                ``RetrievalCOCO``. Refused for a checkpoint without task tokens.
+``max_regions`` regions per image, the global one included (default 101, the retrieval tasks'
+                ``max_region_num``: the global region and the first 100).
+``max_text_length`` caption tokens with [CLS] and [SEP] (default 30, the retrieval tasks'
+                ``max_seq_length``: the first 28 word pieces).
 
 Regions as vilbert-multi-task's feature reader gives them: a first, global region whose feature
-is the mean of the image's real regions and whose box is the whole image, then the regions;
-boxes as ``(x1, y1, x2, y2, area)`` normalised to the image.
+is the mean of all the image's real regions (taken before the cap) and whose box is the whole
+image, then the regions; boxes as ``(x1, y1, x2, y2, area)`` normalised to the image.
 
 Streams (both ``modality="pair"``):
 
@@ -23,10 +44,8 @@ Streams (both ``modality="pair"``):
 ``image``  0 = region embeddings, then every image state: co-attention (``coattn``) and image
            layers (``self``); 13 for 6 + 6. ``cls`` = the global region; ``pooled`` = ``v_pooler``.
 
-Score: ``score_head=itm`` (the default): ``softmax(cls.bi_seq_relationship(t_pooled * v_pooled))``
-at index 0, the match column (ViLBERT's pretraining labels a random caption 1); ``vil_logit``:
-12-in-1's retrieval logit ``vil_logit(t_pooled * v_pooled)`` (a raw logit, as its retrieval
-evaluation ranks by it).
+Score: ``itm``: ``softmax(cls.bi_seq_relationship(t_pooled * v_pooled))`` at index 0, the match
+column; ``vil_logit``: ``vil_logit(t_pooled * v_pooled)``, a raw logit.
 """
 
 from __future__ import annotations
@@ -50,6 +69,7 @@ from vlprobe.extract.models.base import (
     check_regions,
     text_max_length,
 )
+from vlprobe.extract.models.fit import first_mismatch, refuse_mismatch, shapes_of
 from vlprobe.extract.models.hf import (
     ResolvedCheckpoint,
     quiet_transformers,
@@ -57,16 +77,37 @@ from vlprobe.extract.models.hf import (
     resolve_checkpoint,
 )
 from vlprobe.extract.models.pooling import pool_states
-from vlprobe.extract.models.vilbert.model import ViLBertConfig, ViLBertModel
+from vlprobe.extract.models.vilbert.model import REQUIRED_KEYS, ViLBertConfig, ViLBertModel
 from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError, check_choice, check_int
 
-__all__ = ["DEFAULT_TOKENIZER", "MATCH_INDEX", "SCORE_HEADS", "ViLBertAdapter", "ViLBertImages"]
+__all__ = [
+    "DEFAULT_MAX_REGIONS", "DEFAULT_MAX_TEXT_LENGTH", "DEFAULT_TASK_ID", "DEFAULT_TOKENIZER", "MATCH_INDEX",
+    "RELEASED_CONFIG", "SCORE_HEADS", "TASKS", "TASK_KEY", "ViLBertAdapter", "ViLBertImages", "config_candidates",
+]
 
 DEFAULT_TOKENIZER = "bert-base-uncased"
-#: Column of ``cls.bi_seq_relationship`` that means "caption matches image".
+#: Column of ``cls.bi_seq_relationship`` that means "caption matches image" (``eval_retrieval.py
+#: --zero_shot`` ranks by softmax index 0; ``train_concap.py``'s data labels a random caption 1).
 MATCH_INDEX = 0
 SCORE_HEADS: tuple[str, ...] = ("itm", "vil_logit")
+#: The weights that hold 12-in-1's task tokens.
+TASK_KEY = "bert.embeddings.task_embeddings.weight"
+#: The tasks 12-in-1 was trained on (its README's ``--tasks 1-2-4-7-8-9-10-11-12-13-15-17``),
+#: by ``TASK<N>`` number and ``vilbert_tasks.yml`` name.
+TASKS: dict[int, str] = {
+    1: "VQA", 2: "GenomeQA", 4: "Visual7w", 7: "RetrievalCOCO", 8: "RetrievalFlickr30k", 9: "refcoco",
+    10: "refcoco+", 11: "refcocog", 12: "NLVR2", 13: "VisualEntailment", 15: "GQA", 17: "GuessWhatPointing",
+}
+#: 12-in-1's default task token: RetrievalFlickr30k, scored through ``vil_logit``.
+DEFAULT_TASK_ID = 8
+#: The retrieval tasks' caps in ``vilbert_tasks.yml`` (TASK7, TASK8): ``max_region_num`` 101
+#: (the global region included), ``max_seq_length`` 30 ([CLS] and [SEP] included).
+DEFAULT_MAX_REGIONS = 101
+DEFAULT_MAX_TEXT_LENGTH = 30
+#: The config JSON both releases run every model with.
+RELEASED_CONFIG = "bert_base_6layer_6conect.json"
+RELEASED_WEIGHTS: tuple[str, ...] = ("pretrained_model.bin", "multi_task_model.bin", "pytorch_model_9.bin")
 _HEAD_KEYS = {"itm": "cls.bi_seq_relationship.", "vil_logit": "vil_logit."}
 
 
@@ -87,12 +128,13 @@ class ViLBertAdapter(CrossEncoder):
 
     name = "vilbert"
     image_input = "regions"
-    load_options = ("model_config", "tokenizer", "score_head", "task_id")
+    load_options = ("model_config", "tokenizer", "score_head", "task_id", "max_regions", "max_text_length")
 
     def __init__(
         self, model: ViLBertModel, tokenizer: Any, checkpoint: ResolvedCheckpoint, device: torch.device,
         dtype: torch.dtype, *, score_head: str, task_id: int | None, fingerprints: dict[str, str],
-        tokenizer_source: str, ignored: list[str],
+        tokenizer_source: str, ignored: list[str], max_regions: int = DEFAULT_MAX_REGIONS,
+        max_text_length: int = DEFAULT_MAX_TEXT_LENGTH,
     ) -> None:
         super().__init__(checkpoint, device, dtype)
         self.model, self.tokenizer = model, tokenizer
@@ -106,8 +148,8 @@ class ViLBertAdapter(CrossEncoder):
             "image": StreamSpec("image", "pair", ("embed", *v_kinds), cfg.v_hidden_size, "token0", cfg.bi_hidden_size),
         }
         self.feature_dim = cfg.v_feature_size
-        room = cfg.max_position_embeddings
-        self.max_length = text_max_length(tokenizer, room)
+        self.max_regions, self.max_text_length = max_regions, max_text_length
+        self.max_length = min(text_max_length(tokenizer, cfg.max_position_embeddings), max_text_length)
         self._fingerprints = fingerprints
         self.tokenizer_source, self.ignored = tokenizer_source, ignored
 
@@ -116,6 +158,7 @@ class ViLBertAdapter(CrossEncoder):
         cls, checkpoint: str, *, device: str = "auto", dtype: str = "float32",
         model_config: str | os.PathLike[str] | None = None, tokenizer: str | None = None,
         score_head: str | None = None, task_id: int | str | None = None,
+        max_regions: int | str | None = None, max_text_length: int | str | None = None,
     ) -> ViLBertAdapter:
         """Load a vilbert-multi-task checkpoint (see the module docstring)."""
         from transformers import AutoTokenizer
@@ -124,37 +167,30 @@ class ViLBertAdapter(CrossEncoder):
         path = Path(checkpoint).expanduser()
         if not path.is_file():
             raise InputError(
-                f"checkpoint: ViLBERT takes the released state-dict file (pytorch_model_9.bin, multi_task_model.bin; "
-                f"vilbert.bin for vlprobe's fixture), got {checkpoint!r} which is not a file"
+                f"checkpoint: ViLBERT takes the released state-dict file ({', '.join(RELEASED_WEIGHTS)}), "
+                f"got {checkpoint!r} which is not a file"
             )
-        config_path = _config_path(path, model_config)
-        cfg = ViLBertConfig.from_json(config_path)
         state = _read_state(path, checkpoint)
-        task_key = "bert.embeddings.task_embeddings.weight"
-        if (task_key in state) != bool(cfg.task_specific_tokens):  # 12-in-1 weights, pretrained config, or back
-            said = "lacks" if cfg.task_specific_tokens else "holds"
-            raise InputError(
-                f"checkpoint: {checkpoint!r} does not fit its ViLBERT config ({config_path.name}): it {said} "
-                f"{task_key} (12-in-1's task tokens), the config's task_specific_tokens is "
-                f"{bool(cfg.task_specific_tokens)}; give the config released with these weights (--model-config)"
-            )
+        config_path = _config_path(path, model_config)
+        cfg = ViLBertConfig.from_json(config_path, task_specific_tokens=TASK_KEY in state)
         heads = [h for h, prefix in _HEAD_KEYS.items() if f"{prefix}weight" in state]
-        head = check_choice(score_head, "score_head", SCORE_HEADS) if score_head is not None else (heads[0] if heads else "itm")
+        default_head = "vil_logit" if cfg.task_specific_tokens and "vil_logit" in heads else (heads[0] if heads else "itm")
+        head = check_choice(score_head, "score_head", SCORE_HEADS) if score_head is not None else default_head
         if head not in heads:
             raise InputError(f"score_head: {checkpoint!r} has no {head} head ({_HEAD_KEYS[head]}weight); it has "
                              f"{', '.join(heads) or 'none'}")
         task = None
         if cfg.task_specific_tokens:
-            if task_id is None:
-                raise InputError("task_id: this 12-in-1 checkpoint inserts a task token; give --model-option task_id=N "
-                                 "(0..19; the retrieval tasks score with vil_logit)")
-            task = check_int(int(task_id) if isinstance(task_id, str) and task_id.isdigit() else task_id, "task_id",
-                             low=0, high=19)
+            task = DEFAULT_TASK_ID if task_id is None else check_int(_as_int(task_id), "task_id", low=0, high=19)
         elif task_id is not None:
-            raise InputError("task_id: this checkpoint has no task tokens; leave task_id unset")
+            raise InputError("task_id: this checkpoint has no task tokens (no bert.embeddings.task_embeddings); "
+                             "leave task_id unset")
+        regions = DEFAULT_MAX_REGIONS if max_regions is None else check_int(_as_int(max_regions), "max_regions", low=2)
+        text_cap = DEFAULT_MAX_TEXT_LENGTH if max_text_length is None else check_int(
+            _as_int(max_text_length), "max_text_length", low=3)
         with torch.device("meta"):
             model = ViLBertModel(cfg, itm_head=head == "itm", vil_logit=head == "vil_logit")
-        ignored = _fit(model, state, checkpoint)
+        ignored = _fit(model, state, checkpoint, cfg, config_path.name)
         tok_spec, tok_default = (tokenizer, False) if tokenizer is not None else (
             (str(path.parent / "tokenizer"), True) if (path.parent / "tokenizer").is_dir() else (DEFAULT_TOKENIZER, True))
         try:
@@ -174,7 +210,7 @@ class ViLBertAdapter(CrossEncoder):
         resolved = ResolvedCheckpoint(str(checkpoint), path.resolve(), "sha256:" + sha256_file(path))
         return cls(model.to(dev, torch_dtype).eval(), tokenizer_obj, resolved, dev, torch_dtype, score_head=head,
                    task_id=task, fingerprints={"config": "sha256:" + sha256_file(config_path), "tokenizer": tok.fingerprint},
-                   tokenizer_source=tok_spec, ignored=ignored)
+                   tokenizer_source=tok_spec, ignored=ignored, max_regions=regions, max_text_length=text_cap)
 
     @property
     def streams(self) -> dict[str, StreamSpec]:
@@ -184,13 +220,18 @@ class ViLBertAdapter(CrossEncoder):
         return dict(self._fingerprints)
 
     def model_options(self) -> dict[str, Any]:
-        return {"score_head": self.score_head, **({"task_id": self.task_id} if self.task_id is not None else {})}
+        return {"score_head": self.score_head, **({"task_id": self.task_id} if self.task_id is not None else {}),
+                "max_regions": self.max_regions, "max_text_length": self.max_text_length}
 
     def prepare_images(self, images: Any) -> ViLBertImages:
-        """Regions as vilbert-multi-task reads them: the global mean region first, 5-d boxes."""
+        """Regions as vilbert-multi-task's feature reader and task datasets give them: the global
+        region (the mean of every real region's feature, the whole-image box) first, 5-d boxes,
+        then at most ``max_regions`` - 1 regions (the cap counts the global one)."""
         features, boxes, m = check_regions(images, self.feature_dim, "ViLBERT")
         w = m[..., None].astype(np.float32)
         mean = (features * w).sum(1, keepdims=True) / w.sum(1, keepdims=True)
+        keep = self.max_regions - 1
+        features, boxes, m, w = features[:, :keep], boxes[:, :keep], m[:, :keep], w[:, :keep]
         area = (boxes[..., 2] - boxes[..., 0]) * (boxes[..., 3] - boxes[..., 1])
         loc = np.concatenate([boxes, area[..., None]], axis=-1) * w
         n = features.shape[0]
@@ -253,6 +294,8 @@ class ViLBertAdapter(CrossEncoder):
             "coattention": {"t": list(cfg.t_biattention_id), "v": list(cfg.v_biattention_id)},
             "schedule": [f"{k}{i}" for k, i in self.model.steps],
             "score_head": self.score_head, "task_id": self.task_id,
+            "task": TASKS.get(self.task_id, "") if self.task_id is not None else "",
+            "max_regions": self.max_regions, "max_text_length": self.max_text_length,
             "score": ("softmax(cls.bi_seq_relationship(t_pooled * v_pooled))[:, 0]" if self.score_head == "itm"
                       else "vil_logit(t_pooled * v_pooled)"),
             "regions": "global mean region first; boxes (x1, y1, x2, y2, area) normalised",
@@ -262,19 +305,40 @@ class ViLBertAdapter(CrossEncoder):
 
 
 def _config_path(checkpoint: Path, given: str | os.PathLike[str] | None) -> Path:
+    """The config JSON: ``given``, else the first of :func:`config_candidates` that exists."""
     if given is not None:
         p = Path(given).expanduser()
         if not p.is_file():
             raise InputError(f"model_config: {str(given)!r} is not a file (expected the ViLBERT config JSON)")
         return p
-    for candidate in (checkpoint.with_suffix(".json"), checkpoint.parent / "vilbert.json", checkpoint.parent / "config.json"):
+    candidates = config_candidates(checkpoint)
+    for candidate in candidates:
         if candidate.is_file():
             return candidate
-    looked = ", ".join(dict.fromkeys((checkpoint.with_suffix(".json").name, "vilbert.json", "config.json")))
+    looked = ", ".join(dict.fromkeys(str(c.relative_to(checkpoint.parent)) if c.is_relative_to(checkpoint.parent)
+                                     else str(c) for c in candidates))
     raise InputError(
         f"model_config: ViLBERT needs its config JSON; none beside {checkpoint.name} ({looked}): pass "
-        "--model-config bert_base_6layer_6conect.json"
+        f"--model-config {RELEASED_CONFIG}"
     )
+
+
+def config_candidates(checkpoint: Path) -> list[Path]:
+    """Where the config of a weights file is looked for, in order: ``<stem>.json``, ``vilbert.json``,
+    ``config.json`` and the release's ``bert_base_6layer_6conect.json`` beside the weights, then
+    ``config/bert_base_6layer_6conect.json`` in the folders above (the repository's layout:
+    weights under ``save/...``, the config in ``config/``, as its README runs them)."""
+    here = checkpoint.parent
+    beside = [checkpoint.with_suffix(".json"), here / "vilbert.json", here / "config.json", here / RELEASED_CONFIG]
+    above = [folder / "config" / RELEASED_CONFIG for folder in [here, *list(here.parents)[:3]]]
+    return list(dict.fromkeys([*beside, *above]))
+
+
+def _as_int(value: Any) -> Any:
+    """A ``--model-option`` value (a string) as an int where it spells one; anything else as given."""
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return value
 
 
 def _read_state(path: Path, spec: str) -> dict[str, torch.Tensor]:
@@ -283,6 +347,8 @@ def _read_state(path: Path, spec: str) -> dict[str, torch.Tensor]:
             obj = torch.load(str(path), map_location="cpu", weights_only=True)
         except RuntimeError as exc:
             raise InputError(f"checkpoint: {spec!r} cannot be read as a torch file ({str(exc).splitlines()[0]})") from None
+    if isinstance(obj, Mapping) and isinstance(obj.get("model_state_dict"), Mapping):
+        obj = obj["model_state_dict"]  # the training script's second save (pytorch_ckpt_latest.tar)
     if isinstance(obj, Mapping) and isinstance(obj.get("state_dict"), Mapping):
         obj = obj["state_dict"]
     if not isinstance(obj, Mapping):
@@ -296,7 +362,7 @@ def _read_state(path: Path, spec: str) -> dict[str, torch.Tensor]:
     return state
 
 
-def _fit(model: ViLBertModel, state: Mapping[str, torch.Tensor], spec: str) -> list[str]:
+def _fit(model: ViLBertModel, state: Mapping[str, torch.Tensor], spec: str, cfg: ViLBertConfig, config_name: str) -> list[str]:
     """Load the body and the chosen head strictly; other heads are left out (returned)."""
     expected = model.state_dict()
     used = {k: v for k, v in state.items() if k in expected}
@@ -306,10 +372,11 @@ def _fit(model: ViLBertModel, state: Mapping[str, torch.Tensor], spec: str) -> l
     if missing or unexpected:
         which = f"lacks {len(missing)} weight(s) such as {missing[0]!r}" if missing else \
             f"has {len(unexpected)} weight(s) such as {unexpected[0]!r} the config has no place for"
-        raise InputError(f"checkpoint: {spec!r} does not fit its ViLBERT config: it {which} (another config? --model-config)")
-    for key, want in expected.items():
-        if tuple(used[key].shape) != tuple(want.shape):
-            raise InputError(f"checkpoint: {spec!r} does not fit its ViLBERT config: {key} has shape "
-                             f"{tuple(used[key].shape)}, the config {tuple(want.shape)}")
+        raise InputError(f"checkpoint: {spec!r} does not fit its config ({config_name}): it {which} "
+                         "(another config? --model-config)")
+    mismatch = first_mismatch(shapes_of(expected), shapes_of(used))
+    if mismatch is not None:
+        fields = {k: getattr(cfg, k) for k in REQUIRED_KEYS if isinstance(getattr(cfg, k), int)}
+        raise refuse_mismatch(spec, mismatch, config=fields, config_name=config_name)
     model.load_state_dict({k: v.float() for k, v in used.items()}, strict=True, assign=True)
     return ignored

@@ -38,76 +38,136 @@ from typing import Any
 import torch
 from torch import nn
 
-from vlprobe.validation import InputError
+from vlprobe.validation import InputError, check_int
 
-__all__ = ["MASK_VALUE", "ViLBertConfig", "ViLBertModel", "schedule"]
+__all__ = ["MASK_VALUE", "OPTIONAL_DEFAULTS", "REQUIRED_KEYS", "ViLBertConfig", "ViLBertModel", "schedule"]
 
 #: The additive attention mask of padded positions, as the reference builds it.
 MASK_VALUE = -10000.0
+
+
+#: The sizes a config must state: vilbert-multi-task's ``BertConfig.from_dict`` starts from the
+#: class defaults (``vilbert/vilbert.py``: 12 image heads, width 768, 3 image layers,
+#: co-attention at [0, 1] / [10, 11], ...), which are not the released model's, so a key left
+#: out would build another model with the same weight shapes (heads) or none that fits.
+REQUIRED_KEYS: tuple[str, ...] = (
+    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+    "max_position_embeddings", "type_vocab_size", "v_feature_size", "v_hidden_size", "v_num_hidden_layers",
+    "v_num_attention_heads", "v_intermediate_size", "bi_hidden_size", "bi_num_attention_heads",
+    "v_biattention_id", "t_biattention_id",
+)
+#: The original's defaults of the keys a config may leave out (its class defaults).
+OPTIONAL_DEFAULTS: dict[str, Any] = {
+    "fusion_method": "mul", "dynamic_attention": False, "task_specific_tokens": False, "hidden_act": "gelu",
+    "v_hidden_act": "gelu", "with_coattention": True, "model": "bert",
+}
 
 
 @dataclass(frozen=True)
 class ViLBertConfig:
     """A vilbert-multi-task config JSON (``bert_base_6layer_6conect.json``'s keys)."""
 
-    vocab_size: int = 30522
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    v_feature_size: int = 2048
-    v_hidden_size: int = 1024
-    v_num_hidden_layers: int = 6
-    v_num_attention_heads: int = 8
-    v_intermediate_size: int = 1024
-    bi_hidden_size: int = 1024
-    bi_num_attention_heads: int = 8
-    v_biattention_id: tuple[int, ...] = (0, 1, 2, 3, 4, 5)
-    t_biattention_id: tuple[int, ...] = (6, 7, 8, 9, 10, 11)
+    vocab_size: int
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    intermediate_size: int
+    max_position_embeddings: int
+    type_vocab_size: int
+    v_feature_size: int
+    v_hidden_size: int
+    v_num_hidden_layers: int
+    v_num_attention_heads: int
+    v_intermediate_size: int
+    bi_hidden_size: int
+    bi_num_attention_heads: int
+    v_biattention_id: tuple[int, ...]
+    t_biattention_id: tuple[int, ...]
     fusion_method: str = "mul"
     task_specific_tokens: bool = False
     dynamic_attention: bool = False
-    hidden_act: str = "gelu"
-    v_hidden_act: str = "gelu"
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_dict(cls, d: Any, param: str = "model_config") -> ViLBertConfig:
+    def from_dict(cls, d: Any, param: str = "model_config", task_specific_tokens: bool | None = None) -> ViLBertConfig:
+        """A config from the JSON's dict, every size checked (see :data:`REQUIRED_KEYS`).
+
+        ``task_specific_tokens`` (12-in-1's task token) is what the weights say when given: the
+        release switches it on from the command line (``--task_specific_tokens``), never in a
+        config JSON. ``pooling_method`` (in the released JSONs) is not read by the original,
+        which fuses by ``fusion_method`` (default ``mul``).
+
+        Raises
+        ------
+        InputError
+            A missing size, a field of another type, or a layout the original cannot build.
+        """
         if not isinstance(d, dict):
             raise InputError(f"{param}: a ViLBERT config must be a JSON object")
-        names = {f for f in cls.__dataclass_fields__ if f != "extra"}
-        kw = {k: v for k, v in d.items() if k in names}
-        if "pooling_method" in d and "fusion_method" not in d:
-            kw["fusion_method"] = d["pooling_method"]
-        for k in ("v_biattention_id", "t_biattention_id"):
-            if k in kw:
-                kw[k] = tuple(int(i) for i in kw[k])
-        cfg = cls(**kw, extra={k: v for k, v in d.items() if k not in names})
         if not {"v_hidden_size", "bi_hidden_size", "v_biattention_id"} <= set(d):
             raise InputError(f"{param}: not a ViLBERT config (no v_hidden_size, bi_hidden_size, v_biattention_id)")
-        if len(cfg.v_biattention_id) != len(cfg.t_biattention_id) or not cfg.v_biattention_id:
+        missing = [k for k in REQUIRED_KEYS if k not in d]
+        if missing:
+            raise InputError(
+                f"{param}: the ViLBERT config lacks {missing[0]}; vilbert-multi-task would build it with its class "
+                f"default instead of the released size: give the config released with these weights "
+                f"(bert_base_6layer_6conect.json)"
+            )
+        kw: dict[str, Any] = {}
+        for k in REQUIRED_KEYS:
+            if k.endswith("_id"):
+                ids = d[k]
+                if not isinstance(ids, list) or not ids or not all(_is_index(i) for i in ids):
+                    raise InputError(f"{param}: {k} must be a non-empty list of integers >= 0, got {ids!r}")
+                kw[k] = tuple(int(i) for i in ids)
+            else:
+                kw[k] = check_int(d[k], f"{param}: {k}", low=1)
+        opt = {k: d.get(k, v) for k, v in OPTIONAL_DEFAULTS.items()}
+        for k in ("dynamic_attention", "task_specific_tokens", "with_coattention"):
+            if not isinstance(opt[k], bool):
+                raise InputError(f"{param}: {k} must be true or false, got {opt[k]!r}")
+        for k in ("fusion_method", "hidden_act", "v_hidden_act", "model"):
+            if not isinstance(opt[k], str):
+                raise InputError(f"{param}: {k} must be a string, got {opt[k]!r}")
+        if len(kw["v_biattention_id"]) != len(kw["t_biattention_id"]):
             raise InputError(f"{param}: v_biattention_id and t_biattention_id must pair up")
-        if max(cfg.v_biattention_id) >= cfg.v_num_hidden_layers or max(cfg.t_biattention_id) >= cfg.num_hidden_layers:
+        if max(kw["v_biattention_id"]) >= kw["v_num_hidden_layers"] or max(kw["t_biattention_id"]) >= kw["num_hidden_layers"]:
             raise InputError(f"{param}: a co-attention id is past the last layer")
-        if cfg.fusion_method not in ("mul", "sum"):
-            raise InputError(f"{param}: fusion_method {cfg.fusion_method!r} is not mul or sum")
-        if (cfg.hidden_act, cfg.v_hidden_act) != ("gelu", "gelu"):
+        for width, heads in (("hidden_size", "num_attention_heads"), ("v_hidden_size", "v_num_attention_heads"),
+                             ("bi_hidden_size", "bi_num_attention_heads")):
+            if kw[width] % kw[heads]:
+                raise InputError(f"{param}: {width} {kw[width]} is not a multiple of {heads} {kw[heads]}")
+        if opt["fusion_method"] not in ("mul", "sum"):
+            raise InputError(f"{param}: fusion_method {opt['fusion_method']!r} is not mul or sum")
+        if (opt["hidden_act"], opt["v_hidden_act"]) != ("gelu", "gelu"):
             raise InputError(f"{param}: only the gelu activation is supported")
+        if not opt["with_coattention"] or opt["model"] != "bert":
+            raise InputError(f"{param}: only the BERT model with co-attention (with_coattention, model 'bert') is supported")
         for flag in ("in_batch_pairs", "fast_mode"):
             if d.get(flag):
                 raise InputError(f"{param}: {flag} (a training mode) is not supported")
-        return cfg
+        tokens = opt["task_specific_tokens"] if task_specific_tokens is None else task_specific_tokens
+        if "task_specific_tokens" in d and opt["task_specific_tokens"] != tokens:
+            said = "hold" if tokens else "lack"
+            raise InputError(
+                f"{param}: task_specific_tokens is {str(opt['task_specific_tokens']).lower()}, but the weights {said} "
+                "bert.embeddings.task_embeddings.weight (12-in-1's task tokens); leave the key out and the weights decide"
+            )
+        return cls(**kw, fusion_method=opt["fusion_method"], task_specific_tokens=tokens,
+                   dynamic_attention=opt["dynamic_attention"],
+                   extra={k: v for k, v in d.items() if k not in REQUIRED_KEYS and k not in OPTIONAL_DEFAULTS})
 
     @classmethod
-    def from_json(cls, path: Path, param: str = "model_config") -> ViLBertConfig:
+    def from_json(cls, path: Path, param: str = "model_config", task_specific_tokens: bool | None = None) -> ViLBertConfig:
         try:
-            return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")), param)
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            if isinstance(exc, InputError):
-                raise
             raise InputError(f"{param}: cannot read {str(path)!r} as JSON ({exc})") from None
+        return cls.from_dict(data, f"{param} {Path(path).name!r}", task_specific_tokens)
+
+
+def _is_index(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def schedule(cfg: ViLBertConfig) -> list[tuple[str, int]]:
