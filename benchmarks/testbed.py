@@ -4,8 +4,9 @@ Runs :func:`vlprobe.launch.testbed.run_testbed` (the same run as ``probe fixture
 ``make demo``) and prints
 
 1. the known-answer table: one row per metric, one column per model (trained CLIP, its
-   shuffled-words control, its random initial weights, LXMERT trained on oracle regions, its
-   random initial weights), and the seeds every number comes from;
+   order-blind control, its random initial weights (and the shuffled-words CLIP with
+   ``--shuffle-control``), LXMERT trained on oracle regions, the object-only LXMERT, their random
+   initial weights), and the seeds every number comes from;
 2. each known answer (the checks of :mod:`vlprobe.results.known_answers`) with its values;
 3. the start, end, wall and CPU seconds of every step (grouped: data, training, extraction,
    experiments, collect, reports), the lower bound CPU / jobs, and ratios measured in this run
@@ -16,7 +17,8 @@ Models and the training split go to ``--models`` (default: a folder under ``--ou
 reused by a second run with the same settings: run it twice to time the reuse path.
 
 Usage: python benchmarks/testbed.py [--out DIR] [--models DIR] [--jobs 2] [--train-items 1500]
-       [--eval-items 100] [--clip-steps 400] [--lxmert-steps 400] [--seed 0]
+       [--eval-items 100] [--clip-steps 400] [--lxmert-steps 400] [--objects-steps 100] [--seed 0]
+       [--shuffle-control]
 """
 
 from __future__ import annotations
@@ -52,12 +54,15 @@ def main() -> None:
     parser.add_argument("--eval-items", type=int, default=100)
     parser.add_argument("--clip-steps", type=int, default=400)
     parser.add_argument("--lxmert-steps", type=int, default=400)
+    parser.add_argument("--objects-steps", type=int, default=100)
+    parser.add_argument("--shuffle-control", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="vlprobe-testbed-"))
     config = KnownAnswerConfig(
         out=out, models_dir=args.models, train_items=args.train_items, eval_items=args.eval_items, seed=args.seed,
-        clip_steps=args.clip_steps, lxmert_steps=args.lxmert_steps, jobs=args.jobs,
+        clip_steps=args.clip_steps, lxmert_steps=args.lxmert_steps, objects_steps=args.objects_steps,
+        shuffle_control=args.shuffle_control, jobs=args.jobs,
     )
     result = run_testbed(config, echo=lambda text: None)
     report = result["report"]

@@ -13,6 +13,10 @@ from vlprobe.launch.steps import Step
 from vlprobe.launch.testbed import DATASET, KnownAnswerConfig
 from vlprobe.results.known_answers import CLIP_MODELS
 
+#: The CLIPs the "Beyond the paper" known answers were measured on: trained, the shuffled-words
+#: control (trained on shuffled words: only approximately order-blind), random weights.
+BEYOND_MODELS = ("clip-trained", "clip-shuffle", "clip-random")
+
 
 def only_run(manifest_path: Path, model: str | None = None) -> dict[str, Any]:
     """The manifest entry of the one run (of ``model``) in ``manifest.json``.
@@ -49,14 +53,15 @@ def _clip_part(step: Step) -> bool:
 
 
 def build_testbed_clip(out: Path, models: Path) -> CLIPTestbed:
-    """The known-answer testbed's CLIP models (trained, shuffled-words control, random weights)
-    trained by the testbed's own commands (``probe fixtures testbed``'s plan, default settings,
-    seed 0; the LXMERT part left out) run by the testbed's step runner, two at once, with their caches of the evaluation
-    set and its Winoground scores under ``out``. ``models`` can be handed to a testbed run as its
+    """The known-answer testbed's CLIP models (trained, the order-blind control, the
+    shuffled-words control, random weights) trained by the testbed's own commands (``probe
+    fixtures testbed --shuffle-control``'s plan, default settings, seed 0; the LXMERT part left
+    out) run by the testbed's step runner, two at once, with their caches of the evaluation set
+    and its Winoground scores under ``out``. ``models`` can be handed to a testbed run as its
     ``models_dir``: it then reuses the training split and these models."""
     from vlprobe.launch.testbed import plan_commands, run_plan
 
-    config = KnownAnswerConfig(out=out, models_dir=models, jobs=2)
+    config = KnownAnswerConfig(out=out, models_dir=models, jobs=2, shuffle_control=True)
     (out / "caches").mkdir()
     run_plan([s for s in plan_commands(config) if _clip_part(s)], config.jobs, out, lambda text: None)
     return CLIPTestbed(config, config.models, out / "data",

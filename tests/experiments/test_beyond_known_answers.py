@@ -34,18 +34,18 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.experiments.helpers import CLIPTestbed
+from tests.experiments.helpers import BEYOND_MODELS, CLIPTestbed
 from vlprobe.experiments.conditional import ConditionalConfig, run_conditional
 from vlprobe.experiments.erasure import ErasureConfig, run_erasure
 from vlprobe.experiments.mdl import MDLConfig, run_mdl
 from vlprobe.experiments.patch import PatchConfig, run_patch
 from vlprobe.experiments.separability import SeparabilityConfig, run_separability
-from vlprobe.results.known_answers import CLIP_MODELS, run_file
+from vlprobe.results.known_answers import run_file
 from vlprobe.runs.summary import read_tidy_csv
 
 pytestmark = [pytest.mark.slow, pytest.mark.testbed]
 
-TRAINED, SHUFFLE, RANDOM = CLIP_MODELS
+TRAINED, SHUFFLE, RANDOM = BEYOND_MODELS
 Rows = dict[str, list[dict[str, Any]]]
 
 
@@ -80,14 +80,14 @@ SEP_LAYERS = (3, 4)  # the last two of the text tower's layers 0..4
 def separability(testbed_clip: CLIPTestbed, out: Any) -> Rows:
     """``separability --held-out`` at the last two text layers, EOS pooling, 1 control seed."""
     rows = {}
-    for m in CLIP_MODELS:
+    for m in BEYOND_MODELS:
         config = SeparabilityConfig(cache=testbed_clip.caches[m], out=out, name=m, layers=",".join(map(str, SEP_LAYERS)),
                                     seeds=1, held_out=True, bootstrap=100, permutations=100, progress=False)
         rows[m] = run_separability(config)[2]
     _print("held-out separability (leave-one-out accuracy %, target / control)", [
         f"{m:<13} layer {layer}: {value(rows[m], 'heldout_accuracy', layer=layer, task='target'):6.2f} / "
         f"{value(rows[m], 'heldout_accuracy', layer=layer, task='control'):6.2f}"
-        for m in CLIP_MODELS for layer in SEP_LAYERS])
+        for m in BEYOND_MODELS for layer in SEP_LAYERS])
     return rows
 
 
@@ -125,7 +125,7 @@ def mdl(testbed_clip: CLIPTestbed, out: Any) -> dict[str, Rows]:
     adaptation's text-score labels at the last layer; 1 item order, the default MLP (2 layers,
     width 128, 50 epochs)."""
     rows: dict[str, Rows] = {"variant": {}, "text-score": {}}
-    for m in CLIP_MODELS:
+    for m in BEYOND_MODELS:
         cache = testbed_clip.caches[m]
         rows["variant"][m] = run_mdl(MDLConfig(cache=cache, out=out, name=m, labels="variant", draws=2, seeds=1,
                                                layers=",".join(map(str, MDL_LAYERS)), progress=False))[2]
@@ -133,10 +133,10 @@ def mdl(testbed_clip: CLIPTestbed, out: Any) -> dict[str, Rows]:
                                                   layers="-1", progress=False))[2]
     lines = [f"{m:<13} variant layer {layer}: {value(rows['variant'][m], 'compression', layer=layer, task='target'):5.3f}"
              f" / {value(rows['variant'][m], 'compression', layer=layer, task='control'):5.3f}"
-             for m in CLIP_MODELS for layer in MDL_LAYERS]
+             for m in BEYOND_MODELS for layer in MDL_LAYERS]
     lines += [f"{m:<13} text-score last layer: {value(rows['text-score'][m], 'compression', subset='text-score', task='target'):5.3f}"
               f" / {value(rows['text-score'][m], 'compression', subset='text-score', task='control'):5.3f}"
-              for m in CLIP_MODELS]
+              for m in BEYOND_MODELS]
     _print("mdl (compression = uniform / online code, target / control)", lines)
     return rows
 
@@ -187,10 +187,10 @@ def conditional(testbed_clip: CLIPTestbed, out: Any) -> Rows:
     1 probe seed, 2 draws, the default MLP."""
     rows = {m: run_conditional(ConditionalConfig(cache=testbed_clip.caches[m], out=out, name=m, seeds=1, draws=2,
                                                  layers=",".join(map(str, COND_LAYERS)), bootstrap=100,
-                                                 progress=False))[2] for m in CLIP_MODELS}
+                                                 progress=False))[2] for m in BEYOND_MODELS}
     _print("conditional (information gain over bag of words, bits per example)", [
         f"{m:<13} " + "  ".join(f"layer {layer}: {value(rows[m], 'information_gain', layer=layer, seed=0):+.3f}"
-                                for layer in COND_LAYERS) for m in CLIP_MODELS])
+                                for layer in COND_LAYERS) for m in BEYOND_MODELS])
     return rows
 
 
@@ -221,12 +221,12 @@ def erasure(testbed_clip: CLIPTestbed, out: Any) -> Rows:
     """LEACE at every text layer (the unedited model too), target concept and 1 control concept."""
     rows = {m: run_erasure(ErasureConfig(out=out, model="clip", checkpoint=str(testbed_clip.models / m),
                                          data_dir=testbed_clip.data, name=m, seeds=1, bootstrap=100,
-                                         device="cpu", progress=False))[2] for m in CLIP_MODELS}
+                                         device="cpu", progress=False))[2] for m in BEYOND_MODELS}
     _print("erasure (Winoground text score %: unedited; erased at layer L, target / control)", [
         f"{m:<13} {value(rows[m], 'text', probe='none'):5.1f};  " + "  ".join(
             f"L{layer} {value(rows[m], 'text', layer=layer, task='target'):4.1f} / "
             f"{value(rows[m], 'text', layer=layer, task='control'):4.1f}" for layer in (0, *ERASE_LAYERS))
-        for m in CLIP_MODELS])
+        for m in BEYOND_MODELS])
     return rows
 
 
@@ -267,9 +267,9 @@ def patch(testbed_clip: CLIPTestbed, out: Any) -> Rows:
     rows = {m: run_patch(PatchConfig(out=out, model="clip", checkpoint=str(testbed_clip.models / m),
                                      data_dir=testbed_clip.data, name=m, streams=("text",),
                                      layers=",".join(map(str, PATCH_LAYERS)), bootstrap=100, device="cpu",
-                                     progress=False))[2] for m in CLIP_MODELS}
+                                     progress=False))[2] for m in BEYOND_MODELS}
     lines = []
-    for m in CLIP_MODELS:
+    for m in BEYOND_MODELS:
         lines.append(f"{m:<13} full change {value(rows[m], 'full_change', layer=0, probe='positions=all'):.4f}")
         lines += [f"{'':<13} layer {layer}: " + "  ".join(
             f"{g} {value(rows[m], 'recovered', layer=layer, probe=f'positions={g}'):+.3f}"
@@ -284,9 +284,9 @@ def test_patch(patch: Rows) -> None:
 
     # The score gap between an item's two captions (mean |score difference|): trained 0.149, shuffle
     # control 0.009, random weights 0.008.
-    gap = {m: value(patch[m], "full_change", layer=0, probe="positions=all") for m in CLIP_MODELS}
+    gap = {m: value(patch[m], "full_change", layer=0, probe="positions=all") for m in BEYOND_MODELS}
     assert gap[TRAINED] >= 5 * gap[SHUFFLE] and gap[TRAINED] >= 5 * gap[RANDOM]
-    for m in CLIP_MODELS:
+    for m in BEYOND_MODELS:
         for layer in PATCH_LAYERS:
             # Every position at one layer: the donor's run from there on (tolerance: the patched
             # run batches differently from the donor's own).
@@ -311,18 +311,18 @@ def test_patch(patch: Rows) -> None:
 def test_bag_of_words_slices(testbed_clip: CLIPTestbed) -> None:
     """``winoground-scores``' bow slices, from the testbed's own run of it."""
     rows = {}
-    for m in CLIP_MODELS:
+    for m in BEYOND_MODELS:
         path = run_file(testbed_clip.results, "winoground-scores", m)
         assert path is not None
         rows[m] = read_tidy_csv(path)
     _print("bag-of-words slices (Winoground text / image score %, bow=same)", [
         f"{m:<13} {value(rows[m], 'text', subset='bow=same'):5.1f} / {value(rows[m], 'image', subset='bow=same'):5.1f}"
-        for m in CLIP_MODELS])
+        for m in BEYOND_MODELS])
     # Every synthetic item's two captions hold the same words: bow=same is every item, bow=different empty.
-    for m in CLIP_MODELS:
+    for m in BEYOND_MODELS:
         n = {r["subset"]: int(r["n"]) for r in rows[m] if r["metric"] == "text" and r["subset"].startswith("bow=")}
         assert n == {"bow=same": 100, "bow=different": 0}
-    same = {m: value(rows[m], "text", subset="bow=same") for m in CLIP_MODELS}
+    same = {m: value(rows[m], "text", subset="bow=same") for m in BEYOND_MODELS}
     # Measured: trained 65, shuffle control 14, random weights 1. Chance for the text score is 25
     # (two coin flips); an order-blind text tower ties the two captions and scores 0. The shuffle
     # control's 14 lies between (it is approximately order-blind).

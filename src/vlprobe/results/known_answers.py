@@ -507,7 +507,8 @@ def write_report(
     text = _summary_text(checks, table, note)
     with atomic_write(out / "summary.txt") as fh:
         fh.write(text)
-    figure = _figure(Path(results), out / "comparison.png", [m for m in CLIP_MODELS if m in models])
+    figure = _figure(Path(results), out / "comparison.png",  # the CLIPs this run has (clip-shuffle only on request)
+                     [m for m in CLIP_MODELS if m in models and run_file(Path(results), "separability", m) is not None])
     return {"table": table, "checks": checks, "summary": text, "figure": figure,
             "csv": out / "known_answers.csv", "summary_path": out / "summary.txt"}
 
