@@ -226,7 +226,7 @@ ROWS = [
         ("checkpoint", "config.json")),
     Row("grammar", "a folder without config.json", _eval("grammar", _without("grammar", "config.json")),
         ("checkpoint", "config.json")),
-    # -- a config whose sizes do not fit its weights (issue 35 item 13): the first weight that differs ---
+    # -- a config whose sizes do not fit its weights: the first weight that differs, in one line ----------
     Row("gpt2", "a config whose n_embd does not fit the weights", _eval("gpt2", _edited("gpt2", "config.json", n_embd=64)),
         ("checkpoint", "does not fit its config (config.json)", "transformer.wte.weight", "(", "n_embd")),
     Row("openai-gpt", "a config whose n_embd does not fit the weights", _eval(
