@@ -113,10 +113,9 @@ def decode_rgb(data: bytes, path: str | os.PathLike[str], *, orientation: str = 
     try:
         with Image.open(io.BytesIO(data)) as img:
             img.load()
-            if orientation == "exif":
-                img = ImageOps.exif_transpose(img)
+            decoded: Image.Image = ImageOps.exif_transpose(img) if orientation == "exif" else img
             # convert() and copy() give an image that outlives the closed file
-            return img.convert("RGB") if rgb else img.copy()
+            return decoded.convert("RGB") if rgb else decoded.copy()
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
         raise InputError(f"images: {str(path)!r} is not a readable image ({exc})") from None
 
