@@ -554,4 +554,5 @@ def report(config: SeparabilityConfig, result: tuple[Path, Path, list[dict[str, 
 # wwh=NoTag renamed wwh=NoTag-corrected (the items untagged in the tag file, 172 of Winoground's).
 EXPERIMENT = Experiment("separability", 4, SeparabilityConfig, compute_separability, report, label=cache_label,
                         presets=PRESET_VALUES["separability"], swept=("streams", "layers", "seeds"),
-                        chart=Chart("layers", ("separable", "separable_margin", "train_accuracy"), split="train"))
+                        chart=Chart("layers", ("separable", "separable_margin", "train_accuracy"), split="train",
+                                    missing={"separable_margin": "no case separable at that layer (no margin)"}))
