@@ -21,7 +21,7 @@ from _common import best_of
 from vlprobe.extract.cache.merge import merge_shards
 from vlprobe.extract.cache.schema import CacheHeader, CacheRecord, PairLayout, StreamLayout
 from vlprobe.extract.cache.writer import CacheWriter
-from vlprobe.extract.models.base import StreamSpec
+from vlprobe.extract.models.streams import StreamSpec
 from vlprobe.extract.regions.chunked import EXTRAS, ChunkedRegionWriter, RegionRows, RegionRunHeader
 from vlprobe.extract.regions.merge import merge_region_shards
 from vlprobe.extract.regions.sources import ImageList

@@ -336,7 +336,7 @@ def tiny_lxmert(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_uniter(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Tiny random UNITER in the official format (seed 0): DIR/uniter.pt, uniter.json, tokenizer/."""
+    """Tiny random UNITER in the official format (seed 0): DIR/uniter-base.pt, uniter-base.json, tokenizer/."""
     from vlprobe.fixtures.uniter import write_tiny_uniter
 
     return write_tiny_uniter(tmp_path_factory.mktemp("models") / "tiny-uniter", seed=0)
@@ -409,7 +409,7 @@ def cross_config(
     variants) by the tiny ``lxmert`` or ``uniter`` with the session regions, plan ``item``."""
 
     def make(model: str, out: Path, **overrides: Any) -> ExtractConfig:
-        checkpoint = {"lxmert": str(tiny_lxmert), "uniter": str(tiny_uniter / "uniter.pt")}[model]
+        checkpoint = {"lxmert": str(tiny_lxmert), "uniter": str(tiny_uniter / "uniter-base.pt")}[model]
         fields: dict[str, Any] = dict(
             model=model, checkpoint=checkpoint, out=Path(out), dataset="winoground", data_dir=synthetic_dir,
             variants=synthetic_dir / "variants.jsonl", regions=synthetic_regions, layers="all",

@@ -382,7 +382,7 @@ EXPERIMENTS.register(
 )
 EXPERIMENTS.register(
     "bias-gap", "vlprobe.experiments.bias_gap:EXPERIMENT",
-    help="SugarCrepe's bias analysis: blind scorers' positive-minus-negative gaps per subset, share right, vs VLM results",
+    help="SugarCrepe's bias analysis: blind scorers' gaps and the benchmark's own metric, Figure 1's bars beside VLM runs",
 )
 EXPERIMENTS.register(
     "refine", "vlprobe.experiments.refine:EXPERIMENT",
@@ -411,7 +411,7 @@ MODELS.register(
 MODELS.register(
     "openclip", "vlprobe.extract.models.openclip.adapter:OpenClipAdapter",
     help="OpenCLIP checkpoint loaded natively (hub folder, .pt/.bin/.safetensors state dict; --model-option arch=NAME, "
-         "act=quick_gelu); ViT or ModifiedResNet image tower, CLIP or roberta text tower; streams text, image",
+         "act=quick_gelu); ViT or ModifiedResNet image tower, CLIP, roberta or xlm-roberta text tower; streams text, image",
 )
 MODELS.register(
     "blip-itm", "vlprobe.extract.models.blip:BlipItmAdapter",
@@ -483,19 +483,19 @@ for _name, _target, _help in (
     ("clip", "clip:write_tiny_clip", "Hugging Face CLIP folder"),
     ("siglip", "siglip:write_tiny_siglip", "Hugging Face SigLIP folder"),
     ("lxmert", "lxmert:write_tiny_lxmert", "Hugging Face LXMERT folder"),
-    ("uniter", "uniter:write_tiny_uniter", "official UNITER state dict (uniter.pt) and config JSON"),
+    ("uniter", "uniter:write_tiny_uniter", "official UNITER state dict (uniter-base.pt) and config JSON"),
     ("blip-itm", "blip:write_tiny_blip_itm", "Hugging Face BLIP image-text matching folder"),
     ("llava", "llava:write_tiny_llava", "Hugging Face LLaVA-1.5 folder (CLIP tower, Llama LM, chat template)"),
     ("qwen2-vl", "qwen2_vl:write_tiny_qwen2_vl", "Hugging Face Qwen2-VL-Instruct folder (chat template)"),
     ("visualbert", "visualbert:write_tiny_visualbert", "Hugging Face VisualBertForPreTraining folder"),
     ("vilbert", "vilbert:write_tiny_vilbert", "vilbert-multi-task release tree (config/bert_base_6layer_6conect.json, save/pretrained_model.bin or save/multi_task_model.bin); --arch pretrained|multitask"),
-    ("openclip", "openclip:write_tiny_openclip", "OpenCLIP hub folder (open_clip_pytorch_model.bin, open_clip_config.json); --arch vit|resnet|roberta"),
+    ("openclip", "openclip:write_tiny_openclip", "OpenCLIP hub folder (open_clip_pytorch_model.bin, open_clip_config.json); --arch vit|resnet|roberta|xlm-roberta"),
     ("frcnn", "frcnn:write_tiny_frcnn", "Visual Genome Faster R-CNN in the hub port's format (probe regions extract --detector)"),
     ("blind-lm", "text_models:write_tiny_gpt2", "Hugging Face GPT-2 causal LM folder"),
-    ("gpt2", "text_models:write_tiny_gpt2", "Hugging Face GPT-2 causal LM folder"),
-    ("vera", "text_models:write_tiny_vera", "Hugging Face T5 encoder folder (Vera's shape: 32,100 embedding rows)"),
-    ("grammar", "text_models:write_tiny_bert_classifier", "Hugging Face BERT sequence classifier folder"),
-    ("openai-gpt", "text_models:write_tiny_openai_gpt", "Hugging Face GPT-1 (OpenAIGPTLMHeadModel) folder"),
+    ("gpt2", "text_models:write_tiny_gpt2", "gpt2-large's hub files (GPT-2 causal LM)"),
+    ("vera", "text_models:write_tiny_vera", "liujch1998/vera's hub files (T5 encoder, bf16 shards, spiece.model)"),
+    ("grammar", "text_models:write_tiny_cola_distilbert", "textattack/distilbert-base-uncased-CoLA's hub files"),
+    ("openai-gpt", "text_models:write_tiny_openai_gpt", "openai-gpt's hub files (OpenAIGPTLMHeadModel)"),
     ("blind-grammar", "text_models:write_tiny_bert_classifier", "Hugging Face BERT sequence classifier folder"),
 ):
     FIXTURES.register(_name, f"vlprobe.fixtures.{_target}", help=_help)

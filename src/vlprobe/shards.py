@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,6 +66,7 @@ __all__ = [
     "Placement",
     "auto_device",
     "detect_placement",
+    "files_to_merge",
     "find_shard_files",
     "job_entry",
     "launcher_free",
@@ -392,11 +393,10 @@ def find_shard_files(out: str | os.PathLike[str], *, suffix: str | None = None) 
     p = Path(out)
     stem, ext = _stem_suffix(p, suffix)
     found: dict[int, dict[int, Path]] = {}
-    if p.parent.is_dir():
-        for q in p.parent.iterdir():
-            m = _SHARD_NAME.match(q.name[: len(q.name) - len(ext)] if ext and q.name.endswith(ext) else "")
-            if m and m["stem"] == stem:
-                found.setdefault(int(m["n"]), {})[int(m["k"])] = q
+    for q in _shard_names(p, suffix):
+        m = _SHARD_NAME.match(q.name[: len(q.name) - len(ext)] if ext else q.name)
+        assert m is not None
+        found.setdefault(int(m["n"]), {})[int(m["k"])] = q
     pattern = f"{stem}.shard-K-of-N{ext}"
     if not found:
         raise InputError(f"shards: no shard files {pattern} beside {str(p)!r}; give the shard files to merge")
@@ -406,6 +406,39 @@ def find_shard_files(out: str | os.PathLike[str], *, suffix: str | None = None) 
                          "give the shard files to merge")
     ((_n, files),) = found.items()
     return [files[k] for k in sorted(files)]
+
+
+def files_to_merge(
+    out: str | os.PathLike[str], given: Sequence[str | os.PathLike[str]] | None,
+    state: Callable[[Path, str], str], *, suffix: str | None = None,
+) -> list[Path] | None:
+    """What ``probe cache merge`` / ``probe regions merge`` join into ``out``: the ``given`` shard
+    files, else those :func:`find_shard_files` finds; None when there are none because ``out`` is a
+    complete run of one process already (``--shard auto`` under one process writes OUT itself),
+    which ``state(out, "0/1")`` (``""``: complete) tells.
+
+    Raises
+    ------
+    InputError
+        From :func:`find_shard_files`, when ``out`` is no complete run either.
+    """
+    if given:
+        return [Path(g) for g in given]
+    try:
+        return find_shard_files(out, suffix=suffix)
+    except InputError:
+        if not any(_shard_names(Path(out), suffix)) and os.path.isfile(out) and not state(Path(out), "0/1"):
+            return None
+        raise
+
+
+def _shard_names(p: Path, suffix: str | None) -> Iterator[Path]:
+    stem, ext = _stem_suffix(p, suffix)
+    if p.parent.is_dir():
+        for q in p.parent.iterdir():
+            m = _SHARD_NAME.match(q.name[: len(q.name) - len(ext)] if ext and q.name.endswith(ext) else "")
+            if m and m["stem"] == stem:
+                yield q
 
 
 def auto_device(device: str, placement: Placement | None) -> str:

@@ -128,9 +128,9 @@ ROWS = [
     Row("openclip", "ViLBERT's state dict with arch", _extract("openclip", _file("vilbert", "save/pretrained_model.bin"),
                                                               "--model-option", "arch=ViT-B-32"),
         ("checkpoint", "pretrained_model.bin", "does not fit OpenCLIP ViT-B-32", "no OpenCLIP CLIP model")),
-    Row("openclip", "UNITER's .pt with arch", _extract("openclip", _file("uniter", "uniter.pt"),
+    Row("openclip", "UNITER's .pt with arch", _extract("openclip", _file("uniter", "uniter-base.pt"),
                                                       "--model-option", "arch=RN50"),
-        ("checkpoint", "uniter.pt", "does not fit OpenCLIP RN50")),
+        ("checkpoint", "uniter-base.pt", "does not fit OpenCLIP RN50")),
     Row("visualbert", "an OpenCLIP folder", _extract("visualbert", "openclip-vit"), ("checkpoint", "config.json")),
     Row("visualbert", "an LXMERT folder", _extract("visualbert", "lxmert"), ("checkpoint", "'lxmert' model",
                                                                             "expected 'visual_bert'")),
@@ -147,7 +147,7 @@ ROWS = [
     Row("gpt2", "a ViLBERT folder", _eval("gpt2", "vilbert"), ("checkpoint", "not a causal language model")),
     Row("openai-gpt", "a GPT-2 folder", _eval("openai-gpt", "gpt2"), ("checkpoint", "'gpt2' model, expected 'openai-gpt'")),
     Row("openai-gpt", "a VisualBERT folder", _eval("openai-gpt", "visualbert"), ("checkpoint", "not a causal language model")),
-    Row("vera", "the grammar model's folder", _eval("vera", "grammar"), ("checkpoint", "'bert' model", "Vera's 't5'")),
+    Row("vera", "the grammar model's folder", _eval("vera", "grammar"), ("checkpoint", "'distilbert' model", "Vera's 't5'")),
     Row("vera", "an OpenCLIP folder", _eval("vera", "openclip-vit"), ("checkpoint", "config.json")),
     Row("grammar", "a CLIP folder", _eval("grammar", "clip"), ("checkpoint", "not a sequence classifier", "'clip' model")),
     Row("grammar", "an LXMERT folder", _eval("grammar", "lxmert"), ("checkpoint", "not a sequence classifier")),
@@ -211,7 +211,7 @@ ROWS = [
                                                                                         "save/pretrained_model.bin")),
         ("model_config", "--model-config bert_base_6layer_6conect.json")),
     Row("vilbert", "UNITER's config JSON", _extract("vilbert", _file("vilbert", "save/pretrained_model.bin"), "--model-config",
-                                                    "KIT:uniter/uniter.json"), ("model_config", "not a ViLBERT config")),
+                                                    "KIT:uniter/uniter-base.json"), ("model_config", "not a ViLBERT config")),
     Row("vilbert", "a config that is no JSON", _extract("vilbert", _with("vilbert", "config/bert_base_6layer_6conect.json", "[1, 2",
                                                                          "save/pretrained_model.bin")), ("model_config", "JSON")),
     Row("visualbert", "a folder without config.json", _extract("visualbert", _without("visualbert", "config.json")),
@@ -226,7 +226,7 @@ ROWS = [
         ("checkpoint", "config.json")),
     Row("grammar", "a folder without config.json", _eval("grammar", _without("grammar", "config.json")),
         ("checkpoint", "config.json")),
-    # -- a config whose sizes do not fit its weights (issue 35 item 13): the first weight that differs ---
+    # -- a config whose sizes do not fit its weights: the first weight that differs, in one line ----------
     Row("gpt2", "a config whose n_embd does not fit the weights", _eval("gpt2", _edited("gpt2", "config.json", n_embd=64)),
         ("checkpoint", "does not fit its config (config.json)", "transformer.wte.weight", "(", "n_embd")),
     Row("openai-gpt", "a config whose n_embd does not fit the weights", _eval(
@@ -240,9 +240,9 @@ ROWS = [
         ("checkpoint", "does not fit its config", "visual_projection.weight", "visual_embedding_dim")),
     Row("vera", "a config whose d_model does not fit the weights", _eval("vera", _edited("vera", "config.json", d_model=32)),
         ("checkpoint", "does not fit its config", "shared.weight", "d_model")),
-    Row("grammar", "a config whose hidden_size does not fit the weights", _eval(
-        "grammar", _edited("grammar", "config.json", hidden_size=64)), ("checkpoint", "does not fit its config",
-                                                                         "hidden_size")),
+    Row("grammar", "a config whose dim does not fit the weights", _eval(
+        "grammar", _edited("grammar", "config.json", dim=48)), ("checkpoint", "does not fit its config",
+                                                                 "distilbert.embeddings.word_embeddings.weight", "dim")),
     Row("vilbert", "a config whose v_hidden_size does not fit the weights", _extract(
         "vilbert", _edited("vilbert", "config/bert_base_6layer_6conect.json", "save/pretrained_model.bin", v_hidden_size=48)),
         ("checkpoint", "does not fit its config (bert_base_6layer_6conect.json)", "bert.v_embeddings.image_embeddings.weight",
@@ -334,8 +334,7 @@ def test_negclip_gets_the_quickgelu_note(kit: Kit, tmp_path: Path) -> None:
     config = tmp_path / "tiny.json"
     config.write_text(json.dumps(json.loads((kit.fx["openclip-vit"] / "open_clip_config.json").read_text())["model_cfg"]))
     common = ["--dataset", "winoground", "--data-dir", str(kit.syn), "--device", "cpu", "--quiet"]
-    base = ["extract", "--model", "openclip", "--checkpoint", str(pt), "--model-config", str(config), "--tokenizer",
-            str(kit.fx["openclip-vit"]), *common]
+    base = ["extract", "--model", "openclip", "--checkpoint", str(pt), "--model-config", str(config), *common]
     res = CliRunner().invoke(app, [*base, "--out", str(tmp_path / "gelu.h5")])
     assert res.exit_code == 0, res.output
     notes = [line for line in res.stderr.splitlines() if line.startswith("note: ")]

@@ -60,6 +60,22 @@ def test_records_as_items(eq_dir: Path) -> None:
     assert few.fingerprint != ds.fingerprint  # the images selected are part of it
 
 
+def test_the_fixture_has_the_releases_files_and_paths(eq_dir: Path) -> None:
+    """The release's sub-test set: eqben_subset_10percent_final.json beside image_subset/ (what
+    subset_image.tar.gz unpacks), records {image0, image1, caption0, caption1}, image paths
+    <sub-dataset>/<clip>/<frame>.png (users key items by the first three parts and strip .png),
+    YouCook2's frames .npy as the authors' loader reads them."""
+    assert sorted(p.name for p in eq_dir.iterdir()) == ["PROVENANCE.txt", ANN, "image_subset"]
+    records = json.loads((eq_dir / ANN).read_text(encoding="utf-8"))
+    assert all(sorted(r) == ["caption0", "caption1", "image0", "image1"] for r in records)
+    for rec in records:
+        for key in ("image0", "image1"):
+            parts = rec[key].split("/")
+            assert len(parts) == 3 and parts[0] in EQBEN_SUBSETS
+            assert parts[-1].endswith(".npy" if parts[0] == "eqbenyoucook2" else ".png")
+            assert (eq_dir / "image_subset" / rec[key]).is_file()
+
+
 def test_image_root_and_data_info(eq_dir: Path, tmp_path: Path) -> None:
     moved = tmp_path / "eq"
     shutil.copytree(eq_dir, moved)

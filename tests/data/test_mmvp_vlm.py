@@ -19,6 +19,7 @@ from vlprobe.data.mmvp_vlm import (
     MMVP_CSV,
     MMVP_IMAGES,
     MMVP_SUBSETS,
+    MMVP_TYPES,
     load_mmvp_vlm,
     mmvp_vlm_report,
 )
@@ -65,6 +66,32 @@ def test_fixture_is_deterministic_and_full_size(tmp_path: Path) -> None:
     assert not any(r.problems for r in reports)
 
 
+#: The dataset MMVP/MMVP_VLM's image folders (``MLLM_VLM Images/``), as its file listing shows them.
+RELEASE_FOLDERS = {"Camera Perspective", "Color", "Orientation", "Presence", "Quantity", "Spatial", "State",
+                   "Structural Character", "Text"}
+
+
+def test_the_fixture_has_the_releases_header_types_and_folders(tmp_path: Path) -> None:
+    """The release's Questions.csv header and Type values (its image folders' names), one type per
+    category in the categories' order (pair 74, ids 149-150, is Spatial: the release's 149.jpg)."""
+    out = write_benchmark_fixture(tmp_path / "full", "mmvp-vlm", n_items=135, image_size=16)
+    with open(out / MMVP_CSV, encoding="utf-8", newline="") as fh:
+        rows = list(csv.reader(fh))
+    assert rows[0] == ["Question ID", "Type", "Statement"]
+    assert set(MMVP_TYPES) == RELEASE_FOLDERS == {p.name for p in (out / MMVP_IMAGES).iterdir()}
+    assert all(len(list((out / MMVP_IMAGES / t).iterdir())) == 30 for t in MMVP_TYPES)
+    assert rows[149][:2] == ["149", "Spatial"] and (out / MMVP_IMAGES / "Spatial" / "149.jpg").is_file()
+    ds = load_mmvp_vlm(out)
+    assert ds.item(f"mmvp-vlm/{MMVP_SUBSETS[4]}/149").tags["type"] == ("Spatial",)
+    assert not any(r.problems for r in mmvp_vlm_report(out))
+    # a pair whose type is not its category's is counted (the script would still read its images)
+    rows[1][1] = rows[2][1] = "Color"
+    with open(out / MMVP_CSV, "w", encoding="utf-8", newline="") as fh:
+        csv.writer(fh, lineterminator="\n").writerows(rows)
+    problems = {r.name: r.problems for r in mmvp_vlm_report(out)}[MMVP_SUBSETS[0]]
+    assert problems["type not the category's (Orientation)"] == 1
+
+
 def test_cli_data_info(mmvp_dir: Path) -> None:
     result = CliRunner().invoke(app, ["data", "info", "mmvp-vlm", "--data-dir", str(mmvp_dir)])
     assert result.exit_code == 0, result.output
@@ -84,7 +111,7 @@ def test_bad_input(mmvp_dir: Path, tmp_path: Path, one_error_line: Callable[...,
         load_mmvp_vlm(aro)
     # a missing image: loading names it
     gone = copy_of(mmvp_dir, tmp_path / "gone")
-    (gone / MMVP_IMAGES / MMVP_CATEGORIES[0] / "3.jpg").unlink()
+    (gone / MMVP_IMAGES / MMVP_TYPES[0] / "3.jpg").unlink()
     result = runner.invoke(app, ["eval", "mmvp-vlm", "--model", "caption-length", "--data-dir", str(gone),
                                  "--out", str(tmp_path / "o")])
     one_error_line(result, "data_dir", "'3.jpg'", "1 of 40 images missing")
@@ -101,8 +128,8 @@ def test_bad_input(mmvp_dir: Path, tmp_path: Path, one_error_line: Callable[...,
     one_error_line(info(edited("qid", 4, "x,State,a dog")), "Questions.csv row 4", "field 'question id' must be an integer")
     one_error_line(info(edited("even", 4, "4,State,a dog")), "Questions.csv row 4", "field 'question id' must be odd")
     one_error_line(info(edited("next", 5, "7,State,a dog")), "Questions.csv row 5", "field 'question id' must be 4")
-    one_error_line(info(edited("empty", 3, "2,Orientation and Direction, ")), "row 3", "field 'statement' is empty")
+    one_error_line(info(edited("empty", 3, "2,Orientation, ")), "row 3", "field 'statement' is empty")
     odd = copy_of(mmvp_dir, tmp_path / "odd")
     with open(odd / MMVP_CSV, "a", encoding="utf-8") as fh:
-        fh.write("41,Texts,a lone statement\n")
+        fh.write("41,Text,a lone statement\n")
     one_error_line(info(odd), "Questions.csv row 42", "without its pair")

@@ -19,7 +19,12 @@ from vlprobe.data.items import read_rgb
 from vlprobe.data.naturalbench import NATURALBENCH_PATTERN, load_naturalbench, naturalbench_report
 from vlprobe.registry import DATASETS
 
-SHARD = Path("data/train-00000-of-00001.parquet")
+#: The release's shards (the dataset BaiqiL/NaturalBench: data/train-0000{0,1,2}-of-00003.parquet).
+SHARDS = [Path(f"data/train-{k:05d}-of-00003.parquet") for k in range(3)]
+
+
+def all_rows(folder: Path) -> list[dict[str, object]]:
+    return [row for shard in SHARDS for row in pq.read_table(folder / shard).to_pylist()]
 
 
 @pytest.fixture(scope="module")
@@ -29,14 +34,29 @@ def nb_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def edited(src: Path, dst: Path, change: Callable[[pa.Table], pa.Table]) -> Path:
     shutil.copytree(src, dst)
-    table = pq.read_table(dst / SHARD)
-    pq.write_table(change(table), dst / SHARD)
+    for shard in SHARDS:
+        pq.write_table(change(pq.read_table(dst / shard)), dst / shard)
     return dst
+
+
+def test_the_fixture_has_the_releases_files_and_fields(nb_dir: Path) -> None:
+    """Three shards named as the release's, its eleven columns (the dataset card's features, 'Question
+    Type' spelled as now) with its huggingface metadata, the images as {bytes, path} structs."""
+    import json
+
+    assert sorted(p.relative_to(nb_dir) for p in (nb_dir / "data").glob("*.parquet")) == SHARDS
+    schema = pq.read_schema(nb_dir / SHARDS[0])
+    assert schema.names == ["Index", "Image_0", "Image_1", "Question_0", "Image_0_Question_0", "Image_1_Question_0",
+                            "Question_1", "Image_0_Question_1", "Image_1_Question_1", "Question Type", "Source"]
+    features = json.loads(schema.metadata[b"huggingface"])["info"]["features"]
+    assert features["Image_0"] == {"_type": "Image"} and features["Index"]["dtype"] == "int64"
+    assert schema.field("Image_1").type == pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    assert sum(pq.read_metadata(nb_dir / s).num_rows for s in SHARDS) == 8
 
 
 def test_samples_as_items(nb_dir: Path) -> None:
     ds = DATASETS.get("naturalbench")(nb_dir)
-    rows = pq.read_table(nb_dir / SHARD).to_pylist()
+    rows = all_rows(nb_dir)
     assert ds.name == "naturalbench" and len(ds) == 8
     row = rows[3]
     assert row["Question Type"] == "multiple_choice"
@@ -85,16 +105,17 @@ def test_bad_input(nb_dir: Path, tmp_path: Path, one_error_line: Callable[..., s
     one_error_line(info(other), "data_dir", "no NaturalBench parquet shards", "another benchmark's folder")
     one_error_line(evaluate(other), "data_dir", "another benchmark's folder")
     no_column = edited(nb_dir, tmp_path / "no-column", lambda t: t.drop_columns(["Question_1"]))
-    one_error_line(evaluate(no_column), "data_dir", "train-00000-of-00001.parquet", "field 'Question_1' is missing")
+    one_error_line(evaluate(no_column), "data_dir", "train-00000-of-00003.parquet", "field 'Question_1' is missing")
     one_error_line(info(no_column), "field 'Question_1' is missing")
 
     def no_image(t: pa.Table) -> pa.Table:
         cells = t.column("Image_1").to_pylist()
-        cells[2] = None
+        if len(cells) > 2:  # row 2 of each shard that has one
+            cells[2] = None
         return t.set_column(t.schema.get_field_index("Image_1"), "Image_1", pa.array(cells, type=t.schema.field("Image_1").type))
 
     one_error_line(evaluate(edited(nb_dir, tmp_path / "no-image", no_image)),
-                   "data_dir", "train-00000-of-00001.parquet row 2", "field 'Image_1' must be an image")
+                   "data_dir", "train-00000-of-00003.parquet row 2", "field 'Image_1' must be an image")
     bad_answer = edited(nb_dir, tmp_path / "bad-answer", lambda t: t.set_column(
         t.schema.get_field_index("Image_1_Question_1"), "Image_1_Question_1",
         pa.array(["maybe"] * t.num_rows)))

@@ -85,10 +85,12 @@ def test_bias_gap_on_aro_with_tiny_vera_and_grammar(aro_dir: Path, tiny_vera: Pa
             assert gaps[(name, it.id)] == pytest.approx(want, abs=1e-5)
             right.setdefault(it.meta["subset"], []).append(gaps[(name, it.id)] > 0)
         for subset, hits in right.items():
-            row = got[(name, subset, "accuracy")]
+            row = got[(name, subset, "gap_positive")]
             assert row["value"] == pytest.approx(100 * np.mean(hits)) and row["n"] == len(hits)
-            assert (name, subset, "accuracy.ci95_low") in got and (name, subset, "gap_median") in got
-        assert got[(name, "all", "accuracy")]["n"] == len(ds)
+            assert (name, subset, "gap_positive.ci95_low") in got and (name, subset, "gap_median") in got
+        assert got[(name, "all", "gap_positive")]["n"] == len(ds)
+        # beside the gaps, ARO's own metrics as probe eval computes them
+        assert (name, "vg_relation", "macro_accuracy") in got and (name, "coco_order", "precision_at_1") in got
         scores = read_item_scores(csv_path.with_name(f"aro@bootstrap=50.{name}.scores.jsonl"))
         assert len(scores) == sum(len(it.captions) for it in ds)
     manifest = json.loads((tmp_path / "bias-gap" / "manifest.json").read_text(encoding="utf-8"))
@@ -128,7 +130,8 @@ def test_each_pair_and_a_vlm_run_compared(aro_dir: Path, tiny_vera: Path, tmp_pa
     assert float(rows[("vlm:caption-length", "coco_order", "precision_at_1")]["value"]) == pytest.approx(
         want[("coco_order", "precision_at_1")])
     # each: 4 pairs per coco_order item (30 items), one per vg_relation item
-    assert rows[("vera", "coco_order", "accuracy")]["n"] == "120" and rows[("vera", "vg_relation", "accuracy")]["n"] == "6"
+    assert rows[("vera", "coco_order", "gap_positive")]["n"] == "120"
+    assert rows[("vera", "vg_relation", "gap_positive")]["n"] == "6"
     items = [r for r in read_rows(out.with_suffix(".items.csv")) if r["metric"] == "gap"]
     assert {r["subset"].rsplit("/", 1)[-1] for r in items if r["subset"].startswith("coco_order:")} == {"c1", "c2", "c3", "c4"}
     # caption length: minus the characters; each gap is the length difference

@@ -20,9 +20,10 @@ from typer.testing import CliRunner
 
 from vlprobe.cli import app
 from vlprobe.data.benchmark_fixtures import write_benchmark_fixture
-from vlprobe.data.crepe import CREPE_SUBSETS, crepe_file, load_crepe
+from vlprobe.data.crepe import CREPE_SUBSETS, crepe_file, load_crepe, parse_negatives
 from vlprobe.experiments.benchmark_eval import EvalConfig, run_eval
 from vlprobe.runs.score_files import write_item_scores
+from vlprobe.validation import InputError
 
 N = 6
 
@@ -77,6 +78,77 @@ def test_loader_reads_the_authors_files(crepe_dir: Path) -> None:
     assert len(by_id[f"crepe/syst_cc12m_seen_comp/{N - 1}"].captions) == 1
     assert len(by_id["crepe/prod_negate_9/0"].captions) == 6
     assert by_id["crepe/prod_negate_9/0"].tags["complexity"] == ("9",)
+
+
+#: The header of every released productivity file (prod_hard_negatives/<neg>/*.csv).
+PROD_HEADER = ["image_id", "caption", "n", "n_objects", "n_relations", "n_attributes", "n_connected_components",
+               "hard_negs", "x", "y", "width", "height"]
+
+
+def test_set_literal_negatives_are_read_in_the_order_written(crepe_dir: Path, tmp_path: Path) -> None:
+    """The release writes 3,768 of its 39,715 productivity cells (in every atom and negate file) as a
+    set literal, which the authors' ast.literal_eval reads; the loader, `probe data info` and `probe
+    eval` read them (they stopped at the first before), parsing without evaluating."""
+    rel, _ = crepe_file("prod_negate_7")
+    with open(crepe_dir / rel, encoding="utf-8", newline="") as fh:
+        table = list(csv.reader(fh))
+    assert table[0] == PROD_HEADER
+    row = table[3]  # data row 2: written as a set
+    cell = row[PROD_HEADER.index("hard_negs")]
+    assert cell.startswith("{") and isinstance(ast.literal_eval(cell), set)
+    it = load_crepe(crepe_dir, subsets="prod_negate_7").items[2]
+    written = [e.value for e in ast.parse(cell, mode="eval").body.elts]  # type: ignore[attr-defined]
+    assert [t.text for t in it.captions] == [row[1], *written]
+    assert {t.text for t in it.captions[1:]} == ast.literal_eval(cell)  # the authors' texts, in another order
+    assert it.meta["negatives_written_as"] == "set"
+    result = CliRunner().invoke(app, ["data", "info", "crepe", "--data-dir", str(crepe_dir), "--json"])
+    assert result.exit_code == 0, result.output
+    reports = {r["name"]: r for r in json.loads(result.stdout)}
+    assert reports["prod_negate_7"]["problems"] == {"hard negatives written as a set (read in the order written)": 2}
+    assert not reports["prod_swap_7"]["problems"]  # the release writes no swap cell as a set
+    result = CliRunner().invoke(app, ["eval", "crepe", "--model", "caption-length", "--data-dir", str(crepe_dir),
+                                      "--subsets", "prod_atom_4,prod_negate_7", "--out", str(tmp_path), "--quiet"])
+    assert result.exit_code == 0, result.output
+
+
+def test_a_negatives_cell_is_parsed_never_evaluated() -> None:
+    assert parse_negatives("['b', 'a', 'b']", "w", "f") == (["b", "a", "b"], False)
+    assert parse_negatives("{'b', 'a', 'b'}", "w", "f") == (["b", "a"], True)  # a set holds a string once
+    assert parse_negatives("set()", "w", "f") == ([], True)
+    assert parse_negatives("('a',)", "w", "f") == (["a"], False)
+    for bad in ("__import__('os').getcwd()", "[['nested']]", "{'a': 'b'}", "[1, 2]", "['a'] + ['b']", "[not a list"):
+        with pytest.raises(InputError, match="field 'f' must be a list of captions"):
+            parse_negatives(bad, "w", "f")
+
+
+def test_the_order_of_a_rows_negatives_does_not_move_the_authors_rank() -> None:
+    """A set's order follows string hashes (PYTHONHASHSEED): the authors' get_one2many_rank (line for
+    line above) gives a row of six texts the same rank under every order of its negatives, ties
+    included (torch sorts up to 16 values stably on the CPU), equal to vlprobe's (ties to the caption)."""
+    from itertools import permutations
+
+    from vlprobe.stats.benchmark_metrics import rank_of_first
+
+    rng = np.random.default_rng(1)
+    for _ in range(40):
+        s = rng.integers(0, 3, size=6).astype(np.float64)  # a caption and five negatives; many ties
+        ranks = {int(get_one2many_rank(torch.ones(1, 1, dtype=torch.float64),
+                                       torch.tensor(np.r_[s[0], s[1:][list(p)]]).reshape(-1, 1))[0])
+                 for p in permutations(range(5))}
+        assert ranks == {int(rank_of_first(s[None, :])[0])}
+
+
+def test_combined_negatives_of_systematicity(crepe_dir: Path) -> None:
+    """CREPE's third systematicity type, combined (the authors' --hard-neg-types combined: column
+    valid_hard_negs_combined), is a subset of its own."""
+    assert {"syst_laion_seen_combined", "syst_cc12m_unseen_combined"} <= set(CREPE_SUBSETS)
+    rel, column = crepe_file("syst_laion_seen_combined")
+    assert column == "valid_hard_negs_combined"
+    with open(crepe_dir / rel, encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    ds = load_crepe(crepe_dir, subsets="syst_laion_seen_combined")
+    assert [[t.text for t in it.captions[1:]] for it in ds] == [ast.literal_eval(r[column]) for r in rows]
+    assert ds.items[0].tags["hard_negative"] == ("combined",)
 
 
 def test_recall_equals_the_authors_code_with_ties(crepe_dir: Path, tmp_path: Path) -> None:
@@ -140,9 +212,11 @@ def test_data_info_and_bias_gap(crepe_dir: Path, tmp_path: Path) -> None:
                                       "--out", str(tmp_path), "--bootstrap", "10", "--quiet"])
     assert result.exit_code == 0, result.output
     with open(tmp_path / "bias-gap" / "crepe@bootstrap=10.csv", encoding="utf-8", newline="") as fh:
-        acc = {r["subset"]: float(r["value"]) for r in csv.DictReader(fh) if r["metric"] == "accuracy"}
-    # negation adds a word: the shorter caption always wins on length; a swap keeps the length (ties: wrong)
-    assert acc["prod_negate_6"] == 100.0 and acc["prod_swap_6"] == 0.0
+        got = {(r["subset"], r["metric"]): float(r["value"]) for r in csv.DictReader(fh)}
+    # negation adds a word: the shorter caption always wins on length; a swap keeps the length: a tie, which
+    # CREPE's recall@1 gives to the caption and a gap > 0 does not
+    assert got[("prod_negate_6", "recall@1")] == 100.0 and got[("prod_negate_6", "gap_positive")] == 100.0
+    assert got[("prod_swap_6", "recall@1")] == 100.0 and got[("prod_swap_6", "gap_positive")] == 0.0
     # a systematicity file's last row has no compound negatives: left out of the gaps, counted
     result = CliRunner().invoke(app, ["run", "bias-gap", "--dataset", "crepe", "--data-dir", str(crepe_dir),
                                       "--subsets", "syst_cc12m_seen_comp", "--scorers", "caption-length",
@@ -151,7 +225,7 @@ def test_data_info_and_bias_gap(crepe_dir: Path, tmp_path: Path) -> None:
     manifest = json.loads((tmp_path / "bias-gap" / "manifest.json").read_text(encoding="utf-8"))
     entry = manifest["runs"]["crepe@bootstrap=0"]
     assert entry["items_without_negatives"]["per_subset"] == {"syst_cc12m_seen_comp": 1}
-    assert entry["n_items"] == N - 1
+    assert entry["n_items"] == N and entry["n_gap_items"] == N - 1  # recall@1 counts it (ranked first)
 
 
 def test_refused_inputs(crepe_dir: Path, tiny_clip: Path, tmp_path: Path, one_error_line: Callable[..., str]) -> None:
@@ -176,9 +250,11 @@ def test_refused_inputs(crepe_dir: Path, tiny_clip: Path, tmp_path: Path, one_er
                    "prod_vg_hard_negs_swap_complexity_8.csv: field 'hard_negs' is missing")
     rel, _ = crepe_file("prod_swap_9")
     path = broken / rel
-    lines = path.read_text(encoding="utf-8").splitlines()
-    path.write_text("\n".join([lines[0], lines[1].rsplit(",\"", 1)[0] + ',"[not a list"', *lines[2:]]) + "\n",
-                    encoding="utf-8")
+    with open(path, encoding="utf-8", newline="") as fh:
+        table = list(csv.reader(fh))
+    table[1][table[0].index("hard_negs")] = "[not a list"
+    with open(path, "w", encoding="utf-8", newline="") as fh:
+        csv.writer(fh, lineterminator="\n").writerows(table)
     one_error_line(runner.invoke(app, ["eval", "crepe", "--model", "caption-length", "--data-dir", str(broken),
                                        "--subsets", "prod_swap_9", "--out", str(tmp_path / "o"), "--quiet"]),
                    "row 2: field 'hard_negs' must be a list of captions")

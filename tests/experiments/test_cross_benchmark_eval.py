@@ -34,7 +34,7 @@ def _cli(args: list[str]) -> Any:
 
 
 def _checkpoint(model: str, tiny_lxmert: Path, tiny_uniter: Path) -> str:
-    return {"lxmert": str(tiny_lxmert), "uniter": str(tiny_uniter / "uniter.pt")}[model]
+    return {"lxmert": str(tiny_lxmert), "uniter": str(tiny_uniter / "uniter-base.pt")}[model]
 
 
 @pytest.fixture(scope="module")
@@ -119,8 +119,8 @@ def test_eval_cross_errors_are_one_line(sugarcrepe_dir: Path, sugarcrepe_regions
     one_error_line(_cli([*base, "--model", "caption-length", "--regions", str(sugarcrepe_regions)]),
                    "regions: caption-length scores captions only")
     res = _cli(["eval", "sugarcrepe", "--data-dir", str(sugarcrepe_dir), "--out", str(tmp_path), "--bootstrap", "20",
-                "--device", "cpu", "--model", "uniter", "--checkpoint", str(tiny_uniter / "uniter.pt"),
-                "--model-config", str(tiny_uniter / "uniter.json"), "--tokenizer", str(tiny_uniter / "tokenizer"),
+                "--device", "cpu", "--model", "uniter", "--checkpoint", str(tiny_uniter / "uniter-base.pt"),
+                "--model-config", str(tiny_uniter / "uniter-base.json"), "--tokenizer", str(tiny_uniter / "tokenizer"),
                 "--regions", str(sugarcrepe_regions), "--subsets", "add_att", "--limit", "3"])
     assert res.exit_code == 0, res.output
     assert "add_att" in res.stdout

@@ -75,7 +75,7 @@ def test_erasure_through_blip_itc(tiny_blip_itm: Path, synthetic_dir: Path, tmp_
 def test_erasure_through_a_cross_encoder(model: str, request: pytest.FixtureRequest, synthetic_dir: Path,
                                          synthetic_regions: Path, tmp_path: Path) -> None:
     checkpoint = {"lxmert": lambda: request.getfixturevalue("tiny_lxmert"),
-                  "uniter": lambda: request.getfixturevalue("tiny_uniter") / "uniter.pt",
+                  "uniter": lambda: request.getfixturevalue("tiny_uniter") / "uniter-base.pt",
                   "blip-itm": lambda: request.getfixturevalue("tiny_blip_itm")}[model]()
     regions = None if model == "blip-itm" else synthetic_regions
     _, manifest_path, rows = run_erasure(ErasureConfig(

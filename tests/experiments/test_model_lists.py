@@ -173,6 +173,7 @@ def test_extract_models_file(kit: dict[str, Path], synthetic_dir: Path, tmp_path
     ("models = 3\n", ("no [models.NAME]",)),
     ("[plan]\nout = 'x'\n", ("plan",)),
     ("[models.a\n", ("not a TOML",)),
+    ("[models.a]\nmodel = 'vera'\ndtype = 'fp8'\n", ("models.a.dtype", "bfloat16", "'fp8'")),
 ])
 def test_models_file_refusals(text: str, needles: tuple[str, ...], tmp_path: Path) -> None:
     path = tmp_path / "m.toml"
@@ -184,8 +185,12 @@ def test_models_file_refusals(text: str, needles: tuple[str, ...], tmp_path: Pat
 
 
 def test_sugarcrepe_example_file_lists_every_row_of_the_table() -> None:
-    """The example holds every model of SugarCrepe's main table, with OpenCLIP's names and tags
-    as SugarCrepe's main_eval.py gives them (QuickGELU for OpenAI's), each a built-in arch."""
+    """The example holds every model of SugarCrepe's main table. A row SugarCrepe's main_eval.py ran
+    names OpenCLIP's built-in architecture it ran (QuickGELU for OpenAI's: open_clip's
+    pretrained.py sets quick_gelu for the openai tag); a row it did not run (the DataComp lines are
+    commented out there, as ViT-B-32-quickgelu, a name open_clip never registered the DataComp
+    tags under: pretrained.py lists them under ViT-B-32 since v2.19.0) gives no arch, so the hub
+    folder's own open_clip_config.json decides (DataComp trained with GELU)."""
     from vlprobe.extract.models.openclip.archs import OpenClipConfig, arch_config
 
     entries = load_models_file(REPO / "examples" / "sugarcrepe-models.toml")
@@ -194,15 +199,45 @@ def test_sugarcrepe_example_file_lists_every_row_of_the_table() -> None:
     for e in entries:
         if e.model != "openclip":
             assert e.model in ("vera", "grammar") and e.checkpoint is None, e
+            # SugarCrepe's text_model_eval.py loads Vera with torch_dtype='auto' (its bfloat16)
+            assert e.dtype == ("bfloat16" if e.model == "vera" else None), e
+            continue
+        assert e.checkpoint is not None
+        if e.row.startswith("DataComp"):
+            assert "arch" not in e.options and "act" not in e.options, e
+            assert e.checkpoint.startswith("laion/CLIP-ViT-") and "DataComp" in e.checkpoint, e
             continue
         cfg = OpenClipConfig.from_dict(arch_config(e.options["arch"]), name=e.options["arch"], param="arch",
                                        act=e.options.get("act"))
         openai = e.row.startswith("OpenAI")
-        # QuickGELU: OpenAI's, DataComp's -quickgelu names, OpenCLIP's roberta-ViT-B-32 config, the correction
-        quick = openai or "small" in e.row or "medium" in e.row or "roberta-ViT-B-32" == e.options["arch"]
+        # QuickGELU: OpenAI's, OpenCLIP's roberta-ViT-B-32 config, the NegCLIP correction
+        quick = openai or "roberta-ViT-B-32" == e.options["arch"]
         assert (cfg.act == "quick_gelu") == (quick or "QuickGELU" in e.row), e
-        assert e.checkpoint is not None
         assert e.checkpoint.startswith("timm/" if openai else "laion/") or e.row.startswith("NegCLIP"), e
+
+
+def test_valse_example_file_lists_every_row_with_its_choices() -> None:
+    """examples/valse-models.toml holds every model of VALSE's table: LXMERT and GPT-1/GPT-2 as
+    VALSE's scripts load them; for ViLBERT, 12-in-1 and VisualBERT (no public script) the
+    release's files and vlprobe's stated choices: 12-in-1 scored by vil_logit with task 8, the
+    pretrained ViLBERT by its ITM head, VisualBERT's COCO-pretrained checkpoint."""
+    import tomllib
+
+    entries = {e.name: e for e in load_models_file(REPO / "examples" / "valse-models.toml")}
+    assert {e.row for e in entries.values()} == {"CLIP", "LXMERT", "ViLBERT", "ViLBERT 12-in-1", "VisualBERT", "GPT-1",
+                                                 "GPT-2"}
+    assert (entries["lxmert"].checkpoint, entries["gpt2"].checkpoint, entries["gpt1"].checkpoint) == (
+        "unc-nlp/lxmert-base-uncased", "gpt2-large", "openai-gpt")
+    assert entries["12in1"].checkpoint == "multi_task_model.bin"
+    assert dict(entries["12in1"].options) == {"score_head": "vil_logit", "task_id": "8"}
+    assert entries["vilbert"].checkpoint == "pretrained_model.bin" and not entries["vilbert"].options
+    assert entries["visualbert"].checkpoint == "uclanlp/visualbert-vqa-coco-pre"
+    assert all(e.regions for e in entries.values() if e.model in ("lxmert", "vilbert", "visualbert"))
+    text = (REPO / "examples" / "valse-models.toml").read_text(encoding="utf-8")
+    tomllib.loads(text)
+    for said in ("RetrievalFlickr30k", "a choice", "no script is public", "lxmert_valse_eval.py",
+                 "unimodal_valse_eval.py", "Index 1 of cls.seq_relationship"):
+        assert said in text, said
 
 
 def test_eval_valse_models_file(valse_dir: Path, tmp_path: Path) -> None:

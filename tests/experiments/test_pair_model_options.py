@@ -18,7 +18,7 @@ from vlprobe.cli import app
 def lone_uniter(tiny_uniter: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny UNITER's checkpoint alone in a folder: its config and tokenizer lie elsewhere."""
     out = tmp_path_factory.mktemp("lone-uniter") / "weights.pt"
-    shutil.copyfile(tiny_uniter / "uniter.pt", out)
+    shutil.copyfile(tiny_uniter / "uniter-base.pt", out)
     return out
 
 
@@ -36,11 +36,11 @@ def test_uniter_config_and_tokenizer_from_elsewhere(experiment: str, lone_uniter
     res = _run(experiment, *common)
     assert res.exit_code == 2  # nothing beside the checkpoint
     one_error_line(res, "model_config: UNITER needs its config JSON", "--model-config")
-    res = _run(experiment, *common, "--model-config", str(tiny_uniter / "uniter.json"),
+    res = _run(experiment, *common, "--model-config", str(tiny_uniter / "uniter-base.json"),
                "--tokenizer", str(tiny_uniter / "tokenizer"))
     assert res.exit_code == 0, res.output
     (run,) = json.loads((tmp_path / experiment / "manifest.json").read_text())["runs"].values()
-    assert run["inputs"]["model_config"]["spec"] == str(tiny_uniter / "uniter.json")
+    assert run["inputs"]["model_config"]["spec"] == str(tiny_uniter / "uniter-base.json")
     assert run["inputs"]["model_config"]["fingerprint"].startswith("sha256:")
     assert run["inputs"]["model_tokenizer"]["spec"] == str(tiny_uniter / "tokenizer")
 

@@ -58,7 +58,7 @@ def test_lxmert_lang_and_vision(tiny_lxmert: Path, synthetic_dir: Path, equal_re
 def test_uniter_text_and_image_views(tiny_uniter: Path, synthetic_dir: Path, equal_regions: Path,
                                      tmp_path: Path) -> None:
     _, _, rows = run_patch(PatchConfig(
-        out=tmp_path, model="uniter", checkpoint=str(tiny_uniter / "uniter.pt"), data_dir=synthetic_dir,
+        out=tmp_path, model="uniter", checkpoint=str(tiny_uniter / "uniter-base.pt"), data_dir=synthetic_dir,
         regions=equal_regions, limit=N_ITEMS, layers="0,1,-1", bootstrap=50, progress=False))
     rec = _recovered(rows)
     assert {r["stream"] for r in rows} == {"text", "image"}  # Winoground: both views by default
@@ -114,7 +114,7 @@ def test_cross_encoders_refuse_what_they_cannot_run(tiny_uniter: Path, tiny_lxme
                                                     synthetic_dir: Path,
                                                     synthetic_regions: Path, tmp_path: Path) -> None:
     with pytest.raises(InputError, match="streams: uniter has streams text, image, got 'pair'"):
-        run_patch(PatchConfig(out=tmp_path, model="uniter", checkpoint=str(tiny_uniter / "uniter.pt"),
+        run_patch(PatchConfig(out=tmp_path, model="uniter", checkpoint=str(tiny_uniter / "uniter-base.pt"),
                               data_dir=synthetic_dir, regions=synthetic_regions, streams=("pair",), limit=1))
     with pytest.raises(InputError, match="the text stream feeds the ITC score: load with --model-option score_head=itc"):
         run_patch(PatchConfig(out=tmp_path, model="blip-itm", checkpoint=str(tiny_blip_itm), data_dir=synthetic_dir,

@@ -52,12 +52,18 @@ def sharp(tmp_path_factory: pytest.TempPathFactory, tiny_llava: Path, tiny_qwen2
     for name, src in (("llava", tiny_llava), ("qwen2-vl", tiny_qwen2_vl)):
         dst = tmp_path_factory.mktemp("sharp") / name
         shutil.copytree(src, dst)
-        with safe_open(str(dst / "model.safetensors"), "pt") as f:
-            meta = f.metadata()
-            weights = {k: f.get_tensor(k) for k in f.keys()}
-        (key,) = [k for k in weights if k.endswith("model.norm.weight") and "vis" not in k]
-        weights[key] = weights[key] * SHARPEN
-        save_file(weights, str(dst / "model.safetensors"), metadata=meta)
+        found = 0
+        for shard in sorted(dst.glob("*.safetensors")):  # the release's layout: several shards
+            with safe_open(str(shard), "pt") as f:
+                meta = f.metadata()
+                weights = {k: f.get_tensor(k) for k in f.keys()}
+            keys = [k for k in weights if k.endswith("model.norm.weight") and "vis" not in k]
+            for key in keys:
+                weights[key] = weights[key] * SHARPEN
+            if keys:
+                save_file(weights, str(shard), metadata=meta)
+            found += len(keys)
+        assert found == 1, f"{name}: {found} final norms"
         out[name] = dst
     return out
 

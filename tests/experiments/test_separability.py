@@ -362,10 +362,11 @@ def _target(rows: list[dict], metric: str) -> dict[object, float]:
             and r["task"] == "target" and r["seed"] is None}
 
 
-@pytest.mark.parametrize("family", ["clip", "lxmert"])
+@pytest.mark.parametrize("family", ["clip", "openclip", "lxmert"])
 def test_the_default_is_the_papers_computation_for_the_model_family(family: str, tmp_path: Path) -> None:
     # 6 points in 16 dimensions: raw states are always separable with C = 100; C bites when the
     # states are divided by 100 (the reference probe_clip.py), as it did in the paper's CLIP numbers.
+    # openclip is the CLIP family too: the same OpenAI weights get the same setting in either format.
     cache = planted_cache(tmp_path / f"{family}.h5", n_items=8, n_variants=3, n_layers=3, signal_layer=2, hidden=16,
                           model=family)
     common = {"cache": cache, "seeds": 1, "bootstrap": 10, "progress": False}
@@ -374,7 +375,7 @@ def test_the_default_is_the_papers_computation_for_the_model_family(family: str,
     _, _, small_c = run_separability(SeparabilityConfig(out=tmp_path / "c", scale="none", C=0.01, **common))
     (run,) = json.loads(manifest_path.read_text())["runs"].values()
     assert run["config"]["scale"] == "paper"
-    if family == "clip":
+    if family in ("clip", "openclip"):
         # probe_clip.py: states / 100, then C = 100, i.e. C = 0.01 on raw states, margins in 1/100.
         assert run["scaling"]["resolved"] == "divide100" and run["scaling"]["C"] == 100.0
         assert run["scaling"]["C_on_raw_states"] == pytest.approx(0.01)

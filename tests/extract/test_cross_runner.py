@@ -117,9 +117,9 @@ def test_uniter_cache_golden_header(
         a = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
         assert a["pair_plan"] == "item" and bool(a["pair_states"]) is True
         assert a["regions_fingerprint"] == "sha256:" + sha256_file(synthetic_regions)
-        assert a["config_fingerprint"] == "sha256:" + sha256_file(tiny_uniter / "uniter.json")
+        assert a["config_fingerprint"] == "sha256:" + sha256_file(tiny_uniter / "uniter-base.json")
         assert a["tokenizer_fingerprint"].startswith("sha256:") and len(a["tokenizer_fingerprint"]) == 7 + 64
-        assert a["checkpoint_fingerprint"] == "sha256:" + sha256_file(tiny_uniter / "uniter.pt")
+        assert a["checkpoint_fingerprint"] == "sha256:" + sha256_file(tiny_uniter / "uniter-base.pt")
         assert a["dataset_selection"] == ""  # no loader option chooses items
         assert json.loads(a["dataset_options"]) == {}
         assert json.loads(a["layers"]) == {"image": [0, 1, 2], "text": [0, 1, 2]}
@@ -331,7 +331,7 @@ def test_resume_with_other_uniter_config_or_plan_is_refused(
     import json
 
     out = copy_cache(cross_reference("uniter"), tmp_path / "c.h5")
-    config = json.loads((tiny_uniter / "uniter.json").read_text())
+    config = json.loads((tiny_uniter / "uniter-base.json").read_text())
     (tmp_path / "cfg.json").write_text(json.dumps({**config, "note": "edited"}))
     with pytest.raises(ValueError, match="config_fingerprint"):
         extract(cross_config("uniter", out, model_config=tmp_path / "cfg.json"))

@@ -119,7 +119,7 @@ def test_uniter_image_view_after_padded_text(tiny_uniter: Path, synthetic_dir: P
     from vlprobe.extract.scoring import ImageSource
     from vlprobe.fixtures.regions import random_regions
 
-    adapter = UniterAdapter.load(str(tiny_uniter / "uniter.pt"))
+    adapter = UniterAdapter.load(str(tiny_uniter / "uniter-base.pt"))
     ds = load_dataset("winoground", synthetic_dir)
     refs = [ds.items[0].images[0], ds.items[0].images[1]]
     regions = random_regions(synthetic_regions.parent / "five.h5", [r.name for r in refs], n_boxes=5, seed=3)

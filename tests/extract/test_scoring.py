@@ -63,7 +63,7 @@ def test_extract_and_eval_give_the_same_scores(
     model: str, sugarcrepe_dir: Path, sc_images: Path, sugarcrepe_regions: Path, tiny_clip: Path, tiny_lxmert: Path,
     tiny_uniter: Path, tmp_path: Path,
 ) -> None:
-    checkpoint = {"clip": tiny_clip, "lxmert": tiny_lxmert, "uniter": tiny_uniter / "uniter.pt"}[model]
+    checkpoint = {"clip": tiny_clip, "lxmert": tiny_lxmert, "uniter": tiny_uniter / "uniter-base.pt"}[model]
     reads = MODELS.get(model).image_input
     inputs = ["--image-dir", str(sc_images)] if reads == "pixels" else ["--regions", str(sugarcrepe_regions)]
     common = ["--model", model, "--checkpoint", str(checkpoint), "--data-dir", str(sugarcrepe_dir), "--device", "cpu",
@@ -113,7 +113,7 @@ def test_cross_encoder_prepares_each_text_and_image_once_and_batches_pairs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     adapter = (LxmertAdapter.load(str(tiny_lxmert)) if model == "lxmert"
-               else UniterAdapter.load(str(tiny_uniter / "uniter.pt")))
+               else UniterAdapter.load(str(tiny_uniter / "uniter-base.pt")))
     texts = [t.text for t in synthetic.texts()][:10]
     images = synthetic.images()[:5]
     t_idx, i_idx = _all_pairs(len(images), len(texts))

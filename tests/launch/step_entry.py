@@ -4,7 +4,7 @@ line, as a fork server's entry point (:func:`main`) or a script (``python step_e
 WHAT is ``say`` (Python and C-level writes to stdout and stderr), ``exit N``, ``raise``,
 ``kill`` (SIGKILL itself), ``segv`` (a segfault), ``kill-once MARKER`` (SIGKILL itself unless MARKER exists, made
 first), ``threads`` (torch's threads and OMP_NUM_THREADS), ``env NAME...``, ``burn SECONDS``
-(CPU), ``sleep SECONDS``.
+(CPU), ``sleep SECONDS``, ``pidfile FILE SECONDS`` (its pid and its parent's into FILE, then sleep).
 """
 
 from __future__ import annotations
@@ -53,6 +53,10 @@ def main() -> None:
             pass
     elif what == "sleep":
         time.sleep(float(rest[0]))
+    elif what == "pidfile":
+        Path(rest[0] + ".tmp").write_text(f"{os.getpid()} {os.getppid()}")
+        os.replace(rest[0] + ".tmp", rest[0])
+        time.sleep(float(rest[1]))
 
 
 if __name__ == "__main__":

@@ -166,9 +166,9 @@ def test_a_server_killed_from_outside_takes_its_steps_and_is_started_again(tmp_p
         ex.close()
 
 
-def _dead(pid: int) -> bool:
-    """Whether ``pid`` is gone or a zombie, within 5 s (an orphan is reaped when init gets to it)."""
-    deadline = time.monotonic() + 5
+def _dead(pid: int, within: float = 5) -> bool:
+    """Whether ``pid`` is gone or a zombie, within ``within`` seconds (an orphan is reaped when init gets to it)."""
+    deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         try:
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -207,3 +207,26 @@ def test_a_server_whose_imports_initialised_cuda_is_refused(tmp_path: Path) -> N
     with pytest.raises(ServerEnded, match="initialised CUDA, which a fork cannot use"):
         ex.start([(["exit", "0"], tmp_path / "x.log")])
     ex.close()
+
+
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL])
+def test_a_driver_stopped_leaves_no_server_and_no_step(start_method: str, how: signal.Signals, tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the driver alone) or SIGKILL of a driver: its running steps and its fork
+    server end within the grace period (they resume on the next run), none goes on writing."""
+    import subprocess
+
+    driver = subprocess.Popen([sys.executable, str(HERE / "drive_steps.py"), start_method, str(tmp_path)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    pids = [tmp_path / f"{name}.pid" for name in ("a", "b")]
+    deadline = time.monotonic() + 60
+    while not all(p.exists() for p in pids):
+        assert driver.poll() is None and time.monotonic() < deadline, driver.stderr.read() if driver.stderr else ""
+        time.sleep(0.05)
+    steps = [int(p.read_text().split()[0]) for p in pids]
+    parents = {int(p.read_text().split()[1]) for p in pids}
+    assert parents == ({driver.pid} if start_method == "spawn" else parents - {driver.pid})
+    driver.send_signal(how)
+    driver.wait(timeout=30)
+    for pid in [*steps, *(parents - {driver.pid})]:  # the steps, and the fork server they were forked from
+        assert _dead(pid, within=15), (pid, how, start_method)

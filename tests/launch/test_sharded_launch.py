@@ -8,6 +8,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -55,10 +56,11 @@ def test_a_killed_shard_is_run_again_and_the_merge_equals_one_run(
     assert_caches_equal(out, reference_cache)
     with ActivationCache(out) as c:
         assert c.record.merged_from == [f"all.shard-{k}-of-3.h5" for k in range(3)]
-    # a rerun finds every shard complete (done masks) and only merges again
+    # a rerun finds every shard and the merge done (same key, files complete): nothing runs
     said.clear()
     again = launch_shards(command, 3, LocalExecutor(jobs=1), echo=said.append)
-    assert again["timings"]["skipped"] == ["shard 0/3", "shard 1/3", "shard 2/3"] and not again["timings"]["steps"]
+    assert again["timings"]["skipped"] == ["shard 0/3", "shard 1/3", "shard 2/3", "merge"]
+    assert not again["timings"]["steps"]
 
 
 @pytest.mark.slow  # two shard processes: about 20 s on two shared cores
@@ -128,6 +130,16 @@ def test_command_forms(tmp_path: Path) -> None:
                                   "--out", str(tmp_path / "r.shard-2-of-4.h5"))
     assert c.state(2, 4) == "no file yet"
     assert ShardedCommand.parse(["vlprobe", "extract", "--out", "x.h5"]).kind == "cache"
+    # the shards, then the merge as a step of its own (no GPU) that waits for them and owns the merged file
+    steps = c.steps(4)
+    assert [s.name for s in steps] == ["shard 0/4", "shard 1/4", "shard 2/4", "shard 3/4", "merge"]
+    merge = steps[-1]
+    assert merge.args == ("regions", "merge", "--out", str(tmp_path / "r.h5"),
+                          *(str(tmp_path / f"r.shard-{k}-of-4.h5") for k in range(4)))
+    assert merge.after == tuple(s.name for s in steps[:4]) and not merge.gpu
+    assert merge.owns.files == (str(tmp_path / "r.h5"),) and steps[1].owns.files == (str(tmp_path / "r.shard-1-of-4.h5"),)
+    assert [s.name for s in c.steps(4, merge=False)] == [s.name for s in steps[:4]]
+    assert [s.args[-2:] for s in c.steps(1)] == [("--out", str(tmp_path / "r.h5"))]  # one shard writes OUT itself
 
 
 def test_cli_refusal_is_one_line(tmp_path: Path, one_error_line: Callable[..., str]) -> None:
@@ -208,3 +220,79 @@ def test_probe_launch_slurm_eval_on_submitits_local_cluster(sugarcrepe_dir: Path
     assert (folder / name).read_text(encoding="utf-8") == (tmp_path / "one" / "sugarcrepe" / name).read_text(
         encoding="utf-8")
     assert list((folder / "caption-length@bootstrap=40.launch" / "submitit").glob("*_log.out"))
+
+
+def test_slurm_help_names_the_extra() -> None:
+    r = CliRunner().invoke(app, ["launch", "slurm", "--help"])
+    assert r.exit_code == 0 and "pip install 'vlprobe[slurm]'" in " ".join(r.output.split())
+
+
+def test_cache_merge_after_a_one_process_run(reference_cache: Path, tmp_path: Path, one_error_line: Callable[..., str]) -> None:
+    """``--shard auto`` under one process writes OUT itself: ``probe cache merge --out OUT`` then has
+    nothing to merge, and says so (exit 0); a file that is no complete run is still refused."""
+    import shutil
+
+    out = tmp_path / "clip.h5"
+    shutil.copy(reference_cache, out)
+    out.chmod(0o644)
+    r = CliRunner().invoke(app, ["cache", "merge", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "the whole run already" in r.output and "nothing to merge" in r.output
+    r = CliRunner().invoke(app, ["cache", "merge", "--out", str(tmp_path / "none.h5")])
+    one_error_line(r, "no shard files")
+
+
+@pytest.mark.slow  # two shard processes: about 20 s on two shared cores
+def test_a_killed_shard_without_retries_is_one_line_and_no_bug(
+    tiny_clip: Path, synthetic_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A shard killed (out of memory, preempted) is the machine's doing, not vlprobe's: one line
+    naming the shard, its exit and its log, exit code 1, no traceback."""
+    from vlprobe.launch import executors
+
+    monkeypatch.setattr(executors, "local_executor", lambda **_: _killer(tmp_path / "m", "0/2"))
+    r = CliRunner().invoke(app, ["launch", "local", "--shards", "2", "--retries", "0", "--",
+                                 *_extract(tiny_clip, synthetic_dir, tmp_path / "all.h5")])
+    assert r.exit_code == 1, r.output
+    lines = r.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: step 'shard 0/2' did not finish: killed by signal 9"), lines
+    assert "Traceback" not in r.output and "bug" not in r.output
+
+
+@pytest.mark.slow  # three launches of two shard processes and a merge, and one extraction: about 2 minutes
+def test_a_relaunch_with_other_inputs_runs_again_and_never_returns_old_results(
+    tiny_clip: Path, other_clip: Path, synthetic_dir: Path, make_config: Callable[..., Any],
+    assert_caches_equal: Callable[..., None], tmp_path: Path,
+) -> None:
+    """Relaunching into the same --out with another checkpoint, or other poolings: the shards and
+    the merge run again (their earlier files removed first), and the cache is the new run's; shard
+    files this launcher did not make are refused in one line."""
+    from vlprobe.extract.runner import extract
+
+    out = tmp_path / "all.h5"
+
+    def launch(checkpoint: Path, *extra: str, said: list[str] | None = None) -> dict[str, Any]:
+        command = ShardedCommand.parse(_extract(checkpoint, synthetic_dir, out, *extra))
+        return launch_shards(command, 2, LocalExecutor(jobs=2, threads=1), echo=(said if said is not None else []).append)
+
+    launch(tiny_clip)
+    said: list[str] = []
+    again = launch(other_clip, said=said)
+    assert again["timings"]["skipped"] == [] and set(again["timings"]["steps"]) == {"shard 0/2", "shard 1/2", "merge"}
+    assert any("removed what its earlier run made" in line and "all.shard-0-of-2.h5" in line for line in said), said
+    fresh = tmp_path / "fresh.h5"
+    extract(make_config(fresh, checkpoint=str(other_clip), batch_size=7))
+    assert_caches_equal(out, fresh)  # the new checkpoint's states (to tolerance: other batches)
+    with ActivationCache(out) as c, ActivationCache(fresh) as f:
+        assert c.header.checkpoint_fingerprint == f.header.checkpoint_fingerprint
+
+    narrower = launch(other_clip, "--poolings", "cls")
+    assert set(narrower["timings"]["steps"]) == {"shard 0/2", "shard 1/2", "merge"}
+    with ActivationCache(out) as c:
+        assert c.header.poolings == ("cls", "pooled")
+
+    import shutil
+
+    shutil.rmtree(tmp_path / "all.launch")  # shard files no record of this launcher names
+    with pytest.raises(StepFailed, match=r"step 'shard \d/2' did not finish: exit 2 .*made with other settings"):
+        launch(tiny_clip)

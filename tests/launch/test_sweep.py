@@ -86,16 +86,78 @@ def test_plan_steps_and_refusals(tmp_path: Path) -> None:
     assert steps["winoground-scores b-wino"].exclusive == "winoground-scores wino"
     assert steps["recall a-wino"].args[:3] == ("run", "recall", "--cache")
     bad = tmp_path / "bad.toml"
-    ok = "[models.a]\nmodel='clip'\n[datasets.b]\n[experiments.recall]\n"
-    for text, match in [("[models.a]\nmodel='clip'\n", "at least one"), ("foo = 1\n", "unknown key"),
-                        ("[models.a]\n[datasets.b]\n", "needs model"), ("x = [", "not valid TOML"),
-                        (ok + "[[steps]]\nname='s'\nargs=[]\nwait=[]\n", r"steps 's': unknown key\(s\) wait"),
+    ok = "[models.a]\nmodel='clip'\n[datasets.winoground]\n[experiments.recall]\n"
+    for text, match in [("[models.a]\nmodel='clip'\n", "at least one"), ("foo = 1\n", "unknown key 'foo'"),
+                        ("[models.a]\n[datasets.winoground]\n", "needs model"), ("x = [", "not valid TOML"),
+                        (ok + "[[steps]]\nname='s'\nargs=[]\nwait=[]\n", "steps 's': unknown key 'wait'"),
                         (ok + "[models.a.run]\nseparability=[]\n", "models.a.run.separability: no"),
                         (ok + "[[steps]]\nname='s'\nargs=[]\ncost=-1\n", "steps 's' cost must be a number"),
                         (ok + "[[steps]]\nname='s'\nargs=[]\ngpu='no'\n", "steps 's' gpu must be true or false")]:
         bad.write_text(text)
         with pytest.raises(InputError, match=match):
             plan_steps(load_plan(bad))
+
+
+REFUSED_PLANS = [
+    # a key no table takes, with the one it may mean
+    ("[models.a]\nmodel='clip'\nchekpoint='x'\n[datasets.winoground]\n",
+     "models.a: unknown key 'chekpoint'; did you mean 'checkpoint'?"),
+    ("[models.a]\nmodel='clip'\n[datasets.winoground]\ndatadir='x'\n",
+     "datasets.winoground: unknown key 'datadir'; did you mean 'data_dir'?"),
+    ("[models.a]\nmodel='clip'\n[datasets.winoground]\n[experiments.recall]\narg=['--k', '1']\n",
+     "experiments.recall: unknown key 'arg'; did you mean 'args'?"),
+    ("[models.a]\nmodel='clip'\n[evals.sugarcrepe]\ndata-dir='x'\n", "evals.sugarcrepe: unknown key 'data-dir'"),
+    # names vlprobe does not know
+    ("[models.a]\nmodel='clipp'\n[datasets.winoground]\n", "models.a.model: unknown model 'clipp'; did you mean 'clip'?"),
+    ("[models.a]\nmodel='clip'\n[datasets.wino]\n", "datasets.wino: unknown dataset 'wino'"),
+    ("[models.a]\nmodel='clip'\n[datasets.winoground]\n[experiments.seperability]\n",
+     "experiments.seperability: unknown experiment 'seperability'; did you mean 'separability'?"),
+    ("[models.a]\nmodel='clip'\n[datasets.winoground]\n[experiments.recall]\nmodels=['b']\n",
+     "experiments.recall.models: unknown model 'b'"),
+    # an input that is not there and that no step makes
+    ("[models.a]\nmodel='clip'\ncheckpoint='{d}/no-such-checkpoint'\n[datasets.winoground]\n",
+     "step 'extract a-winoground' reads --checkpoint '{d}/no-such-checkpoint', which does not exist and which no "
+     "step of the plan writes"),
+    ("[models.a]\nmodel='clip'\n[datasets.winoground]\ndata_dir='{d}/nowhere'\n", "reads --data-dir '{d}/nowhere'"),
+    ("[models.a]\nmodel='clip'\n[datasets.winoground]\nextract=['--variants', '{d}/v.jsonl']\n",
+     "reads --variants '{d}/v.jsonl'"),
+]
+
+
+@pytest.mark.parametrize(("text", "match"), REFUSED_PLANS)
+def test_a_plan_is_checked_before_anything_runs(text: str, match: str, tmp_path: Path, one_error_line: Any) -> None:
+    """Every mistake of a plan is one line and exit 2, before any step starts (nothing is written)."""
+    import re
+
+    from typer.testing import CliRunner
+
+    from vlprobe.cli import app
+
+    plan = tmp_path / "plan.toml"
+    plan.write_text("out = 'o'\n" + text.replace("{d}", str(tmp_path)))
+    r = CliRunner().invoke(app, ["sweep", str(plan), "--jobs", "1"])
+    one_error_line(r, re.sub(r"\s+", " ", match.replace("{d}", str(tmp_path))))
+    assert not (tmp_path / "o").exists()
+
+
+def test_inputs_made_by_a_step_of_the_plan_are_not_missing(tmp_path: Path) -> None:
+    """A checkpoint a [[steps]] command writes (inside its --out) is no missing input; a hub id is
+    left to the extraction."""
+    plan = tmp_path / "p.toml"
+    plan.write_text(f"""
+[[steps]]
+name = "clip"
+args = ["fixtures", "model", "clip", "--out", "{tmp_path}/models"]
+[models.a]
+model = "clip"
+checkpoint = "{tmp_path}/models/clip"
+after = ["clip"]
+[models.hub]
+model = "clip"
+checkpoint = "openai/clip-vit-base-patch32"
+[datasets.winoground]
+""")
+    assert "extract a-winoground" in {s.name for s in plan_steps(load_plan(plan))}
 
 
 def test_plan_keys_of_the_testbed(tmp_path: Path) -> None:
@@ -108,6 +170,7 @@ out = "o"
 model = "lxmert"
 run = { separability = ["--streams", "lang"] }
 [datasets.w]
+dataset = "winoground"
 results = "results"
 report = "report/report.html"
 [experiments.separability]
@@ -183,10 +246,14 @@ def test_sweep_on_submitits_local_cluster(tmp_path: Path) -> None:
     assert list((tmp_path / "out" / "submitit").glob("*_log.out"))
 
 
-def test_the_worked_example_plan_of_the_docs(tmp_path: Path) -> None:
+def test_the_worked_example_plan_of_the_docs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/scaling-out.md's Winoground x 3 models plan: 8 shards and a merge per model, 5 runs per
-    model after its cache, LXMERT after the regions, one collect, one report."""
+    model after its cache, LXMERT after the regions, one collect, one report (run from a folder
+    that holds winoground/, as the page says)."""
     from tests.docs_text import doc_page
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "winoground").mkdir()
 
     page = doc_page("scaling-out.md")
     text = page[page.index("# winoground-3.toml"):]
@@ -290,14 +357,13 @@ def test_sweep_of_evals_in_shards_equals_one_eval(tmp_path: Path) -> None:
 
 
 def test_dry_run_lists_the_steps_and_runs_none(tmp_path: Path) -> None:
-    """``probe sweep --dry-run``: every step, done before or to run (the same fingerprints a run
-    skips by), what it waits for, its command; nothing runs, nothing is written."""
-    import json
-
+    """``probe sweep --dry-run``: every step, done before or to run (the same keys a run skips
+    by), what it waits for, its command; nothing runs, nothing is written."""
     from typer.testing import CliRunner
 
     from vlprobe.cli import app
-    from vlprobe.launch.steps import step_fingerprints
+    from vlprobe.launch.records import write_record
+    from vlprobe.launch.steps import plan_keys
 
     plan = _eval_plan(tmp_path)
     r = CliRunner().invoke(app, ["sweep", str(plan), "--dry-run"])
@@ -307,9 +373,73 @@ def test_dry_run_lists_the_steps_and_runs_none(tmp_path: Path) -> None:
     assert "run   eval crepe a  (after eval crepe a 0/2, eval crepe a 1/2)  [no GPU]" in lines
     assert f"      probe fixtures model clip --seed 0 --out {tmp_path / 'clip'}" in lines
     assert not (tmp_path / "out").exists() and not (tmp_path / "crepe").exists()
-    state = tmp_path / "out" / "state"  # as a run records a finished step
-    state.mkdir(parents=True)
-    prints = step_fingerprints(plan_steps(load_plan(plan)))
-    (state / "crepe.json").write_text(json.dumps({"fingerprint": prints["crepe"]}))
+    steps = plan_steps(load_plan(plan))
+    (tmp_path / "out" / "state").mkdir(parents=True)
+    write_record(tmp_path / "out", "crepe", plan_keys(steps, tmp_path / "out")["crepe"], ())  # as a run records it
     result = run_sweep(plan, dry_run=True, echo=lambda _: None)
     assert result["skipped"] == ["crepe"] and len(result["planned"]) == 9 and not result["steps"]
+    r = CliRunner().invoke(app, ["sweep", str(plan), "--dry-run", "--launcher", "slurm", "--timeout-min", "60"])
+    assert "run   eval crepe a 0/2  (after clip, crepe)  [60 min]" in r.stdout.splitlines(), r.stdout
+
+
+CONTENT_PLAN = """
+out = "out"
+[models.a]
+model = "clip"
+checkpoint = "{ckpt}"
+extract = ["--device", "cpu"]
+[datasets.wino]
+dataset = "winoground"
+data_dir = "data"
+[experiments.winoground-scores]
+"""
+
+
+@pytest.mark.slow  # four sweeps of a tiny CLIP (an extraction, a probe run, collect, report each): about 2 minutes
+def test_a_sweep_decides_by_content_not_by_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan given by an absolute path reruns nothing; weights overwritten in place rerun the
+    extraction and everything after it (the dry run says so first); a checkpoint changed in the
+    plan does the same, replacing the cache and results the sweep made before."""
+    from vlprobe.data.synthetic import make_synthetic_winoground
+    from vlprobe.extract.cache.reader import ActivationCache
+    from vlprobe.fixtures.clip import write_tiny_clip
+
+    monkeypatch.chdir(tmp_path)
+    write_tiny_clip(tmp_path / "ckpt", seed=0)
+    make_synthetic_winoground(tmp_path / "data", n_items=6, seed=0)
+    plan = tmp_path / "plan.toml"
+    plan.write_text(CONTENT_PLAN.replace("{ckpt}", "ckpt"))
+    everything = {"extract a-wino", "winoground-scores a-wino", "collect", "report wino"}
+    quiet: list[str] = []
+
+    def fingerprint() -> str:
+        with ActivationCache(tmp_path / "out" / "caches" / "a-wino.h5") as c:
+            return c.header.checkpoint_fingerprint
+
+    def results() -> str:
+        return (tmp_path / "out" / "results" / "wino" / "winoground-scores" / "a.csv").read_text()
+
+    first = run_sweep("plan.toml", jobs=2, threads=1, echo=quiet.append)
+    assert set(first["steps"]) == everything
+    seed0, scores0 = fingerprint(), results()
+
+    same = run_sweep(plan.resolve(), jobs=2, threads=1, echo=quiet.append)  # the same plan by its absolute path
+    assert not same["steps"] and set(same["skipped"]) == everything
+
+    write_tiny_clip(tmp_path / "ckpt", seed=1)  # the weights overwritten in place
+    assert set(run_sweep("plan.toml", dry_run=True, echo=quiet.append)["planned"]) == everything
+    again = run_sweep("plan.toml", jobs=2, threads=1, echo=quiet.append)
+    assert set(again["steps"]) == everything
+    seed1, scores1 = fingerprint(), results()
+    assert seed1 != seed0 and scores1 != scores0  # the new weights' states and scores, not the old ones
+
+    write_tiny_clip(tmp_path / "ckpt2", seed=2)  # another checkpoint in the plan
+    plan.write_text(CONTENT_PLAN.replace("{ckpt}", str(tmp_path / "ckpt2")))
+    assert set(run_sweep(plan, dry_run=True, echo=quiet.append)["planned"]) == everything
+    said: list[str] = []
+    third = run_sweep(plan, jobs=2, threads=1, echo=said.append)
+    assert set(third["steps"]) == everything
+    assert fingerprint() not in (seed0, seed1) and results() not in (scores0, scores1)
+    assert any(line.startswith("extract a-wino: its inputs or options changed; removed what its earlier run made")
+               for line in said), said
+    assert not run_sweep(plan, jobs=2, threads=1, echo=quiet.append)["steps"]

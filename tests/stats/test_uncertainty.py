@@ -17,6 +17,7 @@ from vlprobe.stats.uncertainty import (
     seed_means,
     sign_flip_test,
     target_control_rows,
+    target_control_rows_batch,
 )
 from vlprobe.validation import InputError
 
@@ -138,6 +139,32 @@ def test_target_control_rows_selectivity_and_its_test() -> None:
         assert by[(task, "separable.ci95_low")]["seed"] is None  # a probe seed column; the bootstrap seed is a setting
     p = by[("selectivity", "separable.p_value")]
     assert p["seed"] is None and 1 / 1000 <= p["value"] < 0.01 and p["n"] == n
+
+
+def test_batch_gives_each_cells_rows() -> None:
+    """One resampling and one sign-flip test for many cells: each cell's rows as alone (NaN cases,
+    a cell without any paired case, exact and Monte Carlo tests)."""
+    rng = np.random.default_rng(5)
+    for n, perms in ((40, 999), (9, 1024)):
+        idx = bootstrap_indices(n, 200, seed=2)
+        cells = []
+        for k in range(6):
+            target = rng.normal(size=(1, n)) + k / 3
+            control = rng.normal(size=(3, n))
+            if k == 2:
+                target[0, ::4] = np.nan  # margins of cases that are not separable
+            if k == 4:
+                target[:] = np.nan  # no case with a value
+            cells.append(({"layer": k, "subset": "all"}, f"m{k % 2}", target, control))
+        rows, methods = target_control_rows_batch(cells, idx, 2, n_permutations=perms, permutation_seed=3)
+        alone = [target_control_rows(*cell, idx, 2, n_permutations=perms, permutation_seed=3) for cell in cells]
+        expected = [r for out, _ in alone for r in out]
+        assert methods == [m for _, m in alone] and methods[4] is None
+        assert [{k: v for k, v in r.items() if k != "value"} for r in rows] == \
+            [{k: v for k, v in r.items() if k != "value"} for r in expected]
+        # Same resamples and sign vectors; a matrix product over many rows may round differently.
+        np.testing.assert_allclose([r["value"] for r in rows], [r["value"] for r in expected], rtol=1e-12,
+                                   equal_nan=True)
 
 
 # -- calibration on seeded simulations ---------------------------------------------------------------

@@ -174,9 +174,12 @@ def cache_merge(
         show_default=False)] = None,
 ) -> None:
     """Join the shard files of a `--shard K/N` (or `--shard auto`) run into one cache."""
-    from vlprobe.extract.cache.merge import merge_shards
-    from vlprobe.shards import find_shard_files
+    from vlprobe.extract.cache.merge import merge_shards, shard_state
+    from vlprobe.shards import files_to_merge
 
-    files = list(shards) if shards else find_shard_files(out)
+    files = files_to_merge(out, shards, shard_state)
+    if files is None:
+        typer.echo(f"{out} is the whole run already (one process wrote it): nothing to merge")
+        return
     path = merge_shards(files, out)
     typer.echo(f"merged {len(files)} shards into {path}")

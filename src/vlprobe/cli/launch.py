@@ -3,6 +3,8 @@ or as a Slurm job array; ``probe sweep PLAN``: models x datasets x experiments."
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -28,11 +30,16 @@ Partition = Annotated[str | None, typer.Option(help="Slurm partition.")]
 GpusPerTask = Annotated[int, typer.Option(help="GPUs of each Slurm job (array task).")]
 CpusPerTask = Annotated[int | None, typer.Option(help="CPUs of each Slurm job (array task).")]
 MemGb = Annotated[int | None, typer.Option(help="Memory of each Slurm job (array task), GB.")]
-TimeoutMin = Annotated[int, typer.Option(help="Time limit of each Slurm job (array task), minutes.")]
+TimeoutMin = Annotated[int, typer.Option(help="Time limit of the costliest Slurm job, minutes (each other job: in proportion to its cost, at least 10).")]
 Parallel = Annotated[int | None, typer.Option(help="Slurm jobs running at once (sbatch --array=...%N).")]
 Account = Annotated[str | None, typer.Option(help="Slurm account.")]
 Qos = Annotated[str | None, typer.Option(help="Slurm QOS.")]
 Cluster = Annotated[str, typer.Option(help="slurm, or local: submitit's local processes (a trial run here).")]
+CpuPartition = Annotated[str | None, typer.Option(
+    help="Slurm partition of the jobs that use no GPU (merges, collect, reports; default: --partition).")]
+Wait = Annotated[bool, typer.Option(
+    "--wait/--no-wait", help="Follow the Slurm jobs to their end (retrying the ones that die), or return once "
+                             "every job is submitted (run the same command again to follow or resume).")]
 StartMethod = Annotated[str | None, typer.Option(
     help="How a local step's process starts: forkserver (a fork of a process that imported torch once; the "
          "default on Linux) or spawn (a fresh python -m vlprobe).")]
@@ -42,7 +49,23 @@ def _echo(line: str) -> None:
     typer.echo(line, err=True)
 
 
+@contextlib.contextmanager
+def _crashes_in_one_line() -> Iterator[None]:
+    """A step that crashed or was killed after its retries (out of memory, preempted, SIGKILL) is
+    no bug of vlprobe: one ``error:`` line naming the step, its exit and its log, exit code 1."""
+    from vlprobe.launch.steps import StepCrashed
+
+    try:
+        yield
+    except StepCrashed as exc:
+        typer.echo("error: " + " ".join(str(exc).split()), err=True)
+        raise typer.Exit(1) from None
+
+
 def _said(result: dict) -> None:
+    if result.get("timings") is None and "jobs" in result:  # submitted, not followed
+        typer.echo(" ".join(f"{job}" for job in result["jobs"].values()))
+        return
     typer.echo(str(result["out"] or " ".join(map(str, result["shards"]))))
 
 
@@ -63,8 +86,9 @@ def launch_local(
     """
     from vlprobe.launch.sharded import launch_local as run
 
-    _said(run(ctx.args, shards=shards, jobs=jobs, threads=threads, retries=retries, merge=merge, echo=_echo,
-              start_method=start_method))
+    with _crashes_in_one_line():
+        _said(run(ctx.args, shards=shards, jobs=jobs, threads=threads, retries=retries, merge=merge, echo=_echo,
+                  start_method=start_method))
 
 
 @launch_app.command("slurm", context_settings=_EXTRA)
@@ -84,17 +108,21 @@ def launch_slurm(
     cluster: Cluster = "slurm",
     retries: Retries = 2,
     merge: Merge = True,
+    cpu_partition: CpuPartition = None,
+    wait: Wait = True,
 ) -> None:
-    """Submit COMMAND (after --) as a Slurm job array through submitit, follow it, resubmit the
-    shards that did not finish, then merge. Needs `pip install 'vlprobe[slurm]'`.
+    """Submit COMMAND (after --) as a Slurm job array through submitit and its merge as a job that
+    waits for the array, follow them, resubmit the shards that died. Needs `pip install 'vlprobe\\[slurm]'`.
 
     Example: probe launch slurm --array 8 --partition gpu --gpus-per-task 1 -- probe extract ... --out all.h5
     """
     from vlprobe.launch.sharded import launch_slurm as run
 
-    _said(run(ctx.args, shards=shards, partition=partition, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task,
-              mem_gb=mem_gb, timeout_min=timeout_min, parallel=parallel, account=account, qos=qos, folder=folder,
-              cluster=cluster, retries=retries, merge=merge, echo=_echo))
+    with _crashes_in_one_line():
+        _said(run(ctx.args, shards=shards, partition=partition, gpus_per_task=gpus_per_task,
+                  cpus_per_task=cpus_per_task, mem_gb=mem_gb, timeout_min=timeout_min, parallel=parallel,
+                  account=account, qos=qos, folder=folder, cluster=cluster, retries=retries, merge=merge, echo=_echo,
+                  cpu_partition=cpu_partition, wait=wait))
 
 
 @app.command("sweep")
@@ -116,20 +144,25 @@ def sweep_cmd(
     qos: Qos = None,
     cluster: Cluster = "slurm",
     start_method: StartMethod = None,
+    cpu_partition: CpuPartition = None,
+    wait: Wait = True,
     dry_run: Annotated[bool, typer.Option(
         help="Print every step (done before, or to run), what it waits for and its command; run none.")] = False,
 ) -> None:
     """Run a plan of models x datasets x experiments (and models x benchmarks: probe eval) as a dependency graph; a rerun resumes.
 
-    With --launcher slurm each step is a Slurm job (submitit) with the job options given
-    (--partition, --gpus-per-task, ...); the steps that can start together go as one array.
+    With --launcher slurm every step is submitted at once as a Slurm job (submitit) that waits for
+    the jobs of its inputs (--dependency=afterok), with the job options given (--partition,
+    --gpus-per-task, ...) and a time limit that follows its cost; a rerun asks Slurm first and
+    submits nothing that is queued, running or done.
     """
     from vlprobe.launch.sweep import run_sweep
 
-    result = run_sweep(plan, out=out, launcher=launcher, jobs=jobs, threads=threads, retries=retries,
-                       echo=typer.echo if dry_run else _echo,
-                       partition=partition, gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task, mem_gb=mem_gb,
-                       timeout_min=timeout_min, parallel=parallel, account=account, qos=qos, cluster=cluster,
-                       start_method=start_method, dry_run=dry_run)
-    if not dry_run:
+    with _crashes_in_one_line():
+        result = run_sweep(plan, out=out, launcher=launcher, jobs=jobs, threads=threads, retries=retries,
+                           echo=typer.echo if dry_run else _echo, partition=partition, gpus_per_task=gpus_per_task,
+                           cpus_per_task=cpus_per_task, mem_gb=mem_gb, timeout_min=timeout_min, parallel=parallel,
+                           account=account, qos=qos, cluster=cluster, start_method=start_method, dry_run=dry_run,
+                           cpu_partition=cpu_partition, wait=wait)
+    if not dry_run and "jobs" not in result:
         typer.echo(str(result["results"]))

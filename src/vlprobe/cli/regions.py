@@ -76,10 +76,13 @@ def regions_merge(
              "as --shard auto names them).", show_default=False)] = None,
 ) -> None:
     """Join the shard files of a `probe regions extract --shard K/N` (or `--shard auto`) run into one region file."""
-    from vlprobe.extract.regions.merge import merge_region_shards
-    from vlprobe.shards import find_shard_files
+    from vlprobe.extract.regions.merge import merge_region_shards, region_shard_state
+    from vlprobe.shards import files_to_merge
 
-    files = list(shards) if shards else find_shard_files(out)
+    files = files_to_merge(out, shards, region_shard_state)
+    if files is None:
+        typer.echo(f"{out} is the whole run already (one process wrote it): nothing to merge")
+        return
     path = merge_region_shards(files, out)
     typer.echo(f"merged {len(files)} shards into {path}")
 

@@ -20,16 +20,19 @@ aro        the authors' three roots: ``visual_genome_relation.json`` and
            (n images x 5) beside ``flickr30k/flickr30k-images/<id>.jpg`` (``FLICKR_ROOT``);
            ``image_root``: ``coco=<out>/coco``, ``flickr30k=<out>/flickr30k`` (``vg`` is the
            default ``<out>/images``)
-mmvp-vlm   ``Questions.csv`` (header, then ``n`` pairs of rows ``qid,type,statement``, at most
-           135; ids 1, 2, 3, ...; categories by position, 15 pairs each) and
-           ``MLLM_VLM Images/<type>/<qid>.jpg``
-naturalbench  ``data/train-00000-of-00001.parquet``: ``n`` samples of each question type, the
-           dataset's columns, images embedded as ``{"bytes", "path"}`` structs (JPEG), answers
-           in the pattern the authors' scoring assumes
+mmvp-vlm   ``Questions.csv`` (the release's header ``Question ID,Type,Statement``, then ``n`` pairs
+           of rows, at most 135; ids 1, 2, 3, ...; categories by position, 15 pairs each, the
+           type the release's folder name of the category: ``Orientation`` ... ``Camera
+           Perspective``) and ``MLLM_VLM Images/<type>/<qid>.jpg``
+naturalbench  ``data/train-0000<k>-of-00003.parquet`` (the release's three shards): ``n`` samples of
+           each question type spread over them, the dataset's columns and its ``huggingface``
+           schema metadata (the features), images embedded as ``{"bytes", "path"}`` structs
+           (JPEG), answers in the pattern the authors' scoring assumes
 eqben      ``eqben_subset_10percent_final.json`` (``n`` records of each of the 7 sub-datasets,
            ``{image0, image1, caption0, caption1}``, sub-datasets interleaved as the shuffled
-           release) and ``image_subset/<sub-dataset>/<clip>/<frame>.jpg`` (YouCook2: ``.npy``
-           BGR frames, as released)
+           release) and ``image_subset/<sub-dataset>/<clip>/<frame>.png`` (PNG frames as the
+           release, the folder ``subset_image.tar.gz`` unpacks to; YouCook2: ``.npy`` BGR
+           frames, as the authors' loader reads them)
 colorswap  ``test.json`` and ``train.json`` (``n`` examples each, ids running on across the
            splits, ``{id, caption_1, caption_2, image_1, image_2, image_source, caption_source}``)
            and ``images/img_<id>_<k>.png``
@@ -40,10 +43,12 @@ crepe      ``syst_hard_negatives/syst_vg_hard_negs_<seen|unseen>_compounds_in_<c
            (``n`` rows each: ``region_id, caption, x, y, width, height, valid_hard_negs_comp,
            valid_hard_negs_atom, image_id, valid_hard_negs_combined``; the last row of each has no
            compound negatives) and ``prod_hard_negatives/<atom|negate|swap>/
-           prod_vg_hard_negs_<neg>_complexity_<4..12>.csv`` (``n`` rows: ``region_id, image_id,
-           caption, x, y, width, height, hard_negs``, five negatives each); images
-           ``vg/VG_100K/<id>.jpg`` (even ids) and ``vg/VG_100K_2/<id>.jpg`` (odd); ``image_root``:
-           ``vg=<out>/vg``
+           prod_vg_hard_negs_<neg>_complexity_<4..12>.csv`` (``n`` rows with the release's header
+           ``image_id, caption, n, n_objects, n_relations, n_attributes, n_connected_components,
+           hard_negs, x, y, width, height``, the box as floats, five negatives each, written as a
+           set literal ``{...}`` in every third row of the atom and negate files, as the release
+           writes some); images ``vg/VG_100K/<id>.jpg`` (even ids) and ``vg/VG_100K_2/<id>.jpg``
+           (odd); ``image_root``: ``vg=<out>/vg``
 vl-checklist  ``data/<the 56 annotation files>`` (``n`` records each, ``[image path, {"POS": [...],
            "NEG": [...]}]``) and ``n`` images per source under ``vg/VG_100K/``,
            ``hake/hake_images_20200614/`` and ``swig/``; ``image_root``: ``<out>`` (the authors'
@@ -189,13 +194,14 @@ def _mmvp_vlm(w: _Writer, rng: np.random.Generator, n: int) -> None:
         MMVP_CSV,
         MMVP_IMAGES,
         MMVP_PAIRS_PER_CATEGORY,
+        MMVP_TYPES,
     )
 
     n = min(n, len(MMVP_CATEGORIES) * MMVP_PAIRS_PER_CATEGORY)
     lines = ["Question ID,Type,Statement"]
     colours = list(COLOURS)
     for p in range(n):
-        qtype = MMVP_CATEGORIES[p // MMVP_PAIRS_PER_CATEGORY]
+        qtype = MMVP_TYPES[p // MMVP_PAIRS_PER_CATEGORY]
         a, b = (colours[int(k)] for k in rng.choice(len(colours), 2, replace=False))
         shape = SHAPES[int(rng.integers(len(SHAPES)))]
         for k, colour in enumerate((a, b)):
@@ -216,6 +222,7 @@ def _naturalbench(w: _Writer, rng: np.random.Generator, n: int) -> None:
         NATURALBENCH_ANSWERS,
         NATURALBENCH_COLUMNS,
         NATURALBENCH_PATTERN,
+        NATURALBENCH_SHARDS,
     )
 
     rows: dict[str, list[Any]] = {c: [] for c in NATURALBENCH_COLUMNS}
@@ -241,11 +248,16 @@ def _naturalbench(w: _Writer, rng: np.random.Generator, n: int) -> None:
         rows["Question Type"].append(qtype)
         rows["Source"].append(("Flickr30K", "DOCCI")[int(rng.integers(2))])
     image = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
-    schema = pa.schema([(c, pa.int64() if c == "Index" else image if c.startswith("Image_") and len(c) == 7
-                         else pa.string()) for c in NATURALBENCH_COLUMNS])
-    path = w._path("data/train-00000-of-00001.parquet")
-    with atomic_path(path) as tmp:
-        pq.write_table(pa.table(rows, schema=schema), tmp)
+    features = {c: {"_type": "Image"} if c in ("Image_0", "Image_1") else
+                {"dtype": "int64" if c == "Index" else "string", "_type": "Value"} for c in NATURALBENCH_COLUMNS}
+    schema = pa.schema([(c, pa.int64() if c == "Index" else image if c in ("Image_0", "Image_1") else pa.string())
+                        for c in NATURALBENCH_COLUMNS],
+                       metadata={"huggingface": json.dumps({"info": {"features": features}})})
+    table = pa.table(rows, schema=schema)
+    for k, part in enumerate(np.array_split(np.arange(table.num_rows), NATURALBENCH_SHARDS)):  # the release's 3
+        path = w._path(f"data/train-{k:05d}-of-{NATURALBENCH_SHARDS:05d}.parquet")
+        with atomic_path(path) as tmp:
+            pq.write_table(table.slice(int(part[0]) if len(part) else 0, len(part)), tmp)
 
 
 def _eqben(w: _Writer, rng: np.random.Generator, n: int) -> None:
@@ -262,7 +274,7 @@ def _eqben(w: _Writer, rng: np.random.Generator, n: int) -> None:
                     with atomic_path(w._path(rel)) as tmp, open(tmp, "wb") as fh:
                         np.save(fh, frame, allow_pickle=False)
                 else:
-                    rel = f"image_subset/{subset}/clip{k:03d}/{j:04d}.jpg"
+                    rel = f"image_subset/{subset}/clip{k:03d}/{j:04d}.png"
                     w.image(rel, rng)
                 pair.append(rel.removeprefix("image_subset/"))
             first = _caption_shape(rng)
@@ -386,9 +398,14 @@ def _crepe(w: _Writer, rng: np.random.Generator, n: int) -> None:
                     else:
                         alt.insert(min(j, len(alt)), "no")
                     negs.append("a " + " ".join(alt))
-                rows.append([str(500 + k), str(image_id), caption, x, y, bw, bh, repr(negs)])
+                # the release writes some atom and negate cells as a set literal: {'a', 'b'}
+                cell = "{" + repr(negs)[1:-1] + "}" if neg != "swap" and k % 3 == 2 else repr(negs)
+                parts = len(words) // 2
+                rows.append([str(image_id), caption, complexity, 2 * parts, parts - 1, parts, 1, cell,
+                             float(x), float(y), float(bw), float(bh)])
             rel = crepe_file(f"prod_{neg}_{complexity}")[0]
-            w.text(rel, table(["region_id", "image_id", "caption", "x", "y", "width", "height", "hard_negs"], rows))
+            w.text(rel, table(["image_id", "caption", "n", "n_objects", "n_relations", "n_attributes",
+                               "n_connected_components", "hard_negs", "x", "y", "width", "height"], rows))
 
 
 def _vl_checklist(w: _Writer, rng: np.random.Generator, n: int) -> None:

@@ -13,16 +13,27 @@ subset                          file (in ``data_dir``) and the column of its har
 ``syst_<train>_<split>_<neg>``  ``syst_hard_negatives/syst_vg_hard_negs_<split>_compounds_in_<train>.csv``,
                                 column ``valid_hard_negs_<neg>``; ``train`` one of ``cc12m``,
                                 ``yfcc``, ``laion`` (the pretraining set the split is for),
-                                ``split`` ``seen`` or ``unseen``, ``neg`` ``atom`` or ``comp``
+                                ``split`` ``seen`` or ``unseen``, ``neg`` ``atom``, ``comp`` or
+                                ``combined`` (the authors' ``--hard-neg-types``: atom + comp)
 ``prod_<neg>_<complexity>``     ``prod_hard_negatives/<neg>/prod_vg_hard_negs_<neg>_complexity_<c>.csv``,
                                 column ``hard_negs``; ``neg`` one of ``atom``, ``negate``, ``swap``,
                                 complexity 4 to 12
 ==============================  ===================================================================
 
 Every file is a CSV with a header; the columns read are ``image_id``, ``caption``, the box ``x``,
-``y``, ``width``, ``height`` and the negatives' column, a Python list literal (the authors read it
-with ``ast.literal_eval``). A systematicity file holds both negative types, so each of its rows
-is one item of ``..._atom`` and one of ``..._comp``.
+``y``, ``width``, ``height`` and the negatives' column, a Python literal (the authors read it with
+``ast.literal_eval``): a list, or in 3,768 of the 39,715 rows of the released productivity files
+(every atom and negate file, no swap file) a **set** ``{...}``. vlprobe parses the cell without
+evaluating it (a list, tuple or set of string literals, nothing else) and keeps the negatives in
+the order the cell writes them (a set's repeated string once, as a set holds it). The authors'
+code iterates the set (``list(self.hard_negs[idx])``), whose order follows the strings' hashes:
+it changes from run to run unless ``PYTHONHASHSEED`` is fixed. Their metric does not see it on
+these rows: each has a caption and five negatives, and ``torch.argsort`` on the CPU sorts up to 16
+values stably, so a negative tying the caption ranks after it whatever the order (checked by
+running ``get_one2many_rank`` unchanged under every order of planted ties; with 17 or more texts
+torch's sort is not stable and the authors' rank of a tie depends on the order). A systematicity
+file holds the three negative types, so each of its rows is one item of ``..._atom``, one of
+``..._comp`` and one of ``..._combined``.
 
 Item ``crepe/<subset>/<n>`` (n = the data row's position in the file): one image ``.../i0``, the
 Visual Genome image ``<image_id>.jpg`` **cropped to the box** as the authors' code crops it
@@ -66,11 +77,12 @@ __all__ = [
     "crepe_file",
     "crepe_report",
     "load_crepe",
+    "parse_negatives",
 ]
 
 CREPE_TRAIN_DATASETS: tuple[str, ...] = ("cc12m", "yfcc", "laion")
 CREPE_SYST_SPLITS: tuple[str, ...] = ("seen", "unseen")
-CREPE_SYST_NEGATIVES: tuple[str, ...] = ("atom", "comp")
+CREPE_SYST_NEGATIVES: tuple[str, ...] = ("atom", "comp", "combined")
 CREPE_PROD_NEGATIVES: tuple[str, ...] = ("atom", "negate", "swap")
 CREPE_COMPLEXITIES: tuple[int, ...] = tuple(range(4, 13))
 #: Where the authors' ``get_image_by_id`` looks for ``<image_id>.jpg``, in this order.
@@ -137,20 +149,35 @@ def _number(value: str, where: str, field: str) -> float:
     return out
 
 
-def _negatives(value: str, where: str, field: str) -> list[str]:
+def parse_negatives(value: str, where: str, field: str) -> tuple[list[str], bool]:
+    """The captions of a negatives cell in the order it writes them, and whether it is a set literal.
+
+    The cell is parsed, never evaluated: a list, tuple or set of string literals (a set's repeated
+    string kept once, as the set the authors' ``ast.literal_eval`` builds holds it).
+    """
     try:
-        parsed = ast.literal_eval(value)
-    except (ValueError, SyntaxError):
-        raise InputError(f"data_dir: {where}: field {field!r} must be a list of captions (a Python list "
-                         f"literal), got {value[:40]!r}") from None
-    if not isinstance(parsed, list | tuple) or not all(isinstance(t, str) for t in parsed):
+        body = ast.parse(value.strip(), mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        body = None
+    if isinstance(body, ast.Call) and isinstance(body.func, ast.Name) and body.func.id == "set" and not (
+            body.args or body.keywords):
+        return [], True  # set(): how Python writes an empty set, which literal_eval reads
+    if not isinstance(body, ast.List | ast.Tuple | ast.Set):
+        raise InputError(f"data_dir: {where}: field {field!r} must be a list of captions (a Python list or set "
+                         f"literal), got {value[:40]!r}")
+    if not all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in body.elts):
         raise InputError(f"data_dir: {where}: field {field!r} must be a list of captions (strings)")
-    return [str(t) for t in parsed]
+    texts = [str(e.value) for e in body.elts]  # type: ignore[attr-defined]  # Constant, checked above
+    is_set = isinstance(body, ast.Set)
+    return (list(dict.fromkeys(texts)) if is_set else texts), is_set
 
 
-def _records(path: Path, column: str) -> list[tuple[str, str, tuple[float, float, float, float], list[str]]]:
-    """``(image_id, caption, (x, y, w, h), negatives)`` per data row of a CREPE file."""
-    header, rows = read_csv_rows(path, "a header and one row per region")
+Record = tuple[str, str, tuple[float, float, float, float], list[str], bool]
+
+
+def _records(path: Path, column: str) -> list[Record]:
+    """``(image_id, caption, (x, y, w, h), negatives, written as a set)`` per data row of a CREPE file."""
+    header, rows = read_csv_rows(path, "a header and one row per region", whole_lines=True)  # (every released file ends so)
     need = ("image_id", "caption", *_BOX, column)
     missing = [c for c in need if c not in header]
     if missing:
@@ -168,7 +195,8 @@ def _records(path: Path, column: str) -> list[tuple[str, str, tuple[float, float
         x, y, w, h = (_number(row[at[c]], where, c) for c in _BOX)
         if w <= 0 or h <= 0:
             raise InputError(f"data_dir: {where}: field {'width' if w <= 0 else 'height'!r} must be positive")
-        out.append((image_id, row[at["caption"]], (x, y, w, h), _negatives(row[at[column]], where, column)))
+        negatives, is_set = parse_negatives(row[at[column]], where, column)
+        out.append((image_id, row[at["caption"]], (x, y, w, h), negatives, is_set))
     return out
 
 
@@ -178,9 +206,8 @@ def _image_path(folder: Path, image_id: str) -> Path:
     return next((p for p in candidates if p.is_file()), candidates[0])
 
 
-def _item(subset: str, n: int, rec: tuple[str, str, tuple[float, float, float, float], list[str]],
-          folder: Path | None, file: str) -> Item:
-    image_id, caption, box, negatives = rec
+def _item(subset: str, n: int, rec: Record, folder: Path | None, file: str) -> Item:
+    image_id, caption, box, negatives, is_set = rec
     item_id = f"crepe/{subset}/{n}"
     x, y, w, h = box
     name = f"{image_id}_crop{x:g}_{y:g}_{w:g}_{h:g}"
@@ -189,7 +216,8 @@ def _item(subset: str, n: int, rec: tuple[str, str, tuple[float, float, float, f
              *(TextRef(f"{item_id}/c{k + 1}", t) for k, t in enumerate(negatives)))
     return Item(item_id, (ImageRef(f"{item_id}/i0", name, path, crop=box),), texts, _tags(subset),
                 {"subset": subset, "key": str(n), "image_id": image_id, "file": file,
-                 "roles": ("caption", *(["hard_negative"] * len(negatives)))})
+                 "roles": ("caption", *(["hard_negative"] * len(negatives))),
+                 **({"negatives_written_as": "set"} if is_set else {})})
 
 
 def load_crepe(
@@ -277,6 +305,7 @@ def crepe_report(
         rep.items = rep.kept = len(records)
         rep.images = len({r[0] for r in records})
         rep.add("no hard negatives (ranked first, trivially right)", sum(1 for r in records if not r[3]))
+        rep.add("hard negatives written as a set (read in the order written)", sum(1 for r in records if r[4]))
         if folder is not None:
             rep.add("image missing (items)", sum(1 for r in records if not _image_path(folder, r[0]).is_file()))
         if records:

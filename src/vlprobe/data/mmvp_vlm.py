@@ -5,12 +5,16 @@ The benchmark is one folder as its authors distribute it (the dataset ``MMVP/MMV
 their evaluation script (``scripts/evaluate_vlm.py`` of tsb0601/MMVP) reads it:
 
 * ``Questions.csv``: a header row, then one row per statement with three columns, read by
-  position: question id (an integer), type (the image folder's name), statement. Rows go in
+  position: question id (an integer), type (the image folder's name), statement. A header of
+  fewer columns is refused, naming the one it lacks. Rows go in
   pairs: rows 1-2 are pair 0, rows 3-4 pair 1, ...; the first id of a pair is odd and the second
   is the next integer (the script's ground truth reads the parity: statement ``qid`` matches
   image ``qid``).
 * ``MLLM_VLM Images/<type>/<qid>.jpg``: the image of each statement (the pair's folder is its
-  first row's type, as the script opens both).
+  first row's type, as the script opens both). The release's header is ``Question ID,Type,Statement``
+  and its types, one image folder each, are the short names of :data:`MMVP_TYPES`
+  (``Orientation``, ``Presence``, ... ``Camera Perspective``), one per category in the categories'
+  order; ``probe data info`` counts pairs whose type is not their category's.
 
 The category of a pair is its position, as the script assigns it: pairs 0-14 are
 "Orientation and Direction", 15-29 "Presence of Specific Features", and so on through the nine
@@ -43,6 +47,7 @@ __all__ = [
     "MMVP_PAIRS_PER_CATEGORY",
     "MMVP_SUBSETS",
     "MMVP_TEXT_PREFIX",
+    "MMVP_TYPES",
     "load_mmvp_vlm",
     "mmvp_vlm_report",
 ]
@@ -53,6 +58,12 @@ MMVP_CATEGORIES: tuple[str, ...] = (
     "Positional and Relational Context", "Color and Appearance", "Structural Characteristics", "Texts",
     "Viewpoint and Perspective",
 )
+#: The release's ``Type`` column and image folder of each category, in :data:`MMVP_CATEGORIES` order
+#: (the dataset MMVP/MMVP_VLM: ``MLLM_VLM Images/<type>/``, 30 images each).
+MMVP_TYPES: tuple[str, ...] = (
+    "Orientation", "Presence", "State", "Quantity", "Spatial", "Color", "Structural Character", "Text",
+    "Camera Perspective",
+)
 #: The categories as subset names (lowercase, underscores).
 MMVP_SUBSETS: tuple[str, ...] = tuple(c.lower().replace(" ", "_") for c in MMVP_CATEGORIES)
 MMVP_PAIRS_PER_CATEGORY = 15
@@ -61,6 +72,8 @@ MMVP_IMAGES = "MLLM_VLM Images"
 #: What the script puts before every statement.
 MMVP_TEXT_PREFIX = "a photo of "
 _COLUMNS = ("question id", "type", "statement")
+#: The release's header row.
+_HEADER = ("Question ID", "Type", "Statement")
 
 
 def _root(data_dir: str | os.PathLike[str]) -> Path:
@@ -77,7 +90,12 @@ def _root(data_dir: str | os.PathLike[str]) -> Path:
 
 def _read_rows(path: Path) -> list[tuple[int, int, str, str]]:
     """``(row number, question id, type, statement)`` per data row (row 1 is the header)."""
-    _, rows = read_csv_rows(path, "a header and statement rows")
+    header, rows = read_csv_rows(path, "a header and statement rows")
+    if len(header) < len(_COLUMNS):  # a column missing, header and rows alike (the rows are read by position)
+        named = [h.strip().lower() for h in header]
+        gone = next((c for c in _COLUMNS if c not in named), _COLUMNS[len(header)])
+        raise InputError(f"data_dir: {path.name}: column {_HEADER[_COLUMNS.index(gone)]!r} is missing (its header "
+                         f"has {', '.join(header) or 'nothing'}; MMVP-VLM's has {', '.join(_HEADER)})")
     out = []
     for n, row in enumerate(rows, start=2):
         if not any(cell.strip() for cell in row):
@@ -191,6 +209,8 @@ def mmvp_vlm_report(data_dir: str | os.PathLike[str], image_root: Sequence[str] 
         rep.first_id = rep.first_id or item.id
         rep.last_id = item.id
         rep.add("image missing", sum(1 for im in item.images if im.path is None or not im.path.is_file()))
+        category = MMVP_SUBSETS.index(subset)
+        rep.add(f"type not the category's ({MMVP_TYPES[category]})", int(first[2] != MMVP_TYPES[category]))
     for rep in reports.values():
         rep.sha256 = sha
         if not rep.items:

@@ -2,7 +2,8 @@
 Adversarial Samples") as vlprobe items.
 
 The benchmark is the dataset ``BaiqiL/NaturalBench`` as its authors distribute it: parquet shards
-``data/train-NNNNN-of-NNNNN.parquet`` (or the shards themselves in ``data_dir``), one row per
+``data/train-NNNNN-of-NNNNN.parquet`` (three in the release, 1,900 samples; or the shards
+themselves in ``data_dir``), one row per
 sample with the columns ``Index``, ``Image_0`` and ``Image_1`` (the images, embedded as
 ``{"bytes", "path"}``), ``Question_0``, ``Question_1``, the answers ``Image_0_Question_0``,
 ``Image_1_Question_0``, ``Image_0_Question_1``, ``Image_1_Question_1``, ``Question Type``
@@ -46,6 +47,7 @@ __all__ = [
     "NATURALBENCH_ANSWERS",
     "NATURALBENCH_COLUMNS",
     "NATURALBENCH_PATTERN",
+    "NATURALBENCH_SHARDS",
     "NATURALBENCH_SUBSETS",
     "NATURALBENCH_SUFFIX",
     "load_naturalbench",
@@ -68,6 +70,8 @@ NATURALBENCH_COLUMNS: tuple[str, ...] = (
     "Image_0_Question_1", "Image_1_Question_1", "Question Type", "Source",
 )
 _TYPE_COLUMNS = ("Question Type", "Question_Type")
+#: Shards of the release (``data/train-0000{0,1,2}-of-00003.parquet``).
+NATURALBENCH_SHARDS = 3
 
 
 def _shards(data_dir: str | os.PathLike[str]) -> list[Path]:

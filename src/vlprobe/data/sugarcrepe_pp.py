@@ -12,7 +12,8 @@ of key -> record and no ``caption2``: it is refused, naming the file.
 
 Item ``sugarcrepe-pp/<subset>/<id>``: image ``.../i0``; texts ``.../c0`` (P1), ``.../c1`` (P2),
 ``.../c2`` (the negative), as the files hold them (the authors' scripts do not strip them); tags
-``subset`` and ``group`` (swap, replace).
+``subset`` and ``group`` (swap, replace); ``meta["positives"]`` 2 (P1 and P2 are both right, as
+``probe run bias-gap`` reads them).
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ def _item(subset: str, rec: dict[str, Any], images: Path | None) -> Item:
     image = ImageRef(f"{item_id}/i0", rec["filename"], images / rec["filename"] if images is not None else None)
     texts = tuple(TextRef(f"{item_id}/c{k}", rec[f]) for k, f in enumerate(("caption", "caption2", "negative_caption")))
     return Item(item_id, (image,), texts, {"subset": (subset,), "group": (subset.split("_")[0],)},
-                {"subset": subset, "key": rec["key"], "roles": ("positive", "positive2", "negative")})
+                {"subset": subset, "key": rec["key"], "roles": ("positive", "positive2", "negative"), "positives": 2})
 
 
 def sugarcrepe_pp_report(

@@ -94,7 +94,8 @@ from vlprobe.stats.metrics import (
 )
 from vlprobe.validation import InputError, check_float, check_seed
 
-__all__ = ["BENCHMARKS", "EXPERIMENTS", "EvalConfig", "EvalShard", "eval_run_name", "eval_shard_file", "run_eval"]
+__all__ = ["BENCHMARKS", "EXPERIMENTS", "EvalConfig", "EvalShard", "benchmark_rows", "eval_run_name", "eval_shard_file",
+           "headline_metrics", "item_values", "run_eval"]
 
 #: The two-text benchmarks with their own code path here, then those evaluated through a
 #: :class:`~vlprobe.experiments.benchmark_specs.BenchmarkSpec`.
@@ -173,7 +174,7 @@ class EvalConfig(ModelOptions, ItemOptions, AllItemsOption, StripCaptionsOption,
         None, help="blind-grammar: the label (name or index) meaning acceptable.",
     )
     batch_size: int = ModelOptions.redeclare("batch_size", help="Pairs or texts per forward pass.")
-    dtype: str = ModelOptions.redeclare("dtype", choices=("float32", "float16"))
+    dtype: str = ModelOptions.redeclare("dtype")
     shard: str = ShardOption.redeclare("shard", help=(
         "Score block K of N of the items (K/N), or auto: K/N from Slurm, torchrun, accelerate or MPI; writes "
         "only OUT/{experiment}/<name>.shard-K-of-N.scores.jsonl, joined by --merge-shards."))
@@ -416,7 +417,7 @@ def _compute_spec(config: EvalConfig, slot: RunSlot) -> RunRows:
     """A benchmark evaluated through its :class:`~vlprobe.experiments.benchmark_specs.BenchmarkSpec`:
     every text of an item scored with every image of it (or read from a score file), then the
     spec's rows."""
-    from vlprobe.experiments.benchmark_specs import SPECS, spec_rows
+    from vlprobe.experiments.benchmark_specs import SPECS
 
     spec = SPECS[config.benchmark]
     dataset = _load(config)
@@ -460,10 +461,9 @@ def _compute_spec(config: EvalConfig, slot: RunSlot) -> RunRows:
         mats.append(values[at:at + k * j].reshape(j, k).T)
         at += k * j
     subsets = [it.meta["subset"] for it in items]
-    groups = [(it.tags.get(spec.group_tag.get(it.meta["subset"], ""), ("",)) or ("",))[0] for it in items]
-    slices = [(bow_tag([t.text for t in it.captions]) or [""])[0] for it in items] if spec.bow else None
+    slices = _item_slices(items) if spec.bow else None
     base = {"experiment": config.benchmark, "model": slot.label, "task": "target", "split": "test"}
-    rows, _ = spec_rows(spec, subsets, groups, mats, base, config.bootstrap, config.bootstrap_seed, slices)
+    rows = benchmark_rows(config.benchmark, items, mats, base, config.bootstrap, config.bootstrap_seed)
     sub = np.asarray(subsets)
     extra = {
         "units": units_of(rows), "model": slot.label, "n_items": len(items), "score_kind": score_kind,
@@ -482,6 +482,99 @@ def _compute_spec(config: EvalConfig, slot: RunSlot) -> RunRows:
     files = {".scores.jsonl": lambda path: write_item_scores(
         path, pair_items, [im.id for im in pair_images], [t.id for t in pair_texts], values)}
     return RunRows(rows, inputs, extra, seeds=[config.bootstrap_seed], device=device, files=files)
+
+
+# -- a benchmark's metric rows from its items' scores (probe eval; a blind scorer in bias-gap) ---------
+
+#: The paired benchmarks' own number (the spec benchmarks declare theirs: ``BenchmarkSpec.headline``).
+_PAIRED_HEADLINE = {"sugarcrepe": ("accuracy",), "valse": ("acc_r",)}
+
+
+def headline_metrics(benchmark: str) -> tuple[str, ...]:
+    """The benchmark's own number per scope, the first of these a scope has (ARO: ``macro_accuracy``
+    on its VG tasks, ``precision_at_1`` on the order tasks; CREPE ``recall@1``; SugarCrepe
+    ``accuracy``; VALSE ``acc_r``; ...)."""
+    if benchmark in PAIRED:
+        return _PAIRED_HEADLINE[benchmark]
+    from vlprobe.experiments.benchmark_specs import SPECS
+
+    return SPECS[benchmark].headline
+
+
+def _item_slices(items: list[Any]) -> list[str]:
+    """Each item's bag-of-words value (``same``, ``different``; "" for none)."""
+    return [(bow_tag([t.text for t in it.captions]) or [""])[0] for it in items]
+
+
+def benchmark_rows(benchmark: str, items: list[Any], scores: list[np.ndarray], base: dict[str, Any], n_boot: int,
+                   seed: int, *, threshold: float | None = None) -> list[dict[str, Any]]:
+    """The metric rows ``probe eval BENCHMARK`` writes for ``items`` with these scores (values in
+    percent, intervals, slices, groups), as its authors' code computes them, ties included.
+
+    Parameters
+    ----------
+    items : list of Item
+        In the run's order, each with ``meta["subset"]``.
+    scores : list of ndarray, shape (texts, images) each
+        Every text of an item scored with every image of it.
+    base : dict
+        The rows' other columns (experiment, model, probe, task, split).
+    n_boot, seed : int
+        Bootstrap resamples and seed.
+    threshold : float, optional
+        VALSE: the match threshold of the score (its thresholded metrics).
+    """
+    subsets = [it.meta["subset"] for it in items]
+    if benchmark in PAIRED:
+        sub = np.asarray(subsets)
+        pos, neg = (np.asarray([float(m[k, 0]) for m in scores]) for k in (0, 1))
+        slices = np.asarray(_item_slices(items))
+        idx = bootstrap_indices(len(items), n_boot, seed, strata=sub)
+        if benchmark == "sugarcrepe":
+            return _sugarcrepe_rows(pos, neg, sub, idx, base, seed, slices)
+        return _valse_rows(pos, neg, sub, idx, base, seed, threshold, True, None, slices)
+    from vlprobe.experiments.benchmark_specs import SPECS, spec_rows
+
+    spec = SPECS[benchmark]
+    groups = [(it.tags.get(spec.group_tag.get(it.meta["subset"], ""), ("",)) or ("",))[0] for it in items]
+    rows, _ = spec_rows(spec, subsets, groups, scores, base, n_boot, seed, _item_slices(items) if spec.bow else None)
+    return rows
+
+
+def item_values(benchmark: str, items: list[Any], scores: list[np.ndarray]) -> list[dict[str, float]]:
+    """Per item, in percent, its own value of each of the benchmark's metrics that is a mean over
+    items (those in :data:`~vlprobe.runs.units.NOT_MEANS`, a macro accuracy or an AUROC, left out):
+    the mean over a subset's items is that subset's row of :func:`benchmark_rows`.
+
+    Parameters
+    ----------
+    items, scores
+        As :func:`benchmark_rows` takes them.
+    """
+    from vlprobe.runs.units import NOT_MEANS
+
+    out: list[dict[str, float]] = [{} for _ in items]
+    if benchmark in PAIRED:
+        pos, neg = (np.asarray([float(m[k, 0]) for m in scores]) for k in (0, 1))
+        metric = "accuracy" if benchmark == "sugarcrepe" else "acc_r"
+        for row, v in zip(out, 100.0 * (pos > neg), strict=True):  # strict: a tie is wrong, as both papers' code
+            row[metric] = float(v)
+        return out
+    from vlprobe.experiments.benchmark_specs import SPECS, score_block
+
+    spec = SPECS[benchmark]
+    sub = np.asarray([it.meta["subset"] for it in items])
+    for subset in dict.fromkeys(sub.tolist()):
+        cols = np.flatnonzero(sub == subset)
+        outcomes = spec.outcomes(subset, score_block(scores, cols))
+        # each item as a run of one column: the metric of that item alone
+        group = [(items[int(cols[0])].tags.get(spec.group_tag.get(subset, ""), ("",)) or ("",))[0]]
+        alone = spec.metrics(subset, {k: np.asarray(v).reshape(-1, 1) for k, v in outcomes.items()}, np.asarray(group))
+        for metric, values in alone.items():
+            if metric not in NOT_MEANS:
+                for at, v in zip(cols.tolist(), np.asarray(values, dtype=np.float64).reshape(-1).tolist(), strict=True):
+                    out[at][metric] = 100.0 * v
+    return out
 
 
 # -- scoring a run's pairs: whole, one shard, or the shards merged -----------------------------------
@@ -872,6 +965,7 @@ def run_model_table(exp: Experiment, config: EvalConfig) -> tuple[Path, Path, li
             model_config=None if entry.model_config is None else Path(entry.model_config),
             tokenizer=entry.tokenizer, regions=None if entry.regions is None else Path(entry.regions),
             name=entry.name, **({} if reads_pixels else {"image_dir": None, "image_root": ()}),
+            **({"dtype": entry.dtype} if entry.dtype else {}),
         )
         try:
             run = exp.claim(one, entry.name)

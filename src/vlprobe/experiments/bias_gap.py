@@ -2,34 +2,54 @@
 model tell a benchmark's positive captions from its negatives? (``probe run bias-gap``)
 
 Every item of a benchmark whose items pair one image with positive and negative captions (ARO,
-SugarCrepe, VALSE and the like: the first ``Item.meta["positives"]`` texts, default 1, are
-positive, the rest negative) is scored by each blind scorer (a registered text-only model: Vera,
-the grammar model, a language model, caption length) without its image. An item's **gap** under a
-scorer is ``min(positive scores) - max(negative scores)`` (``negatives=hardest``: the positive
-against its best-scoring negative; with one positive and one negative simply positive minus
-negative), or one gap per (positive, negative) pair (``negatives=each``). A scorer **gets an item
-right** when its gap is > 0: every positive scores strictly higher than every negative, ties
-wrong, as SugarCrepe's ``text_model_eval.py`` decides (``pos > neg``).
+CREPE, VL-CheckList, SugarCrepe, SugarCrepe++, VALSE: the first ``Item.meta["positives"]`` texts,
+default 1, are positive, the rest negative; SugarCrepe++ has two) is scored by each blind scorer (a
+registered text-only model: Vera, the grammar model, a language model, caption length) without
+its image. Two things are measured:
+
+* **the benchmark's own metric** of each scorer, computed by the code ``probe eval`` computes it
+  with (:func:`~vlprobe.experiments.benchmark_eval.benchmark_rows`), tie rule included: ARO's
+  ``macro_accuracy`` (VG, a tie wrong) and ``precision_at_1`` (order, a tie to the caption),
+  CREPE's ``recall@1`` (a tie to the caption), VL-CheckList's ``accuracy``, SugarCrepe's
+  ``accuracy``, SugarCrepe++'s ``itt`` (both positives above the negative), VALSE's ``acc_r``,
+  with every other row ``probe eval`` writes (intervals, slices, groups, means). A scorer's rows
+  here equal ``probe eval BENCHMARK --model SCORER``'s, so a blind bar and a VLM bar from a
+  ``probe eval`` CSV are the same quantity;
+* **the gap** per item under each scorer: ``min(positive scores) - max(negative scores)``
+  (``negatives=hardest``: with one positive and one negative simply positive minus negative), or
+  one per (positive, negative) pair (``negatives=each``), and ``gap_positive``, the share of gaps
+  above 0 (SugarCrepe's ``text_model_eval.py`` decision, ``pos > neg``, for every benchmark).
+  Items with their positives alone (a CREPE row without hard negatives) have no gap; the metric
+  counts them as their benchmark does (CREPE ranks the caption first).
+
+The bars: SugarCrepe's Figure 1 draws CREPE as Atomic / Swap / Negate (the productivity files of
+each negative type, complexities pooled: scopes ``prod_atom``, ``prod_swap``, ``prod_negate``),
+ARO as its four tasks and VL-CheckList as Object / Attribute / Relation (:data:`FIGURE1`); a
+benchmark without a layout there (SugarCrepe, SugarCrepe++, VALSE) gets one bar per subset, and
+subsets no bar covers get their own. Each bar is its scope's headline metric
+(:func:`~vlprobe.experiments.benchmark_eval.headline_metrics`), for each scorer and each VLM run.
 
 Writes to ``OUT/bias-gap/`` (run label: ``name``, else the dataset's name):
 
-* ``<run>.csv``: per subset and ``all`` (items pooled), per scorer (the ``probe`` column):
-  ``accuracy`` (percent of items right, with its 95% bootstrap interval, items resampled within
-  their subset), ``ties`` (percent with gap 0), and the gap's distribution: ``gap`` (its mean),
-  ``gap_std``, ``gap_q05``, ``gap_q25``, ``gap_median``, ``gap_q75``, ``gap_q95`` (in the scorer's
-  own score unit; Vera and the grammar model score in [0, 1], so their gaps lie in [-1, 1]); then,
-  per ``vlm_results`` CSV of ``probe eval`` (``probe`` = ``vlm:<its run>``), that run's headline
-  metric per subset (``macro_accuracy``, ``precision_at_1``, ``accuracy`` or ``acc_r``, the first
-  the subset has; its intervals copied), for Figure 2's comparison;
+* ``<run>.csv``: per scorer (the ``probe`` column) the benchmark's metric rows as ``probe eval``
+  writes them, then per subset and ``all`` (gaps pooled) ``gap_positive`` (with its 95% bootstrap
+  interval, gaps resampled within their subset), ``ties`` (percent with gap 0) and the gap's
+  distribution: ``gap`` (its mean), ``gap_std``, ``gap_q05``, ``gap_q25``, ``gap_median``,
+  ``gap_q75``, ``gap_q95`` (in the scorer's own score unit; Vera and the grammar model score in
+  [0, 1], so their gaps lie in [-1, 1]); then per ``vlm_results`` CSV of ``probe eval``
+  (``probe`` = ``vlm:<its run>``) that run's headline metric for every scope the scorers have one
+  for (its intervals copied);
 * ``<run>.items.csv``: every gap (``subset`` = ``<subset>:<item id>``, or
   ``<subset>:<item id>/<negative text>`` with ``negatives=each``; ``probe`` = the scorer; metrics
-  ``gap``, ``accuracy`` and ``ties``, 100 or 0 per gap): the whole distribution, which
-  ``probe plot`` and ``probe report`` draw as Figure 1's histograms (one panel per subset, every
-  scorer overlaid) beside Figure 2's bars (each scorer's and each VLM's share right per subset);
+  ``gap``, ``gap_positive`` and ``ties``, 100 or 0 per gap), which ``probe plot`` and ``probe
+  report`` draw as histograms, one panel per bar (every scorer overlaid), beside the bars; and
+  each item's own value of the benchmark's metrics that are means over items (``<subset>:<item
+  id>``: ``accuracy``, ``precision_at_1``, ``recall@k``, ``itt``, ...; 100 or 0);
 * ``<run>.<scorer>.scores.jsonl``: each scorer's per-text scores (vlprobe's per-item score format:
   ``probe refine`` reads two of them on a two-text benchmark);
-* ``manifest.json``: config, the dataset and checkpoint fingerprints, each scorer's score kind, the
-  histogram counts per scorer and subset (``bins`` bins), the VLM results read.
+* ``manifest.json``: config, the dataset and checkpoint fingerprints, each scorer's score kind,
+  the bars (label, scope, metric, member subsets, chance), the histogram counts per scorer and
+  subset (``bins`` bins), the VLM results read.
 """
 
 from __future__ import annotations
@@ -43,7 +63,6 @@ import numpy as np
 
 from vlprobe.data.items import Dataset, Item
 from vlprobe.progress import say
-from vlprobe.provenance import sha256_file
 from vlprobe.runs.charts import Chart
 from vlprobe.runs.declare import (
     REQUIRED,
@@ -68,21 +87,28 @@ from vlprobe.runs.writing import RunRows, RunSlot
 from vlprobe.stats.metrics import bootstrap_indices, ci95_rows
 from vlprobe.validation import InputError, check_positive_int
 
-__all__ = ["EXPERIMENT", "GAP_QUANTILES", "HEADLINE_METRICS", "BiasGapConfig", "item_gaps", "run_bias_gap"]
+__all__ = ["EXPERIMENT", "FIGURE1", "GAP_QUANTILES", "BiasGapConfig", "item_gaps", "run_bias_gap"]
 
 #: Quantile rows of the gap distribution: metric -> quantile.
 GAP_QUANTILES: dict[str, float] = {"gap_q05": 0.05, "gap_q25": 0.25, "gap_median": 0.5, "gap_q75": 0.75,
                                    "gap_q95": 0.95}
-#: A ``probe eval`` run's metric shown per subset, the first one the subset has (ARO: the paper's
-#: macro accuracy, Precision@1 on the order subsets; SugarCrepe: accuracy; VALSE: acc_r).
-HEADLINE_METRICS: tuple[str, ...] = ("macro_accuracy", "precision_at_1", "accuracy", "acc_r")
+#: SugarCrepe's Figure 1, per benchmark its bars in the figure's order: (label, scope of ``probe eval``'s
+#: rows). CREPE: the productivity files of a negative type, complexities pooled; ARO: its tasks;
+#: VL-CheckList: the mean of a category's radar spokes.
+FIGURE1: dict[str, tuple[tuple[str, str], ...]] = {
+    "crepe": (("Atomic", "prod_atom"), ("Swap", "prod_swap"), ("Negate", "prod_negate")),
+    "aro": (("VG Relation", "vg_relation"), ("VG Attribution", "vg_attribution"), ("COCO Order", "coco_order"),
+            ("Flickr Order", "flickr30k_order")),
+    "vl-checklist": (("Object", "Object"), ("Attribute", "Attribute"), ("Relation", "Relation")),
+}
 #: The ``note`` of the rows whose name alone could mislead.
 NOTES = {
-    "accuracy": "share of items whose every positive the blind scorer scores strictly above every negative "
-                "(gap > 0; ties wrong, as SugarCrepe's text_model_eval.py)",
-    "accuracy_each": "share of (positive, negative) pairs the blind scorer orders right (gap > 0; ties wrong)",
+    "gap_positive": "share of items whose every positive the blind scorer scores strictly above every negative "
+                    "(gap > 0; ties wrong, as SugarCrepe's text_model_eval.py); the benchmark's own metric is in "
+                    "its own rows",
+    "gap_positive_each": "share of (positive, negative) pairs the blind scorer orders right (gap > 0; ties wrong)",
     "ties": "share with gap exactly 0",
-    "all": "items of every subset pooled",
+    "all": "gaps of every subset pooled",
 }
 NEGATIVES = ("hardest", "each")
 
@@ -116,8 +142,8 @@ class BiasGapConfig(DatasetOption, ItemOptions, BootstrapOptions, ProgressOption
     )
     vlm_results: tuple[Path, ...] = option(
         (), repeat=True, role="input", metavar="EVAL.csv",
-        help="A `probe eval` tidy CSV of the same benchmark, repeatable: its metric per subset beside the "
-             "blind scorers' (Figure 2).",
+        help="A `probe eval` tidy CSV of the same benchmark, repeatable: its headline metric per scope beside the "
+             "blind scorers' (Figure 1's bars).",
     )
     dataset_options: tuple[str, ...] = option(
         (), repeat=True, role="input", metavar="NAME=VALUE", check=check_key_values,
@@ -217,81 +243,15 @@ def _label(config: BiasGapConfig) -> str:
     return config.name or config.dataset
 
 
-def _read_eval_run(path: Path) -> tuple[str, str, list[dict[str, str]], dict[str, Any]]:
-    """A ``probe eval`` run's experiment, run name, tidy rows and manifest entry ({} if none)."""
-    import json
-
-    from vlprobe.runs.summary import read_tidy_csv
-    from vlprobe.runs.writing import result_stem
-
-    if path.name.endswith((".items.csv", ".summary.csv")):
-        raise InputError(f"vlm_results: {path.name} is not a run's tidy results; give "
-                         f"{path.name.removesuffix('.items.csv').removesuffix('.summary.csv')}.csv")
-    try:
-        rows = read_tidy_csv(path)
-    except InputError as err:
-        raise InputError(f"vlm_results: {str(err).removeprefix('csv: ')}") from None
-    experiments = sorted({r["experiment"] for r in rows})
-    models = sorted({r["model"] for r in rows})
-    if len(experiments) != 1 or len(models) != 1:
-        raise InputError(f"vlm_results: {path.name} holds rows of {len(experiments)} experiment(s) and "
-                         f"{len(models)} model(s); expected one `probe eval` run")
-    entry: Any = {}
-    manifest = path.parent / "manifest.json"
-    if manifest.is_file():
-        try:
-            runs = json.loads(manifest.read_text(encoding="utf-8")).get("runs") or {}
-        except (json.JSONDecodeError, AttributeError):
-            runs = {}
-        entry = runs.get(models[0]) or next((v for k, v in runs.items() if result_stem(k) == path.stem), {})
-    return experiments[0], models[0], rows, entry if isinstance(entry, dict) else {}
-
-
-def _vlm_rows(config: BiasGapConfig, dataset: Dataset, subsets: list[str], label: str
-              ) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
-    """Each ``probe eval`` CSV's headline metric per subset (and its interval rows)."""
-    rows: list[dict[str, Any]] = []
-    inputs: dict[str, Any] = {}
-    record: dict[str, Any] = {}
-    for k, path in enumerate(config.vlm_results):
-        experiment, run_name, run_rows, run_manifest = _read_eval_run(Path(path))
-        if experiment != config.dataset:
-            raise InputError(f"vlm_results: {Path(path).name} holds {experiment} results, not {config.dataset}'s "
-                             f"(give the CSV of `probe eval {config.dataset}`)")
-        by_key = {(r["subset"], r["metric"]): r for r in run_rows if r.get("task", "target") in ("target", "")}
-        probe = f"vlm:{run_name}"
-        if any(r["probe"] == probe for r in rows):
-            raise InputError(f"vlm_results: two CSVs of one run name {run_name!r} ({Path(path).name})")
-        shown: dict[str, str] = {}
-        for subset in [*subsets, "all"]:
-            metric = next((m for m in HEADLINE_METRICS if (subset, m) in by_key), None)
-            if metric is None:
-                continue
-            shown[subset] = metric
-            src = by_key[(subset, metric)]
-            base = {"experiment": EXPERIMENT.name, "model": label, "probe": probe, "task": "target", "split": "test",
-                    "subset": subset, "n": src.get("n") or None}
-            note = f"`probe eval {config.dataset}`'s {metric} of run {run_name} ({Path(path).name})"
-            rows.append({**base, "metric": metric, "value": float(src["value"]), "note": note})
-            for bound in ("low", "high"):
-                ci = by_key.get((subset, f"{metric}.ci95_{bound}"))
-                if ci is not None:
-                    rows.append({**base, "metric": f"{metric}.ci95_{bound}", "value": float(ci["value"]),
-                                 "seed": ci.get("seed") or None})
-        if not shown:
-            raise InputError(f"vlm_results: {Path(path).name} has none of the subsets {', '.join(subsets)} "
-                             f"with a metric {', '.join(HEADLINE_METRICS)}")
-        their = ((run_manifest.get("inputs") or {}).get("dataset") or {}).get("fingerprint")
-        inputs[f"vlm_results_{k}"] = {"path": str(path), "sha256": sha256_file(path)}
-        record[run_name] = {"csv": str(path), "metrics": shown,
-                            "same_dataset": None if their is None else their == dataset.fingerprint}
-    return rows, inputs, record
+def _histogram(gaps: np.ndarray, bins: int, lo: float, hi: float) -> dict[str, Any]:
+    counts, edges = np.histogram(gaps, bins=bins, range=(lo, hi))
+    return {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts]}
 
 
 def _chance(items: list[Item], npos: list[int], subsets: list[str], order: list[str], negatives: str
             ) -> dict[str, float]:
-    """Per subset, the percent a scorer with random scores (no ties) gets right: 1 / C(T, k) per
-    item with k positives among T captions (``hardest``), 50 per pair (``each``)."""
+    """Per subset, the percent of gaps above 0 under random scores (no ties): 1 / C(T, k) per item
+    with k positives among T captions (``hardest``), 50 per pair (``each``)."""
     out: dict[str, float] = {}
     for subset in order:
         if negatives == "each":
@@ -303,35 +263,69 @@ def _chance(items: list[Item], npos: list[int], subsets: list[str], order: list[
     return out
 
 
-def _histogram(gaps: np.ndarray, bins: int, lo: float, hi: float) -> dict[str, Any]:
-    counts, edges = np.histogram(gaps, bins=bins, range=(lo, hi))
-    return {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts]}
+def _split_items(dataset: Dataset, name: str) -> tuple[list[Item], list[Item], dict[str, int]]:
+    """Every item (the metric's), those with a gap (a negative caption) and the count without one
+    per subset; InputError for an item that is not one image with positive and negative captions."""
+    every = list(dataset.items)
+    gapped: list[Item] = []
+    no_negatives: dict[str, int] = {}
+    for it in every:  # an item with its positives alone (a CREPE row without hard negatives) has no gap
+        if len(it.images) == 1 and len(it.captions) == int(it.meta.get("positives", 1)):
+            no_negatives[_subset(it)] = no_negatives.get(_subset(it), 0) + 1
+        else:
+            positives_of(it, name)
+            gapped.append(it)
+    if not gapped:
+        raise InputError(f"{name}: no items to score" + (" (none has a negative caption)" if no_negatives else ""))
+    return every, gapped, no_negatives
+
+
+def _metric_rows(config: BiasGapConfig, items: list[Item], values: np.ndarray, label: str, name: str,
+                 score_kind: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A scorer's rows of the benchmark's own metrics, as ``probe eval`` computes them, and each
+    item's own value of those that are means over items (per-case rows); none for a dataset ``probe
+    eval`` does not evaluate."""
+    from vlprobe.experiments.benchmark_eval import BENCHMARKS, benchmark_rows, item_values
+
+    if config.dataset not in BENCHMARKS:
+        return [], []
+    threshold = None
+    if config.dataset == "valse":
+        from vlprobe.extract.eval_scorer import MATCH_THRESHOLDS
+
+        threshold = MATCH_THRESHOLDS.get(score_kind)
+    mats, at = [], 0
+    for it in items:  # one image each: (texts, 1)
+        mats.append(values[at:at + len(it.captions)].reshape(-1, 1))
+        at += len(it.captions)
+    base = {"experiment": EXPERIMENT.name, "model": label, "probe": name, "task": "target", "split": "test"}
+    rows = benchmark_rows(config.dataset, items, mats, base, config.bootstrap, config.bootstrap_seed,
+                          threshold=threshold)
+    per_item = [{**base, "subset": f"{it.meta['subset']}:{it.id}", "metric": metric, "value": value}
+                for it, own in zip(items, item_values(config.dataset, items, mats), strict=True)
+                for metric, value in own.items()]
+    return rows, per_item
 
 
 def compute_bias_gap(config: BiasGapConfig, slot: RunSlot) -> RunRows:
     """Score every caption with each blind scorer; the rows, per-item gaps and manifest entries."""
     from vlprobe.data.loading import load_dataset
+    from vlprobe.experiments.benchmark_eval import BENCHMARKS, headline_metrics
+    from vlprobe.experiments.bias_bars import bars_of, headline_scopes, vlm_rows
     from vlprobe.extract.eval_scorer import load_scorer
     from vlprobe.runs.score_files import write_item_scores
 
     label = slot.label
     dataset = load_dataset(config.dataset, config.data_dir, options=_dataset_option_values(config))
-    items: list[Item] = []
-    no_negatives: dict[str, int] = {}
-    for it in dataset.items:  # an item with its positives alone (a CREPE row without hard negatives) has no gap
-        if len(it.images) == 1 and len(it.captions) == int(it.meta.get("positives", 1)):
-            no_negatives[_subset(it)] = no_negatives.get(_subset(it), 0) + 1
-        else:
-            items.append(it)
-    if not items:
-        raise InputError(f"{config.dataset}: no items to score" + (" (none has a negative caption)" if no_negatives else ""))
+    every, items, no_negatives = _split_items(dataset, config.dataset)
     if no_negatives:
-        say(config.progress, f"bias-gap: {sum(no_negatives.values())} item(s) without a negative caption left out")
+        say(config.progress, f"bias-gap: {sum(no_negatives.values())} item(s) without a negative caption have no gap "
+                             "(their benchmark's metric counts them)")
     npos = [positives_of(it, config.dataset) for it in items]
     subsets = [_subset(it) for it in items]
     order = list(dict.fromkeys(subsets))
-    texts = [t.text for it in items for t in it.captions]
-    images = [it.images[0] for it in items for _ in it.captions]
+    texts = [t.text for it in every for t in it.captions]
+    images = [it.images[0] for it in every for _ in it.captions]
     checkpoints = key_values(config.checkpoints, "checkpoints", identifiers=False)
     inputs: dict[str, Any] = {"dataset": {"name": dataset.name, "fingerprint": dataset.fingerprint,
                                           "source": dataset.source}}
@@ -339,11 +333,13 @@ def compute_bias_gap(config: BiasGapConfig, slot: RunSlot) -> RunRows:
     per_scorer: dict[str, np.ndarray] = {}
     device = "cpu"
     files: dict[str, Any] = {}
-    text_ids = [t.id for it in items for t in it.captions]
-    image_ids = [it.images[0].id for it in items for _ in it.captions]
-    item_ids = [it.id for it in items for _ in it.captions]
+    text_ids = [t.id for it in every for t in it.captions]
+    image_ids = [it.images[0].id for it in every for _ in it.captions]
+    item_ids = [it.id for it in every for _ in it.captions]
+    rows: list[dict[str, Any]] = []
+    metric_items: list[dict[str, Any]] = []
     for name in config.scorers:
-        say(config.progress, f"bias-gap: {name} scores {len(set(texts))} distinct captions of {len(items)} items")
+        say(config.progress, f"bias-gap: {name} scores {len(set(texts))} distinct captions of {len(every)} items")
         scorer = load_scorer(name, checkpoints.get(name), device=config.device, dtype=config.dtype,
                              batch_size=config.batch_size)
         values, _ = scorer.score_with_logits(images, texts, progress=config.progress)
@@ -354,13 +350,17 @@ def compute_bias_gap(config: BiasGapConfig, slot: RunSlot) -> RunRows:
                              "scores": slot.file(f".{name}.scores.jsonl")}
         files[f".{name}.scores.jsonl"] = (lambda v: lambda path: write_item_scores(
             path, item_ids, image_ids, text_ids, v))(values)
-    # gaps: one per item (hardest) or per (positive, negative) pair (each)
+        more, per_item = _metric_rows(config, every, values, label, name, scorer.score_kind)
+        rows += more
+        metric_items += per_item
+    # gaps: one per item (hardest) or per (positive, negative) pair (each), of the items with a negative
+    at_of = dict(zip([it.id for it in every], np.cumsum([0] + [len(it.captions) for it in every[:-1]]).tolist(),
+                     strict=True))
     unit_subset: list[str] = []
     unit_id: list[str] = []
     gaps: dict[str, list[float]] = {name: [] for name in config.scorers}
-    at = 0
     for it, k, sub in zip(items, npos, subsets, strict=True):
-        n_text = len(it.captions)
+        at, n_text = int(at_of[it.id]), len(it.captions)
         for name in config.scorers:
             gaps[name].extend(item_gaps(per_scorer[name][at:at + n_text], k, config.negatives).tolist())
         if config.negatives == "hardest":
@@ -372,13 +372,56 @@ def compute_bias_gap(config: BiasGapConfig, slot: RunSlot) -> RunRows:
                     unit_id.append(f"{it.id}/{neg.id.rsplit('/', 1)[-1]}" if k == 1
                                    else f"{it.id}/{it.captions[p].id.rsplit('/', 1)[-1]}-{neg.id.rsplit('/', 1)[-1]}")
                     unit_subset.append(sub)
-        at += n_text
+    gap_rows, item_rows, histograms = _gap_rows(config, label, gaps, unit_id, unit_subset, order)
+    rows += gap_rows
+    item_rows += metric_items
+    # the bars: each scope's headline metric, for the scorers and for the VLM runs compared
+    headline = headline_metrics(config.dataset) if config.dataset in BENCHMARKS else ("gap_positive",)
+    scopes = headline_scopes([r for r in rows if r["probe"] == config.scorers[0]], headline)
+    bars = bars_of(config.dataset, FIGURE1.get(config.dataset, ()), scopes, every,
+                   list(dict.fromkeys(_subset(it) for it in every)))
+    vlm_record: dict[str, Any] = {}
+    if config.vlm_results:
+        base = {"experiment": EXPERIMENT.name, "model": label, "task": "target", "split": "test"}
+        more, vlm_inputs, vlm_record = vlm_rows(config.vlm_results, config.dataset, dataset, scopes, base)
+        rows += more
+        inputs.update(vlm_inputs)
+    gap_note = NOTES["gap_positive" if config.negatives == "hardest" else "gap_positive_each"]
+    extra = {
+        "units": units_of(rows, item_rows), "dataset": config.dataset, "scorers": scorer_info,
+        "negatives": config.negatives, "n_items": len(every), "n_gap_items": len(items), "n_gaps": len(unit_id),
+        "items_without_negatives": {"per_subset": no_negatives,
+                                    "note": "no gap without a negative; the benchmark's metric counts them"},
+        "items_per_subset": {s: int(sum(_subset(it) == s for it in every)) for s in dict.fromkeys(map(_subset, every))},
+        "definitions": {
+            "gap": "min(positive scores) - max(negative scores) per item" if config.negatives == "hardest"
+                   else "positive score - negative score per (positive, negative) pair",
+            "gap_positive": gap_note,
+            "metrics": f"the benchmark's own, as `probe eval {config.dataset}` computes them (ties as its authors' "
+                       "code counts them)" if config.dataset in BENCHMARKS else "none: not a `probe eval` benchmark",
+        },
+        "bars": bars, "headline": dict(scopes), "histograms": histograms, "vlm_results": vlm_record,
+        "chance_percent": _chance(items, npos, subsets, order, config.negatives),
+        "bootstrap": {"resamples": config.bootstrap, "seed": config.bootstrap_seed, "level": 0.95,
+                      "kind": "percentile; the metrics' as probe eval draws them; gaps resampled within their subset, "
+                              "one index set for every scorer"},
+        "item_gaps": slot.file(".items.csv"),
+    }
+    return RunRows(rows, inputs, extra, seeds=[config.bootstrap_seed], device=device, item_rows=item_rows,
+                   files=files)
+
+
+def _gap_rows(config: BiasGapConfig, label: str, gaps: dict[str, list[float]], unit_id: list[str],
+              unit_subset: list[str], order: list[str]
+              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Per scorer, subset and ``all``: the share of gaps above 0 (with its interval), ties and the
+    gap's distribution; every gap's rows; the histogram counts."""
     sub_arr = np.asarray(unit_subset)
     idx = bootstrap_indices(len(unit_id), config.bootstrap, config.bootstrap_seed, strata=sub_arr)
     rows: list[dict[str, Any]] = []
     item_rows: list[dict[str, Any]] = []
     histograms: dict[str, dict[str, Any]] = {}
-    acc_note = NOTES["accuracy" if config.negatives == "hardest" else "accuracy_each"]
+    note = NOTES["gap_positive" if config.negatives == "hardest" else "gap_positive_each"]
     columns = {s: np.flatnonzero(sub_arr == s) for s in order}  # each subset's gaps, the same for every scorer
     columns["all"] = np.arange(len(unit_id))
     for name in config.scorers:
@@ -391,43 +434,23 @@ def compute_bias_gap(config: BiasGapConfig, slot: RunSlot) -> RunRows:
             gs = g[cols]
             base = {"experiment": EXPERIMENT.name, "model": label, "probe": name, "task": "target", "split": "test",
                     "subset": subset, "n": len(cols)}
-            note = acc_note + ("; " + NOTES["all"] if subset == "all" else "")
-            rows.append({**base, "metric": "accuracy", "value": 100.0 * float(right[cols].mean()), "note": note})
-            rows.extend(ci95_rows(base, "accuracy", 100.0 * right[idx[:, cols]].mean(axis=1)))
+            rows.append({**base, "metric": "gap_positive", "value": 100.0 * float(right[cols].mean()),
+                         "note": note + ("; " + NOTES["all"] if subset == "all" else "")})
+            rows.extend(ci95_rows(base, "gap_positive", 100.0 * right[idx[:, cols]].mean(axis=1)))
             rows.append({**base, "metric": "ties", "value": 100.0 * float((gs == 0).mean()), "note": NOTES["ties"]})
             rows.append({**base, "metric": "gap", "value": float(gs.mean()), "note": "mean gap"})
             rows.append({**base, "metric": "gap_std", "value": float(gs.std(ddof=1)) if len(gs) > 1 else math.nan})
             for metric, q in GAP_QUANTILES.items():
                 rows.append({**base, "metric": metric, "value": float(np.quantile(gs, q))})
             histograms[name][subset] = _histogram(gs, config.bins, -half, half)
-        # per gap: the gap, and whether it is right or a tie (in percent: their means are the rows above)
+        # per gap: the gap, and whether it is above 0 or a tie (in percent: their means are the rows above)
         for uid, sub, v in zip(unit_id, unit_subset, g.tolist(), strict=True):
             case = {"experiment": EXPERIMENT.name, "model": label, "probe": name, "task": "target", "split": "test",
                     "subset": f"{sub}:{uid}"}
             item_rows += [{**case, "metric": "gap", "value": v},
-                          {**case, "metric": "accuracy", "value": 100.0 if v > 0 else 0.0},
+                          {**case, "metric": "gap_positive", "value": 100.0 if v > 0 else 0.0},
                           {**case, "metric": "ties", "value": 100.0 if v == 0 else 0.0}]
-    vlm_rows, vlm_inputs, vlm_record = _vlm_rows(config, dataset, order, label) if config.vlm_results else ([], {}, {})
-    rows += vlm_rows
-    inputs.update(vlm_inputs)
-    extra = {
-        "units": units_of(rows, item_rows), "dataset": config.dataset, "scorers": scorer_info,
-        "negatives": config.negatives, "n_items": len(items), "n_gaps": len(unit_id),
-        "items_without_negatives": {"per_subset": no_negatives, "note": "left out: no gap without a negative"},
-        "items_per_subset": {s: int(sum(x == s for x in subsets)) for s in order},
-        "definitions": {
-            "gap": "min(positive scores) - max(negative scores) per item" if config.negatives == "hardest"
-                   else "positive score - negative score per (positive, negative) pair",
-            "accuracy": acc_note,
-        },
-        "histograms": histograms, "vlm_results": vlm_record,
-        "chance_percent": _chance(items, npos, subsets, order, config.negatives),
-        "bootstrap": {"resamples": config.bootstrap, "seed": config.bootstrap_seed, "level": 0.95,
-                      "kind": "percentile; gaps resampled within their subset; one index set for every scorer"},
-        "item_gaps": slot.file(".items.csv"),
-    }
-    return RunRows(rows, inputs, extra, seeds=[config.bootstrap_seed], device=device, item_rows=item_rows,
-                   files=files)
+    return rows, item_rows, histograms
 
 
 def run_bias_gap(config: BiasGapConfig) -> tuple[Path, Path, list[dict[str, Any]]]:
@@ -443,12 +466,18 @@ def run_bias_gap(config: BiasGapConfig) -> tuple[Path, Path, list[dict[str, Any]
 
 
 def report(config: BiasGapConfig, result: tuple[Path, Path, list[dict[str, Any]]]) -> list[str]:
-    """Each scorer's share right (and each VLM's metric) per subset with its interval, then the files."""
+    """Each scope's headline metric (the bars) for every scorer and VLM run with its interval, each
+    scorer's share of gaps above 0 over every item, then the files."""
+    from vlprobe.experiments.benchmark_eval import BENCHMARKS, headline_metrics
+    from vlprobe.experiments.bias_bars import headline_scopes
+
     csv_path, _, rows = result
+    headline = headline_metrics(config.dataset) if config.dataset in BENCHMARKS else ("gap_positive",)
+    scopes = headline_scopes([r for r in rows if r["probe"] == config.scorers[0]], headline)
     ci = {(r["probe"], r["subset"], r["metric"]): r["value"] for r in rows if ".ci95_" in r["metric"]}
     lines = []
     for r in rows:
-        if r["metric"] not in ("accuracy", *HEADLINE_METRICS):
+        if scopes.get(r["subset"]) != r["metric"] and not (r["metric"] == "gap_positive" and r["subset"] == "all"):
             continue
         low, high = (ci.get((r["probe"], r["subset"], f"{r['metric']}.ci95_{b}")) for b in ("low", "high"))
         interval = f"  [{low:6.2f}, {high:6.2f}]" if low is not None and high is not None else ""
@@ -457,8 +486,10 @@ def report(config: BiasGapConfig, result: tuple[Path, Path, list[dict[str, Any]]
                                *(f"{csv_path.stem}.{s}.scores.jsonl" for s in config.scorers))]
 
 
+#: Version 2: the benchmark's own metrics per scorer (probe eval's code and tie rules), ``gap_positive``
+#: for the share of gaps above 0 (version 1 called it accuracy), the Figure 1 bars.
 EXPERIMENT = Experiment(
-    "bias-gap", 1, BiasGapConfig, compute_bias_gap, report, label=_label,
+    "bias-gap", 2, BiasGapConfig, compute_bias_gap, report, label=_label,
     omit=("image_dir",),  # blind scorers read no image; image_root finds ARO's Karpathy files (the authors' layout)
-    chart=Chart("gaps", ("accuracy",), subsets=None, categories="subset", chance={"accuracy": 50.0}),
+    chart=Chart("gaps", ("gap_positive",), subsets=None, categories="subset", chance={"gap_positive": 50.0}),
 )

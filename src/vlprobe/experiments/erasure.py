@@ -177,7 +177,7 @@ class _DualRuns:
         self.labels = torch.tensor([k for k in (0, 1) for _ in items])
         self.owner = np.tile(np.arange(self.n), 2)
         with torch.inference_mode():
-            self.img = np.concatenate([adapter.encode("image", [it.images[j].load() for it in items], [0]).pooled
+            self.img = np.concatenate([adapter.encode("image", [it.images[j].load(rgb=adapter.rgb_on_load) for it in items], [0]).pooled
                                        .float().cpu().numpy() for j in range(n_img)])  # image j of item i at j * n + i
         self.n_img = n_img
 
@@ -211,7 +211,7 @@ class _CrossRuns:
         self.sites = adapter.layer_sites(stream)
         self.text_table = adapter.prepare_texts([it.captions[k].text for it in items for k in (0, 1)])
         refs = [it.images[j] for it in items for j in range(n_img)]
-        self.image_table = adapter.prepare_images(ImageSource(adapter.image_input, refs, store).read(np.arange(len(refs))))
+        self.image_table = adapter.prepare_images(ImageSource.for_adapter(adapter, refs, store).read(np.arange(len(refs))))
         i, k, j = np.meshgrid(np.arange(self.n), np.arange(2), np.arange(n_img), indexing="ij")
         self.t_idx, self.i_idx = (2 * i + k).ravel(), (n_img * i + j).ravel()  # pairs in (N, 2, n_img) order
         self.labels = torch.from_numpy(k.ravel().copy())

@@ -189,7 +189,7 @@ def _dual_patch(adapter: Any, config: PatchConfig, items: list[Any], streams: li
     """A dual encoder's cases, (stream, layer, group) -> (change, full) of shape (2, N, J)."""
     captions = [(it.captions[0].text, it.captions[1].text) for it in items]
     n_img = 2 if config.dataset == "winoground" else 1
-    pil = [tuple(it.images[j].load() for j in range(n_img)) for it in items]
+    pil = [tuple(it.images[j].load(rgb=adapter.rgb_on_load) for j in range(n_img)) for it in items]
     with torch.inference_mode():
         img_emb = np.stack([adapter.encode("image", [p[j] for p in pil], [0]).pooled.float().cpu().numpy()
                             for j in range(n_img)])  # (n_img, N, D)
@@ -236,7 +236,7 @@ def _cross_patch(adapter: Any, config: PatchConfig, items: list[Any], streams: l
         block = items[lo:lo + ITEM_BLOCK]
         texts = adapter.prepare_texts([it.captions[k].text for it in block for k in (0, 1)])
         refs = [it.images[j] for it in block for j in range(n_img)]
-        images = adapter.prepare_images(ImageSource(adapter.image_input, refs, store).read(np.arange(len(refs))))
+        images = adapter.prepare_images(ImageSource.for_adapter(adapter, refs, store).read(np.arange(len(refs))))
         for s in streams:
             text_side = s in text_streams
             groups = _stream_groups(adapter, s, text_side, config.groups)

@@ -45,7 +45,8 @@ Scaling is explicit and recorded. The default ``scale=paper`` is what the paper'
 for the cache's model family: ``probe_clip.py`` divides CLIP's states by 100 before
 ``SVC(kernel="linear", C=100)`` (on raw states that is ``C = 0.01``, and margins are in units of
 1/100), while ``probe_lxmert.py`` and ``probe_uniter.py`` fit the raw states with ``C = 100``; so
-``paper`` resolves to ``divide100`` for ``clip`` caches and to ``none`` for every other model (no
+``paper`` resolves to ``divide100`` for the CLIP family's caches (``clip`` and ``openclip``: the
+same OpenAI weights get the same setting in either format) and to ``none`` for every other model (no
 reference script exists for the others; they are fitted as LXMERT and UNITER were). The manifest
 records the resolved scaling, ``C`` and the equivalent ``C`` on raw states. ``none``,
 ``divide100`` and ``standard`` (per layer and dimension over all rows of the stream) are
@@ -96,7 +97,7 @@ from vlprobe.runs.printout import summary_lines
 from vlprobe.runs.units import units_of
 from vlprobe.runs.writing import RunRows, RunSlot
 from vlprobe.stats.metrics import bootstrap_indices, ci95_rows
-from vlprobe.stats.uncertainty import PERMUTATION_TEST, target_control_rows
+from vlprobe.stats.uncertainty import PERMUTATION_TEST, target_control_rows_batch
 from vlprobe.validation import InputError, check_positive_float, check_positive_int
 
 __all__ = [
@@ -164,7 +165,7 @@ class SeparabilityConfig(CacheInput, StateOptions, SeedsOption, BootstrapTestOpt
     cache: Path = CacheInput.redeclare("cache", help="A vlprobe cache with caption variants (`probe extract --variants`).")
     scale: str = option("paper", choices=("paper", *SCALINGS),
                         help="Feature scaling. paper (default): as the paper's code for the cache's model family: "
-                             "CLIP states divided by 100 (probe_clip.py; = C/10^4 on raw states), LXMERT, UNITER "
+                             "CLIP states (clip, openclip) divided by 100 (probe_clip.py; = C/10^4 on raw states), LXMERT, UNITER "
                              "and other models raw (probe_lxmert.py, probe_uniter.py). none, divide100, or "
                              "standard (per layer over the stream's rows) by name.")
     seeds: int = SeedsOption.redeclare("seeds", 3, help="Number of control shuffles (seeds 0..N-1).")
@@ -176,7 +177,7 @@ class SeparabilityConfig(CacheInput, StateOptions, SeedsOption, BootstrapTestOpt
 
 
 #: The paper's scaling per model family (cache header ``model``); other models: ``none``.
-PAPER_SCALING = {"clip": "divide100"}
+PAPER_SCALING = {"clip": "divide100", "openclip": "divide100"}
 _SCALE_FACTOR = {"none": 1.0, "divide100": 0.01}
 
 
@@ -263,8 +264,9 @@ def compute_separability(config: SeparabilityConfig, slot: RunSlot) -> RunRows:
         streams = _default_streams(cache, config.streams)
         index = load_index(cache)
         require_variants(index, config.cache, "separability")
-        warn(missing_wwh_warning(cache.header.dataset, index.item_tags, f"cache {Path(config.cache).name}",
-                                 "extract it again (the tags come with the dataset)"))
+        # said once the input is known good (a refused run prints its one error line only)
+        wwh_note = missing_wwh_warning(cache.header.dataset, index.item_tags, f"cache {Path(config.cache).name}",
+                                       "extract it again (the tags come with the dataset)")
         model = slot.label
         scale_mode = resolve_scale(config.scale, index.model)
         rows: list[dict[str, Any]] = []
@@ -287,6 +289,8 @@ def compute_separability(config: SeparabilityConfig, slot: RunSlot) -> RunRows:
             if not cases:
                 raise InputError(f"cache: {Path(config.cache).name} has no item with two captions to separate")
             n_cases[stream] = len(cases)
+            warn(wwh_note)
+            wwh_note = None
             n_fits = len(cases) * len(read.layers) * (1 + len(seeds))
             say(config.progress, f"{EXPERIMENT.name}: stream {stream} ({read.modality}, {read.pooling}): fitting {n_fits} linear "
                                  f"SVMs ({len(cases)} cases x {len(read.layers)} layers x (target + {len(seeds)} "
@@ -462,19 +466,17 @@ def _uncertainty_rows(
         if not n:
             continue
         idx = bootstrap_indices(n, config.bootstrap, config.bootstrap_seed)  # shared by every layer: paired
+        cells = []
         for li, layer in enumerate(layers):
             values = [_case_values(per_layer[li, mask, t]) for t in range(per_layer.shape[2])]
             for metric in UNCERTAIN:
                 target = values[0][metric][None, :]
                 control = np.stack([v[metric] for v in values[1:]])
-                out, method = target_control_rows(
-                    {**base, "layer": layer, "kind": kinds[li], "subset": subset}, metric, target, control, idx,
-                    config.bootstrap_seed,
-                    n_permutations=config.permutations, permutation_seed=config.bootstrap_seed,
-                )
-                rows.extend(out)
-                if method:
-                    methods.add(method)
+                cells.append(({**base, "layer": layer, "kind": kinds[li], "subset": subset}, metric, target, control))
+        out, found = target_control_rows_batch(cells, idx, config.bootstrap_seed, n_permutations=config.permutations,
+                                               permutation_seed=config.bootstrap_seed)
+        rows.extend(out)
+        methods |= {m for m in found if m}
     return methods
 
 
@@ -552,7 +554,8 @@ def report(config: SeparabilityConfig, result: tuple[Path, Path, list[dict[str, 
 # Version 3: held_out (heldout_accuracy, split heldout, with intervals).
 # Version 4: scale=paper by default (CLIP states / 100, as probe_clip.py; other models raw);
 # wwh=NoTag renamed wwh=NoTag-corrected (the items untagged in the tag file, 172 of Winoground's).
-EXPERIMENT = Experiment("separability", 4, SeparabilityConfig, compute_separability, report, label=cache_label,
+# Version 5: scale=paper divides openclip caches' states by 100 too (the CLIP family, as probe_clip.py).
+EXPERIMENT = Experiment("separability", 5, SeparabilityConfig, compute_separability, report, label=cache_label,
                         presets=PRESET_VALUES["separability"], swept=("streams", "layers", "seeds"),
                         chart=Chart("layers", ("separable", "separable_margin", "train_accuracy"), split="train",
                                     missing={"separable_margin": "no case separable at that layer (no margin)"}))

@@ -562,7 +562,7 @@ def _run_stream(
         def load(batch: np.ndarray) -> list[Any]:
             return [texts[int(t)].text for t in text_rows[batch]]
     else:
-        source = ImageSource(adapter.image_input, dataset.images())
+        source = ImageSource.for_adapter(adapter, dataset.images())
 
         def load(batch: np.ndarray) -> list[Any]:
             return source.read(image_rows[batch])
@@ -581,7 +581,7 @@ def _run_pairs(
     layers = {lay.spec.name: lay.layers for lay in layouts} or None
     kept = {lay.spec.name: set(lay.poolings) for lay in layouts}
     token_poolings = [p for p in ("cls", "mean", "max") if any(p in lay.poolings for lay in layouts)]
-    source = ImageSource(adapter.image_input, dataset.images(), store)
+    source = ImageSource.for_adapter(adapter, dataset.images(), store)
     texts = [t.text for t in dataset.texts()]
     for got in score_pairs(adapter, texts, source, text_rows[todo], image_rows[todo], layers=layers,
                            poolings=token_poolings, batch_size=config.batch_size, progress=config.progress):

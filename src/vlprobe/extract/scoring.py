@@ -72,11 +72,21 @@ class ImageSource:
         Row i of the source is ``images[i]``.
     store : RegionStore or None
         Where region features are read (``image_input == "regions"``), keyed by ``ImageRef.name``.
+    rgb : bool
+        Pixels converted to RGB on decoding; False: in the mode each file stores (the model's
+        ``rgb_on_load``).
     """
 
     image_input: str
     images: Sequence[ImageRef]
     store: Any = None
+    rgb: bool = True
+
+    @classmethod
+    def for_adapter(cls, adapter: Adapter, images: Sequence[ImageRef], store: Any = None) -> ImageSource:
+        """The images of a run as ``adapter`` reads them (its ``image_input``; pixels converted to
+        RGB on decoding unless its ``rgb_on_load`` is False)."""
+        return cls(adapter.image_input, images, store, rgb=adapter.rgb_on_load)
 
     def __post_init__(self) -> None:
         check_choice(self.image_input, "image_input", IMAGE_INPUTS)
@@ -84,9 +94,10 @@ class ImageSource:
             raise InputError("store: a region store is needed to read region features")
 
     def read(self, rows: np.ndarray) -> Any:
-        """The inputs of image ``rows``: a list of RGB PIL images, or a ``RegionBatch``."""
+        """The inputs of image ``rows``: a list of PIL images (RGB unless :attr:`rgb` is False), or
+        a ``RegionBatch``."""
         if self.image_input == "pixels":
-            return [self.images[int(i)].load(PIXEL_ORIENTATION) for i in rows]
+            return [self.images[int(i)].load(PIXEL_ORIENTATION, rgb=self.rgb) for i in rows]
         if self.image_input == "regions":
             return self.store.get([self.images[int(i)].name for i in rows])
         raise InputError("image_input: this model reads no images")

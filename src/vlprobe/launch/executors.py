@@ -23,11 +23,11 @@ a log:
         The command ``python -m vlprobe ARGS`` in a fresh interpreter (the default elsewhere;
         ``python`` changes the command).
 :class:`SubmititExecutor`
-    Each step a job submitted with submitit (``pip install vlprobe[slurm]``): on Slurm the steps
-    that start together go as one job array (``sbatch --array``), with the partition, GPUs, time
-    and memory given; submitit's ``local`` cluster runs the same jobs as local processes. The
-    job runs ``python -m vlprobe ARGS`` (keeping the job's Slurm variables: outputs record the
-    job ids).
+    Each step a job submitted with submitit (``pip install vlprobe[slurm]``) once its inputs are
+    done: what ``--cluster local`` runs (submitit's local processes, the same jobs without
+    Slurm). On Slurm itself a run's whole graph goes at once instead, each job waiting for its
+    inputs' jobs (:mod:`vlprobe.launch.slurm_graph`). The job runs ``python -m vlprobe ARGS``
+    (keeping the job's Slurm variables: outputs record the job ids).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from vlprobe.launch.forkserver import PRELOAD, ForkServer, ServerEnded
+from vlprobe.launch.forkserver import GRACE, PRELOAD, ForkServer, ServerEnded
 from vlprobe.shards import launcher_free
 from vlprobe.validation import InputError, check_positive_int
 
@@ -97,15 +97,27 @@ class Executor(Protocol):
         ...
 
     def close(self) -> None:
-        """Let go of what the executor holds (its fork server); running steps go on."""
+        """Let go of what the executor holds: local steps still running are stopped (with the
+        fork server); Slurm jobs go on (they are Slurm's)."""
         ...
 
 
 def _visible_gpus() -> list[str]:
-    """The GPUs this process may use, as ``CUDA_VISIBLE_DEVICES`` entries (none without CUDA)."""
+    """The GPUs this process may use, as ``CUDA_VISIBLE_DEVICES`` entries (none without CUDA).
+
+    Counted without importing torch (about a second and 270 MB in the scheduler's process): by
+    NVIDIA's management library, as ``torch.cuda.device_count()`` counts them; torch is asked only
+    where that library is missing but a GPU device file exists (ROCm, a broken NVIDIA setup) or
+    on Windows.
+    """
     given = os.environ.get("CUDA_VISIBLE_DEVICES")
     if given is not None:
         return [g.strip() for g in given.split(",") if g.strip() and g.strip() != "-1"]
+    count = _nvml_device_count()
+    if count is not None:
+        return [str(i) for i in range(count)]
+    if sys.platform != "win32" and not any(Path(p).exists() for p in ("/dev/nvidiactl", "/dev/kfd")):
+        return []  # no GPU driver on this machine: nothing torch could use
     try:
         import torch
 
@@ -114,7 +126,33 @@ def _visible_gpus() -> list[str]:
         return []
 
 
-@dataclass
+def _nvml_device_count(library: str = "libnvidia-ml.so.1") -> int | None:
+    """NVML's device count; None where the library cannot be loaded or initialised."""
+    import ctypes
+
+    try:
+        nvml = ctypes.CDLL(library)
+        if nvml.nvmlInit_v2() != 0:  # 0 = NVML_SUCCESS
+            return None
+    except (OSError, AttributeError):
+        return None
+    try:
+        count = ctypes.c_uint(0)
+        return int(count.value) if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0 else None
+    finally:
+        nvml.nvmlShutdown()
+
+
+def _die_with_parent() -> None:
+    """In a spawned step, before it runs: SIGTERM it when its parent (the driver) dies (Linux)."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+@dataclass(eq=False)
 class _Process:
     proc: subprocess.Popen[bytes]
     log: Any
@@ -172,6 +210,7 @@ class LocalExecutor:
             check_positive_int(self.threads, "threads")
         self._free = list(self._gpus)
         self._server: ForkServer | None = None
+        self._spawned: set[_Process] = set()
 
     @property
     def slots(self) -> int:
@@ -208,11 +247,13 @@ class LocalExecutor:
             fh = open(log, "ab")  # closed when the step ends (poll)
             try:
                 proc = subprocess.Popen([*self.python, *args], stdout=fh, stderr=subprocess.STDOUT, env=env,
-                                        stdin=subprocess.DEVNULL)
+                                        stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
             except BaseException:
                 fh.close()
                 raise
-            return _Process(proc, fh, gpu)
+            handle = _Process(proc, fh, gpu)
+            self._spawned.add(handle)
+            return handle
         except BaseException:
             if gpu is not None:
                 self._free.append(gpu)
@@ -242,6 +283,7 @@ class LocalExecutor:
             rc = os.waitstatus_to_exitcode(status)
             handle.proc.returncode = rc  # reaped here: Popen must not wait for it again
             handle.log.close()
+            self._spawned.discard(handle)
             finished = Finished(rc, usage.ru_utime + usage.ru_stime)
         if handle.gpu is not None:
             self._free.append(handle.gpu)
@@ -255,10 +297,25 @@ class LocalExecutor:
             handle.proc.terminate()
 
     def close(self) -> None:
-        """Stop the fork server (it exits once the steps it runs have ended)."""
+        """Stop the steps still running (SIGTERM, SIGKILL after
+        :data:`~vlprobe.launch.forkserver.GRACE` seconds; they resume on the next run) and the
+        fork server. A driver that dies without closing (SIGKILL) takes them along all the same: the
+        server sees its connection close, a spawned step gets SIGTERM when its parent dies."""
         if self._server is not None:
             self._server.close()
             self._server = None
+        for handle in list(self._spawned):
+            with contextlib.suppress(ProcessLookupError):
+                handle.proc.terminate()
+        deadline = time.monotonic() + GRACE
+        for handle in list(self._spawned):
+            try:
+                handle.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                handle.proc.kill()
+                handle.proc.wait()
+            handle.log.close()
+            self._spawned.discard(handle)
 
     def __enter__(self) -> LocalExecutor:
         return self
@@ -303,33 +360,12 @@ class SubmititExecutor:
     poll_interval: float = 5.0
 
     def __post_init__(self) -> None:
-        try:
-            import submitit
-        except ImportError:
-            raise InputError(
-                "launcher: the Slurm launcher needs submitit; install it with `pip install 'vlprobe[slurm]'`"
-            ) from None
         if self.cluster not in ("slurm", "local"):
             raise InputError(f"cluster must be slurm or local, got {self.cluster!r}")
-        self._executor = self._submitit(submitit, self.parameters)
+        self._executor = submitit_executor(self.folder, self.cluster, self.parameters)
         if self.cluster == "local":
             self.poll_interval = min(self.poll_interval, 0.2)
         self._cpu: Any = None
-
-    def _submitit(self, submitit: Any, parameters: Mapping[str, Any]) -> Any:
-        """submitit's executor of this folder and cluster with the job ``parameters``."""
-        try:
-            executor = submitit.AutoExecutor(folder=str(self.folder), cluster=self.cluster)
-        except RuntimeError as exc:  # submitit's "Could not detect srun": not on a Slurm machine
-            raise InputError(
-                f"launcher: no Slurm here ({exc}); run it where sbatch and srun are, or try the same jobs here "
-                "with --cluster local"
-            ) from None
-        try:
-            executor.update_parameters(**dict(parameters))
-        except (TypeError, ValueError) as exc:
-            raise InputError(f"launcher: submitit refused the job parameters ({exc})") from None
-        return executor
 
     @property
     def slots(self) -> int:
@@ -359,9 +395,7 @@ class SubmititExecutor:
         """An executor of the same jobs with no GPU (for the steps that use none: merges,
         collect, reports), made once."""
         if self._cpu is None:
-            import submitit
-
-            self._cpu = self._submitit(submitit, {**dict(self.parameters), "gpus_per_node": 0})
+            self._cpu = submitit_executor(self.folder, self.cluster, {**dict(self.parameters), "gpus_per_node": 0})
         return self._cpu
 
     def poll(self, handle: Any) -> Finished | None:
@@ -379,6 +413,30 @@ class SubmititExecutor:
 
     def close(self) -> None:
         """Nothing to let go of (the jobs are Slurm's)."""
+
+
+def submitit_executor(folder: Path, cluster: str, parameters: Mapping[str, Any]) -> Any:
+    """submitit's executor of ``folder`` on ``cluster`` (``slurm`` or ``local``) with the job
+    ``parameters``; InputError in one line without submitit, without Slurm, or for parameters
+    submitit refuses."""
+    try:
+        import submitit
+    except ImportError:
+        raise InputError(
+            "launcher: the Slurm launcher needs submitit; install it with `pip install 'vlprobe[slurm]'`"
+        ) from None
+    try:
+        executor = submitit.AutoExecutor(folder=str(folder), cluster=cluster)
+    except RuntimeError as exc:  # submitit's "Could not detect srun": not on a Slurm machine
+        raise InputError(
+            f"launcher: no Slurm here ({exc}); run it where sbatch and srun are, or try the same jobs here "
+            "with --cluster local"
+        ) from None
+    try:
+        executor.update_parameters(**dict(parameters))
+    except (TypeError, ValueError, NameError) as exc:
+        raise InputError(f"launcher: submitit refused the job parameters ({' '.join(str(exc).split())[:300]})") from None
+    return executor
 
 
 def slurm_parameters(

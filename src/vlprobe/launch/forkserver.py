@@ -25,9 +25,10 @@ huggingface_hub, ``OMP_NUM_THREADS`` by OpenMP) is what the server was started w
 environment, less their GPU, as it was when the executor started its first step.
 
 The server reaps its children with ``os.wait4``: the caller gets each step's exit code
-(negative: the signal that killed it) and CPU seconds, a killed step's included. The server
-stops taking steps when its caller closes the connection (or exits), and exits once its running
-steps have ended. Fork safety: the server forks from its only thread as long as the BLAS
+(negative: the signal that killed it) and CPU seconds, a killed step's included. When its caller
+closes the connection, or dies (Ctrl-C, SIGKILL: the kernel closes its end), the server stops the
+steps still running (SIGTERM, SIGKILL after :data:`GRACE` seconds) and exits: a driver that is
+gone leaves no server and no step behind (they resume from their done masks on the next run). Fork safety: the server forks from its only thread as long as the BLAS
 libraries start no pool (``OMP_NUM_THREADS=1``); with more threads, numpy's and scipy's
 OpenBLAS hold an idle pool, which OpenBLAS itself stops around ``fork`` (``pthread_atfork``).
 pyarrow's jemalloc background thread (pandas, imported by scikit-learn) is turned off in the
@@ -44,13 +45,17 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import traceback
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PRELOAD", "ForkServer", "ServerEnded"]
+__all__ = ["GRACE", "PRELOAD", "ForkServer", "ServerEnded"]
+
+#: Seconds the server gives its running steps between SIGTERM and SIGKILL once its caller is gone.
+GRACE = 5.0
 
 #: Modules the server imports once (a module that fails to import is left out).
 PRELOAD: tuple[str, ...] = (
@@ -165,7 +170,8 @@ class ForkServer:
                 os.kill(pid, sig)
 
     def close(self) -> None:
-        """Take no more steps; the server exits once its running steps have ended."""
+        """Take no more steps: the server stops the steps still running (SIGTERM, then SIGKILL
+        after :data:`GRACE` seconds) and exits; waits for that."""
         self._gone = True
         self._closed()
 
@@ -220,9 +226,8 @@ class ForkServer:
 
 def _close(sock: socket.socket, proc: subprocess.Popen[bytes], running: set[int]) -> None:
     sock.close()
-    if not running:  # the server exits at once: reap it
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=10)
+    with contextlib.suppress(subprocess.TimeoutExpired):  # it stops its steps and exits: reap it
+        proc.wait(timeout=GRACE + 10)
 
 
 # --- the server process ------------------------------------------------------------------------
@@ -283,9 +288,20 @@ def serve(fd: int, preload: str) -> None:
     if cuda:
         return
     buffer = b""
+    stopping: float | None = None  # when the caller went: its steps got SIGTERM then
+    killed = False
     while connected or children:
+        timeout = None
+        if not connected and stopping is None:
+            stopping = time.monotonic()
+            _signal_all(children, signal.SIGTERM)
+        if stopping is not None and not killed:
+            timeout = stopping + GRACE - time.monotonic()
+            if timeout <= 0:
+                _signal_all(children, signal.SIGKILL)
+                killed, timeout = True, None
         watched: list[int] = [sock.fileno(), wake_r] if connected else [wake_r]
-        ready, _, _ = select.select(watched, [], [])
+        ready, _, _ = select.select(watched, [], [], timeout)
         if wake_r in ready:
             while True:
                 try:
@@ -327,6 +343,12 @@ def serve(fd: int, preload: str) -> None:
                 children.add(pid)
                 send({"kind": "started", "id": request["id"], "pid": pid})
             reap()  # a child that ended before its SIGCHLD was looked at
+
+
+def _signal_all(children: set[int], sig: int) -> None:
+    for pid in children:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
 
 
 def _die_with(server: int) -> None:

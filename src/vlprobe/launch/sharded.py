@@ -4,15 +4,21 @@ The command (``probe extract``, ``probe regions extract`` or ``probe eval BENCHM
 ...``, without ``--shard``) runs as N shards, each a step of :mod:`vlprobe.launch.steps` with
 ``--shard K/N`` (extract: ``--out <stem>.shard-K-of-N.h5``, the names ``--shard auto`` gives, so
 ``probe cache merge --out`` finds them too; eval: the same ``--out`` folder, each shard writing
-``OUT/<benchmark>/<run>.shard-K-of-N.scores.jsonl``), on an executor
-(:mod:`vlprobe.launch.executors`: local processes, or a Slurm job array through submitit). A
-shard is done when its file is complete: a cache's or region file's done masks full, an eval
-shard's score file there (it is written whole at the shard's end). A shard that died (killed,
+``OUT/<benchmark>/<run>.shard-K-of-N.scores.jsonl``), then a merge step that waits for them
+(``probe cache merge``, ``probe regions merge``, ``probe eval ... --merge-shards``), on an
+executor: local processes (:mod:`vlprobe.launch.executors`), or Slurm, where the shards go as
+one job array and the merge as a job that waits for it (:mod:`vlprobe.launch.slurm_graph`).
+
+A shard is done when it finished under the same key (:mod:`vlprobe.launch.identity`: the same
+options and the same checkpoint, dataset, variants and regions, by content) and its file is
+complete: a cache's or region file's done masks full, an eval shard's score file there. A
+relaunch with another checkpoint or other options into the same ``--out`` runs every shard and
+the merge again, first removing the files its earlier launch made of other inputs
+(:mod:`vlprobe.launch.records`); a file this launcher did not make is never removed (the
+shard's command refuses it in one line when its settings differ). A shard that died (killed,
 preempted, out of memory) is started again up to ``retries`` times (an extraction resumes from
-its done mask, an eval shard scores its block again); a rerun of the whole launch skips the
-shards already complete. Once every shard is complete they are merged (``probe cache merge``,
-``probe regions merge``, ``probe eval ... --merge-shards``). The logs and the record of finished
-shards are in ``<out stem>.launch/`` beside ``--out`` (eval: ``OUT/<benchmark>/<run>.launch/``).
+its done mask, an eval shard scores its block again). The logs and the record of the steps are
+in ``<out stem>.launch/`` beside ``--out`` (eval: ``OUT/<benchmark>/<run>.launch/``).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from vlprobe.launch.executors import Executor
+from vlprobe.launch.records import Owned
 from vlprobe.launch.steps import Step, run_steps
 from vlprobe.shards import shard_path
 from vlprobe.validation import InputError, check_positive_int
@@ -155,56 +162,71 @@ class ShardedCommand:
         """``""`` when shard K of N is complete, else what it lacks."""
         if self.kind == "eval":  # written whole at the shard's end (N = 1: the run's score file, written last)
             return "" if self.shard_file(k, n).is_file() else f"no {self.shard_file(k, n).name} yet"
+        return self._file_state(self.shard_file(k, n), f"{k}/{n}")
+
+    def merge_args(self, n: int) -> tuple[str, ...]:
+        """The arguments of the step that joins the N shards into the whole run."""
+        if self.kind == "eval":
+            return (*self.args, "--merge-shards", "--out", str(self.out))
+        files = [str(self.shard_file(k, n)) for k in range(n)]
+        return ("cache" if self.kind == "cache" else "regions", "merge", "--out", str(self.out), *files)
+
+    def merged_state(self) -> str:
+        """``""`` when the merged output is complete, else what it lacks."""
+        if self.kind == "eval":
+            return "" if self.merged.is_file() else f"no {self.merged.name} yet"
+        return self._file_state(self.out, "0/1")
+
+    def _file_state(self, path: Path, shard: str) -> str:
         if self.kind == "cache":
             from vlprobe.extract.cache.merge import shard_state
 
-            return shard_state(self.shard_file(k, n), f"{k}/{n}")
+            return shard_state(path, shard)
         from vlprobe.extract.regions.merge import region_shard_state
 
-        return region_shard_state(self.shard_file(k, n), f"{k}/{n}")
+        return region_shard_state(path, shard)
 
-    def merge(self, n: int) -> Path:
-        """The shards joined: the merged file (eval: the run's CSV, as one process's run writes it)."""
+    def _owns(self, path: Path | None) -> Owned:
+        """What a step of this run leaves (:mod:`vlprobe.launch.records`): its file, and for the
+        eval's whole run its recorded run."""
         if self.run is not None:
-            from vlprobe.experiments.benchmark_eval import EXPERIMENTS
+            return Owned(runs=((str(self.out / self.run[0].benchmark), self.run[1]),)) if path is None else Owned()
+        return Owned((str(path),)) if path is not None else Owned()
 
-            config = self.run[0]
-            csv_path, _, _ = EXPERIMENTS[config.benchmark].run(config.replace(merge_shards=True))
-            return Path(csv_path)
-        files = [self.shard_file(k, n) for k in range(n)]
-        if self.kind == "cache":
-            from vlprobe.extract.cache.merge import merge_shards
-
-            return merge_shards(files, self.out)
-        from vlprobe.extract.regions.merge import merge_region_shards
-
-        return merge_region_shards(files, self.out)
-
-    def steps(self, n: int) -> list[Step]:
-        """One step per shard, done when its file is complete."""
-        return [
-            Step(f"shard {k}/{n}", self.shard_args(k, n), group="shards",
-                 done=functools.partial(self.state, k, n))
-            for k in range(n)
-        ]
+    def steps(self, n: int, *, merge: bool = True) -> list[Step]:
+        """One step per shard, done when its file is complete, then (``merge`` and N > 1) the
+        merge step, done when the merged output is complete."""
+        if n == 1:  # the one shard writes the whole run
+            return [Step("shard 0/1", self.shard_args(0, 1), group="shards", done=functools.partial(self.state, 0, 1),
+                         owns=self._owns(None if self.kind == "eval" else self.out))]
+        shards = [Step(f"shard {k}/{n}", self.shard_args(k, n), group="shards",
+                       done=functools.partial(self.state, k, n),
+                       owns=self._owns(None) if self.kind == "eval" else self._owns(self.shard_file(k, n)))
+                  for k in range(n)]
+        if not merge:
+            return shards
+        return [*shards, Step("merge", self.merge_args(n), tuple(s.name for s in shards), group="merge", cost=0.5,
+                              gpu=False, done=self.merged_state,
+                              owns=self._owns(None if self.kind == "eval" else self.out))]
 
 
 def launch_shards(
-    command: ShardedCommand, shards: int, executor: Executor, *, retries: int = 2, merge: bool = True,
-    echo: Callable[[str], Any] = print,
+    command: ShardedCommand, shards: int, executor: Executor | None, *, retries: int = 2, merge: bool = True,
+    echo: Callable[[str], Any] = print, slurm: tuple[Any, int, bool] | None = None,
 ) -> dict[str, Any]:
-    """Run ``command`` as ``shards`` shards on ``executor`` and merge them (module docstring).
+    """Run ``command`` as ``shards`` shards on ``executor`` and merge them (module docstring);
+    ``slurm``: ``(SlurmSubmitter, timeout_min, wait)`` to submit the steps to Slurm at once instead.
 
     Returns
     -------
     dict
-        ``out`` (the merged file, None without ``merge``), ``shards`` (their files), ``timings``
-        (:func:`vlprobe.launch.steps.run_steps`).
+        ``out`` (the merged output, None without ``merge``), ``shards`` (their files), ``timings``
+        (:func:`vlprobe.launch.steps.run_steps`; None when not waiting for Slurm's jobs).
 
     Raises
     ------
     StepFailed
-        A shard's command was refused (exit 2).
+        A shard's or the merge's command was refused (exit 2).
     StepCrashed
         A shard crashed or was killed after its retries.
     """
@@ -212,15 +234,26 @@ def launch_shards(
     if retries < 0:
         raise InputError(f"retries must be 0 or more, got {retries}")
     root = command.launch_folder
-    echo(f"{shards} shards of `probe {' '.join(command.args)}` on {executor.describe()}; logs in {root}")
-    timings = run_steps(command.steps(shards), executor, root, retries=retries, echo=echo)
+    steps = command.steps(shards, merge=merge)
     files = [command.shard_file(k, shards) for k in range(shards)]
-    out = None
-    if merge:
-        out = command.merge(shards) if shards > 1 else command.merged  # one shard: the whole run's outputs
+    out = command.merged if merge or shards == 1 else None
+    if slurm is not None:
+        from vlprobe.launch.slurm_graph import follow_graph, poll_interval, submit_graph
+
+        submitter, timeout_min, wait = slurm
+        submitter.check()
+        echo(f"{shards} shards of `probe {' '.join(command.args)}` to Slurm; logs in {root}")
+        graph = submit_graph(steps, root, submitter, timeout_min=timeout_min, echo=echo)
+        if not wait:
+            return {"out": out, "shards": files, "timings": None, "jobs": dict(graph.alive)}
+        timings = follow_graph(graph, retries=retries, poll_interval=poll_interval())
+    else:
+        assert executor is not None
+        echo(f"{shards} shards of `probe {' '.join(command.args)}` on {executor.describe()}; logs in {root}")
+        timings = run_steps(steps, executor, root, retries=retries, echo=echo)
+    if out is not None:
         echo(f"merged {shards} shards into {out}" if shards > 1 else f"wrote {out}")
     return {"out": out, "shards": files, "timings": timings}
-
 
 
 def launch_local(
@@ -241,17 +274,28 @@ def launch_slurm(
     command: Sequence[str], *, shards: int = 8, partition: str | None = None, gpus_per_task: int = 1,
     cpus_per_task: int | None = None, mem_gb: int | None = None, timeout_min: int = 240, parallel: int | None = None,
     account: str | None = None, qos: str | None = None, folder: Path | None = None, cluster: str = "slurm",
-    retries: int = 2, merge: bool = True, echo: Callable[[str], Any] = print,
+    retries: int = 2, merge: bool = True, echo: Callable[[str], Any] = print, cpu_partition: str | None = None,
+    wait: bool = True,
 ) -> dict[str, Any]:
-    """``probe launch slurm``: ``command`` as a Slurm job array of ``shards`` tasks through submitit
-    (``cluster="local"``: submitit's local processes), each task with ``gpus_per_task`` GPUs;
-    ``folder`` holds submitit's files (default ``<out stem>.launch/submitit``)."""
+    """``probe launch slurm``: ``command`` as a Slurm job array of ``shards`` tasks through submitit,
+    each with ``gpus_per_task`` GPUs, and the merge as a job (no GPU; ``cpu_partition``) that
+    waits for the array, all submitted at once; ``wait``: follow them to the end (retrying a shard
+    that died). ``cluster="local"``: submitit's local processes, step by step. ``folder`` holds
+    submitit's files (default ``<out stem>.launch/submitit``)."""
     from vlprobe.launch.executors import SubmititExecutor, slurm_parameters
 
     parsed = ShardedCommand.parse(command)
     params = slurm_parameters(name=f"vlprobe-{parsed.launch_folder.stem}", cluster=cluster, partition=partition,
                               gpus_per_task=gpus_per_task, cpus_per_task=cpus_per_task, mem_gb=mem_gb,
                               timeout_min=timeout_min, parallel=parallel, account=account, qos=qos)
-    where = folder or parsed.launch_folder / "submitit"
-    executor = SubmititExecutor(Path(where), cluster=cluster, parameters=params)
+    where = Path(folder or parsed.launch_folder / "submitit")
+    if cluster == "slurm":
+        from vlprobe.launch.slurm_graph import SlurmSubmitter
+
+        submitter = SlurmSubmitter(where, params, cpu_partition=cpu_partition)
+        return launch_shards(parsed, shards, None, retries=retries, merge=merge, echo=echo,
+                             slurm=(submitter, timeout_min, wait))
+    if cpu_partition is not None or not wait:
+        raise InputError("cpu-partition and --no-wait are for Slurm's jobs; leave them out with --cluster local")
+    executor = SubmititExecutor(where, cluster=cluster, parameters=params)
     return launch_shards(parsed, shards, executor, retries=retries, merge=merge, echo=echo)

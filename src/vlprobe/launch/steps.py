@@ -7,12 +7,14 @@ one experiment share its ``manifest.json``). Each step writes ``logs/<name>.log`
 its output, its time).
 
 Resuming
-    A finished step is recorded in ``state/<name>.json`` with its fingerprint: the sha256 of
-    its command and of the fingerprints of the steps it waits for, so a step whose command or any
-    input's command changed runs again, and everything after it. A rerun skips recorded steps
-    whose fingerprint is the same (and whose ``done`` check, if any, passes). A step with a
-    ``done`` check (a shard: its file's done mask) is skipped when the check passes, recorded or
-    not.
+    A finished step is recorded in ``state/<name>.json`` with its key
+    (:mod:`vlprobe.launch.identity`): the content of what it reads (checkpoints, data, variants:
+    the bytes, not the spelling of their paths), its options, and the keys of the steps it waits
+    for. A rerun skips a step whose record has its key and whose ``done`` check, if any, passes
+    (a shard: its file complete); any other step runs, and every step after it. A step that runs
+    under another key than its earlier run first removes what that run left
+    (:func:`vlprobe.launch.records.replace_earlier`: its cache, its shard, its results), so
+    it is computed afresh instead of being resumed from, or refused by, what other inputs made.
 Retries
     A step that ends badly is run again, up to ``retries`` more times (a shard resumes from its
     done mask): killed, out of memory, exit 1, or exit 0 with its ``done`` check failing. A step
@@ -23,21 +25,26 @@ Retries
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
-from collections.abc import Callable, Sequence
-from collections.abc import Set as AbstractSet
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vlprobe.io.atomic import write_json
 from vlprobe.io.paths import ensure_folder
 from vlprobe.launch.executors import Executor
+from vlprobe.launch.identity import ContentMemo, read_contents, step_keys
+from vlprobe.launch.records import (
+    Owned,
+    read_record,
+    replace_earlier,
+    safe_name,
+    write_record,
+    write_try,
+)
 from vlprobe.validation import InputError
 
-__all__ = ["Step", "StepCrashed", "StepFailed", "done_before", "ordered_steps", "run_steps", "step_fingerprints"]
+__all__ = ["Step", "StepCrashed", "StepFailed", "done_before", "ordered_steps", "plan_keys", "run_steps"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,10 @@ class Step:
     gpu : bool
         Whether the step may use a GPU (False: a merge, a collect, a report; the executor gives
         it none: a Slurm job without a GPU, a local process that sees none).
+    owns : Owned
+        What it leaves that a run under another key replaces (:mod:`vlprobe.launch.records`).
+    timeout_min : float, optional
+        Its Slurm time limit in minutes (default: the run's limit, scaled by its cost).
     """
 
     name: str
@@ -74,6 +85,8 @@ class Step:
     exclusive: str = ""
     done: Callable[[], str] | None = field(default=None, compare=False)
     gpu: bool = True
+    owns: Owned = field(default_factory=Owned)
+    timeout_min: float | None = None
 
 
 class StepFailed(InputError):
@@ -85,17 +98,14 @@ class StepCrashed(RuntimeError):
     names it, its exit and its log; not bad input, so the command exits 1 (not 2)."""
 
 
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "." for c in name)
+_safe = safe_name
 
 
-def step_fingerprints(steps: Sequence[Step]) -> dict[str, str]:
-    """Each step's fingerprint: sha256 of its command and its inputs' fingerprints."""
-    out: dict[str, str] = {}
-    for s in steps:  # inputs come first
-        blob = json.dumps({"args": list(s.args), "after": {a: out[a] for a in s.after}}, sort_keys=True)
-        out[s.name] = "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
-    return out
+def plan_keys(steps: Sequence[Step], root: Path) -> dict[str, str]:
+    """Each step's key (:func:`vlprobe.launch.identity.step_keys`), the content memo kept in
+    ``root/state`` when that folder exists; ``steps`` ordered as :func:`ordered_steps` orders them."""
+    state = Path(root) / "state"
+    return step_keys(steps, Path(root), ContentMemo(state if state.is_dir() else None))
 
 
 def ordered_steps(steps: Sequence[Step]) -> list[Step]:
@@ -140,12 +150,13 @@ def _priorities(steps: Sequence[Step]) -> dict[str, float]:
     return rank
 
 
-def _last_line(log: Path) -> str:
+def last_line(log: Path) -> str:
+    """The last line of a step's log that its command wrote (its error, when it failed)."""
     try:
         lines = [line.strip() for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
     except OSError:
         return ""
-    said = [line for line in lines if not line.startswith("(") and not line.startswith("$ ")]
+    said = [line for line in lines if not line.startswith(("(", "$ ", "# "))]
     return said[-1] if said else ""
 
 
@@ -170,12 +181,13 @@ def run_steps(
         A step crashed or was killed after its retries (its log holds the traceback).
     """
     ordered = ordered_steps(steps)
-    prints = step_fingerprints(ordered)
     rank = _priorities(ordered)
     logs, state = Path(root) / "logs", Path(root) / "state"
     ensure_folder(logs)
     ensure_folder(state)
-    skipped = done_before(ordered, root)
+    keys = plan_keys(ordered, root)
+    memo = ContentMemo(state)
+    skipped = done_before(ordered, root, keys, memo)
     done = set(skipped)
     pending = [s for s in ordered if s.name not in done]
     if skipped:
@@ -200,6 +212,9 @@ def run_steps(
                     busy.add(s.exclusive)
                     batch.append(s)
             if batch:
+                for s in batch:
+                    replace_earlier(root, s.name, keys[s.name], s.owns, echo)
+                    write_try(root, s.name, keys[s.name], s.owns)
                 _start(batch, executor, logs, tries, running, record, t0)
         if not running:
             if failure is None and pending:
@@ -220,9 +235,7 @@ def run_steps(
             if end.rc == 0 and not missing:
                 done.add(name)
                 record[name].update(end=time.perf_counter() - t0, wall=wall, cpu=end.cpu, tries=tries[name])
-                write_json(state / f"{_safe(name)}.json", {
-                    "name": name, "fingerprint": prints[name], "args": list(s.args), "wall": wall,
-                    "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}, kind="step-state")
+                write_record(root, name, keys[name], s.args, wall=wall, read=read_contents(s.args, root, memo))
                 echo(f"[{len(done) - len(skipped)}/{total}] {name} ({wall:.1f} s{cpu})")
                 if show_output:
                     echo(_indented(log))
@@ -230,7 +243,7 @@ def run_steps(
             why = f"exit {end.rc}" if end.rc != 0 else f"exit 0 but {missing}"
             if end.rc < 0:
                 why = f"killed by signal {-end.rc}"
-            said = _last_line(log)
+            said = last_line(log)
             if end.rc != 2 and tries[name] <= retries:
                 echo(f"{name}: {why} (try {tries[name]} of {retries + 1}); running it again"
                      + (f" [{said}]" if said else ""))
@@ -243,6 +256,7 @@ def run_steps(
             )
             if running:
                 echo(f"{name} failed; waiting for {', '.join(running)} to finish")
+    memo.save()
     if failure is not None:
         raise failure
     return {"steps": record, "skipped": skipped, "wall": time.perf_counter() - t0}
@@ -276,27 +290,33 @@ def _indented(log: Path) -> str:
     return "\n".join(line if line.startswith("$ ") else f"  {line}" for line in lines)
 
 
-def done_before(steps: Sequence[Step], root: Path) -> list[str]:
+def done_before(steps: Sequence[Step], root: Path, keys: Mapping[str, str] | None = None,
+                memo: ContentMemo | None = None) -> list[str]:
     """The steps a run in ``root`` would skip (module docstring, Resuming), in dependency order;
-    ``steps`` ordered as :func:`ordered_steps` orders them. Reads ``root/state``, writes nothing."""
-    prints = step_fingerprints(steps)
-    state = Path(root) / "state"
-    done: dict[str, None] = {}  # (ordered, and a set for the look-ups of _finished_before)
+    ``steps`` ordered as :func:`ordered_steps` orders them, ``keys`` their keys (default:
+    :func:`plan_keys`). Reads ``root/state``, writes nothing but the content memo."""
+    keys = plan_keys(steps, root) if keys is None else keys
+    memo = memo if memo is not None else ContentMemo(_state_folder(root))
+    done: dict[str, None] = {}  # (ordered, and a set for the look-ups)
     for s in steps:
-        if _finished_before(s, state, prints, done.keys()):
+        if set(s.after) <= done.keys() and finished_before(s, root, keys[s.name], memo):
             done[s.name] = None
+    memo.save()
     return list(done)
 
 
-def _finished_before(s: Step, state: Path, prints: dict[str, str], done: AbstractSet[str]) -> bool:
-    """Whether step ``s`` may be skipped: its inputs are (skipped), and its ``done`` check passes
-    or its recorded fingerprint is this run's."""
-    if not set(s.after) <= done:
+def _state_folder(root: Path) -> Path | None:
+    state = Path(root) / "state"
+    return state if state.is_dir() else None
+
+
+def finished_before(s: Step, root: Path, key: str, memo: ContentMemo | None = None) -> bool:
+    """Whether ``s`` finished before under ``key`` (its record says so), what it read is unchanged
+    since (:func:`vlprobe.launch.identity.read_contents`) and its ``done`` check passes."""
+    recorded = read_record(root, s.name)
+    if recorded is None or recorded.get("key") != key:
         return False
-    if s.done is not None:
-        return not s.done()
-    try:
-        recorded = json.loads((state / f"{_safe(s.name)}.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    read = recorded.get("read")
+    if isinstance(read, dict) and read != read_contents(s.args, Path(root), memo):
         return False
-    return isinstance(recorded, dict) and recorded.get("fingerprint") == prints[s.name]
+    return s.done is None or not s.done()

@@ -796,11 +796,30 @@ def _item_gaps(result: RunResult) -> dict[tuple[str, str], list[float]]:
     return out
 
 
+def _gap_bars(res: RunResult, present: list[str], wanted: list[str] | None, chart: Chart) -> list[dict[str, Any]]:
+    """The run's bars (manifest ``bars``: label, scope, metric, member subsets, chance): those asked
+    by label or scope, else Figure 1's where the run has some, else all; a version-1 run (no bars):
+    one per subset, its share of gaps above 0."""
+    bars = res.manifest.get("bars")
+    if not isinstance(bars, list) or not bars:
+        chance = res.manifest.get("chance_percent") or {}
+        bars = [{"label": s, "subset": s, "metric": "accuracy", "members": [s], "chance": chance.get(s)}
+                for s in _pick_subsets(present, None, chart)]
+    if wanted is None:  # Figure 1's bars where the benchmark has some in the run, else every bar
+        return [b for b in bars if b.get("figure1")] or bars
+    known = {b["label"]: b for b in bars} | {b["subset"]: b for b in bars}
+    for w in wanted:
+        if w not in known:
+            raise InputError(f"subset {w!r} is not a bar of the run (has: {', '.join(b['label'] for b in bars)})")
+    return list({id(known[w]): known[w] for w in wanted}.values())
+
+
 def _draw_gaps(results: Sequence[RunResult], labels: Sequence[str], chart: Chart, metrics: list[str],
                wanted: list[str] | None) -> tuple[Any, list[Any], list[str]]:
-    """SugarCrepe's Figures 1 and 2: per subset the histogram of each blind scorer's gaps (positive
-    minus negative; one panel per subset), then a panel of bars: the share of items each scorer (and
-    each VLM run compared) gets right per subset."""
+    """SugarCrepe's Figures 1 and 2: per bar (a scope of Figure 1: CREPE Atomic / Swap / Negate, ARO's
+    tasks, VL-CheckList Object / Attribute / Relation; else a subset) the histogram of each blind
+    scorer's gaps over its items (positive minus negative), then a panel of bars: each scorer's and
+    each VLM run's value of the scope's headline metric, the same quantity for both."""
     import numpy as np
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -809,11 +828,10 @@ def _draw_gaps(results: Sequence[RunResult], labels: Sequence[str], chart: Chart
         raise InputError("csvs: bias-gap runs are drawn one at a time (each holds its scorers already)")
     res = results[0]
     gaps = _item_gaps(res)
-    present = list(dict.fromkeys(s for _, s in gaps))
-    subsets = _pick_subsets(present, wanted, chart)
+    bars = _gap_bars(res, list(dict.fromkeys(s for _, s in gaps)), wanted, chart)
     scorers = list(dict.fromkeys(p for p, _ in gaps))
-    _too_many(len(subsets) + 1, "subsets and the accuracy bars")
-    fig, axes = _new_figure(len(subsets) + 1)
+    _too_many(len(bars) + 1, "bars and their histograms")
+    fig, axes = _new_figure(len(bars) + 1)
     every = [v for vals in gaps.values() for v in vals if math.isfinite(v)]
     half = 1.0 if all(abs(v) <= 1.0 for v in every) else max((abs(v) for v in every), default=1.0) or 1.0
     bins = int((res.manifest.get("config") or {}).get("bins") or 20)
@@ -821,9 +839,9 @@ def _draw_gaps(results: Sequence[RunResult], labels: Sequence[str], chart: Chart
     colors = {p: SERIES_COLORS[i % len(SERIES_COLORS)] for i, p in enumerate(scorers)}
     paper = _style["name"] == "paper"
     title_size = 8 if paper else 9
-    for ax, subset in zip(axes, subsets, strict=False):
+    for ax, bar in zip(axes, bars, strict=False):
         for p in scorers:
-            vals = np.asarray(gaps.get((p, subset), []), dtype=np.float64)
+            vals = np.asarray([v for s in bar["members"] for v in gaps.get((p, s), [])], dtype=np.float64)
             if not len(vals):
                 continue
             weights = np.full(len(vals), 100.0 / len(vals))
@@ -834,39 +852,36 @@ def _draw_gaps(results: Sequence[RunResult], labels: Sequence[str], chart: Chart
         ax.set_xticks(np.linspace(-half, half, 5))  # -1, -0.5, 0, 0.5, 1: not nine crowded ticks
         ax.set_xlabel("score gap (positive - negative)")
         ax.set_ylabel("% of items")
-        ax.set_title(_wrap(subset or "all", 44), fontsize=title_size)
+        ax.set_title(_wrap(bar["label"] or "all", 44), fontsize=title_size)
         ax.grid(alpha=0.3, zorder=0)
-    # Figure 2: the share right per subset, blind scorers and the VLM runs compared
-    values = {}
-    for r in res.rows:
-        if r.get("task", "target") in ("target", "") and r["subset"] in subsets and "." not in r["metric"] and (
-                r["metric"] in metrics or r["probe"].startswith("vlm:")):
-            values[(r["probe"], r["subset"])] = _float(r["value"])
-    series = list(dict.fromkeys(p for p, _ in values))
+    # Figure 1: each bar's headline metric, blind scorers and the VLM runs compared
+    values = {(r["probe"], r["subset"], r["metric"]): _float(r["value"]) for r in res.rows
+              if r.get("task", "target") in ("target", "")}
+    series = list(dict.fromkeys(r["probe"] for r in res.rows if r["probe"] in scorers or r["probe"].startswith("vlm:")))
     ax = axes[-1]
     width = 0.8 / max(1, len(series))
     for i, p in enumerate(series):
         color = colors.get(p, SERIES_COLORS[(len(scorers) + i) % len(SERIES_COLORS)])
         colors[p] = color
-        xs = [c - 0.4 + width * (i + 0.5) for c in range(len(subsets))]
-        heights = [values.get((p, s), float("nan")) for s in subsets]
+        xs = [c - 0.4 + width * (i + 0.5) for c in range(len(bars))]
+        heights = [values.get((p, b["subset"], b["metric"]), float("nan")) for b in bars]
         ax.bar(xs, heights, width * 0.92, color=color, zorder=2, hatch="//" if p.startswith("vlm:") else None)
-        if len(subsets) * len(series) <= 24:  # the value above each bar: a 0 reads as 0, not as a missing bar
+        if len(bars) * len(series) <= 24:  # the value above each bar: a 0 reads as 0, not as a missing bar
             for x, v in zip(xs, heights, strict=True):
                 ax.annotate(f"{v:.1f}" if math.isfinite(v) else "n/a", (x, v if math.isfinite(v) else 0),
                             xytext=(0, 2), textcoords="offset points", ha="center", va="bottom",
                             fontsize=5 if paper else 6.5, color="0.1" if math.isfinite(v) else "0.47")
-    chance = res.manifest.get("chance_percent") or {}
-    for c, s in enumerate(subsets):
-        if isinstance(chance.get(s), int | float):
-            ax.hlines(chance[s], c - 0.45, c + 0.45, colors="0.27", linestyles=":", lw=1.1, zorder=3)
-    ax.set_xticks(range(len(subsets)), subsets, rotation=35 if len(subsets) > 3 else 0,
-                  ha="right" if len(subsets) > 3 else "center", fontsize=6.5 if paper else 8)
+    for c, b in enumerate(bars):
+        if isinstance(b.get("chance"), int | float):
+            ax.hlines(b["chance"], c - 0.45, c + 0.45, colors="0.27", linestyles=":", lw=1.1, zorder=3)
+    ax.set_xticks(range(len(bars)), [f"{b['label']}\n{b['metric']}" for b in bars],
+                  rotation=35 if len(bars) > 3 else 0, ha="right" if len(bars) > 3 else "center",
+                  fontsize=6.5 if paper else 8)
     ax.set_ylim(0, 112)  # room above 100 for the value labels
     ax.set_yticks(range(0, 101, 20))
-    ax.set_ylabel("items right (%)")
-    ax.set_title("share right: blind scorers" + (" vs VLMs" if any(p.startswith("vlm:") for p in series) else ""),
-                 fontsize=title_size)
+    ax.set_ylabel("benchmark's metric (%)")
+    ax.set_title("the benchmark's metric: blind scorers" + (" vs VLMs" if any(p.startswith("vlm:") for p in series)
+                                                           else ""), fontsize=title_size)
     ax.grid(axis="y", alpha=0.3, zorder=0)
     handles: list[Any] = [Patch(facecolor=colors[p], hatch="//" if p.startswith("vlm:") else None)
                           for p in dict.fromkeys([*scorers, *series])]
@@ -940,7 +955,8 @@ def _make_figure(
         note = ""
     elif chart.kind == "gaps":
         fig, handles, names = _draw_gaps(results, labels, chart, metrics, wanted)
-        note = "histograms: each blind scorer's gaps per subset (SugarCrepe Fig. 1); bars: share of items right (Fig. 2)"
+        note = ("histograms: each blind scorer's gaps per bar (SugarCrepe Fig. 2); bars: the benchmark's own metric, "
+                "blind scorers and VLMs alike (Fig. 1)")
     else:
         fig, handles, names = _draw_lambda(results, labels, chart, metrics, wanted)
         note = "S'(I,T) = (1-λ) S(I,T) + λ agg over variants S(I,T_v)"

@@ -29,6 +29,7 @@ import dataclasses
 import functools
 import inspect
 import os
+import sys
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -550,10 +551,17 @@ class Experiment:
 
         label = self.label(config)
         slot = RunSlot(label, self.claim(config, label))
-        from vlprobe.devices import cpu_threads
-
-        with cpu_threads(getattr(config, "threads", None)) as threads:  # (the MLP probes' --threads)
+        asked = getattr(config, "threads", None)  # (the MLP probes' --threads)
+        if asked is None and "torch" not in sys.modules:
+            # Nothing to set: torch (about a second to import) is loaded only if the run uses it,
+            # and then its count is the one the run had (null: the run never used torch).
             got = self.compute(config, slot)
+            threads = sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None
+        else:
+            from vlprobe.devices import cpu_threads
+
+            with cpu_threads(asked) as threads:
+                got = self.compute(config, slot)
         extra = {**(dict(got.extra) if got.extra else {}), "cpu_threads": threads}
         manifest = self.manifest(config, got.inputs, seeds=got.seeds, extra=extra, device=got.device)
         csv_path, manifest_path = self.write(config, label, got.rows, manifest)

@@ -9,6 +9,7 @@ order of the paper's table::
     checkpoint = "timm/resnet50_clip.openai"
     options = { arch = "RN50-quickgelu" }   # its --model-option NAME=VALUE
     # model_config, tokenizer: as --model-config, --tokenizer; regions: as --regions
+    # dtype: as --dtype, for a model whose paper ran it so (SugarCrepe's Vera: "bfloat16")
 
 The table's name names the model's run (``--name``) and its files. A relative ``checkpoint``,
 ``model_config``, ``tokenizer`` or ``regions`` is read from the models file's folder when it
@@ -42,7 +43,7 @@ __all__ = ["ModelEntry", "load_models_file", "table_rows", "write_table"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 #: The keys of one model's table.
-ENTRY_KEYS = ("row", "model", "checkpoint", "options", "model_config", "tokenizer", "regions")
+ENTRY_KEYS = ("row", "model", "checkpoint", "options", "model_config", "tokenizer", "regions", "dtype")
 #: Entry keys that name a file or folder (read relative to the models file when there).
 _PATH_KEYS = ("checkpoint", "model_config", "tokenizer", "regions")
 
@@ -59,8 +60,9 @@ class ModelEntry:
         The paper's row it reproduces (the table's ``row`` column).
     model : str
         The registered model.
-    checkpoint, model_config, tokenizer, regions : str or None
-        As the command-line options of the same names (paths resolved, hub ids as given).
+    checkpoint, model_config, tokenizer, regions, dtype : str or None
+        As the command-line options of the same names (paths resolved, hub ids as given); a
+        ``dtype`` overrides the command's for this model.
     options : dict of str to str
         Its ``--model-option NAME=VALUE`` values.
     """
@@ -73,6 +75,7 @@ class ModelEntry:
     model_config: str | None = None
     tokenizer: str | None = None
     regions: str | None = None
+    dtype: str | None = None
 
     def model_option_args(self) -> tuple[str, ...]:
         """``options`` as ``NAME=VALUE`` strings (what ``--model-option`` takes)."""
@@ -145,8 +148,13 @@ def load_models_file(path: str | os.PathLike[str], param: str = "models") -> lis
         entry = ModelEntry(
             name=name, row=values.get("row") or name, model=values["model"], checkpoint=values.get("checkpoint"),
             options=opts, model_config=values.get("model_config"), tokenizer=values.get("tokenizer"),
-            regions=values.get("regions"),
+            regions=values.get("regions"), dtype=values.get("dtype"),
         )
+        if entry.dtype is not None:
+            from vlprobe.devices import DTYPES
+
+            if entry.dtype not in DTYPES:
+                raise InputError(f"{param}: {where}.dtype must be one of {', '.join(DTYPES)}, got {entry.dtype!r}")
         try:
             check_model_inputs(entry.model, MODELS.get(entry.model), regions=entry.regions,
                                load_options={"model_config": entry.model_config, "tokenizer": entry.tokenizer, **opts})
@@ -266,7 +274,7 @@ def extract_models(
             base, model=entry.model, checkpoint=entry.checkpoint, out=folder / f"{entry.name}-{base.dataset}.h5",
             model_config=None if entry.model_config is None else Path(entry.model_config), tokenizer=entry.tokenizer,
             regions=None if entry.regions is None else Path(entry.regions), model_options=dict(entry.options),
-            dataset_options=options,
+            dataset_options=options, **({"dtype": entry.dtype} if entry.dtype else {}),
         )
         if echo is not None:
             echo(f"[{i}/{len(entries)}] {entry.name}: {entry.model} {entry.checkpoint or ''}".rstrip())

@@ -59,13 +59,14 @@ _UNITS: dict[str, str] = {
     "acc_r": PERCENT, "acc_r_valse": PERCENT, "auroc": PERCENT, "caption_tpr": PERCENT,
     "foil_tnr": PERCENT, "acc": PERCENT, "min_rate": PERCENT, "ppv": PERCENT, "npv": PERCENT,
     "min_precision": PERCENT,
-    # bias-gap (gap: the mean gap; gap_q05 ... gap_q95 and gap_median: its quantiles)
-    "ties": PERCENT, "gap": GAP, "gap_std": GAP, "gap_q05": GAP, "gap_q25": GAP, "gap_median": GAP,
+    # bias-gap (gap: the mean gap; gap_q05 ... gap_q95 and gap_median: its quantiles; gap_positive: share > 0)
+    "ties": PERCENT, "gap_positive": PERCENT, "gap": GAP, "gap_std": GAP, "gap_q05": GAP, "gap_q25": GAP, "gap_median": GAP,
     "gap_q75": GAP, "gap_q95": GAP,
 }
-#: Metrics that summarise the per-case values otherwise than by their mean (spread, quantiles): a
-#: per-case file holds none of them (every other metric of a per-case file averages to its aggregate).
-NOT_MEANS: frozenset[str] = frozenset({"gap_std", "gap_q05", "gap_q25", "gap_median", "gap_q75", "gap_q95"})
+#: Metrics that summarise the per-case values otherwise than by their mean (spread, quantiles, a mean
+#: over groups, a rank statistic): a per-case file holds none of them (every other metric of a per-case file averages to its aggregate).
+NOT_MEANS: frozenset[str] = frozenset({"gap_std", "gap_q05", "gap_q25", "gap_median", "gap_q75", "gap_q95",
+                                      "macro_accuracy", "auroc"})
 _RECALL = re.compile(r"^recall@\d+$")
 _INTERVAL = re.compile(r"\.ci95_(low|high)$")
 _P_VALUE = re.compile(r"\.p_value$")

@@ -49,7 +49,7 @@ that they compute the same):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +69,7 @@ __all__ = [
     "seed_means",
     "sign_flip_test",
     "target_control_rows",
+    "target_control_rows_batch",
 ]
 
 #: Discordant pairs below which McNemar's test is the exact binomial test.
@@ -316,19 +317,52 @@ def target_control_rows(
     method : str or None
         The permutation test's method (None without any paired item).
     """
-    t, c = seed_means(target), seed_means(control)
-    boot = resampled_means(np.stack([t, c]), idx)
-    rows: list[dict[str, Any]] = []
-    for task, values, b in (("target", t, boot[0]), ("control", c, boot[1])):
-        rows += ci95_rows({**base, "task": task, "n": int(np.isfinite(values).sum())}, metric, b)
+    rows, methods = target_control_rows_batch([(base, metric, target, control)], idx, bootstrap_seed,
+                                              n_permutations=n_permutations, permutation_seed=permutation_seed)
+    return rows, methods[0]
+
+
+def target_control_rows_batch(
+    cells: Sequence[tuple[Mapping[str, Any], str, np.ndarray, np.ndarray]], idx: np.ndarray, bootstrap_seed: int,
+    *, n_permutations: int = 10_000, permutation_seed: int = 0,
+) -> tuple[list[dict[str, Any]], list[str | None]]:
+    """:func:`target_control_rows` of many cells (layers, metrics) over the same items at once.
+
+    One resampling and one permutation test serve every cell (the same resamples and sign
+    vectors as cell by cell, so the same values; far less work than a call per cell).
+
+    Parameters
+    ----------
+    cells : sequence of (base, metric, target, control)
+        As :func:`target_control_rows`' arguments; every ``target`` and ``control`` has N items.
+    idx, bootstrap_seed, n_permutations, permutation_seed
+        As :func:`target_control_rows`'.
+
+    Returns
+    -------
+    rows : list of dict
+        Each cell's rows, in the order of ``cells``.
+    methods : list of str or None
+        Each cell's permutation-test method.
+    """
+    if not cells:
+        return [], []
+    t = np.stack([seed_means(target) for _, _, target, _ in cells])  # (K, N)
+    c = np.stack([seed_means(control) for _, _, _, control in cells])
+    boot = resampled_means(np.concatenate([t, c]), idx)  # (2K, B)
     paired = np.isfinite(t) & np.isfinite(c)
-    sel = {**base, "task": "selectivity", "n": int(paired.sum())}
-    rows.append({**sel, "metric": metric, "value": _nanmean(t) - _nanmean(c), "seed": None})
-    rows += ci95_rows(sel, metric, boot[0] - boot[1])
+    tested = np.flatnonzero(paired.any(axis=1))
+    p = np.full(len(cells), np.nan)
     method = None
-    p = float("nan")
-    if paired.any():
-        pv, method = sign_flip_test(np.where(paired, t - c, np.nan)[None, :], n_permutations, permutation_seed)
-        p = float(pv[0])
-    rows.append({**sel, "metric": f"{metric}.p_value", "value": p, "seed": None})
-    return rows, method
+    if len(tested):
+        p[tested], method = sign_flip_test(np.where(paired, t - c, np.nan)[tested], n_permutations,
+                                           permutation_seed)
+    rows: list[dict[str, Any]] = []
+    for k, (base, metric, _, _) in enumerate(cells):
+        for task, values, b in (("target", t[k], boot[k]), ("control", c[k], boot[len(cells) + k])):
+            rows += ci95_rows({**base, "task": task, "n": int(np.isfinite(values).sum())}, metric, b)
+        sel = {**base, "task": "selectivity", "n": int(paired[k].sum())}
+        rows.append({**sel, "metric": metric, "value": _nanmean(t[k]) - _nanmean(c[k]), "seed": None})
+        rows += ci95_rows(sel, metric, boot[k] - boot[len(cells) + k])
+        rows.append({**sel, "metric": f"{metric}.p_value", "value": float(p[k]), "seed": None})
+    return rows, [method if paired[k].any() else None for k in range(len(cells))]

@@ -114,3 +114,20 @@ def test_merge_refuses_no_shards_and_foreign_files(tmp_path: Path) -> None:
     assert not (tmp_path / "m.h5").exists()
 
 
+
+
+def test_merge_refuses_shards_that_read_other_tags(
+    shard_files: list[Path], synthetic_dir: Path, make_config: Callable[..., ExtractConfig], tmp_path: Path
+) -> None:
+    """The tag file is no header field (a cache records its fingerprint), yet it fills the items
+    table the merged cache takes from shard 0: shards tagged from two files are two runs."""
+    import json
+
+    tags = json.loads((synthetic_dir / "new_tag_assignments.json").read_text())
+    other = tmp_path / "other-tags.json"
+    other.write_text(json.dumps({k: (["Visually Difficult"] if v != ["Visually Difficult"] else ["Unusual Text"])
+                                 for k, v in tags.items()}))
+    foreign = tmp_path / "tagged-1.h5"
+    extract(make_config(foreign, tags=other, shard="1/3", batch_size=7))
+    msg = _refused([shard_files[0], foreign, shard_files[2]], tmp_path / "out" / "m.h5", "tags_fingerprint")
+    assert "tagged-1.h5" in msg and "--tags" in msg

@@ -14,6 +14,7 @@ log-probabilities), the differences being summation orders of padded vs unpadded
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -78,12 +79,34 @@ def reference_inputs(
 
 
 def forward_logprobs(adapter: GenerativeVLM, input_ids: torch.Tensor, extra: dict[str, Any], scored: list[int]) -> np.ndarray:
-    """Log-probabilities of the scored tokens (which end ``input_ids``) from the model's own forward."""
+    """Log-probabilities of the scored tokens (which end ``input_ids``) from the model's own forward,
+    under the adapter's ``softmax`` (:func:`t2v_metrics_logits`)."""
     with torch.no_grad():
         logits = adapter.model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **extra).logits[0]
-    lp = torch.log_softmax(logits.float(), dim=-1)
     first = input_ids.shape[1] - len(scored) - 1
-    return np.asarray([float(lp[first + k, s]) for k, s in enumerate(scored)])
+    out = []
+    for k, s in enumerate(scored):
+        row = logits[first + k].float()
+        if adapter.softmax == "t2v_metrics":
+            row = t2v_metrics_logits(adapter, row, input_ids[0, : first + k + 1])
+        out.append(float(torch.log_softmax(row, dim=-1)[s]))
+    return np.asarray(out)
+
+
+def t2v_metrics_logits(adapter: GenerativeVLM, row: torch.Tensor, before: torch.Tensor) -> torch.Tensor:
+    """One next-token logit row as t2v_metrics' softmax saw it, written here from the facts, not
+    from vlprobe's code: LLaVA-1.5 (its original model) over the text vocabulary, the ids below
+    ``image_token_index`` (the llava-hf conversion appended ``<image>``, ``<pad>`` and padding rows
+    after it); Qwen2-VL (``generate``'s scores) with the generation config's repetition penalty:
+    each token in ``before`` has its logit divided by the penalty when positive, multiplied when
+    negative."""
+    if adapter.name == "llava":
+        return row[: int(adapter.model.config.image_token_id)]
+    penalty = float(adapter.model.generation_config.repetition_penalty or 1.0)
+    out = row.clone()
+    for t in set(before.tolist()):
+        out[t] = out[t] * penalty if out[t] < 0 else out[t] / penalty
+    return out
 
 
 def reference_logprobs(
@@ -127,3 +150,36 @@ def check_positions(adapter: GenerativeVLM) -> None:
         caption = adapter.tokenizer.decode(ids[col["caption_start"][r]:col["caption_stop"][r]]).strip().strip('"')
         assert caption == CAPTIONS[t[r]], caption
         assert col["answer"][r] == col["target_start"][r] - 1 and col["target_stop"][r] == col["length"][r]
+
+
+def sharpened(src: Path, dst: Path, factor: float) -> Path:
+    """A copy of a generative fixture whose head's weights are ``factor`` times larger, in its own
+    shards: the random head's logits are near 0 (next-token distribution near uniform), so what
+    reshapes them (a repetition penalty, left-out rows) moves the scores little; times ``factor``
+    they are as spread as a trained model's."""
+    import shutil
+
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    shutil.copytree(src, dst)
+    found = 0
+    for shard in sorted(dst.glob("*.safetensors")):
+        with safe_open(str(shard), "pt") as f:
+            meta, weights = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+        keys = [k for k in weights if k.endswith("lm_head.weight")]
+        for k in keys:
+            weights[k] = (weights[k].float() * factor).to(weights[k].dtype)
+        if keys:
+            save_file(weights, str(shard), metadata=meta)
+        found += len(keys)
+    assert found == 1, found
+    return dst
+
+
+def prompt_only(inputs: tuple[torch.Tensor, dict[str, Any], list[int]]) -> tuple[torch.Tensor, dict[str, Any]]:
+    """:func:`reference_inputs` without the scored tokens: the prompt a ``generate`` call continues."""
+    input_ids, extra, scored = inputs
+    ids = input_ids[:, : input_ids.shape[1] - len(scored)]
+    extra = {k: (v[:, : ids.shape[1]] if k == "mm_token_type_ids" else v) for k, v in extra.items()}
+    return ids, extra

@@ -65,7 +65,7 @@ def test_load_records_checkpoint(adapter: CLIPAdapter, clip_dir: Path) -> None:
     facts = adapter.describe()
     assert facts["model_class"] == "CLIPModel"
     assert facts["projection_dim"] == 16
-    assert facts["eos_token_id"] == adapter.tokenizer.eos_token_id
+    assert facts["eos_token_id"] == 2  # the hub config's legacy value: pool at the highest id (the tokenizer's EOS)
     assert facts["text_max_length"] == 77
 
 
@@ -124,9 +124,9 @@ def test_eos_index_is_the_first_eos_and_the_last_valid_token(adapter: CLIPAdapte
     tok = tokenize(adapter, TEXTS)
     ids, mask = tok["input_ids"], tok["attention_mask"]
     assert adapter.tokenizer.padding_side == "right"
-    assert adapter.tokenizer.pad_token_id == adapter.eos_token_id  # CLIP pads with EOS
+    assert adapter.tokenizer.pad_token_id == adapter.tokenizer.eos_token_id  # CLIP pads with EOS
     batch = adapter.encode("text", TEXTS, [0])
-    eos = adapter.eos_token_id
+    eos = adapter.tokenizer.eos_token_id
     first_eos = torch.tensor([row.tolist().index(eos) for row in ids])
     assert torch.equal(batch.cls_index, first_eos)
     assert torch.equal(batch.cls_index, mask.sum(-1) - 1)
@@ -327,3 +327,31 @@ def test_load_cuda_without_cuda(
 def test_load_auto_device_on_cpu(clip_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert CLIPAdapter.load(str(clip_dir), device="auto").device == torch.device("cpu")
+
+
+def test_a_config_that_does_not_fit_its_weights_is_one_line(clip_dir: Path, tmp_path: Path, synthetic_dir: Path,
+                                                            one_error_line: object) -> None:
+    """text_config.hidden_size 64 over weights of width 32 (issue 35 item 13): one line naming the
+    first weight that differs and the config field of the size, exit 2 (before: a 40-line
+    traceback from transformers' loader)."""
+    import json
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from vlprobe.cli import app
+    from vlprobe.validation import InputError
+
+    bad = tmp_path / "bad-clip"
+    shutil.copytree(clip_dir, bad)
+    config = json.loads((bad / "config.json").read_text())
+    config["text_config"]["hidden_size"] = 64
+    (bad / "config.json").write_text(json.dumps(config))
+    with pytest.raises(InputError) as err:
+        CLIPAdapter.load(str(bad), device="cpu")
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith(f"checkpoint: {str(bad)!r} does not fit its config (config.json): ")
+    assert "text_model." in msg and "text_config.hidden_size" in msg, msg
+    res = CliRunner().invoke(app, ["extract", "--model", "clip", "--checkpoint", str(bad), "--dataset", "winoground",
+                                   "--data-dir", str(synthetic_dir), "--out", str(tmp_path / "c.h5"), "--device", "cpu"])
+    one_error_line(res, "does not fit its config", "text_config.hidden_size")  # type: ignore[operator]

@@ -58,3 +58,25 @@ def test_every_hugging_face_load_refuses_a_config_that_does_not_fit(tmp_path: Pa
                                                                 r" is \(50, 32\) in the weights, \(50, 64\) by the config "
                                                                 r"\(the config's 64: n_embd\)"):
         from_pretrained_with_info(GPT2LMHeadModel, tmp_path, checkpoint="tiny", dtype=torch.float32)
+
+
+def test_checkpoint_shapes_reads_headers_of_both_weight_formats(tmp_path: Path) -> None:
+    """safetensors (one file or shards) and pytorch_model.bin give the same key -> shape map, read
+    without the tensors; a file of another kind gives {} (the loader reports it)."""
+    from safetensors.torch import save_file
+
+    from vlprobe.extract.models.fit import align_keys, checkpoint_shapes
+
+    state = {"a.weight": torch.zeros(3, 4), "b.bias": torch.zeros(5)}
+    (tmp_path / "st").mkdir()
+    save_file({"a.weight": state["a.weight"]}, str(tmp_path / "st" / "model-00001-of-00002.safetensors"))
+    save_file({"b.bias": state["b.bias"]}, str(tmp_path / "st" / "model-00002-of-00002.safetensors"))
+    (tmp_path / "bin").mkdir()
+    torch.save(state, tmp_path / "bin" / "pytorch_model.bin")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "pytorch_model.bin").write_bytes(b"not a torch file")
+    want = {"a.weight": (3, 4), "b.bias": (5,)}
+    assert checkpoint_shapes(tmp_path / "st") == want == checkpoint_shapes(tmp_path / "bin")
+    assert checkpoint_shapes(tmp_path / "bad") == {} == checkpoint_shapes(tmp_path / "none")
+    model = {"model.a.weight": (3, 4), "head.weight": (2, 2)}
+    assert align_keys(want, model, "model") == {"model.a.weight": (3, 4), "b.bias": (5,)}

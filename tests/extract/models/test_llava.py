@@ -17,7 +17,12 @@ from PIL import Image
 
 from tests.extract.models import generative_checks as checks
 from tests.extract.models.contract import Case, kinds
-from vlprobe.extract.models.llava import LlavaAdapter, pad_to_square
+from vlprobe.extract.models.llava import (
+    T2V_LLAVA_QUESTION,
+    T2V_LLAVA_SYSTEM,
+    LlavaAdapter,
+    pad_to_square,
+)
 from vlprobe.validation import InputError
 
 # The adapter contract (tests/extract/models/test_adapter_contract.py) checks this adapter with these facts.
@@ -27,6 +32,7 @@ CONTRACT = Case(
      "joint": ("pair", kinds("embed", ("joint", 3)), "answer")},
     {"caption": ("model.language_model.embed_tokens", "caption"),
      "image": ("model.multi_modal_projector", "image_features")},
+    weights=("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"),  # the release's shards
 )
 
 
@@ -150,3 +156,91 @@ def test_the_template_is_read_from_each_of_its_files(tiny_llava: Path, tmp_path:
 def test_empty_caption_is_refused(adapter: LlavaAdapter) -> None:
     with pytest.raises(InputError, match="texts: a caption must be a non-empty string"):
         adapter.prepare_texts(["a dog", " "])
+
+
+# -- scores and tokens as t2v_metrics' LLaVA-1.5 (the original model and code) ---------------------
+
+
+def _original_ids(folder: Path, prompt: str, image_index: int) -> list[int]:
+    """The token ids LLaVA's ``tokenizer_image_token`` (``llava/mm_utils.py``, vendored by
+    t2v_metrics) makes of a prompt, written here from what it does: the prompt is cut at each
+    ``<image>``, each piece tokenised alone by the slow SentencePiece tokenizer (``tokenizer.model``;
+    BOS first, the dummy ``▁`` prefix before its text, ``</s>`` a special token), the first piece's
+    BOS kept and the others' dropped, the image index put between."""
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=str(folder / "tokenizer.model"))
+
+    def piece(text: str) -> list[int]:
+        ids = [1]
+        for k, part in enumerate(text.split("</s>")):
+            ids += ([2] if k else []) + (sp.encode(part) if part else [])
+        return ids
+
+    first, *rest = prompt.split("<image>")
+    out = piece(first)
+    for chunk in rest:
+        out += [image_index, *piece(chunk)[1:]]
+    return out
+
+
+@pytest.mark.parametrize("caption", [*checks.CAPTIONS, 'a "quoted" word', "café au lait", "UPPER case, 3 dots..."])
+def test_the_joint_sequence_has_the_original_models_tokens(adapter: LlavaAdapter, tiny_llava: Path, caption: str) -> None:
+    """t2v_metrics' prompt (``llava_model.py``: system message, `` USER: <image>\\n``, the question,
+    `` ASSISTANT: `` then ``Yes</s>``) tokenised as the original LLaVA code does it: the text after
+    ``<image>`` starts with ``▁`` (its piece gets SentencePiece's dummy prefix). The release's
+    ``tokenizer.json`` normalizer gives the same (transformers 5 loads ``llava`` tokenizers with
+    ``TokenizersBackend``, which keeps it)."""
+    question = T2V_LLAVA_QUESTION.format(caption)
+    prompt = f"{T2V_LLAVA_SYSTEM} USER: <image>\n{question} ASSISTANT: Yes</s>"
+    want = _original_ids(tiny_llava, prompt, adapter.image_token_id)
+    got = adapter.prepare_texts([caption]).sequences[0].tolist()
+    assert got == want
+    after = adapter.tokenizer.convert_ids_to_tokens(got[got.index(adapter.image_token_id) + 1:][:2])
+    assert after == ["\u2581", "<0x0A>"]
+
+
+@pytest.fixture(scope="module")
+def raw(tiny_llava: Path) -> LlavaAdapter:
+    return LlavaAdapter.load(str(tiny_llava), device="cpu", softmax="raw")
+
+
+def test_the_default_softmax_runs_over_the_original_vocabulary(adapter: LlavaAdapter, raw: LlavaAdapter) -> None:
+    """t2v_metrics scores LLaVA-1.5 with the original model, whose head has the text vocabulary's
+    rows only; the llava-hf head has the rows the conversion added (``<image>``, ``<pad>``, padding to
+    64, drawn around the mean embedding): the default leaves them out, ``softmax=raw`` keeps them."""
+    rows = adapter.model.lm_head.weight.shape[0]
+    assert adapter.text_vocabulary == adapter.image_token_id == rows - 32 and rows % 64 == 0
+    assert adapter.describe()["softmax_over"] == f"the first {adapter.text_vocabulary} of the head's {rows} rows " \
+        "(the original model's vocabulary)"
+    checks.check_scores_match_reference(raw, _pixels(raw))  # the raw softmax over every row
+    got, _ = checks.adapter_scores(adapter, [(0, 0), (1, 1)], checks.images(2))
+    plain, _ = checks.adapter_scores(raw, [(0, 0), (1, 1)], checks.images(2))
+    assert (got > plain * 1.01).all()  # the added rows take more than 1% of the mass
+
+
+def test_the_version_option(tiny_llava: Path) -> None:
+    """LLaVA-1.5's question is the same in every t2v_metrics version that has it; 3.1 dropped it."""
+    assert LlavaAdapter.check_options(t2v_metrics="2.1")["question"] == T2V_LLAVA_QUESTION
+    with pytest.raises(InputError, match="t2v_metrics") as err:
+        LlavaAdapter.check_options(t2v_metrics="3.1")
+    assert "\n" not in str(err.value)
+
+
+def test_a_config_that_does_not_fit_the_weights_is_one_line(tiny_llava: Path, synthetic_dir: Path, tmp_path: Path,
+                                                            one_error_line: Any) -> None:
+    """A text hidden size the weights do not have: the first weight that differs named in one line,
+    exit 2 (issue 35), not the loader's traceback."""
+    from typer.testing import CliRunner
+
+    from vlprobe.cli import app
+
+    folder = tmp_path / "wide"
+    shutil.copytree(tiny_llava, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["text_config"]["hidden_size"] = 64
+    (folder / "config.json").write_text(json.dumps(config))
+    res = CliRunner().invoke(app, ["extract", "--model", "llava", "--checkpoint", str(folder), "--dataset", "winoground",
+                                   "--data-dir", str(synthetic_dir), "--device", "cpu", "--out", str(tmp_path / "c.h5")])
+    one_error_line(res, "does not fit its config (config.json)", "in the weights", "text_config.hidden_size")
+    assert not (tmp_path / "c.h5").exists()

@@ -25,7 +25,7 @@ CONTRACT = Case(
     {"lang": ("pair", kinds("embed", ("lang", 9), ("cross", 5)), "token0"),
      "vision": ("pair", kinds("embed", ("rel", 5), ("cross", 5)), "none")},
     {"lang": ("lxmert.embeddings", "text"), "vision": ("lxmert.encoder.visn_fc", "image")},
-    feature_dim=2048,
+    feature_dim=2048, weights=("pytorch_model.bin",),
 )
 
 CAPTIONS = [
@@ -267,10 +267,10 @@ def test_load_refuses_a_checkpoint_without_the_match_head(tiny_lxmert: Path, tmp
 
 def test_fixture_is_deterministic_and_marked(tiny_lxmert: Path, tmp_path: Path) -> None:
     again = write_tiny_lxmert(tmp_path / "again", seed=0)
-    assert (again / "model.safetensors").read_bytes() == (tiny_lxmert / "model.safetensors").read_bytes()
+    assert (again / "pytorch_model.bin").read_bytes() == (tiny_lxmert / "pytorch_model.bin").read_bytes()
     assert json.loads((again / FIXTURE_MARKER).read_text())["kind"] == "lxmert"
     config = json.loads((again / "config.json").read_text())
-    assert config["visual_feat_dim"] == 2048 and config["architectures"] == ["LxmertForPreTraining"]
+    assert config["visual_feat_dim"] == 2048 and config["architectures"] == ["LxmertModel"]  # as the release
     assert (config["l_layers"], config["r_layers"], config["x_layers"]) == (9, 5, 5)
     adapter = LxmertAdapter.load(str(again))
     ids = adapter.prepare_texts(["a red circle is left of a big blue square"]).input_ids[0].tolist()

@@ -16,7 +16,11 @@ import torch
 
 from vlprobe.extract.models.blind import GrammarScorer
 from vlprobe.extract.models.vera import VeraScorer
-from vlprobe.fixtures.text_models import write_tiny_bert_classifier, write_tiny_vera
+from vlprobe.fixtures.text_models import (
+    write_tiny_bert_classifier,
+    write_tiny_cola_distilbert,
+    write_tiny_vera,
+)
 from vlprobe.validation import InputError
 
 TEXTS = ["a red circle left of a blue square", "two", "A cat sits on the mat, next to a big green star.",
@@ -29,9 +33,9 @@ def vera_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def sugarcrepe_vera_run(model: object, tokenizer: object, statement: str) -> float:
-    """SugarCrepe's ``Vera.run``, written out."""
+    """SugarCrepe's ``Vera.run``, written out (the head a Linear in the model's dtype)."""
     shared = model.shared.weight  # type: ignore[attr-defined]
-    linear = torch.nn.Linear(shared.shape[1], 1)
+    linear = torch.nn.Linear(shared.shape[1], 1, dtype=shared.dtype)
     linear.weight = torch.nn.Parameter(shared[32099, :].unsqueeze(0))
     linear.bias = torch.nn.Parameter(shared[32098, 0].unsqueeze(0))
     t = shared[32097, 0].item()
@@ -52,6 +56,36 @@ def test_vera_matches_sugarcrepes_code(vera_dir: Path) -> None:
     assert len(scorer.tokenizer(TEXTS[-1], truncation=True, max_length=128)["input_ids"]) == 128
 
 
+def test_vera_in_bfloat16_as_sugarcrepe_ran_it(vera_dir: Path, tmp_path: Path, sugarcrepe_dir: Path) -> None:
+    """SugarCrepe's text_model_eval.py loads Vera with T5EncoderModel.from_pretrained(...,
+    torch_dtype='auto'): bfloat16, the dtype liujch1998/vera's config.json names, and builds its
+    head as a Linear of the model's dtype. ``dtype="bfloat16"`` (``--dtype bfloat16``, which
+    ``probe eval`` takes) reproduces it: every score a bfloat16 value, as the reference's.
+    Tolerance: one bfloat16 step (2**-8 relative), batched vs one statement at a time."""
+    from transformers import T5EncoderModel
+
+    scorer = VeraScorer.load(str(vera_dir), device="cpu", dtype="bfloat16")
+    assert scorer.model.dtype == torch.bfloat16 and scorer.describe()["dtype"] == "bfloat16"
+    got = scorer.score_texts(TEXTS[:3], batch_size=3)
+    ref_model = T5EncoderModel.from_pretrained(str(vera_dir), dtype="auto").eval()
+    assert ref_model.dtype == torch.bfloat16
+    want = np.array([sugarcrepe_vera_run(ref_model, scorer.tokenizer, t) for t in TEXTS[:3]])
+    np.testing.assert_allclose(got, want, rtol=2.0**-7)
+    as_bf16 = torch.tensor(got).to(torch.bfloat16).double().numpy()
+    np.testing.assert_array_equal(got, as_bf16)  # bfloat16 scores, as the reference's .item() of a bf16 tensor
+    full = VeraScorer.load(str(vera_dir), device="cpu").score_texts(TEXTS[:3])
+    assert not np.array_equal(full, torch.tensor(full).to(torch.bfloat16).double().numpy())  # float32: finer
+    from typer.testing import CliRunner
+
+    from vlprobe.cli import app
+
+    res = CliRunner().invoke(app, [
+        "eval", "sugarcrepe", "--data-dir", str(sugarcrepe_dir), "--subsets", "swap_att", "--limit", "3", "--model",
+        "vera", "--checkpoint", str(vera_dir), "--dtype", "bfloat16", "--device", "cpu", "--bootstrap", "0",
+        "--out", str(tmp_path / "bf16")])
+    assert res.exit_code == 0, res.output
+
+
 def test_vera_refusals(vera_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     gpt = write_tiny_bert_classifier(tmp_path / "bert", 0)
     with pytest.raises(InputError, match=r"^checkpoint: .*'bert' model, expected Vera's 't5' encoder"):
@@ -70,8 +104,9 @@ def test_grammar_is_the_pipelines_p_label_1(tmp_path: Path) -> None:
     """SugarCrepe's GrammarModel: the pipeline's score if LABEL_1 won, else 1 - score."""
     from transformers import pipeline
 
-    folder = write_tiny_bert_classifier(tmp_path / "cola", 0)
+    folder = write_tiny_cola_distilbert(tmp_path / "cola", 0)
     scorer = GrammarScorer.load(str(folder), device="cpu")
+    assert scorer.model.config.id2label == {0: "LABEL_0", 1: "LABEL_1"} and scorer.label_index == 1
     pipe = pipeline("text-classification", model=str(folder), device="cpu")
     acceptable = scorer.model.config.id2label[scorer.label_index]
     want = [o["score"] if o["label"] == acceptable else 1 - o["score"] for o in pipe(TEXTS[:3])]

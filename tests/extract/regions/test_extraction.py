@@ -480,21 +480,24 @@ def test_progress_on_stderr_and_quiet(detector_dir: Path, data_dir: Path, tmp_pa
     assert r.exit_code == 0 and r.stderr == ""
 
 
-def test_info_text_json_and_labels(reference: Path, detector_dir: Path, tmp_path: Path, cli, one_error_line) -> None:
+def test_info_text_json_and_labels(reference: Path, tmp_path: Path, cli, one_error_line) -> None:
+    from vlprobe.fixtures.frcnn import write_tiny_labels
+
+    labels = write_tiny_labels(tmp_path / "vg-vocab")  # bottom-up-attention's files, not the checkpoint's
     r = cli("regions", "info", reference)
     assert r.exit_code == 0, r.output
     assert "complete" in r.stdout and "detector" in r.stdout and "colour order bgr" in r.stdout
     assert "min_boxes=36" in r.stdout and "min 36 / mean 36.0 / max 36" in r.stdout
     info = json.loads(cli("regions", "info", reference, "--json").stdout)
     assert info["complete"] and info["done"] == info["images"] == N_IMAGES
-    r = cli("regions", "info", reference, "--labels", detector_dir, "--top", 2)
+    r = cli("regions", "info", reference, "--labels", labels, "--top", 2)
     assert r.exit_code == 0, r.output
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("ex_")]
     assert len(lines) == N_IMAGES and all(ln.count(",") == 1 for ln in lines)
     from vlprobe.extract.regions.detector import load_labels
 
-    objects, attributes = load_labels(str(detector_dir))
-    dets = json.loads(cli("regions", "info", reference, "--labels", detector_dir, "--json").stdout)["detections"]
+    objects, attributes = load_labels(str(labels))
+    dets = json.loads(cli("regions", "info", reference, "--labels", labels, "--json").stdout)["detections"]
     first = dets["ex_0_img_0"]
     assert len(first) == 5 and [d["object_conf"] for d in first] == sorted((d["object_conf"] for d in first), reverse=True)
     with h5py.File(reference, "r") as f:
@@ -553,7 +556,7 @@ def test_cross_encoders_read_the_result(
 ) -> None:
     from vlprobe.extract.cache.reader import ActivationCache
 
-    checkpoint = tiny_lxmert if model == "lxmert" else tiny_uniter / "uniter.pt"
+    checkpoint = tiny_lxmert if model == "lxmert" else tiny_uniter / "uniter-base.pt"
     out = tmp_path / f"{model}.h5"
     r = cli("extract", "--model", model, "--checkpoint", checkpoint, "--regions", reference, "--dataset", "winoground",
             "--data-dir", data_dir, "--pair-plan", "item", "--device", "cpu", "--out", out, "--quiet")

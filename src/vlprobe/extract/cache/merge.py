@@ -34,9 +34,12 @@ def merge_shards(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike
     Raises
     ------
     InputError
-        A shard is missing, repeated, incomplete, or was made with other settings.
+        A shard is missing, repeated, incomplete, or was made with other settings: a header
+        field, the tag file (``tags_fingerprint``) or the index tables (items, images, texts and
+        their tags) differ.
     """
-    return merge_files(paths, out, open_shard=_open_shard, read_merged=_read_merged, write=_write_merged)
+    return merge_files(paths, out, open_shard=_open_shard, read_merged=_read_merged, write=_write_merged,
+                       check=_same_run)
 
 
 def shard_state(path: str | os.PathLike[str], shard: str) -> str:
@@ -63,6 +66,24 @@ def _open_shard(path: Path) -> Shard[CacheHeader]:
     if not incomplete and c.has_pairs and not c.pairs()["done"].all():
         incomplete = "in its pairs"
     return Shard(c.path, c.header, c.f, incomplete, owner=c)
+
+
+def _same_run(shards: list[Shard[CacheHeader]], header: CacheHeader) -> None:
+    """Beyond the headers: every shard read the same tag file and holds the same index tables (the
+    merged cache takes them from shard 0)."""
+    first: ActivationCache = shards[0].owner
+    tables = {name: first.table(name) for name in ("items", "images", "texts")}
+    for s in shards[1:]:
+        c: ActivationCache = s.owner
+        differs = f"shards: {s.path.name} differs from {shards[0].path.name} in"
+        if c.record.tags_fingerprint != first.record.tags_fingerprint:
+            raise InputError(f"{differs} tags_fingerprint ({shards[0].path.name} has "
+                             f"{first.record.tags_fingerprint!r}, {s.path.name} has {c.record.tags_fingerprint!r}): "
+                             "they read other --tags files")
+        for name, mine in tables.items():
+            theirs = c.table(name)
+            if mine.keys() != theirs.keys() or any(not np.array_equal(mine[k], theirs[k]) for k in mine):
+                raise InputError(f"{differs} its {name} table (other items, texts or tags): shards of another run")
 
 
 def _read_merged(path: Path) -> tuple[CacheHeader, list[str]]:

@@ -19,7 +19,7 @@ from vlprobe.extract.cache.schema import (
     cache_version,
     open_h5,
 )
-from vlprobe.extract.models.base import StreamSpec
+from vlprobe.extract.models.streams import StreamSpec
 from vlprobe.io.h5 import OpenH5
 from vlprobe.validation import InputError, check_file
 
@@ -72,7 +72,7 @@ class ActivationCache(OpenH5):
         return g[name][start:stop]
 
     def stream_spec(self, stream: str) -> StreamSpec:
-        """The stream's :class:`~vlprobe.extract.models.base.StreamSpec` as the adapter declared it."""
+        """The stream's :class:`~vlprobe.extract.models.streams.StreamSpec` as the adapter declared it."""
         g = self._stream(stream)
         return StreamSpec(
             stream, attr_str(g.attrs["modality"]), tuple(self.model_layer_kinds(stream)),

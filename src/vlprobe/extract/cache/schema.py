@@ -91,7 +91,7 @@ import h5py
 import numpy as np
 
 from vlprobe.extract import sharded_h5
-from vlprobe.extract.models.base import StreamSpec
+from vlprobe.extract.models.streams import StreamSpec
 from vlprobe.extract.sharded_h5 import parse_shard
 from vlprobe.io.h5 import schema_version_of
 from vlprobe.validation import InputError

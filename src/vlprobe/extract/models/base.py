@@ -41,6 +41,7 @@ import torch
 
 from vlprobe.extract.models.hf import LoadedModel, ResolvedCheckpoint, image_backend_of
 from vlprobe.extract.models.hooks import LayerSite
+from vlprobe.extract.models.streams import StreamSpec
 from vlprobe.validation import InputError
 
 #: What an adapter reads for an image (its ``image_input``): RGB pixels, precomputed region
@@ -91,50 +92,6 @@ class ReferenceCheckpoint:
     source: str = ""
 
 
-@dataclass(frozen=True)
-class StreamSpec:
-    """One stream of hidden states.
-
-    Attributes
-    ----------
-    name : str
-    modality : {"text", "image", "pair"}
-        What one row of the stream is.
-    layer_kinds : tuple of str
-        One entry per layer, layer 0 first (``embed``, ``self``, ``cross``, ...).
-    hidden_size : int
-    cls_rule : str
-        Where ``cls`` pooling reads (``eos``, ``token0``, ``patch0``) or ``none``.
-    pooled_size : int or None
-        Width of the model's own pooled output, None when the stream has none.
-    """
-
-    name: str
-    modality: str
-    layer_kinds: tuple[str, ...]
-    hidden_size: int
-    cls_rule: str
-    pooled_size: int | None
-
-    @classmethod
-    def blocks(
-        cls, name: str, modality: str, n_blocks: int, hidden_size: int, cls_rule: str, pooled_size: int | None,
-        kind: str = "self",
-    ) -> StreamSpec:
-        """The embedding output (layer 0) then ``n_blocks`` blocks of one ``kind``."""
-        return cls(name, modality, ("embed",) + (kind,) * int(n_blocks), int(hidden_size), cls_rule, pooled_size)
-
-    @property
-    def n_layers(self) -> int:
-        return len(self.layer_kinds)
-
-    @property
-    def poolings(self) -> tuple[str, ...]:
-        out: tuple[str, ...] = ("cls",) if self.cls_rule != "none" else ()
-        out += ("mean", "max")
-        return out + (("pooled",) if self.pooled_size else ())
-
-
 @dataclass
 class StreamBatch:
     """An adapter's output for one batch of one stream.
@@ -174,6 +131,11 @@ class Adapter(ABC):
     #: regions itself. None for a model whose features came from another detector (ViLBERT's and
     #: VisualBERT's ResNeXt-152 Detectron models): ``--regions`` must then be given.
     region_preset: ClassVar[str | None] = None
+    #: Pixel models: whether vlprobe converts each image to RGB as it decodes it (True: the
+    #: transformers processors the papers ran convert first, and so do LLaVA's and Qwen2-VL's), or
+    #: hands it over in the mode its file stores (RGBA, L, P, ...) because the model's
+    #: preprocessing converts later, as its reference does (OpenCLIP: after the resize and crop).
+    rgb_on_load: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -204,7 +166,8 @@ class Adapter(ABC):
         ----------
         stream : str
         inputs : sequence
-            Strings for text streams, RGB PIL images for image streams.
+            Strings for text streams, PIL images for image streams (RGB unless the adapter's
+            :attr:`rgb_on_load` is False).
         layers : sequence of int
             Layer numbers to return (0 = embeddings), in this order.
         """

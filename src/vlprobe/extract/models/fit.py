@@ -10,20 +10,29 @@ hold and, on the first key where they differ, raises :func:`refuse_mismatch`'s o
     in the weights, (100, 64) by the config (the config's 64: n_embd)
 
 Hugging Face models go through :func:`vlprobe.extract.models.hf.from_pretrained_with_info`,
-which loads with ``ignore_mismatched_sizes`` and hands transformers' mismatched keys to
-:func:`refuse_mismatch`; natively written families (ViLBERT, UNITER, OpenCLIP) call
-:func:`first_mismatch` on their own state dicts.
+which first compares the shapes in the weight files' headers (:func:`checkpoint_shapes`, no
+tensor read) with the model the config builds on the meta device (:func:`hf_model_shapes`),
+before anything is allocated; keys the two name differently (transformers' renames of legacy
+checkpoints) are left to transformers, loaded with ``ignore_mismatched_sizes`` and its
+mismatched keys refused the same way. Natively written families (ViLBERT, UNITER, OpenCLIP)
+call :func:`first_mismatch` on their own state dicts.
 """
 
 from __future__ import annotations
 
+import json
+import pickle
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from vlprobe.validation import InputError
 
-__all__ = ["ShapeMismatch", "config_fields_of", "first_mismatch", "lacking_size", "refuse_mismatch", "shapes_of"]
+__all__ = [
+    "ShapeMismatch", "align_keys", "check_hf_fits", "checkpoint_shapes", "config_fields_of", "first_mismatch", "hf_model_shapes", "lacking_size",
+    "refuse_mismatch", "shapes_of",
+]
 
 
 @dataclass(frozen=True)
@@ -110,3 +119,85 @@ def refuse_mismatch(
         f"checkpoint: {checkpoint!r} does not fit its config ({config_name}): {mismatch.key} is "
         f"{mismatch.weights} in the weights, {mismatch.config} by the config{hint}"
     )
+
+
+def checkpoint_shapes(folder: str | Path) -> dict[str, tuple[int, ...]]:
+    """Key -> shape of a Hugging Face folder's weights, read from the files' headers: every
+    ``*.safetensors`` (sharded or not), else every ``pytorch_model*.bin`` (loaded onto the meta
+    device, memory-mapped); ``{}`` where neither can be read that way (a legacy pickle)."""
+    import torch
+
+    root = Path(folder)
+    shapes: dict[str, tuple[int, ...]] = {}
+    tensors = sorted(root.glob("*.safetensors"))
+    if tensors:
+        from safetensors import safe_open
+
+        for f in tensors:
+            with safe_open(str(f), framework="pt") as fh:
+                for key in fh.keys():
+                    shapes[key] = tuple(int(d) for d in fh.get_slice(key).get_shape())
+        return shapes
+    index = root / "pytorch_model.bin.index.json"
+    try:
+        files = (sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+                 if index.is_file() else ["pytorch_model.bin"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    for name in files:
+        if not (root / name).is_file():
+            return {}
+        try:
+            state = torch.load(str(root / name), map_location="meta", weights_only=True, mmap=True)
+        except (RuntimeError, OSError, ValueError, EOFError, pickle.UnpicklingError):
+            return {}  # a legacy or damaged file: the loader reports it when it reads it
+        if isinstance(state, Mapping):
+            shapes.update(shapes_of({k: v for k, v in state.items() if hasattr(v, "shape")}))
+    return shapes
+
+
+def hf_model_shapes(model_cls: Any, config: Any) -> tuple[dict[str, tuple[int, ...]], str]:
+    """Key -> shape of the model ``config`` builds (on the meta device: nothing allocated) and its
+    ``base_model_prefix``."""
+    import torch
+
+    build = getattr(model_cls, "from_config", None) or model_cls._from_config
+    with torch.device("meta"):
+        model = build(config)
+    return shapes_of(model.state_dict()), str(getattr(model, "base_model_prefix", "") or "")
+
+
+def align_keys(weights: Mapping[str, Sequence[int]], model: Mapping[str, Sequence[int]], prefix: str
+               ) -> dict[str, Sequence[int]]:
+    """``weights`` under the model's key names where a base-model prefix is all that differs (a
+    checkpoint saved from the base model loaded with a head, or the reverse); other keys as
+    they are."""
+    if not prefix:
+        return dict(weights)
+    out: dict[str, Sequence[int]] = {}
+    for key, shape in weights.items():
+        if key not in model and f"{prefix}.{key}" in model:
+            key = f"{prefix}.{key}"
+        elif key not in model and key.startswith(f"{prefix}.") and key[len(prefix) + 1:] in model:
+            key = key[len(prefix) + 1:]
+        out[key] = shape
+    return out
+
+
+def check_hf_fits(model_cls: Any, folder: str | Path, checkpoint: str) -> None:
+    """Refuse a Hugging Face folder whose ``config.json`` builds other shapes than its weight files
+    hold (:func:`refuse_mismatch`), comparing headers with the model built on the meta device.
+    A folder whose config or weights cannot be read so is left to the loader."""
+    from transformers import AutoConfig
+
+    weights = checkpoint_shapes(folder)
+    if not weights:
+        return
+    try:
+        config = AutoConfig.from_pretrained(folder)
+        model, prefix = hf_model_shapes(model_cls, config)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return  # another model type, an unreadable config: the loader's own checks say so
+    found = first_mismatch(model, align_keys(weights, model, prefix))
+    if found is not None:
+        raise refuse_mismatch(checkpoint, found, config=config)

@@ -13,15 +13,34 @@ assistant's turn depends on the score (load option ``score``):
 
 ``vqascore`` (default)
     The user's text is the question template (load option ``question``, ``{}`` = the caption;
-    default: t2v_metrics' wording for the family), the assistant's reply is the answer (load
-    option ``answer``, ``"Yes"``). With ``answer_tokens="first"`` the score is P(first answer
-    token), read from the next-token distribution at the *answer position* (the last token of the
-    prompt); with ``answer_tokens="all+eos"`` it is exp(mean log P) of the answer's tokens followed
-    by the end-of-sequence token, as t2v_metrics scores LLaVA-1.5 (``Yes</s>``). Kind ``vqascore``.
+    default: the family's wording in t2v_metrics version ``t2v_metrics``, :data:`T2V_METRICS`),
+    the assistant's reply is the answer (load option ``answer``, ``"Yes"``). With
+    ``answer_tokens="first"`` the score is P(first answer token), read from the next-token
+    distribution at the *answer position* (the last token of the prompt); with
+    ``answer_tokens="all+eos"`` it is exp(mean log P) of the answer's tokens followed by the
+    end-of-sequence token, as t2v_metrics scores LLaVA-1.5 (``Yes</s>``). Kind ``vqascore``.
 ``caption-logprob``
     The user's text is ``caption_prompt`` (default: none, the image alone), the assistant's reply is
     the caption; the score is the mean log-probability of the caption's tokens given everything
     before them. Kind ``mean_caption_logprob``.
+
+Which distribution (load option ``softmax``):
+
+``t2v_metrics`` (default)
+    The probabilities as t2v_metrics computed them, for every scored token. LLaVA-1.5: its original
+    model's softmax, over the text vocabulary only (the rows below ``<image>``: the ``llava-hf``
+    conversion added ``<image>``, ``<pad>`` and padding rows to 64, drawn near the mean
+    embedding, which take probability mass the original never gave). Qwen2-VL: the scores of
+    ``generate(output_scores=True)``, which are the logits after the checkpoint's
+    ``generation_config`` logits processors (greedy decoding: its ``repetition_penalty``, 1.05 in
+    Qwen2-VL-Instruct, divides the positive and multiplies the negative logits of every token
+    already in the sequence, image placeholders included).
+``raw``
+    The softmax of the head's raw logits over all its rows.
+
+The question wording changed between t2v_metrics versions (load option ``t2v_metrics``, recorded
+with the other options in every cache): ``3.0`` (the PyPI release, default) and the others each
+family lists in :attr:`GenerativeVLM.questions`.
 
 Streams (all ``modality="pair"``: views of the one joint sequence), layers 0..L of the language
 model: 0 = its input embeddings (token embeddings, with the projected image features at the
@@ -79,6 +98,8 @@ __all__ = [
     "ANSWER_TOKENS",
     "POSITION_COLUMNS",
     "SCORES",
+    "SOFTMAXES",
+    "T2V_METRICS",
     "GenerativeImages",
     "GenerativeTexts",
     "GenerativeVLM",
@@ -90,6 +111,10 @@ __all__ = [
 SCORES: dict[str, str] = {"vqascore": "vqascore", "caption-logprob": "mean_caption_logprob"}
 #: ``answer_tokens`` values (see the module docstring).
 ANSWER_TOKENS: tuple[str, ...] = ("first", "all+eos")
+#: ``softmax`` values (see the module docstring).
+SOFTMAXES: tuple[str, ...] = ("t2v_metrics", "raw")
+#: The t2v_metrics version whose question wording is the default (the PyPI release).
+T2V_METRICS = "3.0"
 #: The columns of a batch's positions (each an index into the pair's joint sequence; stops are
 #: exclusive): its length, the image tokens, the caption's tokens, the answer position (whose
 #: next-token distribution gives the first scored token) and the scored tokens.
@@ -234,16 +259,19 @@ class GenerativeVLM(CrossEncoder):
 
     image_input = "pixels"
     load_options: ClassVar[tuple[str, ...]] = (
-        "score", "question", "answer", "answer_tokens", "system", "caption_prompt", "device_map",
+        "score", "question", "answer", "answer_tokens", "system", "caption_prompt", "softmax", "t2v_metrics",
+        "device_map",
     )
     text_table = GenerativeTexts
     #: A block of projected image features: 576 x 4096 values per image for LLaVA-1.5-7B.
     image_block = 32
     #: The transformers ``model_type``s the adapter loads.
     model_types: ClassVar[tuple[str, ...]]
-    #: Defaults of the prompt's load options (``question``, ``answer``, ``answer_tokens``,
-    #: ``system``, ``caption_prompt``) for the family: t2v_metrics' for its VQAScore.
+    #: Defaults of the prompt's load options (``answer``, ``answer_tokens``, ``system``,
+    #: ``caption_prompt``) for the family: t2v_metrics' for its VQAScore.
     defaults: ClassVar[dict[str, str]]
+    #: t2v_metrics version -> the family's VQAScore question in it (the ``question`` default).
+    questions: ClassVar[dict[str, str]]
     #: Weight-name prefixes the adapter reads.
     needed: ClassVar[tuple[str, ...]] = ()
     #: The family's own load options with a fixed set of values (LLaVA's ``image_pad``).
@@ -264,6 +292,7 @@ class GenerativeVLM(CrossEncoder):
         self.score = opts["score"]
         self.question, self.answer = opts["question"], opts["answer"]
         self.answer_tokens, self.system, self.caption_prompt = opts["answer_tokens"], opts["system"], opts["caption_prompt"]
+        self.softmax = opts["softmax"]
         self.score_kind = SCORES[self.score]
         cfg = self.model.config
         self.image_token_id = int(cfg.image_token_id)
@@ -296,20 +325,24 @@ class GenerativeVLM(CrossEncoder):
         Raises
         ------
         InputError
-            An option the family does not take, an unknown choice (``score``, ``answer_tokens``, a
-            family's own such as LLaVA's ``image_pad``), a question template without exactly one
-            ``{}``, an empty answer.
+            An option the family does not take, an unknown choice (``score``, ``answer_tokens``,
+            ``softmax``, ``t2v_metrics``, a family's own such as LLaVA's ``image_pad``), a question
+            template without exactly one ``{}``, an empty answer.
         """
         known = [k for k in cls.load_options if k != "device_map"]
         unknown = sorted(set(given) - set(known))
         if unknown:
             raise InputError(f"{unknown[0]}: {cls.name} does not take the load option {unknown[0]} "
                              f"(it takes {', '.join(cls.load_options)})")
-        out = {k: str(given[k]) if given.get(k) is not None else cls.defaults.get(k, "") for k in known}
+        defaults = {"softmax": SOFTMAXES[0], "t2v_metrics": T2V_METRICS, **cls.defaults}
+        out = {k: str(given[k]) if given.get(k) is not None else defaults.get(k, "") for k in known}
         out["score"] = check_choice(out["score"] or "vqascore", "score", tuple(SCORES), kind="score")
-        choices = {"answer_tokens": ANSWER_TOKENS, **cls.choices}
+        choices = {"answer_tokens": ANSWER_TOKENS, "softmax": SOFTMAXES, "t2v_metrics": tuple(cls.questions),
+                   **cls.choices}
         for k, allowed in choices.items():
             out[k] = check_choice(out[k], k, allowed)
+        if given.get("question") is None:
+            out["question"] = cls.questions[out["t2v_metrics"]]
         question = out["question"]
         if question.count("{}") != 1:
             raise InputError(f"question must be a template with exactly one {{}} for the caption, got {question!r}")
@@ -378,7 +411,12 @@ class GenerativeVLM(CrossEncoder):
             "image_processor": type(self.processor).__name__,
             "device_map": self.device_map or "",
             "chat_template_sha256": _sha256(self.chat_template),
+            "softmax_over": self.softmax_detail(),
         }
+
+    def softmax_detail(self) -> str:
+        """What the scored tokens' softmax runs over, in words (recorded with each cache)."""
+        return f"the head's {int(self.model.lm_head.weight.shape[0])} rows, raw logits"
 
     # -- prompts -----------------------------------------------------------------------------------
 
@@ -657,9 +695,29 @@ class GenerativeVLM(CrossEncoder):
         for r, tgt in enumerate(batch.targets):
             a, b = int(batch.positions[r, 6]), int(batch.positions[r, 7])
             h = hidden[r, a - 1 : b - 1].to(head.weight.device)
-            lp = torch.log_softmax(head(h).float(), dim=-1)
+            logits = head(h).float()
+            if self.softmax == "t2v_metrics":
+                logits = self._t2v_metrics_logits(logits, batch.ids[r, :b].to(logits.device), a)
+                if int(tgt.max()) >= logits.shape[1]:
+                    raise InputError(f"texts: a scored token (id {int(tgt.max())}) is outside the {logits.shape[1]} the "
+                                     "softmax=t2v_metrics distribution covers; use softmax=raw")
+            lp = torch.log_softmax(logits, dim=-1)
             logprobs.append(lp.gather(1, torch.from_numpy(tgt).to(lp.device)[:, None])[:, 0].cpu())
         return logprobs
+
+    def _t2v_metrics_logits(self, logits: torch.Tensor, ids: torch.Tensor, first: int) -> torch.Tensor:
+        """The logits of a pair's scored tokens as t2v_metrics' softmax saw them (``softmax=t2v_metrics``).
+
+        Parameters
+        ----------
+        logits : Tensor, shape (n, V)
+            The head's logits predicting the scored tokens ``ids[first:]``.
+        ids : Tensor of int64, shape (first + n,)
+            The pair's joint sequence through its scored tokens (no padding).
+        first : int
+            Where the scored tokens start in ``ids``.
+        """
+        return logits
 
     def _scores(self, logprobs: list[torch.Tensor]) -> torch.Tensor:
         means = torch.stack([lp.mean() for lp in logprobs]) if logprobs else torch.zeros(0)

@@ -40,6 +40,7 @@ __all__ = [
     "load_hf_model",
     "load_hf_tokenizer",
     "load_image_processor",
+    "native_stdout_dropped",
     "quiet_transformers",
     "reading_weights",
     "resolve_checkpoint",
@@ -280,13 +281,16 @@ def from_pretrained_with_info(
 
     A config whose sizes do not fit the weights is refused in one line naming the first weight
     that differs (:mod:`vlprobe.extract.models.fit`; ``checkpoint``, default ``path``, is what
-    the message names) instead of transformers' load report and traceback.
+    the message names), before the model is built where the weight files' headers tell, else
+    from transformers' mismatched keys, instead of transformers' load report and traceback.
 
     transformers annotates ``from_pretrained`` as returning the model alone, which it does only
     without ``output_loading_info``; this is the one place that unpacks the pair.
     """
-    from vlprobe.extract.models.fit import first_mismatch, refuse_mismatch
+    from vlprobe.extract.models.fit import check_hf_fits, first_mismatch, refuse_mismatch
 
+    name = str(path) if checkpoint is None else checkpoint
+    check_hf_fits(model_cls, path, name)
     model, info = model_cls.from_pretrained(path, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs)
     mismatched = {str(k): (tuple(got), tuple(want)) for k, got, want, *_ in info.get("mismatched_keys") or ()}
     if mismatched:
@@ -294,7 +298,7 @@ def from_pretrained_with_info(
         found = first_mismatch({k: w for k, (_, w) in mismatched.items()}, {k: g for k, (g, _) in mismatched.items()},
                                order)
         if found is not None:
-            raise refuse_mismatch(str(path) if checkpoint is None else checkpoint, found, config=model.config)
+            raise refuse_mismatch(name, found, config=model.config)
     return model, info
 
 
@@ -357,13 +361,41 @@ def load_hf_model(
 
 
 def load_hf_tokenizer(path: Any, checkpoint: str) -> Any:
-    """``AutoTokenizer.from_pretrained(path)``; a folder without a readable tokenizer is an input error."""
+    """``AutoTokenizer.from_pretrained(path)``; a folder without a readable tokenizer is an input error.
+
+    The native ``tokenizers`` library prints ``Ignored unknown kwarg option __type`` on the process's
+    standard output for each special token of a ``tokenizer_config.json`` written in the 2021-2022
+    form (AddedToken dicts with ``"__type"``, as ``openai/clip-vit-base-patch32`` holds it); that
+    output is dropped (:func:`native_stdout_dropped`), so that a command's stdout stays its own.
+    """
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(path)
+        with native_stdout_dropped():
+            return AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as exc:
         raise InputError(f"checkpoint: {checkpoint!r} has no readable tokenizer ({exc})") from None
+
+
+@contextlib.contextmanager
+def native_stdout_dropped() -> Iterator[None]:
+    """Drop what native code writes to file descriptor 1 meanwhile (Python's own ``print`` goes
+    through ``sys.stdout`` and is flushed first); a no-op where descriptor 1 cannot be redirected."""
+    import sys
+
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError, AttributeError):
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 @contextlib.contextmanager

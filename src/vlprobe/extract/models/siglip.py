@@ -111,6 +111,9 @@ class SiglipAdapter(HFDualEncoder):
         return self.tokenizer(
             list(texts), padding="max_length", truncation=True, max_length=self.max_length,
             return_tensors="pt", padding_side="right",  # the head reads the last position
+            # the released tokenizers return input ids only (model_input_names); the mask marks the
+            # caption's own tokens for mean/max pooling, never the model's input
+            return_attention_mask=True,
         )
 
     def layer_sites(self, stream: str) -> list[LayerSite]:

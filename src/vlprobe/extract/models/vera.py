@@ -8,6 +8,12 @@ tokenised (T5's tokenizer appends ``</s>``; at most 128 tokens), encoded, and th
 state (the ``</s>``) scored: ``sigmoid((w . h + b) / t)``, the calibrated plausibility. A caption
 beats its negative when its score is strictly higher. Batches are right-padded and read at each
 row's last real token, as the reference's batched ``runs`` does.
+
+The head runs in the model's dtype, as the reference's ``torch.nn.Linear(D, 1,
+dtype=model.dtype)`` does. The reference loads the released weights with ``torch_dtype='auto'``:
+in bfloat16, the dtype ``liujch1998/vera``'s config names, so its scores are bfloat16 values
+(about three significant digits: a caption and its negative tie more often, and a tie counts as
+not solved). ``--dtype bfloat16`` runs it so; the default ``float32`` upcasts the same weights.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ class VeraScorer(TextScorer):
         self.model, self.tokenizer, self.checkpoint, self.device = model, tokenizer, checkpoint, device
         shared = model.shared.weight.detach()
         w, b, t = HEAD_ROWS
-        self.weight, self.bias = shared[w].float(), float(shared[b, 0])
+        self.weight, self.bias = shared[w].clone(), shared[b, 0].clone()  # in the model's dtype, as the reference
         self.temperature = float(shared[t, 0])
         if not np.isfinite(self.temperature) or self.temperature == 0.0:
             raise InputError(f"checkpoint: {checkpoint.spec!r}: Vera's temperature (shared.weight[{t}, 0]) is {self.temperature}")
@@ -91,13 +97,14 @@ class VeraScorer(TextScorer):
                 tok = self.tokenizer(batch, return_tensors="pt", padding="longest", truncation=True,
                                      max_length=MAX_LENGTH, padding_side="right")
                 ids, mask = tok["input_ids"].to(self.device), tok["attention_mask"].to(self.device)
-                hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state.float()
+                hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
                 last = hidden[torch.arange(len(batch), device=hidden.device), mask.sum(dim=1) - 1]
-                logits = last @ self.weight.to(last.device) + self.bias
-                out[start : start + len(batch)] = torch.sigmoid(logits / self.temperature).double().cpu().numpy()
+                logits = last @ self.weight.to(last.device) + self.bias.to(last.device)
+                calibrated = torch.sigmoid(logits / self.temperature)
+                out[start : start + len(batch)] = calibrated.double().cpu().numpy()
         return out
 
     def describe(self) -> dict[str, Any]:
         return {"model_class": type(self.model).__name__, "head_rows": list(HEAD_ROWS), "max_length": MAX_LENGTH,
-                "temperature": self.temperature,
+                "temperature": self.temperature, "dtype": str(self.model.dtype).removeprefix("torch."),
                 "score": "sigmoid((shared[32099] . h_last + shared[32098, 0]) / shared[32097, 0])"}

@@ -5,12 +5,17 @@ VALSE evaluated VisualBERT zero-shot with its pretraining head for sentence-imag
 ones of ``uclanlp`` (pretrained on COCO captions): ``uclanlp/visualbert-vqa-coco-pre`` reads
 2048-d Detectron region features, ``uclanlp/visualbert-nlvr2-coco-pre`` 1024-d ones; the
 feature width is the config's ``visual_embedding_dim`` and a region file of another width is
-refused. The hub checkpoints carry no tokenizer: ``--tokenizer`` (default: the checkpoint
-folder's own, else ``google-bert/bert-base-uncased``, the tokenizer VisualBERT was trained with).
+refused. The hub checkpoints carry no tokenizer (``config.json`` and ``pytorch_model.bin``
+only): ``--tokenizer`` (default: the checkpoint folder's own, else
+``google-bert/bert-base-uncased``, the tokenizer VisualBERT was trained with).
 
-Input: ``[CLS] caption [SEP]`` (token type 0, positions 0..T-1), then the regions (token type 1,
-visual position 0, the features through ``visual_projection``; VisualBERT reads no boxes), padded
-regions masked.
+Input, as the original pretraining code (uclanlp/visualbert) feeds it: ``[CLS] caption [SEP]``
+(token type 0, positions 0..T-1), then the regions through ``visual_projection`` with visual
+position 0 and visual token type **0**: ``TrainVisualBERTObjective.forward``
+(``pytorch_pretrained_bert/modeling.py``) sets ``visual_embeddings_type`` to zeros when the
+data gives none, and its COCO pretraining data (``dataloaders/coco_dataset.py``) gives none.
+transformers defaults ``visual_token_type_ids`` to ones, a row the pretraining never trained for
+regions. VisualBERT reads no boxes; padded regions are masked.
 
 Streams (both ``modality="pair"``): views of the one joint sequence, as UNITER's.
 
@@ -19,10 +24,14 @@ Streams (both ``modality="pair"``): views of the one joint sequence, as UNITER's
            the sentence-image head reads.
 ``image``  the same layers at the region positions; ``mean``/``max`` over the real regions.
 
-Score: ``softmax(cls.seq_relationship(pooled))[:, 0]``. Index 0 = match: VisualBERT's
-sentence-image objective labels a matching caption 0 and a random one 1 (transformers documents
-``sentence_image_labels`` so, as BERT's next-sentence labels). The cache's logits are stored as
-(no match, match).
+Score: ``softmax(cls.seq_relationship(pooled))[:, 1]``. Index 1 = match, as the original trained
+it: ``dataloaders/coco_dataset.py`` sets ``flag = True`` when the second caption is another
+caption of the same image (False for a caption of a random image) and
+``dataloaders/bert_data_utils.py`` turns it into ``is_random_next = int(is_next)``, the target
+of the sentence-image cross-entropy; the hub conversion only renamed the keys. transformers'
+``VisualBertForPreTraining`` docstring says the opposite (``sentence_image_labels`` 0 = matching,
+copied from BERT's next-sentence labels): it disagrees with the code that trained the weights.
+The cache's logits are stored as (no match, match).
 
 Batching: the text embeddings of each batch's distinct captions and the region embeddings of its
 distinct images are computed once and indexed into the pairs (embedding layer norms act per
@@ -60,11 +69,15 @@ from vlprobe.extract.models.hooks import LayerSite
 from vlprobe.extract.models.pooling import pool_states
 from vlprobe.validation import InputError
 
-__all__ = ["DEFAULT_TOKENIZER", "MATCH_INDEX", "VisualBertAdapter", "VisualBertImages", "VisualBertPairModel"]
+__all__ = [
+    "DEFAULT_TOKENIZER", "MATCH_INDEX", "REGION_TOKEN_TYPE", "VisualBertAdapter", "VisualBertImages", "VisualBertPairModel",
+]
 
 _ALLOW = ["*.json", "*.txt", "*.safetensors", "*.bin", "*.model"]
 #: Column of ``seq_relationship`` that means "caption matches image" (see the module docstring).
-MATCH_INDEX = 0
+MATCH_INDEX = 1
+#: The visual token type the original feeds regions with (see the module docstring).
+REGION_TOKEN_TYPE = 0
 #: VisualBERT was trained with BERT's uncased WordPiece vocabulary.
 DEFAULT_TOKENIZER = "google-bert/bert-base-uncased"
 
@@ -105,10 +118,11 @@ class VisualBertPairModel(nn.Module):
         return self.text_embeddings(e.LayerNorm(x))
 
     def embed_image(self, features: torch.Tensor) -> torch.Tensor:
-        """(B, R, D) -> (B, R, H): LayerNorm(projection + visual position 0 + visual token type 1)."""
+        """(B, R, D) -> (B, R, H): LayerNorm(projection + visual position 0 + visual token type 0)."""
         e = self.hf.visual_bert.embeddings
         zeros = torch.zeros(features.shape[:2], dtype=torch.long, device=features.device)
-        x = e.visual_projection(features) + e.visual_position_embeddings(zeros) + e.visual_token_type_embeddings(zeros + 1)
+        x = (e.visual_projection(features) + e.visual_position_embeddings(zeros)
+             + e.visual_token_type_embeddings(zeros + REGION_TOKEN_TYPE))
         return self.image_embeddings(e.LayerNorm(x))
 
     def encode(self, emb: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
@@ -281,6 +295,7 @@ class VisualBertAdapter(CrossEncoder):
             "hidden_size": int(cfg.hidden_size),
             "visual_embedding_dim": self.feature_dim,
             "visual_pos": "none (VisualBERT reads no boxes; visual position 0)",
+            "region_token_type": REGION_TOKEN_TYPE,
             "tokenizer": self.tokenizer_source,
             "text_max_length": self.max_length,
             "score": f"softmax(cls.seq_relationship(pooled))[:, {MATCH_INDEX}]",

@@ -22,7 +22,7 @@ CONTRACT = Case(
     "uniter", "cross", "regions",
     {"text": ("pair", kinds("embed", ("joint", 2)), "token0"), "image": ("pair", kinds("embed", ("joint", 2)), "none")},
     {"text": ("uniter.embeddings", "text"), "image": ("uniter.img_embeddings", "image")},
-    checkpoint="uniter.pt", wrong="lxmert", feature_dim=2048, weights=("uniter.pt",),
+    checkpoint="uniter-base.pt", wrong="lxmert", feature_dim=2048, weights=("uniter-base.pt",),
 )
 
 CAPTIONS = [
@@ -35,7 +35,7 @@ POOLINGS = ["cls", "mean", "max"]
 
 @pytest.fixture(scope="module")
 def adapter(tiny_uniter: Path) -> UniterAdapter:
-    return UniterAdapter.load(str(tiny_uniter / "uniter.pt"))
+    return UniterAdapter.load(str(tiny_uniter / "uniter-base.pt"))
 
 
 def test_registered_lazily() -> None:
@@ -141,10 +141,10 @@ def test_inputs_are_fingerprinted(adapter: UniterAdapter, tiny_uniter: Path) -> 
 def test_config_and_tokenizer_defaults_and_errors(tiny_uniter: Path, tmp_path: Path) -> None:
     lone = tmp_path / "lone"
     lone.mkdir()
-    shutil.copy(tiny_uniter / "uniter.pt", lone / "uniter-base.pt")
+    shutil.copy(tiny_uniter / "uniter-base.pt", lone / "uniter-base.pt")
     with pytest.raises(ValueError, match=r"model_config: UNITER needs its config JSON.*--model-config"):
         UniterAdapter.load(str(lone / "uniter-base.pt"))
-    shutil.copy(tiny_uniter / "uniter.json", lone / "uniter-base.json")  # found by its stem
+    shutil.copy(tiny_uniter / "uniter-base.json", lone / "uniter-base.json")  # found by its stem
     with pytest.raises(ValueError, match=r"tokenizer: 'bert-base-cased' is not in the local hub cache.*--tokenizer DIR"):
         UniterAdapter.load(str(lone / "uniter-base.pt"))
     a = UniterAdapter.load(str(lone / "uniter-base.pt"), tokenizer=str(tiny_uniter / "tokenizer"))
@@ -152,13 +152,13 @@ def test_config_and_tokenizer_defaults_and_errors(tiny_uniter: Path, tmp_path: P
     with pytest.raises(ValueError, match="is not a file"):
         UniterAdapter.load(str(tiny_uniter))
     with pytest.raises(ValueError, match=r"model_config: 'nope.json' is not a file"):
-        UniterAdapter.load(str(tiny_uniter / "uniter.pt"), model_config="nope.json")
+        UniterAdapter.load(str(tiny_uniter / "uniter-base.pt"), model_config="nope.json")
     from transformers import BertTokenizer
 
     big = tmp_path / "big-tokenizer"
     BertTokenizer(vocab={f"w{i}": i for i in range(5000)} | {"[UNK]": 5000}, unk_token="[UNK]").save_pretrained(big)
     with pytest.raises(ValueError, match="vocab_size"):
-        UniterAdapter.load(str(tiny_uniter / "uniter.pt"), tokenizer=str(big))
+        UniterAdapter.load(str(tiny_uniter / "uniter-base.pt"), tokenizer=str(big))
 
 
 def test_scores_only_and_early_layers_match_the_whole_pass(adapter: UniterAdapter) -> None:

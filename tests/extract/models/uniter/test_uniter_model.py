@@ -31,7 +31,7 @@ def uniter_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def model(uniter_dir: Path) -> UniterModel:
-    return UniterModel.from_official(uniter_dir / "uniter.pt", uniter_dir / "uniter.json")
+    return UniterModel.from_official(uniter_dir / "uniter-base.pt", uniter_dir / "uniter-base.json")
 
 
 @pytest.fixture(scope="module")
@@ -107,13 +107,13 @@ def test_fully_masked_regions_leave_text_states_unchanged(model: UniterModel, to
 
 
 def test_fixture_is_in_the_official_format(uniter_dir: Path, tokenizer) -> None:
-    assert {p.name for p in uniter_dir.iterdir()} == {"uniter.pt", "uniter.json", "tokenizer", FIXTURE_MARKER}
-    raw = torch.load(uniter_dir / "uniter.pt", map_location="cpu", weights_only=True)
+    assert {p.name for p in uniter_dir.iterdir()} == {"uniter-base.pt", "uniter-base.json", "tokenizer", FIXTURE_MARKER}
+    raw = torch.load(uniter_dir / "uniter-base.pt", map_location="cpu", weights_only=True)
     assert type(raw) is dict and all(isinstance(v, torch.Tensor) for v in raw.values())
     assert {v.dtype for v in raw.values()} == {torch.float16}
     assert any(k.endswith(".gamma") for k in raw) and any(k.endswith("LayerNorm.weight") for k in raw)
     assert any(k.startswith(p) for p in IGNORED_PREFIXES for k in raw)
-    config = json.loads((uniter_dir / "uniter.json").read_text(encoding="utf-8"))
+    config = json.loads((uniter_dir / "uniter-base.json").read_text(encoding="utf-8"))
     assert set(config) == {
         "attention_probs_dropout_prob", "hidden_act", "hidden_dropout_prob", "hidden_size",
         "initializer_range", "intermediate_size", "max_position_embeddings", "num_attention_heads",
@@ -126,7 +126,7 @@ def test_fixture_is_in_the_official_format(uniter_dir: Path, tokenizer) -> None:
 
 
 def test_loads_fp16_and_gamma_beta_names(uniter_dir: Path, model: UniterModel) -> None:
-    raw = load_official_state_dict(uniter_dir / "uniter.pt")
+    raw = load_official_state_dict(uniter_dir / "uniter-base.pt")
     report = model.load_report
     assert report is not None and report.score_head == "itm" and model.score_head == "itm"
     assert report.source_dtypes == ("float16",)
@@ -142,8 +142,8 @@ def test_loads_fp16_and_gamma_beta_names(uniter_dir: Path, model: UniterModel) -
 
 
 def test_from_official_accepts_loaded_dicts(uniter_dir: Path, model: UniterModel) -> None:
-    raw = torch.load(uniter_dir / "uniter.pt", weights_only=True)
-    config = json.loads((uniter_dir / "uniter.json").read_text(encoding="utf-8"))
+    raw = torch.load(uniter_dir / "uniter-base.pt", weights_only=True)
+    config = json.loads((uniter_dir / "uniter-base.json").read_text(encoding="utf-8"))
     again = UniterModel.from_official(raw, config)
     for (ka, a), (kb, b) in zip(model.state_dict().items(), again.state_dict().items(), strict=True):
         assert ka == kb and torch.equal(a, b)
@@ -157,16 +157,16 @@ def test_from_official_accepts_loaded_dicts(uniter_dir: Path, model: UniterModel
 
 
 def test_missing_keys_raise_one_line(uniter_dir: Path) -> None:
-    raw = torch.load(uniter_dir / "uniter.pt", weights_only=True)
+    raw = torch.load(uniter_dir / "uniter-base.pt", weights_only=True)
     gone = [k for k in raw if k.startswith("uniter.encoder.layer.1.")]
     broken = {k: v for k, v in raw.items() if k not in gone}
     with pytest.raises(ValueError, match=r"^checkpoint: \d+ key\(s\) .* missing: uniter\.encoder\.layer\.1\.") as exc:
-        UniterModel.from_official(broken, uniter_dir / "uniter.json")
+        UniterModel.from_official(broken, uniter_dir / "uniter-base.json")
     assert "\n" not in str(exc.value) and f"({len(gone)} in all)" in str(exc.value)
 
 
 def test_bad_inputs_name_the_parameter(uniter_dir: Path, tmp_path: Path) -> None:
-    cfg = uniter_dir / "uniter.json"
+    cfg = uniter_dir / "uniter-base.json"
     with pytest.raises(ValueError, match=r"checkpoint: .* is not a file"):
         UniterModel.from_official(tmp_path / "nope.pt", cfg)
     (tmp_path / "junk.pt").write_bytes(b"not a torch file")
@@ -175,16 +175,16 @@ def test_bad_inputs_name_the_parameter(uniter_dir: Path, tmp_path: Path) -> None
     with pytest.raises(InputError, match="checkpoint must be a path or a state dict"):
         UniterModel.from_official(3, cfg)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="config is missing required key"):
-        UniterModel.from_official(uniter_dir / "uniter.pt", {"hidden_size": 32})
+        UniterModel.from_official(uniter_dir / "uniter-base.pt", {"hidden_size": 32})
     bigger = {**json.loads(cfg.read_text()), "intermediate_size": 128}
     with pytest.raises(ValueError, match=r"intermediate\.dense\.weight has shape"):
-        UniterModel.from_official(uniter_dir / "uniter.pt", bigger)
+        UniterModel.from_official(uniter_dir / "uniter-base.pt", bigger)
     with pytest.raises(ValueError, match=r"config\.hidden_size"):
         UniterConfig(vocab_size=10, hidden_size=30, num_hidden_layers=1, num_attention_heads=4, intermediate_size=8)
 
 
 def test_config_keeps_unknown_keys_and_defaults(uniter_dir: Path) -> None:
-    data = {**json.loads((uniter_dir / "uniter.json").read_text()), "some_future_key": [1, 2]}
+    data = {**json.loads((uniter_dir / "uniter-base.json").read_text()), "some_future_key": [1, 2]}
     config = UniterConfig.from_dict(data)
     assert config.layer_norm_eps == 1e-12 and config.img_dim == 2048
     assert config.extra == {"some_future_key": [1, 2]}
@@ -193,10 +193,10 @@ def test_config_keeps_unknown_keys_and_defaults(uniter_dir: Path) -> None:
 
 
 def test_unexpected_keys_are_reported(uniter_dir: Path) -> None:
-    raw = torch.load(uniter_dir / "uniter.pt", weights_only=True)
+    raw = torch.load(uniter_dir / "uniter-base.pt", weights_only=True)
     raw["uniter.embeddings.position_ids"] = torch.arange(512)
     with pytest.warns(UserWarning, match="1 unexpected key"):
-        loaded = UniterModel.from_official(raw, uniter_dir / "uniter.json")
+        loaded = UniterModel.from_official(raw, uniter_dir / "uniter-base.json")
     assert loaded.load_report.unexpected == ("uniter.embeddings.position_ids",)
 
 
@@ -289,17 +289,17 @@ def test_match_prob_is_softmax_of_itm_logits(model: UniterModel, tokenizer) -> N
 
 def test_retrieval_checkpoint_scores_with_the_rank_head(tmp_path: Path, tokenizer) -> None:
     path = write_tiny_uniter(tmp_path / "tiny-uniter-rank", seed=1, score_head="rank")
-    raw = torch.load(path / "uniter.pt", weights_only=True)
+    raw = torch.load(path / "uniter-base.pt", weights_only=True)
     assert "rank_output.weight" in raw and "itm_output.weight" in raw
     assert not any(k.startswith(IGNORED_PREFIXES) for k in raw)
-    rank = UniterModel.from_official(raw, path / "uniter.json")
+    rank = UniterModel.from_official(raw, path / "uniter-base.json")
     assert rank.score_head == "rank" and rank.load_report.ignored == ("itm_output.weight", "itm_output.bias")
     assert not hasattr(rank, "itm_output")
     enc = tokenizer(CAPTIONS, padding=True, return_tensors="pt")
     feat, pos = _regions(2, 4, seed=8)
     with torch.no_grad():
         out = rank(enc["input_ids"], enc["attention_mask"], feat, pos, torch.ones(2, 4))
-        itm = UniterModel.from_official(raw, path / "uniter.json", score_head="itm")
+        itm = UniterModel.from_official(raw, path / "uniter-base.json", score_head="itm")
         out_itm = itm(enc["input_ids"], enc["attention_mask"], feat, pos, torch.ones(2, 4))
     assert out.itm_logits is None and out.rank_logits.shape == (2,)
     torch.testing.assert_close(out.match_prob, torch.sigmoid(rank.rank_output(out.pooled)[:, 0]))
@@ -348,7 +348,7 @@ def test_fixture_cli_and_tokenizer_cover_the_synthetic_dataset(tmp_path: Path, s
     assert marker["kind"] == "uniter" and marker["seed"] == 2
     again = runner.invoke(app, ["fixtures", "model", "uniter", "--out", str(out), "--seed", "2"])  # overwrite
     assert again.exit_code == 0, again.output
-    one_error_line(runner.invoke(app, ["fixtures", "model", "uniter", "--out", str(out / "uniter.pt")]),
+    one_error_line(runner.invoke(app, ["fixtures", "model", "uniter", "--out", str(out / "uniter-base.pt")]),
                    "out must be a directory")
 
     tok = AutoTokenizer.from_pretrained(out / "tokenizer")
@@ -365,10 +365,10 @@ def test_fixture_cli_and_tokenizer_cover_the_synthetic_dataset(tmp_path: Path, s
 
 
 def test_official_key_shapes_lists_what_loading_needs(uniter_dir: Path, model: UniterModel) -> None:
-    shapes = official_key_shapes(uniter_dir / "uniter.json")
+    shapes = official_key_shapes(uniter_dir / "uniter-base.json")
     assert shapes == {k: tuple(v.shape) for k, v in model.state_dict().items()}
     assert "itm_output.weight" in shapes and not any(k.startswith(IGNORED_PREFIXES) for k in shapes)
-    assert official_key_shapes(uniter_dir / "uniter.json", "rank")["rank_output.weight"] == (1, 32)
+    assert official_key_shapes(uniter_dir / "uniter-base.json", "rank")["rank_output.weight"] == (1, 32)
     # uniter-base: 12 blocks of 16 tensors + 5 text + 11 image embedding tensors + pooler + head.
     base = dict(vocab_size=28996, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                 intermediate_size=3072)
@@ -398,7 +398,7 @@ def test_precomputed_embeddings_give_the_same_pairs(model: UniterModel, tokenize
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_half_precision_runs_and_stays_close(uniter_dir: Path, model: UniterModel, tokenizer, dtype) -> None:
-    half = UniterModel.from_official(uniter_dir / "uniter.pt", uniter_dir / "uniter.json", dtype=dtype)
+    half = UniterModel.from_official(uniter_dir / "uniter-base.pt", uniter_dir / "uniter-base.json", dtype=dtype)
     assert {p.dtype for p in half.parameters()} == {dtype}
     enc = tokenizer(CAPTIONS, padding=True, return_tensors="pt")
     feat, pos = _regions(2, 5, seed=11)  # float32 inputs are cast to the model's dtype
@@ -415,14 +415,14 @@ def test_half_precision_runs_and_stays_close(uniter_dir: Path, model: UniterMode
 def test_fixture_is_deterministic_per_seed(tmp_path: Path, uniter_dir: Path) -> None:
     again = write_tiny_uniter(tmp_path / "again", seed=0)
     other = write_tiny_uniter(tmp_path / "other", seed=1)
-    a, b, c = (torch.load(p / "uniter.pt", weights_only=True) for p in (uniter_dir, again, other))
+    a, b, c = (torch.load(p / "uniter-base.pt", weights_only=True) for p in (uniter_dir, again, other))
     assert list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
     assert not torch.equal(a["itm_output.weight"], c["itm_output.weight"])
-    assert (uniter_dir / "uniter.json").read_bytes() == (again / "uniter.json").read_bytes()
+    assert (uniter_dir / "uniter-base.json").read_bytes() == (again / "uniter-base.json").read_bytes()
     with pytest.raises(InputError, match="score_head: unknown score head 'vqa'"):
         write_tiny_uniter(tmp_path / "bad", score_head="vqa")
     modern = write_tiny_uniter(tmp_path / "modern", seed=0, legacy_layer_norm_names=False)
-    raw = torch.load(modern / "uniter.pt", weights_only=True)
+    raw = torch.load(modern / "uniter-base.pt", weights_only=True)
     assert not any(k.endswith((".gamma", ".beta")) for k in raw)
-    loaded = UniterModel.from_official(raw, modern / "uniter.json")
+    loaded = UniterModel.from_official(raw, modern / "uniter-base.json")
     assert loaded.load_report.renamed == 0

@@ -14,17 +14,19 @@ from vlprobe.extract.regions.detector import (
 from vlprobe.fixtures.frcnn import (
     TINY_ATTRIBUTES,
     TINY_OBJECTS,
+    write_tiny_labels,
 )
 
 
-def test_labels_from_a_folder_two_files_or_a_pair(tiny_frcnn_dir: Path) -> None:
-    objects, attributes = load_labels(tiny_frcnn_dir, num_objects=24, num_attributes=12)
+def test_labels_from_a_folder_two_files_or_a_pair(tmp_path: Path) -> None:
+    folder = write_tiny_labels(tmp_path / "vg-vocab")
+    objects, attributes = load_labels(folder, num_objects=24, num_attributes=12)
     assert objects == TINY_OBJECTS and attributes == TINY_ATTRIBUTES
-    pair = (tiny_frcnn_dir / "objects_vocab.txt", tiny_frcnn_dir / "attributes_vocab.txt")
+    pair = (folder / "objects_vocab.txt", folder / "attributes_vocab.txt")
     assert load_labels(pair) == (objects, attributes)
     assert load_labels(f"{pair[0]},{pair[1]}") == (objects, attributes)
     with pytest.raises(DetectorInputError, match="the detector has 1600 classes, but the file lists 24"):
-        load_labels(tiny_frcnn_dir, num_objects=1600)
+        load_labels(folder, num_objects=1600)
 
 
 def test_label_files_take_the_first_synonym_in_lower_case(tmp_path: Path) -> None:

@@ -5,9 +5,19 @@ or a hub id: :mod:`vlprobe.extract.models.openclip.checkpoint`), the architectur
 ``arch=NAME`` of :data:`~vlprobe.extract.models.openclip.archs.ARCHS`, or ``model_config=FILE``;
 by default the ``open_clip_config.json`` beside the weights), ``act=gelu|quick_gelu`` to
 override the config's activation (NegCLIP: ``arch=ViT-B-32`` runs with GELU as SugarCrepe's
-code ran it; ``act=quick_gelu`` is how it was trained), and ``tokenizer=DIR_OR_ID`` (default: a
-``tokenizer/`` folder beside the weights, else the tokenizer files in the checkpoint folder, else
-``openai/clip-vit-base-patch32`` for CLIP's BPE or the config's ``hf_tokenizer_name``).
+code ran it; ``act=quick_gelu`` is how it was trained), and ``tokenizer=DIR_OR_ID``. Without it,
+CLIP's text tower tokenizes with OpenAI CLIP's BPE that vlprobe carries, as OpenCLIP tokenizes
+with the copy in its package whatever lies beside the weights
+(:mod:`~vlprobe.extract.models.openclip.tokenizer`): a hub folder needs no other file. A
+Hugging Face tower (roberta, xlm-roberta) tokenizes with the tokenizer files in a ``tokenizer/``
+folder beside the weights or in the checkpoint folder itself (where OpenCLIP's ``local-dir:``
+loading reads them), else with the config's ``hf_tokenizer_name`` from the hub cache.
+
+Texts are cleaned before they are tokenized, as OpenCLIP's tokenizers clean them (``ftfy``, HTML
+entities unescaped twice, whitespace; lower case for CLIP's BPE:
+:func:`~vlprobe.extract.models.openclip.tokenizer.clean_text`; ``text_cfg.tokenizer_kwargs.clean``
+names another cleaning). Images are converted to RGB after the resize and crop, as OpenCLIP's
+transform converts them (:mod:`~vlprobe.extract.models.openclip.preprocess`).
 
 Streams
 -------
@@ -50,6 +60,7 @@ from vlprobe.extract.models.base import (
 )
 from vlprobe.extract.models.hf import quiet_transformers, resolve_checkpoint
 from vlprobe.extract.models.hooks import LayerSite
+from vlprobe.extract.models.meta import meta_skeleton
 from vlprobe.extract.models.openclip.archs import (
     ACTIVATIONS,
     HF_TEXT_CONFIGS,
@@ -60,6 +71,8 @@ from vlprobe.extract.models.openclip.archs import (
 from vlprobe.extract.models.openclip.checkpoint import (
     CONFIG_FILE,
     CheckpointFiles,
+    check_finite,
+    check_sizes,
     find_checkpoint,
     fit_state_dict,
     hf_proj_type,
@@ -67,13 +80,17 @@ from vlprobe.extract.models.openclip.checkpoint import (
 )
 from vlprobe.extract.models.openclip.model import ModifiedResNet, OpenClipModel
 from vlprobe.extract.models.openclip.preprocess import preprocess
+from vlprobe.extract.models.openclip.tokenizer import (
+    BPE_FILE,
+    BPE_SHA256,
+    clean_text,
+    clip_bpe_tokenizer,
+)
 from vlprobe.provenance import sha256_file
 from vlprobe.validation import InputError, check_choice
 
-__all__ = ["CLIP_TOKENIZER", "OpenClipAdapter"]
+__all__ = ["OpenClipAdapter"]
 
-#: The tokenizer of OpenCLIP's own text towers: OpenAI CLIP's BPE (49,408 tokens, 77 positions).
-CLIP_TOKENIZER = "openai/clip-vit-base-patch32"
 _TOKENIZER_ALLOW = ["*.json", "*.txt", "*.model"]
 _TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json")
 
@@ -83,6 +100,7 @@ class OpenClipAdapter(DualEncoder):
 
     name = "openclip"
     image_input = "pixels"
+    rgb_on_load = False  # OpenCLIP converts to RGB after the resize and crop (preprocess)
     score_kind = "cosine"
     load_options = ("model_config", "tokenizer", "arch", "act")
 
@@ -145,7 +163,9 @@ class OpenClipAdapter(DualEncoder):
         state = read_state_dict(files.weights, files.spec, meta)
         if cfg.text.hf:
             cfg = _with_hf_text(cfg, state, files)
-        with torch.device("meta"):  # no random init: every weight comes from the checkpoint
+        check_sizes(cfg, state, files.spec)
+        check_finite(state, files.spec)
+        with meta_skeleton():  # no random init: every weight comes from the checkpoint
             model = OpenClipModel(cfg)
         report = fit_state_dict(model, state, files.spec, cfg.name)
         report["act_note"] = _quick_gelu_note(cfg, act, files, meta)
@@ -165,8 +185,9 @@ class OpenClipAdapter(DualEncoder):
     # -- encoding -----------------------------------------------------------------------------------
 
     def _tokenize(self, texts: Sequence[str]) -> Any:
+        mode = self.config.text.clean
         return self.tokenizer(
-            list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt",
+            [clean_text(t, mode) for t in texts], padding=True, truncation=True, max_length=self.max_length, return_tensors="pt",
             padding_side="right",  # absolute positions count from token 0
         )
 
@@ -230,6 +251,8 @@ class OpenClipAdapter(DualEncoder):
             **self.config.describe(),
             "config_source": self.config_source,
             "tokenizer": self.tokenizer_source,
+            "text_cleaning": f"OpenCLIP's {self.config.text.clean!r} (ftfy, HTML unescaped twice, whitespace"
+                             + (", lower case)" if self.config.text.clean in ("lower", "canonicalize") else ")"),
             "text_max_length": self.max_length,
             "eos": "highest token id (argmax), as OpenCLIP" if not self.config.text.hf else "",
             "logit_scale": float(self.model.logit_scale.exp().item()),
@@ -320,47 +343,63 @@ def _with_hf_text(cfg: OpenClipConfig, state: Mapping[str, Any], files: Checkpoi
 
 
 def _tokenizer_folder(files: CheckpointFiles, given: str | None, cfg: OpenClipConfig) -> Path | None:
-    """A local tokenizer folder: ``given`` if it is one, a ``tokenizer/`` folder beside the
-    weights, or the checkpoint folder when it holds tokenizer files (and a CLIP BPE is wanted)."""
+    """A local tokenizer folder: ``given`` if it is one; for a Hugging Face text tower, a
+    ``tokenizer/`` folder beside the weights or the checkpoint folder when it holds tokenizer
+    files (OpenCLIP's ``local-dir:`` loading reads the tokenizer of such a tower from the model's
+    folder). CLIP's own tower has none: OpenCLIP tokenizes it with the BPE in its package."""
     if given is not None:
         p = Path(given).expanduser()
         return p if p.is_dir() else None
+    if not cfg.text.hf:
+        return None
     sub = files.folder / "tokenizer"
     if sub.is_dir():
         return sub
-    if not cfg.text.hf and any((files.folder / f).is_file() for f in _TOKENIZER_FILES):
+    if any((files.folder / f).is_file() for f in _TOKENIZER_FILES):
         return files.folder
     return None
 
 
 def _tokenizer(files: CheckpointFiles, given: str | None, cfg: OpenClipConfig) -> tuple[Any, str, str]:
+    """The tokenizer, where it came from and its fingerprint (which names the text cleaning)."""
     from transformers import AutoTokenizer
 
-    folder = _tokenizer_folder(files, given, cfg)
-    default = cfg.text.hf_tokenizer_name if cfg.text.hf else CLIP_TOKENIZER
-    spec = given if given is not None else (str(folder) if folder is not None else default)
-    try:
-        resolved = resolve_checkpoint(spec, param="tokenizer", allow_patterns=_TOKENIZER_ALLOW)
-    except InputError as exc:
-        if given is None:
-            raise InputError(
-                f"{exc} (OpenCLIP's tokenizer for {cfg.name} is {default}; no tokenizer files lie beside "
-                f"{files.weights.name}: pass --tokenizer DIR with a saved {default} tokenizer)"
-            ) from None
-        raise
-    with quiet_transformers():
+    clean = f";clean={cfg.text.clean}"
+    if given is None and not cfg.text.hf:
+        tok = clip_bpe_tokenizer(cfg.text.context_length)
+        spec, fingerprint = f"vlprobe:{BPE_FILE} (OpenAI CLIP's BPE, as OpenCLIP ships it)", f"sha256:{BPE_SHA256}"
+    else:
+        folder = _tokenizer_folder(files, given, cfg)
+        if folder is not None and not any(any(folder.glob(p)) for p in ("tokenizer*.json", "vocab.*", "*.model")):
+            raise InputError(f"tokenizer: {str(folder)!r} holds no tokenizer files (tokenizer.json, "
+                             "tokenizer_config.json, vocab.json, ...)")
+        default = cfg.text.hf_tokenizer_name
+        spec = given if given is not None else (str(folder) if folder is not None else default)
         try:
-            tok = AutoTokenizer.from_pretrained(resolved.path)
-        except (OSError, ValueError) as exc:
-            raise InputError(f"tokenizer: {spec!r} holds no readable tokenizer ({exc})") from None
+            resolved = resolve_checkpoint(spec, param="tokenizer", allow_patterns=_TOKENIZER_ALLOW)
+        except InputError as exc:
+            if given is None:
+                raise InputError(
+                    f"{exc} (OpenCLIP's tokenizer for {cfg.name} is {default}; no tokenizer files lie beside "
+                    f"{files.weights.name}: pass --model-option tokenizer=DIR with a saved {default} tokenizer)"
+                ) from None
+            raise
+        with quiet_transformers():
+            try:
+                tok = AutoTokenizer.from_pretrained(resolved.path)
+            except (OSError, ValueError) as exc:
+                why = " ".join(ln.strip() for ln in str(exc).splitlines() if ln.strip()) or type(exc).__name__
+                raise InputError(f"tokenizer: {spec!r} holds no readable tokenizer ({why})") from None
+        fingerprint = resolved.fingerprint
     if not cfg.text.hf:
         if len(tok) > cfg.text.vocab_size:
             raise InputError(
                 f"tokenizer: {spec!r} has {len(tok)} tokens but {cfg.name}'s text tower has {cfg.text.vocab_size}"
+                + ("" if given is not None else "; give a tokenizer of that vocabulary with --model-option tokenizer=DIR")
             )
         if tok.eos_token_id is None or int(tok.eos_token_id) != len(tok) - 1:
             raise InputError(
                 f"tokenizer: {spec!r} is not CLIP's BPE: its EOS id {tok.eos_token_id} is not the highest id "
                 f"({len(tok) - 1}), where OpenCLIP's text tower pools"
             )
-    return tok, spec, resolved.fingerprint
+    return tok, spec, fingerprint + clean

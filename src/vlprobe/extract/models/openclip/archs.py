@@ -27,10 +27,12 @@ correction.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vlprobe.extract.models.openclip.tokenizer import check_clean_mode
 from vlprobe.validation import InputError, unknown_name_message
 
 __all__ = [
@@ -119,7 +121,7 @@ _UNSUPPORTED_VISION = ("timm_model_name", "ls_init_value", "attentional_pool", "
 _UNSUPPORTED_TEXT = ("ls_init_value", "embed_cls", "no_causal_mask", "final_ln_after_pool", "proj_bias",
                      "output_tokens", "act_kwargs", "norm_kwargs", "ln_post_emb")
 _NEUTRAL_VISION = ("timm_model_pretrained", "timm_pool", "timm_proj", "timm_proj_bias", "timm_drop", "timm_drop_path")
-_NEUTRAL_TEXT = ("hf_model_pretrained", "tokenizer_kwargs", "hf_tokenizer_name", "pad_id")
+_NEUTRAL_TEXT = ("hf_model_pretrained", "hf_tokenizer_name", "pad_id")
 
 
 def arch_names() -> list[str]:
@@ -185,6 +187,10 @@ class TextConfig:
     hf_proj_type: str = "mlp"
     #: The Hugging Face model config of a HF tower (a dict, as its ``config.json``); empty for CLIP's.
     hf_config: dict[str, Any] = field(default_factory=dict)
+    #: OpenCLIP's text cleaning before tokenizing (:data:`~vlprobe.extract.models.openclip.tokenizer.CLEAN_MODES`):
+    #: ``lower`` for CLIP's tower, ``whitespace`` for a HF tower (OpenCLIP's defaults), or
+    #: ``text_cfg.tokenizer_kwargs.clean``.
+    clean: str = "lower"
 
     @property
     def hf(self) -> bool:
@@ -327,6 +333,7 @@ def _text_config(t: Any, param: str, name: str) -> TextConfig:
         raise InputError(f"{param}: text_cfg must be a JSON object")
     _refuse(t, _UNSUPPORTED_TEXT, _NEUTRAL_TEXT, param, name, "text_cfg")
     hf_name = str(t.get("hf_model_name") or "")
+    clean = _clean_mode(t.get("tokenizer_kwargs"), "whitespace" if hf_name else "lower", param, name)
     if hf_name:
         # Older OpenCLIP configs spell the two HF options "proj" and "pooler_type".
         pooler = str(t.get("hf_pooler_type", t.get("pooler_type", "mean_pooler")))
@@ -337,7 +344,7 @@ def _text_config(t: Any, param: str, name: str) -> TextConfig:
             context_length=_pos_int(t.get("context_length", 77), f"{param}: text_cfg.context_length"),
             hf_model_name=hf_name, hf_tokenizer_name=str(t.get("hf_tokenizer_name") or hf_name),
             hf_pooler_type=pooler, hf_proj_type=str(proj or "none"),
-            hf_config=dict(HF_TEXT_CONFIGS.get(hf_name, {})),
+            hf_config=dict(HF_TEXT_CONFIGS.get(hf_name, {})), clean=clean,
         )
     pool = t.get("pool_type", "argmax")
     if pool != "argmax":
@@ -350,8 +357,21 @@ def _text_config(t: Any, param: str, name: str) -> TextConfig:
         context_length=_pos_int(t.get("context_length", 77), f"{param}: text_cfg.context_length"),
         vocab_size=_pos_int(t.get("vocab_size", 49408), f"{param}: text_cfg.vocab_size"),
         width=width, heads=heads, layers=_pos_int(t.get("layers", 12), f"{param}: text_cfg.layers"),
-        mlp_ratio=float(t.get("mlp_ratio", 4.0)),
+        mlp_ratio=float(t.get("mlp_ratio", 4.0)), clean=clean,
     )
+
+
+def _clean_mode(kwargs: Any, default: str, param: str, name: str) -> str:
+    """``text_cfg.tokenizer_kwargs``: its ``clean`` (OpenCLIP's text cleaning), else ``default``;
+    any other tokenizer option is one vlprobe does not apply, refused."""
+    if kwargs in (None, {}):
+        return default
+    if not isinstance(kwargs, dict):
+        raise InputError(f"{param}: {name}: text_cfg.tokenizer_kwargs must be a JSON object, got {kwargs!r}")
+    other = sorted(k for k in kwargs if k != "clean")
+    if other:
+        raise InputError(f"{param}: {name}: text_cfg.tokenizer_kwargs.{other[0]} is a tokenizer option vlprobe does not apply")
+    return check_clean_mode(kwargs.get("clean", default), f"{param}: {name}: text_cfg.tokenizer_kwargs.clean")
 
 
 def _preprocess(p: Any, size: int, param: str) -> PreprocessConfig:
@@ -362,7 +382,8 @@ def _preprocess(p: Any, size: int, param: str) -> PreprocessConfig:
         value = p.get(key, default)
         if isinstance(value, (int, float)):
             value = [value] * 3
-        if not isinstance(value, (list, tuple)) or len(value) != 3:
+        if (not isinstance(value, (list, tuple)) or len(value) != 3
+                or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)):
             raise InputError(f"{param}: preprocess_cfg.{key} must be 3 numbers, got {value!r}")
         return (float(value[0]), float(value[1]), float(value[2]))
 
@@ -372,11 +393,14 @@ def _preprocess(p: Any, size: int, param: str) -> PreprocessConfig:
         raise InputError(f"{param}: preprocess_cfg.interpolation {interpolation!r} is not supported (bicubic, bilinear)")
     if resize_mode not in ("shortest", "squash"):
         raise InputError(f"{param}: preprocess_cfg.resize_mode {resize_mode!r} is not supported (shortest, squash)")
+    mean, std = triple("mean", OPENAI_MEAN), triple("std", OPENAI_STD)
+    if not all(math.isfinite(m) for m in mean) or not all(math.isfinite(d) and d != 0 for d in std):
+        raise InputError(f"{param}: preprocess_cfg needs finite mean and non-zero finite std (pixels are divided by "
+                         f"the std), got mean {list(mean)}, std {list(std)}")
     pre_size = p.get("size", size)
     if isinstance(pre_size, list) and len(pre_size) == 2 and pre_size[0] == pre_size[1]:
         pre_size = pre_size[0]
-    return PreprocessConfig(_pos_int(pre_size, f"{param}: preprocess_cfg.size"), triple("mean", OPENAI_MEAN),
-                            triple("std", OPENAI_STD), interpolation, resize_mode)
+    return PreprocessConfig(_pos_int(pre_size, f"{param}: preprocess_cfg.size"), mean, std, interpolation, resize_mode)
 
 
 def read_config_file(path: Path, param: str) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -37,6 +37,8 @@ __all__ = [
     "CONFIG_FILE",
     "WEIGHT_FILES",
     "CheckpointFiles",
+    "check_finite",
+    "check_sizes",
     "find_checkpoint",
     "fit_state_dict",
     "hf_proj_type",
@@ -203,6 +205,100 @@ def hf_proj_type(state: Mapping[str, Any]) -> str:
     return "linear" if "text.proj.weight" in state else "none"
 
 
+def _blocks(state: Mapping[str, Any], prefix: str) -> int:
+    """How many numbered blocks ``prefix<N>.`` the state dict holds (1 + the highest N; 0 if none)."""
+    found = [int(k[len(prefix):].split(".", 1)[0]) for k in state
+             if k.startswith(prefix) and k[len(prefix):].split(".", 1)[0].isdigit()]
+    return max(found) + 1 if found else 0
+
+
+def _sizes(cfg: Any, state: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(config field, its value, what the weights hold) for the sizes that decide how large the
+    model is (block counts, widths, positions), ``None`` where the weights do not say."""
+    def dim(key: str, axis: int) -> Any:
+        t = state.get(key)
+        return int(t.shape[axis]) if t is not None and t.dim() > axis else None
+
+    v, t = cfg.vision, cfg.text
+    out: list[tuple[str, Any, Any]] = []
+    if v.resnet:
+        for i, depth in enumerate(v.layers, start=1):
+            out.append((f"vision_cfg.layers[{i - 1}]", depth, _blocks(state, f"visual.layer{i}.")))
+        stem = dim("visual.conv1.weight", 0)
+        out.append(("vision_cfg.width", v.width, None if stem is None else 2 * stem))
+    else:
+        out.append(("vision_cfg.layers", v.layers, _blocks(state, "visual.transformer.resblocks.")))
+        out.append(("vision_cfg.width", v.width, dim("visual.conv1.weight", 0)))
+        out.append(("vision_cfg.patch_size", v.patch_size, dim("visual.conv1.weight", 2)))
+        grid = dim("visual.positional_embedding", 0)
+        out.append(("vision_cfg.image_size", v.image_size,
+                    None if grid is None or v.patch_size is None else round((grid - 1) ** 0.5) * v.patch_size))
+    if t.hf:
+        out.append(("text_cfg (its transformers config) num_hidden_layers", t.hf_config.get("num_hidden_layers"),
+                    _blocks(state, "text.transformer.encoder.layer.")))
+        out.append(("text_cfg (its transformers config) hidden_size", t.hf_config.get("hidden_size"),
+                    dim("text.transformer.embeddings.word_embeddings.weight", 1)))
+    else:
+        prefix = "text." if "text.token_embedding.weight" in state else ""
+        out.append(("text_cfg.layers", t.layers, _blocks(state, f"{prefix}transformer.resblocks.")))
+        out.append(("text_cfg.width", t.width, dim(f"{prefix}token_embedding.weight", 1)))
+        out.append(("text_cfg.vocab_size", t.vocab_size, dim(f"{prefix}token_embedding.weight", 0)))
+        out.append(("text_cfg.context_length", t.context_length, dim(f"{prefix}positional_embedding", 0)))
+    proj = "visual.attnpool.c_proj.weight" if v.resnet else "visual.proj"
+    out.append(("embed_dim", cfg.embed_dim, dim(proj, 0 if v.resnet else 1)))
+    return out
+
+
+def check_sizes(cfg: Any, state: Mapping[str, Any], spec: str) -> None:
+    """Refuse a config whose sizes the weights do not hold, before any module is built.
+
+    A config can ask for any number of blocks (``vision_cfg.layers: 1000000000``); building its
+    modules, even on the meta device, would take hours before the key check could fail. The block
+    counts, widths, patch and image sizes, vocabulary and positions are read from the weights'
+    keys and shapes and compared first; the rest (heads aside, which the weights do not show) is
+    checked key by key by :func:`fit_state_dict` once the model is built.
+
+    Raises
+    ------
+    InputError
+        One line naming the first config field whose value the weights do not hold.
+    """
+    for field_name, want, got in _sizes(cfg, state):
+        if got is not None and want != got:
+            raise InputError(
+                f"checkpoint: {spec!r} does not fit OpenCLIP {cfg.name}: its config says {field_name} = {want}, "
+                f"its weights hold {got} ({_arch_hint(state)})"
+            )
+
+
+def _arch_hint(state: Mapping[str, Any]) -> str:
+    """What the weights look like, and how to give their architecture (the end of a refusal)."""
+    code = state_dict_family(state)
+    vision = {"vit": "a vision transformer", "resnet": "a ModifiedResNet"}.get(code.split("+")[0], "")
+    family = (f"{vision} image tower with " + ("a Hugging Face" if "hf-text" in code else "CLIP's") + " text tower"
+              if vision else "no OpenCLIP CLIP model")
+    return f"its weights look like {family}; give the architecture with --model-option arch=NAME or --model-config FILE"
+
+
+def check_finite(state: Mapping[str, torch.Tensor], spec: str) -> None:
+    """Refuse weights that hold NaN or infinite values (a damaged or diverged checkpoint), which
+    would otherwise surface later as missing scores.
+
+    Raises
+    ------
+    InputError
+        Naming the first such weight and how many of its values are not finite.
+    """
+    for key, t in state.items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            what = "NaN" if bool(torch.isnan(t).any()) else "infinite"
+            raise InputError(
+                f"checkpoint: {spec!r}: weight {key} holds {what} values ({bad} of {t.numel()} not finite); "
+                "the checkpoint is damaged or its training diverged"
+            )
+
+
 def fit_state_dict(
     model: torch.nn.Module, state: Mapping[str, torch.Tensor], spec: str, arch: str,
 ) -> dict[str, Any]:
@@ -233,13 +329,9 @@ def fit_state_dict(
             ignored.append(key)
             continue
         fixed[key] = value
-    code = state_dict_family(state)
-    vision = {"vit": "a vision transformer", "resnet": "a ModifiedResNet"}.get(code.split("+")[0], "")
-    family = (f"{vision} image tower with " + ("a Hugging Face" if "hf-text" in code else "CLIP's") + " text tower"
-              if vision else "no OpenCLIP CLIP model")
     missing = [k for k in expected if k not in fixed]
     unexpected = [k for k in fixed if k not in expected]
-    hint = f"its weights look like {family}; give the architecture with --model-option arch=NAME or --model-config FILE"
+    hint = _arch_hint(state)
     if missing:
         raise InputError(
             f"checkpoint: {spec!r} does not fit OpenCLIP {arch}: it lacks {len(missing)} weight(s) such as "

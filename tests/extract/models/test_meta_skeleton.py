@@ -1,0 +1,70 @@
+"""meta_skeleton: OpenCLIP models built on the meta device without torch._dynamo, the same skeleton.
+
+``with torch.device("meta")`` alone ran the initialisers' ``normal_`` and ``scale * randn`` through
+torch's Python references, whose first call imports ``torch._dynamo`` (about a second of CPU).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from vlprobe.extract.models.meta import meta_skeleton
+from vlprobe.extract.models.openclip import adapter
+from vlprobe.extract.models.openclip.checkpoint import find_checkpoint, read_state_dict
+from vlprobe.extract.models.openclip.model import OpenClipModel
+from vlprobe.fixtures.openclip import write_tiny_openclip
+
+ARCHS = ("vit", "resnet", "roberta")
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("openclip-meta")
+    return {arch: write_tiny_openclip(root / arch, seed=0, arch=arch) for arch in ARCHS}
+
+
+def _skeleton(folder: Path, shapes_only: bool) -> torch.nn.Module:
+    files = find_checkpoint(str(folder))
+    cfg, *_ = adapter._config(files, None, None, None)
+    if cfg.text.hf:
+        cfg = adapter._with_hf_text(cfg, read_state_dict(files.weights, files.spec, {}), files)
+    with meta_skeleton() if shapes_only else torch.device("meta"):
+        return OpenClipModel(cfg)
+
+
+def _layout(model: torch.nn.Module) -> list[tuple[str, tuple[int, ...], torch.dtype, bool, str]]:
+    tensors = [*model.named_parameters(), *model.named_buffers()]
+    return [(n, tuple(t.shape), t.dtype, t.requires_grad, t.device.type) for n, t in tensors]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_same_skeleton_as_plain_meta(folders: dict[str, Path], arch: str) -> None:
+    assert _layout(_skeleton(folders[arch], True)) == _layout(_skeleton(folders[arch], False))
+
+
+def test_scalar_arithmetic_keeps_dtype_and_other_ops_run() -> None:
+    with meta_skeleton():
+        x = torch.randn(3, 4)
+        assert (2.5 * x).shape == (3, 4) and (x / 4).dtype == torch.float32
+        assert (torch.arange(5) * 0.5).dtype == torch.float32  # int tensor times a float: float
+        assert (x @ torch.empty(4, 2)).shape == (3, 2) and x.is_meta
+
+
+_LOAD = """
+import sys
+from vlprobe.extract.models.openclip.adapter import OpenClipAdapter
+for folder in sys.argv[1:]:
+    OpenClipAdapter.load(folder, device="cpu")
+print("torch._dynamo" in sys.modules)
+"""
+
+
+def test_loading_imports_no_dynamo(folders: dict[str, Path]) -> None:
+    folders_ = [str(folders["vit"]), str(folders["resnet"])]  # (a Hugging Face text tower: transformers' own imports)
+    done = subprocess.run([sys.executable, "-c", _LOAD, *folders_], capture_output=True, text=True, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "False", done.stderr
