@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import pickle
 import shutil
+import struct
 import subprocess
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +28,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from PIL import Image
 from typer.testing import CliRunner
 
 from vlprobe.cli import app
+from vlprobe.data.benchmark_fixtures import write_benchmark_fixture
 from vlprobe.fixtures.frcnn import write_tiny_frcnn
 from vlprobe.fixtures.uniter import write_tiny_uniter
 from vlprobe.runs.score_files import write_item_scores
@@ -367,6 +372,77 @@ def _extract_zero_byte_out(k: Kit, work: Path) -> tuple[list[Any], tuple[str, ..
     return _extract(k, work / "c.h5"), ("c.h5", "not a vlprobe cache")
 
 
+# -- the benchmarks' released files, damaged ----------------------------------------------------
+
+
+def _fixture(work: Path, fmt: str) -> Path:
+    return write_benchmark_fixture(work / fmt, fmt, n_items=3, image_size=24)
+
+
+def _eval_on(benchmark: str, data: Path, out: Path, *extra: Any) -> list[Any]:
+    return ["eval", benchmark, "--model", "caption-length", "--data-dir", data, "--out", out, "--bootstrap", 10, *extra]
+
+
+def _crepe_file(data: Path) -> Path:
+    return data / "prod_hard_negatives" / "atom" / "prod_vg_hard_negs_atom_complexity_4.csv"
+
+
+def _crepe_truncated(k: Kit, work: Path) -> tuple[list[Any], tuple[str, ...]]:
+    data = _fixture(work, "crepe")
+    csv_file = _crepe_file(data)
+    csv_file.write_bytes(csv_file.read_bytes()[:-4])  # cut inside the last row (its height)
+    return _eval_on("crepe", data, work / "res", "--subsets", "prod_atom_4"), (csv_file.name, "truncated")
+
+
+def _crepe_nested(k: Kit, work: Path) -> tuple[list[Any], tuple[str, ...]]:
+    data = _fixture(work, "crepe")
+    csv_file = _crepe_file(data)
+    lines = csv_file.read_text(encoding="utf-8").splitlines(keepends=True)
+    head, cell, tail = lines[2].split('"', 2)
+    lines[2] = f'{head}"[{cell}]"{tail}'  # [['a', 'b', ...]]: a list of lists
+    csv_file.write_text("".join(lines), encoding="utf-8")
+    return _eval_on("crepe", data, work / "res", "--subsets", "prod_atom_4"), (
+        f"{csv_file.name} row 3", "'hard_negs'", "list of captions")
+
+
+def _mmvp_without_column(k: Kit, work: Path) -> tuple[list[Any], tuple[str, ...]]:
+    data = _fixture(work, "mmvp-vlm")
+    questions = data / "Questions.csv"
+    rows = [line.split(",", 2) for line in questions.read_text(encoding="utf-8").splitlines()]
+    questions.write_text("".join(f"{r[0]},{r[2]}\n" for r in rows), encoding="utf-8")  # the Type column gone
+    return _eval_on("mmvp-vlm", data, work / "res"), ("Questions.csv", "column 'Type' is missing")
+
+
+def _colorswap_without_json(k: Kit, work: Path) -> tuple[list[Any], tuple[str, ...]]:
+    data = _fixture(work, "colorswap")
+    (data / "test.json").unlink()
+    return _eval_on("colorswap", data, work / "res"), ("test.json is missing", "--subsets train")
+
+
+def _aro_box_outside(k: Kit, work: Path) -> tuple[list[Any], tuple[str, ...]]:
+    data = _fixture(work, "aro")
+    records_file = data / "visual_genome_relation.json"
+    records = json.loads(records_file.read_text(encoding="utf-8"))
+    records[1]["bbox_x"] = 5000  # right of the image
+    records_file.write_text(json.dumps(records), encoding="utf-8")
+    return ["eval", "aro", "--model", "clip", "--checkpoint", k.clip, "--data-dir", data, "--subsets", "vg_relation",
+            "--out", work / "res", "--device", "cpu", "--bootstrap", 10, "--quiet"], ("aro/vg_relation/1/i0", "outside")
+
+
+def _png_header(width: int, height: int) -> bytes:
+    """A PNG whose header claims ``width`` x ``height`` pixels (nothing behind it to decode)."""
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b""))
+
+
+def _decompression_bomb(k: Kit, work: Path) -> tuple[list[Any], tuple[str, ...]]:
+    data = _copy_dataset(k, work)
+    (data / "images" / "ex_3_img_1.png").write_bytes(_png_header(20_000, 10_000))  # over twice Pillow's limit
+    return _extract_on(k, data, work / "c.h5"), ("ex_3_img_1.png", "200000000 pixels", "MAX_IMAGE_PIXELS")
+
+
 def _missing(what: str, argv: Callable[[Kit, Path], list[Any]]) -> Callable[[Kit, Path], tuple[list[Any], tuple[str, ...]]]:
     return lambda k, work: (argv(k, work), (what,))
 
@@ -413,6 +489,13 @@ SPECIFIC: list[Row] = [
         "setup", "wordnet", "--root", w / "nltk", "--from", _folder(w / "empty-dict")])),
     Row("fixtures model", "unknown model", _missing("'blip'", lambda k, w: [
         "fixtures", "model", "blip", "--out", w / "m"])),
+    # the benchmarks' released files, damaged
+    Row("eval crepe", "truncated CSV file", _crepe_truncated),
+    Row("eval crepe", "negatives nested one level deeper", _crepe_nested),
+    Row("eval mmvp-vlm", "Questions.csv without its Type column", _mmvp_without_column),
+    Row("eval colorswap", "folder without test.json", _colorswap_without_json),
+    Row("eval aro", "box outside its image", _aro_box_outside),
+    Row("extract", "image over twice Pillow's decompression-bomb limit", _decompression_bomb, writes=False),
     # commands that only read
     Row("cache info", "not a cache", _missing("notes.h5", lambda k, w: ["cache", "info", _text_file(w / "notes.h5")])),
     Row("cache info", "a folder given for the cache", _missing("is a folder", lambda k, w: [
@@ -541,6 +624,24 @@ def test_bad_input(row: Row, kit: Kit, tmp_path: Path, one_error_line: Callable[
     if row.writes:
         assert _snapshot(work) == before, "a refused command changed, left or removed files"
     assert _kit_state(kit) == kit_before, "a refused command changed one of its inputs"
+
+
+def test_an_image_over_pillows_limit_is_one_warning_line(kit: Kit, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between Pillow's decompression-bomb limit and twice it, the image is decoded (as Pillow
+    does) with one ``warning:`` line, not Pillow's warnings block; the limit is lowered here so a
+    small image crosses it."""
+    data = _copy_dataset(kit, tmp_path)
+    big = data / "images" / "ex_3_img_1.png"
+    with Image.open(big) as im:
+        w, h = im.size
+        im.resize((2 * w, 2 * h)).save(big)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 3 * w * h)  # the big one (4 w h) is over it, below twice
+    result = _run(*_extract_on(kit, data, tmp_path / "c.h5"))
+    assert result.exit_code == 0, result.output
+    said = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(said) == 1 and said[0].startswith("warning: images: ") and "ex_3_img_1.png" in said[0], said
+    assert f"{4 * w * h} pixels" in said[0] and "MAX_IMAGE_PIXELS" in said[0]
 
 
 # -- the other side of the rule: a command may replace (or resume) its own earlier output -------

@@ -52,10 +52,13 @@ def test_data_info_and_one_split(cs_dir: Path, tmp_path: Path) -> None:
     only_test = tmp_path / "only-test"
     shutil.copytree(cs_dir, only_test)
     (only_test / "train.json").unlink()
-    assert {it.meta["subset"] for it in load_colorswap(only_test)} == {"test"}
+    assert {it.meta["subset"] for it in load_colorswap(only_test, subsets="test")} == {"test"}
     assert {r.name: r.problems for r in colorswap_report(only_test)}["train"] == {"train.json missing": 1}
     with pytest.raises(FileNotFoundError, match=r"train\.json is missing"):
         load_colorswap(only_test, subsets="train")
+    # without --subsets both files are read: one missing is named, not skipped
+    with pytest.raises(FileNotFoundError, match=r"train\.json is missing .*--subsets test reads test\.json alone"):
+        load_colorswap(only_test)
 
 
 def test_bad_input(cs_dir: Path, tmp_path: Path, one_error_line: Callable[..., str]) -> None:

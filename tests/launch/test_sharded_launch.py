@@ -130,6 +130,16 @@ def test_command_forms(tmp_path: Path) -> None:
                                   "--out", str(tmp_path / "r.shard-2-of-4.h5"))
     assert c.state(2, 4) == "no file yet"
     assert ShardedCommand.parse(["vlprobe", "extract", "--out", "x.h5"]).kind == "cache"
+    # the shards, then the merge as a step of its own (no GPU) that waits for them and owns the merged file
+    steps = c.steps(4)
+    assert [s.name for s in steps] == ["shard 0/4", "shard 1/4", "shard 2/4", "shard 3/4", "merge"]
+    merge = steps[-1]
+    assert merge.args == ("regions", "merge", "--out", str(tmp_path / "r.h5"),
+                          *(str(tmp_path / f"r.shard-{k}-of-4.h5") for k in range(4)))
+    assert merge.after == tuple(s.name for s in steps[:4]) and not merge.gpu
+    assert merge.owns.files == (str(tmp_path / "r.h5"),) and steps[1].owns.files == (str(tmp_path / "r.shard-1-of-4.h5"),)
+    assert [s.name for s in c.steps(4, merge=False)] == [s.name for s in steps[:4]]
+    assert [s.args[-2:] for s in c.steps(1)] == [("--out", str(tmp_path / "r.h5"))]  # one shard writes OUT itself
 
 
 def test_cli_refusal_is_one_line(tmp_path: Path, one_error_line: Callable[..., str]) -> None:

@@ -69,6 +69,7 @@ def test_the_whole_graph_is_submitted_at_once_with_dependencies(stand_in_slurm: 
     assert len(fake_slurm.calls(stand_in_slurm)) == 4 and not done.alive and done.done == set("abcd")
 
 
+@pytest.mark.slow  # jobs of the stand-in Slurm, each a submitit process: about 8 s
 def test_a_job_that_is_running_is_followed_not_submitted_again(stand_in_slurm: Path, tmp_path: Path) -> None:
     (stand_in_slurm / "STALL").touch()  # jobs start, and stay at the start
     root = tmp_path / "run"
@@ -82,6 +83,7 @@ def test_a_job_that_is_running_is_followed_not_submitted_again(stand_in_slurm: P
     assert set(follow_graph(again, poll_interval=0.1)["steps"]) == set("abcd")
 
 
+@pytest.mark.slow  # jobs of the stand-in Slurm, each a submitit process: about 8 s
 def test_a_changed_step_is_cancelled_and_submitted_again(stand_in_slurm: Path, tmp_path: Path) -> None:
     """A step whose command changed while its job was queued: that job and the jobs after it are
     cancelled and submitted afresh; the others are followed."""
@@ -99,6 +101,7 @@ def test_a_changed_step_is_cancelled_and_submitted_again(stand_in_slurm: Path, t
     assert set(follow_graph(again, poll_interval=0.1)["steps"]) == set("abcd")
 
 
+@pytest.mark.slow  # jobs of the stand-in Slurm, each a submitit process: about 8 s
 def test_a_failed_job_is_retried_with_the_jobs_after_it(stand_in_slurm: Path, tmp_path: Path) -> None:
     """A step that crashed (exit 1 here: its done check fails once) is submitted again with the
     steps after it, which Slurm cancelled (their dependency could no longer be met)."""
@@ -139,6 +142,7 @@ def test_a_refused_step_is_not_retried_and_nothing_after_it_runs(stand_in_slurm:
     assert [j["state"] for j in fake_slurm.jobs(stand_in_slurm)] == ["FAILED", "CANCELLED"]
 
 
+@pytest.mark.slow  # jobs of the stand-in Slurm, each a submitit process: about 8 s
 def test_a_job_killed_for_good_is_one_crash(stand_in_slurm: Path, tmp_path: Path) -> None:
     (stand_in_slurm / "STALL").touch()
     root = tmp_path / "run"
@@ -156,6 +160,7 @@ def test_time_limits_follow_the_cost() -> None:
     assert step_minutes(steps, 5) == {"x": 5, "y": 5, "z": 7, "w": 5}  # at least 10, or the limit when less
 
 
+@pytest.mark.slow  # jobs of the stand-in Slurm, each a submitit process: about 8 s
 def test_owned_files_of_another_key_are_replaced_before_submission(stand_in_slurm: Path, tmp_path: Path) -> None:
     """A step submitted under another key than its earlier finished run first removes what that run
     made (here a vlprobe-listed file), before its job is queued."""

@@ -81,7 +81,7 @@ def load_colorswap(
     data_dir : path
         The folder holding ``test.json`` and/or ``train.json`` and ``images/``.
     subsets : str or sequence of str, optional
-        Splits to load (``test``, ``train``); default every split file present.
+        Splits to load (``test``, ``train``); default both (each file must be there).
     limit : int, optional
         Keep only the first ``limit`` examples of each split.
 
@@ -97,8 +97,11 @@ def load_colorswap(
                            COLORSWAP_SUBSETS)
     splits = [s for s in COLORSWAP_SUBSETS if s in chosen]
     missing = [s for s in splits if s not in present]
-    if missing and subsets is not None:
-        raise FileNotFoundError(f"data_dir: {missing[0]}.json is missing from {root}")
+    if missing:  # the release has both files: one gone is a folder half there, named, not half read
+        also = "" if subsets is not None else (
+            f" (ColorSwap's folder has {' and '.join(f'{s}.json' for s in COLORSWAP_SUBSETS)}; "
+            f"--subsets {','.join(present)} reads {' and '.join(f'{s}.json' for s in present)} alone)")
+        raise FileNotFoundError(f"data_dir: {missing[0]}.json is missing from {root}{also}")
     h = hashlib.sha256()
     items: list[Item] = []
     for split in (s for s in splits if s in present):

@@ -177,7 +177,7 @@ Record = tuple[str, str, tuple[float, float, float, float], list[str], bool]
 
 def _records(path: Path, column: str) -> list[Record]:
     """``(image_id, caption, (x, y, w, h), negatives, written as a set)`` per data row of a CREPE file."""
-    header, rows = read_csv_rows(path, "a header and one row per region")
+    header, rows = read_csv_rows(path, "a header and one row per region", whole_lines=True)  # (every released file ends so)
     need = ("image_id", "caption", *_BOX, column)
     missing = [c for c in need if c not in header]
     if missing:

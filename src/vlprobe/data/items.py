@@ -10,8 +10,10 @@ matrix and cache uses (Winoground: item i gives images 2i, 2i+1 and captions
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,9 +21,11 @@ from typing import Any
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from vlprobe.progress import warn
 from vlprobe.validation import InputError, check_choice
 
-__all__ = ["IMAGE_ORIENTATIONS", "Dataset", "ImageRef", "Item", "TextRef", "decode_rgb", "oriented_size", "read_rgb"]
+__all__ = ["IMAGE_ORIENTATIONS", "Dataset", "ImageRef", "Item", "TextRef", "decode_rgb", "oriented_size",
+           "pillow_size_limits", "read_rgb"]
 
 #: How an image file's EXIF ``Orientation`` tag (0x0112) is treated when it is decoded:
 #: ``"stored"`` ignores it (the pixels as stored: ``PIL.Image.open(...).convert("RGB")``, what the
@@ -49,7 +53,8 @@ class ImageRef:
         The part of the file the benchmark shows (ARO's VG-Relation and VG-Attribution, CREPE: a
         box around the objects named), in pixels of the decoded image; None for the whole image.
         :meth:`load` returns the crop, as ``PIL.Image.crop((x, y, x + width, y + height))`` (a
-        box reaching past the border is padded with black, as PIL does).
+        box reaching past the border is padded with black, as PIL does; a box entirely outside the
+        image, which would show nothing of it, is refused).
     """
 
     id: str
@@ -68,6 +73,10 @@ class ImageRef:
         if self.crop is None:
             return img
         x, y, w, h = self.crop
+        if x >= img.width or y >= img.height or x + w <= 0 or y + h <= 0:
+            raise InputError(f"images: {self.id}: the crop box (x {x:g}, y {y:g}, width {w:g}, height {h:g}) lies "
+                             f"outside its image {self.path.name} ({img.width} x {img.height}): nothing of the "
+                             "image would be seen (the box's record is wrong, or the image is another one)")
         return img.crop((x, y, x + w, y + h))
 
 
@@ -111,14 +120,39 @@ def decode_rgb(data: bytes, path: str | os.PathLike[str], *, orientation: str = 
     if not data:
         raise InputError(f"images: {str(path)!r} is an empty file (0 bytes), not an image")
     try:
-        with Image.open(io.BytesIO(data)) as img:
-            img.load()
-            if orientation == "exif":
-                img = ImageOps.exif_transpose(img)
+        with pillow_size_limits(path), Image.open(io.BytesIO(data)) as opened:
+            opened.load()
+            img: Image.Image = ImageOps.exif_transpose(opened) if orientation == "exif" else opened
             # convert() and copy() give an image that outlives the closed file
             return img.convert("RGB") if rgb else img.copy()
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+    except InputError:
+        raise
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
         raise InputError(f"images: {str(path)!r} is not a readable image ({exc})") from None
+
+
+@contextlib.contextmanager
+def pillow_size_limits(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Pillow's decompression-bomb checks of images opened in the block, as vlprobe's lines.
+
+    An image over ``PIL.Image.MAX_IMAGE_PIXELS`` (Pillow's ``DecompressionBombWarning``, a
+    warnings block on stderr) is decoded with one ``warning:`` line naming it; one over twice the
+    limit (Pillow's ``DecompressionBombError``) is refused with an :class:`InputError`. Other
+    warnings pass through unchanged.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", Image.DecompressionBombWarning)
+        try:
+            yield
+        except Image.DecompressionBombError as exc:
+            raise InputError(f"images: {str(path)!r}: {exc} Refused: Pillow decodes none above twice its limit "
+                             "(PIL.Image.MAX_IMAGE_PIXELS).") from None
+    for w in caught:
+        if issubclass(w.category, Image.DecompressionBombWarning):
+            warn(f"warning: images: {str(path)!r}: {w.message} Decoded all the same (Pillow refuses only above "
+                 "twice its limit, PIL.Image.MAX_IMAGE_PIXELS).")
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
 
 
 def oriented_size(img: Image.Image, orientation: str = "stored") -> tuple[int, int]:

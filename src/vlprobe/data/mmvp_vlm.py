@@ -5,7 +5,8 @@ The benchmark is one folder as its authors distribute it (the dataset ``MMVP/MMV
 their evaluation script (``scripts/evaluate_vlm.py`` of tsb0601/MMVP) reads it:
 
 * ``Questions.csv``: a header row, then one row per statement with three columns, read by
-  position: question id (an integer), type (the image folder's name), statement. Rows go in
+  position: question id (an integer), type (the image folder's name), statement. A header of
+  fewer columns is refused, naming the one it lacks. Rows go in
   pairs: rows 1-2 are pair 0, rows 3-4 pair 1, ...; the first id of a pair is odd and the second
   is the next integer (the script's ground truth reads the parity: statement ``qid`` matches
   image ``qid``).
@@ -71,6 +72,8 @@ MMVP_IMAGES = "MLLM_VLM Images"
 #: What the script puts before every statement.
 MMVP_TEXT_PREFIX = "a photo of "
 _COLUMNS = ("question id", "type", "statement")
+#: The release's header row.
+_HEADER = ("Question ID", "Type", "Statement")
 
 
 def _root(data_dir: str | os.PathLike[str]) -> Path:
@@ -87,7 +90,12 @@ def _root(data_dir: str | os.PathLike[str]) -> Path:
 
 def _read_rows(path: Path) -> list[tuple[int, int, str, str]]:
     """``(row number, question id, type, statement)`` per data row (row 1 is the header)."""
-    _, rows = read_csv_rows(path, "a header and statement rows")
+    header, rows = read_csv_rows(path, "a header and statement rows")
+    if len(header) < len(_COLUMNS):  # a column missing, header and rows alike (the rows are read by position)
+        named = [h.strip().lower() for h in header]
+        gone = next((c for c in _COLUMNS if c not in named), _COLUMNS[len(header)])
+        raise InputError(f"data_dir: {path.name}: column {_HEADER[_COLUMNS.index(gone)]!r} is missing (its header "
+                         f"has {', '.join(header) or 'nothing'}; MMVP-VLM's has {', '.join(_HEADER)})")
     out = []
     for n, row in enumerate(rows, start=2):
         if not any(cell.strip() for cell in row):

@@ -68,9 +68,16 @@ def read_json_list(path: Path, param: str = "data_dir", holds: str = "records") 
     return raw
 
 
-def read_csv_rows(path: Path, expected: str, param: str = "data_dir") -> tuple[list[str], list[list[str]]]:
+def read_csv_rows(
+    path: Path, expected: str, param: str = "data_dir", *, whole_lines: bool = False,
+) -> tuple[list[str], list[list[str]]]:
     """A CSV file's header and data rows (UTF-8, a byte-order mark allowed); ``expected`` says what an
-    empty file should have held, for the error."""
+    empty file should have held, for the error.
+
+    ``whole_lines``: the file must end with a line break, as every file a CSV writer finishes
+    does; one that stops inside its last row (a download cut short) is refused, where it would
+    otherwise be read with that row's last field cut (``"...,78.0"`` read as ``7``).
+    """
     try:
         text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError:
@@ -78,6 +85,9 @@ def read_csv_rows(path: Path, expected: str, param: str = "data_dir") -> tuple[l
     rows = list(csv.reader(io.StringIO(text)))
     if not rows:
         raise InputError(f"{param}: {path.name} is empty (expected {expected})")
+    if whole_lines and not text.endswith(("\n", "\r")):
+        raise InputError(f"{param}: {path.name} ends inside row {len(rows)} (no line break after its last field, "
+                         "as a file cut short has): the file looks truncated; fetch it again")
     return rows[0], rows[1:]
 
 

@@ -557,4 +557,5 @@ def report(config: SeparabilityConfig, result: tuple[Path, Path, list[dict[str, 
 # Version 5: scale=paper divides openclip caches' states by 100 too (the CLIP family, as probe_clip.py).
 EXPERIMENT = Experiment("separability", 5, SeparabilityConfig, compute_separability, report, label=cache_label,
                         presets=PRESET_VALUES["separability"], swept=("streams", "layers", "seeds"),
-                        chart=Chart("layers", ("separable", "separable_margin", "train_accuracy"), split="train"))
+                        chart=Chart("layers", ("separable", "separable_margin", "train_accuracy"), split="train",
+                                    missing={"separable_margin": "no case separable at that layer (no margin)"}))

@@ -72,6 +72,8 @@ ALIVE = frozenset({"PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FE
                    "SUSPENDED", "RESIZING", "STAGE_OUT", "SIGNALING", "RESV_DEL_HOLD", "SPECIAL_EXIT"})
 #: The shortest time limit a step gets from its cost, minutes.
 MIN_MINUTES = 10
+#: Seconds the driver waits for cancelled jobs to stop before it submits their steps again.
+CANCEL_WAIT = 120.0
 #: Seconds a job may be missing from both ``sacct`` and ``squeue`` before it counts as lost.
 LOST_AFTER = 300.0
 
@@ -295,6 +297,9 @@ class _Graph:
         if stale:
             self.echo(f"cancelling {len(stale)} job(s) of steps whose inputs or options changed: {', '.join(stale)}")
             self.queue.cancel(stale)
+            deadline = time.monotonic() + CANCEL_WAIT  # their files are replaced next: let them stop writing
+            while any(self.queue.states(stale).get(j) in ALIVE for j in stale) and time.monotonic() < deadline:
+                time.sleep(1.0)
         return list(self.alive)
 
     def submit_missing(self) -> list[str]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from numbers import Number
 from typing import Any
 
 import torch
@@ -36,8 +35,9 @@ class _ShapesOnly(TorchFunctionMode):
         if isinstance(first, torch.Tensor) and first.is_meta:
             if func in _IN_PLACE_RANDOM:
                 return first
-            if func in _SCALAR_ARITHMETIC and len(args) == 2 and not kwargs and isinstance(args[1], Number):
-                dtype = torch.result_type(first, args[1])  # type: ignore[arg-type]
+            if func in _SCALAR_ARITHMETIC and len(args) == 2 and not kwargs and isinstance(
+                    args[1], int | float | bool | complex):
+                dtype = torch.result_type(first, args[1])
                 return torch.empty(first.shape, dtype=dtype, device="meta")
         return func(*args, **kwargs)
 

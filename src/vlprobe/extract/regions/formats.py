@@ -345,7 +345,7 @@ def _clip(boxes: np.ndarray, where: str, tolerance: float) -> np.ndarray:
 def _image_sizes(folder: Path) -> dict[str, tuple[int, int]]:
     from PIL import Image, UnidentifiedImageError
 
-    from vlprobe.data.items import oriented_size
+    from vlprobe.data.items import oriented_size, pillow_size_limits
     from vlprobe.extract.regions.sources import DETECTOR_ORIENTATION
 
     if not folder.is_dir():
@@ -354,7 +354,7 @@ def _image_sizes(folder: Path) -> dict[str, tuple[int, int]]:
     for p in sorted(folder.iterdir()):
         if p.is_file():
             try:
-                with Image.open(p) as img:  # reads the header only
+                with pillow_size_limits(p), Image.open(p) as img:  # reads the header only
                     # the size the detector saw: EXIF orientation applied, as it read the image
                     out[normalise_image_id(p.name)] = oriented_size(img, DETECTOR_ORIENTATION)
             except (UnidentifiedImageError, OSError):
