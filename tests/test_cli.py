@@ -134,8 +134,11 @@ def test_fixtures_model_clip(runner: CliRunner, tmp_path: Path) -> None:
     assert str(out) in result.stdout
     model = CLIPModel.from_pretrained(out)
     assert model.config.projection_dim == 16
-    ids = AutoTokenizer.from_pretrained(out)("a red circle")["input_ids"]
-    assert ids[-1] == model.config.text_config.eos_token_id
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    ids = tokenizer("a red circle")["input_ids"]
+    assert ids[-1] == tokenizer.eos_token_id == max(tokenizer.get_vocab().values())
+    # as openai/clip-vit-base-patch32's config.json: the legacy eos id 2, so CLIP pools at the highest id (argmax)
+    assert model.config.text_config.eos_token_id == 2
     assert AutoImageProcessor.from_pretrained(out) is not None
 
 

@@ -254,3 +254,23 @@ def test_runnable_blocks_run(page: Path, tmp_path: Path, monkeypatch: pytest.Mon
         else:
             ran += _run_probe_lines(block, monkeypatch)
     assert ran >= len(blocks)
+    if page.name == "README.md":
+        _check_the_first_figure(tmp_path / "demo")
+
+
+def _check_the_first_figure(demo: Path) -> None:
+    """The README's ten lines end in a figure where target and control differ (not a flat 0%):
+    from layer 2 on the target is separable for at least 20 points more of the items than the
+    shuffled-label control, beyond the permutation test's doubt, and the run notes nothing."""
+    import json
+
+    from vlprobe.runs.summary import read_tidy_csv, summarize
+
+    folder = demo / "results" / "separability"
+    (csv_path,) = [p for p in folder.glob("*.csv") if p.name.count(".") == 1]  # the tidy CSV of the one run
+    assert list(folder.glob("*.png")), "the README plots the run"
+    rows = [r for r in summarize(read_tidy_csv(csv_path)) if r["metric"] == "separable" and r["subset"] == "all"]
+    later = [r for r in rows if int(r["layer"]) >= 2]
+    assert later and all(r["target_mean"] - r["control_mean"] >= 20.0 and r["p_value"] < 0.01 for r in later), later
+    (run,) = json.loads((folder / "manifest.json").read_text())["runs"].values()
+    assert run["notes"] == []

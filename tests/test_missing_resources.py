@@ -5,7 +5,7 @@ here in a child pytest with ``VLPROBE_TEST_HIDE=wordnet`` (tests/conftest.py poi
 WordNet lookup at a missing folder, as on such a machine): the augment tests and the matrix's
 ``setup wordnet`` rows. The bad-input rows need no WordNet (``setup wordnet`` checks ``--root``
 before it looks for the dict files), so they must pass, not skip. Other tests may skip too where
-the clone has no ../shared data or no spaCy model, each saying which. Under
+the clone has no shared data folder (VLPROBE_SHARED_DATA) or no spaCy model, each saying which. Under
 ``VLPROBE_TEST_REQUIRE=wordnet`` (what CI sets) the same missing WordNet is a failure.
 """
 
@@ -62,7 +62,7 @@ def test_without_wordnet_the_tests_that_need_it_skip_and_the_rest_pass(tmp_path:
         "tests.cli.test_bad_input_matrix::test_the_same_command_replaces_its_own_output[setup wordnet]",
     ):
         assert test_id in skipped, (test_id, sorted(cases))
-    # a clone without ../shared (or the spaCy model) skips other tests too, each naming what it lacks
+    # a clone without the shared data (or the spaCy model) skips other tests too, each naming what it lacks
     others = {t: m for t, m in skipped.items() if "WordNet" not in m}
     assert all(any(r in m for r in OTHER_RESOURCES) for m in others.values()), others
     matrix_rows = {t: o for t, (o, _) in cases.items() if "test_bad_input[setup wordnet" in t}

@@ -12,6 +12,7 @@ import tempfile
 from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -80,7 +81,10 @@ def report_html(every_experiment: Path, tmp_path_factory: pytest.TempPathFactory
 def test_the_page_holds_every_experiment_its_figures_tables_and_provenance(every_experiment: Path, report_html: Path) -> None:
     page = parse(report_html.read_text(encoding="utf-8"))
     experiments = sorted(d.name for d in every_experiment.iterdir() if (d / "manifest.json").is_file())
-    assert [t for h, t in page.headings if h == "h2"] == experiments
+    # the paper's experiments first, in the paper's order; then the others by name
+    paper = ["winoground-scores", "recall", "task-adaptation", "separability", "variant-similarity", "variant-probe"]
+    expected = [e for e in paper if e in experiments] + [e for e in experiments if e not in paper]
+    assert [t for h, t in page.headings if h == "h2"] == expected
     runs = [t for h, t in page.headings if h == "h3"]
     assert len(runs) == len(experiments)  # one run each
     assert len(page.images) == len(experiments)  # every experiment here has a chart
@@ -205,3 +209,91 @@ def test_value_columns_name_their_unit(report_html: Path) -> None:
     assert "unit" in page.cells and "2/‖w‖, scaled states" in page.cells  # separability: % beside a margin
     assert "target (%)" in page.cells and "selectivity (%)" in page.cells  # a layer table of percentages
     assert "control 95% CI" in page.cells  # intervals sit beside their value, in its unit
+
+
+# -- a page a reader can read: its title, width, figures and notes ------------------------------------
+
+
+def test_the_title_names_the_runs_and_their_dataset_not_the_folder(every_experiment: Path, report_html: Path,
+                                                                   tmp_path: Path) -> None:
+    page = parse(report_html.read_text(encoding="utf-8"))
+    title = next(t for h, t in page.headings if h == "h1")
+    assert title.startswith("vlprobe report: ") and " on winoground" in title, title
+    assert title != f"vlprobe results: {every_experiment.name}"
+    assert f"<title>{title}</title>" in report_html.read_text(encoding="utf-8")
+    got = CliRunner().invoke(app, ["report", str(every_experiment / "separability"), "--out", str(tmp_path / "r.md"),
+                                   "--title", "Separability of the planted cache", "--quiet"])
+    assert got.exit_code == 0, got.output
+    assert (tmp_path / "r.md").read_text(encoding="utf-8").split("\n")[2] == "# Separability of the planted cache"
+
+
+def test_figures_are_shown_at_about_half_the_page_and_drawn_sharp(report_html: Path) -> None:
+    from PIL import Image
+
+    widths = re.findall(r'<img alt="[^"]*" width="(\d+)" src="data:image/png;base64,([^"]+)"', report_html.read_text())
+    assert widths
+    for width, data in widths:
+        with Image.open(io.BytesIO(base64.b64decode(data))) as im:
+            assert 600 <= int(width) <= 1200 and im.size[0] >= 2 * int(width) - 2, (width, im.size)
+
+
+def _measured(page: Path, browser: str, tmp_path: Path) -> dict[str, Any]:
+    """The page laid out by chromium in a 1280 px window: the document's width and how far the
+    widest table runs past its box (a copy of the page with a script that writes both down)."""
+    probe = tmp_path / "measured.html"
+    probe.write_text(page.read_text(encoding="utf-8") + (
+        "<script>var over = 0, which = ''; document.querySelectorAll('table').forEach(function (t) {"
+        " var by = t.scrollWidth - t.parentElement.clientWidth; if (by > over) {"
+        " over = by; which = t.rows[0].innerText.replace(/\\s+/g, ' '); } });"
+        " document.body.setAttribute('data-measured', document.documentElement.scrollWidth + ' ' + over);"
+        " document.body.setAttribute('data-widest', which);</script>"),
+        encoding="utf-8")
+    with tempfile.TemporaryDirectory() as profile:
+        dom = subprocess.run(
+            [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
+             "--window-size=1280,2000", "--dump-dom", probe.resolve().as_uri()],
+            check=True, capture_output=True, text=True, timeout=180,
+        ).stdout
+    page_width, over = map(int, re.search(r'data-measured="(\d+) (-?\d+)"', dom).groups())
+    return {"page": page_width, "over": over, "widest": re.search(r'data-widest="([^"]*)"', dom).group(1)}
+
+
+def test_every_table_fits_a_1280_px_window(report_html: Path, tmp_path: Path) -> None:
+    """Columns that hold one value in every row are said once above the table; what is left fits
+    the page (at most 1200 px), so neither the page nor a table scrolls sideways."""
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("chromium is not installed (Debian: apt-get install --no-install-recommends chromium)")
+    got = _measured(report_html, browser, tmp_path)
+    assert got["page"] <= 1280 and got["over"] <= 0, got
+
+
+def test_a_column_with_one_value_is_said_once_above_its_table() -> None:
+    from vlprobe.results.html_report import _table
+
+    blocks = _table(("stream", "layer", "pooling", "value"), [("text", 0, "cls", 1.0), ("text", 1, "cls", 2.0)], keys=3)
+    assert [b.kind for b in blocks] == ["p", "table"]
+    assert blocks[0].text == "stream: text; pooling: cls"
+    assert blocks[1].headers == ("layer", "value") and blocks[1].rows == (("0", "1.00"), ("1", "2.00"))
+    (alone,) = _table(("stream", "value"), [("text", 1.0)], keys=1)  # one row: nothing to shorten
+    assert alone.headers == ("stream", "value")
+
+
+def test_a_runs_note_is_on_the_page(tmp_path: Path) -> None:
+    """A run's manifest notes (separability's "no case is separable at any layer") are set apart on
+    the page above its figure, in HTML and Markdown."""
+    from vlprobe.runs.writing import write_results
+
+    note = "no case is separable at any layer of stream text (median state norm 0.0187 after scaling 'divide100', C=100)"
+    rows = [{"experiment": "separability", "model": "m", "stream": "text", "layer": layer, "pooling": "cls",
+             "probe": "linear-separability", "task": task, "seed": 0 if task == "control" else "", "split": "train",
+             "subset": "all", "metric": "separable", "value": 0.0, "n": 4}
+            for layer in (0, 1) for task in ("target", "control")]
+    write_results(tmp_path / "results", "separability", "m", rows,
+                  {"experiment": "separability", "experiment_version": 4, "config": {"seeds": 1}, "notes": [note],
+                   "inputs": {"cache": {"path": "/nonexistent.h5", "dataset": "winoground"}}})
+    html = build_report(tmp_path / "results")
+    assert f'<p class="warn">{note.replace(chr(39), "&#39;")}</p>' in html
+    assert html.index('class="warn"') < html.index("<img")
+    assert f"> **Note:** {note}" in build_report(tmp_path / "results", "md")

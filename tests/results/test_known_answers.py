@@ -279,3 +279,37 @@ def test_separable_percent_is_expected_to_saturate_and_the_margin_and_held_out_a
     assert not [c for c in checks if c["left"].endswith("separable.target") and c["right"] == f"{m} separability.separable.control"]
     held = [c for c in checks if "heldout_accuracy" in c["left"]]
     assert len(held) == 2
+
+
+def test_the_comparison_figure_reads_in_greyscale_says_chance_and_why_a_layer_has_no_margin(tmp_path: Path) -> None:
+    """Target solid with filled circles, control dashed with open squares (not two solid lines that
+    only colour tells apart); the variant probe's chance line; a layer where the target has no
+    margin (no case separable) but the control has one is crossed on the axis and the legend says why."""
+    from vlprobe.results.known_answers import comparison_figure
+    from vlprobe.results.plots import TASK_COLORS
+
+    results = tmp_path / "results"
+    sep = {"experiment": "separability", "model": "clip-trained", "stream": "text", "pooling": "cls", "split": "train",
+           "subset": "all", "metric": "separable_margin"}
+    _write_csv(results / "separability" / "clip-trained.csv", [
+        {**sep, "layer": 0, "task": "target", "value": ""}, {**sep, "layer": 0, "task": "control", "seed": 0, "value": 2.0},
+        {**sep, "layer": 1, "task": "target", "value": 9.0}, {**sep, "layer": 1, "task": "control", "seed": 0, "value": 1.0},
+    ])
+    vp = {"experiment": "variant-probe", "model": "clip-trained", "stream": "text", "pooling": "cls", "split": "test",
+          "subset": "all", "metric": "accuracy"}
+    _write_csv(results / "variant-probe" / "clip-trained.csv", [
+        {**vp, "layer": layer, "task": task, "seed": 0, "value": v}
+        for layer in (0, 1) for task, v in (("target", 80.0), ("control", 50.0))])
+    fig = comparison_figure(results, ["clip-trained"])
+    margin, probe = fig.axes
+    lines = {(ln.get_linestyle(), ln.get_marker(), ln.get_markerfacecolor(), ln.get_color()) for ln in probe.lines}
+    assert ("-", "o", TASK_COLORS["target"], TASK_COLORS["target"]) in lines
+    assert ("--", "s", "white", TASK_COLORS["control"]) in lines
+    assert TASK_COLORS == {"target": "#0072B2", "control": "#D55E00"}  # Okabe-Ito blue and vermillion
+    assert any(ln.get_linestyle() == ":" and list(ln.get_ydata()) == [50.0, 50.0] for ln in probe.lines)  # chance
+    assert not any(ln.get_linestyle() == ":" for ln in margin.lines)  # a margin has no chance level
+    crosses = [ln for ln in margin.lines if ln.get_marker() == "x"]
+    assert len(crosses) == 1 and list(crosses[0].get_xdata()) == [0] and crosses[0].get_color() == TASK_COLORS["target"]
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == ["target", "control (labels shuffled or flipped)", "chance (variant probe: 50%)",
+                      "no case separable at that layer (no margin)"]

@@ -140,7 +140,8 @@ def test_a_single_layer_gets_one_integer_tick(tmp_path: Path) -> None:
 def test_pooled_rows_without_a_layer_plot_as_one_category(tmp_path: Path) -> None:
     rows = [tidy("image+text", None, t, s, v) for t, s, v in (("target", 0, 90.0), ("control", 0, 50.0))]
     (ax,) = [a for a in make_figure([read_result(write_run(tmp_path, rows))]).axes if a.get_visible()]
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["pooled"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["all"]  # no layer axis: the subset is the category
+    assert ax.get_title() == "image+text · cls"
 
 
 def test_a_margin_is_not_drawn_on_a_percent_axis_and_intervals_are_error_bars(tmp_path: Path) -> None:
@@ -402,3 +403,66 @@ def test_manifest_entries_are_found_for_file_safe_names(tmp_path: Path) -> None:
     assert path.name == "org_model_v2.csv" and result.name == "org/model v2"
     assert result.manifest["config"] == {"seeds": 2}
     assert json.loads((path.parent / "manifest.json").read_text())["runs"]["org/model v2"]
+
+
+# -- readable by everyone; what is missing said in the figure ----------------------------------------
+
+
+def test_target_and_control_differ_by_line_and_marker_not_only_by_colour(tmp_path: Path) -> None:
+    """Greyscale prints and colour-blind readers: the target is a solid line with filled circles,
+    the control a dashed line with open squares, in Okabe-Ito blue and vermillion."""
+    from vlprobe.results.plots import TASK_COLORS
+
+    fig = make_figure([read_result(write_run(tmp_path, ROWS))])
+    ax = next(a for a in fig.axes if a.get_visible())
+    drawn = {(ln.get_linestyle(), ln.get_marker(), ln.get_markerfacecolor(), ln.get_color()) for ln in ax.lines}
+    assert ("-", "o", "#0072B2", "#0072B2") in drawn and ("--", "s", "white", "#D55E00") in drawn
+    assert TASK_COLORS == {"target": "#0072B2", "control": "#D55E00"}
+    (legend,) = fig.legends
+    marks = {t.get_text(): (h.get_linestyle(), h.get_marker(), h.get_markerfacecolor())
+             for t, h in zip(legend.get_texts(), legend.legend_handles, strict=True) if t.get_text() in ("target", "control")}
+    assert marks == {"target": ("-", "o", "#0072B2"), "control": ("--", "s", "white")}
+
+
+def test_a_layer_without_a_margin_is_crossed_and_the_legend_says_why(tmp_path: Path) -> None:
+    rows = []
+    for layer, target in ((0, None), (1, 2.0)):  # layer 0: no case separable, so no target margin
+        rows += [tidy("text", layer, "target", None, float("nan") if target is None else target,
+                      metric="separable_margin", split="train", experiment="separability"),
+                 tidy("text", layer, "control", 0, 1.0, metric="separable_margin", split="train", experiment="separability")]
+    fig = make_figure([read_result(write_run(tmp_path, rows, experiment="separability"))], metric="separable_margin")
+    (ax,) = [a for a in fig.axes if a.get_visible()]
+    crosses = [ln for ln in ax.lines if ln.get_marker() == "x"]
+    assert len(crosses) == 1 and list(crosses[0].get_xdata()) == [0.0]
+    assert "no case separable at that layer (no margin)" in legend_texts(fig)
+
+
+def test_a_runs_note_is_in_its_figure(tmp_path: Path) -> None:
+    """Separability's "no case is separable at any layer" goes into the manifest's notes; the
+    figure says it inside the panel of its stream, not only the terminal."""
+    rows = [tidy("text", layer, task, 0, 0.0, metric="separable", split="train", experiment="separability")
+            for layer in (0, 1) for task in ("target", "control")]
+    note = "no case is separable at any layer of stream text (median state norm 0.0187 after scaling 'divide100', C=100)"
+    csv_path = write_run(tmp_path, rows, experiment="separability")
+    manifest_path = csv_path.parent / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["runs"]["m"]["notes"] = [note]
+    manifest_path.write_text(json.dumps(manifest))
+    (ax,) = [a for a in make_figure([read_result(csv_path)]).axes if a.get_visible()]
+    assert any(t.get_text().replace("\n", " ") == note for t in ax.texts), texts(ax)
+
+
+def test_runs_without_layers_overlay_in_one_panel_with_the_subsets_side_by_side(tmp_path: Path) -> None:
+    """Task adaptation's pooled probes (no layer): not one panel per subset holding a single point
+    each, but the subsets as categories of one panel, each run's target and control beside each other."""
+    paths = []
+    for name, shift in (("a", 0.0), ("b", 10.0)):
+        rows = [tidy("image+text", None, task, 0, v + shift, subset=subset, experiment="task-adaptation")
+                for subset in ("text-score", "image-score") for task, v in (("target", 70.0), ("control", 50.0))]
+        paths.append(write_run(tmp_path, rows, name=name, experiment="task-adaptation"))
+    fig = make_figure([read_result(p) for p in paths])
+    (ax,) = [a for a in fig.axes if a.get_visible()]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["text-score", "image-score"]
+    points = [(ln.get_xdata()[0], ln.get_ydata()[0]) for ln in ax.lines if ln.get_marker() in ("o", "s")]
+    assert len(points) == 8 and len({x for x, _ in points}) == 8  # 2 subsets x 2 runs x target/control, apart
+    assert {"a: target", "a: control", "b: target", "b: control", "chance (50)"} <= set(legend_texts(fig))

@@ -99,6 +99,6 @@ def test_long_tables_are_collapsed_on_the_page_and_open_in_markdown() -> None:
     parser.feed(page)
     assert parser.tags.count("table") == 2 and parser.tags.count("details") == 1
     assert page.index("<details") > page.index("subset")  # the short one stays open, the long one folds
-    assert f"<summary>Table of {html_report.COLLAPSE_ROWS + 1} rows</summary><table>" in page
+    assert f"<summary>Table of {html_report.COLLAPSE_ROWS + 1} rows</summary><div class=\"wide\"><table>" in page
     md = _render("report.md.jinja", [short, long], "t")
     assert "details" not in md and md.count("| 50.00 |") == html_report.COLLAPSE_ROWS + 1

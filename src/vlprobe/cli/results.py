@@ -84,6 +84,8 @@ def report_cmd(
     results_dir: Annotated[Path, typer.Argument(help="A results folder (OUT, holding OUT/<experiment>/manifest.json).")],
     out: Annotated[Path, typer.Option(help="Page to write (report.html, or .md for Markdown).")],
     fmt: Annotated[str | None, typer.Option("--format", help="html or md (default: from the file name).")] = None,
+    title: Annotated[str | None, typer.Option(
+        help="The page's title (default: vlprobe report: <the runs' names> on <their datasets>).")] = None,
     known_answers: Annotated[Path | None, typer.Option(
         help="A testbed's known_answers.json (probe fixtures known-answers): its verdicts open the page.")] = None,
     *,
@@ -92,7 +94,7 @@ def report_cmd(
     """One self-contained page of a results folder: every figure and table, settings and provenance."""
     from vlprobe.results.html_report import write_report
 
-    path = write_report(results_dir, out, fmt, progress=shown.progress,  # a line per figure drawn
+    path = write_report(results_dir, out, fmt, progress=shown.progress, title=title,  # a line per figure drawn
                         known_answers=known_answers)
     typer.echo(f"wrote {path}")
 

@@ -701,4 +701,5 @@ def report(config: SeparabilityConfig, result: tuple[Path, Path, list[dict[str, 
 # the paper's wwh=NoTag/Easier/Harder and the Easier/Harder-corrected sets beside NoTag-corrected.
 EXPERIMENT = Experiment("separability", 6, SeparabilityConfig, compute_separability, report, label=cache_label,
                         presets=PRESET_VALUES["separability"], swept=("streams", "layers", "seeds"),
-                        chart=Chart("layers", ("separable", "separable_margin", "train_accuracy"), split="train"))
+                        chart=Chart("layers", ("separable", "separable_margin", "train_accuracy"), split="train",
+                                    missing={"separable_margin": "no case separable at that layer (no margin)"}))

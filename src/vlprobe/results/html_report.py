@@ -58,12 +58,13 @@ _DERIVED = (".ci95_low", ".ci95_high", ".p_value")
 class _Block:
     """One piece of the page, in page order; the templates lay each kind out."""
 
-    kind: str  # "h", "p", "table", "img", "details"
+    kind: str  # "h", "p", "note", "table", "img", "details"
     level: int = 0
     text: str = ""
     headers: tuple[str, ...] = ()
     rows: tuple[tuple[str, ...], ...] = ()
     data: bytes = b""
+    width: int = 0  # img: the width to show it at, in CSS pixels
 
 
 def _fmt(value: Any) -> str:
@@ -94,9 +95,20 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[_Block]:
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], keys: int = 0) -> list[_Block]:
+    """A table block (at most :data:`MAX_ROWS` rows). Of the first ``keys`` columns (what the rows
+    are: stream, layer, pooling, split...), those with one value in every row are said once in a
+    line above the table instead of repeated in a column of their own, so the table fits the page."""
+    headers, rows = list(headers), [list(r) for r in rows]
+    same = [c for c in range(min(keys, len(headers))) if len(rows) > 1 and len({_fmt(r[c]) for r in rows}) == 1
+            and _fmt(rows[0][c]) != ""] if rows else []
+    out = []
+    if same and len(same) < len(headers):
+        out.append(_Block("p", text="; ".join(f"{headers[c]}: {_fmt(rows[0][c])}" for c in same)))
+        headers = [h for c, h in enumerate(headers) if c not in same]
+        rows = [[v for c, v in enumerate(r) if c not in same] for r in rows]
     shown = [tuple(_fmt(v) for v in r) for r in rows[:MAX_ROWS]]
-    out = [_Block("table", headers=tuple(headers), rows=tuple(shown))]
+    out.append(_Block("table", headers=tuple(headers), rows=tuple(shown)))
     if len(rows) > MAX_ROWS:
         out.append(_Block("p", text=f"{len(rows) - MAX_ROWS} more rows are in the CSV."))
     return out
@@ -186,7 +198,7 @@ def _layer_tables(run: RunResult) -> list[_Block]:
     units = _units(run)
     unit, unit_column = _unit_columns(main, units)
     out += _table(_layer_headers(keys, unit, unit_column),
-                  [_layer_cells(r, keys, units if unit_column else None) for r in main])
+                  [_layer_cells(r, keys, units if unit_column else None) for r in main], keys=len(keys))
     chart = chart_of(run.experiment)
     metric = next((m for m in (chart.metrics if chart else ()) if any(r["metric"] == m for r in summary)), None)
     tags = [r for r in summary if _is_tag(r["subset"]) and (metric is None or r["metric"] == metric)]
@@ -202,7 +214,7 @@ def _layer_tables(run: RunResult) -> list[_Block]:
                                 r.get("target_mean"),
                                 _span(r.get("target_ci95_low"), r.get("target_ci95_high")), r.get("control_mean"),
                                 r.get("selectivity"), _span(r.get("selectivity_ci95_low"), r.get("selectivity_ci95_high")),
-                                r.get("p_value")] for r in tags])
+                                r.get("p_value")] for r in tags], keys=len(tkeys))
     return out
 
 
@@ -239,7 +251,8 @@ def _score_tables(run: RunResult) -> list[_Block]:
         cols = (*cols[:at], "unit", *cols[at:])
     heads = tuple(_with_unit(c, unit) if c == "value" else c for c in cols)
     out = [_Block("h", 4, "Scores (95% intervals over items)")]
-    out += _table(heads, [[units.get(r["metric"], "") if c == "unit" else r.get(c) for c in cols] for r in main])
+    out += _table(heads, [[units.get(r["metric"], "") if c == "unit" else r.get(c) for c in cols] for r in main],
+                  keys=1 + len(used))
     tags = [r for r in recs if _is_tag(r["subset"])]
     if tags:
         metrics = list(dict.fromkeys(r["metric"] for r in tags))
@@ -248,7 +261,7 @@ def _score_tables(run: RunResult) -> list[_Block]:
         by = {(r["subset"], tuple(r[c] for c in used), r["metric"]): r for r in tags}
         out.append(_Block("h", 4, "Per tag"))
         rows = [[s, *st, *(by.get((s, st, m), {}).get("value", "") for m in metrics)] for st in settings for s in subsets]
-        out += _table(("subset", *used, *(_with_unit(m, units.get(m, "")) for m in metrics)), rows)
+        out += _table(("subset", *used, *(_with_unit(m, units.get(m, "")) for m in metrics)), rows, keys=1 + len(used))
     return out
 
 
@@ -333,6 +346,12 @@ def _provenance(run: RunResult) -> list[_Block]:
     return out
 
 
+#: Figures are shown at this many CSS pixels per inch of the figure (a 4.4 in panel: 634 px, about
+#: half the page), drawn at twice that for sharp lines on high-density screens; at most the page's width.
+FIGURE_PPI = 144
+PAGE_WIDTH = 1200
+
+
 def _figure(runs: Sequence[RunResult]) -> list[_Block]:
     from vlprobe.results.plots import figure_bytes, make_figure
 
@@ -340,7 +359,42 @@ def _figure(runs: Sequence[RunResult]) -> list[_Block]:
         fig = make_figure(list(runs))
     except InputError as exc:
         return [_Block("p", text=f"No figure: {exc}")]
-    return [_Block("img", text=f"{runs[0].experiment}: {', '.join(r.name for r in runs)}", data=figure_bytes(fig, "png", dpi=90))]
+    width = min(PAGE_WIDTH, round(fig.get_figwidth() * FIGURE_PPI))
+    return [_Block("img", text=f"{runs[0].experiment}: {', '.join(r.name for r in runs)}",
+                   data=figure_bytes(fig, "png", dpi=2 * FIGURE_PPI), width=width)]
+
+
+#: The experiments of "Why is Winoground Hard?" in the paper's order (scores and recall, task
+#: adaptation, separability, variant similarity, the variant probe); a report shows them first, in
+#: this order, then any other experiment by name, then comparisons.
+PAPER_ORDER = ("winoground-scores", "recall", "task-adaptation", "separability", "variant-similarity", "variant-probe")
+
+
+def _in_order(experiments: Sequence[str]) -> list[str]:
+    def key(name: str) -> tuple[int, str]:
+        if name in PAPER_ORDER:
+            return PAPER_ORDER.index(name), ""
+        return (len(PAPER_ORDER) + (name == "compare" or chart_of(name) is None)), name
+
+    return sorted(dict.fromkeys(experiments), key=key)
+
+
+def _title(root: Path, runs: Sequence[RunResult]) -> str:
+    """``vlprobe report: clip on winoground`` (the runs' names and the datasets of their caches),
+    or the folder's path where the runs record no dataset."""
+    names = list(dict.fromkeys(r.name.split("@", 1)[0] for r in runs))
+    datasets = list(dict.fromkeys(str(d) for r in runs
+                                  if (d := ((r.manifest.get("inputs") or {}).get("cache") or {}).get("dataset"))))
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    where = f" on {', '.join(datasets)}" if datasets else ""
+    return f"vlprobe report: {shown}{where}" if names else f"vlprobe report: {root}"
+
+
+def _notes(run: RunResult) -> list[_Block]:
+    """What the run's manifest notes (separability's "no case is separable at any layer"): on the
+    page beside its figure, not only on the terminal."""
+    got = run.manifest.get("notes") or []
+    return [_Block("note", text=str(n)) for n in (got if isinstance(got, list) else [got])]
 
 
 def _verdict_blocks(path: Path) -> list[_Block]:
@@ -354,11 +408,11 @@ def _verdict_blocks(path: Path) -> list[_Block]:
             _Block("table", headers=("known answer", "measured", "expected", "held"), rows=tuple(verdict_rows(checks)))]
 
 
-def _blocks(root: Path, runs: Sequence[RunResult], progress: bool = False,
+def _blocks(root: Path, runs: Sequence[RunResult], progress: bool = False, title: str | None = None,
             known_answers: Path | None = None) -> list[_Block]:
     from vlprobe.progress import say
 
-    experiments = list(dict.fromkeys(r.experiment for r in runs))
+    experiments = _in_order([r.experiment for r in runs])
     charted = {e for e in experiments if chart_of(e) is not None}
     n_figures = sum(len(mine) + (len(mine) > 1) for e in charted for mine in [[r for r in runs if r.experiment == e]])
     drawn = 0
@@ -369,7 +423,7 @@ def _blocks(root: Path, runs: Sequence[RunResult], progress: bool = False,
         say(progress, f"report: drawing {of[0].experiment} · {', '.join(r.name for r in of)} ({drawn}/{n_figures})")
         return _figure(of)
 
-    out = [_Block("h", 1, f"vlprobe results: {root.name}"),
+    out = [_Block("h", 1, title or _title(root, runs)),
            _Block("p", text=f"{len(runs)} run(s) of {len(experiments)} experiment(s) in {root}; "
                             f"report by vlprobe {__version__} on {time.strftime('%Y-%m-%d %H:%M:%S %Z')}."),
            _Block("table", headers=("experiment", "runs"),
@@ -387,6 +441,7 @@ def _blocks(root: Path, runs: Sequence[RunResult], progress: bool = False,
             out.append(_Block("h", 3, f"{experiment} · {run.name}"))
             out.append(_Block("p", text=f"{run.csv.relative_to(root) if run.csv.is_relative_to(root) else run.csv}"
                                         f" ({len(run.rows)} rows)"))
+            out += _notes(run)
             if chart is not None:
                 out += figure([run])
             if experiment == "compare":
@@ -440,9 +495,10 @@ def _md_cell(v: str) -> str:
 
 
 def build_report(results_dir: str | os.PathLike[str], fmt: str = "html", *, progress: bool = False,
-                 known_answers: str | os.PathLike[str] | None = None) -> str:
+                 title: str | None = None, known_answers: str | os.PathLike[str] | None = None) -> str:
     """The report of a results folder as HTML or Markdown text (module docstring); ``progress``:
-    a line on stderr per figure drawn; ``known_answers``: a testbed's ``known_answers.json``,
+    a line on stderr per figure drawn; ``title``: the page's (default: ``vlprobe report: <the
+    runs' names> on <their datasets>``); ``known_answers``: a testbed's ``known_answers.json``,
     whose verdicts open the page (each answer, its numbers, whether it held).
 
     Raises
@@ -453,8 +509,8 @@ def build_report(results_dir: str | os.PathLike[str], fmt: str = "html", *, prog
     check_choice(fmt, "format", FORMATS)
     root = Path(results_dir)
     runs = find_runs([root], param="results_dir")
-    blocks = _blocks(root, runs, progress, None if known_answers is None else Path(known_answers))
-    return _render(f"report.{fmt}.jinja", blocks, f"vlprobe results: {root.name}")
+    blocks = _blocks(root, runs, progress, title, None if known_answers is None else Path(known_answers))
+    return _render(f"report.{fmt}.jinja", blocks, blocks[0].text)
 
 
 #: What reports are listed as among the files vlprobe wrote (:mod:`vlprobe.io`).
@@ -472,9 +528,10 @@ def _is_report(path: Path) -> bool:
 
 
 def write_report(results_dir: str | os.PathLike[str], out: str | os.PathLike[str], fmt: str | None = None,
-                 progress: bool = True, known_answers: str | os.PathLike[str] | None = None) -> Path:
+                 progress: bool = True, title: str | None = None,
+                 known_answers: str | os.PathLike[str] | None = None) -> Path:
     """Write the report; the format defaults to the file name's (``.md``: Markdown, else HTML);
-    ``progress``: a line on stderr per figure drawn (drawing takes most of the time);
+    ``progress``: a line on stderr per figure drawn (drawing takes most of the time); ``title``,
     ``known_answers``: see :func:`build_report`.
 
     Raises
@@ -489,7 +546,7 @@ def write_report(results_dir: str | os.PathLike[str], out: str | os.PathLike[str
     chosen = fmt or ("md" if target.suffix.lower() in (".md", ".markdown") else "html")
     check_choice(chosen, "format", FORMATS)
     check_output(target, REPORT_KIND, recognise=_is_report)
-    text = build_report(results_dir, chosen, progress=progress, known_answers=known_answers)
+    text = build_report(results_dir, chosen, progress=progress, title=title, known_answers=known_answers)
     mark = f"{_REPORT_MARK}\n" if chosen == "html" else f"{_REPORT_MARK}\n\n"
     with atomic_write(target, kind=REPORT_KIND, recognise=_is_report) as fh:
         fh.write(text.replace("<!DOCTYPE html>\n", "<!DOCTYPE html>\n" + mark, 1) if chosen == "html" else mark + text)

@@ -73,6 +73,7 @@ __all__ = [
     "TIE_TOLERANCE",
     "Expectation",
     "check_expectations",
+    "comparison_figure",
     "known_answer_table",
     "read_checks",
     "read_report",
@@ -439,24 +440,44 @@ def _summary_text(checks: Sequence[Mapping[str, Any]], table: Sequence[Mapping[s
     return "\n".join(lines) + "\n"
 
 
+#: The rows of the comparison figure: (experiment, metric, split, axis label, chance level or None).
+_FIGURE_ROWS = (
+    ("separability", "separable_margin", "train", "separability: mean SVM margin\n(separable cases)", None),
+    ("variant-probe", "accuracy", "test", "variant probe: test accuracy (%)", 50.0),
+)
+_NO_MARGIN = "no case separable at that layer (no margin)"
+
+
 def _figure(results: Path, out_png: Path, models: Sequence[str]) -> Path | None:
+    """Write :func:`comparison_figure` as ``out_png`` (None, and no file, when there is nothing to draw)."""
+    fig = comparison_figure(results, models)
+    if fig is None:
+        return None
+    with atomic_path(out_png) as tmp:
+        fig.savefig(tmp, format="png", dpi=120)
+    return out_png
+
+
+def comparison_figure(results: Path, models: Sequence[str]) -> Any | None:
     """Target vs control per layer (rows: separability margin, variant-probe accuracy), one column
-    per model; mean over seeds and the min-max band."""
-    import matplotlib
+    per model; mean over seeds and the min-max band. Target solid with filled circles, control
+    dashed with open squares (:data:`~vlprobe.results.plots.TASK_STYLES`), so the two read apart in
+    greyscale and with any colour vision; chance as a dotted line where the task has one; a layer
+    where one task has a value and the other none is marked with a cross on the axis, and the
+    legend says why (a margin is a mean over the separable cases: none separable, no margin)."""
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.transforms import blended_transform_factory
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from vlprobe.results.plots import TASK_COLORS, TASK_STYLES
 
-    from vlprobe.results.plots import TASK_COLORS
-
-    panels = [("separability", "separable_margin", "train", "separability: mean SVM margin\n(separable cases)"),
-              ("variant-probe", "accuracy", "test", "variant probe: test accuracy (%)")]
-    present = [p for p in panels if any(run_file(results, p[0], m) is not None for m in models)]
+    present = [p for p in _FIGURE_ROWS if any(run_file(results, p[0], m) is not None for m in models)]
     if not present:
         return None
-    fig, axes = plt.subplots(len(present), len(models), figsize=(4.2 * len(models), 3.2 * len(present)),
-                             squeeze=False, sharey="row")
-    for r, (experiment, metric, split, label) in enumerate(present):
+    fig = Figure(figsize=(4.2 * len(models), 3.2 * len(present) + 0.6))
+    axes = fig.subplots(len(present), len(models), squeeze=False, sharey="row")
+    crossed = chance_drawn = False
+    for r, (experiment, metric, split, label, chance) in enumerate(present):
         for c, model in enumerate(models):
             ax = axes[r][c]
             recs = [rec for rec in summarize(_rows(results, experiment, model))
@@ -465,25 +486,44 @@ def _figure(results: Path, out_png: Path, models: Sequence[str]) -> Path | None:
             recs.sort(key=lambda rec: int(rec["layer"]))
             xs = [int(rec["layer"]) for rec in recs]
             for task in ("target", "control"):
-                ax.plot(xs, [rec[f"{task}_mean"] for rec in recs], marker="o", ms=3, color=TASK_COLORS[task], label=task)
+                style, marker, face = TASK_STYLES[task]
+                color = TASK_COLORS[task]
+                mean = [rec[f"{task}_mean"] for rec in recs]
+                ax.plot(xs, mean, ls=style, marker=marker, ms=4, mfc=face or color, color=color, lw=1.6, zorder=3)
                 ax.fill_between(xs, [rec[f"{task}_min"] for rec in recs], [rec[f"{task}_max"] for rec in recs],
-                                color=TASK_COLORS[task], alpha=0.2, linewidth=0)
+                                color=color, alpha=0.2, linewidth=0)
+                other = "control" if task == "target" else "target"
+                gaps = [x for x, m, rec in zip(xs, mean, recs, strict=True)
+                        if not math.isfinite(m) and math.isfinite(rec[f"{other}_mean"])]
+                if gaps:
+                    crossed = True
+                    ax.plot(gaps, [0.0] * len(gaps), ls="none", marker="x", ms=7, mew=1.6, color=color, clip_on=False,
+                            zorder=4, transform=blended_transform_factory(ax.transData, ax.transAxes))
+            if chance is not None:
+                chance_drawn = True
+                ax.axhline(chance, color="0.27", ls=":", lw=1.1, zorder=2)
             if metric == "separable_margin" and any(
                     rec[f"{task}_{k}"] > 0 for rec in recs for task in ("target", "control") for k in ("min", "max")):
                 ax.set_yscale("log")  # NaN-only or non-positive margins cannot be drawn on a log axis
+            if xs:
+                ax.set_xticks(xs)
             ax.set_title(f"{model}" if r == 0 else "", fontsize=10)
-            ax.set_xlabel("text layer")
+            ax.set_xlabel("text layer (0: embeddings)")
             ax.grid(alpha=0.3)
         axes[r][0].set_ylabel(label, fontsize=9)
-    axes[0][0].legend(loc="best", fontsize=8)
-    fig.suptitle("Known-answer testbed: target vs control per layer (mean, min–max over seeds)")
-    fig.tight_layout()
-    try:
-        with atomic_path(out_png) as tmp:
-            fig.savefig(tmp, format="png", dpi=120)
-    finally:
-        plt.close(fig)
-    return out_png
+    handles = [Line2D([], [], color=TASK_COLORS[t], ls=TASK_STYLES[t][0], marker=TASK_STYLES[t][1],
+                      mfc=TASK_STYLES[t][2] or TASK_COLORS[t], ms=5) for t in ("target", "control")]
+    names = ["target", "control (labels shuffled or flipped)"]
+    if chance_drawn:
+        handles.append(Line2D([], [], color="0.27", ls=":"))
+        names.append("chance (variant probe: 50%)")
+    if crossed:
+        handles.append(Line2D([], [], color="0.2", ls="none", marker="x", ms=7, mew=1.6))
+        names.append(_NO_MARGIN)
+    fig.legend(handles, names, loc="lower center", ncol=len(handles), fontsize=8.5, frameon=False)
+    fig.suptitle("Known-answer testbed: target vs control per layer (mean, min–max band over seeds)")
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    return fig
 
 
 def write_report(

@@ -41,6 +41,8 @@ __all__ = [
     "KIND_COLORS",
     "MAX_PANELS",
     "STYLES",
+    "TASK_COLORS",
+    "TASK_STYLES",
     "figure_bytes",
     "make_figure",
     "plot_folder",
@@ -61,7 +63,12 @@ FORMATS = ("png", "pdf", "svg")
 #: columns 7 in; 7-8 pt text), as ``probe plot --style`` names them.
 STYLES = ("screen", "paper")
 _style = {"name": "screen"}
-TASK_COLORS = {"target": "#1f77b4", "control": "#d62728"}
+#: Target and control: Okabe and Ito's blue and vermillion (told apart with every colour vision
+#: deficiency), and apart in greyscale too by line and marker: target solid with filled circles,
+#: control dashed with open squares (:data:`TASK_STYLES`).
+TASK_COLORS = {"target": "#0072B2", "control": "#D55E00"}
+#: ``task -> (line style, marker, marker face)``; a face of None: filled in the line's colour.
+TASK_STYLES: dict[str, tuple[str, str, str | None]] = {"target": ("-", "o", None), "control": ("--", "s", "white")}
 SERIES_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f")
 _DERIVED = (".ci95_low", ".ci95_high", ".p_value")
 _MARK = f"vlprobe {__version__}"
@@ -325,6 +332,9 @@ def _draw_layers(results: Sequence[RunResult], labels: Sequence[str], chart: Cha
     if not panels:
         raise InputError(f"csv: {results[0].csv.name} has no target/control rows for metric {metric!r} ({split})")
     order = sorted(panels, key=lambda k: (subsets.index(k[2]), list(panels).index(k)))
+    if all({rec["layer"] for _, recs in panels[k] for rec in recs} == {""} for k in order):
+        # no layers (pooled outputs): one point per panel; the subsets side by side in one panel instead
+        return _draw_points(results, labels, chart, metric, split, panels, subsets)
     _too_many(len(order), f"stream x {chart.panel} x subset")
     fig, axes = _new_figure(len(order))
     single = len(results) == 1
@@ -333,6 +343,8 @@ def _draw_layers(results: Sequence[RunResult], labels: Sequence[str], chart: Cha
     has_band = has_ci = False
     has_reference = False
     tasks_drawn: set[str] = set()  # a run without a control task gets no control in the legend
+    missing_drawn = False
+    notes = _run_notes(results)
     for ax, key in zip(axes, order, strict=True):
         stream, pooling, subset = key  # pooling: the chart's panel column
         layers = list(dict.fromkeys(rec["layer"] for _, recs in panels[key] for rec in recs))
@@ -342,15 +354,21 @@ def _draw_layers(results: Sequence[RunResult], labels: Sequence[str], chart: Cha
         for i, recs in panels[key]:
             recs = sorted(recs, key=lambda r: xs[r["layer"]])
             x = [xs[r["layer"]] for r in recs]
+            present = [any(math.isfinite(r[f"{t}_mean"]) for t in ("target", "control")) for r in recs]
             for task in ("target", "control"):
                 color = TASK_COLORS[task] if single else SERIES_COLORS[i % len(SERIES_COLORS)]
-                style = "-" if task == "target" else "--"
+                style, marker, face = TASK_STYLES[task]
                 mean = [r[f"{task}_mean"] for r in recs]
                 if any(math.isfinite(m) for m in mean):
                     tasks_drawn.add(task)
                 # one layer: a point (larger), no line to draw
-                ax.plot(x, mean, style, marker="o" if task == "target" else "s", ms=3.5 if len(x) > 1 else 6.5,
+                ax.plot(x, mean, style, marker=marker, mfc=face or color, ms=3.5 if len(x) > 1 else 6.5,
                         color=color, lw=1.6, clip_on=False, zorder=3)
+                gaps = [xx for xx, m, p in zip(x, mean, present, strict=True) if p and not math.isfinite(m)]
+                if gaps and metric in chart.missing:  # the other task has a value there: say why this one has none
+                    missing_drawn = True
+                    ax.plot(gaps, [0.0] * len(gaps), ls="none", marker="x", ms=6, mew=1.5, color=color, clip_on=False,
+                            zorder=4, transform=_bottom(ax))
                 lo, hi = [r[f"{task}_min"] for r in recs], [r[f"{task}_max"] for r in recs]
                 if any(h > m for h, m in zip(hi, lo, strict=True)):
                     has_band = True
@@ -387,21 +405,12 @@ def _draw_layers(results: Sequence[RunResult], labels: Sequence[str], chart: Cha
         title = f"{stream} · {pooling or f'no {chart.panel}'}" + ("" if subset == "all" else f" · {subset}")
         ax.set_title(_wrap(title, 44), fontsize=9, pad=12 if kinds else 6)
         ax.grid(alpha=0.3, zorder=1)
-    handles: list[Any] = []
-    names: list[str] = []
-    if single:
-        for task in [t for t in ("target", "control") if t in tasks_drawn]:
-            handles.append(Line2D([], [], color=TASK_COLORS[task], ls="-" if task == "target" else "--",
-                                  marker="o" if task == "target" else "s", ms=3.5))
-            names.append(task)
-    else:
-        for i, label in enumerate(labels):
-            color = SERIES_COLORS[i % len(SERIES_COLORS)]
-            handles.append(Line2D([], [], color=color, ls="-", marker="o", ms=3.5))
-            names.append(f"{label}: target")
-            if "control" in tasks_drawn:
-                handles.append(Line2D([], [], color=color, ls="--", marker="s", ms=3.5))
-                names.append(f"{label}: control")
+        said = [n for i, _ in panels[key] for n in notes.get(i, []) if f"stream {stream} " in n or "stream" not in n]
+        if said:  # e.g. separability's "no case is separable at any layer": in the figure, not only on stderr
+            ax.text(0.5, 0.5, _wrap("; ".join(dict.fromkeys(said)), 46), transform=ax.transAxes, ha="center",
+                    va="center", fontsize=7, color="0.15", zorder=6,
+                    bbox={"boxstyle": "round", "facecolor": "#fff8e1", "edgecolor": "#c9a227", "lw": 0.8})
+    handles, names = _task_handles(labels, single, tasks_drawn)
     if has_band:  # the swatch in the band's own colour (one run: the target's; several: grey)
         handles.append(Patch(color=TASK_COLORS["target"] if single else "0.53", alpha=0.18 if single else 0.3,
                              lw=0))
@@ -416,9 +425,115 @@ def _draw_layers(results: Sequence[RunResult], labels: Sequence[str], chart: Cha
     if has_reference:
         handles.append(Line2D([], [], color="0.2", ls="-."))
         names.append(f"probe={chart.reference} (no layer edited)")
+    if missing_drawn:
+        handles.append(Line2D([], [], color="0.2", ls="none", marker="x", ms=6, mew=1.5))
+        names.append(chart.missing[metric])
     for kind in kinds_seen:
         handles.append(Patch(facecolor=KIND_COLORS.get(kind, "#f7f7f2"), edgecolor="0.75", lw=0.5))
         names.append(f"{kind} layers")
+    return fig, handles, names
+
+
+def _task_handles(labels: Sequence[str], single: bool, tasks_drawn: set[str]) -> tuple[list[Any], list[str]]:
+    """Legend entries of the target and control lines: one run's in the task colours, several
+    runs' in each run's colour (line style and marker tell the task apart)."""
+    from matplotlib.lines import Line2D
+
+    handles: list[Any] = []
+    names: list[str] = []
+    runs = [(None, "")] if single else [(SERIES_COLORS[i % len(SERIES_COLORS)], f"{label}: ") for i, label in
+                                       enumerate(labels)]
+    for color, prefix in runs:
+        for task in [t for t in ("target", "control") if t in tasks_drawn or (t == "target" and not single)]:
+            style, marker, face = TASK_STYLES[task]
+            c = color or TASK_COLORS[task]
+            handles.append(Line2D([], [], color=c, ls=style, marker=marker, mfc=face or c, ms=4))
+            names.append(prefix + task)
+    return handles, names
+
+
+def _bottom(ax: Any) -> Any:
+    """x in data, y in axes units (0: the bottom of the axes)."""
+    from matplotlib.transforms import blended_transform_factory
+
+    return blended_transform_factory(ax.transData, ax.transAxes)
+
+
+def _run_notes(results: Sequence[RunResult]) -> dict[int, list[str]]:
+    """The notes each run's manifest records (``notes``: e.g. separability's "no case is separable")."""
+    out: dict[int, list[str]] = {}
+    for i, res in enumerate(results):
+        got = res.manifest.get("notes") or []
+        if got:
+            out[i] = [str(n) for n in got] if isinstance(got, list) else [str(got)]
+    return out
+
+
+def _draw_points(results: Sequence[RunResult], labels: Sequence[str], chart: Chart, metric: str, split: str,
+                 panels: Mapping[tuple[str, str, str], list[tuple[int, list[dict[str, Any]]]]],
+                 subsets: Sequence[str]) -> tuple[Any, list[Any], list[str]]:
+    """Layer curves of runs with one value per panel (no layers): the subsets side by side on the x
+    axis of one panel per (stream, pooling), each run's target (filled circle) and control (open
+    square) beside each other, with their 95% intervals and min–max over seeds."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    groups = list(dict.fromkeys((k[0], k[1]) for k in panels))
+    _too_many(len(groups), f"stream x {chart.panel}")
+    shown = [s for s in subsets if any(k[2] == s for k in panels)]
+    # the runs each panel holds (an LXMERT's lang stream is not a CLIP's image+text): slots for those only
+    held = {g: sorted({i for k, got in panels.items() if k[:2] == g for i, _ in got}) for g in groups}
+    points = max(len(shown) * 2 * len(runs) for runs in held.values())
+    width_in = max(4.4, 1.0 + 0.38 * points)
+    fig, axes = _new_figure(len(groups), cols=1 if width_in > 6.5 else None, panel=(width_in, 3.4))
+    single = len(results) == 1
+    has_band = has_ci = False
+    tasks_drawn: set[str] = set()
+    for ax, (stream, pooling) in zip(axes, groups, strict=True):
+        width = 0.8 / (2 * len(held[(stream, pooling)]))
+        for c, subset in enumerate(shown):
+            for i, recs in panels.get((stream, pooling, subset), []):
+                rec = recs[0]
+                slot = held[(stream, pooling)].index(i)
+                for t, task in enumerate(("target", "control")):
+                    mean = rec[f"{task}_mean"]
+                    if not math.isfinite(mean):
+                        continue
+                    tasks_drawn.add(task)
+                    x = c - 0.4 + width * (2 * slot + t + 0.5)
+                    color = TASK_COLORS[task] if single else SERIES_COLORS[i % len(SERIES_COLORS)]
+                    _, marker, face = TASK_STYLES[task]
+                    lo, hi = rec[f"{task}_min"], rec[f"{task}_max"]
+                    if math.isfinite(lo) and hi > lo:
+                        has_band = True
+                        ax.bar(x, hi - lo, width * 0.7, bottom=lo, color=color, alpha=0.2, lw=0, zorder=2)
+                    cl, ch = rec[f"{task}_ci95_low"], rec[f"{task}_ci95_high"]
+                    if math.isfinite(cl) and math.isfinite(ch):
+                        has_ci = True
+                        ax.errorbar([x], [mean], yerr=[[max(0.0, mean - cl)], [max(0.0, ch - mean)]], fmt="none",
+                                    ecolor=color, elinewidth=0.9, capsize=2.5, zorder=3)
+                    ax.plot([x], [mean], marker=marker, ms=6.5, color=color, mfc=face or color, ls="none", zorder=4)
+        if metric in chart.chance:
+            ax.axhline(chart.chance[metric], color="0.27", ls=":", lw=1.1, zorder=1)
+        ax.set_xticks(range(len(shown)), shown, fontsize=8)
+        ax.set_xlim(-0.6, len(shown) - 0.4)
+        if _percent(metric):
+            ax.set_ylim(0, 100)
+        elif chart.floor is not None:
+            ax.set_ylim(bottom=chart.floor)
+        ax.set_ylabel(f"{metric} ({_unit_label(metric)}), {split}")
+        ax.set_title(_wrap(f"{stream} · {pooling or f'no {chart.panel}'}", 44), fontsize=9)
+        ax.grid(axis="y", alpha=0.3, zorder=1)
+    handles, names = _task_handles(labels, single, tasks_drawn)
+    if has_band:
+        handles.append(Patch(color=TASK_COLORS["target"] if single else "0.53", alpha=0.2, lw=0))
+        names.append("min–max over seeds")
+    if has_ci:
+        handles.append(Line2D([], [], color=TASK_COLORS["target"] if single else "0.27", marker="|", ls="none", ms=8))
+        names.append("95% CI over items")
+    if metric in chart.chance:
+        handles.append(Line2D([], [], color="0.27", ls=":"))
+        names.append(f"chance ({chart.chance[metric]:g})")
     return fig, handles, names
 
 
@@ -834,7 +949,7 @@ def _make_figure(
             raise InputError(f"metric: layer curves draw one metric, got {', '.join(metrics)}")
         chosen = _pick_split(results, split, chart, metrics[0])
         fig, handles, names = _draw_layers(results, labels, chart, metrics[0], chosen, wanted)
-        note = "lines: mean over seeds"
+        note = "mean over seeds"
     elif chart.kind == "bars":
         fig, handles, names = _draw_bars(results, labels, chart, metrics, wanted)
         note = ""

@@ -58,6 +58,10 @@ class Chart:
     reference : str or None
         ``layers``: the ``probe`` of rows drawn as a horizontal line instead of a curve (the
         unedited model's score beside the edited layers').
+    missing : dict of str to str
+        ``layers``: what a layer without a value means, per metric (``separable_margin``: no
+        case separable there, the margin being a mean over the separable cases); such layers are
+        marked on the axis and the legend says this.
     """
 
     kind: str
@@ -69,6 +73,7 @@ class Chart:
     panel: str = "pooling"
     floor: float | None = 0.0
     reference: str | None = None
+    missing: dict[str, str] = field(default_factory=dict)
 
 
 #: Chance of Winoground's scores under random scores: text and image 1/4, group 1/6.

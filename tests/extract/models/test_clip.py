@@ -331,7 +331,7 @@ def test_load_auto_device_on_cpu(clip_dir: Path, monkeypatch: pytest.MonkeyPatch
 
 def test_a_config_that_does_not_fit_its_weights_is_one_line(clip_dir: Path, tmp_path: Path, synthetic_dir: Path,
                                                             one_error_line: object) -> None:
-    """text_config.hidden_size 64 over weights of width 32 (issue 35 item 13): one line naming the
+    """text_config.hidden_size 64 over weights of width 32: one line naming the
     first weight that differs and the config field of the size, exit 2 (before: a 40-line
     traceback from transformers' loader)."""
     import json

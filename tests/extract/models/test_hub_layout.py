@@ -1,5 +1,5 @@
 """The pixel dual encoders and BLIP from their fixtures laid out exactly as the hub lays the real
-repositories out (issue 33, item 5): a hub-cache folder ``models--ORG--NAME`` with ``blobs/``,
+repositories out: a hub-cache folder ``models--ORG--NAME`` with ``blobs/``,
 ``refs/main`` and a snapshot of links, loaded by the real repository id with the hub offline.
 
 Each fixture holds only files the real repository holds, in the real files' form, its sizes

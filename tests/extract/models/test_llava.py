@@ -230,7 +230,7 @@ def test_the_version_option(tiny_llava: Path) -> None:
 def test_a_config_that_does_not_fit_the_weights_is_one_line(tiny_llava: Path, synthetic_dir: Path, tmp_path: Path,
                                                             one_error_line: Any) -> None:
     """A text hidden size the weights do not have: the first weight that differs named in one line,
-    exit 2 (issue 35), not the loader's traceback."""
+    exit 2, not the loader's traceback."""
     from typer.testing import CliRunner
 
     from vlprobe.cli import app

@@ -1,4 +1,4 @@
-"""OpenCLIP's input handling as open_clip's own code does it (issue 33, item 3; issue 35, item 14).
+"""OpenCLIP's input handling as open_clip's own code does it, and its refusals of bad configs and weights.
 
 The expected values were measured with open_clip 4.2.0.dev0 (github mlfoundations/open_clip,
 run unchanged beside vlprobe on the same files; its torchvision transforms replaced by a PIL
@@ -262,7 +262,7 @@ def test_hf_clip_family_still_converts_first(tiny_clip: Path, tmp_path: Path) ->
         np.testing.assert_array_equal(np.asarray(loaded), np.asarray(im.convert("RGB")))
 
 
-# -- issue 35 item 14: configs the weights cannot hold, broken weights, a zero std -----------------
+# -- configs the weights cannot hold, broken weights, a zero std ------------------------------------
 
 
 @pytest.fixture

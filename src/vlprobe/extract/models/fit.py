@@ -159,10 +159,10 @@ def checkpoint_shapes(folder: str | Path) -> dict[str, tuple[int, ...]]:
 def hf_model_shapes(model_cls: Any, config: Any) -> tuple[dict[str, tuple[int, ...]], str]:
     """Key -> shape of the model ``config`` builds (on the meta device: nothing allocated) and its
     ``base_model_prefix``."""
-    import torch
+    from vlprobe.extract.models.meta import meta_skeleton
 
     build = getattr(model_cls, "from_config", None) or model_cls._from_config
-    with torch.device("meta"):
+    with meta_skeleton():
         model = build(config)
     return shapes_of(model.state_dict()), str(getattr(model, "base_model_prefix", "") or "")
 

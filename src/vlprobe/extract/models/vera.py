@@ -14,6 +14,9 @@ dtype=model.dtype)`` does. The reference loads the released weights with ``torch
 in bfloat16, the dtype ``liujch1998/vera``'s config names, so its scores are bfloat16 values
 (about three significant digits: a caption and its negative tie more often, and a tie counts as
 not solved). ``--dtype bfloat16`` runs it so; the default ``float32`` upcasts the same weights.
+In a 16-bit dtype each statement is encoded alone, as the reference's ``Vera.run`` (what its
+``text_retrieval`` calls) encodes it: batched, padded rows round differently in 16 bits and
+would break or make ties the reference did not; in float32 batches differ from it by ~1e-7.
 """
 
 from __future__ import annotations
@@ -90,6 +93,9 @@ class VeraScorer(TextScorer):
     def score_texts(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
         torch = self._torch
         texts = _check_texts(texts, batch_size)
+        single = self.model.dtype != torch.float32
+        if single:
+            batch_size = 1  # one statement per forward, as the reference's run (module docstring)
         out = np.empty(len(texts), dtype=np.float64)
         with torch.inference_mode():
             for start in range(0, len(texts), batch_size):
@@ -97,9 +103,13 @@ class VeraScorer(TextScorer):
                 tok = self.tokenizer(batch, return_tensors="pt", padding="longest", truncation=True,
                                      max_length=MAX_LENGTH, padding_side="right")
                 ids, mask = tok["input_ids"].to(self.device), tok["attention_mask"].to(self.device)
-                hidden = self.model(input_ids=ids, attention_mask=mask).last_hidden_state
+                # alone (16-bit), the statement runs without a mask, as the reference's run calls the model
+                hidden = self.model(input_ids=ids, attention_mask=None if single else mask).last_hidden_state
                 last = hidden[torch.arange(len(batch), device=hidden.device), mask.sum(dim=1) - 1]
-                logits = last @ self.weight.to(last.device) + self.bias.to(last.device)
+                # one fused linear (addmm), as the reference's nn.Linear: the bias is added before the
+                # result is rounded to the model's dtype
+                logits = torch.nn.functional.linear(last, self.weight[None].to(last.device),
+                                                    self.bias[None].to(last.device))[:, 0]
                 calibrated = torch.sigmoid(logits / self.temperature)
                 out[start : start + len(batch)] = calibrated.double().cpu().numpy()
         return out

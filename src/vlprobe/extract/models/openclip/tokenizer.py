@@ -40,7 +40,8 @@ from typing import Any
 
 from vlprobe.validation import InputError
 
-__all__ = ["BPE_FILE", "BPE_SHA256", "CLEAN_MODES", "clean_text", "clip_bpe_merges", "clip_bpe_tokenizer"]
+__all__ = ["BPE_FILE", "BPE_SHA256", "CLEAN_MODES", "bytes_to_unicode", "clean_text", "clip_bpe_merges",
+           "clip_bpe_tokenizer"]
 
 #: OpenAI CLIP's BPE merges as OpenCLIP ships them (package data of this module's package).
 BPE_FILE = "bpe_simple_vocab_16e6.txt.gz"
@@ -79,17 +80,26 @@ def check_clean_mode(mode: Any, param: str) -> str:
     return str(mode)
 
 
-def _bytes_to_unicode() -> list[str]:
-    """CLIP's printable stand-ins for the 256 byte values, in vocabulary order."""
-    kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    chars = list(kept)
-    extra = 0
+def bytes_to_unicode() -> dict[int, str]:
+    """The GPT-2/CLIP map from the 256 byte values to printable unicode characters.
+
+    Printable latin-1 bytes map to themselves; the others are shifted to code points 256 and up,
+    so every byte has a visible, non-whitespace character.
+
+    Returns
+    -------
+    dict[int, str]
+        Byte value -> single character, in CLIP's vocabulary order (printable ranges first).
+    """
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    byte_values, code_points = keep[:], keep[:]
+    shift = 0
     for b in range(256):
-        if b not in kept:
-            kept.append(b)
-            chars.append(256 + extra)
-            extra += 1
-    return [chr(c) for c in chars]
+        if b not in keep:
+            byte_values.append(b)
+            code_points.append(256 + shift)
+            shift += 1
+    return {b: chr(c) for b, c in zip(byte_values, code_points, strict=True)}
 
 
 @functools.lru_cache(maxsize=1)
@@ -114,7 +124,7 @@ def clip_bpe_tokenizer(context_length: int = 77) -> Any:
     from transformers import CLIPTokenizer
 
     merges = clip_bpe_merges()
-    chars = _bytes_to_unicode()
+    chars = list(bytes_to_unicode().values())
     tokens = [*chars, *(c + "</w>" for c in chars), *("".join(m) for m in merges), _BOS, _EOS]
     vocab = {t: i for i, t in enumerate(tokens)}
     # transformers annotates merges as list[str]; the BPE model it builds takes (a, b) pairs
