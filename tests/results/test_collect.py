@@ -26,7 +26,7 @@ def test_every_run_with_its_settings_columns(every_experiment: Path) -> None:
     csvs = [r.csv for r in find_runs([every_experiment])]  # run names may hold dots (lr=0.01)
     assert len(rows) == sum(len(read_tidy_csv(p)) for p in csvs)
     sep = [r for r in rows if r["experiment"] == "separability"]
-    assert {r["C"] for r in sep} == {"100"} and {r["experiment_version"] for r in sep} == {"5"}
+    assert {r["C"] for r in sep} == {"100"} and {r["experiment_version"] for r in sep} == {"6"}
     assert {r["C"] for r in rows if r["experiment"] == "recall"} == {""}  # recall has no C
     assert {r["results_dir"] for r in rows} == {str(every_experiment)}
 

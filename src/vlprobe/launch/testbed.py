@@ -5,9 +5,13 @@ example:
 
 1. data: a synthetic training split and an evaluation dataset (disjoint seed streams), and oracle
    region features for both;
-2. models: a small CLIP trained with word order kept (``clip-trained``) and with shuffled words
-   (``clip-shuffle``), the same CLIP untrained (``clip-random``), an LXMERT trained on the oracle
-   regions (``lxmert-trained``) and untrained (``lxmert-random``). Models and training data live
+2. models: a small CLIP trained with word order kept (``clip-trained``), its order-blind control
+   (``clip-bow``: its image tower, frozen, with a text tower blind to word order by
+   construction), with ``shuffle_control`` the CLIP trained on shuffled words (``clip-shuffle``),
+   the same CLIP untrained (``clip-random``), an LXMERT trained on the oracle regions with the
+   swaps as hard negatives (``lxmert-trained``: it binds), one trained with other items'
+   captions only (``lxmert-objects``: which objects, not which goes with which) and untrained
+   (``lxmert-random``). Models and training data live
    in ``models_dir`` and are reused by later runs while their training settings and data are the
    same (the train commands compare the recorded key);
 3. per model: ``probe extract`` over the evaluation dataset with its caption variants, then
@@ -16,12 +20,13 @@ example:
    ``OUT/caches/<model>-winoground.h5``);
 4. the known-answer report (:mod:`vlprobe.results.known_answers`, ``probe fixtures
    known-answers``) in ``OUT/report/``: the table, the checks, ``comparison.png`` and
-   ``summary.txt``, beside ``probe report``'s page of every result (``report.html``) and
-   ``probe collect``'s table of every run (``OUT/results.csv``).
+   ``summary.txt``, beside ``probe report``'s page of every result (``report.html``, which opens
+   with the known answers' verdicts) and ``probe collect``'s table of every run
+   (``OUT/results.csv``).
 
 The run is a ``probe sweep`` plan (:func:`testbed_plan`, written to ``OUT/plan.toml``;
-:mod:`vlprobe.launch.sweep`): the data and training commands are its ``[[steps]]``, the five
-models x the evaluation dataset x the experiments its tables, and it runs on the sweep's step
+:mod:`vlprobe.launch.sweep`): the data and training commands are its ``[[steps]]``, the six
+(seven) models x the evaluation dataset x the experiments its tables, and it runs on the sweep's step
 runner (:func:`vlprobe.launch.steps.run_steps`): each step a ``probe`` process on this machine
 (``jobs`` at once, one torch thread each) that starts as soon as the steps it waits for are done,
 the one with the longest chain of work behind it first: LXMERT trains while the CLIPs train and
