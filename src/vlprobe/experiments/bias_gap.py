@@ -75,6 +75,7 @@ from vlprobe.runs.declare import (
     option,
 )
 from vlprobe.runs.option_groups import (
+    AUTO_DTYPE,
     BootstrapOptions,
     DatasetOption,
     ItemOptions,
@@ -165,7 +166,7 @@ class BiasGapConfig(DatasetOption, ItemOptions, BootstrapOptions, ProgressOption
     def resolved(self, name: str, value: Any) -> Any:
         """``dtype`` ``auto``: each scorer's reference dtype, as ``SCORER=DTYPE`` per scorer (what the
         manifest records and the ``dtype`` column shows)."""
-        if name == "dtype" and value == "auto":
+        if name == "dtype" and value == AUTO_DTYPE:
             from vlprobe.extract.model_inputs import model_dtype
 
             return tuple(f"{s}={model_dtype(s, value)}" for s in self.scorers)

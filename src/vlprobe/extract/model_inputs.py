@@ -95,13 +95,12 @@ def model_dtype(model: str | type, dtype: str, param: str = "dtype") -> str:
     from vlprobe.devices import DTYPES
 
     if dtype == AUTO_DTYPE:
-        if isinstance(model, str):
-            from vlprobe.registry import MODELS
+        from vlprobe.registry import MODELS
 
-            model = MODELS.get(model)
-        dtype = str(getattr(model, "reference_dtype", "float32"))
+        cls: Any = MODELS.get(model) if isinstance(model, str) else model
+        dtype = str(getattr(cls, "reference_dtype", "float32"))
         if dtype not in DTYPES:
-            raise TypeError(f"{getattr(model, '__name__', model)!r} declares reference_dtype {dtype!r}, not one of "
+            raise TypeError(f"{getattr(cls, '__name__', cls)!r} declares reference_dtype {dtype!r}, not one of "
                             f"{', '.join(DTYPES)}")
         return dtype
     if dtype not in DTYPES:

@@ -66,7 +66,12 @@ from vlprobe.extract.defaults import (
     is_hub_id,
     missing_defaults_message,
 )
-from vlprobe.extract.model_inputs import check_model_inputs, check_region_width, model_dtype, require_image_files
+from vlprobe.extract.model_inputs import (
+    check_model_inputs,
+    check_region_width,
+    model_dtype,
+    require_image_files,
+)
 from vlprobe.extract.models.base import Adapter, CrossEncoder, DualEncoder, StreamSpec
 from vlprobe.extract.models.pooling import parse_poolings
 from vlprobe.extract.scoring import ImageSource, encode_stream, pooled_score_fn, score_pairs

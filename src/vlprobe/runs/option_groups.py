@@ -29,6 +29,8 @@ from vlprobe.validation import (
 )
 
 __all__ = [
+    "AUTO_DTYPE",
+    "DTYPES",
     "POOLINGS",
     "AllItemsOption",
     "BootstrapOptions",
@@ -143,11 +145,15 @@ class ModelOptions(Options):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        object.__setattr__(self, "dtype", self.resolved("dtype", self.dtype))  # auto: the model's own
+        if self.model:  # without one (a score file, a models file's table) auto stays until a model is known
+            object.__setattr__(self, "dtype", self.resolved("dtype", self.dtype))
 
     def resolved(self, name: str, value: Any) -> Any:
-        """``dtype`` ``auto`` with a model: the dtype its reference code loads it in."""
-        if name == "dtype" and value == AUTO_DTYPE and getattr(self, "model", None):
+        """``dtype`` ``auto``: the dtype the model's reference code loads it in; None without a
+        model (a run that loads none, on a score file, has no dtype)."""
+        if name == "dtype" and value == AUTO_DTYPE:
+            if not self.model:
+                return None
             from vlprobe.extract.model_inputs import model_dtype
 
             return model_dtype(str(self.model), AUTO_DTYPE)

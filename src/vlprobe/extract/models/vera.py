@@ -72,13 +72,12 @@ class VeraScorer(TextScorer):
             raise InputError(f"model 'vera' takes no options, got {sorted(options)}")
         from transformers import AutoConfig, AutoTokenizer, T5EncoderModel
 
+        from vlprobe.extract.model_inputs import model_dtype
         from vlprobe.extract.models.hf import (
             from_pretrained_with_info,
             quiet_transformers,
             reading_weights,
         )
-
-        from vlprobe.extract.model_inputs import model_dtype
 
         spec = checkpoint or cls.default_checkpoint
         ckpt, dev, torch_dtype = _load_hf(spec, cls.name, device, model_dtype(cls, dtype))
