@@ -506,3 +506,33 @@ def test_library_entry_points_default_to_the_command_lines_device() -> None:
     assert MLPProbe().get_params()["device"] == "auto"
     for fn in (load_scorer, fit_mlp_ensemble, iter_mlp_ensemble):
         assert default(fn) == "auto", fn.__name__
+
+
+def test_a_models_default_dtype_is_the_one_its_reference_code_loads_it_in() -> None:
+    """--dtype defaults to auto, the dtype each model's reference code loads it in (its class's
+    reference_dtype), in every command that loads a registered model and in the library calls
+    behind them; each model's own load defaults to the same dtype. Every model's is float32 but
+    Vera's: SugarCrepe's text_model_eval.py loads it with torch_dtype='auto', its bfloat16."""
+    from vlprobe.experiments.bias_gap import BiasGapConfig
+    from vlprobe.experiments.minimal_pairs import PairModelOptions
+    from vlprobe.extract.eval_scorer import load_scorer
+    from vlprobe.extract.model_inputs import model_dtype
+    from vlprobe.extract.runner import ExtractConfig
+    from vlprobe.registry import MODELS
+    from vlprobe.runs.option_groups import ModelOptions
+
+    references = {name: MODELS.get(name).reference_dtype for name in MODELS.names()}
+    assert {n: d for n, d in references.items() if d != "float32"} == {"vera": "bfloat16"}
+    for name in MODELS.names():
+        cls = MODELS.get(name)
+        assert model_dtype(cls, inspect.signature(cls.load).parameters["dtype"].default) == references[name], name
+    assert inspect.signature(load_scorer).parameters["dtype"].default == "auto"
+    assert ExtractConfig(model="clip").dtype == "auto"
+    for group in (ModelOptions, PairModelOptions, BiasGapConfig):
+        assert group.__dataclass_fields__["dtype"].default == "auto", group.__name__
+    tree = _tree()
+    for path in (("extract",), ("eval", "sugarcrepe"), ("run", "bias-gap"), ("run", "patch")):
+        flag = next(p for p in tree[path].params if p.name == "dtype")
+        assert flag.default == "auto", path
+    for path in (("regions", "extract"), ("fixtures", "regions")):  # no registered model: float32 as before
+        assert next(p for p in tree[path].params if p.name == "dtype").default == "float32", path

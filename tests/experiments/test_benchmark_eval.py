@@ -329,7 +329,10 @@ def test_sugarcrepe_notes_say_micro_means_and_ties(tmp_path: Path) -> None:
     path = write_item_scores(tmp_path / "m.scores.jsonl", [i for i in ids for _ in (0, 1)],
                              [f"{i}/i0" for i in ids for _ in (0, 1)], [f"{i}/c{k}" for i in ids for k in (0, 1)],
                              values.ravel())
-    csv_path, _, _ = run_eval(EvalConfig(benchmark="sugarcrepe", out=tmp_path / "o", scores=path, bootstrap=10))
+    csv_path, manifest_path, _ = run_eval(EvalConfig(benchmark="sugarcrepe", out=tmp_path / "o", scores=path,
+                                                     bootstrap=10))
+    # no model loaded, so no dtype: --dtype auto is recorded as null, never as "auto"
+    assert json.loads(manifest_path.read_text())["runs"][csv_path.stem]["config"]["dtype"] is None
     got = csv_rows(csv_path)
     for group in ("replace", "swap", "add"):
         assert "item-weighted (micro) mean" in got[(group, "accuracy")]["note"], group

@@ -96,6 +96,11 @@ def test_bias_gap_on_aro_with_tiny_vera_and_grammar(aro_dir: Path, tiny_vera: Pa
     manifest = json.loads((tmp_path / "bias-gap" / "manifest.json").read_text(encoding="utf-8"))
     entry = manifest["runs"]["aro@bootstrap=50"]
     assert entry["chance_percent"]["vg_relation"] == 50.0 and entry["chance_percent"]["coco_order"] == 20.0
+    # dtype auto: each scorer as its reference code loads it (Vera bfloat16, as SugarCrepe's
+    # text_model_eval.py), recorded as what it resolved to, never "auto"
+    assert entry["config"]["dtype"] == ["vera=bfloat16", "grammar=float32"]
+    assert {n: entry["scorers"][n]["dtype"] for n in ("vera", "grammar")} == {"vera": "bfloat16", "grammar": "float32"}
+    assert {r["dtype"] for r in read_rows(csv_path)} == {"vera=bfloat16+grammar=float32"}
     hist = entry["histograms"]["vera"]["coco_order"]
     assert sum(hist["counts"]) == 30 and hist["edges"][0] == -1.0 and len(hist["counts"]) == 20
     assert entry["inputs"]["dataset"]["fingerprint"] == ds.fingerprint

@@ -114,7 +114,10 @@ def test_eval_models_file_writes_the_papers_table_and_resumes(
     manifest = json.loads((folder / "models.table.json").read_text(encoding="utf-8"))
     assert manifest["runs"] == {n: f"{n}@bootstrap=0" for n in ("clip-a", "oc-gelu", "oc-quick", "length")}
     assert manifest["inputs"]["models"]["sha256"]
+    # --dtype auto (the default): each model's own, recorded as what it resolved to
+    assert manifest["config"]["dtype"] == [f"{n}=float32" for n in ("clip-a", "oc-gelu", "oc-quick", "length")]
     runs = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))["runs"]
+    assert {r["config"]["dtype"] for r in runs.values()} == {"float32"}
     assert runs["oc-quick@bootstrap=0"]["config"]["model_options"] == ["act=quick_gelu"]
     assert "table: " in res.stdout and "oc-quick" in res.stdout
 
@@ -150,7 +153,7 @@ def test_extract_models_file(kit: dict[str, Path], synthetic_dir: Path, tmp_path
 
     for name, opts in (("clip-a", {}), ("oc-gelu", {"act": "gelu"}), ("oc-quick", {"act": "quick_gelu"})):
         with h5py.File(tmp_path / "c" / f"{name}-winoground.h5") as h5:
-            assert h5.attrs["complete"]
+            assert h5.attrs["complete"] and h5.attrs["dtype"] == "float32"  # --dtype auto, resolved per model
             assert opts.items() <= json.loads(h5.attrs["model_options"] or "{}").items()
     res = runner.invoke(app, [*base, "--models", str(models), "--out", str(tmp_path / "c")])
     assert res.exit_code == 0 and res.stdout.count("text 0/") == 3, res.output  # resumed: nothing left to compute

@@ -46,7 +46,8 @@ class ExtractOptions(ModelOptions, DatasetOptions, ProgressOption):
         "regions", help="Region features (vlprobe HDF5) for lxmert/uniter (default: made from the dataset's images "
                         "by the built-in detector into <dataset>-<preset>-regions.h5 beside the cache, then reused).",
     )
-    dtype: str = ModelOptions.redeclare("dtype", help="Weights' and stored states' dtype.")
+    dtype: str = ModelOptions.redeclare(
+        "dtype", help="Weights' and stored states' dtype; auto: the one the model's reference code loads it in.")
     batch_size: int = ModelOptions.redeclare("batch_size", help="Rows per forward pass.")
     out: Path | None = option(
         None, role="output", help="Cache file to write or resume (.h5; default caches/<model>-<dataset>.h5), or a folder for that name "

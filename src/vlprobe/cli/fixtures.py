@@ -118,7 +118,7 @@ class RegionFixtureOptions(DatasetOptions):
     )
     dim: int = option(2048, help="Feature width.")
     seed: int = option(0, help="Random seed.")
-    dtype: str = ModelOptions.redeclare("dtype", choices=("float32", "float16"), help="Stored features' dtype.")
+    dtype: str = ModelOptions.redeclare("dtype", "float32", choices=("float32", "float16"), help="Stored features' dtype.")
     oracle: bool = option(
         False, help="Synthetic data: true shape boxes + background, features coding colour/shape/size.",
     )

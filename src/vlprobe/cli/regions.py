@@ -39,7 +39,7 @@ class RegionExtractOptions(DatasetOptions, ProgressOption):
     )
     batch_size: int = ModelOptions.redeclare("batch_size", 4, help="Images per detector pass.")
     device: str = ModelOptions.redeclare("device")
-    dtype: str = ModelOptions.redeclare("dtype", choices=("float32", "float16"),
+    dtype: str = ModelOptions.redeclare("dtype", "float32", choices=("float32", "float16"),
                                         help="Detector's and stored features' dtype.")
     shard: str = ShardOption.redeclare("shard", help=(
         "Run block K of N (K/N), or auto: K/N from Slurm, torchrun, accelerate or MPI, written to "

@@ -958,6 +958,7 @@ def run_model_table(exp: Experiment, config: EvalConfig) -> tuple[Path, Path, li
         check_output(path, RESULTS_KIND)
     runs: list[tuple[Any, list[dict[str, Any]]]] = []
     recorded: dict[str, str] = {}
+    dtypes: dict[str, str] = {}
     for i, entry in enumerate(entries, 1):
         reads_pixels = image_input(MODELS.get(entry.model)) == "pixels"
         one = config.replace(
@@ -979,11 +980,15 @@ def run_model_table(exp: Experiment, config: EvalConfig) -> tuple[Path, Path, li
         except (InputError, FileNotFoundError) as exc:  # the model it concerns, named
             raise InputError(f"models: {config.models.name}: models.{entry.name}: {exc}") from None
         recorded[entry.name] = run
+        dtypes[entry.name] = one.dtype
         runs.append((entry, rows))
     columns, rows = table_rows(runs)
     write_table(table_path, columns, rows)
+    record = config_record(config)
+    if any(d != config.dtype for d in dtypes.values()):  # auto, or a model's own dtype: what each ran in
+        record["dtype"] = [f"{name}={dtype}" for name, dtype in dtypes.items()]
     manifest = build_manifest(
-        exp.name, exp.version, config_record(config),
+        exp.name, exp.version, record,
         {"models": {"path": str(config.models), "sha256": sha256_file(config.models)}},
         seeds=[config.bootstrap_seed],
         extra={"table": table_path.name, "columns": columns,

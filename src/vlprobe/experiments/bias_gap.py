@@ -47,8 +47,9 @@ Writes to ``OUT/bias-gap/`` (run label: ``name``, else the dataset's name):
   id>``: ``accuracy``, ``precision_at_1``, ``recall@k``, ``itt``, ...; 100 or 0);
 * ``<run>.<scorer>.scores.jsonl``: each scorer's per-text scores (vlprobe's per-item score format:
   ``probe refine`` reads two of them on a two-text benchmark);
-* ``manifest.json``: config, the dataset and checkpoint fingerprints, each scorer's score kind,
-  the bars (label, scope, metric, member subsets, chance), the histogram counts per scorer and
+* ``manifest.json``: config (``dtype`` ``auto``, the default, recorded as each scorer's dtype:
+  the one its reference code loads it in, Vera bfloat16 as SugarCrepe's ``text_model_eval.py``
+  ran it), the dataset and checkpoint fingerprints, each scorer's score kind and dtype, the bars (label, scope, metric, member subsets, chance), the histogram counts per scorer and
   subset (``bins`` bins), the VLM results read.
 """
 
@@ -74,6 +75,7 @@ from vlprobe.runs.declare import (
     option,
 )
 from vlprobe.runs.option_groups import (
+    AUTO_DTYPE,
     BootstrapOptions,
     DatasetOption,
     ItemOptions,
@@ -155,9 +157,20 @@ class BiasGapConfig(DatasetOption, ItemOptions, BootstrapOptions, ProgressOption
                                  "each: one gap per (positive, negative) pair.")
     bins: int = option(20, check=check_positive_int, help="Histogram bins of the gaps (manifest and figure).")
     # the blind scorers' loading options, as the model-loading group declares them
-    dtype: str = ModelOptions.redeclare("dtype", choices=("float32", "float16"))
+    dtype: str = ModelOptions.redeclare(
+        "dtype", help="The scorers' dtype; auto: each in the one its reference code loads it in (vera: bfloat16, as "
+                      "SugarCrepe's text_model_eval.py; the others float32).")
     device: str = ModelOptions.redeclare("device")
     batch_size: int = ModelOptions.redeclare("batch_size", help="Texts per forward pass.")
+
+    def resolved(self, name: str, value: Any) -> Any:
+        """``dtype`` ``auto``: each scorer's reference dtype, as ``SCORER=DTYPE`` per scorer (what the
+        manifest records and the ``dtype`` column shows)."""
+        if name == "dtype" and value == AUTO_DTYPE:
+            from vlprobe.extract.model_inputs import model_dtype
+
+            return tuple(f"{s}={model_dtype(s, value)}" for s in self.scorers)
+        return super().resolved(name, value)
 
     def check(self) -> None:
         ckpts = key_values(self.checkpoints, "checkpoints", identifiers=False)
@@ -346,7 +359,7 @@ def compute_bias_gap(config: BiasGapConfig, slot: RunSlot) -> RunRows:
         per_scorer[name] = values
         device = scorer.device
         inputs[f"checkpoint_{name}"] = {"spec": checkpoints.get(name), "fingerprint": scorer.fingerprint}
-        scorer_info[name] = {"score_kind": scorer.score_kind, "info": scorer.info,
+        scorer_info[name] = {"score_kind": scorer.score_kind, "dtype": scorer.dtype, "info": scorer.info,
                              "scores": slot.file(f".{name}.scores.jsonl")}
         files[f".{name}.scores.jsonl"] = (lambda v: lambda path: write_item_scores(
             path, item_ids, image_ids, text_ids, v))(values)

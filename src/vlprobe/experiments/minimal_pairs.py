@@ -37,7 +37,7 @@ class PairModelOptions(ModelOptions, ItemOptions):
                       "uniter, blip-itm, llava, qwen2-vl.",
     )
     checkpoint: str = ModelOptions.redeclare("checkpoint", REQUIRED)
-    dtype: str = ModelOptions.redeclare("dtype", choices=("float32", "float16"))
+    dtype: str = ModelOptions.redeclare("dtype", choices=("auto", "float32", "float16"))
     dataset: str = DatasetOption.redeclare("dataset", choices=PAIR_DATASETS, help="The benchmark.")
     limit: int | None = ItemOptions.redeclare("limit", help="At most N items (SugarCrepe / VALSE: per subset).")
     name: str | None = ResultsOptions.redeclare(

@@ -21,6 +21,7 @@ from vlprobe.data.items import ImageRef
 from vlprobe.extract.model_inputs import (
     check_model_inputs,
     check_region_width,
+    model_dtype,
     model_kind,
     require_image_files,
 )
@@ -66,6 +67,8 @@ class PairScorer:
         Fingerprints of the model's side inputs (UNITER's ``config``, ``tokenizer``).
     model_options : dict
         Load options that change what the model computes (BLIP's ``score_head``).
+    dtype : str
+        The dtype it was loaded in (``auto`` resolved).
     """
 
     model: str
@@ -79,6 +82,7 @@ class PairScorer:
     regions_fingerprint: str = ""
     input_fingerprints: dict[str, str] = field(default_factory=dict)
     model_options: dict[str, Any] = field(default_factory=dict)
+    dtype: str = "float32"
 
     @property
     def device(self) -> str:
@@ -174,7 +178,7 @@ class PairScorer:
 
 
 def load_scorer(
-    model: str, checkpoint: str | None, *, device: str = "auto", dtype: str = "float32", batch_size: int = 32,
+    model: str, checkpoint: str | None, *, device: str = "auto", dtype: str = "auto", batch_size: int = 32,
     options: Mapping[str, Any] | None = None, regions: str | os.PathLike[str] | None = None,
     image_options: Mapping[str, Any] | None = None,
 ) -> PairScorer:
@@ -187,6 +191,9 @@ def load_scorer(
     checkpoint : str or None
         Directory or hub id (None for models without one, e.g. ``caption-length``); UNITER: the
         ``.pt`` file.
+    dtype : {"auto", "float32", "float16", "bfloat16"}
+        ``auto``: the dtype the model's reference code loads it in
+        (:func:`~vlprobe.extract.model_inputs.model_dtype`).
     options : mapping, optional
         Load options, None values ignored, each one the model declares (``acceptable_label`` for
         ``blind-grammar``, ``model_config`` and ``tokenizer`` for UNITER, ``score_head`` for BLIP).
@@ -203,6 +210,7 @@ def load_scorer(
     if not (isinstance(cls, type) and issubclass(cls, Adapter | TextScorer)):  # model_kind refused the rest
         raise TypeError(f"model {model!r} is registered as {cls!r}")
     load_opts = check_model_inputs(model, cls, regions=regions, image_options=image_options, load_options=options)
+    dtype = model_dtype(cls, dtype)
     store_fp = ""
     if cls.image_input == "regions":
         from vlprobe.extract.regions.store import RegionStore
@@ -224,5 +232,5 @@ def load_scorer(
         fingerprint=getattr(ckpt, "fingerprint", "") if ckpt else "", info=impl.describe(), impl=impl,
         batch_size=batch_size, regions=Path(regions) if regions is not None else None, regions_fingerprint=store_fp,
         input_fingerprints=impl.input_fingerprints() if hasattr(impl, "input_fingerprints") else {},
-        model_options=impl.model_options() if hasattr(impl, "model_options") else {},
+        model_options=impl.model_options() if hasattr(impl, "model_options") else {}, dtype=dtype,
     )

@@ -4,7 +4,8 @@ A model class declares what it reads for an image (``image_input``: ``pixels``, 
 ``none``) and the extra keyword arguments its ``load`` takes (``load_options``).
 :func:`check_model_inputs` is the one place that turns that declaration into input checks (a
 region file required or refused, image folders refused where no pixels are read, undeclared load
-options refused); :func:`require_image_files` checks that a model that reads pixels has a file for
+options refused); :func:`model_dtype` resolves ``dtype="auto"`` to the dtype the model's reference
+code loads it in (its class's ``reference_dtype``); :func:`require_image_files` checks that a model that reads pixels has a file for
 every image, :func:`check_region_width` that a region file fits the loaded model, and
 :func:`model_kind` says how the pair-scoring engine scores the model's pairs.
 
@@ -23,12 +24,17 @@ from vlprobe.extract.models.base import IMAGE_INPUTS, CrossEncoder, DualEncoder
 from vlprobe.validation import InputError
 
 __all__ = [
+    "AUTO_DTYPE",
     "check_model_inputs",
     "check_region_width",
     "image_input",
+    "model_dtype",
     "model_kind",
     "require_image_files",
 ]
+
+#: The ``dtype`` that stands for the one the model's reference code loads it in.
+AUTO_DTYPE = "auto"
 
 #: The dataset loaders' image-folder parameters, with what each takes (named in the messages).
 _IMAGE_FOLDERS = {"image_dir": "image_dir (a folder of the images)",
@@ -68,6 +74,38 @@ def image_input(cls: Any) -> str:
     if kind not in IMAGE_INPUTS:
         raise TypeError(f"{getattr(cls, '__name__', cls)!r} declares no image_input (one of {', '.join(IMAGE_INPUTS)})")
     return str(kind)
+
+
+def model_dtype(model: str | type, dtype: str, param: str = "dtype") -> str:
+    """The concrete dtype a model runs in: ``dtype`` itself, or for ``"auto"`` the one its
+    reference code loads it in (the class's ``reference_dtype``: float32 unless the model
+    declares another, as Vera declares bfloat16). What is recorded is this, never ``"auto"``.
+
+    Parameters
+    ----------
+    model : str or type
+        A registered name or the registered class.
+    dtype : {"auto", "float32", "float16", "bfloat16"}
+
+    Raises
+    ------
+    InputError
+        An unknown model, or a dtype that is none of those.
+    """
+    from vlprobe.devices import DTYPES
+
+    if dtype == AUTO_DTYPE:
+        from vlprobe.registry import MODELS
+
+        cls: Any = MODELS.get(model) if isinstance(model, str) else model
+        dtype = str(getattr(cls, "reference_dtype", "float32"))
+        if dtype not in DTYPES:
+            raise TypeError(f"{getattr(cls, '__name__', cls)!r} declares reference_dtype {dtype!r}, not one of "
+                            f"{', '.join(DTYPES)}")
+        return dtype
+    if dtype not in DTYPES:
+        raise InputError(f"{param} must be {AUTO_DTYPE} or one of {', '.join(DTYPES)}, got {dtype!r}")
+    return dtype
 
 
 def check_model_inputs(

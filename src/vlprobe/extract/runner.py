@@ -66,7 +66,12 @@ from vlprobe.extract.defaults import (
     is_hub_id,
     missing_defaults_message,
 )
-from vlprobe.extract.model_inputs import check_model_inputs, check_region_width, require_image_files
+from vlprobe.extract.model_inputs import (
+    check_model_inputs,
+    check_region_width,
+    model_dtype,
+    require_image_files,
+)
 from vlprobe.extract.models.base import Adapter, CrossEncoder, DualEncoder, StreamSpec
 from vlprobe.extract.models.pooling import parse_poolings
 from vlprobe.extract.scoring import ImageSource, encode_stream, pooled_score_fn, score_pairs
@@ -118,7 +123,9 @@ class ExtractConfig:
     poolings: tuple[str, ...] = ("cls", "mean", "max")
     batch_size: int = 32
     device: str = "auto"
-    dtype: str = "float32"
+    #: ``auto``: the dtype the model's reference code loads it in (``Adapter.reference_dtype``),
+    #: resolved before anything is recorded.
+    dtype: str = "auto"
     shard: str = "0/1"
     pair_plan: str = "item"
     progress: bool = True
@@ -224,6 +231,7 @@ def extract(config: ExtractConfig) -> ExtractResult:
             f"model: {config.model!r} has no hidden-state streams to extract (a blind text-only baseline "
             "is scored with `probe eval`)"
         )
+    config = dataclasses.replace(config, dtype=model_dtype(adapter_cls, config.dtype))  # the cache records it
     config, k, n_shards, placement = _placed(config)  # before any default is looked up
     config, taken, plan, missing = _with_defaults(config, adapter_cls)
     _validate(config)

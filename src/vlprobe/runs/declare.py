@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import json
 import os
 import sys
 import types
@@ -350,6 +351,13 @@ class Options:
     def check(self) -> None:
         """Rules that involve several fields (override; raise InputError)."""
 
+    def resolved(self, name: str, value: Any) -> Any:
+        """What ``value`` of option ``name`` stands for in this config, as outputs record it and
+        runs are named by (override where a value is resolved from other options: the
+        model-loading group's ``dtype`` ``auto``, the dtype the model's reference code loads it
+        in). The base: ``value`` itself."""
+        return value
+
     @classmethod
     def redeclare(cls, name: str, default: Any = _KEEP, *, help: str | None = None,
                   choices: Sequence[Any] | None = None) -> Any:
@@ -606,7 +614,12 @@ class Experiment:
         """The config as a manifest records it: JSON values (paths as strings, tuples as lists)."""
         from vlprobe.runs.writing import config_record
 
-        return config_record(config)
+        record = config_record(config)
+        for o in declared_options(type(config)):  # a value that stands for another, recorded as what it stands for
+            got = config.resolved(o.name, getattr(config, o.name))
+            if got is not getattr(config, o.name):
+                record[o.name] = json.loads(json.dumps(got))
+        return record
 
     def preset_of(self, config: Any) -> str | None:
         """The first preset whose every value the config has, else None."""
@@ -629,8 +642,9 @@ class Experiment:
 
         opts = [o for o in self.options() if o.spec.role == "setting"]  # in the command line's order
         return RunSettings.build(
-            {o.name: getattr(config, o.name) for o in opts},
-            {o.name: None if o.required else o.default for o in opts},
+            {o.name: config.resolved(o.name, getattr(config, o.name)) for o in opts},
+            # a default that is resolved per run (dtype auto) compares as what it resolves to here
+            {o.name: None if o.required else config.resolved(o.name, o.default) for o in opts},
             swept=self.swept, row_columns=self.row_columns,
         )
 

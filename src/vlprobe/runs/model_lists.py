@@ -9,7 +9,8 @@ order of the paper's table::
     checkpoint = "timm/resnet50_clip.openai"
     options = { arch = "RN50-quickgelu" }   # its --model-option NAME=VALUE
     # model_config, tokenizer: as --model-config, --tokenizer; regions: as --regions
-    # dtype: as --dtype, for a model whose paper ran it so (SugarCrepe's Vera: "bfloat16")
+    # dtype: as --dtype, this model's own (default: the command's, auto: the one its reference
+    # code loads it in, e.g. SugarCrepe's Vera in bfloat16)
 
 The table's name names the model's run (``--name``) and its files. A relative ``checkpoint``,
 ``model_config``, ``tokenizer`` or ``regions`` is read from the models file's folder when it
@@ -153,8 +154,9 @@ def load_models_file(path: str | os.PathLike[str], param: str = "models") -> lis
         if entry.dtype is not None:
             from vlprobe.devices import DTYPES
 
-            if entry.dtype not in DTYPES:
-                raise InputError(f"{param}: {where}.dtype must be one of {', '.join(DTYPES)}, got {entry.dtype!r}")
+            if entry.dtype not in ("auto", *DTYPES):
+                raise InputError(f"{param}: {where}.dtype must be auto or one of {', '.join(DTYPES)}, got "
+                                 f"{entry.dtype!r}")
         try:
             check_model_inputs(entry.model, MODELS.get(entry.model), regions=entry.regions,
                                load_options={"model_config": entry.model_config, "tokenizer": entry.tokenizer, **opts})

@@ -29,6 +29,8 @@ from vlprobe.validation import (
 )
 
 __all__ = [
+    "AUTO_DTYPE",
+    "DTYPES",
     "POOLINGS",
     "AllItemsOption",
     "BootstrapOptions",
@@ -93,6 +95,9 @@ class CacheInput(Options):
 
 #: The dtypes a model can be loaded in (a command may allow fewer: ``redeclare(..., choices=...)``).
 DTYPES = ("float32", "float16", "bfloat16")
+#: ``--dtype``'s default: the dtype the model's reference code loads it in (its class's
+#: ``reference_dtype``), resolved when the model is known (:meth:`ModelOptions.resolved`).
+AUTO_DTYPE = "auto"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,7 +107,12 @@ class ModelOptions(Options):
     what it is loaded with besides (the config file, the tokenizer, the load options it declares,
     region features), the dtype, the device and the batch size. A command changes a default or a
     help with :meth:`~vlprobe.runs.declare.Options.redeclare` (``probe eval`` makes ``model``
-    optional, ``patch`` the checkpoint required)."""
+    optional, ``patch`` the checkpoint required).
+
+    ``dtype`` ``auto`` (the default) is replaced, once the config is made with a model, by the
+    dtype the model's reference code loads it in (``reference_dtype``: float32 but for Vera,
+    bfloat16), so that ``config.dtype``, the manifest and the run's name hold that dtype; a run
+    whose dtype differs from it is named by it (``vera@dtype=float32``)."""
 
     panel = "Model"
     rank = 1
@@ -124,11 +134,30 @@ class ModelOptions(Options):
     regions: Path | None = option(
         None, role="input", help="lxmert/uniter: region features (vlprobe HDF5) of the dataset's images.",
     )
-    dtype: str = option("float32", choices=DTYPES, help="Weights' dtype.")
+    dtype: str = option(
+        AUTO_DTYPE, choices=(AUTO_DTYPE, *DTYPES),
+        help="Weights' dtype; auto: the one the model's reference code loads it in (float32; vera: bfloat16).",
+    )
     device: str = option(
         "auto", check=check_device, role="runtime", help="cpu, cuda, cuda:N, mps or auto (the output records the one used).",
     )
     batch_size: int = option(32, check=check_positive_int, role="runtime", help="Inputs per forward pass.")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.model:  # without one (a score file, a models file's table) auto stays until a model is known
+            object.__setattr__(self, "dtype", self.resolved("dtype", self.dtype))
+
+    def resolved(self, name: str, value: Any) -> Any:
+        """``dtype`` ``auto``: the dtype the model's reference code loads it in; None without a
+        model (a run that loads none, on a score file, has no dtype)."""
+        if name == "dtype" and value == AUTO_DTYPE:
+            if not self.model:
+                return None
+            from vlprobe.extract.model_inputs import model_dtype
+
+            return model_dtype(str(self.model), AUTO_DTYPE)
+        return super().resolved(name, value)
 
     def load_options(self) -> dict[str, Any]:
         """The keyword arguments of the model's ``load`` (None: not given)."""

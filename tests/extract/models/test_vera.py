@@ -8,6 +8,8 @@ summation orders): 1e-5 absolute on probabilities.
 
 from __future__ import annotations
 
+import csv
+import json
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +50,8 @@ def sugarcrepe_vera_run(model: object, tokenizer: object, statement: str) -> flo
 
 
 def test_vera_matches_sugarcrepes_code(vera_dir: Path) -> None:
-    scorer = VeraScorer.load(str(vera_dir), device="cpu")
+    """The float32 correction: batched, right-padded rows read at each row's last token."""
+    scorer = VeraScorer.load(str(vera_dir), device="cpu", dtype="float32")
     got = scorer.score_texts(TEXTS, batch_size=3)
     want = [sugarcrepe_vera_run(scorer.model, scorer.tokenizer, t) for t in TEXTS]
     np.testing.assert_allclose(got, want, atol=1e-5)
@@ -59,14 +62,15 @@ def test_vera_matches_sugarcrepes_code(vera_dir: Path) -> None:
 def test_vera_in_bfloat16_as_sugarcrepe_ran_it(vera_dir: Path) -> None:
     """SugarCrepe's text_model_eval.py loads Vera with T5EncoderModel.from_pretrained(...,
     torch_dtype='auto'): bfloat16, the dtype liujch1998/vera's config.json names, and builds its
-    head as a Linear of the model's dtype. ``dtype="bfloat16"`` (``--dtype bfloat16``, which
-    ``probe eval`` takes) reproduces it: every score a bfloat16 value, as the reference's, and
+    head as a Linear of the model's dtype. The default (``dtype="auto"``: Vera's reference_dtype,
+    bfloat16) reproduces it: every score a bfloat16 value, as the reference's, and
     equal to it: in 16 bits each statement is encoded alone without a mask and the head is one
     fused linear, the reference's operations in its order (batched rows or a separate bias add
     round differently and move scores by a bfloat16 step, breaking or making ties)."""
     from transformers import T5EncoderModel
 
-    scorer = VeraScorer.load(str(vera_dir), device="cpu", dtype="bfloat16")
+    assert VeraScorer.reference_dtype == "bfloat16"
+    scorer = VeraScorer.load(str(vera_dir), device="cpu")  # the default: as SugarCrepe loads it
     assert scorer.model.dtype == torch.bfloat16 and scorer.describe()["dtype"] == "bfloat16"
     got = scorer.score_texts(TEXTS[:3], batch_size=3)
     ref_model = T5EncoderModel.from_pretrained(str(vera_dir), dtype="auto").eval()
@@ -75,20 +79,46 @@ def test_vera_in_bfloat16_as_sugarcrepe_ran_it(vera_dir: Path) -> None:
     np.testing.assert_array_equal(got, want)
     as_bf16 = torch.tensor(got).to(torch.bfloat16).double().numpy()
     np.testing.assert_array_equal(got, as_bf16)  # bfloat16 scores, as the reference's .item() of a bf16 tensor
-    full = VeraScorer.load(str(vera_dir), device="cpu").score_texts(TEXTS[:3])
+    full = VeraScorer.load(str(vera_dir), device="cpu", dtype="float32").score_texts(TEXTS[:3])
     assert not np.array_equal(full, torch.tensor(full).to(torch.bfloat16).double().numpy())  # float32: finer
 
 
-def test_probe_eval_takes_bfloat16(vera_dir: Path, tmp_path: Path, sugarcrepe_dir: Path) -> None:
+def _bf16_values(values: np.ndarray) -> bool:
+    return bool(np.array_equal(values, torch.tensor(values).to(torch.bfloat16).double().numpy()))
+
+
+def test_probe_eval_vera_defaults_to_bfloat16_as_sugarcrepe(vera_dir: Path, tmp_path: Path) -> None:
+    """``probe eval sugarcrepe --model vera`` runs Vera in bfloat16, as SugarCrepe's
+    text_model_eval.py loads it (``torch_dtype='auto'``); the manifest, the run's name and the CSV's
+    dtype column hold the resolved dtype, never ``auto``; ``--dtype float32`` is the named
+    correction, a run of its own (``vera@dtype=float32``; here with ``bootstrap=0`` too)."""
     from typer.testing import CliRunner
 
     from vlprobe.cli import app
+    from vlprobe.runs.score_files import read_item_scores
 
-    res = CliRunner().invoke(app, [
-        "eval", "sugarcrepe", "--data-dir", str(sugarcrepe_dir), "--subsets", "swap_att", "--limit", "3", "--model",
-        "vera", "--checkpoint", str(vera_dir), "--dtype", "bfloat16", "--device", "cpu", "--bootstrap", "0",
-        "--out", str(tmp_path / "bf16")])
-    assert res.exit_code == 0, res.output
+    data = tmp_path / "sugarcrepe"  # SugarCrepe's own file format: <subset>.json, key -> record
+    data.mkdir()
+    words = ["red", "blue", "green", "small", "big", "striped", "wooden", "round"]
+    records = {str(k): {"filename": f"000000{k:06d}.jpg", "caption": f"a {a} cat on a {b} mat",
+                        "negative_caption": f"a {b} cat on a {a} mat"}
+               for k, (a, b) in enumerate(zip(words, words[1:] + words[:1], strict=True))}
+    (data / "swap_att.json").write_text(json.dumps(records), encoding="utf-8")
+    base = ["eval", "sugarcrepe", "--data-dir", str(data), "--subsets", "swap_att", "--model", "vera", "--checkpoint", str(vera_dir),
+            "--device", "cpu", "--bootstrap", "0", "--quiet", "--out", str(tmp_path / "out")]
+    folder = tmp_path / "out" / "sugarcrepe"
+    runs = (([], "vera@bootstrap=0", "bfloat16"), (["--dtype", "float32"], "vera@dtype=float32,bootstrap=0", "float32"))
+    for extra, run, dtype in runs:
+        res = CliRunner().invoke(app, [*base, *extra])
+        assert res.exit_code == 0, res.output
+        recorded = json.loads((folder / "manifest.json").read_text())["runs"]
+        assert run in recorded, sorted(recorded)
+        recorded = recorded[run]
+        assert recorded["config"]["dtype"] == dtype and recorded["model_info"]["dtype"] == dtype
+        with (folder / f"{run}.csv").open(newline="") as fh:
+            assert {row["dtype"] for row in csv.DictReader(fh)} == {dtype}
+        values = read_item_scores(folder / f"{run}.scores.jsonl").score
+        assert len(values) == 16 and _bf16_values(values) == (dtype == "bfloat16")
 
 
 def test_vera_refusals(vera_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

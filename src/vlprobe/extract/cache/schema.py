@@ -156,7 +156,9 @@ class CacheHeader:
         "cross-encoders: whether pair streams (states) are stored besides the scores (False: scores "
         "only; always False for dual encoders)"))
     poolings: tuple[str, ...] = field(metadata=_attr('stored poolings, e.g. ["cls", "mean", "max", "pooled"]'))
-    dtype: str = field(metadata=_attr('"float32" or "float16" (storage and model weights)'))
+    dtype: str = field(metadata=_attr(
+        '"float32", "float16" or "bfloat16" (model weights; storage, bfloat16 stored as float32): '
+        '`--dtype auto` resolved, never "auto"'))
     shard: str = field(metadata=_attr('"K/N" ("0/1" unsharded)'))
     layers: dict[str, list[int]] = field(metadata=_attr("{stream: [stored layer numbers]}"))
     regions_fingerprint: str = field(default="", metadata=_attr(

@@ -126,6 +126,10 @@ class Adapter(ABC):
     #: The checkpoint the papers used, the default of ``probe extract --checkpoint``; None: the
     #: model has none and a checkpoint must be given.
     reference_checkpoint: ClassVar[ReferenceCheckpoint | None] = None
+    #: The dtype the model's reference code loads it in: what ``dtype="auto"`` (the default of
+    #: ``--dtype``) resolves to (:func:`vlprobe.extract.model_inputs.model_dtype`). float32
+    #: unless a model declares another; the others stay named options beside it.
+    reference_dtype: ClassVar[str] = "float32"
     #: Models that read regions: the box-selection preset of the features the model was trained
     #: on (:mod:`vlprobe.extract.regions.detector.presets`), used when ``probe extract`` makes the
     #: regions itself. None for a model whose features came from another detector (ViLBERT's and

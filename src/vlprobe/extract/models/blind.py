@@ -46,6 +46,8 @@ class TextScorer:
     image_input: ClassVar[str] = "none"
     #: Extra keyword arguments :meth:`load` accepts.
     load_options: ClassVar[tuple[str, ...]] = ()
+    #: The dtype the reference code loads the model in (see ``Adapter.reference_dtype``).
+    reference_dtype: ClassVar[str] = "float32"
 
     checkpoint: ResolvedCheckpoint | None = None
 

@@ -13,7 +13,8 @@ The head runs in the model's dtype, as the reference's ``torch.nn.Linear(D, 1,
 dtype=model.dtype)`` does. The reference loads the released weights with ``torch_dtype='auto'``:
 in bfloat16, the dtype ``liujch1998/vera``'s config names, so its scores are bfloat16 values
 (about three significant digits: a caption and its negative tie more often, and a tie counts as
-not solved). ``--dtype bfloat16`` runs it so; the default ``float32`` upcasts the same weights.
+not solved). The default (``dtype="auto"``: :attr:`VeraScorer.reference_dtype`) runs it so;
+``--dtype float32`` is the named correction, which upcasts the same weights.
 In a 16-bit dtype each statement is encoded alone, as the reference's ``Vera.run`` (what its
 ``text_retrieval`` calls) encodes it: batched, padded rows round differently in 16 bits and
 would break or make ties the reference did not; in float32 batches differ from it by ~1e-7.
@@ -45,6 +46,11 @@ class VeraScorer(TextScorer):
     score_kind = "p_plausible"
     #: The checkpoint SugarCrepe used, taken when none is given.
     default_checkpoint = "liujch1998/vera"
+    #: SugarCrepe's ``text_model_eval.py`` loads Vera with ``T5EncoderModel.from_pretrained(...,
+    #: torch_dtype='auto')``, the dtype the checkpoint's config names (bfloat16 for
+    #: ``liujch1998/vera``, whose weights are stored so), and builds the head as a Linear of the
+    #: model's dtype: its scores are bfloat16 values. ``dtype="float32"`` is the correction.
+    reference_dtype = "bfloat16"
 
     def __init__(self, model: Any, tokenizer: Any, checkpoint: ResolvedCheckpoint, device: Any) -> None:
         import torch
@@ -59,12 +65,14 @@ class VeraScorer(TextScorer):
         self._torch = torch
 
     @classmethod
-    def load(cls, checkpoint: str | None = None, *, device: str = "auto", dtype: str = "float32",
+    def load(cls, checkpoint: str | None = None, *, device: str = "auto", dtype: str = "auto",
              **options: Any) -> VeraScorer:
+        """Load Vera (``dtype="auto"``: :attr:`reference_dtype`, bfloat16, as SugarCrepe)."""
         if options:
             raise InputError(f"model 'vera' takes no options, got {sorted(options)}")
         from transformers import AutoConfig, AutoTokenizer, T5EncoderModel
 
+        from vlprobe.extract.model_inputs import model_dtype
         from vlprobe.extract.models.hf import (
             from_pretrained_with_info,
             quiet_transformers,
@@ -72,7 +80,7 @@ class VeraScorer(TextScorer):
         )
 
         spec = checkpoint or cls.default_checkpoint
-        ckpt, dev, torch_dtype = _load_hf(spec, cls.name, device, dtype)
+        ckpt, dev, torch_dtype = _load_hf(spec, cls.name, device, model_dtype(cls, dtype))
         with quiet_transformers(), reading_weights(spec):
             try:
                 config = AutoConfig.from_pretrained(ckpt.path)
