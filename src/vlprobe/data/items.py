@@ -14,7 +14,7 @@ import contextlib
 import io
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -120,7 +120,8 @@ def decode_rgb(data: bytes, path: str | os.PathLike[str], *, orientation: str = 
     if not data:
         raise InputError(f"images: {str(path)!r} is an empty file (0 bytes), not an image")
     try:
-        with pillow_size_limits(path), Image.open(io.BytesIO(data)) as opened:
+        with pillow_size_limits(path) as check_size, Image.open(io.BytesIO(data)) as opened:
+            check_size(opened)
             opened.load()
             img: Image.Image = ImageOps.exif_transpose(opened) if orientation == "exif" else opened
             # convert() and copy() give an image that outlives the closed file
@@ -131,28 +132,35 @@ def decode_rgb(data: bytes, path: str | os.PathLike[str], *, orientation: str = 
         raise InputError(f"images: {str(path)!r} is not a readable image ({exc})") from None
 
 
-@contextlib.contextmanager
-def pillow_size_limits(path: str | os.PathLike[str]) -> Iterator[None]:
-    """Pillow's decompression-bomb checks of images opened in the block, as vlprobe's lines.
+# Pillow's DecompressionBombWarning (a warnings block on stderr) is replaced by the one line of
+# pillow_size_limits, which checks the size itself: catching the warning instead would take
+# warnings.catch_warnings, which is not thread-safe, and images are decoded in a reader thread
+# beside the model.
+warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
 
-    An image over ``PIL.Image.MAX_IMAGE_PIXELS`` (Pillow's ``DecompressionBombWarning``, a
-    warnings block on stderr) is decoded with one ``warning:`` line naming it; one over twice the
-    limit (Pillow's ``DecompressionBombError``) is refused with an :class:`InputError`. Other
-    warnings pass through unchanged.
+
+@contextlib.contextmanager
+def pillow_size_limits(path: str | os.PathLike[str]) -> Iterator[Callable[[Image.Image], None]]:
+    """Pillow's decompression-bomb limits for an image opened in the block, as vlprobe's lines.
+
+    Yields a check to call on the opened image: one over ``PIL.Image.MAX_IMAGE_PIXELS`` is decoded
+    all the same (as Pillow does) with one ``warning:`` line naming it. One over twice the limit
+    (Pillow's ``DecompressionBombError`` in ``Image.open``) is refused with an :class:`InputError`.
+    Thread-safe: no warnings filter is changed here.
     """
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", Image.DecompressionBombWarning)
-        try:
-            yield
-        except Image.DecompressionBombError as exc:
-            raise InputError(f"images: {str(path)!r}: {exc} Refused: Pillow decodes none above twice its limit "
-                             "(PIL.Image.MAX_IMAGE_PIXELS).") from None
-    for w in caught:
-        if issubclass(w.category, Image.DecompressionBombWarning):
-            warn(f"warning: images: {str(path)!r}: {w.message} Decoded all the same (Pillow refuses only above "
-                 "twice its limit, PIL.Image.MAX_IMAGE_PIXELS).")
-        else:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    def check(img: Image.Image) -> None:
+        limit = Image.MAX_IMAGE_PIXELS
+        pixels = img.width * img.height
+        if limit and pixels > limit:
+            warn(f"warning: images: {str(path)!r}: {pixels} pixels, over Pillow's limit of {int(limit)} "
+                 "(PIL.Image.MAX_IMAGE_PIXELS). Decoded all the same (Pillow refuses only above twice its "
+                 "limit).")
+
+    try:
+        yield check
+    except Image.DecompressionBombError as exc:
+        raise InputError(f"images: {str(path)!r}: {exc} Refused: Pillow decodes none above twice its limit "
+                         "(PIL.Image.MAX_IMAGE_PIXELS).") from None
 
 
 def oriented_size(img: Image.Image, orientation: str = "stored") -> tuple[int, int]:

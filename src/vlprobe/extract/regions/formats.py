@@ -354,7 +354,8 @@ def _image_sizes(folder: Path) -> dict[str, tuple[int, int]]:
     for p in sorted(folder.iterdir()):
         if p.is_file():
             try:
-                with pillow_size_limits(p), Image.open(p) as img:  # reads the header only
+                with pillow_size_limits(p) as check_size, Image.open(p) as img:  # reads the header only
+                    check_size(img)
                     # the size the detector saw: EXIF orientation applied, as it read the image
                     out[normalise_image_id(p.name)] = oriented_size(img, DETECTOR_ORIENTATION)
             except (UnidentifiedImageError, OSError):
