@@ -160,7 +160,7 @@ class PairScorer:
                 store = RegionStore(self.regions)
                 store.require([im.name for im in distinct], "the")
                 check_region_width(self.model, self.impl, store)
-            source = ImageSource(self.image_input, distinct, store, rgb=getattr(self.impl, "rgb_on_load", True))
+            source = ImageSource.for_adapter(self.impl, distinct, store)
             self._announce(progress, len(texts), len(uniq_texts), len(distinct))
             for got in score_pairs(self.impl, uniq_texts, source, t_idx, i_idx, batch_size=self.batch_size,
                                    progress=progress):

@@ -1,4 +1,5 @@
-"""meta_skeleton: OpenCLIP models built on the meta device without torch._dynamo, the same skeleton.
+"""meta_skeleton: OpenCLIP, ViLBERT and UNITER models built on the meta device without
+torch._dynamo, the same skeleton.
 
 ``with torch.device("meta")`` alone ran the initialisers' ``normal_`` and ``scale * randn`` through
 torch's Python references, whose first call imports ``torch._dynamo`` (about a second of CPU).
@@ -6,6 +7,7 @@ torch's Python references, whose first call imports ``torch._dynamo`` (about a s
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -67,4 +69,38 @@ print("torch._dynamo" in sys.modules)
 def test_loading_imports_no_dynamo(folders: dict[str, Path]) -> None:
     folders_ = [str(folders["vit"]), str(folders["resnet"])]  # (a Hugging Face text tower: transformers' own imports)
     done = subprocess.run([sys.executable, "-c", _LOAD, *folders_], capture_output=True, text=True, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "False", done.stderr
+
+
+def _vilbert(shapes_only: bool) -> torch.nn.Module:
+    """ViLBERT's model at its fixture's sizes, both heads."""
+    from vlprobe.extract.models.vilbert.model import ViLBertConfig, ViLBertModel
+    from vlprobe.fixtures.vilbert import tiny_vilbert_config
+
+    with meta_skeleton() if shapes_only else torch.device("meta"):
+        return ViLBertModel(ViLBertConfig.from_dict(tiny_vilbert_config(100)), itm_head=True, vil_logit=True)
+
+
+def test_vilbert_same_skeleton_as_plain_meta() -> None:
+    assert _layout(_vilbert(True)) == _layout(_vilbert(False))
+
+
+_LOAD_NATIVE = """
+import sys
+from vlprobe.extract.models.uniter.adapter import UniterAdapter
+from vlprobe.extract.models.vilbert.adapter import ViLBertAdapter
+ViLBertAdapter.load(sys.argv[1], device="cpu")
+UniterAdapter.load(sys.argv[2], device="cpu")
+print("torch._dynamo" in sys.modules)
+"""
+
+
+def test_vilbert_and_uniter_loading_imports_no_dynamo(tmp_path: Path) -> None:
+    from vlprobe.fixtures.uniter import write_tiny_uniter
+    from vlprobe.fixtures.vilbert import VILBERT_WEIGHTS, write_tiny_vilbert
+
+    vilbert = write_tiny_vilbert(tmp_path / "vilbert", seed=0) / VILBERT_WEIGHTS["pretrained"]
+    uniter = write_tiny_uniter(tmp_path / "uniter", seed=0) / "uniter-base.pt"
+    done = subprocess.run([sys.executable, "-c", _LOAD_NATIVE, str(vilbert), str(uniter)], capture_output=True,
+                          text=True, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert done.stdout.strip().splitlines()[-1] == "False", done.stderr

@@ -244,6 +244,27 @@ def test_the_adapter_reads_images_as_stored(vit: OpenClipAdapter, tmp_path: Path
     assert float((got - first).abs().max()) > 1e-3
 
 
+def test_probe_eval_reads_images_as_stored(folders: dict[str, Path], tmp_path: Path) -> None:
+    """``probe eval``'s pair scorer hands OpenCLIP the RGBA image as stored too: its score is the
+    one from the features of the image as stored, not of the image converted first."""
+    from vlprobe.data.items import ImageRef
+    from vlprobe.extract.eval_scorer import load_scorer
+
+    path = tmp_path / "a.png"
+    _rgba().resize((52, 36)).save(path)
+    scorer = load_scorer("openclip", str(folders["vit"]), device="cpu")
+    impl = scorer.impl
+    text = ["a red circle"]
+    (got,) = scorer.score([ImageRef("x/i0", "a", path)], text)
+    with Image.open(path) as im:
+        stored, converted = im.copy(), im.convert("RGB")
+    t = impl.encode("text", text, [0]).pooled.numpy()
+    want, first = (float(type(impl).scores_from_pooled(impl.encode("image", [x], [0]).pooled.numpy(), t,
+                                                        impl.describe())[0, 0]) for x in (stored, converted))
+    assert got == pytest.approx(want, abs=1e-5)  # the same features; a cosine in float64 vs float32
+    assert abs(got - first) > 1e-4
+
+
 def test_hf_clip_family_still_converts_first(tiny_clip: Path, tmp_path: Path) -> None:
     """CLIP through transformers reads RGB, converted by PIL when the image is decoded: what the
     transformers 4.x processors of 'Why is Winoground Hard?' and VALSE did first (their

@@ -77,13 +77,13 @@ def test_vera_in_bfloat16_as_sugarcrepe_ran_it(vera_dir: Path) -> None:
     assert ref_model.dtype == torch.bfloat16
     want = np.array([sugarcrepe_vera_run(ref_model, scorer.tokenizer, t) for t in TEXTS[:3]])
     np.testing.assert_array_equal(got, want)
-    as_bf16 = torch.tensor(got).to(torch.bfloat16).double().numpy()
-    np.testing.assert_array_equal(got, as_bf16)  # bfloat16 scores, as the reference's .item() of a bf16 tensor
+    assert _bf16_values(got), got  # bfloat16 scores, as the reference's .item() of a bf16 tensor
     full = VeraScorer.load(str(vera_dir), device="cpu", dtype="float32").score_texts(TEXTS[:3])
-    assert not np.array_equal(full, torch.tensor(full).to(torch.bfloat16).double().numpy())  # float32: finer
+    assert not _bf16_values(full), full  # float32: finer
 
 
 def _bf16_values(values: np.ndarray) -> bool:
+    """Whether every value is a bfloat16 value (unchanged by a round trip through bfloat16)."""
     return bool(np.array_equal(values, torch.tensor(values).to(torch.bfloat16).double().numpy()))
 
 

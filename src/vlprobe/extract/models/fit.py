@@ -1,4 +1,4 @@
-"""Does a checkpoint's config fit its weights? One check and one message for every model family.
+"""Does a checkpoint's config fit its weights? One check and one message for the Hugging Face families and ViLBERT.
 
 A config whose sizes differ from its weights' (a GPT-2 ``n_embd``, a VisualBERT
 ``visual_embedding_dim``, a ViLBERT ``v_hidden_size``) builds a model of other shapes than the
@@ -14,8 +14,10 @@ which first compares the shapes in the weight files' headers (:func:`checkpoint_
 tensor read) with the model the config builds on the meta device (:func:`hf_model_shapes`),
 before anything is allocated; keys the two name differently (transformers' renames of legacy
 checkpoints) are left to transformers, loaded with ``ignore_mismatched_sizes`` and its
-mismatched keys refused the same way. Natively written families (ViLBERT, UNITER, OpenCLIP)
-call :func:`first_mismatch` on their own state dicts.
+mismatched keys refused the same way. ViLBERT, written natively, calls :func:`first_mismatch`
+on its own state dict. OpenCLIP and UNITER keep checks of their own, with their own messages
+(OpenCLIP: ``openclip.checkpoint.check_sizes`` before building and ``fit_state_dict`` after;
+UNITER: ``UniterModel.from_official``).
 """
 
 from __future__ import annotations

@@ -57,6 +57,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from vlprobe.extract.models.meta import meta_skeleton
 from vlprobe.validation import (
     InputError,
     check_choice,
@@ -439,7 +440,7 @@ class UniterModel(nn.Module):
         self.config = config
         self.score_head = score_head
         self.load_report: LoadReport | None = None
-        with torch.device("meta"):  # no global-RNG init; materialised (or assigned) below
+        with meta_skeleton():  # no global-RNG init; materialised (or assigned) below
             self.uniter = _Body(config)
             if score_head == "itm":
                 self.itm_output = nn.Linear(config.hidden_size, 2)

@@ -76,6 +76,7 @@ from vlprobe.extract.models.hf import (
     reading_weights,
     resolve_checkpoint,
 )
+from vlprobe.extract.models.meta import meta_skeleton
 from vlprobe.extract.models.pooling import pool_states
 from vlprobe.extract.models.vilbert.model import REQUIRED_KEYS, ViLBertConfig, ViLBertModel
 from vlprobe.provenance import sha256_file
@@ -188,7 +189,7 @@ class ViLBertAdapter(CrossEncoder):
         regions = DEFAULT_MAX_REGIONS if max_regions is None else check_int(_as_int(max_regions), "max_regions", low=2)
         text_cap = DEFAULT_MAX_TEXT_LENGTH if max_text_length is None else check_int(
             _as_int(max_text_length), "max_text_length", low=3)
-        with torch.device("meta"):
+        with meta_skeleton():  # no random init: every weight comes from the checkpoint (_fit assigns them)
             model = ViLBertModel(cfg, itm_head=head == "itm", vil_logit=head == "vil_logit")
         ignored = _fit(model, state, checkpoint, cfg, config_path.name)
         tok_spec, tok_default = (tokenizer, False) if tokenizer is not None else (
