@@ -210,7 +210,9 @@ def _in_shards(
     """The steps of one command, ``args`` (``--out out`` added when ``out`` is given: a cache,
     each step's done check): the step ``name``, or with ``shards`` > 1 the steps ``"<name> k/N"``
     (``--shard k/N``, each into its shard file of ``out``) and then ``merge`` as ``name`` (no GPU;
-    ``exclusive``: it writes what the whole command would; ``owns``: the runs it records)."""
+    ``exclusive``: it writes what the whole command would; ``owns``: the runs it records, which
+    its shards own too: the first step of a new key to start removes the earlier run, before any
+    shard writes a score file of the run's name that the merge would otherwise remove)."""
     runs = owns.runs if owns is not None else ()
 
     def done(path: Path | None, shard: str) -> Any:
@@ -229,7 +231,7 @@ def _in_shards(
         parts.append(Step(f"{name} {k}/{shards}", (*args, "--shard", f"{k}/{shards}",
                                                       *(("--out", str(part)) if part is not None else ())),
                           after, group=group, cost=cost, done=done(part, f"{k}/{shards}"),
-                          owns=Owned(files(part)), timeout_min=timeout_min))
+                          owns=Owned(files(part), runs), timeout_min=timeout_min))
     return [*parts, Step(name, merge, tuple(p.name for p in parts), group=group, cost=merge_cost,
                          exclusive=exclusive, gpu=False, done=done(out, "0/1"), owns=Owned(files(out), runs))]
 
