@@ -44,7 +44,8 @@ from vlprobe.launch.records import (
 )
 from vlprobe.validation import InputError
 
-__all__ = ["Step", "StepCrashed", "StepFailed", "done_before", "ordered_steps", "plan_keys", "run_steps"]
+__all__ = ["Step", "StepCrashed", "StepFailed", "content_memo", "done_before", "ordered_steps", "plan_keys",
+           "run_steps"]
 
 
 @dataclass(frozen=True)
@@ -101,11 +102,11 @@ class StepCrashed(RuntimeError):
 _safe = safe_name
 
 
-def plan_keys(steps: Sequence[Step], root: Path) -> dict[str, str]:
-    """Each step's key (:func:`vlprobe.launch.identity.step_keys`), the content memo kept in
-    ``root/state`` when that folder exists; ``steps`` ordered as :func:`ordered_steps` orders them."""
-    state = Path(root) / "state"
-    return step_keys(steps, Path(root), ContentMemo(state if state.is_dir() else None))
+def plan_keys(steps: Sequence[Step], root: Path, memo: ContentMemo | None = None) -> dict[str, str]:
+    """Each step's key (:func:`vlprobe.launch.identity.step_keys`), with ``memo`` (default: the
+    content memo kept in ``root/state`` when that folder exists); ``steps`` ordered as
+    :func:`ordered_steps` orders them."""
+    return step_keys(steps, Path(root), memo if memo is not None else content_memo(root))
 
 
 def ordered_steps(steps: Sequence[Step]) -> list[Step]:
@@ -185,8 +186,8 @@ def run_steps(
     logs, state = Path(root) / "logs", Path(root) / "state"
     ensure_folder(logs)
     ensure_folder(state)
-    keys = plan_keys(ordered, root)
-    memo = ContentMemo(state)
+    memo = content_memo(root)
+    keys = plan_keys(ordered, root, memo)
     skipped = done_before(ordered, root, keys, memo)
     done = set(skipped)
     pending = [s for s in ordered if s.name not in done]
@@ -295,8 +296,8 @@ def done_before(steps: Sequence[Step], root: Path, keys: Mapping[str, str] | Non
     """The steps a run in ``root`` would skip (module docstring, Resuming), in dependency order;
     ``steps`` ordered as :func:`ordered_steps` orders them, ``keys`` their keys (default:
     :func:`plan_keys`). Reads ``root/state``, writes nothing but the content memo."""
-    keys = plan_keys(steps, root) if keys is None else keys
-    memo = memo if memo is not None else ContentMemo(_state_folder(root))
+    memo = memo if memo is not None else content_memo(root)
+    keys = plan_keys(steps, root, memo) if keys is None else keys
     done: dict[str, None] = {}  # (ordered, and a set for the look-ups)
     for s in steps:
         if set(s.after) <= done.keys() and finished_before(s, root, keys[s.name], memo):
@@ -305,9 +306,11 @@ def done_before(steps: Sequence[Step], root: Path, keys: Mapping[str, str] | Non
     return list(done)
 
 
-def _state_folder(root: Path) -> Path | None:
+def content_memo(root: Path) -> ContentMemo:
+    """The content memo of the run in ``root``, kept in ``root/state`` (when that folder exists):
+    a fresh one sees what the run's other processes (Slurm's jobs) added to it."""
     state = Path(root) / "state"
-    return state if state.is_dir() else None
+    return ContentMemo(state if state.is_dir() else None)
 
 
 def finished_before(s: Step, root: Path, key: str, memo: ContentMemo | None = None) -> bool:
