@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vlprobe.launch.identity import canonical, command_tokens, outputs_of
+from vlprobe.launch.identity import canonical, command_tokens, inside, made_places
 from vlprobe.launch.records import Owned
 from vlprobe.launch.steps import Step, ordered_steps
 from vlprobe.shards import shard_path
@@ -350,7 +350,7 @@ def check_inputs(steps: Sequence[Step], root: Path) -> None:
     """Refuse, in one line, an input of a step (:data:`INPUT_OPTIONS`) that does not exist and that
     no step writes (inside no step's ``--out``); a spec of a hub option that may be a hub id is
     left to the step."""
-    made = sorted({canonical(o, root) for s in steps for o in outputs_of(s.args)})
+    made = made_places(steps, root)
     for s in steps:
         for option, value in command_tokens(s.args):
             if option not in INPUT_OPTIONS:
@@ -360,10 +360,7 @@ def check_inputs(steps: Sequence[Step], root: Path) -> None:
                 continue
             if option in _HUB_OPTIONS and not _looks_local(path):
                 continue
-            place = canonical(path, root)
-            # "." is a step writing into the sweep's folder itself: every path inside it is its to write
-            if any(place == m or place.startswith(m.rstrip(os.sep) + os.sep) or (m == "." and not os.path.isabs(place))
-                   for m in made):
+            if inside(canonical(path, root), made):
                 continue
             raise InputError(f"plan: step {s.name!r} reads {option} {path!r}, which does not exist and which no "
                              "step of the plan writes (paths in arguments are taken from the folder the sweep runs in)")
