@@ -99,9 +99,6 @@ class StepCrashed(RuntimeError):
     names it, its exit and its log; not bad input, so the command exits 1 (not 2)."""
 
 
-_safe = safe_name
-
-
 def plan_keys(steps: Sequence[Step], root: Path, memo: ContentMemo | None = None) -> dict[str, str]:
     """Each step's key (:func:`vlprobe.launch.identity.step_keys`), with ``memo`` (default: the
     content memo kept in ``root/state`` when that folder exists); ``steps`` ordered as
@@ -228,7 +225,7 @@ def run_steps(
                 continue
             del running[name]
             wall = time.perf_counter() - started
-            log = logs / f"{_safe(name)}.log"
+            log = logs / f"{safe_name(name)}.log"
             missing = s.done() if s.done is not None and end.rc == 0 else ""
             cpu = f", {end.cpu:.1f} s CPU" if end.cpu is not None else ""
             with open(log, "a", encoding="utf-8") as fh:
@@ -270,7 +267,7 @@ def _start(
     items = []
     for s in batch:
         tries[s.name] = tries.get(s.name, 0) + 1
-        log = logs / f"{_safe(s.name)}.log"
+        log = logs / f"{safe_name(s.name)}.log"
         mode = "w" if tries[s.name] == 1 else "a"
         with open(log, mode, encoding="utf-8") as fh:
             fh.write(f"$ probe {' '.join(s.args)}\n" + (f"# try {tries[s.name]}\n" if tries[s.name] > 1 else ""))
