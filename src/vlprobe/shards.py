@@ -393,10 +393,8 @@ def find_shard_files(out: str | os.PathLike[str], *, suffix: str | None = None) 
     p = Path(out)
     stem, ext = _stem_suffix(p, suffix)
     found: dict[int, dict[int, Path]] = {}
-    for q in _shard_names(p, suffix):
-        m = _SHARD_NAME.match(q.name[: len(q.name) - len(ext)] if ext else q.name)
-        assert m is not None
-        found.setdefault(int(m["n"]), {})[int(m["k"])] = q
+    for q, k, n in _shard_names(p, suffix):
+        found.setdefault(n, {})[k] = q
     pattern = f"{stem}.shard-K-of-N{ext}"
     if not found:
         raise InputError(f"shards: no shard files {pattern} beside {str(p)!r}; give the shard files to merge")
@@ -432,13 +430,14 @@ def files_to_merge(
         raise
 
 
-def _shard_names(p: Path, suffix: str | None) -> Iterator[Path]:
+def _shard_names(p: Path, suffix: str | None) -> Iterator[tuple[Path, int, int]]:
+    """``(file, K, N)`` of each shard file ``<stem>.shard-K-of-N<suffix>`` beside ``p``."""
     stem, ext = _stem_suffix(p, suffix)
     if p.parent.is_dir():
         for q in p.parent.iterdir():
             m = _SHARD_NAME.match(q.name[: len(q.name) - len(ext)] if ext and q.name.endswith(ext) else "")
             if m and m["stem"] == stem:
-                yield q
+                yield q, int(m["k"]), int(m["n"])
 
 
 def auto_device(device: str, placement: Placement | None) -> str:

@@ -317,6 +317,8 @@ def test_eval_steps_of_a_plan(tmp_path: Path) -> None:
     assert merge.args[-1] == "--merge-shards" and merge.after == ("eval crepe a 0/2", "eval crepe a 1/2")
     assert merge.exclusive == steps["eval crepe len"].exclusive == "eval crepe"  # the runs share a manifest
     assert shard.gpu and not merge.gpu  # the merge reads score files: no GPU
+    # a run under a new key is removed by the first of its steps to start, never after a shard wrote
+    assert shard.owns.runs == merge.owns.runs == ((f"{out}/crepe", "a"),) and not shard.owns.files
     assert "--checkpoint" not in steps["eval crepe len 0/2"].args and "--device" not in steps["eval crepe len 0/2"].args
     assert steps["collect"].args[1:2] == (out,) and steps["report crepe"].after == ("eval crepe a", "eval crepe len")
     bare = tmp_path / "bare.toml"  # tables with no keys: the registered names, every default
@@ -354,6 +356,37 @@ def test_sweep_of_evals_in_shards_equals_one_eval(tmp_path: Path) -> None:
     with open(result["results"], newline="") as fh:
         assert {(r["experiment"], r["model"]) for r in csv.DictReader(fh)} >= {("crepe", "a"), ("crepe", "len")}
     assert (tmp_path / "out" / "report" / "crepe.html").stat().st_size > 0
+
+
+SHARDED_EVAL_PLAN = """
+out = "out"
+shards = 2
+[models.len]
+model = "caption-length"
+[evals.crepe]
+data_dir = "{d}/crepe"
+args = ["--subsets", "prod_atom_5,syst_cc12m_unseen_atom", "--bootstrap", "30"]
+"""
+
+
+@pytest.mark.slow  # two sweeps of five probe processes (forks of one server): about 15 s on two shared cores
+def test_an_eval_in_shards_reruns_on_data_changed_in_place(tmp_path: Path) -> None:
+    """The data rewritten in place keeps the run's name, so the new shards write score files of the
+    same names as the old ones: replacing the old run must not take the new shards' files along
+    (the merge used to remove them, then stop on "no shard files", and every rerun again)."""
+    from vlprobe.data.benchmark_fixtures import write_benchmark_fixture
+
+    plan = tmp_path / "evals.toml"
+    plan.write_text(SHARDED_EVAL_PLAN.replace("{d}", str(tmp_path)))
+    folder = tmp_path / "out" / "results" / "crepe" / "crepe"
+    runs = []
+    for seed in (3, 4):
+        write_benchmark_fixture(tmp_path / "crepe", "crepe", n_items=4, seed=seed, image_size=32)
+        result = run_sweep(plan, jobs=1, threads=1, echo=lambda _: None)
+        assert "eval crepe len" in result["steps"]
+        [csv_path] = folder.glob("len*.csv")
+        runs.append(csv_path.read_text(encoding="utf-8"))
+    assert runs[0] != runs[1]  # the new data's captions, not the old ones'
 
 
 def test_dry_run_lists_the_steps_and_runs_none(tmp_path: Path) -> None:

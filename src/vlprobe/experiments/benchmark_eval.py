@@ -506,6 +506,12 @@ def _item_slices(items: list[Any]) -> list[str]:
     return [(bow_tag([t.text for t in it.captions]) or [""])[0] for it in items]
 
 
+def _group(spec: Any, item: Any) -> str:
+    """The item's group (its first tag of the spec's group tag for its subset: ARO's relation); ""
+    for none."""
+    return (item.tags.get(spec.group_tag.get(item.meta["subset"], ""), ("",)) or ("",))[0]
+
+
 def benchmark_rows(benchmark: str, items: list[Any], scores: list[np.ndarray], base: dict[str, Any], n_boot: int,
                    seed: int, *, threshold: float | None = None) -> list[dict[str, Any]]:
     """The metric rows ``probe eval BENCHMARK`` writes for ``items`` with these scores (values in
@@ -536,7 +542,7 @@ def benchmark_rows(benchmark: str, items: list[Any], scores: list[np.ndarray], b
     from vlprobe.experiments.benchmark_specs import SPECS, spec_rows
 
     spec = SPECS[benchmark]
-    groups = [(it.tags.get(spec.group_tag.get(it.meta["subset"], ""), ("",)) or ("",))[0] for it in items]
+    groups = [_group(spec, it) for it in items]
     rows, _ = spec_rows(spec, subsets, groups, scores, base, n_boot, seed, _item_slices(items) if spec.bow else None)
     return rows
 
@@ -568,7 +574,7 @@ def item_values(benchmark: str, items: list[Any], scores: list[np.ndarray]) -> l
         cols = np.flatnonzero(sub == subset)
         outcomes = spec.outcomes(subset, score_block(scores, cols))
         # each item as a run of one column: the metric of that item alone
-        group = [(items[int(cols[0])].tags.get(spec.group_tag.get(subset, ""), ("",)) or ("",))[0]]
+        group = [_group(spec, items[int(cols[0])])]
         alone = spec.metrics(subset, {k: np.asarray(v).reshape(-1, 1) for k, v in outcomes.items()}, np.asarray(group))
         for metric, values in alone.items():
             if metric not in NOT_MEANS:

@@ -320,11 +320,21 @@ def _metric_rows(config: BiasGapConfig, items: list[Item], values: np.ndarray, l
     return rows, per_item
 
 
+def _scopes(config: BiasGapConfig, rows: list[dict[str, Any]]) -> dict[str, str]:
+    """The bars' scopes, each with its headline metric (the benchmark's own; ``gap_positive`` for a
+    dataset ``probe eval`` does not evaluate), as the first scorer's rows have them."""
+    from vlprobe.experiments.benchmark_eval import BENCHMARKS, headline_metrics
+    from vlprobe.experiments.bias_bars import headline_scopes
+
+    headline = headline_metrics(config.dataset) if config.dataset in BENCHMARKS else ("gap_positive",)
+    return headline_scopes([r for r in rows if r["probe"] == config.scorers[0]], headline)
+
+
 def compute_bias_gap(config: BiasGapConfig, slot: RunSlot) -> RunRows:
     """Score every caption with each blind scorer; the rows, per-item gaps and manifest entries."""
     from vlprobe.data.loading import load_dataset
-    from vlprobe.experiments.benchmark_eval import BENCHMARKS, headline_metrics
-    from vlprobe.experiments.bias_bars import bars_of, headline_scopes, vlm_rows
+    from vlprobe.experiments.benchmark_eval import BENCHMARKS
+    from vlprobe.experiments.bias_bars import bars_of, vlm_rows
     from vlprobe.extract.eval_scorer import load_scorer
     from vlprobe.runs.score_files import write_item_scores
 
@@ -389,8 +399,7 @@ def compute_bias_gap(config: BiasGapConfig, slot: RunSlot) -> RunRows:
     rows += gap_rows
     item_rows += metric_items
     # the bars: each scope's headline metric, for the scorers and for the VLM runs compared
-    headline = headline_metrics(config.dataset) if config.dataset in BENCHMARKS else ("gap_positive",)
-    scopes = headline_scopes([r for r in rows if r["probe"] == config.scorers[0]], headline)
+    scopes = _scopes(config, rows)
     bars = bars_of(config.dataset, FIGURE1.get(config.dataset, ()), scopes, every,
                    list(dict.fromkeys(_subset(it) for it in every)))
     vlm_record: dict[str, Any] = {}
@@ -481,12 +490,8 @@ def run_bias_gap(config: BiasGapConfig) -> tuple[Path, Path, list[dict[str, Any]
 def report(config: BiasGapConfig, result: tuple[Path, Path, list[dict[str, Any]]]) -> list[str]:
     """Each scope's headline metric (the bars) for every scorer and VLM run with its interval, each
     scorer's share of gaps above 0 over every item, then the files."""
-    from vlprobe.experiments.benchmark_eval import BENCHMARKS, headline_metrics
-    from vlprobe.experiments.bias_bars import headline_scopes
-
     csv_path, _, rows = result
-    headline = headline_metrics(config.dataset) if config.dataset in BENCHMARKS else ("gap_positive",)
-    scopes = headline_scopes([r for r in rows if r["probe"] == config.scorers[0]], headline)
+    scopes = _scopes(config, rows)
     ci = {(r["probe"], r["subset"], r["metric"]): r["value"] for r in rows if ".ci95_" in r["metric"]}
     lines = []
     for r in rows:

@@ -41,8 +41,8 @@ from typing import Any, Protocol
 
 from vlprobe.io.atomic import write_json
 
-__all__ = ["OUTPUT_OPTIONS", "POSITIONAL", "ContentMemo", "canonical", "command_tokens", "outputs_of", "read_contents",
-           "step_keys"]
+__all__ = ["OUTPUT_OPTIONS", "POSITIONAL", "ContentMemo", "canonical", "command_tokens", "inside", "made_places",
+           "outputs_of", "read_contents", "step_keys"]
 
 #: Options whose value is a step's output (named by its place in the key, never by its content).
 OUTPUT_OPTIONS = ("--out",)
@@ -148,7 +148,7 @@ def step_keys(steps: Sequence[_Keyed], root: Path, memo: ContentMemo | None = No
     """Each step's key (module docstring); ``steps`` in an order where each comes after the steps
     it waits for (:func:`~vlprobe.launch.steps.ordered_steps`); ``root`` is the run's folder."""
     memo = memo if memo is not None else ContentMemo(None)
-    made = sorted({canonical(o, root) for s in steps for o in outputs_of(s.args)})
+    made = made_places(steps, root)
     keys: dict[str, str] = {}
     for s in steps:
         blob = json.dumps({"args": [_named(option, value, root, made, memo) for option, value in
@@ -157,6 +157,11 @@ def step_keys(steps: Sequence[_Keyed], root: Path, memo: ContentMemo | None = No
         keys[s.name] = "sha256:" + hashlib.sha256(blob.encode()).hexdigest()
     memo.save()
     return keys
+
+
+def made_places(steps: Sequence[_Keyed], root: Path) -> list[str]:
+    """The places (:func:`canonical`) of every output the ``steps`` write (their ``--out``)."""
+    return sorted({canonical(o, root) for s in steps for o in outputs_of(s.args)})
 
 
 def read_contents(args: Sequence[str], root: Path, memo: ContentMemo | None = None) -> dict[str, str]:
@@ -202,22 +207,23 @@ def _named(option: str, token: str, root: Path, made: Sequence[str], memo: Conte
     key, sep, value = token.partition("=")
     if sep and key.isidentifier() and value and os.path.exists(value):  # NAME=PATH (--image-root vg=...)
         return f"{key}={_path(value, root, made, memo)}"
-    if not token or (not os.path.lexists(token) and not _inside(canonical(token, root), made)):
+    if not token or (not os.path.lexists(token) and not inside(canonical(token, root), made)):
         return token
     return _path(token, root, made, memo)
 
 
 def _path(token: str, root: Path, made: Sequence[str], memo: ContentMemo) -> str:
     place = canonical(token, root)
-    if _inside(place, made):
+    if inside(place, made):
         return "made:" + place
     if not os.path.exists(token):
         return token
     return memo.content(Path(token))
 
 
-def _inside(place: str, made: Sequence[str]) -> bool:
-    """Whether ``place`` is one of the outputs ``made`` or lies inside one."""
+def inside(place: str, made: Sequence[str]) -> bool:
+    """Whether ``place`` (:func:`canonical`) is one of the outputs ``made`` (:func:`made_places`)
+    or lies inside one."""
     if "." in made and not os.path.isabs(place):  # a step writes the run's folder itself
         return True
     return any(place == m or place.startswith(m.rstrip(os.sep) + os.sep) for m in made)

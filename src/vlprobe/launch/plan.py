@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vlprobe.launch.identity import canonical, command_tokens, outputs_of
+from vlprobe.launch.identity import canonical, command_tokens, inside, made_places
 from vlprobe.launch.records import Owned
 from vlprobe.launch.steps import Step, ordered_steps
 from vlprobe.shards import shard_path
@@ -210,7 +210,9 @@ def _in_shards(
     """The steps of one command, ``args`` (``--out out`` added when ``out`` is given: a cache,
     each step's done check): the step ``name``, or with ``shards`` > 1 the steps ``"<name> k/N"``
     (``--shard k/N``, each into its shard file of ``out``) and then ``merge`` as ``name`` (no GPU;
-    ``exclusive``: it writes what the whole command would; ``owns``: the runs it records)."""
+    ``exclusive``: it writes what the whole command would; ``owns``: the runs it records, which
+    its shards own too: the first step of a new key to start removes the earlier run, before any
+    shard writes a score file of the run's name that the merge would otherwise remove)."""
     runs = owns.runs if owns is not None else ()
 
     def done(path: Path | None, shard: str) -> Any:
@@ -229,7 +231,7 @@ def _in_shards(
         parts.append(Step(f"{name} {k}/{shards}", (*args, "--shard", f"{k}/{shards}",
                                                       *(("--out", str(part)) if part is not None else ())),
                           after, group=group, cost=cost, done=done(part, f"{k}/{shards}"),
-                          owns=Owned(files(part)), timeout_min=timeout_min))
+                          owns=Owned(files(part), runs), timeout_min=timeout_min))
     return [*parts, Step(name, merge, tuple(p.name for p in parts), group=group, cost=merge_cost,
                          exclusive=exclusive, gpu=False, done=done(out, "0/1"), owns=Owned(files(out), runs))]
 
@@ -348,7 +350,7 @@ def check_inputs(steps: Sequence[Step], root: Path) -> None:
     """Refuse, in one line, an input of a step (:data:`INPUT_OPTIONS`) that does not exist and that
     no step writes (inside no step's ``--out``); a spec of a hub option that may be a hub id is
     left to the step."""
-    made = sorted({canonical(o, root) for s in steps for o in outputs_of(s.args)})
+    made = made_places(steps, root)
     for s in steps:
         for option, value in command_tokens(s.args):
             if option not in INPUT_OPTIONS:
@@ -358,10 +360,7 @@ def check_inputs(steps: Sequence[Step], root: Path) -> None:
                 continue
             if option in _HUB_OPTIONS and not _looks_local(path):
                 continue
-            place = canonical(path, root)
-            # "." is a step writing into the sweep's folder itself: every path inside it is its to write
-            if any(place == m or place.startswith(m.rstrip(os.sep) + os.sep) or (m == "." and not os.path.isabs(place))
-                   for m in made):
+            if inside(canonical(path, root), made):
                 continue
             raise InputError(f"plan: step {s.name!r} reads {option} {path!r}, which does not exist and which no "
                              "step of the plan writes (paths in arguments are taken from the folder the sweep runs in)")

@@ -56,6 +56,7 @@ from vlprobe.launch.steps import (
     Step,
     StepCrashed,
     StepFailed,
+    content_memo,
     done_before,
     finished_before,
     last_line,
@@ -364,10 +365,11 @@ def submit_graph(
     submitter.check()
     ensure_folder(Path(root) / "state")
     ensure_folder(Path(root) / "logs")
-    keys = plan_keys(ordered, root)
+    memo = content_memo(root)
+    keys = plan_keys(ordered, root, memo)
     graph = _Graph(ordered, Path(root), keys, submitter, queue or SlurmQueue(), step_minutes(ordered, timeout_min),
                    echo)
-    graph.done = set(done_before(ordered, root, keys))
+    graph.done = set(done_before(ordered, root, keys, memo))
     followed = graph.attach()
     submitted = graph.submit_missing()
     parts = [f"{len(submitted)} submitted", f"{len(followed)} queued or running before",
@@ -415,7 +417,9 @@ def follow_graph(graph: _Graph, *, retries: int = 1, poll_interval: float = 30.0
             if state in ALIVE:
                 continue
             del graph.alive[s.name]
-            if state == "COMPLETED" and finished_before(s, graph.root, graph.keys[s.name]):
+            # what the step read, hashed through the memo its job just updated (not read again in full)
+            if state == "COMPLETED" and finished_before(s, graph.root, graph.keys[s.name],
+                                                        content_memo(graph.root)):
                 graph.done.add(s.name)
                 ran[s.name] = {"job": job, "tries": graph.tries.get(s.name, 1)}
                 graph.echo(f"[{len(graph.done)}/{len(graph.steps)}] {s.name} (job {job})")

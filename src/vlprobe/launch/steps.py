@@ -44,7 +44,8 @@ from vlprobe.launch.records import (
 )
 from vlprobe.validation import InputError
 
-__all__ = ["Step", "StepCrashed", "StepFailed", "done_before", "ordered_steps", "plan_keys", "run_steps"]
+__all__ = ["Step", "StepCrashed", "StepFailed", "content_memo", "done_before", "ordered_steps", "plan_keys",
+           "run_steps"]
 
 
 @dataclass(frozen=True)
@@ -98,14 +99,11 @@ class StepCrashed(RuntimeError):
     names it, its exit and its log; not bad input, so the command exits 1 (not 2)."""
 
 
-_safe = safe_name
-
-
-def plan_keys(steps: Sequence[Step], root: Path) -> dict[str, str]:
-    """Each step's key (:func:`vlprobe.launch.identity.step_keys`), the content memo kept in
-    ``root/state`` when that folder exists; ``steps`` ordered as :func:`ordered_steps` orders them."""
-    state = Path(root) / "state"
-    return step_keys(steps, Path(root), ContentMemo(state if state.is_dir() else None))
+def plan_keys(steps: Sequence[Step], root: Path, memo: ContentMemo | None = None) -> dict[str, str]:
+    """Each step's key (:func:`vlprobe.launch.identity.step_keys`), with ``memo`` (default: the
+    content memo kept in ``root/state`` when that folder exists); ``steps`` ordered as
+    :func:`ordered_steps` orders them."""
+    return step_keys(steps, Path(root), memo if memo is not None else content_memo(root))
 
 
 def ordered_steps(steps: Sequence[Step]) -> list[Step]:
@@ -185,8 +183,8 @@ def run_steps(
     logs, state = Path(root) / "logs", Path(root) / "state"
     ensure_folder(logs)
     ensure_folder(state)
-    keys = plan_keys(ordered, root)
-    memo = ContentMemo(state)
+    memo = content_memo(root)
+    keys = plan_keys(ordered, root, memo)
     skipped = done_before(ordered, root, keys, memo)
     done = set(skipped)
     pending = [s for s in ordered if s.name not in done]
@@ -227,7 +225,7 @@ def run_steps(
                 continue
             del running[name]
             wall = time.perf_counter() - started
-            log = logs / f"{_safe(name)}.log"
+            log = logs / f"{safe_name(name)}.log"
             missing = s.done() if s.done is not None and end.rc == 0 else ""
             cpu = f", {end.cpu:.1f} s CPU" if end.cpu is not None else ""
             with open(log, "a", encoding="utf-8") as fh:
@@ -269,7 +267,7 @@ def _start(
     items = []
     for s in batch:
         tries[s.name] = tries.get(s.name, 0) + 1
-        log = logs / f"{_safe(s.name)}.log"
+        log = logs / f"{safe_name(s.name)}.log"
         mode = "w" if tries[s.name] == 1 else "a"
         with open(log, mode, encoding="utf-8") as fh:
             fh.write(f"$ probe {' '.join(s.args)}\n" + (f"# try {tries[s.name]}\n" if tries[s.name] > 1 else ""))
@@ -295,8 +293,8 @@ def done_before(steps: Sequence[Step], root: Path, keys: Mapping[str, str] | Non
     """The steps a run in ``root`` would skip (module docstring, Resuming), in dependency order;
     ``steps`` ordered as :func:`ordered_steps` orders them, ``keys`` their keys (default:
     :func:`plan_keys`). Reads ``root/state``, writes nothing but the content memo."""
-    keys = plan_keys(steps, root) if keys is None else keys
-    memo = memo if memo is not None else ContentMemo(_state_folder(root))
+    memo = memo if memo is not None else content_memo(root)
+    keys = plan_keys(steps, root, memo) if keys is None else keys
     done: dict[str, None] = {}  # (ordered, and a set for the look-ups)
     for s in steps:
         if set(s.after) <= done.keys() and finished_before(s, root, keys[s.name], memo):
@@ -305,9 +303,11 @@ def done_before(steps: Sequence[Step], root: Path, keys: Mapping[str, str] | Non
     return list(done)
 
 
-def _state_folder(root: Path) -> Path | None:
+def content_memo(root: Path) -> ContentMemo:
+    """The content memo of the run in ``root``, kept in ``root/state`` (when that folder exists):
+    a fresh one sees what the run's other processes (Slurm's jobs) added to it."""
     state = Path(root) / "state"
-    return state if state.is_dir() else None
+    return ContentMemo(state if state.is_dir() else None)
 
 
 def finished_before(s: Step, root: Path, key: str, memo: ContentMemo | None = None) -> bool:

@@ -81,10 +81,11 @@ def _dry_run(steps: Sequence[Step], out: Path, echo: Any, *, timeout_min: int | 
 
     from vlprobe.launch.records import read_try
     from vlprobe.launch.slurm_graph import step_minutes
-    from vlprobe.launch.steps import done_before, plan_keys
+    from vlprobe.launch.steps import content_memo, done_before, plan_keys
 
-    keys = plan_keys(steps, out)
-    skipped = done_before(steps, out, keys)
+    memo = content_memo(out)
+    keys = plan_keys(steps, out, memo)
+    skipped = done_before(steps, out, keys, memo)
     done = set(skipped)
     planned = [s.name for s in steps if s.name not in done]
     minutes = step_minutes(steps, timeout_min) if timeout_min is not None else {}

@@ -304,9 +304,10 @@ def target_control_rows(
     idx : ndarray, shape (B, N)
         Resampled item indices shared by every layer of the run.
     bootstrap_seed : int
-        Written to the interval rows' ``seed`` column.
+        Unused: ``idx`` holds the resamples already, and no row records a seed (every row's
+        ``seed`` is None; the run records its seeds with its settings).
     n_permutations, permutation_seed
-        Of :func:`sign_flip_test` (its p-value row carries ``permutation_seed``).
+        Of :func:`sign_flip_test`.
 
     Returns
     -------
