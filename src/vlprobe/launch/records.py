@@ -165,12 +165,14 @@ def _listed(path: Path) -> bool:
 def _remove_file(path: Path) -> bool:
     """Remove ``path`` if it is a file vlprobe wrote that no process is writing; whether it was."""
     from vlprobe.io.locks import output_lock
-    from vlprobe.io.ownership import list_output
+    from vlprobe.io.ownership import list_output, listed_entry
 
     if path.is_symlink() or not path.is_file():
         return False
-    listed = _listed(path)
-    if not listed and not _vlprobe_h5(path):
+    # the cheap schema check first: a listed file is hashed (read in full) only when it is no vlprobe HDF5
+    h5 = _vlprobe_h5(path)
+    listed = listed_entry(path) is not None if h5 else _listed(path)
+    if not (h5 or listed):
         return False
     try:
         with output_lock(path, wait=False):

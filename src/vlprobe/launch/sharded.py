@@ -14,8 +14,9 @@ options and the same checkpoint, dataset, variants and regions, by content) and 
 complete: a cache's or region file's done masks full, an eval shard's score file there. A
 relaunch with another checkpoint or other options into the same ``--out`` runs every shard and
 the merge again, first removing the files its earlier launch made of other inputs
-(:mod:`vlprobe.launch.records`); a file this launcher did not make is never removed (the
-shard's command refuses it in one line when its settings differ). A shard that died (killed,
+(:mod:`vlprobe.launch.records`): only files its records name, and only when vlprobe wrote them;
+any other file is never removed (the shard's command refuses it in one line when its settings
+differ). A shard that died (killed,
 preempted, out of memory) is started again up to ``retries`` times (an extraction resumes from
 its done mask, an eval shard scores its block again). The logs and the record of the steps are
 in ``<out stem>.launch/`` beside ``--out`` (eval: ``OUT/<benchmark>/<run>.launch/``).
