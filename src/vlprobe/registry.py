@@ -201,17 +201,19 @@ def checkpoint_hint(name: str, known: list[str]) -> str | None:
     from pathlib import Path
 
     path = Path(name).expanduser()
-    if "/" not in name and "\\" not in name and not path.exists():
+    try:
+        there = path.exists()
+    except OSError:  # a name no path can be (too long for the file system): no folder
+        there = False
+    if "/" not in name and "\\" not in name and not there:
         return None
+    try:
+        model_type = str(json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type", ""))
+    except (OSError, ValueError, AttributeError):  # no config.json, or not one
+        model_type = ""
     words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
-    places = [[w for w in re.split(r"[^a-z0-9]+", name.lower().rsplit("/", 1)[-1]) if w], words]
-    config = path / "config.json"
-    if config.is_file():
-        try:
-            model_type = str(json.loads(config.read_text(encoding="utf-8")).get("model_type", ""))
-        except (OSError, ValueError, AttributeError):
-            model_type = ""
-        places.append([w for w in re.split(r"[^a-z0-9]+", model_type.lower()) if w])
+    places = [[w for w in re.split(r"[^a-z0-9]+", name.lower().rsplit("/", 1)[-1]) if w], words,
+              [w for w in re.split(r"[^a-z0-9]+", model_type.lower()) if w]]
 
     def found(place: list[str]) -> list[str]:
         hits = []
