@@ -200,6 +200,9 @@ def checkpoint_hint(name: str, known: list[str]) -> str | None:
     import re
     from pathlib import Path
 
+    def words(text: str) -> list[str]:
+        return [w for w in re.split(r"[^a-z0-9]+", text.lower()) if w]
+
     path = Path(name).expanduser()
     try:
         there = path.exists()
@@ -211,14 +214,12 @@ def checkpoint_hint(name: str, known: list[str]) -> str | None:
         model_type = str(json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type", ""))
     except (OSError, ValueError, AttributeError):  # no config.json, or not one
         model_type = ""
-    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
-    places = [[w for w in re.split(r"[^a-z0-9]+", name.lower().rsplit("/", 1)[-1]) if w], words,
-              [w for w in re.split(r"[^a-z0-9]+", model_type.lower()) if w]]
+    places = [words(name.rsplit("/", 1)[-1]), words(name), words(model_type)]
 
     def found(place: list[str]) -> list[str]:
         hits = []
         for k in known:
-            parts = [w for w in re.split(r"[^a-z0-9]+", k.lower()) if w]
+            parts = words(k)
             if any(place[i:i + len(parts)] == parts for i in range(len(place) - len(parts) + 1)):
                 hits.append(k)
         return hits
