@@ -78,7 +78,7 @@ from typing import Any
 import numpy as np
 from joblib import Parallel, delayed
 
-from vlprobe.data.tags import WWH_TAGS, missing_wwh_warning, wwh_masks
+from vlprobe.data.tags import WWH_TAGS, missing_wwh_warning, winoground_number, wwh_masks
 from vlprobe.experiments.cache_features import (
     SCALINGS,
     CacheIndex,
@@ -460,7 +460,7 @@ def tag_subsets(tags: Sequence[dict[str, list[str]]], item_ids: Sequence[str]) -
         if not tags or not all(family in t for t in tags):
             continue
         if family == "wwh":
-            ids = [_winoground_number(i) for i in item_ids]
+            ids = [winoground_number(i) for i in item_ids]
             masks = wwh_masks([-1 if i is None else i for i in ids], [t[family] for t in tags])
             present = {f"wwh={v}" for t in tags for v in t[family]}
             out.update({k: m for k, m in masks.items() if k in present or k[4:] not in WWH_TAGS})
@@ -471,12 +471,6 @@ def tag_subsets(tags: Sequence[dict[str, list[str]]], item_ids: Sequence[str]) -
         for value in sorted({v for t in tags for v in t[family]}):
             out[f"{family}={value}"] = np.array([value in t[family] for t in tags])
     return out
-
-
-def _winoground_number(item_id: str) -> int | None:
-    """The Winoground id of ``winoground/<n>``, else None."""
-    prefix, _, number = str(item_id).rpartition("/")
-    return int(number) if prefix == "winoground" and number.isdigit() else None
 
 
 @dataclass(frozen=True)
