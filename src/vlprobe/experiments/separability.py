@@ -96,7 +96,7 @@ from vlprobe.experiments.cache_features import (
 from vlprobe.probes.linear import LinearSeparabilityProbe
 from vlprobe.probes.separability_cases import FIELDS, Case, fit_cases
 from vlprobe.progress import format_bytes, progress_bar, say, warn
-from vlprobe.runs.charts import Chart
+from vlprobe.runs.charts import NO_MARGIN, Chart
 from vlprobe.runs.declare import Experiment, option
 from vlprobe.runs.option_groups import (
     BootstrapTestOptions,
@@ -696,4 +696,4 @@ def report(config: SeparabilityConfig, result: tuple[Path, Path, list[dict[str, 
 EXPERIMENT = Experiment("separability", 6, SeparabilityConfig, compute_separability, report, label=cache_label,
                         presets=PRESET_VALUES["separability"], swept=("streams", "layers", "seeds"),
                         chart=Chart("layers", ("separable", "separable_margin", "train_accuracy"), split="train",
-                                    missing={"separable_margin": "no case separable at that layer (no margin)"}))
+                                    missing={"separable_margin": NO_MARGIN}))

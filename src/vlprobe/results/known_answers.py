@@ -63,6 +63,7 @@ from typing import Any
 
 from vlprobe.io.atomic import atomic_path, atomic_write
 from vlprobe.io.paths import ensure_folder
+from vlprobe.runs.charts import NO_MARGIN
 from vlprobe.runs.summary import read_tidy_csv, summarize
 from vlprobe.validation import InputError
 
@@ -454,7 +455,6 @@ _FIGURE_ROWS = (
     ("separability", "separable_margin", "train", "separability: mean SVM margin\n(separable cases)", None),
     ("variant-probe", "accuracy", "test", "variant probe: test accuracy (%)", 50.0),
 )
-_NO_MARGIN = "no case separable at that layer (no margin)"
 
 
 def _figure(results: Path, out_png: Path, models: Sequence[str]) -> Path | None:
@@ -528,7 +528,7 @@ def comparison_figure(results: Path, models: Sequence[str]) -> Any | None:
         names.append("chance (variant probe: 50%)")
     if crossed:
         handles.append(Line2D([], [], color="0.2", ls="none", marker="x", ms=7, mew=1.6))
-        names.append(_NO_MARGIN)
+        names.append(NO_MARGIN)
     fig.legend(handles, names, loc="lower center", ncol=len(handles), fontsize=8.5, frameon=False)
     fig.suptitle("Known-answer testbed: target vs control per layer (mean, min–max band over seeds)")
     fig.tight_layout(rect=(0, 0.06, 1, 1))
