@@ -437,6 +437,15 @@ def test_cases_an_item_repeats_before_fusion_count_once(tmp_path: Path) -> None:
     assert recorded == {"lang": {"0": 12, "1": 12}}
 
 
+def test_the_fit_count_said_before_fitting_adds_up_with_repeated_cases(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    cache = _prefusion_cache(tmp_path / "cross.h5")
+    run_separability(SeparabilityConfig(cache=cache, out=tmp_path, seeds=2, bootstrap=10, progress=True))
+    # 24 cases (12 items x 2 images) x 3 layers, of which the 12 second images of layers 0 and 1
+    # repeat the first: 48 case-layers, each a target and 2 controls
+    assert "fitting 144 linear SVMs ((24 cases x 3 layers - 24 repeated) x (target + 2 controls))" in capsys.readouterr().err
+
+
 def test_the_papers_wwh_sets_are_reported(tmp_path: Path) -> None:
     cache = _prefusion_cache(tmp_path / "cross.h5")
     _, _, rows = run_separability(SeparabilityConfig(cache=cache, out=tmp_path, seeds=1, bootstrap=50))

@@ -313,8 +313,11 @@ def compute_separability(config: SeparabilityConfig, slot: RunSlot) -> RunRows:
             wwh_note = None
             repeated = repeated_cases(read.states, cases)
             n_fits = int((~repeated).sum()) * (1 + len(seeds))
+            cells = f"{len(cases)} cases x {len(read.layers)} layers"
+            if repeated.any():  # the case-layers fitted once for both images of an item
+                cells = f"({cells} - {int(repeated.sum())} repeated)"
             say(config.progress, f"{EXPERIMENT.name}: stream {stream} ({read.modality}, {read.pooling}): fitting {n_fits} linear "
-                                 f"SVMs ({len(cases)} cases x {len(read.layers)} layers x (target + {len(seeds)} "
+                                 f"SVMs ({cells} x (target + {len(seeds)} "
                                  f"controls)){' and one more per point left out' if config.held_out else ''} "
                                  f"with {_n_workers(config.jobs)} worker(s); states "
                                  f"{format_bytes(read.states.nbytes)}")
