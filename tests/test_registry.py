@@ -288,3 +288,14 @@ def test_a_checkpoint_folder_given_as_the_model_is_named_by_its_model_type(tmp_p
         MODELS.get(str(folder))
     with pytest.raises(ValueError, match="that looks like a checkpoint: pass it as --checkpoint someone/thing"):
         MODELS.get("someone/thing")
+
+
+def test_a_model_name_too_long_for_a_path_is_an_unknown_name(tmp_path: Path) -> None:
+    """The checkpoint hint looks for a folder of that name; a name the file system cannot hold
+    (ENAMETOOLONG) is no folder, not an OSError."""
+    from vlprobe.registry import MODELS
+
+    with pytest.raises(ValueError, match="unknown model 'aaaa"):
+        MODELS.get("a" * 300)
+    with pytest.raises(ValueError, match="that looks like a checkpoint"):  # in a folder that exists
+        MODELS.get(str(tmp_path / ("b" * 300)))

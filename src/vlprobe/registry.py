@@ -200,23 +200,26 @@ def checkpoint_hint(name: str, known: list[str]) -> str | None:
     import re
     from pathlib import Path
 
+    def words(text: str) -> list[str]:
+        return [w for w in re.split(r"[^a-z0-9]+", text.lower()) if w]
+
     path = Path(name).expanduser()
-    if "/" not in name and "\\" not in name and not path.exists():
+    try:
+        there = path.exists()
+    except OSError:  # a name no path can be (too long for the file system): no folder
+        there = False
+    if "/" not in name and "\\" not in name and not there:
         return None
-    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
-    places = [[w for w in re.split(r"[^a-z0-9]+", name.lower().rsplit("/", 1)[-1]) if w], words]
-    config = path / "config.json"
-    if config.is_file():
-        try:
-            model_type = str(json.loads(config.read_text(encoding="utf-8")).get("model_type", ""))
-        except (OSError, ValueError, AttributeError):
-            model_type = ""
-        places.append([w for w in re.split(r"[^a-z0-9]+", model_type.lower()) if w])
+    try:
+        model_type = str(json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type", ""))
+    except (OSError, ValueError, AttributeError):  # no config.json, or not one
+        model_type = ""
+    places = [words(name.rsplit("/", 1)[-1]), words(name), words(model_type)]
 
     def found(place: list[str]) -> list[str]:
         hits = []
         for k in known:
-            parts = [w for w in re.split(r"[^a-z0-9]+", k.lower()) if w]
+            parts = words(k)
             if any(place[i:i + len(parts)] == parts for i in range(len(place) - len(parts) + 1)):
                 hits.append(k)
         return hits

@@ -17,6 +17,7 @@ from vlprobe.data.tags import (
     cache_dir,
     load_tag_file,
     shipped_tag_file,
+    winoground_number,
 )
 from vlprobe.provenance import sha256_file
 
@@ -131,3 +132,11 @@ def test_an_altered_shipped_copy_is_a_broken_installation(tmp_path: Path, monkey
     monkeypatch.setattr(resources, "files", lambda package: tmp_path)
     with pytest.raises(RuntimeError, match=r"missing or altered.*reinstall vlprobe"):
         shipped_tag_file()
+
+
+@pytest.mark.parametrize(("item_id", "number"), [
+    ("winoground/17", 17), ("winoground/0", 0),
+    ("winoground/17/c0", None), ("sugarcrepe/swap_obj/108", None), ("valse/3", None), ("17", None),
+])
+def test_winoground_number_reads_winoground_item_ids_only(item_id: str, number: int | None) -> None:
+    assert winoground_number(item_id) == number

@@ -437,6 +437,15 @@ def test_cases_an_item_repeats_before_fusion_count_once(tmp_path: Path) -> None:
     assert recorded == {"lang": {"0": 12, "1": 12}}
 
 
+def test_the_fit_count_said_before_fitting_adds_up_with_repeated_cases(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    cache = _prefusion_cache(tmp_path / "cross.h5")
+    run_separability(SeparabilityConfig(cache=cache, out=tmp_path, seeds=2, bootstrap=10, progress=True))
+    # 24 cases (12 items x 2 images) x 3 layers, of which the 12 second images of layers 0 and 1
+    # repeat the first: 48 case-layers, each a target and 2 controls
+    assert "fitting 144 linear SVMs ((24 cases x 3 layers - 24 repeated) x (target + 2 controls))" in capsys.readouterr().err
+
+
 def test_the_papers_wwh_sets_are_reported(tmp_path: Path) -> None:
     cache = _prefusion_cache(tmp_path / "cross.h5")
     _, _, rows = run_separability(SeparabilityConfig(cache=cache, out=tmp_path, seeds=1, bootstrap=50))
@@ -457,3 +466,22 @@ def test_held_out_accuracy_at_chosen_layers_only(dual: Path, tmp_path: Path) -> 
     with pytest.raises(InputError, match="held_out_layers"):
         run_separability(SeparabilityConfig(cache=dual, out=tmp_path / "x", seeds=1, layers="0,1", held_out=True,
                                             held_out_layers="-1"))
+
+
+def test_held_out_layers_is_checked_as_layers_are_before_any_fit(dual: Path, cross: Path, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """--held-out-layers takes --layers' checks, naming itself: its grammar when the config is
+    made, its layers against every stream before the first fit; without --held-out it would
+    choose nothing (and only rename the run), so it is refused."""
+    with pytest.raises(InputError, match=r"^held_out_layers"):
+        SeparabilityConfig(cache=dual, out=tmp_path, held_out=True, held_out_layers="foo")
+    with pytest.raises(InputError, match=r"^held_out_layers: .*--held-out"):
+        SeparabilityConfig(cache=dual, out=tmp_path, held_out_layers="-1")
+    with pytest.raises(InputError, match=r"^held_out_layers\[text\]: layer 9 is out of range"):
+        run_separability(SeparabilityConfig(cache=dual, out=tmp_path / "a", seeds=1, held_out=True,
+                                            held_out_layers="9"))
+    capsys.readouterr()
+    with pytest.raises(InputError, match=r"^held_out_layers\[vision\]"):  # the second stream's, before lang is fitted
+        run_separability(SeparabilityConfig(cache=cross, out=tmp_path / "b", seeds=1, held_out=True,
+                                            held_out_layers="lang=-1;vision=9", progress=True))
+    assert "fitting" not in capsys.readouterr().err

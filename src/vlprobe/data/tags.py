@@ -35,6 +35,7 @@ __all__ = [
     "load_tag_file",
     "missing_wwh_warning",
     "shipped_tag_file",
+    "winoground_number",
     "wwh_masks",
 ]
 
@@ -53,6 +54,13 @@ WWH_TAGS: tuple[str, ...] = (
 #: Id untagged in the JSON but missing from the paper code's 171-id ``None`` list.
 WWH_CODE_NONE_EXCLUDED: tuple[int, ...] = (313,)
 TAG_FILE_NAME = "new_tag_assignments.json"
+
+
+def winoground_number(item_id: str) -> int | None:
+    """The Winoground id ``n`` of an item id ``winoground/<n>`` (what :func:`wwh_masks` and the
+    tag file key by); None for any other id."""
+    prefix, _, number = str(item_id).rpartition("/")
+    return int(number) if prefix == "winoground" and number.isdecimal() else None
 
 
 def wwh_masks(ids: Sequence[int], wwh: Sequence[Iterable[str]]) -> dict[str, np.ndarray]:

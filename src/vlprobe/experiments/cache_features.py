@@ -278,14 +278,16 @@ def resolve_stream(cache: ActivationCache, stream: str | None, modalities: Seque
     return stream
 
 
-def resolve_layers(cache: ActivationCache, stream: str, pooling: str, spec: str) -> list[int | None]:
+def resolve_layers(cache: ActivationCache, stream: str, pooling: str, spec: str, *,
+                   param: str = "layers") -> list[int | None]:
     """Model layer numbers to read (``[None]`` for ``pooled``, which has no layer axis).
 
     ``all`` means every stored layer; other specs (``0,4,-1``, ``2:6``) count the model's layers
     and each chosen layer must be stored. A per-stream spec (``lang=all;vision=-1``) may name any
-    stream of the cache; ``stream`` reads its part (``all`` when not named).
+    stream of the cache; ``stream`` reads its part (``all`` when not named). Errors name ``param``,
+    the option the spec came from.
     """
-    spec = stream_part(spec, stream, list(cache.streams))
+    spec = stream_part(spec, stream, list(cache.streams), param=param)
     if pooling not in POOLINGS:
         raise InputError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
     if pooling not in cache.poolings(stream):
@@ -299,10 +301,10 @@ def resolve_layers(cache: ActivationCache, stream: str, pooling: str, spec: str)
     if spec.strip().lower() in ("all", "*"):
         return list(stored)
     n_model = len(cache.model_layer_kinds(stream))
-    chosen = parse_layers(spec, n_model, param=f"layers[{stream}]")
+    chosen = parse_layers(spec, n_model, param=f"{param}[{stream}]")
     missing = [layer for layer in chosen if layer not in stored]
     if missing:
-        raise InputError(f"layers: layer(s) {missing} of stream {stream!r} are not stored in {cache.path.name} (stored: {stored})")
+        raise InputError(f"{param}: layer(s) {missing} of stream {stream!r} are not stored in {cache.path.name} (stored: {stored})")
     return list[int | None](chosen)
 
 

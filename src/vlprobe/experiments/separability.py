@@ -78,7 +78,7 @@ from typing import Any
 import numpy as np
 from joblib import Parallel, delayed
 
-from vlprobe.data.tags import WWH_TAGS, missing_wwh_warning, wwh_masks
+from vlprobe.data.tags import WWH_TAGS, missing_wwh_warning, winoground_number, wwh_masks
 from vlprobe.experiments.cache_features import (
     SCALINGS,
     CacheIndex,
@@ -96,7 +96,7 @@ from vlprobe.experiments.cache_features import (
 from vlprobe.probes.linear import LinearSeparabilityProbe
 from vlprobe.probes.separability_cases import FIELDS, Case, fit_cases
 from vlprobe.progress import format_bytes, progress_bar, say, warn
-from vlprobe.runs.charts import Chart
+from vlprobe.runs.charts import NO_MARGIN, Chart
 from vlprobe.runs.declare import Experiment, option
 from vlprobe.runs.option_groups import (
     BootstrapTestOptions,
@@ -105,6 +105,7 @@ from vlprobe.runs.option_groups import (
     ResultsOptions,
     SeedsOption,
     StateOptions,
+    check_layer_spec,
 )
 from vlprobe.runs.presets import PRESET_VALUES
 from vlprobe.runs.printout import summary_lines
@@ -190,9 +191,15 @@ class SeparabilityConfig(CacheInput, StateOptions, SeedsOption, BootstrapTestOpt
     tol: float = option(1e-3, check=check_positive_float, help="SVM stopping tolerance (libsvm).")
     jobs: int = option(1, check=_check_jobs, role="runtime", help="Parallel workers (-1: all cores).")
     held_out: bool = option(False, help="Also the leave-one-out accuracy over each item's variants (heldout_accuracy).")
-    held_out_layers: str = option("all", help="With --held-out: the layers it is computed at (a layer spec, per stream "
-                                              "as --layers; each must be one of --layers). One more fit per point: at "
-                                              "the last layer only (-1) it costs a fraction of all.")
+    held_out_layers: str = option(
+        "all", check=check_layer_spec,
+        help="With --held-out: the layers it is computed at (a layer spec, per stream as --layers; each must be one of "
+             "--layers). One more fit per point: at the last layer only (-1) it costs a fraction of all.")
+
+    def check(self) -> None:
+        super().check()
+        if not self.held_out and self.held_out_layers.strip().lower() not in ("all", "*"):
+            raise InputError("held_out_layers: chooses the layers of the held-out accuracy; it needs --held-out")
 
 
 #: The paper's scaling per model family (cache header ``model``); other models: ``none``.
@@ -296,8 +303,10 @@ def compute_separability(config: SeparabilityConfig, slot: RunSlot) -> RunRows:
         fallbacks: dict[str, dict[str, str]] = {}
         notes: list[str] = []
         counted_once: dict[str, dict[str, int]] = {}
+        held: dict[str, list[bool]] = {}
         for stream in streams:  # every stream's layers checked before the first is fitted
-            stream_layers(cache, stream, config.pooling, config.layers)
+            pooling, layers = stream_layers(cache, stream, config.pooling, config.layers)
+            held[stream] = _held_out_at(cache, stream, pooling, layers, config) if config.held_out else []
         for stream in streams:
             read = read_stream(cache, stream, ("text", "pair"), config.pooling, config.layers, param="streams")
             for note in pooling_notes([read], EXPERIMENT.name):
@@ -313,15 +322,17 @@ def compute_separability(config: SeparabilityConfig, slot: RunSlot) -> RunRows:
             wwh_note = None
             repeated = repeated_cases(read.states, cases)
             n_fits = int((~repeated).sum()) * (1 + len(seeds))
+            cells = f"{len(cases)} cases x {len(read.layers)} layers"
+            if repeated.any():  # the case-layers fitted once for both images of an item
+                cells = f"({cells} - {int(repeated.sum())} repeated)"
             say(config.progress, f"{EXPERIMENT.name}: stream {stream} ({read.modality}, {read.pooling}): fitting {n_fits} linear "
-                                 f"SVMs ({len(cases)} cases x {len(read.layers)} layers x (target + {len(seeds)} "
+                                 f"SVMs ({cells} x (target + {len(seeds)} "
                                  f"controls)){' and one more per point left out' if config.held_out else ''} "
                                  f"with {_n_workers(config.jobs)} worker(s); states "
                                  f"{format_bytes(read.states.nbytes)}")
             scaled = scale_states(read.states, scale_mode)
-            held = _held_out_at(cache, stream, read.pooling, read.layers, config) if config.held_out else []
             with progress_bar(config.progress, n_fits, f"{EXPERIMENT.name} {stream}", "fit") as bar:
-                per_layer = _fit_layers(scaled, cases, seeds, params, config.jobs, bar.update, held, repeated)
+                per_layer = _fit_layers(scaled, cases, seeds, params, config.jobs, bar.update, held[stream], repeated)
             warning = nothing_separable_note(per_layer, scaled, stream, scale_mode, config.C)
             if warning:
                 say(True, f"{EXPERIMENT.name}: {warning}")  # a warning, not progress: --quiet keeps it
@@ -375,7 +386,7 @@ def _held_out_at(cache: Any, stream: str, pooling: str, layers: list[int | None]
     """Per fitted layer, whether the held-out accuracy is computed there (``held_out_layers``)."""
     if config.held_out_layers.strip().lower() in ("all", "*"):
         return [True] * len(layers)
-    chosen = resolve_layers(cache, stream, pooling, config.held_out_layers)
+    chosen = resolve_layers(cache, stream, pooling, config.held_out_layers, param="held_out_layers")
     extra = [layer for layer in chosen if layer not in layers]
     if extra:
         raise InputError(f"held_out_layers: layer(s) {extra} of stream {stream!r} are not among the fitted layers "
@@ -460,7 +471,7 @@ def tag_subsets(tags: Sequence[dict[str, list[str]]], item_ids: Sequence[str]) -
         if not tags or not all(family in t for t in tags):
             continue
         if family == "wwh":
-            ids = [_winoground_number(i) for i in item_ids]
+            ids = [winoground_number(i) for i in item_ids]
             masks = wwh_masks([-1 if i is None else i for i in ids], [t[family] for t in tags])
             present = {f"wwh={v}" for t in tags for v in t[family]}
             out.update({k: m for k, m in masks.items() if k in present or k[4:] not in WWH_TAGS})
@@ -471,12 +482,6 @@ def tag_subsets(tags: Sequence[dict[str, list[str]]], item_ids: Sequence[str]) -
         for value in sorted({v for t in tags for v in t[family]}):
             out[f"{family}={value}"] = np.array([value in t[family] for t in tags])
     return out
-
-
-def _winoground_number(item_id: str) -> int | None:
-    """The Winoground id of ``winoground/<n>``, else None."""
-    prefix, _, number = str(item_id).rpartition("/")
-    return int(number) if prefix == "winoground" and number.isdigit() else None
 
 
 @dataclass(frozen=True)
@@ -702,4 +707,4 @@ def report(config: SeparabilityConfig, result: tuple[Path, Path, list[dict[str, 
 EXPERIMENT = Experiment("separability", 6, SeparabilityConfig, compute_separability, report, label=cache_label,
                         presets=PRESET_VALUES["separability"], swept=("streams", "layers", "seeds"),
                         chart=Chart("layers", ("separable", "separable_margin", "train_accuracy"), split="train",
-                                    missing={"separable_margin": "no case separable at that layer (no margin)"}))
+                                    missing={"separable_margin": NO_MARGIN}))

@@ -38,7 +38,7 @@ import numpy as np
 
 from vlprobe.data.bow import BOW_FAMILY, bow_masks, bow_tag, table_tags
 from vlprobe.data.source_files import iter_json_lines
-from vlprobe.data.tags import missing_wwh_warning, wwh_masks
+from vlprobe.data.tags import missing_wwh_warning, winoground_number, wwh_masks
 from vlprobe.experiments.cache_features import cache_label
 from vlprobe.progress import format_bytes, say, warn
 from vlprobe.provenance import sha256_file
@@ -211,10 +211,11 @@ def subset_masks(ids: Sequence[int], tags: Sequence[Mapping[str, Iterable[str]]]
 
 
 def _winoground_id(item_id: str) -> int:
-    try:
-        return int(item_id.rsplit("/", 1)[1])
-    except (IndexError, ValueError):
-        raise InputError(f"item id {item_id!r} is not a Winoground id (winoground/<n>)") from None
+    """:func:`~vlprobe.data.tags.winoground_number`, an InputError for an id that is none."""
+    number = winoground_number(item_id)
+    if number is None:
+        raise InputError(f"item id {item_id!r} is not a Winoground id (winoground/<n>)")
+    return number
 
 
 def _tags_for(ids: list[int], config: WinogroundScoresConfig) -> tuple[list[dict[str, list[str]]], dict[str, Any]]:

@@ -393,8 +393,7 @@ def _title(root: Path, runs: Sequence[RunResult]) -> str:
 def _notes(run: RunResult) -> list[_Block]:
     """What the run's manifest notes (separability's "no case is separable at any layer"): on the
     page beside its figure, not only on the terminal."""
-    got = run.manifest.get("notes") or []
-    return [_Block("note", text=str(n)) for n in (got if isinstance(got, list) else [got])]
+    return [_Block("note", text=n) for n in run.notes]
 
 
 def _verdict_blocks(path: Path) -> list[_Block]:

@@ -63,6 +63,7 @@ from typing import Any
 
 from vlprobe.io.atomic import atomic_path, atomic_write
 from vlprobe.io.paths import ensure_folder
+from vlprobe.runs.charts import NO_MARGIN
 from vlprobe.runs.summary import read_tidy_csv, summarize
 from vlprobe.validation import InputError
 
@@ -370,14 +371,23 @@ def check_expectations(table: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
     return out
 
 
+def _by(c: Mapping[str, Any]) -> str:
+    """The least difference of a check as its comparison reads (`` + 5``, `` - 5``; none: empty)."""
+    return f" {'+' if c['op'].startswith('>') else '-'} {c['by']:g}" if c.get("by") else ""
+
+
+def _why(c: Mapping[str, Any]) -> str:
+    """What a check that does not hold means."""
+    return c.get("if_not") or "a finding about the probes or the testbed"
+
+
 def _measured(c: Mapping[str, Any]) -> str:
     """``left = value`` and the comparison it was put to (``> right = value + by``)."""
     if c["holds"] is None:
         return "not measured"
-    by = f" {'+' if c['op'].startswith('>') else '-'} {c['by']:g}" if c.get("by") else ""
     right = (f"{c['right_value']:.4g}" if isinstance(c["right"], (int, float))  # a bound, not a model's value
              else f"{c['right']} = {c['right_value']:.4g}")
-    return f"{c['left']} = {c['left_value']:.4g} {c['op']} {right}{by}"
+    return f"{c['left']} = {c['left_value']:.4g} {c['op']} {right}{_by(c)}"
 
 
 def verdict_line(checks: Sequence[Mapping[str, Any]]) -> str:
@@ -392,11 +402,11 @@ def verdict_rows(checks: Sequence[Mapping[str, Any]]) -> list[tuple[str, str, st
     """Per check: the claim, what was measured, what was expected, and ``yes`` or ``NO: <why>``."""
     rows = []
     for c in checks:
-        expected = f"{c['op']} {c['right']}" + (f" {'+' if c['op'].startswith('>') else '-'} {c['by']:g}" if c.get("by") else "")
+        expected = f"{c['op']} {c['right']}{_by(c)}"
         if c["holds"] is None:
             held = "not measured"
         else:
-            held = "yes" if c["holds"] else f"NO: {c.get('if_not') or 'a finding about the probes or the testbed'}"
+            held = "yes" if c["holds"] else f"NO: {_why(c)}"
         measured = "" if c["holds"] is None else f"{c['left']} = {c['left_value']:.4g}" + (
             "" if isinstance(c["right"], (int, float)) else f"; {c['right']} = {c['right_value']:.4g}")
         rows.append((c["claim"], measured, expected, held))
@@ -427,7 +437,7 @@ def _summary_text(checks: Sequence[Mapping[str, Any]], table: Sequence[Mapping[s
         mark = "holds" if c["holds"] else "DOES NOT HOLD"
         lines.append(f"[{mark}] {c['claim']}: {_measured(c)}")
         if not c["holds"]:
-            lines.append(f"    why it matters: {c.get('if_not') or 'a finding about the probes or the testbed'}")
+            lines.append(f"    why it matters: {_why(c)}")
     lines += ["", verdict_line(checks) + "."]
     lines += ["", "% separable saturates: with fewer points per item than dimensions almost any labelling is "
                   "linearly separable, so the shuffled-label control is near 100 % too and the metric shows no "
@@ -445,7 +455,6 @@ _FIGURE_ROWS = (
     ("separability", "separable_margin", "train", "separability: mean SVM margin\n(separable cases)", None),
     ("variant-probe", "accuracy", "test", "variant probe: test accuracy (%)", 50.0),
 )
-_NO_MARGIN = "no case separable at that layer (no margin)"
 
 
 def _figure(results: Path, out_png: Path, models: Sequence[str]) -> Path | None:
@@ -519,7 +528,7 @@ def comparison_figure(results: Path, models: Sequence[str]) -> Any | None:
         names.append("chance (variant probe: 50%)")
     if crossed:
         handles.append(Line2D([], [], color="0.2", ls="none", marker="x", ms=7, mew=1.6))
-        names.append(_NO_MARGIN)
+        names.append(NO_MARGIN)
     fig.legend(handles, names, loc="lower center", ncol=len(handles), fontsize=8.5, frameon=False)
     fig.suptitle("Known-answer testbed: target vs control per layer (mean, min–max band over seeds)")
     fig.tight_layout(rect=(0, 0.06, 1, 1))

@@ -344,7 +344,6 @@ def _draw_layers(results: Sequence[RunResult], labels: Sequence[str], chart: Cha
     has_reference = False
     tasks_drawn: set[str] = set()  # a run without a control task gets no control in the legend
     missing_drawn = False
-    notes = _run_notes(results)
     for ax, key in zip(axes, order, strict=True):
         stream, pooling, subset = key  # pooling: the chart's panel column
         layers = list(dict.fromkeys(rec["layer"] for _, recs in panels[key] for rec in recs))
@@ -405,7 +404,7 @@ def _draw_layers(results: Sequence[RunResult], labels: Sequence[str], chart: Cha
         title = f"{stream} · {pooling or f'no {chart.panel}'}" + ("" if subset == "all" else f" · {subset}")
         ax.set_title(_wrap(title, 44), fontsize=9, pad=12 if kinds else 6)
         ax.grid(alpha=0.3, zorder=1)
-        said = [n for i, _ in panels[key] for n in notes.get(i, []) if f"stream {stream} " in n or "stream" not in n]
+        said = [n for i, _ in panels[key] for n in results[i].notes if f"stream {stream} " in n or "stream" not in n]
         if said:  # e.g. separability's "no case is separable at any layer": in the figure, not only on stderr
             ax.text(0.5, 0.5, _wrap("; ".join(dict.fromkeys(said)), 46), transform=ax.transAxes, ha="center",
                     va="center", fontsize=7, color="0.15", zorder=6,
@@ -457,16 +456,6 @@ def _bottom(ax: Any) -> Any:
     from matplotlib.transforms import blended_transform_factory
 
     return blended_transform_factory(ax.transData, ax.transAxes)
-
-
-def _run_notes(results: Sequence[RunResult]) -> dict[int, list[str]]:
-    """The notes each run's manifest records (``notes``: e.g. separability's "no case is separable")."""
-    out: dict[int, list[str]] = {}
-    for i, res in enumerate(results):
-        got = res.manifest.get("notes") or []
-        if got:
-            out[i] = [str(n) for n in got] if isinstance(got, list) else [str(got)]
-    return out
 
 
 def _draw_points(results: Sequence[RunResult], labels: Sequence[str], chart: Chart, metric: str, split: str,

@@ -67,6 +67,13 @@ class RunResult:
         """The settings it was run with (:func:`run_settings`)."""
         return run_settings(self.manifest)
 
+    @property
+    def notes(self) -> list[str]:
+        """What its manifest notes (``notes``: e.g. separability's "no case is separable at any
+        layer"), for the figure and the report to say."""
+        got = self.manifest.get("notes") or []
+        return [str(n) for n in got] if isinstance(got, list) else [str(got)]
+
     def side_file(self, suffix: str) -> Path:
         """``<stem><suffix>`` beside the tidy CSV (``.items.csv``, ``.scores.jsonl``, ...)."""
         return self.csv.with_name(self.csv.stem + suffix)

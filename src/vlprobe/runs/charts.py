@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from vlprobe.registry import EXPERIMENTS
 from vlprobe.validation import InputError
 
-__all__ = ["WINOGROUND_CHANCE", "Chart", "chart_for", "chart_of", "charted_experiments"]
+__all__ = ["NO_MARGIN", "WINOGROUND_CHANCE", "Chart", "chart_for", "chart_of", "charted_experiments"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,9 @@ class Chart:
     missing: dict[str, str] = field(default_factory=dict)
 
 
+#: What a layer without a separability margin means (the margin is a mean over the separable
+#: cases): separability's chart and the testbed's comparison figure say it in their legends.
+NO_MARGIN = "no case separable at that layer (no margin)"
 #: Chance of Winoground's scores under random scores: text and image 1/4, group 1/6.
 WINOGROUND_CHANCE = {"text": 25.0, "image": 25.0, "group": 100.0 / 6.0}
 
