@@ -20,6 +20,7 @@ import pickle
 import shutil
 import struct
 import subprocess
+import sys
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -626,20 +627,26 @@ def test_bad_input(row: Row, kit: Kit, tmp_path: Path, one_error_line: Callable[
     assert _kit_state(kit) == kit_before, "a refused command changed one of its inputs"
 
 
-def test_an_image_over_pillows_limit_is_one_warning_line(kit: Kit, tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_image_over_pillows_limit_is_one_warning_line(kit: Kit, tmp_path: Path) -> None:
     """Between Pillow's decompression-bomb limit and twice it, the image is decoded (as Pillow
     does) with one ``warning:`` line, not Pillow's warnings block; the limit is lowered here so a
-    small image crosses it."""
+    small image crosses it. Run in a fresh process: pytest restores the warnings filters after
+    each test, so in-process the filter vlprobe sets once at import may be gone, and pytest's
+    recorder (not stderr) would hide Pillow's block."""
     data = _copy_dataset(kit, tmp_path)
     big = data / "images" / "ex_3_img_1.png"
     with Image.open(big) as im:
         w, h = im.size
         im.resize((2 * w, 2 * h)).save(big)
-    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 3 * w * h)  # the big one (4 w h) is over it, below twice
-    result = _run(*_extract_on(kit, data, tmp_path / "c.h5"))
-    assert result.exit_code == 0, result.output
-    said = [line for line in result.stderr.splitlines() if line.strip()]
+    args = [str(a) for a in _extract_on(kit, data, tmp_path / "c.h5")]
+    code = ("import sys, PIL.Image\n"
+            f"PIL.Image.MAX_IMAGE_PIXELS = {3 * w * h}  # the big one (4 w h) is over it, below twice\n"
+            "from vlprobe.cli.app import app\n"
+            "app(sys.argv[1:], prog_name='probe')\n")
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=False,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "default"})
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(said) == 1 and said[0].startswith("warning: images: ") and "ex_3_img_1.png" in said[0], said
     assert f"{4 * w * h} pixels" in said[0] and "MAX_IMAGE_PIXELS" in said[0]
 
