@@ -200,6 +200,7 @@ def test_hf_tower_tokenizer_in_the_model_folder(folders: dict[str, Path], tmp_pa
     a = OpenClipAdapter.load(str(flat), device="cpu")
     b = OpenClipAdapter.load(str(src), device="cpu")
     texts = ["a red circle", "two cats &amp; a dog"]
+    # the same weights, ids and code path in one process: only where the tokenizer was read differs
     torch.testing.assert_close(a.encode("text", texts, [0]).pooled, b.encode("text", texts, [0]).pooled,
                                rtol=0, atol=0)
 
